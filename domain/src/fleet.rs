@@ -1,0 +1,158 @@
+//! The fleet description an operator writes (`config/fleet.toml`): sites, and pools of
+//! identical nodes in each. The simulated backend runs this fleet; real backends report
+//! theirs and are checked against it.
+
+use serde::Deserialize;
+
+use crate::Refusal;
+use crate::gpu::GpuModel;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FleetFile {
+    #[serde(rename = "site", default)]
+    sites: Vec<SiteFile>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SiteFile {
+    name: String,
+    #[serde(rename = "pool", default)]
+    pools: Vec<PoolFile>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PoolFile {
+    /// Node names are `<prefix>-01`, `<prefix>-02`, ...
+    prefix: String,
+    model: String,
+    nodes: u32,
+    gpus_per_node: u32,
+    /// Whether the GPUs of a node share an NVLink/NVSwitch domain.
+    #[serde(default)]
+    nvlink: bool,
+    /// Lets an operator keep MIG off on capable GPUs.
+    #[serde(default = "yes")]
+    mig: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One node of the fleet, fully expanded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSpec {
+    pub site: String,
+    pub name: String,
+    pub model: GpuModel,
+    pub gpus: u32,
+    pub mig_enabled: bool,
+    /// NVLink domain name (the node itself when its GPUs share NVSwitch).
+    pub nvlink_domain: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetSpec {
+    pub nodes: Vec<NodeSpec>,
+}
+
+impl FleetSpec {
+    pub fn parse(text: &str) -> Result<FleetSpec, Refusal> {
+        let invalid = |m: String| Refusal::InvalidFleet(m);
+        let file: FleetFile = toml::from_str(text).map_err(|e| invalid(e.message().to_owned()))?;
+        let mut nodes = Vec::new();
+        for site in &file.sites {
+            if site.name.trim().is_empty() {
+                return Err(invalid("a site needs a name".into()));
+            }
+            for pool in &site.pools {
+                let model = GpuModel::parse(&pool.model).ok_or_else(|| {
+                    invalid(format!(
+                        "unknown GPU model \"{}\" (known: {})",
+                        pool.model,
+                        GpuModel::ALL.map(GpuModel::name).join(", ")
+                    ))
+                })?;
+                if !(1..=16).contains(&pool.gpus_per_node) {
+                    return Err(invalid(format!("pool {}: gpus_per_node must be 1 to 16", pool.prefix)));
+                }
+                if !(1..=10_000).contains(&pool.nodes) {
+                    return Err(invalid(format!("pool {}: nodes must be 1 to 10000", pool.prefix)));
+                }
+                for n in 1..=pool.nodes {
+                    let name = format!("{}-{n:02}", pool.prefix);
+                    nodes.push(NodeSpec {
+                        site: site.name.clone(),
+                        nvlink_domain: pool.nvlink.then(|| name.clone()),
+                        name,
+                        model,
+                        gpus: pool.gpus_per_node,
+                        mig_enabled: pool.mig && model.mig_capable(),
+                    });
+                }
+            }
+        }
+        if nodes.is_empty() {
+            return Err(invalid("the fleet has no nodes".into()));
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            if nodes[i + 1..].iter().any(|other| other.name == node.name) {
+                return Err(invalid(format!("node name {} is used twice", node.name)));
+            }
+        }
+        Ok(FleetSpec { nodes })
+    }
+
+    pub fn gpu_count(&self) -> u32 {
+        self.nodes.iter().map(|n| n.gpus).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+        [[site]]
+        name = "fra-1"
+        [[site.pool]]
+        prefix = "fra1-h100"
+        model = "H100-80GB"
+        nodes = 2
+        gpus_per_node = 8
+        nvlink = true
+
+        [[site]]
+        name = "ams-1"
+        [[site.pool]]
+        prefix = "ams1-l40s"
+        model = "L40S"
+        nodes = 1
+        gpus_per_node = 4
+    "#;
+
+    #[test]
+    fn pools_expand_into_named_nodes() {
+        let fleet = FleetSpec::parse(EXAMPLE).expect("valid");
+        let names: Vec<&str> = fleet.nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["fra1-h100-01", "fra1-h100-02", "ams1-l40s-01"]);
+        assert_eq!(fleet.gpu_count(), 20);
+        assert_eq!(fleet.nodes[0].nvlink_domain.as_deref(), Some("fra1-h100-01"));
+        assert!(fleet.nodes[0].mig_enabled);
+        assert!(!fleet.nodes[2].mig_enabled, "L40S has no MIG");
+    }
+
+    #[test]
+    fn mistakes_are_explained() {
+        let unknown = FleetSpec::parse(&EXAMPLE.replace("L40S", "V100")).expect_err("unknown model");
+        assert!(unknown.to_string().contains("unknown GPU model \"V100\""), "{unknown}");
+        let dup = FleetSpec::parse(&EXAMPLE.replace("ams1-l40s", "fra1-h100")).expect_err("duplicate");
+        assert!(dup.to_string().contains("fra1-h100-01 is used twice"), "{dup}");
+        let typo = FleetSpec::parse(&EXAMPLE.replace("gpus_per_node = 4", "gpu_per_node = 4")).expect_err("typo");
+        assert!(typo.to_string().contains("gpu_per_node"), "{typo}");
+        assert!(FleetSpec::parse("").is_err());
+    }
+}

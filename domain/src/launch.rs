@@ -1,0 +1,170 @@
+//! Checking a launch request before anything is written. Shared by the server (which
+//! decides) and the browser (which can explain early).
+
+use serde::{Deserialize, Serialize};
+
+use crate::Refusal;
+use crate::catalog::{ImageRule, Offering, Size};
+
+/// What the launch form sends, as typed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LaunchRequest {
+    pub offering: String,
+    pub size: String,
+    pub name: String,
+    pub hours: String,
+    #[serde(default)]
+    pub image: String,
+    #[serde(default)]
+    pub command: String,
+}
+
+/// A launch request that passed every rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchSpec {
+    pub offering: Offering,
+    pub size: &'static Size,
+    pub name: String,
+    pub hours: u32,
+    pub image: Option<String>,
+    pub command: Option<String>,
+}
+
+pub const MAX_NAME: usize = 40;
+pub const MAX_COMMAND: usize = 2000;
+
+pub fn validate(req: &LaunchRequest) -> Result<LaunchSpec, Refusal> {
+    let offering =
+        Offering::parse(req.offering.trim()).ok_or_else(|| Refusal::UnknownOffering(req.offering.clone()))?;
+    let size = offering
+        .size(req.size.trim())
+        .ok_or_else(|| Refusal::UnknownSize { offering: offering.title().to_owned(), size: req.size.clone() })?;
+    let name = validate_name(req.name.trim())?;
+    let max = offering.max_hours();
+    let hours = req
+        .hours
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|h| (1..=max).contains(h))
+        .ok_or(Refusal::InvalidDuration { min: 1, max })?;
+    let image = match offering.image_rule() {
+        ImageRule::None => None,
+        ImageRule::Curated(images) => {
+            let image = req.image.trim();
+            if image.is_empty() {
+                Some(images[0].to_owned())
+            } else if images.contains(&image) {
+                Some(image.to_owned())
+            } else {
+                return Err(Refusal::InvalidImage("must be one of the notebook images offered"));
+            }
+        }
+        ImageRule::Required => Some(validate_image(offering, req.image.trim())?),
+    };
+    let command = req.command.trim();
+    let command = if offering.needs_command() {
+        if command.is_empty() {
+            return Err(Refusal::CommandRequired(offering.title()));
+        }
+        if command.len() > MAX_COMMAND {
+            return Err(Refusal::InvalidCommand("is longer than 2000 characters"));
+        }
+        if command.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+            return Err(Refusal::InvalidCommand("contains control characters"));
+        }
+        Some(command.to_owned())
+    } else {
+        None
+    };
+    Ok(LaunchSpec { offering, size, name, hours, image, command })
+}
+
+/// Names become Kubernetes object names later: DNS labels, short enough to add suffixes.
+fn validate_name(name: &str) -> Result<String, Refusal> {
+    if name.is_empty() {
+        return Err(Refusal::InvalidName("is required"));
+    }
+    if name.len() > MAX_NAME {
+        return Err(Refusal::InvalidName("must be at most 40 characters"));
+    }
+    if !name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
+        return Err(Refusal::InvalidName("may use only lowercase letters, digits and hyphens"));
+    }
+    if !name.starts_with(|c: char| c.is_ascii_lowercase()) || name.ends_with('-') {
+        return Err(Refusal::InvalidName("must start with a letter and not end with a hyphen"));
+    }
+    Ok(name.to_owned())
+}
+
+/// An OCI image reference: `[registry/]path[:tag][@digest]`, no spaces or schemes.
+fn validate_image(offering: Offering, image: &str) -> Result<String, Refusal> {
+    if image.is_empty() {
+        return Err(Refusal::ImageRequired(offering.title()));
+    }
+    if image.len() > 255 {
+        return Err(Refusal::InvalidImage("is longer than 255 characters"));
+    }
+    if image.contains("://") {
+        return Err(Refusal::InvalidImage("is a reference like ghcr.io/org/model:tag, not a URL"));
+    }
+    let allowed = |c: char| c.is_ascii_alphanumeric() || "./-_:@".contains(c);
+    if !image.chars().all(allowed) || image.starts_with(['.', '-', '/', ':', '@']) {
+        return Err(Refusal::InvalidImage("may use only letters, digits and . / - _ : @"));
+    }
+    Ok(image.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(offering: &str, size: &str) -> LaunchRequest {
+        LaunchRequest {
+            offering: offering.into(),
+            size: size.into(),
+            name: "my-env".into(),
+            hours: "4".into(),
+            image: String::new(),
+            command: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_notebook_gets_the_default_image() {
+        let spec = validate(&request("notebook", "h100-1g.10gb")).expect("valid");
+        assert_eq!(spec.image.as_deref(), Some(crate::catalog::NOTEBOOK_IMAGES[0]));
+        assert_eq!(spec.hours, 4);
+        assert_eq!(spec.command, None);
+    }
+
+    #[test]
+    fn training_needs_image_and_command() {
+        let mut req = request("training", "h100-1");
+        assert_eq!(validate(&req), Err(Refusal::ImageRequired("Training job")));
+        req.image = "ghcr.io/acme/trainer:1.2".into();
+        assert_eq!(validate(&req), Err(Refusal::CommandRequired("Training job")));
+        req.command = "python train.py --epochs 3".into();
+        assert!(validate(&req).is_ok());
+    }
+
+    #[test]
+    fn every_refusal_says_what_is_wrong() {
+        let cases: Vec<(LaunchRequest, &str)> = vec![
+            (request("gpu-farm", "x"), "no offering called \"gpu-farm\""),
+            (request("notebook", "h100-8"), "Jupyter notebook has no size called \"h100-8\""),
+            (LaunchRequest { name: "".into(), ..request("notebook", "l40s-1") }, "name is required"),
+            (LaunchRequest { name: "My Env".into(), ..request("notebook", "l40s-1") }, "lowercase"),
+            (LaunchRequest { name: "9lives".into(), ..request("notebook", "l40s-1") }, "start with a letter"),
+            (LaunchRequest { hours: "0".into(), ..request("notebook", "l40s-1") }, "between 1 and 24"),
+            (LaunchRequest { hours: "25".into(), ..request("notebook", "l40s-1") }, "between 1 and 24"),
+            (LaunchRequest { hours: "two".into(), ..request("notebook", "l40s-1") }, "whole number"),
+            (LaunchRequest { image: "evil/miner".into(), ..request("notebook", "l40s-1") }, "notebook images offered"),
+            (LaunchRequest { image: "https://x/y".into(), ..request("inference", "l40s-1") }, "not a URL"),
+        ];
+        for (req, expected) in cases {
+            let err = validate(&req).expect_err(expected).to_string();
+            assert!(err.contains(expected), "{err:?} should contain {expected:?}");
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! Berth's pure rules: no I/O, no async, compiles to wasm so the UI can share them.
+//!
+//! - [`gpu`]: the GPU models Berth knows.
+//! - [`mig`]: MIG slice geometry (profiles, placements, layout validity).
+//! - [`catalog`]: what users can launch, in which sizes, at what price.
+//! - [`fleet`]: the fleet description file an operator writes.
+//! - [`placement`]: choosing concrete GPUs and MIG slices for a size.
+//! - [`launch`]: validating a launch request before anything is written.
+//! - [`lifecycle`]: the environment state machine and its step plans.
+
+pub mod catalog;
+pub mod fleet;
+pub mod gpu;
+pub mod launch;
+pub mod lifecycle;
+pub mod mig;
+pub mod placement;
+mod refusal;
+
+pub use refusal::Refusal;

@@ -1,0 +1,244 @@
+//! Choosing concrete capacity for a size: which GPUs, and which MIG slices on them.
+//!
+//! Placement is a pure function of the fleet and of what is already held, so the
+//! platform can run it inside the same transaction that records the result.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Refusal;
+use crate::gpu::GpuModel;
+use crate::mig::{MigInstance, MigLayout, MigProfile, SliceRange};
+
+/// The capacity a size asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Shape {
+    /// One MIG instance of `profile` on a GPU of `model`.
+    MigSlice { model: GpuModel, profile: MigProfile },
+    /// `count` whole GPUs of `model`, all on one node.
+    Gpus { model: GpuModel, count: u32 },
+    /// `count` whole nodes whose GPUs are all `model`.
+    Nodes { model: GpuModel, count: u32 },
+}
+
+impl Shape {
+    pub fn model(self) -> GpuModel {
+        match self {
+            Shape::MigSlice { model, .. } | Shape::Gpus { model, .. } | Shape::Nodes { model, .. } => model,
+        }
+    }
+
+    pub fn describe(self) -> String {
+        match self {
+            Shape::MigSlice { model, profile } => {
+                format!("a {model} {} slice", profile.name(model).unwrap_or_default())
+            }
+            Shape::Gpus { model, count } => format!("{count} x {model}"),
+            Shape::Nodes { model, count: 1 } => format!("a whole {model} node"),
+            Shape::Nodes { model, count } => format!("{count} whole {model} nodes"),
+        }
+    }
+}
+
+/// One GPU of the fleet, as placement sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GpuUnit {
+    pub id: i64,
+    pub node_id: i64,
+    pub model: GpuModel,
+    pub mig_capable: bool,
+}
+
+/// Capacity already taken on a GPU: whole (`profile` is `None`) or one MIG instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Hold {
+    pub gpu_id: i64,
+    pub slices: SliceRange,
+    pub profile: Option<MigProfile>,
+}
+
+/// What placement decided; the platform records one reservation per assignment.
+pub type Assignment = Hold;
+
+/// Choose capacity for `shape` on `gpus`, given what `holds` already take.
+///
+/// Slices go to the GPU that is already most used (keeping whole GPUs free), at the start
+/// that leaves the most MIG options open; whole GPUs go to the node with the fewest free
+/// GPUs that still fits; whole nodes to the lowest-numbered free nodes.
+pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assignment>, Refusal> {
+    let refuse = |detail: String| Refusal::NoCapacity { size: shape.describe(), detail };
+    let model = shape.model();
+    let of_model: Vec<&GpuUnit> = gpus.iter().filter(|g| g.model == model).collect();
+    if of_model.is_empty() {
+        return Err(refuse(format!("this fleet has no {model} GPUs")));
+    }
+    let holds_on = |gpu: i64| holds.iter().filter(move |h| h.gpu_id == gpu);
+    let is_free = |gpu: i64| holds_on(gpu).next().is_none();
+
+    match shape {
+        Shape::MigSlice { profile, .. } => {
+            // (used compute slices, options left after placing, gpu, start): best is the
+            // fullest GPU, then the placement that keeps the most options open.
+            let mut best: Option<(u8, usize, i64, u8)> = None;
+            for gpu in of_model.iter().filter(|g| g.mig_capable) {
+                if holds_on(gpu.id).any(|h| h.profile.is_none()) {
+                    continue;
+                }
+                let layout = MigLayout::new(
+                    holds_on(gpu.id)
+                        .filter_map(|h| h.profile.map(|profile| MigInstance { profile, start: h.slices.start }))
+                        .collect(),
+                );
+                let Some(start) = layout.best_start(profile) else { continue };
+                let used: u8 = layout.instances.iter().map(|i| i.profile.compute_slices()).sum();
+                let mut after = layout.clone();
+                after.instances.push(MigInstance { profile, start });
+                let candidate = (used, after.open_options(), gpu.id, start);
+                if best.is_none_or(|b| (candidate.0, candidate.1) > (b.0, b.1)) {
+                    best = Some(candidate);
+                }
+            }
+            let (_, _, gpu_id, start) = best
+                .ok_or_else(|| refuse(format!("every {model} GPU is fully used or partitioned without room for it")))?;
+            Ok(vec![Hold {
+                gpu_id,
+                slices: SliceRange { start, size: profile.memory_slices() },
+                profile: Some(profile),
+            }])
+        }
+        Shape::Gpus { count, .. } => {
+            let mut free_by_node: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+            for gpu in &of_model {
+                let entry = free_by_node.entry(gpu.node_id).or_default();
+                if is_free(gpu.id) {
+                    entry.push(gpu.id);
+                }
+            }
+            let most_free = free_by_node.values().map(Vec::len).max().unwrap_or(0);
+            let chosen = free_by_node
+                .values()
+                .filter(|free| free.len() >= count as usize)
+                .min_by_key(|free| free.len())
+                .ok_or_else(|| {
+                    refuse(format!(
+                        "no node has {count} free {model} GPUs together (the most free on one node is {most_free})"
+                    ))
+                })?;
+            Ok(chosen.iter().take(count as usize).map(|&gpu_id| whole(gpu_id)).collect())
+        }
+        Shape::Nodes { count, .. } => {
+            let mut nodes: BTreeMap<i64, (bool, Vec<i64>)> = BTreeMap::new();
+            for gpu in gpus {
+                let entry = nodes.entry(gpu.node_id).or_insert((true, Vec::new()));
+                entry.0 &= gpu.model == model && is_free(gpu.id);
+                entry.1.push(gpu.id);
+            }
+            let whole_nodes_of_model =
+                of_model.iter().map(|g| g.node_id).collect::<std::collections::BTreeSet<_>>().len();
+            let free: Vec<&Vec<i64>> = nodes.values().filter(|(free, _)| *free).map(|(_, ids)| ids).collect();
+            if free.len() < count as usize {
+                return Err(refuse(format!(
+                    "{} of the {whole_nodes_of_model} {model} nodes are entirely free",
+                    free.len()
+                )));
+            }
+            Ok(free.into_iter().take(count as usize).flatten().map(|&gpu_id| whole(gpu_id)).collect())
+        }
+    }
+}
+
+fn whole(gpu_id: i64) -> Hold {
+    Hold { gpu_id, slices: SliceRange::WHOLE_GPU, profile: None }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two H100 nodes of 4 GPUs and one L40S node of 2.
+    fn fleet() -> Vec<GpuUnit> {
+        let mut gpus = Vec::new();
+        for node in 0..2 {
+            for i in 0..4 {
+                gpus.push(GpuUnit { id: node * 10 + i, node_id: node, model: GpuModel::H100_80GB, mig_capable: true });
+            }
+        }
+        for i in 0..2 {
+            gpus.push(GpuUnit { id: 20 + i, node_id: 2, model: GpuModel::L40S, mig_capable: false });
+        }
+        gpus
+    }
+
+    fn slice(model: GpuModel, profile: MigProfile) -> Shape {
+        Shape::MigSlice { model, profile }
+    }
+
+    /// Places `shape` repeatedly until refused, checking no two holds ever overlap.
+    fn fill(shape: Shape) -> Vec<Hold> {
+        let gpus = fleet();
+        let mut holds: Vec<Hold> = Vec::new();
+        while let Ok(assignments) = place(shape, &gpus, &holds) {
+            for a in &assignments {
+                assert!(holds.iter().all(|h| h.gpu_id != a.gpu_id || !h.slices.overlaps(a.slices)));
+            }
+            holds.extend(assignments);
+        }
+        holds
+    }
+
+    #[test]
+    fn slices_pack_onto_one_gpu_before_using_the_next() {
+        let shape = slice(GpuModel::H100_80GB, MigProfile::G1);
+        let gpus = fleet();
+        let first = place(shape, &gpus, &[]).expect("fits");
+        let second = place(shape, &gpus, &first).expect("fits");
+        assert_eq!(first[0].gpu_id, second[0].gpu_id);
+        assert_eq!(fill(shape).len(), 8 * 7, "seven 1g slices on each of 8 H100s");
+    }
+
+    #[test]
+    fn two_3g_per_gpu() {
+        assert_eq!(fill(slice(GpuModel::H100_80GB, MigProfile::G3)).len(), 16);
+    }
+
+    #[test]
+    fn whole_gpus_stay_on_one_node_and_prefer_the_fuller_node() {
+        let gpus = fleet();
+        let one = place(Shape::Gpus { model: GpuModel::H100_80GB, count: 1 }, &gpus, &[]).expect("fits");
+        let three = place(Shape::Gpus { model: GpuModel::H100_80GB, count: 3 }, &gpus, &one).expect("fits");
+        let nodes: std::collections::BTreeSet<i64> = three.iter().map(|a| a.gpu_id / 10).collect();
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes.into_iter().next(), Some(one[0].gpu_id / 10), "best fit fills the started node");
+        let err = place(Shape::Gpus { model: GpuModel::H100_80GB, count: 5 }, &gpus, &[]).expect_err("no node has 5");
+        assert!(err.to_string().contains("no node has 5 free H100-80GB GPUs"), "{err}");
+    }
+
+    #[test]
+    fn a_node_with_one_slice_taken_is_not_free() {
+        let gpus = fleet();
+        let held = place(slice(GpuModel::H100_80GB, MigProfile::G1), &gpus, &[]).expect("fits");
+        let two = place(Shape::Nodes { model: GpuModel::H100_80GB, count: 2 }, &gpus, &held);
+        assert!(
+            two.expect_err("one node is busy").to_string().contains("1 of the 2 H100-80GB nodes are entirely free")
+        );
+        let one = place(Shape::Nodes { model: GpuModel::H100_80GB, count: 1 }, &gpus, &held).expect("fits");
+        assert_eq!(one.len(), 4);
+        assert!(one.iter().all(|a| a.gpu_id / 10 != held[0].gpu_id / 10));
+    }
+
+    #[test]
+    fn slices_never_land_on_whole_gpus_or_models_without_mig() {
+        let gpus = fleet();
+        let whole = place(Shape::Gpus { model: GpuModel::H100_80GB, count: 4 }, &gpus, &[]).expect("fits");
+        let s = place(slice(GpuModel::H100_80GB, MigProfile::G7), &gpus, &whole).expect("other node");
+        assert!(whole.iter().all(|w| w.gpu_id != s[0].gpu_id));
+        assert!(place(slice(GpuModel::L40S, MigProfile::G1), &gpus, &[]).is_err());
+        assert!(
+            place(Shape::Gpus { model: GpuModel::B200, count: 1 }, &gpus, &[])
+                .expect_err("no B200")
+                .to_string()
+                .contains("no B200")
+        );
+    }
+}

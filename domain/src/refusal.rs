@@ -1,0 +1,31 @@
+use thiserror::Error;
+
+/// Every way Berth's rules can say no, in words a user can act on.
+///
+/// This is the domain layer's one error type: the platform wraps it, the UI shows its
+/// `Display` text as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Refusal {
+    #[error("there is no offering called \"{0}\"")]
+    UnknownOffering(String),
+    #[error("{offering} has no size called \"{size}\"")]
+    UnknownSize { offering: String, size: String },
+    #[error("name {0}")]
+    InvalidName(&'static str),
+    #[error("duration must be a whole number of hours between {min} and {max}")]
+    InvalidDuration { min: u32, max: u32 },
+    #[error("{0} needs a container image")]
+    ImageRequired(&'static str),
+    #[error("container image {0}")]
+    InvalidImage(&'static str),
+    #[error("{0} needs a command to run")]
+    CommandRequired(&'static str),
+    #[error("command {0}")]
+    InvalidCommand(&'static str),
+    #[error("no capacity for {size} right now: {detail}")]
+    NoCapacity { size: String, detail: String },
+    #[error("this environment is already {0}; there is nothing to stop")]
+    NotStoppable(&'static str),
+    #[error("fleet description: {0}")]
+    InvalidFleet(String),
+}
