@@ -22,6 +22,8 @@ pub enum Refusal {
     CommandRequired(&'static str),
     #[error("command {0}")]
     InvalidCommand(&'static str),
+    #[error("you already have an active environment called \"{0}\"; pick another name")]
+    NameInUse(String),
     #[error("no capacity for {size} right now: {detail}")]
     NoCapacity { size: String, detail: String },
     #[error("this environment is already {0}; there is nothing to stop")]

@@ -1,1 +1,71 @@
+//! Everything in Berth with I/O: the SQLite store, accounts, launching and stopping
+//! environments, the reconciler that drives them, and the provisioning backends.
+//!
+//! Callers hold a [`Platform`] and call one method per user action; every method returns
+//! this layer's one error type, [`Error`].
 
+pub mod accounts;
+pub mod audit;
+pub mod backend;
+pub mod environments;
+mod error;
+pub mod fleet;
+pub mod reconciler;
+pub mod store;
+
+use std::sync::Arc;
+
+use sqlx::SqlitePool;
+use tokio::sync::Notify;
+
+pub use error::Error;
+
+/// The handle the web layer and the reconciler share.
+#[derive(Clone)]
+pub struct Platform {
+    db: SqlitePool,
+    /// Woken whenever an environment's desired state changes, so the reconciler acts
+    /// at once instead of at its next tick.
+    wake: Arc<Notify>,
+}
+
+impl Platform {
+    pub fn new(db: SqlitePool) -> Platform {
+        Platform { db, wake: Arc::new(Notify::new()) }
+    }
+
+    pub fn db(&self) -> &SqlitePool {
+        &self.db
+    }
+
+    fn wake_reconciler(&self) {
+        self.wake.notify_one();
+    }
+}
+
+/// Where a request came from, for logs and the audit log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RequestMeta {
+    pub request_id: String,
+    pub source: Option<String>,
+}
+
+impl RequestMeta {
+    /// For work the reconciler does on its own.
+    pub fn background() -> RequestMeta {
+        RequestMeta { request_id: "reconciler".into(), source: None }
+    }
+}
+
+/// A signed-in user making a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    pub user_id: i64,
+    pub is_admin: bool,
+    pub meta: RequestMeta,
+}
+
+/// Unix milliseconds now; every time Berth stores is in this form.
+pub fn now_ms() -> i64 {
+    chrono::Utc::now().timestamp_millis()
+}

@@ -1,0 +1,325 @@
+//! Launching, listing and stopping environments: the user-facing side of the lifecycle.
+
+use berth_domain::Refusal;
+use berth_domain::catalog::{Offering, Size};
+use berth_domain::gpu::GpuModel;
+use berth_domain::launch::{self, LaunchRequest};
+use berth_domain::lifecycle::{Desired, EnvState, Phase, Step};
+use berth_domain::mig::{MigProfile, SliceRange};
+use berth_domain::placement::{self, Hold};
+use sqlx::sqlite::SqliteRow;
+use sqlx::{Row, SqliteConnection};
+
+use crate::audit::{self, Event, Outcome};
+use crate::backend::Connection;
+use crate::{Caller, Error, Platform, fleet, now_ms, store};
+
+/// One environment as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Environment {
+    pub id: String,
+    pub owner_id: i64,
+    pub name: String,
+    pub offering: Offering,
+    pub size: &'static Size,
+    pub image: Option<String>,
+    pub command: Option<String>,
+    pub cents_per_hour: i64,
+    pub state: EnvState,
+    pub desired: Desired,
+    pub failure_reason: Option<String>,
+    pub connection: Option<Connection>,
+    pub created_at: i64,
+    pub starts_at: i64,
+    pub ends_at: i64,
+    pub state_changed_at: i64,
+    pub ready_at: Option<i64>,
+    pub finished_at: Option<i64>,
+}
+
+/// One row of the step journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepRecord {
+    pub phase: Phase,
+    pub index: i64,
+    pub step: Step,
+    pub status: String,
+    pub attempts: i64,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub detail: Option<String>,
+}
+
+/// A GPU or MIG slice an environment holds (or held).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldUnit {
+    pub site: String,
+    pub node: String,
+    pub gpu_index: i64,
+    pub model: String,
+    pub slice_start: i64,
+    pub slice_size: i64,
+    pub mig_profile: Option<String>,
+    pub released_at: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvironmentDetail {
+    pub environment: Environment,
+    pub steps: Vec<StepRecord>,
+    pub units: Vec<HeldUnit>,
+}
+
+pub(crate) const ENVIRONMENT_COLUMNS: &str =
+    "id, owner_id, name, offering, size_id, image, command, cents_per_hour, state,
+     desired, failure_reason, connection, created_at, starts_at, ends_at, state_changed_at, ready_at, finished_at";
+
+pub(crate) fn environment_from_row(row: &SqliteRow) -> Result<Environment, Error> {
+    let corrupt = |what: &str| Error::internal(format!("environment row has an unknown {what}"));
+    let offering: String = row.try_get("offering")?;
+    let offering = Offering::parse(&offering).ok_or_else(|| corrupt("offering"))?;
+    let size_id: String = row.try_get("size_id")?;
+    let state: String = row.try_get("state")?;
+    let desired: String = row.try_get("desired")?;
+    let connection: Option<String> = row.try_get("connection")?;
+    Ok(Environment {
+        id: row.try_get("id")?,
+        owner_id: row.try_get("owner_id")?,
+        name: row.try_get("name")?,
+        offering,
+        size: offering.size(&size_id).ok_or_else(|| corrupt("size"))?,
+        image: row.try_get("image")?,
+        command: row.try_get("command")?,
+        cents_per_hour: row.try_get("cents_per_hour")?,
+        state: EnvState::parse(&state).ok_or_else(|| corrupt("state"))?,
+        desired: Desired::parse(&desired).ok_or_else(|| corrupt("desired state"))?,
+        failure_reason: row.try_get("failure_reason")?,
+        connection: connection.map(|c| serde_json::from_str(&c)).transpose().map_err(Error::internal)?,
+        created_at: row.try_get("created_at")?,
+        starts_at: row.try_get("starts_at")?,
+        ends_at: row.try_get("ends_at")?,
+        state_changed_at: row.try_get("state_changed_at")?,
+        ready_at: row.try_get("ready_at")?,
+        finished_at: row.try_get("finished_at")?,
+    })
+}
+
+const HOUR_MS: i64 = 3_600_000;
+
+impl Platform {
+    /// Validates the request, places it on free capacity and records the environment and
+    /// its reservations in one `BEGIN IMMEDIATE` transaction: either all of it is written
+    /// or none, and two launches can never be given the same GPU or slice.
+    pub async fn launch(&self, caller: &Caller, request: &LaunchRequest) -> Result<Environment, Error> {
+        let spec = launch::validate(request)?;
+        let now = now_ms();
+        let ends_at = now + i64::from(spec.hours) * HOUR_MS;
+        let model = spec.size.gpu_model();
+
+        let mut tx = store::begin_immediate(&self.db).await?;
+        let in_use: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM environments WHERE owner_id = ? AND name = ? AND state NOT IN ('released', 'failed')",
+        )
+        .bind(caller.user_id)
+        .bind(&spec.name)
+        .fetch_one(&mut *tx)
+        .await?;
+        if in_use > 0 {
+            return Err(Refusal::NameInUse(spec.name).into());
+        }
+        let gpus = fleet::gpus_of_model(&mut tx, model).await?;
+        let holds = holds_on_model(&mut tx, model, ends_at).await?;
+        let assignments = placement::place(spec.size.shape, &gpus, &holds)?;
+
+        let id = uuid::Uuid::new_v4().to_string();
+        sqlx::query(
+            "INSERT INTO environments (id, owner_id, name, offering, size_id, image, command, cents_per_hour, state,
+                 desired, created_at, starts_at, ends_at, state_changed_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'requested', 'running', ?, ?, ?, ?)",
+        )
+        .bind(&id)
+        .bind(caller.user_id)
+        .bind(&spec.name)
+        .bind(spec.offering.id())
+        .bind(spec.size.id)
+        .bind(&spec.image)
+        .bind(&spec.command)
+        .bind(i64::from(spec.size.cents_per_hour))
+        .bind(now)
+        .bind(now)
+        .bind(ends_at)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        for a in &assignments {
+            sqlx::query(
+                "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&id)
+            .bind(a.gpu_id)
+            .bind(i64::from(a.slices.start))
+            .bind(i64::from(a.slices.size))
+            .bind(a.profile.map(MigProfile::key))
+            .bind(now)
+            .bind(ends_at)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let detail = format!("{} {} for {} h", spec.offering.id(), spec.size.id, spec.hours);
+        let event =
+            Event { action: "environment.launch", target: Some(&id), outcome: Outcome::Success, detail: Some(&detail) };
+        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        tx.commit().await?;
+        self.wake_reconciler();
+        self.environment_of(caller, &id).await
+    }
+
+    /// Asks for the environment to be torn down; the reconciler does the rest.
+    pub async fn stop(&self, caller: &Caller, id: &str) -> Result<Environment, Error> {
+        let mut tx = store::begin_immediate(&self.db).await?;
+        let env = visible_environment(&mut tx, caller, id).await?;
+        if !env.state.is_stoppable() || env.desired == Desired::Released {
+            let what = if env.state.is_stoppable() || env.state == EnvState::TearingDown {
+                "stopping"
+            } else {
+                env.state.as_str()
+            };
+            return Err(Refusal::NotStoppable(what).into());
+        }
+        sqlx::query("UPDATE environments SET desired = 'released' WHERE id = ?").bind(id).execute(&mut *tx).await?;
+        let event = Event { action: "environment.stop", target: Some(id), outcome: Outcome::Success, detail: None };
+        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        tx.commit().await?;
+        self.wake_reconciler();
+        self.environment_of(caller, id).await
+    }
+
+    /// The caller's environments, newest first.
+    pub async fn environments_of_owner(&self, caller: &Caller) -> Result<Vec<Environment>, Error> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ENVIRONMENT_COLUMNS} FROM environments WHERE owner_id = ? ORDER BY created_at DESC, id LIMIT 200"
+        ))
+        .bind(caller.user_id)
+        .fetch_all(&self.db)
+        .await?;
+        rows.iter().map(environment_from_row).collect()
+    }
+
+    pub async fn environment_of(&self, caller: &Caller, id: &str) -> Result<Environment, Error> {
+        let mut conn = self.db.acquire().await?;
+        visible_environment(&mut conn, caller, id).await
+    }
+
+    /// One environment with its step journal and the capacity it holds or held.
+    pub async fn environment_detail(&self, caller: &Caller, id: &str) -> Result<EnvironmentDetail, Error> {
+        let mut conn = self.db.acquire().await?;
+        let environment = visible_environment(&mut conn, caller, id).await?;
+        let steps = sqlx::query(
+            "SELECT phase, idx, step, status, attempts, started_at, finished_at, detail
+             FROM environment_steps WHERE environment_id = ? ORDER BY phase = 'teardown', idx",
+        )
+        .bind(id)
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|row| {
+            let phase: String = row.try_get("phase")?;
+            let step: String = row.try_get("step")?;
+            Ok(StepRecord {
+                phase: Phase::parse(&phase).ok_or_else(|| Error::internal("unknown phase"))?,
+                index: row.try_get("idx")?,
+                step: Step::parse(&step).ok_or_else(|| Error::internal("unknown step"))?,
+                status: row.try_get("status")?,
+                attempts: row.try_get("attempts")?,
+                started_at: row.try_get("started_at")?,
+                finished_at: row.try_get("finished_at")?,
+                detail: row.try_get("detail")?,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+        let units = held_units(&mut conn, id).await?;
+        Ok(EnvironmentDetail { environment, steps, units })
+    }
+
+    /// Environments per state, for `/metrics`.
+    pub async fn environments_by_state(&self) -> Result<Vec<(EnvState, i64)>, Error> {
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT state, count(*) FROM environments GROUP BY state").fetch_all(&self.db).await?;
+        Ok(EnvState::ALL
+            .into_iter()
+            .map(|s| (s, rows.iter().find(|(name, _)| name == s.as_str()).map_or(0, |(_, n)| *n)))
+            .collect())
+    }
+}
+
+/// An environment the caller may see: their own, or any for a platform admin. Anything
+/// else is `NotFound`, exactly like an id that does not exist.
+async fn visible_environment(conn: &mut SqliteConnection, caller: &Caller, id: &str) -> Result<Environment, Error> {
+    let row =
+        sqlx::query(&format!("SELECT {ENVIRONMENT_COLUMNS} FROM environments WHERE id = ? AND (owner_id = ? OR ?)"))
+            .bind(id)
+            .bind(caller.user_id)
+            .bind(caller.is_admin)
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or(Error::NotFound)?;
+    environment_from_row(&row)
+}
+
+pub(crate) async fn held_units(conn: &mut SqliteConnection, environment_id: &str) -> Result<Vec<HeldUnit>, Error> {
+    let rows = sqlx::query(
+        "SELECT s.name AS site, n.name AS node, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile, r.released_at
+         FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id JOIN sites s ON s.id = n.site_id
+         WHERE r.environment_id = ? ORDER BY n.name, g.idx, r.slice_start",
+    )
+    .bind(environment_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let model: String = row.try_get("model")?;
+            let key: Option<String> = row.try_get("mig_profile")?;
+            // Stored model-independent (`3g`); shown as the model's name (`3g.40gb`).
+            let mig_profile = key.map(|k| {
+                GpuModel::parse(&model).zip(MigProfile::from_key(&k)).and_then(|(m, p)| p.name(m)).unwrap_or(k)
+            });
+            Ok(HeldUnit {
+                site: row.try_get("site")?,
+                node: row.try_get("node")?,
+                gpu_index: row.try_get("idx")?,
+                model,
+                slice_start: row.try_get("slice_start")?,
+                slice_size: row.try_get("slice_size")?,
+                mig_profile,
+                released_at: row.try_get("released_at")?,
+            })
+        })
+        .collect()
+}
+
+/// Unreleased reservations on GPUs of `model` that start before `until`. A reservation
+/// whose window has passed but that is not yet released still holds its GPU.
+async fn holds_on_model(conn: &mut SqliteConnection, model: GpuModel, until: i64) -> Result<Vec<Hold>, Error> {
+    let rows: Vec<(i64, i64, i64, Option<String>)> = sqlx::query_as(
+        "SELECT r.gpu_id, r.slice_start, r.slice_size, r.mig_profile FROM reservations r JOIN gpus g ON g.id = r.gpu_id
+         WHERE r.released_at IS NULL AND g.model = ? AND r.starts_at < ?",
+    )
+    .bind(model.name())
+    .bind(until)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.into_iter()
+        .map(|(gpu_id, start, size, profile)| {
+            let bad = || Error::internal(format!("reservation on gpu {gpu_id} has an impossible slice range"));
+            Ok(Hold {
+                gpu_id,
+                slices: SliceRange {
+                    start: u8::try_from(start).map_err(|_| bad())?,
+                    size: u8::try_from(size).map_err(|_| bad())?,
+                },
+                profile: profile.as_deref().map(|k| MigProfile::from_key(k).ok_or_else(bad)).transpose()?,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,100 @@
+//! The GPU inventory in the database, kept in step with the fleet description.
+
+use berth_domain::fleet::FleetSpec;
+use berth_domain::gpu::GpuModel;
+use berth_domain::placement::GpuUnit;
+use sqlx::{Row, SqliteConnection};
+
+use crate::{Error, Platform, store};
+
+/// How much of one GPU model the fleet has, and how much is free now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelCapacity {
+    pub model: GpuModel,
+    pub gpus: i64,
+    /// GPUs with nothing on them.
+    pub idle_gpus: i64,
+}
+
+impl Platform {
+    /// Adds nodes and GPUs the description names and takes out of service those it no
+    /// longer names (their history stays). Safe to run at every start.
+    pub async fn sync_fleet(&self, fleet: &FleetSpec) -> Result<(), Error> {
+        let mut tx = store::begin_immediate(&self.db).await?;
+        sqlx::query("UPDATE nodes SET in_service = 0").execute(&mut *tx).await?;
+        sqlx::query("UPDATE gpus SET in_service = 0").execute(&mut *tx).await?;
+        for node in &fleet.nodes {
+            sqlx::query("INSERT INTO sites (name) VALUES (?) ON CONFLICT (name) DO NOTHING")
+                .bind(&node.site)
+                .execute(&mut *tx)
+                .await?;
+            let node_id: i64 = sqlx::query_scalar(
+                "INSERT INTO nodes (site_id, name, gpu_model, nvlink_domain, in_service)
+                 VALUES ((SELECT id FROM sites WHERE name = ?), ?, ?, ?, 1)
+                 ON CONFLICT (name) DO UPDATE SET
+                    site_id = excluded.site_id, gpu_model = excluded.gpu_model,
+                    nvlink_domain = excluded.nvlink_domain, in_service = 1
+                 RETURNING id",
+            )
+            .bind(&node.site)
+            .bind(&node.name)
+            .bind(node.model.name())
+            .bind(&node.nvlink_domain)
+            .fetch_one(&mut *tx)
+            .await?;
+            for idx in 0..node.gpus {
+                sqlx::query(
+                    "INSERT INTO gpus (node_id, idx, model, mig_enabled, in_service) VALUES (?, ?, ?, ?, 1)
+                     ON CONFLICT (node_id, idx) DO UPDATE SET
+                        model = excluded.model, mig_enabled = excluded.mig_enabled, in_service = 1",
+                )
+                .bind(node_id)
+                .bind(idx)
+                .bind(node.model.name())
+                .bind(node.mig_enabled)
+                .execute(&mut *tx)
+                .await?;
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// GPUs per model and how many are entirely idle, for the catalog.
+    pub async fn capacity_by_model(&self) -> Result<Vec<ModelCapacity>, Error> {
+        let rows = sqlx::query(
+            "SELECT g.model AS model, count(*) AS gpus,
+                    sum(NOT EXISTS (SELECT 1 FROM reservations r
+                                    WHERE r.gpu_id = g.id AND r.released_at IS NULL)) AS idle
+             FROM gpus g WHERE g.in_service = 1 GROUP BY g.model ORDER BY g.model",
+        )
+        .fetch_all(&self.db)
+        .await?;
+        let mut out = Vec::new();
+        for row in rows {
+            let name: String = row.try_get("model")?;
+            if let Some(model) = GpuModel::parse(&name) {
+                out.push(ModelCapacity { model, gpus: row.try_get("gpus")?, idle_gpus: row.try_get("idle")? });
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The in-service GPUs of `model`, as placement sees them.
+pub(crate) async fn gpus_of_model(conn: &mut SqliteConnection, model: GpuModel) -> Result<Vec<GpuUnit>, Error> {
+    let rows = sqlx::query("SELECT id, node_id, mig_enabled FROM gpus WHERE in_service = 1 AND model = ? ORDER BY id")
+        .bind(model.name())
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.into_iter()
+        .map(|row| {
+            Ok(GpuUnit {
+                id: row.try_get("id")?,
+                node_id: row.try_get("node_id")?,
+                model,
+                mig_capable: row.try_get("mig_enabled")?,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,375 @@
+//! The reconciler: a background task that moves every unfinished environment toward what
+//! its owner wants, one idempotent step at a time, journaling each step.
+//!
+//! All state lives in the database; the reconciler keeps only which environments it is
+//! working on right now. Killing it at any point is safe: on the next start it finds each
+//! environment where the journal left it and repeats the interrupted step.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use berth_domain::lifecycle::{Action, EnvState, Phase, Progress, Step, next_action};
+use sqlx::Row;
+use tokio::task::{AbortHandle, JoinSet};
+
+use crate::audit::{self, Event, Outcome};
+use crate::backend::{Backend, PlacedUnit, StepOutput, Workload};
+use crate::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row, held_units};
+use crate::{Error, Platform, RequestMeta, now_ms, store};
+
+#[derive(Debug, Clone)]
+pub struct ReconcilerConfig {
+    /// How often to look for work when nothing wakes it.
+    pub tick: Duration,
+    /// A step that takes longer has failed (a hung backend must not hold capacity forever).
+    pub step_timeout: Duration,
+    /// First wait before retrying a failed teardown step; doubles up to `max_backoff`.
+    pub retry_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for ReconcilerConfig {
+    fn default() -> ReconcilerConfig {
+        ReconcilerConfig {
+            tick: Duration::from_secs(1),
+            step_timeout: Duration::from_secs(120),
+            retry_backoff: Duration::from_secs(2),
+            max_backoff: Duration::from_secs(60),
+        }
+    }
+}
+
+/// A step running for one environment.
+struct InFlight {
+    phase: Phase,
+    index: usize,
+    task: AbortHandle,
+}
+
+#[derive(Clone)]
+pub struct Reconciler {
+    platform: Platform,
+    backend: Arc<dyn Backend>,
+    config: ReconcilerConfig,
+    in_flight: Arc<Mutex<HashMap<String, InFlight>>>,
+    /// Environment id -> (failed teardown attempts, not before this time).
+    backoff: Arc<Mutex<HashMap<String, (u32, i64)>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Reconciler {
+    pub fn new(platform: Platform, backend: Arc<dyn Backend>, config: ReconcilerConfig) -> Reconciler {
+        Reconciler { platform, backend, config, in_flight: Default::default(), backoff: Default::default() }
+    }
+
+    /// Runs until `shutdown` completes. Steps still running then are abandoned, not
+    /// awaited: each is idempotent and runs again at the next start.
+    pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
+        tracing::info!(backend = self.backend.name(), "reconciler started");
+        let mut tasks = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            if let Err(e) = self.pass(&mut tasks).await {
+                tracing::error!(error = %e, "reconciler pass failed; retrying");
+            }
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = self.platform.wake.notified() => {}
+                Some(_) = tasks.join_next() => {}
+                _ = tokio::time::sleep(self.config.tick) => {}
+            }
+        }
+        tasks.abort_all();
+        tracing::info!("reconciler stopped");
+    }
+
+    /// Looks at every unfinished environment once and starts what is due.
+    pub async fn pass(&self, tasks: &mut JoinSet<()>) -> Result<(), Error> {
+        let now = now_ms();
+        for (env, steps_done) in self.unfinished().await? {
+            if self.cancel_if_stopped(&env).await? {
+                continue;
+            }
+            if lock(&self.in_flight).contains_key(&env.id) {
+                continue;
+            }
+            if lock(&self.backoff).get(&env.id).is_some_and(|&(_, until)| until > now) {
+                continue;
+            }
+            let progress = Progress {
+                state: env.state,
+                desired: env.desired,
+                window_over: env.ends_at <= now,
+                failed: env.failure_reason.is_some(),
+                steps_done,
+            };
+            match next_action(env.offering, env.size.shape, &progress) {
+                Action::Wait => {}
+                Action::Become(next) => self.transition(&env, next).await?,
+                Action::Run { phase, index, step } => {
+                    let this = self.clone();
+                    let id = env.id.clone();
+                    // Hold the lock across spawn and insert so the task's own removal
+                    // cannot run first.
+                    let mut in_flight = lock(&self.in_flight);
+                    let task = tasks.spawn(async move {
+                        if let Err(e) = this.run_step(&env, phase, index, step).await {
+                            tracing::error!(environment = %env.id, step = step.as_str(), error = %e, "step bookkeeping failed");
+                        }
+                        lock(&this.in_flight).remove(&env.id);
+                        this.platform.wake_reconciler();
+                    });
+                    in_flight.insert(id, InFlight { phase, index, task });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Unfinished environments with how many steps of their current phase succeeded.
+    async fn unfinished(&self) -> Result<Vec<(Environment, usize)>, Error> {
+        let rows = sqlx::query(&format!(
+            "SELECT {ENVIRONMENT_COLUMNS},
+                (SELECT count(*) FROM environment_steps s
+                 WHERE s.environment_id = e.id AND s.status = 'succeeded'
+                   AND s.phase = CASE e.state WHEN 'tearing_down' THEN 'teardown' ELSE 'provision' END) AS steps_done
+             FROM environments e WHERE e.state NOT IN ('released', 'failed') ORDER BY e.created_at"
+        ))
+        .fetch_all(&self.platform.db)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let done: i64 = row.try_get("steps_done")?;
+                Ok((environment_from_row(row)?, usize::try_from(done).unwrap_or(0)))
+            })
+            .collect()
+    }
+
+    /// A stop while a provisioning step runs cancels that step (JupyterHub's "stop during
+    /// start"), so teardown need not wait for a slow or hung backend.
+    async fn cancel_if_stopped(&self, env: &Environment) -> Result<bool, Error> {
+        if env.desired != berth_domain::lifecycle::Desired::Released {
+            return Ok(false);
+        }
+        let cancelled = {
+            let mut in_flight = lock(&self.in_flight);
+            match in_flight.get(&env.id) {
+                Some(f) if f.phase == Phase::Provision => {
+                    f.task.abort();
+                    in_flight.remove(&env.id)
+                }
+                _ => None,
+            }
+        };
+        let Some(f) = cancelled else { return Ok(false) };
+        sqlx::query(
+            "UPDATE environment_steps SET status = 'failed', finished_at = ?, detail = 'cancelled: the owner stopped the environment'
+             WHERE environment_id = ? AND phase = ? AND idx = ? AND status = 'running'",
+        )
+        .bind(now_ms())
+        .bind(&env.id)
+        .bind(f.phase.as_str())
+        .bind(f.index as i64)
+        .execute(&self.platform.db)
+        .await?;
+        self.platform.wake_reconciler();
+        Ok(true)
+    }
+
+    async fn transition(&self, env: &Environment, next: EnvState) -> Result<(), Error> {
+        if !env.state.can_become(next) {
+            return Err(Error::internal(format!("lifecycle forbids {} -> {next}", env.state)));
+        }
+        let now = now_ms();
+        let mut tx = store::begin_immediate(&self.platform.db).await?;
+        if next.is_final() {
+            // Nothing is ever half-released: the final state needs every reservation back.
+            let held: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM reservations WHERE environment_id = ? AND released_at IS NULL",
+            )
+            .bind(&env.id)
+            .fetch_one(&mut *tx)
+            .await?;
+            if held > 0 {
+                return Err(Error::internal(format!("environment {} would end with {held} reservations held", env.id)));
+            }
+        }
+        let changed = sqlx::query(
+            "UPDATE environments SET state = ?1, state_changed_at = ?2,
+                ready_at = CASE WHEN ?1 = 'ready' THEN ?2 ELSE ready_at END,
+                finished_at = CASE WHEN ?1 IN ('released', 'failed') THEN ?2 ELSE finished_at END
+             WHERE id = ?3 AND state = ?4",
+        )
+        .bind(next.as_str())
+        .bind(now)
+        .bind(&env.id)
+        .bind(env.state.as_str())
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if changed == 1 && matches!(next, EnvState::Ready | EnvState::Released | EnvState::Failed) {
+            let action = format!("environment.{}", next.as_str());
+            let outcome = if next == EnvState::Failed { Outcome::Failure } else { Outcome::Success };
+            let event =
+                Event { action: &action, target: Some(&env.id), outcome, detail: env.failure_reason.as_deref() };
+            audit::record(&mut tx, Some(env.owner_id), &RequestMeta::background(), event).await?;
+        }
+        tx.commit().await?;
+        tracing::info!(environment = %env.id, from = %env.state, to = %next, "environment state changed");
+        self.platform.wake_reconciler();
+        Ok(())
+    }
+
+    async fn run_step(&self, env: &Environment, phase: Phase, index: usize, step: Step) -> Result<(), Error> {
+        let started = now_ms();
+        sqlx::query(
+            "INSERT INTO environment_steps (environment_id, phase, idx, step, status, attempts, started_at)
+             VALUES (?, ?, ?, ?, 'running', 1, ?)
+             ON CONFLICT (environment_id, phase, idx) DO UPDATE SET
+                status = 'running', attempts = attempts + 1, started_at = excluded.started_at, finished_at = NULL",
+        )
+        .bind(&env.id)
+        .bind(phase.as_str())
+        .bind(index as i64)
+        .bind(step.as_str())
+        .bind(started)
+        .execute(&self.platform.db)
+        .await?;
+
+        let workload = self.workload(env).await?;
+        let result = match tokio::time::timeout(self.config.step_timeout, self.backend.run(&workload, step)).await {
+            Ok(result) => result.map_err(|e| e.0),
+            Err(_) => Err(format!("did not finish within {} s", self.config.step_timeout.as_secs())),
+        };
+        match result {
+            Ok(output) => self.step_succeeded(env, phase, index, step, output).await,
+            Err(message) => self.step_failed(env, phase, index, step, &message).await,
+        }
+    }
+
+    async fn workload(&self, env: &Environment) -> Result<Workload, Error> {
+        let mut conn = self.platform.db.acquire().await?;
+        let units = held_units(&mut conn, &env.id)
+            .await?
+            .into_iter()
+            .map(|u| PlacedUnit {
+                site: u.site,
+                node: u.node,
+                gpu_index: u.gpu_index,
+                slice_start: u.slice_start,
+                slice_size: u.slice_size,
+                mig_profile: u.mig_profile,
+            })
+            .collect();
+        Ok(Workload {
+            environment_id: env.id.clone(),
+            name: env.name.clone(),
+            offering: env.offering,
+            shape: env.size.shape,
+            image: env.image.clone(),
+            command: env.command.clone(),
+            units,
+        })
+    }
+
+    async fn step_succeeded(
+        &self,
+        env: &Environment,
+        phase: Phase,
+        index: usize,
+        step: Step,
+        output: StepOutput,
+    ) -> Result<(), Error> {
+        let now = now_ms();
+        let mut tx = store::begin_immediate(&self.platform.db).await?;
+        sqlx::query(
+            "UPDATE environment_steps SET status = 'succeeded', finished_at = ?, detail = ?
+             WHERE environment_id = ? AND phase = ? AND idx = ?",
+        )
+        .bind(now)
+        .bind(&output.detail)
+        .bind(&env.id)
+        .bind(phase.as_str())
+        .bind(index as i64)
+        .execute(&mut *tx)
+        .await?;
+        if let Some(connection) = &output.connection {
+            let json = serde_json::to_string(connection).map_err(Error::internal)?;
+            sqlx::query("UPDATE environments SET connection = ? WHERE id = ?")
+                .bind(json)
+                .bind(&env.id)
+                .execute(&mut *tx)
+                .await?;
+        }
+        match step {
+            // Connection secrets are of no use once the endpoint is gone.
+            Step::RemoveEndpoint => {
+                sqlx::query("UPDATE environments SET connection = NULL WHERE id = ?")
+                    .bind(&env.id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            // Released exactly once: only rows not yet released are touched, and the
+            // table refuses to release a row twice.
+            Step::ReleaseCapacity => {
+                sqlx::query("UPDATE reservations SET released_at = ? WHERE environment_id = ? AND released_at IS NULL")
+                    .bind(now)
+                    .bind(&env.id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            _ => {}
+        }
+        tx.commit().await?;
+        lock(&self.backoff).remove(&env.id);
+        tracing::info!(environment = %env.id, step = step.as_str(), "step succeeded");
+        Ok(())
+    }
+
+    async fn step_failed(
+        &self,
+        env: &Environment,
+        phase: Phase,
+        index: usize,
+        step: Step,
+        message: &str,
+    ) -> Result<(), Error> {
+        let now = now_ms();
+        let mut tx = store::begin_immediate(&self.platform.db).await?;
+        sqlx::query(
+            "UPDATE environment_steps SET status = 'failed', finished_at = ?, detail = ?
+             WHERE environment_id = ? AND phase = ? AND idx = ?",
+        )
+        .bind(now)
+        .bind(message)
+        .bind(&env.id)
+        .bind(phase.as_str())
+        .bind(index as i64)
+        .execute(&mut *tx)
+        .await?;
+        match phase {
+            // A provisioning failure ends the environment: it is torn down and ends `failed`.
+            Phase::Provision => {
+                sqlx::query("UPDATE environments SET failure_reason = ? WHERE id = ? AND failure_reason IS NULL")
+                    .bind(format!("{} failed: {message}", step.label()))
+                    .bind(&env.id)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            // Teardown must finish: retry with growing pauses.
+            Phase::Teardown => {
+                let mut backoff = lock(&self.backoff);
+                let attempts = backoff.get(&env.id).map_or(0, |&(n, _)| n) + 1;
+                let wait = self.config.retry_backoff.saturating_mul(1 << attempts.min(10)).min(self.config.max_backoff);
+                backoff.insert(env.id.clone(), (attempts, now + wait.as_millis() as i64));
+            }
+        }
+        tx.commit().await?;
+        tracing::warn!(environment = %env.id, step = step.as_str(), error = message, "step failed");
+        Ok(())
+    }
+}

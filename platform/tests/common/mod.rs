@@ -1,0 +1,141 @@
+//! A Berth platform on a fresh database with a small simulated fleet and a running
+//! reconciler, for integration tests.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_domain::fleet::FleetSpec;
+use berth_domain::launch::LaunchRequest;
+use berth_domain::lifecycle::EnvState;
+use berth_platform::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
+use berth_platform::environments::Environment;
+use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
+use berth_platform::{Caller, Platform, RequestMeta};
+use sqlx::SqlitePool;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Two H100 nodes of 2 GPUs each and one L40S node of 2 GPUs.
+pub const SMALL_FLEET: &str = r#"
+[[site]]
+name = "test-1"
+[[site.pool]]
+prefix = "h100"
+model = "H100-80GB"
+nodes = 2
+gpus_per_node = 2
+nvlink = true
+[[site.pool]]
+prefix = "l40s"
+model = "L40S"
+nodes = 1
+gpus_per_node = 2
+"#;
+
+pub fn fast_reconciler() -> ReconcilerConfig {
+    ReconcilerConfig {
+        tick: Duration::from_millis(20),
+        step_timeout: Duration::from_millis(400),
+        retry_backoff: Duration::from_millis(10),
+        max_backoff: Duration::from_millis(50),
+    }
+}
+
+pub struct TestBerth {
+    pub platform: Platform,
+    pub backend: Arc<Simulated>,
+    pub caller: Caller,
+    reconciler: Option<(oneshot::Sender<()>, JoinHandle<()>)>,
+}
+
+impl TestBerth {
+    pub async fn new(pool: SqlitePool) -> TestBerth {
+        TestBerth::with_faults(pool, vec![]).await
+    }
+
+    pub async fn with_faults(pool: SqlitePool, faults: Vec<FaultRule>) -> TestBerth {
+        let platform = Platform::new(pool);
+        platform.sync_fleet(&FleetSpec::parse(SMALL_FLEET).expect("test fleet")).await.expect("sync fleet");
+        let user = platform.create_user("dana@example.com", "Dana", "a long passphrase", false).await.expect("user");
+        let backend = Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults }));
+        let caller = Caller {
+            user_id: user.id,
+            is_admin: false,
+            meta: RequestMeta { request_id: "test".into(), source: Some("127.0.0.1".into()) },
+        };
+        let mut berth = TestBerth { platform, backend, caller, reconciler: None };
+        berth.start_reconciler();
+        berth
+    }
+
+    pub fn start_reconciler(&mut self) {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let reconciler = Reconciler::new(self.platform.clone(), self.backend.clone(), fast_reconciler());
+        let task = tokio::spawn(reconciler.run(async {
+            let _ = stopped.await;
+        }));
+        self.reconciler = Some((stop, task));
+    }
+
+    /// Kills the reconciler as a crash would: the task is aborted wherever it is.
+    pub async fn kill_reconciler(&mut self) {
+        if let Some((_stop, task)) = self.reconciler.take() {
+            task.abort();
+            let _ = task.await;
+        }
+    }
+
+    pub async fn launch(&self, offering: &str, size: &str, name: &str) -> Result<Environment, berth_platform::Error> {
+        let request = LaunchRequest {
+            offering: offering.into(),
+            size: size.into(),
+            name: name.into(),
+            hours: "2".into(),
+            image: "ghcr.io/acme/app:1".into(),
+            command: "python main.py".into(),
+        };
+        let request = if offering == "notebook" || offering == "cluster" {
+            LaunchRequest { image: String::new(), ..request }
+        } else {
+            request
+        };
+        self.platform.launch(&self.caller, &request).await
+    }
+
+    /// Waits until the environment reaches `state`, failing the test after 10 s.
+    pub async fn wait_for(&self, id: &str, state: EnvState) -> Environment {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let env = self.platform.environment_of(&self.caller, id).await.expect("environment");
+            if env.state == state {
+                return env;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "environment stuck in {} waiting for {state}", env.state);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Reservations not yet released, counted straight from the table.
+    pub async fn held_reservations(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM reservations WHERE released_at IS NULL")
+            .fetch_one(self.platform.db())
+            .await
+            .expect("count")
+    }
+}
+
+/// Pairs of unreleased reservations that share a GPU's memory slices in overlapping
+/// windows. Written independently of the placement code on purpose.
+pub async fn overlapping_reservations(pool: &SqlitePool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM reservations a JOIN reservations b
+           ON a.gpu_id = b.gpu_id AND a.id < b.id
+          AND a.released_at IS NULL AND b.released_at IS NULL
+          AND a.slice_start < b.slice_start + b.slice_size AND b.slice_start < a.slice_start + a.slice_size
+          AND a.starts_at < b.ends_at AND b.starts_at < a.ends_at",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("overlap query")
+}

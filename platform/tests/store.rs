@@ -1,0 +1,105 @@
+//! Store-level rules the database itself holds.
+
+mod common;
+
+use berth_domain::fleet::FleetSpec;
+use berth_platform::{Error, Platform, RequestMeta};
+use common::SMALL_FLEET;
+use sqlx::SqlitePool;
+
+fn meta() -> RequestMeta {
+    RequestMeta { request_id: "req-1".into(), source: Some("127.0.0.1".into()) }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn fleet_sync_is_idempotent_and_retires_nodes_no_longer_described(pool: SqlitePool) {
+    let platform = Platform::new(pool.clone());
+    let fleet = FleetSpec::parse(SMALL_FLEET).expect("fleet");
+    platform.sync_fleet(&fleet).await.expect("sync");
+    platform.sync_fleet(&fleet).await.expect("sync again");
+    let gpus: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM gpus WHERE in_service = 1").fetch_one(&pool).await.expect("count");
+    assert_eq!(gpus, 6);
+
+    let smaller = FleetSpec::parse(&SMALL_FLEET.replace("nodes = 2", "nodes = 1")).expect("fleet");
+    platform.sync_fleet(&smaller).await.expect("shrink");
+    let in_service: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM gpus WHERE in_service = 1").fetch_one(&pool).await.expect("count");
+    let all: i64 = sqlx::query_scalar("SELECT count(*) FROM gpus").fetch_one(&pool).await.expect("count");
+    assert_eq!((in_service, all), (4, 6));
+    let capacity = platform.capacity_by_model().await.expect("capacity");
+    assert_eq!(capacity.iter().map(|c| c.gpus).sum::<i64>(), 4);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_first_start_creates_one_admin_whose_password_works_once_shown(pool: SqlitePool) {
+    let platform = Platform::new(pool.clone());
+    let admin = platform.bootstrap_admin().await.expect("bootstrap").expect("first start creates the admin");
+    assert!(platform.bootstrap_admin().await.expect("second start").is_none());
+    assert!(admin.password.len() >= 20);
+
+    let stored: String = sqlx::query_scalar("SELECT password_hash FROM users").fetch_one(&pool).await.expect("hash");
+    assert!(stored.starts_with("$argon2id$") && !stored.contains(&admin.password));
+
+    let user = platform.sign_in(&admin.email, &admin.password, &meta()).await.expect("sign in");
+    assert!(user.is_admin());
+    let wrong = platform.sign_in(&admin.email, "guess", &meta()).await.expect_err("wrong password");
+    let unknown = platform.sign_in("nobody@example.com", &admin.password, &meta()).await.expect_err("unknown");
+    assert!(matches!(wrong, Error::BadCredentials) && matches!(unknown, Error::BadCredentials));
+    assert_eq!(wrong.to_string(), unknown.to_string(), "a failure must not tell which part was wrong");
+
+    let outcomes: Vec<(String, String, Option<String>)> = sqlx::query_as(
+        "SELECT action, outcome, request_id FROM audit_events WHERE action = 'session.sign_in' ORDER BY id",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("audit");
+    let expected = |o: &str| ("session.sign_in".to_string(), o.to_string(), Some("req-1".to_string()));
+    assert_eq!(outcomes, [expected("success"), expected("failure"), expected("failure")]);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn audit_rows_cannot_be_changed_or_deleted(pool: SqlitePool) {
+    let platform = Platform::new(pool.clone());
+    platform.bootstrap_admin().await.expect("bootstrap");
+    let update = sqlx::query("UPDATE audit_events SET action = 'nothing'").execute(&pool).await;
+    let delete = sqlx::query("DELETE FROM audit_events").execute(&pool).await;
+    assert!(update.expect_err("append-only").to_string().contains("append-only"));
+    assert!(delete.expect_err("append-only").to_string().contains("append-only"));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_database_refuses_overlapping_reservations_and_double_release(pool: SqlitePool) {
+    let platform = Platform::new(pool.clone());
+    platform.sync_fleet(&FleetSpec::parse(SMALL_FLEET).expect("fleet")).await.expect("sync");
+    let owner = platform.create_user("o@example.com", "O", "passphrase here", false).await.expect("user");
+    sqlx::query(
+        "INSERT INTO environments (id, owner_id, name, offering, size_id, cents_per_hour, state, desired, created_at,
+            starts_at, ends_at, state_changed_at) VALUES ('e1', ?, 'n', 'notebook', 'h100-3g.40gb', 1, 'requested', 'running', 0, 0, 100, 0)",
+    )
+    .bind(owner.id)
+    .execute(&pool)
+    .await
+    .expect("environment");
+    let reserve = |start: i64, size: i64, from: i64, to: i64| {
+        sqlx::query(
+            "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at)
+             VALUES ('e1', 1, ?, ?, '3g', ?, ?)",
+        )
+        .bind(start)
+        .bind(size)
+        .bind(from)
+        .bind(to)
+        .execute(&pool)
+    };
+    reserve(0, 4, 0, 100).await.expect("first slice");
+    reserve(4, 4, 0, 100).await.expect("the other half");
+    let overlap = reserve(2, 2, 50, 150).await.expect_err("overlaps");
+    assert!(overlap.to_string().contains("overlaps a held reservation"));
+    reserve(0, 4, 100, 200).await.expect("the next window is free");
+
+    sqlx::query("UPDATE reservations SET released_at = 5 WHERE id = 1").execute(&pool).await.expect("release");
+    let twice = sqlx::query("UPDATE reservations SET released_at = 6 WHERE id = 1").execute(&pool).await;
+    assert!(twice.expect_err("released once").to_string().contains("already released"));
+    reserve(0, 2, 0, 100).await.expect("released capacity is free");
+}
