@@ -1,1 +1,25 @@
+#![recursion_limit = "256"]
+//! Berth's web UI: server-rendered with Leptos, hydrated in the browser, every form
+//! usable before the WASM loads.
+//!
+//! - [`shell`]: the HTML document and the router.
+//! - `pages/`: one module per page.
+//! - [`serverfns`]: the server functions; each authenticates, makes one platform call and
+//!   maps the result to the view types in [`model`].
 
+pub mod error;
+pub mod model;
+pub mod serverfns;
+pub mod shell;
+
+mod components;
+mod pages;
+
+pub use shell::{App, shell};
+
+#[cfg(feature = "hydrate")]
+#[wasm_bindgen::prelude::wasm_bindgen]
+pub fn hydrate() {
+    console_error_panic_hook::set_once();
+    leptos::mount::hydrate_body(App);
+}

@@ -7,6 +7,7 @@
 pub mod accounts;
 pub mod audit;
 pub mod backend;
+pub mod demo;
 pub mod environments;
 mod error;
 pub mod fleet;

@@ -1,0 +1,82 @@
+# Berth: `make run` and `make test` are all a fresh machine needs.
+#
+# Tools are pinned and installed only when missing, so a second run is quick. Rust build
+# output goes to a cache outside the clone (override CARGO_TARGET_DIR to change it).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := run
+
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/berth/target
+export PATH := $(CURDIR)/node_modules/.bin:$(HOME)/.cargo/bin:$(PATH)
+
+SITE := target/site
+WASM := $(CARGO_TARGET_DIR)/wasm32-unknown-unknown/debug/berth_app.wasm
+BERTH := $(CARGO_TARGET_DIR)/debug/berth
+# wasm-bindgen-cli must match the wasm-bindgen crate exactly.
+WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p;}' Cargo.lock)
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test build tools rust-tools node-tools browser site server unit e2e lint fmt clean
+
+## run: install what is missing, build, and start Berth on http://127.0.0.1:3000
+run: build
+	BERTH_DEMO=$${BERTH_DEMO:-true} $(BERTH) serve
+
+## test: every test: Rust unit and integration tests, then the browser end-to-end tests
+test: build browser unit e2e
+
+build: tools site server
+
+tools: rust-tools node-tools
+
+rust-tools:
+	@rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+	@if [ "$$(wasm-bindgen --version 2>/dev/null | cut -d' ' -f2)" != "$(WASM_BINDGEN_VERSION)" ]; then \
+		echo "installing wasm-bindgen-cli $(WASM_BINDGEN_VERSION) (a few minutes, once)"; \
+		cargo install wasm-bindgen-cli --version "$(WASM_BINDGEN_VERSION)" --force; \
+	fi
+
+node-tools:
+	@if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \
+		npm ci --no-audit --no-fund; \
+	fi
+
+# Debian's Chromium for the end-to-end tests (test tools that download a browser fail here).
+browser:
+	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+
+## site: the browser side: hydration WASM, its JS glue, CSS and static files in target/site
+site: rust-tools node-tools
+	cargo build -p berth-app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate
+	@mkdir -p $(SITE)/pkg
+	wasm-bindgen --target web --no-typescript --out-dir $(SITE)/pkg --out-name berth $(WASM)
+	tailwindcss --input style/main.css --output $(SITE)/pkg/berth.css --minify
+	cp -r public/. $(SITE)/
+
+server:
+	cargo build -p berth-server
+
+# Each package on its own, so `ssr` and `hydrate` are never switched on together.
+unit:
+	cargo test -p berth-domain
+	cargo test -p berth-platform
+	cargo test -p berth-app --features ssr
+	cargo test -p berth-server
+
+e2e: build browser
+	BERTH_BIN=$(BERTH) BERTH_SITE_ROOT=$(SITE) node --test --test-concurrency=1 e2e/
+
+lint:
+	cargo fmt --all --check
+	cargo clippy -p berth-domain --all-targets -- -D warnings
+	cargo clippy -p berth-platform --all-targets -- -D warnings
+	cargo clippy -p berth-app --all-targets --features ssr -- -D warnings
+	cargo clippy -p berth-app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate -- -D warnings
+	cargo clippy -p berth-server --all-targets -- -D warnings
+
+fmt:
+	cargo fmt --all
+
+clean:
+	rm -rf $(SITE)

@@ -1,0 +1,194 @@
+//! Pieces every page uses: the signed-in user, state badges, alerts, time words.
+
+#[cfg(feature = "ssr")]
+pub mod time;
+
+use leptos::prelude::*;
+use leptos_router::components::A;
+use leptos_router::hooks::use_location;
+
+use crate::error::AppError;
+use crate::model::SessionUser;
+use crate::serverfns::{SignIn, SignOut, current_user};
+
+/// The session as the UI knows it, refreshed after every sign-in and sign-out.
+#[derive(Clone, Copy)]
+pub struct Auth {
+    pub sign_in: ServerAction<SignIn>,
+    pub sign_out: ServerAction<SignOut>,
+    pub user: Resource<Result<Option<SessionUser>, AppError>>,
+}
+
+impl Auth {
+    pub fn provide() -> Auth {
+        let sign_in = ServerAction::<SignIn>::new();
+        let sign_out = ServerAction::<SignOut>::new();
+        let user = Resource::new(move || (sign_in.version().get(), sign_out.version().get()), |_| current_user());
+        let auth = Auth { sign_in, sign_out, user };
+        provide_context(auth);
+        auth
+    }
+
+    pub fn get() -> Option<Auth> {
+        use_context::<Auth>()
+    }
+}
+
+/// Shows `children` to a signed-in user and a sign-in prompt to anyone else.
+#[component]
+pub fn RequireUser(children: ChildrenFn) -> impl IntoView {
+    let location = use_location();
+    let children = StoredValue::new(children);
+    let Some(auth) = Auth::get() else { return view! { <ErrorAlert error=AppError::Unauthenticated/> }.into_any() };
+    view! {
+        <Suspense fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            {move || Suspend::new(async move {
+                match auth.user.await {
+                    Ok(Some(_)) => children.read_value()().into_any(),
+                    Ok(None) => {
+                        // `search` comes without its leading `?`.
+                        let search = location.search.get_untracked();
+                        let path = location.pathname.get_untracked();
+                        let next = if search.is_empty() { path } else { format!("{path}?{search}") };
+                        view! { <SignInPrompt next/> }.into_any()
+                    }
+                    Err(error) => view! { <ErrorAlert error/> }.into_any(),
+                }
+            })}
+        </Suspense>
+    }
+    .into_any()
+}
+
+#[component]
+fn SignInPrompt(next: String) -> impl IntoView {
+    let href = format!("/login?next={}", urlencode(&next));
+    view! {
+        <div class="mx-auto max-w-md rounded-xl border border-slate-200 bg-white p-8 text-center shadow-sm">
+            <h2 class="text-lg font-semibold text-slate-900">"Sign in to continue"</h2>
+            <p class="mt-2 text-sm text-slate-600">"Launching and managing environments needs an account."</p>
+            <a href=href class="mt-6 inline-block rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">
+                "Sign in"
+            </a>
+        </div>
+    }
+}
+
+/// Percent-encodes a path for use in a query string.
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[component]
+pub fn ErrorAlert(error: AppError) -> impl IntoView {
+    let (title, body) = match &error {
+        AppError::Refused(_) => ("That did not work", error.to_string()),
+        AppError::NotFound => ("Not found", "There is nothing here, or it is not yours to see.".to_owned()),
+        AppError::Unauthenticated => ("Signed out", "Your session has ended; sign in again.".to_owned()),
+        _ => ("Something went wrong", error.to_string()),
+    };
+    view! {
+        <div role="alert" class="rounded-lg border border-red-200 bg-red-50 p-4 text-sm text-red-800">
+            <p class="font-semibold">{title}</p>
+            <p class="mt-1">{capitalize(&body)}</p>
+        </div>
+    }
+}
+
+pub fn capitalize(s: &str) -> String {
+    let mut chars = s.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
+/// A coloured pill for an environment state.
+#[component]
+pub fn StateBadge(state: String, label: String) -> impl IntoView {
+    let (tone, dot) = match state.as_str() {
+        "requested" => ("bg-slate-100 text-slate-700 ring-slate-300", "bg-slate-400"),
+        "provisioning" => ("bg-amber-50 text-amber-800 ring-amber-300", "bg-amber-500 animate-pulse"),
+        "ready" => ("bg-emerald-50 text-emerald-800 ring-emerald-300", "bg-emerald-500"),
+        "tearing_down" => ("bg-orange-50 text-orange-800 ring-orange-300", "bg-orange-500 animate-pulse"),
+        "failed" => ("bg-red-50 text-red-800 ring-red-300", "bg-red-500"),
+        _ => ("bg-slate-50 text-slate-600 ring-slate-200", "bg-slate-300"),
+    };
+    view! {
+        <span
+            data-state=state
+            class=format!("inline-flex items-center gap-1.5 rounded-full px-2.5 py-0.5 text-xs font-medium ring-1 ring-inset {tone}")
+        >
+            <span class=format!("h-1.5 w-1.5 rounded-full {dot}")></span>
+            {label}
+        </span>
+    }
+}
+
+/// The top bar: brand, navigation, and who is signed in.
+#[component]
+pub fn NavBar() -> impl IntoView {
+    let auth = Auth::get();
+    let user_area = move || {
+        let auth = auth?;
+        Some(view! {
+            <Transition fallback=|| ()>
+                {move || Suspend::new(async move {
+                    match auth.user.await {
+                        Ok(Some(user)) => view! {
+                            <div class="flex items-center gap-3">
+                                <span class="hidden text-sm text-slate-300 sm:inline" title=user.email.clone()>
+                                    {user.display_name.clone()}
+                                    {user.is_admin.then(|| view! { <span class="ml-2 rounded bg-slate-700 px-1.5 py-0.5 text-xs">"admin"</span> })}
+                                </span>
+                                <ActionForm action=auth.sign_out>
+                                    <button type="submit" class="rounded-md px-3 py-1.5 text-sm text-slate-200 ring-1 ring-slate-600 hover:bg-slate-800">
+                                        "Sign out"
+                                    </button>
+                                </ActionForm>
+                            </div>
+                        }.into_any(),
+                        _ => view! {
+                            <a href="/login" class="rounded-md bg-indigo-500 px-3 py-1.5 text-sm font-semibold text-white hover:bg-indigo-400">
+                                "Sign in"
+                            </a>
+                        }.into_any(),
+                    }
+                })}
+            </Transition>
+        })
+    };
+    view! {
+        <header class="bg-slate-900">
+            <nav class="mx-auto flex max-w-6xl items-center justify-between px-4 py-3" aria-label="Main">
+                <div class="flex items-center gap-8">
+                    <A href="/catalog" attr:class="flex items-center gap-2 text-white">
+                        <span class="grid h-8 w-8 place-items-center rounded-lg bg-indigo-500 font-bold">"B"</span>
+                        <span class="text-lg font-semibold tracking-tight">"Berth"</span>
+                    </A>
+                    <div class="flex gap-1 text-sm">
+                        <A href="/catalog" attr:class="rounded-md px-3 py-1.5 text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"Catalog"</A>
+                        <A href="/environments" attr:class="rounded-md px-3 py-1.5 text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"My environments"</A>
+                    </div>
+                </div>
+                {user_area}
+            </nav>
+        </header>
+    }
+}
+
+/// Re-runs `refresh` every `ms` milliseconds in the browser (never on the server), so
+/// pages show progress without a reload.
+pub fn poll_every(ms: u64, refresh: impl Fn() + Clone + 'static) {
+    Effect::new(move |_| {
+        let refresh = refresh.clone();
+        let handle = set_interval_with_handle(move || refresh(), std::time::Duration::from_millis(ms)).ok();
+        on_cleanup(move || {
+            if let Some(h) = handle {
+                h.clear();
+            }
+        });
+    });
+}

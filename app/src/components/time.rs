@@ -1,0 +1,40 @@
+//! Times and durations in words. Always UTC, so the server's render and the browser's
+//! hydration produce the same text.
+
+/// "2026-11-22 18:41 UTC"
+pub fn utc(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string()).unwrap_or_default()
+}
+
+/// "850 ms", "12 s", "4 min 5 s", "1 h 58 min", "3 d 2 h"
+pub fn duration_words(ms: i64) -> String {
+    let ms = ms.max(0);
+    let s = ms / 1000;
+    match s {
+        _ if ms < 1000 => format!("{ms} ms"),
+        0..60 => format!("{s} s"),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        3600..86_400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(duration_words(850), "850 ms");
+        assert_eq!(duration_words(12_400), "12 s");
+        assert_eq!(duration_words(245_000), "4 min 5 s");
+        assert_eq!(duration_words(7_080_000), "1 h 58 min");
+        assert_eq!(duration_words(266_400_000), "3 d 2 h");
+        assert_eq!(duration_words(-5), "0 ms");
+    }
+
+    #[test]
+    fn times_are_utc() {
+        assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+    }
+}

@@ -1,0 +1,95 @@
+use berth_domain::catalog::{Offering, Size};
+use berth_domain::placement::Shape;
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+use crate::serverfns::fleet_capacity;
+
+/// The service catalog: every offering with its sizes and prices, open to everyone.
+#[component]
+pub fn CatalogPage() -> impl IntoView {
+    let capacity = Resource::new(|| (), |_| fleet_capacity());
+    view! {
+        <Title text="Catalog"/>
+        <div class="mb-8 flex flex-wrap items-end justify-between gap-4">
+            <div>
+                <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Service catalog"</h1>
+                <p class="mt-1 text-slate-600">"GPU environments from a MIG slice to whole nodes, billed per hour."</p>
+            </div>
+            <Suspense fallback=|| ()>
+                {move || Suspend::new(async move {
+                    capacity.await.ok().map(|models| view! {
+                        <ul class="flex flex-wrap gap-2" aria-label="Idle GPUs by model">
+                            {models.into_iter().map(|m| view! {
+                                <li class="rounded-lg bg-white px-3 py-1.5 text-xs text-slate-600 ring-1 ring-slate-200">
+                                    <span class="font-semibold text-slate-900">{m.model}</span>
+                                    " · " {m.idle_gpus} " of " {m.gpus} " GPUs idle"
+                                </li>
+                            }).collect_view()}
+                        </ul>
+                    })
+                })}
+            </Suspense>
+        </div>
+        <div class="grid gap-6 lg:grid-cols-2">
+            {Offering::ALL.into_iter().map(|o| view! { <OfferingCard offering=o/> }).collect_view()}
+        </div>
+    }
+}
+
+#[component]
+fn OfferingCard(offering: Offering) -> impl IntoView {
+    let launch = format!("/launch/{}", offering.id());
+    view! {
+        <section class="flex flex-col rounded-xl border border-slate-200 bg-white shadow-sm" aria-labelledby=format!("offering-{}", offering.id())>
+            <div class="border-b border-slate-100 p-5">
+                <h2 id=format!("offering-{}", offering.id()) class="text-lg font-semibold text-slate-900">{offering.title()}</h2>
+                <p class="mt-1 text-sm text-slate-600">{offering.summary()}</p>
+            </div>
+            <table class="w-full text-sm">
+                <thead>
+                    <tr class="text-left text-xs uppercase tracking-wide text-slate-500">
+                        <th class="px-5 py-2 font-medium">"Size"</th>
+                        <th class="px-2 py-2 font-medium">"vCPU / RAM"</th>
+                        <th class="px-2 py-2 text-right font-medium">"Price"</th>
+                        <th class="px-5 py-2"><span class="sr-only">"Launch"</span></th>
+                    </tr>
+                </thead>
+                <tbody class="divide-y divide-slate-100">
+                    {offering.sizes().iter().map(|s| view! { <SizeRow offering size=s/> }).collect_view()}
+                </tbody>
+            </table>
+            <div class="mt-auto flex items-center justify-between p-5">
+                <span class="text-xs text-slate-500">"Up to " {offering.max_hours()} " hours per booking"</span>
+                <a href=launch class="rounded-lg bg-indigo-600 px-3 py-1.5 text-sm font-semibold text-white hover:bg-indigo-500">
+                    "Launch " {offering.title().to_lowercase()}
+                </a>
+            </div>
+        </section>
+    }
+}
+
+#[component]
+fn SizeRow(offering: Offering, size: &'static Size) -> impl IntoView {
+    let kind = match size.shape {
+        Shape::MigSlice { .. } => "MIG slice",
+        Shape::Gpus { .. } => "dedicated GPU",
+        Shape::Nodes { .. } => "whole nodes",
+    };
+    view! {
+        <tr>
+            <td class="px-5 py-2.5">
+                <div class="font-medium text-slate-900">{size.label}</div>
+                <div class="text-xs text-slate-500">{kind}</div>
+            </td>
+            <td class="px-2 py-2.5 text-slate-600">{size.vcpus} " / " {size.memory_gb} " GB"</td>
+            <td class="px-2 py-2.5 text-right font-medium text-slate-900">{size.price_per_hour()} <span class="text-slate-500">"/h"</span></td>
+            <td class="px-5 py-2.5 text-right">
+                <a href=format!("/launch/{}?size={}", offering.id(), size.id) class="text-sm font-semibold text-indigo-600 hover:text-indigo-500"
+                   aria-label=format!("Launch {} {}", offering.title(), size.label)>
+                    "Launch"
+                </a>
+            </td>
+        </tr>
+    }
+}

@@ -1,0 +1,127 @@
+use berth_domain::catalog::{ImageRule, Offering};
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::{use_params_map, use_query_map};
+
+use crate::components::{ErrorAlert, RequireUser};
+use crate::error::AppError;
+use crate::serverfns::Launch;
+
+const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
+const LABEL: &str = "block text-sm font-medium text-slate-700";
+const HINT: &str = "mt-1 text-xs text-slate-500";
+
+/// The launch form for one offering. The server checks everything again and explains
+/// each refusal; nothing is written unless every rule passes.
+#[component]
+pub fn LaunchPage() -> impl IntoView {
+    let params = use_params_map();
+    let query = use_query_map();
+    let offering = move || params.read().get("offering").and_then(|o| Offering::parse(&o));
+    let chosen_size = move || query.read().get("size");
+    view! {
+        <RequireUser>
+            {move || match offering() {
+                Some(offering) => view! { <LaunchForm offering chosen_size=chosen_size()/> }.into_any(),
+                None => view! { <ErrorAlert error=AppError::Refused("there is no such offering; pick one from the catalog".into())/> }.into_any(),
+            }}
+        </RequireUser>
+    }
+}
+
+#[component]
+fn LaunchForm(offering: Offering, chosen_size: Option<String>) -> impl IntoView {
+    let launch = ServerAction::<Launch>::new();
+    let result = launch.value();
+    let sizes = offering.sizes();
+    let chosen = chosen_size.filter(|id| offering.size(id).is_some()).unwrap_or_else(|| sizes[0].id.to_owned());
+    let max_hours = offering.max_hours();
+    view! {
+        <Title text=format!("Launch {}", offering.title())/>
+        <div class="mx-auto max-w-2xl">
+            <a href="/catalog" class="text-sm text-indigo-600 hover:text-indigo-500">"← Catalog"</a>
+            <h1 class="mt-2 text-2xl font-bold tracking-tight text-slate-900">"Launch a " {offering.title().to_lowercase()}</h1>
+            <p class="mt-1 text-slate-600">{offering.summary()}</p>
+            <div class="mt-6 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
+                <ActionForm action=launch>
+                    <input type="hidden" name="request[offering]" value=offering.id()/>
+                    <div class="space-y-6">
+                        <fieldset>
+                            <legend class=LABEL>"Size"</legend>
+                            <div class="mt-2 grid gap-2 sm:grid-cols-2">
+                                {sizes.iter().map(|s| {
+                                    let id = format!("size-{}", s.id);
+                                    let label_for = id.clone();
+                                    view! {
+                                        <label for=label_for class="flex cursor-pointer items-start gap-3 rounded-lg border border-slate-200 p-3 hover:border-indigo-300 has-[:checked]:border-indigo-500 has-[:checked]:bg-indigo-50">
+                                            <input type="radio" id=id name="request[size]" value=s.id checked=s.id == chosen class="mt-1"/>
+                                            <span>
+                                                <span class="block text-sm font-medium text-slate-900">{s.label}</span>
+                                                <span class="block text-xs text-slate-500">{s.vcpus} " vCPU · " {s.memory_gb} " GB RAM · " {s.price_per_hour()} "/h"</span>
+                                            </span>
+                                        </label>
+                                    }
+                                }).collect_view()}
+                            </div>
+                        </fieldset>
+                        <div class="grid gap-4 sm:grid-cols-2">
+                            <div>
+                                <label for="name" class=LABEL>"Name"</label>
+                                <input id="name" name="request[name]" required maxlength="40" placeholder="my-experiment" class=INPUT
+                                    aria-describedby="name-hint"/>
+                                <p id="name-hint" class=HINT>"Lowercase letters, digits and hyphens."</p>
+                            </div>
+                            <div>
+                                <label for="hours" class=LABEL>"Duration (hours)"</label>
+                                <input id="hours" name="request[hours]" type="number" min="1" max=max_hours value="4" required class=INPUT
+                                    aria-describedby="hours-hint"/>
+                                <p id="hours-hint" class=HINT>"1 to " {max_hours} " hours; torn down automatically at the end."</p>
+                            </div>
+                        </div>
+                        <ImageField offering/>
+                        {offering.needs_command().then(|| view! {
+                            <div>
+                                <label for="command" class=LABEL>"Command"</label>
+                                <textarea id="command" name="request[command]" rows="3" required placeholder="python train.py --epochs 10"
+                                    class=format!("{INPUT} font-mono")></textarea>
+                            </div>
+                        })}
+                        {(!offering.needs_command()).then(|| view! { <input type="hidden" name="request[command]" value=""/> })}
+                        {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+                        <div class="flex items-center justify-end gap-3">
+                            <a href="/catalog" class="rounded-lg px-4 py-2 text-sm font-medium text-slate-700 hover:bg-slate-100">"Cancel"</a>
+                            <button type="submit" disabled=move || launch.pending().get()
+                                class="rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500 disabled:opacity-60">
+                                {move || if launch.pending().get() { "Launching..." } else { "Launch" }}
+                            </button>
+                        </div>
+                    </div>
+                </ActionForm>
+            </div>
+        </div>
+    }
+}
+
+#[component]
+fn ImageField(offering: Offering) -> impl IntoView {
+    match offering.image_rule() {
+        ImageRule::None => view! { <input type="hidden" name="request[image]" value=""/> }.into_any(),
+        ImageRule::Curated(images) => view! {
+            <div>
+                <label for="image" class=LABEL>"Notebook image"</label>
+                <select id="image" name="request[image]" class=INPUT>
+                    {images.iter().map(|i| view! { <option value=*i>{*i}</option> }).collect_view()}
+                </select>
+            </div>
+        }
+        .into_any(),
+        ImageRule::Required => view! {
+            <div>
+                <label for="image" class=LABEL>"Container image"</label>
+                <input id="image" name="request[image]" required placeholder="ghcr.io/your-org/model-server:1.0" class=format!("{INPUT} font-mono")/>
+                <p class=HINT>"An image reference your cluster can pull, e.g. nvcr.io/nvidia/pytorch:24.05-py3."</p>
+            </div>
+        }
+        .into_any(),
+    }
+}

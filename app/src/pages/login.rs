@@ -1,0 +1,45 @@
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+
+use crate::components::{Auth, ErrorAlert};
+
+#[component]
+pub fn LoginPage() -> impl IntoView {
+    let query = use_query_map();
+    let next = move || query.read().get("next").unwrap_or_else(|| "/environments".to_owned());
+    let Some(auth) = Auth::get() else { return ().into_any() };
+    let result = auth.sign_in.value();
+    view! {
+        <Title text="Sign in"/>
+        <div class="mx-auto mt-8 max-w-sm">
+            <h1 class="text-center text-2xl font-bold tracking-tight text-slate-900">"Sign in to Berth"</h1>
+            <div class="mt-8 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
+                <ActionForm action=auth.sign_in>
+                    <input type="hidden" name="next" value=next/>
+                    <div class="space-y-4">
+                        <div>
+                            <label for="email" class="block text-sm font-medium text-slate-700">"Email"</label>
+                            <input id="email" name="email" type="email" required autocomplete="username"
+                                class="mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500"/>
+                        </div>
+                        <div>
+                            <label for="password" class="block text-sm font-medium text-slate-700">"Password"</label>
+                            <input id="password" name="password" type="password" required autocomplete="current-password"
+                                class="mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500"/>
+                        </div>
+                        {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+                        <button type="submit" disabled=move || auth.sign_in.pending().get()
+                            class="w-full rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500 disabled:opacity-60">
+                            "Sign in"
+                        </button>
+                    </div>
+                </ActionForm>
+            </div>
+            <p class="mt-4 text-center text-xs text-slate-500">
+                "First start? The administrator's one-time password was printed by "<code>"make run"</code>"."
+            </p>
+        </div>
+    }
+    .into_any()
+}

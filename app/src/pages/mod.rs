@@ -1,0 +1,32 @@
+//! One module per page.
+
+mod catalog;
+mod environment;
+mod environments;
+mod launch;
+mod login;
+
+pub use catalog::CatalogPage;
+pub use environment::EnvironmentPage;
+pub use environments::EnvironmentsPage;
+pub use launch::LaunchPage;
+pub use login::LoginPage;
+
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+#[component]
+pub fn NotFound() -> impl IntoView {
+    #[cfg(feature = "ssr")]
+    if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
+        response.set_status(http::StatusCode::NOT_FOUND);
+    }
+    view! {
+        <Title text="Not found"/>
+        <div class="py-24 text-center">
+            <p class="text-sm font-semibold text-indigo-600">"404"</p>
+            <h1 class="mt-2 text-3xl font-bold text-slate-900">"Page not found"</h1>
+            <a href="/catalog" class="mt-6 inline-block text-sm font-semibold text-indigo-600 hover:text-indigo-500">"Back to the catalog"</a>
+        </div>
+    }
+}

@@ -1,0 +1,136 @@
+use berth_domain::launch::LaunchRequest;
+use leptos::prelude::*;
+
+use crate::error::AppError;
+use crate::model::{EnvironmentSummary, EnvironmentView};
+
+/// Launches an environment and sends the browser to its page.
+#[server]
+pub async fn launch(request: LaunchRequest) -> Result<String, AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let env = platform.launch(&caller, &request).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect(&format!("/environments/{}", env.id));
+    Ok(env.id)
+}
+
+#[server]
+pub async fn my_environments() -> Result<Vec<EnvironmentSummary>, AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let envs = platform.environments_of_owner(&caller).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    let now = berth_platform::now_ms();
+    Ok(envs.iter().map(|e| views::summary(e, now)).collect())
+}
+
+#[server]
+pub async fn environment(id: String) -> Result<EnvironmentView, AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let detail = platform.environment_detail(&caller, &id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    Ok(views::environment(&detail, berth_platform::now_ms()))
+}
+
+#[server]
+pub async fn stop_environment(id: String) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform.stop(&caller, &id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect(&format!("/environments/{id}"));
+    Ok(())
+}
+
+#[cfg(feature = "ssr")]
+mod views {
+    use berth_domain::catalog::format_cents;
+    use berth_domain::lifecycle::{EnvState, Phase, provision_plan, teardown_plan};
+    use berth_platform::environments::{Environment, EnvironmentDetail};
+
+    use crate::components::time::{duration_words, utc};
+    use crate::model::{ConnectionView, EnvironmentSummary, EnvironmentView, StepView, UnitView};
+
+    pub fn summary(e: &Environment, now: i64) -> EnvironmentSummary {
+        let window = match (e.state.is_final(), e.finished_at) {
+            (true, Some(at)) => format!("ended {}", utc(at)),
+            _ if e.ends_at > now => format!("ends in {}", duration_words(e.ends_at - now)),
+            _ => "window over, tearing down".to_owned(),
+        };
+        EnvironmentSummary {
+            id: e.id.clone(),
+            name: e.name.clone(),
+            offering: e.offering.title().to_owned(),
+            size: e.size.label.to_owned(),
+            state: e.state.as_str().to_owned(),
+            state_label: e.state.label().to_owned(),
+            price: format!("{}/h", format_cents(u32::try_from(e.cents_per_hour).unwrap_or(0))),
+            created: utc(e.created_at),
+            window,
+            stoppable: e.state.is_stoppable() && e.desired == berth_domain::lifecycle::Desired::Running,
+            finished: e.state.is_final(),
+        }
+    }
+
+    pub fn environment(d: &EnvironmentDetail, now: i64) -> EnvironmentView {
+        let e = &d.environment;
+        let mut plans = vec![(Phase::Provision, provision_plan(e.offering, e.size.shape))];
+        if matches!(e.state, EnvState::TearingDown | EnvState::Released | EnvState::Failed) {
+            plans.push((Phase::Teardown, teardown_plan(e.size.shape)));
+        }
+        let steps = plans
+            .into_iter()
+            .flat_map(|(phase, plan)| {
+                plan.into_iter().enumerate().map(move |(i, step)| (phase, i, step)).collect::<Vec<_>>()
+            })
+            .map(|(phase, i, step)| {
+                let record = d.steps.iter().find(|s| s.phase == phase && s.index == i as i64);
+                let timing = match record {
+                    Some(r) => match r.finished_at {
+                        Some(end) => duration_words(end - r.started_at),
+                        None => format!("running for {}", duration_words(now - r.started_at)),
+                    },
+                    None => String::new(),
+                };
+                StepView {
+                    phase: phase.as_str().to_owned(),
+                    label: step.label().to_owned(),
+                    status: record.map_or("pending", |r| r.status.as_str()).to_owned(),
+                    attempts: record.map_or(0, |r| r.attempts),
+                    timing,
+                    detail: record.and_then(|r| r.detail.clone()),
+                }
+            })
+            .collect();
+        let units = d
+            .units
+            .iter()
+            .map(|u| UnitView {
+                location: format!("{} / {} / GPU {}", u.site, u.node, u.gpu_index),
+                model: u.model.clone(),
+                what: match &u.mig_profile {
+                    Some(p) => format!("MIG {p} at memory slice {}", u.slice_start),
+                    None => "whole GPU".to_owned(),
+                },
+                released: u.released_at.is_some(),
+            })
+            .collect();
+        let mut timeline = vec![("Requested".to_owned(), utc(e.created_at))];
+        if let Some(at) = e.ready_at {
+            timeline.push(("Ready".to_owned(), utc(at)));
+        }
+        timeline.push(("Window ends".to_owned(), utc(e.ends_at)));
+        if let Some(at) = e.finished_at {
+            timeline.push((e.state.label().to_owned(), utc(at)));
+        }
+        EnvironmentView {
+            summary: summary(e, now),
+            image: e.image.clone(),
+            command: e.command.clone(),
+            failure_reason: e.failure_reason.clone(),
+            connection: e.connection.as_ref().filter(|_| e.state == EnvState::Ready).map(|c| ConnectionView {
+                url: c.url.clone(),
+                secret_label: c.secret_label.clone(),
+                secret: c.secret.clone(),
+                example: c.example.clone(),
+            }),
+            steps,
+            units,
+            timeline,
+        }
+    }
+}

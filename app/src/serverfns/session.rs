@@ -1,0 +1,79 @@
+use leptos::prelude::*;
+
+use crate::error::AppError;
+use crate::model::SessionUser;
+
+/// Who is signed in, if anyone.
+#[server]
+pub async fn current_user() -> Result<Option<SessionUser>, AppError> {
+    use super::ssr;
+    let meta = ssr::request_meta().await;
+    let platform = ssr::platform(&meta)?;
+    let Some(id) = ssr::signed_in_user_id(&meta).await? else { return Ok(None) };
+    match platform.user(id).await {
+        Ok(user) => Ok(Some(SessionUser { is_admin: user.is_admin(), email: user.email, display_name: user.display_name })),
+        Err(berth_platform::Error::NotFound) => Ok(None),
+        Err(e) => Err(AppError::from_platform(e, &meta.request_id)),
+    }
+}
+
+/// Password sign-in for local accounts. On success the session id is renewed and the
+/// browser goes to `next` (only paths on this site are followed).
+#[server]
+pub async fn sign_in(email: String, password: String, next: Option<String>) -> Result<(), AppError> {
+    use super::ssr;
+    let meta = ssr::request_meta().await;
+    let platform = ssr::platform(&meta)?;
+    let user = platform.sign_in(&email, &password, &meta).await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
+    let session = ssr::session(&meta).await?;
+    let stored = async {
+        session.cycle_id().await?;
+        session.insert(ssr::USER_KEY, user.id).await
+    };
+    stored.await.map_err(|e| {
+        tracing::error!(request_id = %meta.request_id, error = %e, "could not store the session");
+        AppError::Internal { request_id: meta.request_id.clone() }
+    })?;
+    leptos_axum::redirect(&safe_next(next.as_deref()));
+    Ok(())
+}
+
+/// Ends the session on the server, then goes to the catalog.
+#[server]
+pub async fn sign_out() -> Result<(), AppError> {
+    use super::ssr;
+    let meta = ssr::request_meta().await;
+    let platform = ssr::platform(&meta)?;
+    if let Some(id) = ssr::signed_in_user_id(&meta).await? {
+        platform.record_sign_out(id, &meta).await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
+    }
+    let session = ssr::session(&meta).await?;
+    session.flush().await.map_err(|e| {
+        tracing::error!(request_id = %meta.request_id, error = %e, "could not end the session");
+        AppError::Internal { request_id: meta.request_id.clone() }
+    })?;
+    leptos_axum::redirect("/catalog");
+    Ok(())
+}
+
+/// Only same-site paths, so a crafted link cannot bounce a fresh session elsewhere.
+pub fn safe_next(next: Option<&str>) -> String {
+    match next {
+        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => path.to_owned(),
+        _ => "/environments".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::safe_next;
+
+    #[test]
+    fn next_stays_on_this_site() {
+        assert_eq!(safe_next(Some("/launch/notebook")), "/launch/notebook");
+        assert_eq!(safe_next(Some("//evil.example")), "/environments");
+        assert_eq!(safe_next(Some("https://evil.example")), "/environments");
+        assert_eq!(safe_next(Some("/\\evil.example")), "/environments");
+        assert_eq!(safe_next(None), "/environments");
+    }
+}

@@ -1,0 +1,56 @@
+//! The HTML document and the routes.
+
+use leptos::prelude::*;
+use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
+use leptos_router::components::{Route, Router, Routes};
+use leptos_router::path;
+
+use crate::components::{Auth, NavBar};
+use crate::pages::{CatalogPage, EnvironmentPage, EnvironmentsPage, LaunchPage, LoginPage, NotFound};
+
+/// The whole document, rendered on the server.
+pub fn shell(options: LeptosOptions) -> impl IntoView {
+    view! {
+        <!DOCTYPE html>
+        <html lang="en" class="h-full bg-slate-50">
+            <head>
+                <meta charset="utf-8"/>
+                <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                <link rel="icon" href="/favicon.svg" type="image/svg+xml"/>
+                <HydrationScripts options/>
+                <MetaTags/>
+            </head>
+            <body class="h-full">
+                <App/>
+            </body>
+        </html>
+    }
+}
+
+#[component]
+pub fn App() -> impl IntoView {
+    provide_meta_context();
+    Auth::provide();
+    view! {
+        <Stylesheet id="berth" href="/pkg/berth.css"/>
+        <Title formatter=|page: String| if page.is_empty() { "Berth".to_owned() } else { format!("{page} · Berth") }/>
+        <Router>
+            <div class="flex min-h-full flex-col">
+                <NavBar/>
+                <main class="mx-auto w-full max-w-6xl flex-1 px-4 py-8">
+                    <Routes fallback=NotFound>
+                        <Route path=path!("/") view=CatalogPage/>
+                        <Route path=path!("/catalog") view=CatalogPage/>
+                        <Route path=path!("/launch/:offering") view=LaunchPage/>
+                        <Route path=path!("/environments") view=EnvironmentsPage/>
+                        <Route path=path!("/environments/:id") view=EnvironmentPage/>
+                        <Route path=path!("/login") view=LoginPage/>
+                    </Routes>
+                </main>
+                <footer class="border-t border-slate-200 py-4 text-center text-xs text-slate-500">
+                    "Berth · self-service GPU cloud"
+                </footer>
+            </div>
+        </Router>
+    }
+}

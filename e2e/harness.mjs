@@ -1,0 +1,115 @@
+// Starts a real `berth serve` on a fresh database and a real Chromium for the
+// end-to-end tests. Nothing is mocked: the simulated fleet is Berth's own backend.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import net from 'node:net';
+import { chromium } from 'playwright-core';
+
+export const artifacts = resolve('e2e/artifacts');
+mkdirSync(artifacts, { recursive: true });
+
+async function freePort() {
+  return new Promise((ok, fail) => {
+    const srv = net.createServer();
+    srv.listen(0, '127.0.0.1', () => {
+      const { port } = srv.address();
+      srv.close(() => ok(port));
+    });
+    srv.on('error', fail);
+  });
+}
+
+/** A running Berth. `restart()` kills it with SIGKILL and starts it again on the same database. */
+let logCount = 0;
+
+export class Berth {
+  static async start(env = {}) {
+    const berth = new Berth();
+    berth.dir = mkdtempSync(join(tmpdir(), 'berth-e2e-'));
+    berth.port = await freePort();
+    berth.url = `http://127.0.0.1:${berth.port}`;
+    berth.env = env;
+    await berth.#spawn();
+    return berth;
+  }
+
+  async #spawn() {
+    const bin = process.env.BERTH_BIN ?? 'target/debug/berth';
+    this.output = '';
+    this.proc = spawn(bin, ['serve'], {
+      env: {
+        ...process.env,
+        BERTH_LISTEN: `127.0.0.1:${this.port}`,
+        BERTH_DATABASE: `sqlite://${this.dir}/berth.db`,
+        BERTH_SITE_ROOT: process.env.BERTH_SITE_ROOT ?? 'target/site',
+        BERTH_FLEET: 'config/fleet.toml',
+        BERTH_SIM_SPEED: '0.3',
+        BERTH_LOG: 'warn',
+        ...this.env,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.proc.stdout.on('data', (d) => (this.output += d));
+    this.proc.stderr.on('data', (d) => (this.output += d));
+    const deadline = Date.now() + 30_000;
+    while (Date.now() < deadline) {
+      if (this.proc.exitCode !== null) throw new Error(`berth exited early:\n${this.output}`);
+      try {
+        const res = await fetch(`${this.url}/readyz`);
+        if (res.ok) return;
+      } catch {}
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error(`berth did not become ready:\n${this.output}`);
+  }
+
+  /** The one-time administrator password printed at first start. */
+  adminPassword() {
+    const m = this.output.match(/One-time password: (\S+)/);
+    if (!m) throw new Error(`no one-time password in the output:\n${this.output}`);
+    return m[1];
+  }
+
+  async kill() {
+    if (this.proc && this.proc.exitCode === null) {
+      const exited = new Promise((r) => this.proc.once('exit', r));
+      this.proc.kill('SIGKILL');
+      await exited;
+    }
+    // Keep the server's log next to the screenshots, for whoever reads a failure.
+    writeFileSync(join(artifacts, `berth-${++logCount}.log`), this.output ?? '');
+  }
+
+  async restart() {
+    await this.kill();
+    await this.#spawn();
+  }
+
+  async metrics() {
+    return (await fetch(`${this.url}/metrics`)).text();
+  }
+}
+
+export async function browser() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    args: [
+      '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+      '--disable-component-update', '--no-first-run', '--disable-sync', '--disable-quic',
+    ],
+  });
+}
+
+/** Fails the test on any error the page logs (a hydration panic shows up here). */
+export function watchConsole(page) {
+  const errors = [];
+  page.on('console', (msg) => {
+    // A refused form answers 4xx on purpose; the browser logs those as failed loads.
+    const refusal = /status of 4\d\d/.test(msg.text());
+    if (msg.type() === 'error' && !refusal) errors.push(msg.text());
+  });
+  page.on('pageerror', (err) => errors.push(String(err)));
+  return errors;
+}

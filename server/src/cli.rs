@@ -1,0 +1,198 @@
+//! Command line and configuration: every flag can also be set as a `BERTH_...` variable.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_domain::fleet::FleetSpec;
+use berth_platform::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
+use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
+use berth_platform::{Platform, store};
+use clap::{Parser, Subcommand, ValueEnum};
+
+#[derive(Debug, Parser)]
+#[command(name = "berth", version, about = "Berth: a self-service GPU cloud portal")]
+pub struct Cli {
+    /// Log filter, e.g. `info` or `berth=debug,tower_http=info`.
+    #[arg(long, env = "BERTH_LOG", default_value = "info", global = true)]
+    pub log_level: String,
+    /// Log format: human-readable text or one JSON object per line.
+    #[arg(long, env = "BERTH_LOG_FORMAT", value_enum, default_value = "text", global = true)]
+    pub log_format: LogFormat,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendKind {
+    /// An in-process fleet with realistic delays (and faults on request).
+    Simulated,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the portal, the JSON endpoints and the reconciler.
+    Serve(ServeArgs),
+    /// Apply database migrations and exit.
+    Migrate(DatabaseArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct DatabaseArgs {
+    /// SQLite database URL; the file and its folder are created when missing.
+    #[arg(long, env = "BERTH_DATABASE", default_value = "sqlite://data/berth.db")]
+    pub database: String,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub db: DatabaseArgs,
+    /// Address to listen on.
+    #[arg(long, env = "BERTH_LISTEN", default_value = "127.0.0.1:3000")]
+    pub listen: SocketAddr,
+    /// Where GPUs come from.
+    #[arg(long, env = "BERTH_BACKEND", value_enum, default_value = "simulated")]
+    pub backend: BackendKind,
+    /// The fleet description (sites, nodes, GPUs).
+    #[arg(long, env = "BERTH_FLEET", default_value = "config/fleet.toml")]
+    pub fleet: PathBuf,
+    /// Folder with the built browser assets (`pkg/berth.js`, `pkg/berth.css`, ...).
+    #[arg(long, env = "BERTH_SITE_ROOT", default_value = "target/site")]
+    pub site_root: String,
+    /// Seed demo environments at first start.
+    #[arg(long, env = "BERTH_DEMO", default_value_t = false)]
+    pub demo: bool,
+    /// Simulated backend: multiplies its step delays (1 realistic, 0 instant).
+    #[arg(long, env = "BERTH_SIM_SPEED", default_value_t = 1.0)]
+    pub sim_speed: f64,
+    /// Simulated backend: injected faults, e.g. `start_workload=fail@0.2,pull_image=hang`.
+    #[arg(long, env = "BERTH_SIM_FAULTS", value_delimiter = ',')]
+    pub sim_faults: Vec<FaultRule>,
+    /// A provisioning step that runs longer than this many seconds has failed.
+    #[arg(long, env = "BERTH_STEP_TIMEOUT", default_value_t = 120)]
+    pub step_timeout: u64,
+}
+
+pub fn init_logging(cli: &Cli) {
+    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_target(false).with_ansi(ansi);
+    match cli.log_format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+pub async fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Migrate(args) => {
+            open_database(&args.database).await?;
+            tracing::info!(database = %args.database, "migrations applied");
+            Ok(())
+        }
+        Command::Serve(args) => serve(args).await,
+    }
+}
+
+async fn open_database(url: &str) -> Result<sqlx::SqlitePool, String> {
+    let pool = store::connect(url).await.map_err(|e| format!("cannot open database {url}: {e}"))?;
+    store::migrate(&pool).await.map_err(|e| format!("cannot migrate database {url}: {e}"))?;
+    Ok(pool)
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    let fleet_text = std::fs::read_to_string(&args.fleet)
+        .map_err(|e| format!("cannot read the fleet description {}: {e}", args.fleet.display()))?;
+    let fleet = FleetSpec::parse(&fleet_text).map_err(|e| format!("{}: {e}", args.fleet.display()))?;
+    let pool = open_database(&args.db.database).await?;
+    let platform = Platform::new(pool.clone());
+    platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
+    let admin = platform.bootstrap_admin().await.map_err(|e| format!("cannot create the administrator: {e}"))?;
+    if args.demo {
+        platform.seed_demo().await.map_err(|e| format!("cannot seed demo data: {e}"))?;
+    }
+
+    let backend = match args.backend {
+        BackendKind::Simulated => {
+            Arc::new(Simulated::new(SimulatedConfig { speed: args.sim_speed.max(0.0), faults: args.sim_faults.clone() }))
+        }
+    };
+    let reconciler = Reconciler::new(
+        platform.clone(),
+        backend,
+        ReconcilerConfig { step_timeout: Duration::from_secs(args.step_timeout), ..ReconcilerConfig::default() },
+    );
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut reconciler_stop = stop_rx.clone();
+    let reconciler_task = tokio::spawn(reconciler.run(async move {
+        let _ = reconciler_stop.wait_for(|stop| *stop).await;
+    }));
+
+    let router = crate::http::router(platform, pool, &args).await?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    tracing::info!(listen = %args.listen, gpus = fleet.gpu_count(), nodes = fleet.nodes.len(), "berth is serving");
+    print_welcome(&args, admin.as_ref());
+
+    tokio::spawn(shutdown_signal(stop_tx));
+    let mut server_stop = stop_rx;
+    axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
+        .with_graceful_shutdown(async move {
+            let _ = server_stop.wait_for(|stop| *stop).await;
+        })
+        .await
+        .map_err(|e| format!("server error: {e}"))?;
+    let _ = reconciler_task.await;
+    Ok(())
+}
+
+/// Waits for Ctrl-C or SIGTERM, then tells every task to stop.
+async fn shutdown_signal(stop: tokio::sync::watch::Sender<bool>) {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            s.recv().await;
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+    tracing::info!("shutting down");
+    let _ = stop.send(true);
+}
+
+#[allow(clippy::print_stdout)]
+fn print_welcome(args: &ServeArgs, admin: Option<&berth_platform::accounts::BootstrapAdmin>) {
+    let url = format!("http://{}", args.listen);
+    println!();
+    println!("  Berth is running at {url}");
+    println!("  Database: {}   Fleet: {}", args.db.database, args.fleet.display());
+    match admin {
+        Some(admin) => {
+            println!("  First start: sign in at {url}/login as {}", admin.email);
+            println!("  One-time password: {}", admin.password);
+            println!("  (shown only now; Berth keeps only its argon2id hash)");
+        }
+        None => println!(
+            "  Sign in at {url}/login as {} with the password printed at first start",
+            berth_platform::accounts::ADMIN_EMAIL
+        ),
+    }
+    println!();
+}

@@ -1,0 +1,136 @@
+//! The HTTP router: Leptos pages and server functions, health and metrics endpoints, the
+//! session layer, request ids and request logging.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{FromRef, MatchedPath, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use berth_app::{App, shell};
+use berth_platform::{Platform, store};
+use http::{HeaderName, HeaderValue, StatusCode, header};
+use leptos::prelude::*;
+use leptos_axum::{LeptosRoutes, generate_route_list};
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::trace::TraceLayer;
+use tower_sessions::cookie::SameSite;
+use tower_sessions::{Expiry, SessionManagerLayer};
+use tower_sessions_sqlx_store::SqliteStore;
+
+use crate::cli::ServeArgs;
+use crate::metrics::HttpMetrics;
+
+#[derive(Clone, FromRef)]
+pub struct AppState {
+    pub leptos_options: LeptosOptions,
+    pub platform: Platform,
+    pub metrics: Arc<HttpMetrics>,
+}
+
+pub async fn router(platform: Platform, pool: sqlx::SqlitePool, args: &ServeArgs) -> Result<Router, String> {
+    let leptos_options = LeptosOptions::builder()
+        .output_name("berth")
+        .site_root(args.site_root.as_str())
+        .site_pkg_dir("pkg")
+        .site_addr(args.listen)
+        .env(leptos_config::Env::PROD)
+        .build();
+    let state = AppState { leptos_options, platform: platform.clone(), metrics: Arc::new(HttpMetrics::default()) };
+
+    let sessions = SqliteStore::new(pool);
+    sessions.migrate().await.map_err(|e| format!("cannot prepare the session table: {e}"))?;
+    let session_layer = SessionManagerLayer::new(sessions)
+        .with_name("berth_session")
+        .with_http_only(true)
+        .with_same_site(SameSite::Lax)
+        .with_secure(!args.listen.ip().is_loopback())
+        .with_expiry(Expiry::OnInactivity(tower_sessions::cookie::time::Duration::hours(12)));
+
+    let routes = generate_route_list(App);
+    let context_platform = platform.clone();
+    let router = Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .leptos_routes_with_context(
+            &state,
+            routes,
+            move || provide_context(context_platform.clone()),
+            {
+                let options = state.leptos_options.clone();
+                move || shell(options.clone())
+            },
+        )
+        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
+        .layer(session_layer)
+        .layer(middleware::from_fn_with_state(state.clone(), record_metrics))
+        .layer(security_headers())
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &Request| {
+                let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+                tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
+            }),
+        )
+        .layer(PropagateRequestIdLayer::x_request_id())
+        .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+        .with_state(state);
+    Ok(router)
+}
+
+fn security_headers() -> tower::layer::util::Stack<
+    SetResponseHeaderLayer<HeaderValue>,
+    tower::layer::util::Stack<SetResponseHeaderLayer<HeaderValue>, SetResponseHeaderLayer<HeaderValue>>,
+> {
+    let nosniff = SetResponseHeaderLayer::if_not_present(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    let referrer =
+        SetResponseHeaderLayer::if_not_present(header::REFERRER_POLICY, HeaderValue::from_static("strict-origin-when-cross-origin"));
+    let frames = SetResponseHeaderLayer::if_not_present(HeaderName::from_static("x-frame-options"), HeaderValue::from_static("DENY"));
+    tower::layer::util::Stack::new(nosniff, tower::layer::util::Stack::new(referrer, frames))
+}
+
+async fn record_metrics(State(metrics): State<Arc<HttpMetrics>>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let method = request.method().to_string();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| if request.uri().path().starts_with("/pkg/") { "/pkg/*".into() } else { "unmatched".into() });
+    let response = next.run(request).await;
+    metrics.observe(&method, &route, response.status().as_u16(), started.elapsed());
+    response
+}
+
+/// The process is up.
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// The process can do its work: the database answers.
+async fn readyz(State(platform): State<Platform>) -> Response {
+    match store::ping(platform.db()).await {
+        Ok(()) => "ready".into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "readiness check failed");
+            (StatusCode::SERVICE_UNAVAILABLE, "database unavailable").into_response()
+        }
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    match state.platform.environments_by_state().await {
+        Ok(states) => (
+            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+            state.metrics.render(&states),
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "metrics query failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "metrics unavailable").into_response()
+        }
+    }
+}
