@@ -17,7 +17,7 @@ BERTH := $(CARGO_TARGET_DIR)/debug/berth
 WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p;}' Cargo.lock)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test build tools rust-tools node-tools browser site server unit e2e lint fmt clean
+.PHONY: run test build tools rust-tools node-tools browser site server unit e2e lint fmt clean bench
 
 ## run: install what is missing, build, and start Berth on http://127.0.0.1:3000
 run: build
@@ -37,9 +37,11 @@ rust-tools:
 		cargo install wasm-bindgen-cli --version "$(WASM_BINDGEN_VERSION)" --force; \
 	fi
 
+# `npm install`, not `npm ci`: npm 11's `ci` rejects the lock file over the other platforms'
+# optional Tailwind binaries. The versions are pinned exactly in package.json and the lock.
 node-tools:
-	@if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then \
-		npm ci --no-audit --no-fund; \
+	@if [ ! -f node_modules/.package-lock.json ] || [ package.json -nt node_modules/.package-lock.json ]; then \
+		npm install --no-audit --no-fund; \
 	fi
 
 # Debian's Chromium for the end-to-end tests (test tools that download a browser fail here).
@@ -80,3 +82,8 @@ fmt:
 
 clean:
 	rm -rf $(SITE)
+
+## bench: the load benchmark in BENCHMARKS.md (needs wrk: apt-get install wrk)
+bench: build
+	@command -v wrk >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq wrk; }
+	BERTH_BIN=$(BERTH) bench/load.sh

@@ -52,7 +52,7 @@ test('launching asks for a sign-in and comes back to the form', async () => {
   await page.getByLabel('Password').fill(berth.adminPassword());
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.waitForURL(/\/launch\/notebook\?size=h100-1g.10gb/);
-  await page.getByRole('heading', { name: 'Launch a jupyter notebook' }).waitFor();
+  await page.getByRole('heading', { name: 'Launch a Jupyter notebook' }).waitFor();
   assert.equal(await page.getByLabel('H100 slice 1g.10gb').isChecked(), true);
 });
 

@@ -62,7 +62,7 @@ fn OfferingCard(offering: Offering) -> impl IntoView {
             <div class="mt-auto flex items-center justify-between p-5">
                 <span class="text-xs text-slate-500">"Up to " {offering.max_hours()} " hours per booking"</span>
                 <a href=launch class="rounded-lg bg-indigo-600 px-3 py-1.5 text-sm font-semibold text-white hover:bg-indigo-500">
-                    "Launch " {offering.title().to_lowercase()}
+                    "Launch " {offering.title()}
                 </a>
             </div>
         </section>

@@ -37,10 +37,10 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>) -> impl IntoView 
     let chosen = chosen_size.filter(|id| offering.size(id).is_some()).unwrap_or_else(|| sizes[0].id.to_owned());
     let max_hours = offering.max_hours();
     view! {
-        <Title text=format!("Launch {}", offering.title())/>
+        <Title text=format!("Launch {}", with_article(offering))/>
         <div class="mx-auto max-w-2xl">
             <a href="/catalog" class="text-sm text-indigo-600 hover:text-indigo-500">"← Catalog"</a>
-            <h1 class="mt-2 text-2xl font-bold tracking-tight text-slate-900">"Launch a " {offering.title().to_lowercase()}</h1>
+            <h1 class="mt-2 text-2xl font-bold tracking-tight text-slate-900">"Launch " {with_article(offering)}</h1>
             <p class="mt-1 text-slate-600">{offering.summary()}</p>
             <div class="mt-6 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
                 <ActionForm action=launch>
@@ -99,6 +99,16 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>) -> impl IntoView 
                 </ActionForm>
             </div>
         </div>
+    }
+}
+
+/// "a Jupyter notebook", "an inference endpoint", ...
+fn with_article(offering: Offering) -> &'static str {
+    match offering {
+        Offering::Notebook => "a Jupyter notebook",
+        Offering::TrainingJob => "a training job",
+        Offering::InferenceEndpoint => "an inference endpoint",
+        Offering::DedicatedCluster => "a dedicated cluster",
     }
 }
 

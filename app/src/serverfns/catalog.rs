@@ -4,7 +4,7 @@ use crate::error::AppError;
 use crate::model::ModelCapacity;
 
 /// GPUs per model and how many are idle right now; public, like the catalog.
-#[server]
+#[server(endpoint = "fleet_capacity")]
 pub async fn fleet_capacity() -> Result<Vec<ModelCapacity>, AppError> {
     use super::ssr;
     let meta = ssr::request_meta().await;

@@ -5,7 +5,7 @@ use crate::error::AppError;
 use crate::model::{EnvironmentSummary, EnvironmentView};
 
 /// Launches an environment and sends the browser to its page.
-#[server]
+#[server(endpoint = "launch")]
 pub async fn launch(request: LaunchRequest) -> Result<String, AppError> {
     let (platform, caller) = super::ssr::caller().await?;
     let env = platform.launch(&caller, &request).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
@@ -13,7 +13,7 @@ pub async fn launch(request: LaunchRequest) -> Result<String, AppError> {
     Ok(env.id)
 }
 
-#[server]
+#[server(endpoint = "my_environments")]
 pub async fn my_environments() -> Result<Vec<EnvironmentSummary>, AppError> {
     let (platform, caller) = super::ssr::caller().await?;
     let envs = platform.environments_of_owner(&caller).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
@@ -21,14 +21,14 @@ pub async fn my_environments() -> Result<Vec<EnvironmentSummary>, AppError> {
     Ok(envs.iter().map(|e| views::summary(e, now)).collect())
 }
 
-#[server]
+#[server(endpoint = "environment")]
 pub async fn environment(id: String) -> Result<EnvironmentView, AppError> {
     let (platform, caller) = super::ssr::caller().await?;
     let detail = platform.environment_detail(&caller, &id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     Ok(views::environment(&detail, berth_platform::now_ms()))
 }
 
-#[server]
+#[server(endpoint = "stop_environment")]
 pub async fn stop_environment(id: String) -> Result<(), AppError> {
     let (platform, caller) = super::ssr::caller().await?;
     platform.stop(&caller, &id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;

@@ -4,7 +4,7 @@ use crate::error::AppError;
 use crate::model::SessionUser;
 
 /// Who is signed in, if anyone.
-#[server]
+#[server(endpoint = "current_user")]
 pub async fn current_user() -> Result<Option<SessionUser>, AppError> {
     use super::ssr;
     let meta = ssr::request_meta().await;
@@ -19,7 +19,7 @@ pub async fn current_user() -> Result<Option<SessionUser>, AppError> {
 
 /// Password sign-in for local accounts. On success the session id is renewed and the
 /// browser goes to `next` (only paths on this site are followed).
-#[server]
+#[server(endpoint = "sign_in")]
 pub async fn sign_in(email: String, password: String, next: Option<String>) -> Result<(), AppError> {
     use super::ssr;
     let meta = ssr::request_meta().await;
@@ -39,7 +39,7 @@ pub async fn sign_in(email: String, password: String, next: Option<String>) -> R
 }
 
 /// Ends the session on the server, then goes to the catalog.
-#[server]
+#[server(endpoint = "sign_out")]
 pub async fn sign_out() -> Result<(), AppError> {
     use super::ssr;
     let meta = ssr::request_meta().await;
