@@ -46,7 +46,18 @@ impl AppError {
             E::Unauthenticated | E::BadCredentials => StatusCode::UNAUTHORIZED,
             E::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
-        if let Some(response) = leptos::prelude::use_context::<leptos_axum::ResponseOptions>() {
+        // A plain form post (no WASM yet) must keep the redirect back to its page, which
+        // carries the error for the form to show.
+        let plain_form_post = leptos::prelude::use_context::<http::request::Parts>().is_some_and(|parts| {
+            parts
+                .headers
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("text/html"))
+        });
+        if let Some(response) =
+            leptos::prelude::use_context::<leptos_axum::ResponseOptions>().filter(|_| !plain_form_post)
+        {
             response.set_status(status);
         }
         match error {

@@ -3,7 +3,7 @@
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
 use leptos_router::components::{Route, Router, Routes};
-use leptos_router::path;
+use leptos_router::{SsrMode, path};
 
 use crate::components::{Auth, NavBar};
 use crate::pages::{CatalogPage, EnvironmentPage, EnvironmentsPage, LaunchPage, LoginPage, NotFound};
@@ -30,27 +30,37 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
-    Auth::provide();
     view! {
         <Stylesheet id="berth" href="/pkg/berth.css"/>
         <Title formatter=|page: String| if page.is_empty() { "Berth".to_owned() } else { format!("{page} · Berth") }/>
         <Router>
+            <Frame/>
+        </Router>
+    }
+}
+
+/// Everything inside the router. Pages render whole on the server (`SsrMode::Async`):
+/// streamed Suspense fragments need JavaScript to be put in place, and every page must
+/// work before the WASM loads.
+#[component]
+fn Frame() -> impl IntoView {
+    Auth::provide();
+    view! {
             <div class="flex min-h-full flex-col">
                 <NavBar/>
                 <main class="mx-auto w-full max-w-6xl flex-1 px-4 py-8">
                     <Routes fallback=NotFound>
-                        <Route path=path!("/") view=CatalogPage/>
-                        <Route path=path!("/catalog") view=CatalogPage/>
-                        <Route path=path!("/launch/:offering") view=LaunchPage/>
-                        <Route path=path!("/environments") view=EnvironmentsPage/>
-                        <Route path=path!("/environments/:id") view=EnvironmentPage/>
-                        <Route path=path!("/login") view=LoginPage/>
+                        <Route path=path!("/") view=CatalogPage ssr=SsrMode::Async/>
+                        <Route path=path!("/catalog") view=CatalogPage ssr=SsrMode::Async/>
+                        <Route path=path!("/launch/:offering") view=LaunchPage ssr=SsrMode::Async/>
+                        <Route path=path!("/environments") view=EnvironmentsPage ssr=SsrMode::Async/>
+                        <Route path=path!("/environments/:id") view=EnvironmentPage ssr=SsrMode::Async/>
+                        <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async/>
                     </Routes>
                 </main>
                 <footer class="border-t border-slate-200 py-4 text-center text-xs text-slate-500">
                     "Berth · self-service GPU cloud"
                 </footer>
             </div>
-        </Router>
     }
 }

@@ -10,8 +10,10 @@ pub const DEMO_EMAIL: &str = "dana.demo@berth.local";
 impl Platform {
     /// Seeds the demo once; does nothing when the demo user already exists.
     pub async fn seed_demo(&self) -> Result<(), Error> {
-        let exists: i64 =
-            sqlx::query_scalar("SELECT count(*) FROM users WHERE email = ?").bind(DEMO_EMAIL).fetch_one(&self.db).await?;
+        let exists: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE email = ?")
+            .bind(DEMO_EMAIL)
+            .fetch_one(&self.db)
+            .await?;
         if exists > 0 {
             return Ok(());
         }
@@ -23,7 +25,8 @@ impl Platform {
         .bind(crate::now_ms())
         .fetch_one(&self.db)
         .await?;
-        let dana = Caller { user_id, is_admin: false, meta: RequestMeta { request_id: "demo-seed".into(), source: None } };
+        let dana =
+            Caller { user_id, is_admin: false, meta: RequestMeta { request_id: "demo-seed".into(), source: None } };
         let launches = [
             ("notebook", "h100-3g.40gb", "llm-finetune-nb", "", ""),
             ("inference", "l40s-1", "sd-xl-endpoint", "ghcr.io/acme/sdxl-server:2.1", ""),

@@ -122,9 +122,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }
 
     let backend = match args.backend {
-        BackendKind::Simulated => {
-            Arc::new(Simulated::new(SimulatedConfig { speed: args.sim_speed.max(0.0), faults: args.sim_faults.clone() }))
-        }
+        BackendKind::Simulated => Arc::new(Simulated::new(SimulatedConfig {
+            speed: args.sim_speed.max(0.0),
+            faults: args.sim_faults.clone(),
+        })),
     };
     let reconciler = Reconciler::new(
         platform.clone(),

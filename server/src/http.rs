@@ -56,25 +56,18 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, args: &ServeArgs
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
-        .leptos_routes_with_context(
-            &state,
-            routes,
-            move || provide_context(context_platform.clone()),
-            {
-                let options = state.leptos_options.clone();
-                move || shell(options.clone())
-            },
-        )
+        .leptos_routes_with_context(&state, routes, move || provide_context(context_platform.clone()), {
+            let options = state.leptos_options.clone();
+            move || shell(options.clone())
+        })
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
         .layer(session_layer)
         .layer(middleware::from_fn_with_state(state.clone(), record_metrics))
         .layer(security_headers())
-        .layer(
-            TraceLayer::new_for_http().make_span_with(|request: &Request| {
-                let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
-                tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
-            }),
-        )
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
+            let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+            tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
+        }))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
         .with_state(state);
@@ -85,21 +78,25 @@ fn security_headers() -> tower::layer::util::Stack<
     SetResponseHeaderLayer<HeaderValue>,
     tower::layer::util::Stack<SetResponseHeaderLayer<HeaderValue>, SetResponseHeaderLayer<HeaderValue>>,
 > {
-    let nosniff = SetResponseHeaderLayer::if_not_present(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    let referrer =
-        SetResponseHeaderLayer::if_not_present(header::REFERRER_POLICY, HeaderValue::from_static("strict-origin-when-cross-origin"));
-    let frames = SetResponseHeaderLayer::if_not_present(HeaderName::from_static("x-frame-options"), HeaderValue::from_static("DENY"));
+    let nosniff =
+        SetResponseHeaderLayer::if_not_present(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    let referrer = SetResponseHeaderLayer::if_not_present(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("strict-origin-when-cross-origin"),
+    );
+    let frames = SetResponseHeaderLayer::if_not_present(
+        HeaderName::from_static("x-frame-options"),
+        HeaderValue::from_static("DENY"),
+    );
     tower::layer::util::Stack::new(nosniff, tower::layer::util::Stack::new(referrer, frames))
 }
 
 async fn record_metrics(State(metrics): State<Arc<HttpMetrics>>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().to_string();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| if request.uri().path().starts_with("/pkg/") { "/pkg/*".into() } else { "unmatched".into() });
+    let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| {
+        if request.uri().path().starts_with("/pkg/") { "/pkg/*".into() } else { "unmatched".into() }
+    });
     let response = next.run(request).await;
     metrics.observe(&method, &route, response.status().as_u16(), started.elapsed());
     response
@@ -123,11 +120,10 @@ async fn readyz(State(platform): State<Platform>) -> Response {
 
 async fn metrics(State(state): State<AppState>) -> Response {
     match state.platform.environments_by_state().await {
-        Ok(states) => (
-            [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            state.metrics.render(&states),
-        )
-            .into_response(),
+        Ok(states) => {
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render(&states))
+                .into_response()
+        }
         Err(e) => {
             tracing::error!(error = %e, "metrics query failed");
             (StatusCode::INTERNAL_SERVER_ERROR, "metrics unavailable").into_response()

@@ -42,9 +42,16 @@ impl HttpMetrics {
     pub fn render(&self, environments: &[(EnvState, i64)]) -> String {
         let mut out = String::new();
         let series = self.series.lock().unwrap_or_else(|p| p.into_inner());
-        out.push_str("# HELP berth_http_requests_total HTTP requests answered.\n# TYPE berth_http_requests_total counter\n");
+        out.push_str(
+            "# HELP berth_http_requests_total HTTP requests answered.\n# TYPE berth_http_requests_total counter\n",
+        );
         for ((method, route, status), s) in series.iter() {
-            let _ = writeln!(out, "berth_http_requests_total{{method=\"{method}\",route=\"{}\",status=\"{status}\"}} {}", escape(route), s.count);
+            let _ = writeln!(
+                out,
+                "berth_http_requests_total{{method=\"{method}\",route=\"{}\",status=\"{status}\"}} {}",
+                escape(route),
+                s.count
+            );
         }
         out.push_str(
             "# HELP berth_http_request_duration_seconds Time to answer HTTP requests.\n# TYPE berth_http_request_duration_seconds histogram\n",

@@ -14,19 +14,32 @@ use crate::serverfns::{SignIn, SignOut, current_user};
 /// The session as the UI knows it, refreshed after every sign-in and sign-out.
 #[derive(Clone, Copy)]
 pub struct Auth {
-    pub sign_in: ServerAction<SignIn>,
     pub sign_out: ServerAction<SignOut>,
     pub user: Resource<Result<Option<SessionUser>, AppError>>,
+    /// Bumped by the sign-in page after a sign-in, to re-read the user.
+    signed_in: RwSignal<u64>,
 }
 
 impl Auth {
     pub fn provide() -> Auth {
-        let sign_in = ServerAction::<SignIn>::new();
         let sign_out = ServerAction::<SignOut>::new();
-        let user = Resource::new(move || (sign_in.version().get(), sign_out.version().get()), |_| current_user());
-        let auth = Auth { sign_in, sign_out, user };
+        let signed_in = RwSignal::new(0);
+        let user = Resource::new(move || (signed_in.get(), sign_out.version().get()), |_| current_user());
+        let auth = Auth { sign_out, user, signed_in };
         provide_context(auth);
         auth
+    }
+
+    /// The sign-in action lives on the sign-in page, inside the routes: only there does
+    /// the router hand back its error after a plain (pre-WASM) form post.
+    pub fn sign_in_action(self) -> ServerAction<SignIn> {
+        let sign_in = ServerAction::<SignIn>::new();
+        Effect::new(move |_| {
+            if sign_in.version().get() > 0 {
+                self.signed_in.update(|n| *n += 1);
+            }
+        });
+        sign_in
     }
 
     pub fn get() -> Option<Auth> {

@@ -56,7 +56,13 @@ fn EnvironmentBody(view: EnvironmentView, stop: ServerAction<StopEnvironment>) -
                     <h1 class="text-2xl font-bold tracking-tight text-slate-900">{s.name.clone()}</h1>
                     <StateBadge state=s.state.clone() label=s.state_label.clone()/>
                 </div>
-                <p class="mt-1 text-sm text-slate-600">{s.offering.clone()} " · " {s.size.clone()} " · " {s.price.clone()} " · " {s.window.clone()}</p>
+                <p class="mt-1 text-sm text-slate-600">
+                    {s.offering.clone()} " · " {s.size.clone()} " · " {s.price.clone()} " · " {s.window.clone()}
+                    // The page updates itself once the WASM runs; before that, a plain link does.
+                    {(!s.finished).then(|| view! {
+                        " · " <a href=format!("/environments/{}", s.id) class="text-indigo-600 hover:text-indigo-500">"Refresh"</a>
+                    })}
+                </p>
             </div>
             {s.stoppable.then(|| view! {
                 <ActionForm action=stop>

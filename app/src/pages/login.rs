@@ -9,13 +9,14 @@ pub fn LoginPage() -> impl IntoView {
     let query = use_query_map();
     let next = move || query.read().get("next").unwrap_or_else(|| "/environments".to_owned());
     let Some(auth) = Auth::get() else { return ().into_any() };
-    let result = auth.sign_in.value();
+    let sign_in = auth.sign_in_action();
+    let result = sign_in.value();
     view! {
         <Title text="Sign in"/>
         <div class="mx-auto mt-8 max-w-sm">
             <h1 class="text-center text-2xl font-bold tracking-tight text-slate-900">"Sign in to Berth"</h1>
             <div class="mt-8 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
-                <ActionForm action=auth.sign_in>
+                <ActionForm action=sign_in>
                     <input type="hidden" name="next" value=next/>
                     <div class="space-y-4">
                         <div>
@@ -29,7 +30,7 @@ pub fn LoginPage() -> impl IntoView {
                                 class="mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500"/>
                         </div>
                         {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
-                        <button type="submit" disabled=move || auth.sign_in.pending().get()
+                        <button type="submit" disabled=move || sign_in.pending().get()
                             class="w-full rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500 disabled:opacity-60">
                             "Sign in"
                         </button>

@@ -8,7 +8,8 @@ use crate::model::{EnvironmentSummary, EnvironmentView};
 #[server(endpoint = "launch")]
 pub async fn launch(request: LaunchRequest) -> Result<String, AppError> {
     let (platform, caller) = super::ssr::caller().await?;
-    let env = platform.launch(&caller, &request).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    let env =
+        platform.launch(&caller, &request).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     leptos_axum::redirect(&format!("/environments/{}", env.id));
     Ok(env.id)
 }
@@ -16,7 +17,10 @@ pub async fn launch(request: LaunchRequest) -> Result<String, AppError> {
 #[server(endpoint = "my_environments")]
 pub async fn my_environments() -> Result<Vec<EnvironmentSummary>, AppError> {
     let (platform, caller) = super::ssr::caller().await?;
-    let envs = platform.environments_of_owner(&caller).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    let envs = platform
+        .environments_of_owner(&caller)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     let now = berth_platform::now_ms();
     Ok(envs.iter().map(|e| views::summary(e, now)).collect())
 }
@@ -24,7 +28,10 @@ pub async fn my_environments() -> Result<Vec<EnvironmentSummary>, AppError> {
 #[server(endpoint = "environment")]
 pub async fn environment(id: String) -> Result<EnvironmentView, AppError> {
     let (platform, caller) = super::ssr::caller().await?;
-    let detail = platform.environment_detail(&caller, &id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    let detail = platform
+        .environment_detail(&caller, &id)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     Ok(views::environment(&detail, berth_platform::now_ms()))
 }
 

@@ -21,11 +21,7 @@ pub(crate) mod ssr {
     /// Where the request came from: the id the server gave it, and the peer address.
     pub async fn request_meta() -> RequestMeta {
         let headers: http::HeaderMap = leptos_axum::extract().await.unwrap_or_default();
-        let request_id = headers
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("unknown")
-            .to_owned();
+        let request_id = headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("unknown").to_owned();
         let peer: Option<axum::extract::ConnectInfo<std::net::SocketAddr>> = leptos_axum::extract().await.ok();
         RequestMeta { request_id, source: peer.map(|p| p.0.ip().to_string()) }
     }

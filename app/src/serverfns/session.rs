@@ -11,7 +11,9 @@ pub async fn current_user() -> Result<Option<SessionUser>, AppError> {
     let platform = ssr::platform(&meta)?;
     let Some(id) = ssr::signed_in_user_id(&meta).await? else { return Ok(None) };
     match platform.user(id).await {
-        Ok(user) => Ok(Some(SessionUser { is_admin: user.is_admin(), email: user.email, display_name: user.display_name })),
+        Ok(user) => {
+            Ok(Some(SessionUser { is_admin: user.is_admin(), email: user.email, display_name: user.display_name }))
+        }
         Err(berth_platform::Error::NotFound) => Ok(None),
         Err(e) => Err(AppError::from_platform(e, &meta.request_id)),
     }
@@ -24,7 +26,8 @@ pub async fn sign_in(email: String, password: String, next: Option<String>) -> R
     use super::ssr;
     let meta = ssr::request_meta().await;
     let platform = ssr::platform(&meta)?;
-    let user = platform.sign_in(&email, &password, &meta).await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
+    let user =
+        platform.sign_in(&email, &password, &meta).await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
     let session = ssr::session(&meta).await?;
     let stored = async {
         session.cycle_id().await?;

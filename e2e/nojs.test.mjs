@@ -1,0 +1,59 @@
+// Every form works before (or without) the WASM: the same journey with JavaScript off.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { Berth, browser } from './harness.mjs';
+
+let berth, chrome, page;
+
+before(async () => {
+  berth = await Berth.start();
+  chrome = await browser();
+  const context = await chrome.newContext({ javaScriptEnabled: false });
+  page = await context.newPage();
+});
+
+after(async () => {
+  await chrome?.close();
+  await berth?.kill();
+});
+
+test('sign in, a refused launch, a launch and a stop, all without JavaScript', async () => {
+  await page.goto(`${berth.url}/login?next=/launch/inference`);
+  await page.getByLabel('Email').fill('admin@berth.local');
+  await page.getByLabel('Password').fill('wrong');
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.getByRole('alert').getByText('The email or password is not right').waitFor();
+
+  // A plain form post reloads the page, so the fields start empty again.
+  await page.getByLabel('Email').fill('admin@berth.local');
+  await page.getByLabel('Password').fill(berth.adminPassword());
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL(/\/launch\/inference$/);
+
+  await page.getByLabel('Name').fill('plain-html');
+  await page.getByLabel('Container image').fill('https://not/an/image');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.getByRole('alert').getByText('is a reference like ghcr.io/org/model:tag, not a URL').waitFor();
+
+  await page.getByLabel('Name').fill('plain-html');
+  await page.getByLabel('1 x L40S 48GB').check();
+  await page.getByLabel('Duration (hours)').fill('3');
+  await page.getByLabel('Container image').fill('ghcr.io/acme/server:1');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
+  // No polling without WASM: the page's own Refresh link shows the progress.
+  await untilState('ready');
+  assert.match(await page.locator('[data-connection-url]').innerText(), /^https:\/\/plain-html-/);
+
+  await page.getByRole('button', { name: 'Stop and release' }).click();
+  await untilState('released');
+});
+
+async function untilState(state) {
+  for (let i = 0; i < 60; i++) {
+    if (await page.locator(`[data-state="${state}"]`).count()) return;
+    await new Promise((r) => setTimeout(r, 500));
+    await page.getByRole('link', { name: 'Refresh' }).click();
+  }
+  throw new Error(`never reached ${state}`);
+}
