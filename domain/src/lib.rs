@@ -5,6 +5,7 @@
 //! - [`catalog`]: what users can launch, in which sizes, at what price.
 //! - [`fleet`]: the fleet description file an operator writes.
 //! - [`placement`]: choosing concrete GPUs and MIG slices for a size.
+//! - [`sharing`]: fractional and whole GPU sharing on nodes with CPU and memory, its policies, and the openb replay.
 //! - [`launch`]: validating a launch request before anything is written.
 //! - [`lifecycle`]: the environment state machine and its step plans.
 
@@ -15,6 +16,7 @@ pub mod launch;
 pub mod lifecycle;
 pub mod mig;
 pub mod placement;
+pub mod sharing;
 mod refusal;
 
 pub use refusal::Refusal;
