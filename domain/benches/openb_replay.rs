@@ -134,8 +134,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     println!("MIG fragmentation: the same workloads on {} H100-80GB GPUs (same nodes), shares", capacity / 1000);
     println!("rounded up to 1g/2g/3g/4g/7g; compute slices at 100% arrival (in slices), {seeds} seeds");
     println!(
-        "{:<12} {:>10} {:>9} {:>10} {:>10} {:>13} {:>9} {:>8}",
-        "policy", "allocated", "alloc %", "stranded", "free", "skipped@100%", "at end", "time"
+        "{:<12} {:>10} {:>9} {:>9} {:>10} {:>12} {:>13} {:>9} {:>8}",
+        "policy", "allocated", "alloc %", "stranded", "free", "free partial", "skipped@100%", "at end", "time"
     );
     let mig_demands: Vec<MigDemand> = trace.demands.iter().map(MigDemand::from_demand).collect();
     type MakeMig = fn() -> Box<dyn MigPolicy>;
@@ -159,18 +159,20 @@ fn main() -> Result<(), Box<dyn Error>> {
         let total = at_full.first().map(|u| u.0.total).unwrap_or(0) as f64;
         let allocated = mean(&|u| u.0.allocated as f64);
         println!(
-            "{:<12} {:>10.0} {:>8.2}% {:>10.0} {:>10.0} {:>13.0} {:>8.2}% {:>7.1}s",
+            "{:<12} {:>10.0} {:>8.2}% {:>9.1} {:>10.0} {:>12.0} {:>13.0} {:>8.2}% {:>7.1}s",
             name,
             allocated,
             100.0 * allocated / total,
             mean(&|u| u.0.stranded as f64),
             mean(&|u| (u.0.total - u.0.allocated) as f64),
+            mean(&|u| u.0.free_on_partitioned as f64),
             mean(&|u| u.1 as f64),
             100.0 * at_end.iter().map(|u| u.allocated as f64).sum::<f64>() / n / total,
             elapsed.as_secs_f64()
         );
     }
-    println!("stranded: free compute slices no MIG instance could use, given their GPU's layout");
+    println!("stranded: free slices no MIG instance could use, given their GPU's layout; free partial: free");
+    println!("slices on GPUs that hold an instance; at end: allocation after the whole (130%) workload");
     Ok(())
 }
 

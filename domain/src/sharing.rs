@@ -504,6 +504,7 @@ impl Policy for BestFit {
 pub struct TaskMix {
     /// Kinds grouped by GPU ask, so that each group scans the GPUs once.
     groups: Vec<MixGroup>,
+    appetite: Appetite,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -513,11 +514,36 @@ struct MixGroup {
     kinds: Vec<(u32, f64)>,
 }
 
+/// What GPU tasks ask of CPU and memory per GPU milli, on average over a workload: how much
+/// CPU and memory a node must keep to put its free GPUs to use. Zero means no bound.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Appetite {
+    pub cpu_milli_per_gpu_milli: f64,
+    pub memory_mib_per_gpu_milli: f64,
+}
+
+impl Appetite {
+    /// Total CPU and memory over total GPU milli of the tasks that ask for GPUs.
+    pub fn of(demands: &[Demand]) -> Appetite {
+        let (mut cpu, mut memory, mut milli) = (0.0, 0.0, 0.0);
+        for d in demands.iter().filter(|d| d.gpu != GpuAsk::None) {
+            cpu += f64::from(d.cpu_milli);
+            memory += f64::from(d.memory_mib);
+            milli += f64::from(d.gpu.total_milli());
+        }
+        if milli == 0.0 {
+            return Appetite::default();
+        }
+        Appetite { cpu_milli_per_gpu_milli: cpu / milli, memory_mib_per_gpu_milli: memory / milli }
+    }
+}
+
 impl TaskMix {
     /// The most common kinds of task (CPU milli and GPU ask; memory is not part of a kind)
     /// that together make up at least `coverage` of `demands`, weighted by count and
     /// renormalised to sum to 1. Kinds are ranked by count, ties by (CPU, milli per GPU, GPU
-    /// count) descending, as the published simulator ranks its "typical pods".
+    /// count) descending, as the published simulator ranks its "typical pods". The appetite
+    /// is that of all of `demands`.
     pub fn typical(demands: &[Demand], coverage: f64) -> TaskMix {
         let mut counts: HashMap<(u32, GpuAsk), usize> = HashMap::new();
         for d in demands {
@@ -539,26 +565,38 @@ impl TaskMix {
             cumulative += entry.1;
             taken.push(entry);
         }
-        TaskMix::from_counts(taken.into_iter().map(|((cpu, gpu), count)| (cpu, gpu, count as f64)))
+        let mix = TaskMix::from_counts(taken.into_iter().map(|((cpu, gpu), count)| (cpu, gpu, count as f64)));
+        TaskMix { appetite: Appetite::of(demands), ..mix }
     }
 
-    /// A mix from explicit (CPU milli, GPU ask, weight) kinds; weights are renormalised.
+    /// A mix from explicit (CPU milli, GPU ask, weight) kinds; weights are renormalised. The
+    /// appetite is the kinds' CPU per GPU milli, with no memory bound.
     pub fn from_counts(kinds: impl IntoIterator<Item = (u32, GpuAsk, f64)>) -> TaskMix {
         let kinds: Vec<(u32, GpuAsk, f64)> = kinds.into_iter().filter(|k| k.2 > 0.0).collect();
         let total: f64 = kinds.iter().map(|k| k.2).sum();
+        let (mut cpu, mut milli) = (0.0, 0.0);
         let mut groups: Vec<MixGroup> = Vec::new();
-        for (cpu, gpu, weight) in kinds {
+        for (kind_cpu, gpu, weight) in kinds {
             let weight = weight / total;
+            if gpu != GpuAsk::None {
+                cpu += weight * f64::from(kind_cpu);
+                milli += weight * f64::from(gpu.total_milli());
+            }
             match groups.iter_mut().find(|g| g.gpu == gpu) {
-                Some(g) => g.kinds.push((cpu, weight)),
-                None => groups.push(MixGroup { gpu, kinds: vec![(cpu, weight)] }),
+                Some(g) => g.kinds.push((kind_cpu, weight)),
+                None => groups.push(MixGroup { gpu, kinds: vec![(kind_cpu, weight)] }),
             }
         }
         for g in &mut groups {
             g.kinds.sort_by_key(|k| k.0);
         }
         groups.sort_by_key(|g| g.gpu);
-        TaskMix { groups }
+        let cpu_milli_per_gpu_milli = if milli > 0.0 { cpu / milli } else { 0.0 };
+        TaskMix { groups, appetite: Appetite { cpu_milli_per_gpu_milli, memory_mib_per_gpu_milli: 0.0 } }
+    }
+
+    pub fn appetite(&self) -> Appetite {
+        self.appetite
     }
 
     /// Expected GPU milli on a node, with `cpu_free` CPU and GPUs `gpu_free`, that a task
@@ -589,6 +627,41 @@ impl TaskMix {
         }
         out
     }
+
+    /// Free GPU milli that the node's free CPU and memory cannot feed, at the mix's appetite:
+    /// however the next tasks are shaped, on average they run out of CPU or memory first.
+    pub fn unfed_gpu_milli(&self, cpu_free: u32, memory_free: u32, gpu_free_total: u32) -> f64 {
+        let mut fed = f64::INFINITY;
+        if self.appetite.cpu_milli_per_gpu_milli > 0.0 {
+            fed = fed.min(f64::from(cpu_free) / self.appetite.cpu_milli_per_gpu_milli);
+        }
+        if self.appetite.memory_mib_per_gpu_milli > 0.0 {
+            fed = fed.min(f64::from(memory_free) / self.appetite.memory_mib_per_gpu_milli);
+        }
+        (f64::from(gpu_free_total) - fed).max(0.0)
+    }
+}
+
+/// How a policy measures what a node's free GPUs are worth.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Measure {
+    /// FGD's: [`TaskMix::unusable_gpu_milli`].
+    Fgd,
+    /// Berth's: FGD's plus [`TaskMix::unfed_gpu_milli`].
+    FgdAndUnfed,
+}
+
+impl Measure {
+    fn of(self, mix: &TaskMix, cpu_free: u32, memory_free: u32, gpu_free: &[u16]) -> f64 {
+        let unusable = mix.unusable_gpu_milli(cpu_free, gpu_free);
+        match self {
+            Measure::Fgd => unusable,
+            Measure::FgdAndUnfed => {
+                let total: u32 = gpu_free.iter().map(|&f| u32::from(f)).sum();
+                unusable + mix.unfed_gpu_milli(cpu_free, memory_free, total)
+            }
+        }
+    }
 }
 
 /// What one node offers one kind of demand, remembered until the node changes.
@@ -597,21 +670,19 @@ struct Offer {
     version: u32,
     /// Higher is better.
     score: f64,
-    /// Breaks ties between equal scores; higher is better.
-    tie: f64,
     share_gpu: u8,
 }
 
-const NO_OFFER: Offer = Offer { version: u32::MAX, score: 0.0, tie: 0.0, share_gpu: 0 };
+const NO_OFFER: Offer = Offer { version: u32::MAX, score: f64::NEG_INFINITY, share_gpu: 0 };
 
 /// Remembers each node's offer per kind of demand, so that a node is scored again only after
 /// it changed: one placement changes one node, and tasks repeat a few hundred kinds.
 #[derive(Debug, Clone, Default)]
 struct OfferMemo {
-    rows: HashMap<(u32, GpuAsk), usize>,
+    rows: HashMap<Demand, usize>,
     offers: Vec<Offer>,
     nodes: usize,
-    /// The mix's unusable milli per node before any new placement, with the node version.
+    /// The measure of each node before any new placement, with the node version.
     before: Vec<(u32, f64)>,
 }
 
@@ -622,35 +693,43 @@ impl OfferMemo {
             *self = OfferMemo { nodes, before: vec![(u32::MAX, 0.0); nodes], ..OfferMemo::default() };
         }
         let next = self.rows.len();
-        let row = *self.rows.entry((demand.cpu_milli, demand.gpu)).or_insert(next);
+        let row = *self.rows.entry(*demand).or_insert(next);
         if row == next {
             self.offers.extend(std::iter::repeat_n(NO_OFFER, nodes));
         }
         row
     }
 
-    fn before(&mut self, cluster: &Cluster, mix: &TaskMix, node: usize) -> f64 {
+    fn before(&mut self, cluster: &Cluster, mix: &TaskMix, measure: Measure, node: usize) -> f64 {
         let version = cluster.version(node);
         let (v, value) = self.before[node];
         if v == version {
             return value;
         }
         let state = &cluster.nodes()[node];
-        let value = mix.unusable_gpu_milli(state.cpu_free, &state.gpu_free);
+        let value = measure.of(mix, state.cpu_free, state.memory_free, &state.gpu_free);
         self.before[node] = (version, value);
         value
     }
 }
 
-/// Calls `each(gpu, unusable_after)` for every way `demand` can go on `node` (one per distinct
-/// free amount for a share: GPUs with equal room give equal outcomes, the lowest index
-/// speaks for them), with the mix's unusable milli after placing it.
-fn outcomes(mix: &TaskMix, node: &NodeState, demand: &Demand, scratch: &mut Vec<u16>, mut each: impl FnMut(u8, f64)) {
+/// Calls `each(gpu, measure_after)` for every way `demand` can go on `node` (one per
+/// distinct free amount for a share: GPUs with equal room give equal outcomes, the lowest
+/// index speaks for them).
+fn outcomes(
+    mix: &TaskMix,
+    measure: Measure,
+    node: &NodeState,
+    demand: &Demand,
+    scratch: &mut Vec<u16>,
+    mut each: impl FnMut(u8, f64),
+) {
     let cpu_after = node.cpu_free - demand.cpu_milli;
+    let memory_after = node.memory_free - demand.memory_mib;
     scratch.clear();
     scratch.extend_from_slice(&node.gpu_free);
     match demand.gpu {
-        GpuAsk::None => each(0, mix.unusable_gpu_milli(cpu_after, scratch)),
+        GpuAsk::None => each(0, measure.of(mix, cpu_after, memory_after, scratch)),
         GpuAsk::Whole(n) => {
             let mut left = n;
             for f in scratch.iter_mut() {
@@ -659,7 +738,7 @@ fn outcomes(mix: &TaskMix, node: &NodeState, demand: &Demand, scratch: &mut Vec<
                     left -= 1;
                 }
             }
-            each(0, mix.unusable_gpu_milli(cpu_after, scratch));
+            each(0, measure.of(mix, cpu_after, memory_after, scratch));
         }
         GpuAsk::Share(m) => {
             for (i, &free) in node.gpu_free.iter().enumerate() {
@@ -667,48 +746,70 @@ fn outcomes(mix: &TaskMix, node: &NodeState, demand: &Demand, scratch: &mut Vec<
                     continue;
                 }
                 scratch[i] = free - m;
-                each(i as u8, mix.unusable_gpu_milli(cpu_after, scratch));
+                each(i as u8, measure.of(mix, cpu_after, memory_after, scratch));
                 scratch[i] = free;
             }
         }
     }
 }
 
-/// Scans the fitting nodes, scoring stale ones with `score`, and returns the best offer;
-/// offers equal in score and tie-break go to the earliest node of `ties`.
+/// The node and GPU with the best score among the nodes that fit; equal scores go to the
+/// earliest node of `ties`. `score(before, after)` scores one outcome, higher is better; on
+/// one node the first GPU with the top score wins. Offers are remembered per node version.
 fn best_offer(
-    memo: &mut OfferMemo,
+    state: &mut FragmentationState,
     cluster: &Cluster,
     demand: &Demand,
-    mut score: impl FnMut(&mut OfferMemo, usize) -> Offer,
-    ties: &NodeOrder,
+    score: impl Fn(f64, f64) -> f64,
 ) -> Option<Choice> {
+    let FragmentationState { mix, measure, ties, memo, scratch } = state;
     let row = memo.row(cluster, demand);
     let base = row * memo.nodes;
-    let mut best: Option<(Offer, usize)> = None;
+    let mut best: Option<(f64, usize, u8)> = None;
     for (i, node) in cluster.nodes().iter().enumerate() {
         if !node.fits(demand) {
             continue;
         }
         let mut offer = memo.offers[base + i];
         if offer.version != cluster.version(i) {
-            offer = score(memo, i);
+            let before = memo.before(cluster, mix, *measure, i);
+            offer = NO_OFFER;
+            outcomes(mix, *measure, node, demand, scratch, |gpu, after| {
+                let s = score(before, after);
+                if s > offer.score {
+                    offer = Offer { score: s, share_gpu: gpu, ..offer };
+                }
+            });
             offer.version = cluster.version(i);
             memo.offers[base + i] = offer;
         }
         let better = match best {
             None => true,
-            Some((b, _)) if offer.score != b.score => offer.score > b.score,
-            Some((b, _)) if offer.tie != b.tie => offer.tie > b.tie,
-            Some((_, j)) => ties.rank(i) < ties.rank(j),
+            Some((s, _, _)) if offer.score != s => offer.score > s,
+            Some((_, j, _)) => ties.rank(i) < ties.rank(j),
         };
         if better {
-            best = Some((offer, i));
+            best = Some((offer.score, i, offer.share_gpu));
         }
     }
-    let (offer, node) = best?;
-    let share_gpu = matches!(demand.gpu, GpuAsk::Share(_)).then_some(offer.share_gpu);
-    Some(Choice { node, share_gpu })
+    let (_, node, gpu) = best?;
+    Some(Choice { node, share_gpu: matches!(demand.gpu, GpuAsk::Share(_)).then_some(gpu) })
+}
+
+/// What the fragmentation-measuring policies keep.
+#[derive(Debug, Clone)]
+struct FragmentationState {
+    mix: TaskMix,
+    measure: Measure,
+    ties: NodeOrder,
+    memo: OfferMemo,
+    scratch: Vec<u16>,
+}
+
+impl FragmentationState {
+    fn new(mix: TaskMix, measure: Measure, ties: NodeOrder) -> FragmentationState {
+        FragmentationState { mix, measure, ties, memo: OfferMemo::default(), scratch: Vec::new() }
+    }
 }
 
 /// FGD as published (Weng et al., `FGDScore`): the node and GPU whose placement lowers the
@@ -717,87 +818,41 @@ fn best_offer(
 /// in `ties` (see [`NodeOrder`]). The published mix is the trace's typical tasks (95%
 /// coverage, CPU-only tasks included).
 #[derive(Debug, Clone)]
-pub struct Fgd {
-    mix: TaskMix,
-    ties: NodeOrder,
-    memo: OfferMemo,
-    scratch: Vec<u16>,
-}
+pub struct Fgd(FragmentationState);
 
 impl Fgd {
     pub fn new(mix: TaskMix, ties: NodeOrder) -> Fgd {
-        Fgd { mix, ties, memo: OfferMemo::default(), scratch: Vec::new() }
+        Fgd(FragmentationState::new(mix, Measure::Fgd, ties))
     }
 }
 
 impl Policy for Fgd {
     fn choose(&mut self, cluster: &Cluster, demand: &Demand) -> Option<Choice> {
-        let Fgd { mix, ties, memo, scratch } = self;
-        best_offer(
-            memo,
-            cluster,
-            demand,
-            |memo, i| {
-                let before = memo.before(cluster, mix, i);
-                let mut offer: Option<Offer> = None;
-                outcomes(mix, &cluster.nodes()[i], demand, scratch, |gpu, after| {
-                    let score = ((1.0 / (1.0 + (-(before - after) / 1000.0).exp())) * 100.0) as i64 as f64;
-                    if offer.is_none_or(|o| score > o.score) {
-                        offer = Some(Offer { score, share_gpu: gpu, ..NO_OFFER });
-                    }
-                });
-                offer.unwrap_or(NO_OFFER)
-            },
-            ties,
-        )
+        best_offer(&mut self.0, cluster, demand, |before, after| {
+            ((1.0 / (1.0 + (-(before - after) / 1000.0).exp())) * 100.0) as i64 as f64
+        })
     }
 }
 
-/// Berth's policy: FGD's idea, measured exactly. Among every node and GPU that fits, the
-/// placement that adds the least GPU milli the expected mix could not use; equal outcomes go
-/// to the node left with the least free GPU milli, then the least free CPU (best-fit), then
-/// the earliest node of `ties`.
+/// Berth's policy: FGD with the node's CPU and memory in the measure. A node's free GPU milli
+/// is worth only what its free CPU and memory can feed: at the workload's appetite (see
+/// [`Appetite`]) anything beyond is stranded however the next tasks are shaped, a loss FGD's
+/// one-task-ahead measure does not see. The placement chosen is the one that adds the least
+/// to FGD's unusable milli plus this unfed milli, compared exactly; equal outcomes go to the
+/// earliest node of `ties`, and on one node to the lowest-indexed GPU.
 #[derive(Debug, Clone)]
-pub struct FragmentationAware {
-    mix: TaskMix,
-    ties: NodeOrder,
-    memo: OfferMemo,
-    scratch: Vec<u16>,
-}
+pub struct FragmentationAware(FragmentationState);
 
 impl FragmentationAware {
     pub fn new(mix: TaskMix, ties: NodeOrder) -> FragmentationAware {
-        FragmentationAware { mix, ties, memo: OfferMemo::default(), scratch: Vec::new() }
+        FragmentationAware(FragmentationState::new(mix, Measure::FgdAndUnfed, ties))
     }
 }
 
 impl Policy for FragmentationAware {
     fn choose(&mut self, cluster: &Cluster, demand: &Demand) -> Option<Choice> {
-        let FragmentationAware { mix, ties, memo, scratch } = self;
-        best_offer(
-            memo,
-            cluster,
-            demand,
-            |memo, i| {
-                let before = memo.before(cluster, mix, i);
-                let node = &cluster.nodes()[i];
-                let mut offer: Option<(Offer, u16)> = None;
-                outcomes(mix, node, demand, scratch, |gpu, after| {
-                    // Rounded to 1e-6 milli so float noise does not split true ties.
-                    let score = ((before - after) * 1e6).round() / 1e6;
-                    let room = node.gpu_free.get(usize::from(gpu)).copied().unwrap_or(0);
-                    if offer.is_none_or(|(o, r)| score > o.score || (score == o.score && room < r)) {
-                        offer = Some((Offer { score, share_gpu: gpu, ..NO_OFFER }, room));
-                    }
-                });
-                let Some((mut offer, _)) = offer else { return NO_OFFER };
-                let gpu_left = node.gpu_free_total - demand.gpu.total_milli();
-                let cpu_left = node.cpu_free - demand.cpu_milli;
-                offer.tie = -(f64::from(gpu_left) * 1e7 + f64::from(cpu_left));
-                offer
-            },
-            ties,
-        )
+        // Rounded to a millionth of a milli so float noise does not split true ties.
+        best_offer(&mut self.0, cluster, demand, |before, after| ((before - after) * 1e6).round() / 1e6)
     }
 }
 
@@ -1243,6 +1298,8 @@ pub struct MigUsage {
     pub allocated: u64,
     /// Free slices that no instance could use, given the layouts of their GPUs.
     pub stranded: u64,
+    /// Free slices on GPUs that already hold an instance (the rest are on empty GPUs).
+    pub free_on_partitioned: u64,
 }
 
 /// An MIG fleet and what is taken on it.
@@ -1320,8 +1377,12 @@ impl MigCluster {
         let mut usage = MigUsage::default();
         for &gpu in nodes.iter().flat_map(|n| n.gpus.iter()) {
             usage.total += u64::from(COMPUTE_SLICES);
-            usage.allocated += u64::from(facts.compute_used(gpu));
+            let used = facts.compute_used(gpu);
+            usage.allocated += u64::from(used);
             usage.stranded += u64::from(facts.stranded(gpu));
+            if used > 0 {
+                usage.free_on_partitioned += u64::from(COMPUTE_SLICES - used);
+            }
         }
         usage
     }
@@ -1460,6 +1521,44 @@ mod tests {
         // No CPU: nothing can be used.
         assert!((mix.unusable_gpu_milli(0, &[1000, 300]) - 1300.0).abs() < 1e-9);
         assert_eq!(mix.unusable_gpu_milli(8000, &[0, 0]), 0.0);
+    }
+
+    #[test]
+    fn unfed_milli_is_what_free_cpu_and_memory_cannot_feed() {
+        let demands = [Demand { cpu_milli: 10_000, memory_mib: 40_000, gpu: GpuAsk::Whole(1) }];
+        let mix = TaskMix::typical(&demands, 1.0);
+        assert_eq!(mix.appetite(), Appetite { cpu_milli_per_gpu_milli: 10.0, memory_mib_per_gpu_milli: 40.0 });
+        // 30 cores feed 3 GPUs of the 8 free: 5000 milli unfed.
+        assert!((mix.unfed_gpu_milli(30_000, 1_000_000, 8000) - 5000.0).abs() < 1e-9);
+        // Memory for 2 GPUs binds first.
+        assert!((mix.unfed_gpu_milli(30_000, 80_000, 8000) - 6000.0).abs() < 1e-9);
+        assert_eq!(mix.unfed_gpu_milli(200_000, 1_000_000, 8000), 0.0);
+    }
+
+    #[test]
+    fn berth_keeps_cpu_where_gpus_need_it() {
+        // Whole-GPU tasks need 12 cores each. Node 0: 8 GPUs, 96 cores (just enough);
+        // node 1: 2 GPUs, 104 cores. A CPU-only task of 30 cores belongs on node 1.
+        let gpu_task = Demand { cpu_milli: 12_000, memory_mib: 0, gpu: GpuAsk::Whole(1) };
+        let cpu_task = Demand { cpu_milli: 30_000, memory_mib: 0, gpu: GpuAsk::None };
+        let mut demands = vec![gpu_task; 9];
+        demands.push(cpu_task);
+        let mix = TaskMix::typical(&demands, 1.0);
+        let shapes = [node(96_000, 8), node(104_000, 2)];
+        let mut cluster = Cluster::new(shapes);
+        let mut policy = FragmentationAware::new(mix, NodeOrder::fleet(2));
+        assert_eq!(cluster.place(&cpu_task, &mut policy).map(|p| p.node), Ok(1));
+    }
+
+    #[test]
+    fn shuffled_node_order_is_a_permutation() {
+        let order = NodeOrder::shuffled(50, 7);
+        let mut ranks: Vec<u64> = (0..50).map(|i| order.rank(i)).collect();
+        assert_ne!(ranks, (0..50).collect::<Vec<u64>>());
+        ranks.sort_unstable();
+        assert_eq!(ranks, (0..50).collect::<Vec<u64>>());
+        assert_eq!(order, NodeOrder::shuffled(50, 7));
+        assert!(order.rank(50) > order.rank(49), "nodes beyond the order come after it");
     }
 
     #[test]
