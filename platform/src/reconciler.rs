@@ -4,6 +4,10 @@
 //! All state lives in the database; the reconciler keeps only which environments it is
 //! working on right now. Killing it at any point is safe: on the next start it finds each
 //! environment where the journal left it and repeats the interrupted step.
+//!
+//! Step tasks are interrupted, never aborted: a backend call can be abandoned at any
+//! await, but the bookkeeping after it runs to the end, so no database transaction is
+//! ever cut in half inside a running process.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -11,12 +15,13 @@ use std::time::Duration;
 
 use berth_domain::lifecycle::{Action, EnvState, Phase, Progress, Step, next_action};
 use sqlx::Row;
-use tokio::task::{AbortHandle, JoinSet};
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
 
 use crate::audit::{self, Event, Outcome};
 use crate::backend::{Backend, PlacedUnit, StepOutput, Workload};
 use crate::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row, held_units};
-use crate::{Error, Platform, RequestMeta, now_ms, store};
+use crate::{Error, Platform, RequestMeta, lock, now_ms, store};
 
 #[derive(Debug, Clone)]
 pub struct ReconcilerConfig {
@@ -43,8 +48,26 @@ impl Default for ReconcilerConfig {
 /// A step running for one environment.
 struct InFlight {
     phase: Phase,
-    index: usize,
-    task: AbortHandle,
+    /// Taken when the step is interrupted; the entry stays until the task has finished
+    /// its bookkeeping, so no other step of the environment starts before that.
+    interrupt: Option<oneshot::Sender<Interrupt>>,
+}
+
+/// Why a running step's backend call is abandoned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Interrupt {
+    /// The owner stopped the environment while it was provisioning (JupyterHub's "stop
+    /// during start"): the step is journaled as cancelled and teardown begins at once.
+    OwnerStopped,
+    /// The reconciler is shutting down: the step stays `running` in the journal and runs
+    /// again at the next start.
+    Shutdown,
+}
+
+/// How a step's backend call ended.
+enum StepEnd {
+    Finished(Result<StepOutput, String>),
+    Interrupted(Interrupt),
 }
 
 #[derive(Clone)]
@@ -57,17 +80,14 @@ pub struct Reconciler {
     backoff: Arc<Mutex<HashMap<String, (u32, i64)>>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 impl Reconciler {
     pub fn new(platform: Platform, backend: Arc<dyn Backend>, config: ReconcilerConfig) -> Reconciler {
         Reconciler { platform, backend, config, in_flight: Default::default(), backoff: Default::default() }
     }
 
-    /// Runs until `shutdown` completes. Steps still running then are abandoned, not
-    /// awaited: each is idempotent and runs again at the next start.
+    /// Runs until `shutdown` completes. Backend calls still running then are abandoned
+    /// (each step is idempotent and runs again at the next start); the bookkeeping of
+    /// steps that already finished is awaited.
     pub async fn run(self, shutdown: impl std::future::Future<Output = ()>) {
         tracing::info!(backend = self.backend.name(), "reconciler started");
         let mut tasks = JoinSet::new();
@@ -83,7 +103,12 @@ impl Reconciler {
                 _ = tokio::time::sleep(self.config.tick) => {}
             }
         }
-        tasks.abort_all();
+        for in_flight in lock(&self.in_flight).values_mut() {
+            if let Some(interrupt) = in_flight.interrupt.take() {
+                let _ = interrupt.send(Interrupt::Shutdown);
+            }
+        }
+        while tasks.join_next().await.is_some() {}
         tracing::info!("reconciler stopped");
     }
 
@@ -91,9 +116,7 @@ impl Reconciler {
     pub async fn pass(&self, tasks: &mut JoinSet<()>) -> Result<(), Error> {
         let now = now_ms();
         for (env, steps_done) in self.unfinished().await? {
-            if self.cancel_if_stopped(&env).await? {
-                continue;
-            }
+            self.interrupt_if_stopped(&env);
             if lock(&self.in_flight).contains_key(&env.id) {
                 continue;
             }
@@ -112,18 +135,16 @@ impl Reconciler {
                 Action::Become(next) => self.transition(&env, next).await?,
                 Action::Run { phase, index, step } => {
                     let this = self.clone();
-                    let id = env.id.clone();
-                    // Hold the lock across spawn and insert so the task's own removal
-                    // cannot run first.
-                    let mut in_flight = lock(&self.in_flight);
-                    let task = tasks.spawn(async move {
-                        if let Err(e) = this.run_step(&env, phase, index, step).await {
+                    let (interrupt, interrupted) = oneshot::channel();
+                    // Registered before the task exists so the task's own removal comes after.
+                    lock(&self.in_flight).insert(env.id.clone(), InFlight { phase, interrupt: Some(interrupt) });
+                    tasks.spawn(async move {
+                        if let Err(e) = this.run_step(&env, phase, index, step, interrupted).await {
                             tracing::error!(environment = %env.id, step = step.as_str(), error = %e, "step bookkeeping failed");
                         }
                         lock(&this.in_flight).remove(&env.id);
                         this.platform.wake_reconciler();
                     });
-                    in_flight.insert(id, InFlight { phase, index, task });
                 }
             }
         }
@@ -149,35 +170,17 @@ impl Reconciler {
             .collect()
     }
 
-    /// A stop while a provisioning step runs cancels that step (JupyterHub's "stop during
-    /// start"), so teardown need not wait for a slow or hung backend.
-    async fn cancel_if_stopped(&self, env: &Environment) -> Result<bool, Error> {
+    /// A stop while a provisioning step runs interrupts that step, so teardown need not
+    /// wait for a slow or hung backend.
+    fn interrupt_if_stopped(&self, env: &Environment) {
         if env.desired != berth_domain::lifecycle::Desired::Released {
-            return Ok(false);
+            return;
         }
-        let cancelled = {
-            let mut in_flight = lock(&self.in_flight);
-            match in_flight.get(&env.id) {
-                Some(f) if f.phase == Phase::Provision => {
-                    f.task.abort();
-                    in_flight.remove(&env.id)
-                }
-                _ => None,
-            }
-        };
-        let Some(f) = cancelled else { return Ok(false) };
-        sqlx::query(
-            "UPDATE environment_steps SET status = 'failed', finished_at = ?, detail = 'cancelled: the owner stopped the environment'
-             WHERE environment_id = ? AND phase = ? AND idx = ? AND status = 'running'",
-        )
-        .bind(now_ms())
-        .bind(&env.id)
-        .bind(f.phase.as_str())
-        .bind(f.index as i64)
-        .execute(&self.platform.db)
-        .await?;
-        self.platform.wake_reconciler();
-        Ok(true)
+        if let Some(f) = lock(&self.in_flight).get_mut(&env.id).filter(|f| f.phase == Phase::Provision)
+            && let Some(interrupt) = f.interrupt.take()
+        {
+            let _ = interrupt.send(Interrupt::OwnerStopped);
+        }
     }
 
     async fn transition(&self, env: &Environment, next: EnvState) -> Result<(), Error> {
@@ -224,7 +227,14 @@ impl Reconciler {
         Ok(())
     }
 
-    async fn run_step(&self, env: &Environment, phase: Phase, index: usize, step: Step) -> Result<(), Error> {
+    async fn run_step(
+        &self,
+        env: &Environment,
+        phase: Phase,
+        index: usize,
+        step: Step,
+        interrupted: oneshot::Receiver<Interrupt>,
+    ) -> Result<(), Error> {
         let started = now_ms();
         sqlx::query(
             "INSERT INTO environment_steps (environment_id, phase, idx, step, status, attempts, started_at)
@@ -241,14 +251,38 @@ impl Reconciler {
         .await?;
 
         let workload = self.workload(env).await?;
-        let result = match tokio::time::timeout(self.config.step_timeout, self.backend.run(&workload, step)).await {
-            Ok(result) => result.map_err(|e| e.0),
-            Err(_) => Err(format!("did not finish within {} s", self.config.step_timeout.as_secs())),
+        let call = tokio::time::timeout(self.config.step_timeout, self.backend.run(&workload, step));
+        let end = tokio::select! {
+            result = call => StepEnd::Finished(match result {
+                Ok(result) => result.map_err(|e| e.0),
+                Err(_) => Err(format!("did not finish within {} s", self.config.step_timeout.as_secs())),
+            }),
+            // A dropped sender means the reconciler itself is gone.
+            why = interrupted => StepEnd::Interrupted(why.unwrap_or(Interrupt::Shutdown)),
         };
-        match result {
-            Ok(output) => self.step_succeeded(env, phase, index, step, output).await,
-            Err(message) => self.step_failed(env, phase, index, step, &message).await,
+        match end {
+            StepEnd::Finished(Ok(output)) => self.step_succeeded(env, phase, index, step, output).await,
+            StepEnd::Finished(Err(message)) => self.step_failed(env, phase, index, step, &message).await,
+            StepEnd::Interrupted(Interrupt::OwnerStopped) => self.step_cancelled(env, phase, index).await,
+            StepEnd::Interrupted(Interrupt::Shutdown) => Ok(()),
         }
+    }
+
+    /// Journals a provisioning step the owner's stop cut short. The environment is not
+    /// marked failed: stopping was what its owner asked for.
+    async fn step_cancelled(&self, env: &Environment, phase: Phase, index: usize) -> Result<(), Error> {
+        sqlx::query(
+            "UPDATE environment_steps SET status = 'failed', finished_at = ?, detail = 'cancelled: the owner stopped the environment'
+             WHERE environment_id = ? AND phase = ? AND idx = ? AND status = 'running'",
+        )
+        .bind(now_ms())
+        .bind(&env.id)
+        .bind(phase.as_str())
+        .bind(index as i64)
+        .execute(&self.platform.db)
+        .await?;
+        tracing::info!(environment = %env.id, "provisioning step cancelled by a stop");
+        Ok(())
     }
 
     async fn workload(&self, env: &Environment) -> Result<Workload, Error> {

@@ -14,7 +14,13 @@ pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations");
 /// Opens (creating if needed) the database at `url` (`sqlite://path` or `sqlite::memory:`)
 /// with WAL, a busy timeout and foreign keys on.
 pub async fn connect(url: &str) -> Result<SqlitePool, Error> {
-    let options = SqliteConnectOptions::from_str(url)?
+    open(SqliteConnectOptions::from_str(url)?).await
+}
+
+/// Opens the database `options` name with the settings Berth runs with; tests use it to
+/// get the same database behaviour as production.
+pub async fn open(options: SqliteConnectOptions) -> Result<SqlitePool, Error> {
+    let options = options
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .synchronous(SqliteSynchronous::Normal)

@@ -76,9 +76,7 @@ async fn a_hanging_step_times_out_and_is_torn_down(pool: SqlitePool) {
 async fn stopping_during_a_hung_step_cancels_it_at_once(pool: SqlitePool) {
     let berth = TestBerth::with_faults(pool, vec![fault("wait_healthy=hang")]).await;
     let env = berth.launch("notebook", "l40s-1", "slow").await.expect("launch");
-    berth.wait_for(&env.id, EnvState::Provisioning).await;
-    // Let it reach the hanging step.
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    wait_until_running(&berth, &env.id, Step::WaitHealthy).await;
     berth.platform.stop(&berth.caller, &env.id).await.expect("stop");
     let released = berth.wait_for(&env.id, EnvState::Released).await;
     assert_eq!(released.failure_reason, None, "a stop is not a failure");
@@ -121,11 +119,13 @@ async fn the_end_of_the_window_tears_down(pool: SqlitePool) {
 
 #[sqlx::test(migrations = "../migrations")]
 async fn stopping_twice_is_refused_with_a_reason(pool: SqlitePool) {
-    let berth = TestBerth::new(pool).await;
+    // Teardown hangs until the second stop has been tried, so the first is still under way.
+    let berth = TestBerth::with_faults(pool, vec![fault("stop_workload=hang")]).await;
     let env = berth.launch("notebook", "l40s-1", "once").await.expect("launch");
     berth.platform.stop(&berth.caller, &env.id).await.expect("first stop");
     let again = berth.platform.stop(&berth.caller, &env.id).await;
     assert!(matches!(again, Err(Error::Refused(Refusal::NotStoppable("stopping")))), "{again:?}");
+    berth.backend.set_faults(vec![]);
     berth.wait_for(&env.id, EnvState::Released).await;
     let after = berth.platform.stop(&berth.caller, &env.id).await.expect_err("released");
     assert_eq!(after.to_string(), "this environment is already released; there is nothing to stop");
@@ -189,6 +189,18 @@ async fn a_reconciler_killed_between_steps_converges_after_restart(pool: SqliteP
     assert_eq!(berth.held_reservations().await, 0);
 }
 
+async fn wait_until_running(berth: &TestBerth, id: &str, step: Step) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let detail = berth.platform.environment_detail(&berth.caller, id).await.expect("detail");
+        if detail.steps.iter().any(|s| s.step == step && s.status == "running") {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{step:?} never started; steps: {:#?}", detail.steps);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
 async fn wait_for_steps(berth: &TestBerth, id: &str, n: usize) {
     wait_for_phase_steps(berth, id, Phase::Provision, n).await
 }
@@ -198,13 +210,16 @@ async fn wait_for_teardown_steps(berth: &TestBerth, id: &str, n: usize) {
 }
 
 async fn wait_for_phase_steps(berth: &TestBerth, id: &str, phase: Phase, n: usize) {
-    for _ in 0..1000 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
         let detail = berth.platform.environment_detail(&berth.caller, id).await.expect("detail");
         let done = detail.steps.iter().filter(|s| s.phase == phase && s.status == "succeeded").count();
         if done >= n {
             return;
         }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("{n} {phase:?} steps never finished; state {}, steps: {:#?}", detail.environment.state, detail.steps);
+        }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-    panic!("{n} {phase:?} steps never finished");
 }

@@ -11,8 +11,9 @@ use berth_domain::lifecycle::EnvState;
 use berth_platform::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
 use berth_platform::environments::Environment;
 use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
-use berth_platform::{Caller, Platform, RequestMeta};
+use berth_platform::{Caller, Platform, RequestMeta, store};
 use sqlx::SqlitePool;
+use sqlx::sqlite::SqliteConnectOptions;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -54,8 +55,15 @@ impl TestBerth {
         TestBerth::with_faults(pool, vec![]).await
     }
 
+    /// `pool` names the test's database; Berth opens its own pool on it with the production
+    /// settings (WAL, busy timeout, foreign keys), which `#[sqlx::test]` pools lack.
     pub async fn with_faults(pool: SqlitePool, faults: Vec<FaultRule>) -> TestBerth {
-        let platform = Platform::new(pool);
+        // Logs go to the test's captured output, shown when it fails.
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new("berth_platform=debug,sqlx=warn"))
+            .with_test_writer()
+            .try_init();
+        let platform = Platform::new(production_pool(&pool).await);
         platform.sync_fleet(&FleetSpec::parse(SMALL_FLEET).expect("test fleet")).await.expect("sync fleet");
         let user = platform.create_user("dana@example.com", "Dana", "a long passphrase", false).await.expect("user");
         let backend = Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults }));
@@ -78,12 +86,17 @@ impl TestBerth {
         self.reconciler = Some((stop, task));
     }
 
-    /// Kills the reconciler as a crash would: the task is aborted wherever it is.
+    /// Kills the reconciler as a crash would: the task is aborted wherever it is, and the
+    /// process's database connections go with it (an open transaction is rolled back by
+    /// SQLite, as after a real crash). Berth comes back on fresh connections.
     pub async fn kill_reconciler(&mut self) {
         if let Some((_stop, task)) = self.reconciler.take() {
             task.abort();
             let _ = task.await;
         }
+        let fresh = Platform::new(production_pool(self.platform.db()).await);
+        let crashed = std::mem::replace(&mut self.platform, fresh);
+        crashed.db().close().await;
     }
 
     pub async fn launch(&self, offering: &str, size: &str, name: &str) -> Result<Environment, berth_platform::Error> {
@@ -111,7 +124,10 @@ impl TestBerth {
             if env.state == state {
                 return env;
             }
-            assert!(tokio::time::Instant::now() < deadline, "environment stuck in {} waiting for {state}", env.state);
+            if tokio::time::Instant::now() >= deadline {
+                let detail = self.platform.environment_detail(&self.caller, id).await.expect("detail");
+                panic!("environment stuck in {} waiting for {state}; steps: {:#?}", env.state, detail.steps);
+            }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
@@ -123,6 +139,12 @@ impl TestBerth {
             .await
             .expect("count")
     }
+}
+
+/// A pool on the same database file as `pool`, opened as `berth serve` opens it.
+pub async fn production_pool(pool: &SqlitePool) -> SqlitePool {
+    let options = SqliteConnectOptions::clone(&pool.connect_options());
+    store::open(options).await.expect("open the test database")
 }
 
 /// Pairs of unreleased reservations that share a GPU's memory slices in overlapping
