@@ -1,10 +1,13 @@
 # Builds Berth the same way `make build` does, then runs it as a non-root user with the
 # SQLite database in a volume.
 
+# Tailwind 4 wants a current Node; take it from the official image.
+FROM node:22-bookworm-slim AS node
+
 FROM rust:1.95-bookworm AS build
-RUN apt-get update -qq \
- && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nodejs npm \
- && rm -rf /var/lib/apt/lists/*
+COPY --from=node /usr/local/bin/node /usr/local/bin/node
+COPY --from=node /usr/local/lib/node_modules /usr/local/lib/node_modules
+RUN ln -s /usr/local/lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm
 WORKDIR /src
 ENV CARGO_TARGET_DIR=/src/target/cargo
 COPY . .

@@ -34,6 +34,12 @@ impl FromServerFnError for AppError {
 
 #[cfg(feature = "ssr")]
 impl AppError {
+    /// Logs `cause` with the request id and answers only the id.
+    pub fn internal(request_id: &str, what: &str, cause: impl std::fmt::Display) -> AppError {
+        tracing::error!(request_id, error = %cause, "{what}");
+        AppError::Internal { request_id: request_id.to_owned() }
+    }
+
     /// Maps a platform error at the edge, logging internal causes with the request id.
     pub fn from_platform(error: berth_platform::Error, request_id: &str) -> AppError {
         use berth_platform::Error as E;
@@ -65,10 +71,7 @@ impl AppError {
             E::NotFound => AppError::NotFound,
             E::Unauthenticated => AppError::Unauthenticated,
             E::BadCredentials => AppError::BadCredentials,
-            E::Internal(cause) => {
-                tracing::error!(request_id, error = %cause, source = ?cause.source(), "internal error");
-                AppError::Internal { request_id: request_id.to_owned() }
-            }
+            E::Internal(cause) => AppError::internal(request_id, "internal error", cause),
         }
     }
 }

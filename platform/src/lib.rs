@@ -66,6 +66,12 @@ pub struct Caller {
     pub meta: RequestMeta,
 }
 
+/// Locks a mutex over plain in-memory bookkeeping. A panic elsewhere cannot leave such
+/// data inconsistent, so a poisoned lock is simply taken over.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Unix milliseconds now; every time Berth stores is in this form.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()

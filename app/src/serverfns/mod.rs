@@ -27,17 +27,12 @@ pub(crate) mod ssr {
     }
 
     pub fn platform(meta: &RequestMeta) -> Result<Platform, AppError> {
-        leptos::prelude::use_context::<Platform>().ok_or_else(|| {
-            tracing::error!(request_id = %meta.request_id, "platform missing from the server function context");
-            AppError::Internal { request_id: meta.request_id.clone() }
-        })
+        leptos::prelude::use_context::<Platform>()
+            .ok_or_else(|| AppError::internal(&meta.request_id, "server function context", "no platform in context"))
     }
 
     pub async fn session(meta: &RequestMeta) -> Result<Session, AppError> {
-        leptos_axum::extract::<Session>().await.map_err(|e| {
-            tracing::error!(request_id = %meta.request_id, error = %e, "no session layer");
-            AppError::Internal { request_id: meta.request_id.clone() }
-        })
+        leptos_axum::extract::<Session>().await.map_err(|e| AppError::internal(&meta.request_id, "no session layer", e))
     }
 
     /// The signed-in caller, or `Unauthenticated`.
@@ -56,9 +51,6 @@ pub(crate) mod ssr {
 
     pub async fn signed_in_user_id(meta: &RequestMeta) -> Result<Option<i64>, AppError> {
         let session = session(meta).await?;
-        session.get::<i64>(USER_KEY).await.map_err(|e| {
-            tracing::error!(request_id = %meta.request_id, error = %e, "session store failed");
-            AppError::Internal { request_id: meta.request_id.clone() }
-        })
+        session.get::<i64>(USER_KEY).await.map_err(|e| AppError::internal(&meta.request_id, "session store failed", e))
     }
 }

@@ -33,10 +33,7 @@ pub async fn sign_in(email: String, password: String, next: Option<String>) -> R
         session.cycle_id().await?;
         session.insert(ssr::USER_KEY, user.id).await
     };
-    stored.await.map_err(|e| {
-        tracing::error!(request_id = %meta.request_id, error = %e, "could not store the session");
-        AppError::Internal { request_id: meta.request_id.clone() }
-    })?;
+    stored.await.map_err(|e| AppError::internal(&meta.request_id, "could not store the session", e))?;
     leptos_axum::redirect(&safe_next(next.as_deref()));
     Ok(())
 }
@@ -51,10 +48,7 @@ pub async fn sign_out() -> Result<(), AppError> {
         platform.record_sign_out(id, &meta).await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
     }
     let session = ssr::session(&meta).await?;
-    session.flush().await.map_err(|e| {
-        tracing::error!(request_id = %meta.request_id, error = %e, "could not end the session");
-        AppError::Internal { request_id: meta.request_id.clone() }
-    })?;
+    session.flush().await.map_err(|e| AppError::internal(&meta.request_id, "could not end the session", e))?;
     leptos_axum::redirect("/catalog");
     Ok(())
 }

@@ -11,6 +11,7 @@ use berth_domain::lifecycle::Step;
 use rand::Rng;
 
 use super::{Backend, BackendError, Connection, StepFuture, StepOutput, Workload};
+use crate::lock;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Fault {
@@ -190,11 +191,6 @@ impl Backend for Simulated {
             }
         })
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    // A panic elsewhere cannot leave these plain collections inconsistent.
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn describe_units(w: &Workload) -> String {
