@@ -23,8 +23,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 run: build
 	BERTH_DEMO=$${BERTH_DEMO:-true} $(BERTH) serve
 
-## test: every test: Rust unit and integration tests, then the browser end-to-end tests
-test: build browser unit e2e
+## test: every test: formatting and clippy, Rust unit and integration tests, then the
+## browser end-to-end tests
+test: build browser lint unit e2e
 
 build: tools site server
 
@@ -32,6 +33,8 @@ tools: rust-tools node-tools
 
 rust-tools:
 	@rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+	@rustup component list --installed | grep -q '^clippy' || rustup component add clippy
+	@rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
 	@if [ "$$(wasm-bindgen --version 2>/dev/null | cut -d' ' -f2)" != "$(WASM_BINDGEN_VERSION)" ]; then \
 		echo "installing wasm-bindgen-cli $(WASM_BINDGEN_VERSION) (a few minutes, once)"; \
 		cargo install wasm-bindgen-cli --version "$(WASM_BINDGEN_VERSION)" --force; \

@@ -16,7 +16,7 @@ pub mod launch;
 pub mod lifecycle;
 pub mod mig;
 pub mod placement;
-pub mod sharing;
 mod refusal;
+pub mod sharing;
 
 pub use refusal::Refusal;

@@ -1,4 +1,5 @@
 //! Many launches at once on a small fleet: never two on the same GPU or slice.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // helpers of tests stop the test with their message
 
 mod common;
 

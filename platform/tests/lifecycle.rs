@@ -1,5 +1,6 @@
 //! The environment lifecycle end to end on the simulated backend: happy path, failures,
 //! hangs, stops at awkward moments, and a reconciler killed between steps.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // helpers of tests stop the test with their message
 
 mod common;
 
@@ -218,7 +219,10 @@ async fn wait_for_phase_steps(berth: &TestBerth, id: &str, phase: Phase, n: usiz
             return;
         }
         if tokio::time::Instant::now() >= deadline {
-            panic!("{n} {phase:?} steps never finished; state {}, steps: {:#?}", detail.environment.state, detail.steps);
+            panic!(
+                "{n} {phase:?} steps never finished; state {}, steps: {:#?}",
+                detail.environment.state, detail.steps
+            );
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }

@@ -1,4 +1,5 @@
 //! Store-level rules the database itself holds.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // helpers of tests stop the test with their message
 
 mod common;
 

@@ -197,7 +197,7 @@ pub fn NavBar() -> impl IntoView {
 pub fn poll_every(ms: u64, refresh: impl Fn() + Clone + 'static) {
     Effect::new(move |_| {
         let refresh = refresh.clone();
-        let handle = set_interval_with_handle(move || refresh(), std::time::Duration::from_millis(ms)).ok();
+        let handle = set_interval_with_handle(refresh, std::time::Duration::from_millis(ms)).ok();
         on_cleanup(move || {
             if let Some(h) = handle {
                 h.clear();

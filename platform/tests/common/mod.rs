@@ -1,6 +1,8 @@
 //! A Berth platform on a fresh database with a small simulated fleet and a running
 //! reconciler, for integration tests.
 #![allow(dead_code)]
+// A test harness: a failed setup step should stop the test with its message.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
 
 use std::sync::Arc;
 use std::time::Duration;
