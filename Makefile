@@ -87,6 +87,8 @@ clean:
 	rm -rf $(SITE)
 
 ## bench: the load benchmark in BENCHMARKS.md (needs wrk: apt-get install wrk)
+## bench: the load benchmark of BENCHMARKS.md against a release build
 bench: build
 	@command -v wrk >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq wrk; }
-	BERTH_BIN=$(BERTH) bench/load.sh
+	cargo build --release -p berth-server
+	BERTH_BIN=$(CARGO_TARGET_DIR)/release/berth bench/load.sh

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 seconds=${1:-30}
-berth=${BERTH_BIN:-${CARGO_TARGET_DIR:-$HOME/.cache/berth/target}/debug/berth}
+berth=${BERTH_BIN:-${CARGO_TARGET_DIR:-$HOME/.cache/berth/target}/release/berth}
 command -v wrk >/dev/null || { echo "wrk is missing: apt-get install wrk" >&2; exit 1; }
 
 dir=$(mktemp -d)
@@ -28,6 +28,9 @@ for i in $(seq 10); do
     --data-urlencode 'request[offering]=notebook' --data-urlencode 'request[size]=h100-1g.10gb' \
     --data-urlencode "request[name]=bench-$i" --data-urlencode 'request[hours]=4' "$url/api/launch"
 done
+
+rows=$(curl -fs -H "Cookie: berth_session=$cookie" "$url/environments" | grep -o 'bench-[0-9]*' | sort -u | wc -l)
+[ "$rows" = 10 ] || { echo "the signed-in list shows $rows of 10 environments; not benchmarking" >&2; exit 1; }
 
 echo "== GET /catalog, 50 connections, ${seconds}s"
 wrk -t2 -c50 -d"${seconds}s" --latency "$url/catalog"
