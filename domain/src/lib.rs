@@ -5,10 +5,12 @@
 //! - [`catalog`]: what users can launch, in which sizes, at what price.
 //! - [`fleet`]: the fleet description file an operator writes.
 //! - [`placement`]: choosing concrete GPUs and MIG slices for a size.
+//! - [`booking`]: windows in time, availability over time, earliest fits and quotas.
 //! - [`sharing`]: fractional and whole GPU sharing on nodes with CPU and memory, its policies, and the openb replay.
 //! - [`launch`]: validating a launch request before anything is written.
 //! - [`lifecycle`]: the environment state machine and its step plans.
 
+pub mod booking;
 pub mod catalog;
 pub mod fleet;
 pub mod gpu;

@@ -28,6 +28,20 @@ pub enum Refusal {
     NoCapacity { size: String, detail: String },
     #[error("this environment is already {0}; there is nothing to stop")]
     NotStoppable(&'static str),
+    #[error("start {0}")]
+    InvalidStart(String),
+    #[error("the start is in the past; leave it empty to start now")]
+    StartInPast,
+    #[error("bookings may end at most {days} days from now")]
+    BeyondHorizon { days: i64 },
+    #[error("the new end must be after the start and after now")]
+    EndNotAfterStart,
+    #[error("this offering may be booked for at most {max_hours} hours")]
+    TooLong { max_hours: u32 },
+    #[error("quota: {0}")]
+    QuotaExceeded(String),
+    #[error("this environment is {0}; only booked or running environments can change their end")]
+    NotResizable(&'static str),
     #[error("fleet description: {0}")]
     InvalidFleet(String),
 }

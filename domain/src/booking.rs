@@ -1,0 +1,553 @@
+//! Advance booking: windows in time, the rules a window must follow, what is free when,
+//! and per-user quotas.
+//!
+//! Everything here is a pure function of the fleet, the bookings already held and the
+//! clock passed in, so the platform can run it inside the transaction that records a
+//! booking, and the availability shown to users is computed by the same placement rules
+//! that later place the booking.
+
+use std::collections::{BTreeMap, HashMap};
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::Refusal;
+use crate::gpu::GpuModel;
+use crate::mig::{COMPUTE_SLICES, MigInstance, MigLayout};
+use crate::placement::{self, Assignment, GpuUnit, Hold, Shape};
+
+pub const MINUTE_MS: i64 = 60_000;
+pub const HOUR_MS: i64 = 60 * MINUTE_MS;
+pub const DAY_MS: i64 = 24 * HOUR_MS;
+
+/// Rules every booking follows, set by the platform operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BookingPolicy {
+    /// Time a unit stays free between two bookings, for scrubbing and health checks.
+    pub cleaning_gap_ms: i64,
+    /// How far ahead a booking may end.
+    pub horizon_ms: i64,
+    /// A start this little in the past still counts as "now" (the form took a while).
+    pub start_grace_ms: i64,
+}
+
+impl Default for BookingPolicy {
+    fn default() -> BookingPolicy {
+        BookingPolicy { cleaning_gap_ms: 15 * MINUTE_MS, horizon_ms: 90 * DAY_MS, start_grace_ms: 5 * MINUTE_MS }
+    }
+}
+
+/// A half-open interval of time `[starts_at, ends_at)` in unix milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Window {
+    pub starts_at: i64,
+    pub ends_at: i64,
+}
+
+impl Window {
+    pub fn hours(self) -> f64 {
+        (self.ends_at - self.starts_at) as f64 / HOUR_MS as f64
+    }
+
+    /// Whether a booking of `self` and one of `other` may not both hold a unit: they
+    /// overlap once each is widened by the cleaning gap.
+    pub fn conflicts(self, other: Window, gap_ms: i64) -> bool {
+        self.starts_at < other.ends_at + gap_ms && other.starts_at < self.ends_at + gap_ms
+    }
+}
+
+/// Reads the start a user typed: empty for "now", else a UTC date and time as an HTML
+/// `datetime-local` input sends it (`2026-11-23T14:00`), or RFC 3339 with an offset.
+pub fn parse_start(text: &str) -> Result<Option<i64>, Refusal> {
+    let text = text.trim();
+    if text.is_empty() || text.eq_ignore_ascii_case("now") {
+        return Ok(None);
+    }
+    let parsed = DateTime::parse_from_rfc3339(text)
+        .or_else(|_| DateTime::parse_from_str(text, "%Y-%m-%dT%H:%M%:z"))
+        .map(|t| t.with_timezone(&Utc))
+        .or_else(|_| {
+            ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M"]
+                .iter()
+                .find_map(|f| NaiveDateTime::parse_from_str(text, f).ok())
+                .map(|t| t.and_utc())
+                .ok_or(())
+        });
+    parsed
+        .map(|t| Some(t.timestamp_millis()))
+        .map_err(|_| Refusal::InvalidStart(format!("\"{text}\" is not a date and time like 2026-11-23T14:00 (UTC)")))
+}
+
+/// The window for a new booking of `hours` starting at `start` (`None`: now).
+pub fn new_window(start: Option<i64>, hours: u32, now: i64, policy: &BookingPolicy) -> Result<Window, Refusal> {
+    let starts_at = match start {
+        None => now,
+        Some(s) if s < now - policy.start_grace_ms => return Err(Refusal::StartInPast),
+        Some(s) => s.max(now),
+    };
+    let window = Window { starts_at, ends_at: starts_at + i64::from(hours) * HOUR_MS };
+    within_horizon(window, now, policy)?;
+    Ok(window)
+}
+
+/// `current` with its end moved to `new_end` (longer or shorter). A running booking cannot
+/// end in the past, and the whole window still follows the offering's and policy's limits.
+pub fn resized_window(
+    current: Window,
+    new_end: i64,
+    max_hours: u32,
+    now: i64,
+    policy: &BookingPolicy,
+) -> Result<Window, Refusal> {
+    if new_end <= current.starts_at.max(now) {
+        return Err(Refusal::EndNotAfterStart);
+    }
+    let window = Window { starts_at: current.starts_at, ends_at: new_end };
+    if window.ends_at - window.starts_at > i64::from(max_hours) * HOUR_MS {
+        return Err(Refusal::TooLong { max_hours });
+    }
+    within_horizon(window, now, policy)?;
+    Ok(window)
+}
+
+fn within_horizon(window: Window, now: i64, policy: &BookingPolicy) -> Result<(), Refusal> {
+    if window.ends_at > now + policy.horizon_ms {
+        return Err(Refusal::BeyondHorizon { days: policy.horizon_ms / DAY_MS });
+    }
+    Ok(())
+}
+
+/// Capacity held for a window: what placement sees as a `Hold`, in time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Booking {
+    pub hold: Hold,
+    pub window: Window,
+}
+
+/// The fleet's GPUs of one model with every booking on them, indexed for the questions
+/// the launch form and the calendar ask: what is free in a window, how much over time,
+/// and the earliest start that fits.
+#[derive(Debug, Clone)]
+pub struct Timeline {
+    gpus: Vec<GpuUnit>,
+    /// Bookings per GPU, by start.
+    bookings: HashMap<i64, Vec<Booking>>,
+    gap_ms: i64,
+}
+
+impl Timeline {
+    pub fn new(gpus: Vec<GpuUnit>, bookings: impl IntoIterator<Item = Booking>, gap_ms: i64) -> Timeline {
+        let mut by_gpu: HashMap<i64, Vec<Booking>> = HashMap::new();
+        for b in bookings {
+            by_gpu.entry(b.hold.gpu_id).or_default().push(b);
+        }
+        for list in by_gpu.values_mut() {
+            list.sort_by_key(|b| b.window.starts_at);
+        }
+        Timeline { gpus, bookings: by_gpu, gap_ms }
+    }
+
+    pub fn gpus(&self) -> &[GpuUnit] {
+        &self.gpus
+    }
+
+    /// What is held on `gpus` at any time during `window` (cleaning gap included).
+    fn holds_on(&self, gpus: &[GpuUnit], window: Window) -> Vec<Hold> {
+        let mut holds = Vec::new();
+        for gpu in gpus {
+            let Some(list) = self.bookings.get(&gpu.id) else { continue };
+            for b in list {
+                if b.window.starts_at >= window.ends_at + self.gap_ms {
+                    break;
+                }
+                if b.window.conflicts(window, self.gap_ms) {
+                    holds.push(b.hold);
+                }
+            }
+        }
+        holds
+    }
+
+    /// Concrete capacity for `shape` during `window`, by the same rules as a launch now.
+    pub fn place(&self, shape: Shape, window: Window) -> Result<Vec<Assignment>, Refusal> {
+        let holds = self.holds_on(&self.gpus, window);
+        placement::place(shape, &self.gpus, &holds)
+    }
+
+    /// How many more bookings of `shape` fit during all of `window`.
+    pub fn free_count(&self, shape: Shape, window: Window) -> u32 {
+        let model = shape.model();
+        match shape {
+            Shape::MigSlice { profile, .. } => self
+                .gpus
+                .iter()
+                .filter(|g| g.model == model && g.mig_capable)
+                .map(|gpu| {
+                    let holds = self.holds_on(std::slice::from_ref(gpu), window);
+                    if holds.iter().any(|h| h.profile.is_none()) {
+                        return 0;
+                    }
+                    let mut layout = MigLayout::new(
+                        holds
+                            .iter()
+                            .filter_map(|h| h.profile.map(|p| MigInstance { profile: p, start: h.slices.start }))
+                            .collect(),
+                    );
+                    let mut fits = 0;
+                    while let Some(start) = layout.best_start(profile) {
+                        layout.instances.push(MigInstance { profile, start });
+                        fits += 1;
+                    }
+                    fits
+                })
+                .sum(),
+            Shape::Gpus { count, .. } => self
+                .nodes(model)
+                .values()
+                .map(|gpus| {
+                    let free =
+                        gpus.iter().filter(|g| self.holds_on(std::slice::from_ref(*g), window).is_empty()).count();
+                    u32::try_from(free).unwrap_or(u32::MAX) / count.max(1)
+                })
+                .sum(),
+            Shape::Nodes { count, .. } => {
+                let free = self
+                    .nodes(model)
+                    .values()
+                    .filter(|gpus| {
+                        gpus.iter()
+                            .all(|g| g.model == model && self.holds_on(std::slice::from_ref(*g), window).is_empty())
+                    })
+                    .count();
+                u32::try_from(free).unwrap_or(u32::MAX) / count.max(1)
+            }
+        }
+    }
+
+    /// `free_count` for each of `buckets` consecutive windows of `bucket_ms` from `from`:
+    /// one row of the calendar's heatmap.
+    pub fn heatmap(&self, shape: Shape, from: i64, bucket_ms: i64, buckets: usize) -> Vec<u32> {
+        (0..buckets as i64)
+            .map(|i| {
+                let starts_at = from + i * bucket_ms;
+                self.free_count(shape, Window { starts_at, ends_at: starts_at + bucket_ms })
+            })
+            .collect()
+    }
+
+    /// The earliest start at or after `not_before` at which `shape` fits for `duration_ms`,
+    /// ending no later than `latest_end`; `None` if it never does.
+    ///
+    /// Each group of GPUs that could hold the booking alone (one GPU for a slice, one node
+    /// for GPUs of a node, every node for several nodes) is tried at `not_before` and at
+    /// the moments its bookings end; the first start where placement succeeds wins.
+    pub fn earliest_start(&self, shape: Shape, duration_ms: i64, not_before: i64, latest_end: i64) -> Option<i64> {
+        let model = shape.model();
+        let groups: Vec<Vec<GpuUnit>> = match shape {
+            Shape::MigSlice { .. } => {
+                self.gpus.iter().filter(|g| g.model == model && g.mig_capable).map(|g| vec![*g]).collect()
+            }
+            Shape::Gpus { .. } | Shape::Nodes { count: 1, .. } => {
+                self.nodes(model).into_values().map(|gpus| gpus.into_iter().copied().collect()).collect()
+            }
+            Shape::Nodes { .. } => vec![self.gpus.clone()],
+        };
+        let mut best: Option<i64> = None;
+        for group in &groups {
+            let mut candidates: Vec<i64> = group
+                .iter()
+                .filter_map(|g| self.bookings.get(&g.id))
+                .flatten()
+                .map(|b| b.window.ends_at + self.gap_ms)
+                .filter(|&t| t > not_before)
+                .collect();
+            candidates.push(not_before);
+            candidates.sort_unstable();
+            candidates.dedup();
+            for t in candidates {
+                if best.is_some_and(|b| t >= b) || t + duration_ms > latest_end {
+                    break;
+                }
+                let window = Window { starts_at: t, ends_at: t + duration_ms };
+                if placement::place(shape, group, &self.holds_on(group, window)).is_ok() {
+                    best = Some(t);
+                    break;
+                }
+            }
+        }
+        best
+    }
+
+    /// GPUs by node, nodes with at least one GPU of `model` only.
+    fn nodes(&self, model: GpuModel) -> BTreeMap<i64, Vec<&GpuUnit>> {
+        let mut nodes: BTreeMap<i64, Vec<&GpuUnit>> = BTreeMap::new();
+        for gpu in &self.gpus {
+            nodes.entry(gpu.node_id).or_default().push(gpu);
+        }
+        nodes.retain(|_, gpus| gpus.iter().any(|g| g.model == model));
+        nodes
+    }
+}
+
+/// GPU-equivalents of held capacity: a whole GPU is 1, a MIG slice its share of the
+/// GPU's compute (a 3g is 3/7).
+pub fn gpu_equivalents(holds: &[Hold]) -> f64 {
+    holds
+        .iter()
+        .map(|h| match h.profile {
+            None => 1.0,
+            Some(p) => f64::from(p.compute_slices()) / f64::from(COMPUTE_SLICES),
+        })
+        .sum()
+}
+
+/// A user's limits; `None` is "no limit".
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quota {
+    /// GPU-equivalents held at any one moment, per GPU model.
+    pub max_gpus: Option<f64>,
+    /// GPU-equivalent hours booked in one calendar month (UTC), all models together.
+    pub gpu_hours_per_month: Option<f64>,
+    /// Longest single booking.
+    pub max_booking_hours: Option<u32>,
+    /// Bookings (running or future) whose windows overlap one another.
+    pub max_overlapping: Option<u32>,
+}
+
+/// What a user already has, as the quota check needs it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    /// The user's other unreleased bookings of the same GPU model: window and GPU-equivalents.
+    pub same_model: Vec<(Window, f64)>,
+    /// The user's bookings overlapping the new window, any model.
+    pub overlapping: u32,
+    /// GPU-equivalent hours already booked in the month the new booking starts.
+    pub gpu_hours_this_month: f64,
+}
+
+/// Checks a new booking of `ask` GPU-equivalents of `model` for `window` against `quota`;
+/// a refusal says which limit, what is used and what would still fit.
+pub fn check_quota(quota: &Quota, usage: &Usage, model: GpuModel, window: Window, ask: f64) -> Result<(), Refusal> {
+    if let Some(max) = quota.max_booking_hours
+        && window.hours() > f64::from(max)
+    {
+        return Err(Refusal::QuotaExceeded(format!(
+            "bookings are limited to {max} hours; this one is {:.0} hours",
+            window.hours()
+        )));
+    }
+    if let Some(max) = quota.max_overlapping
+        && usage.overlapping >= max
+    {
+        return Err(Refusal::QuotaExceeded(format!(
+            "you may have at most {max} bookings at the same time; {} already overlap this window",
+            usage.overlapping
+        )));
+    }
+    if let Some(max) = quota.max_gpus {
+        let peak = peak_during(&usage.same_model, window);
+        if peak + ask > max + 1e-9 {
+            let room = (max - peak).max(0.0);
+            return Err(Refusal::QuotaExceeded(format!(
+                "your limit is {} {model} GPU-equivalents at once; you hold up to {} during this window and asked for {}, so {} more would fit",
+                round2(max),
+                round2(peak),
+                round2(ask),
+                round2(room)
+            )));
+        }
+    }
+    if let Some(max) = quota.gpu_hours_per_month {
+        let asked = ask * window.hours();
+        if usage.gpu_hours_this_month + asked > max + 1e-9 {
+            return Err(Refusal::QuotaExceeded(format!(
+                "your limit is {} GPU-hours a month; {} are booked this month and this booking needs {}, so {} more would fit",
+                round2(max),
+                round2(usage.gpu_hours_this_month),
+                round2(asked),
+                round2((max - usage.gpu_hours_this_month).max(0.0))
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The most GPU-equivalents `bookings` hold at one moment inside `window`.
+fn peak_during(bookings: &[(Window, f64)], window: Window) -> f64 {
+    let mut events: Vec<(i64, f64)> = Vec::new();
+    for &(w, gpus) in bookings.iter().filter(|(w, _)| w.conflicts(window, 0)) {
+        events.push((w.starts_at.max(window.starts_at), gpus));
+        events.push((w.ends_at.min(window.ends_at), -gpus));
+    }
+    // Ends before starts at the same instant: back-to-back bookings do not add up.
+    events.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)));
+    let (mut now, mut peak) = (0.0_f64, 0.0_f64);
+    for (_, delta) in events {
+        now += delta;
+        peak = peak.max(now);
+    }
+    peak
+}
+
+fn round2(x: f64) -> String {
+    let s = format!("{x:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mig::{MigProfile, SliceRange};
+
+    const NOW: i64 = 1_800_000_000_000;
+    const H100: GpuModel = GpuModel::H100_80GB;
+
+    /// Two H100 nodes of 2 GPUs.
+    fn gpus() -> Vec<GpuUnit> {
+        (0..4).map(|i| GpuUnit { id: i, node_id: i / 2, model: H100, mig_capable: true }).collect()
+    }
+
+    fn whole(gpu_id: i64, from_h: i64, to_h: i64) -> Booking {
+        Booking {
+            hold: Hold { gpu_id, slices: SliceRange::WHOLE_GPU, profile: None },
+            window: Window { starts_at: NOW + from_h * HOUR_MS, ends_at: NOW + to_h * HOUR_MS },
+        }
+    }
+
+    fn at(from_h: i64, to_h: i64) -> Window {
+        Window { starts_at: NOW + from_h * HOUR_MS, ends_at: NOW + to_h * HOUR_MS }
+    }
+
+    #[test]
+    fn starts_are_read_as_utc_and_bad_ones_explained() {
+        assert_eq!(parse_start(""), Ok(None));
+        assert_eq!(parse_start("2026-11-23T14:00"), Ok(Some(1_795_442_400_000)));
+        assert_eq!(parse_start("2026-11-23T15:00+01:00"), Ok(Some(1_795_442_400_000)));
+        let err = parse_start("tomorrow").expect_err("not a time");
+        assert!(err.to_string().contains("like 2026-11-23T14:00"), "{err}");
+    }
+
+    #[test]
+    fn windows_follow_the_policy() {
+        let p = BookingPolicy::default();
+        assert_eq!(new_window(None, 2, NOW, &p), Ok(at(0, 2)));
+        assert_eq!(new_window(Some(NOW - MINUTE_MS), 2, NOW, &p), Ok(at(0, 2)), "a minute ago is now");
+        assert_eq!(new_window(Some(NOW - HOUR_MS), 2, NOW, &p), Err(Refusal::StartInPast));
+        assert_eq!(new_window(Some(NOW + 89 * DAY_MS), 48, NOW, &p), Err(Refusal::BeyondHorizon { days: 90 }));
+        assert_eq!(resized_window(at(0, 2), NOW + 4 * HOUR_MS, 24, NOW, &p), Ok(at(0, 4)));
+        assert_eq!(resized_window(at(5, 7), NOW + 4 * HOUR_MS, 24, NOW, &p), Err(Refusal::EndNotAfterStart));
+        assert_eq!(resized_window(at(0, 2), NOW + 30 * HOUR_MS, 24, NOW, &p), Err(Refusal::TooLong { max_hours: 24 }));
+    }
+
+    #[test]
+    fn the_cleaning_gap_keeps_back_to_back_bookings_apart() {
+        let gap = 15 * MINUTE_MS;
+        assert!(at(0, 2).conflicts(at(2, 4), gap));
+        assert!(!at(0, 2).conflicts(at(2, 4), 0));
+        assert!(!at(0, 2).conflicts(Window { starts_at: NOW + 2 * HOUR_MS + gap, ends_at: NOW + 5 * HOUR_MS }, gap));
+    }
+
+    #[test]
+    fn free_counts_and_the_heatmap_see_only_bookings_in_the_window() {
+        let t = Timeline::new(gpus(), [whole(0, 0, 4), whole(1, 2, 6)], 0);
+        let one = Shape::Gpus { model: H100, count: 1 };
+        let two = Shape::Gpus { model: H100, count: 2 };
+        let node = Shape::Nodes { model: H100, count: 1 };
+        assert_eq!(t.free_count(one, at(0, 1)), 3);
+        assert_eq!(t.free_count(two, at(0, 1)), 1, "only the second node has two free");
+        assert_eq!(t.heatmap(one, NOW, 2 * HOUR_MS, 4), vec![3, 2, 3, 4]);
+        assert_eq!(t.heatmap(node, NOW, 2 * HOUR_MS, 4), vec![1, 1, 1, 2]);
+        let slice = Shape::MigSlice { model: H100, profile: MigProfile::G3 };
+        assert_eq!(t.free_count(slice, at(0, 1)), 6, "two 3g on each free GPU");
+    }
+
+    #[test]
+    fn earliest_start_waits_for_the_cleaning_gap() {
+        let gap = 15 * MINUTE_MS;
+        let t = Timeline::new(gpus(), [whole(0, 0, 4), whole(1, 0, 6), whole(2, 0, 3), whole(3, 1, 8)], gap);
+        let one = Shape::Gpus { model: H100, count: 1 };
+        let two = Shape::Gpus { model: H100, count: 2 };
+        let far = NOW + 30 * DAY_MS;
+        assert_eq!(t.earliest_start(one, 2 * HOUR_MS, NOW, far), Some(NOW + 3 * HOUR_MS + gap));
+        assert_eq!(t.earliest_start(two, 2 * HOUR_MS, NOW, far), Some(NOW + 6 * HOUR_MS + gap));
+        assert_eq!(t.earliest_start(two, 2 * HOUR_MS, NOW, NOW + 7 * HOUR_MS), None);
+        // A 3-hour slot between bookings is too short for four hours.
+        let gappy = Timeline::new(gpus()[..1].to_vec(), [whole(0, 0, 1), whole(0, 4, 10)], 0);
+        assert_eq!(gappy.earliest_start(one, 3 * HOUR_MS, NOW, far), Some(NOW + HOUR_MS));
+        assert_eq!(gappy.earliest_start(one, 4 * HOUR_MS, NOW, far), Some(NOW + 10 * HOUR_MS));
+    }
+
+    #[test]
+    fn placement_in_a_future_window_ignores_bookings_elsewhere_in_time() {
+        let t = Timeline::new(gpus(), [whole(0, 0, 4), whole(1, 0, 4), whole(2, 0, 4), whole(3, 0, 4)], 0);
+        let one = Shape::Gpus { model: H100, count: 1 };
+        assert!(t.place(one, at(1, 2)).is_err());
+        assert_eq!(t.place(one, at(4, 6)).map(|a| a.len()), Ok(1));
+    }
+
+    #[test]
+    fn quota_refusals_say_which_limit_and_what_fits() {
+        let quota = Quota { max_gpus: Some(4.0), ..Quota::default() };
+        let usage = Usage { same_model: vec![(at(0, 2), 2.0), (at(2, 4), 3.0)], ..Usage::default() };
+        assert_eq!(check_quota(&quota, &usage, H100, at(0, 2), 2.0), Ok(()), "back-to-back do not add up");
+        let err = check_quota(&quota, &usage, H100, at(1, 3), 2.0).expect_err("3 + 2 > 4");
+        assert_eq!(
+            err.to_string(),
+            "quota: your limit is 4 H100-80GB GPU-equivalents at once; you hold up to 3 during this window and asked for 2, so 1 more would fit"
+        );
+        let monthly = Quota { gpu_hours_per_month: Some(100.0), ..Quota::default() };
+        let used = Usage { gpu_hours_this_month: 90.0, ..Usage::default() };
+        assert!(check_quota(&monthly, &used, H100, at(0, 10), 1.0).is_ok());
+        assert!(check_quota(&monthly, &used, H100, at(0, 11), 1.0).is_err());
+        let g3 = Hold { gpu_id: 0, slices: SliceRange { start: 0, size: 4 }, profile: Some(MigProfile::G3) };
+        assert!((gpu_equivalents(&[g3]) - 3.0 / 7.0).abs() < 1e-9);
+    }
+
+    proptest::proptest! {
+        /// Random bookings of random shapes in random windows: whatever the timeline
+        /// accepts never conflicts with what it holds, what it counts as free can be
+        /// placed, and an earliest start it finds can be placed.
+        #[test]
+        fn bookings_never_conflict_and_availability_agrees_with_placement(
+            asks in proptest::collection::vec((0usize..5, 0i64..48, 1i64..12), 1..40)
+        ) {
+            let shapes = [
+                Shape::MigSlice { model: H100, profile: MigProfile::G1 },
+                Shape::MigSlice { model: H100, profile: MigProfile::G3 },
+                Shape::Gpus { model: H100, count: 1 },
+                Shape::Gpus { model: H100, count: 2 },
+                Shape::Nodes { model: H100, count: 1 },
+            ];
+            let gap = 15 * MINUTE_MS;
+            let mut held: Vec<Booking> = Vec::new();
+            for (shape, from, hours) in asks {
+                let shape = shapes[shape];
+                let window = at(from, from + hours);
+                let timeline = Timeline::new(gpus(), held.clone(), gap);
+                let free = timeline.free_count(shape, window);
+                match timeline.place(shape, window) {
+                    Ok(assignments) => {
+                        proptest::prop_assert!(free > 0);
+                        for a in assignments {
+                            for b in held.iter().filter(|b| b.hold.gpu_id == a.gpu_id) {
+                                proptest::prop_assert!(
+                                    !b.hold.slices.overlaps(a.slices) || !b.window.conflicts(window, gap)
+                                );
+                            }
+                            held.push(Booking { hold: a, window });
+                        }
+                    }
+                    Err(_) => {
+                        proptest::prop_assert_eq!(free, 0);
+                        let duration = hours * HOUR_MS;
+                        if let Some(t) = timeline.earliest_start(shape, duration, window.starts_at, NOW + 400 * HOUR_MS) {
+                            proptest::prop_assert!(t > window.starts_at);
+                            let later = Window { starts_at: t, ends_at: t + duration };
+                            proptest::prop_assert!(timeline.place(shape, later).is_ok());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
