@@ -13,6 +13,9 @@ pub struct LaunchRequest {
     pub size: String,
     pub name: String,
     pub hours: String,
+    /// Empty for "now", else a UTC date and time (see `booking::parse_start`).
+    #[serde(default)]
+    pub start: String,
     #[serde(default)]
     pub image: String,
     #[serde(default)]
@@ -125,8 +128,7 @@ mod tests {
             size: size.into(),
             name: "my-env".into(),
             hours: "4".into(),
-            image: String::new(),
-            command: String::new(),
+            ..LaunchRequest::default()
         }
     }
 

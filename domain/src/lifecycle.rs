@@ -217,6 +217,8 @@ impl Desired {
 pub struct Progress {
     pub state: EnvState,
     pub desired: Desired,
+    /// The booked window has not begun yet (an advance booking).
+    pub not_started: bool,
     /// The booked window has ended.
     pub window_over: bool,
     /// A step failed; the environment ends as `failed` after teardown.
@@ -241,6 +243,7 @@ pub fn next_action(offering: Offering, shape: Shape, p: &Progress) -> Action {
     match p.state {
         EnvState::Released | EnvState::Failed => Action::Wait,
         EnvState::Requested if wants_down => Action::Become(EnvState::TearingDown),
+        EnvState::Requested if p.not_started => Action::Wait,
         EnvState::Requested => Action::Become(EnvState::Provisioning),
         EnvState::Provisioning if wants_down => Action::Become(EnvState::TearingDown),
         EnvState::Provisioning => {
@@ -273,7 +276,7 @@ mod tests {
     const NODE: Shape = Shape::Nodes { model: GpuModel::H100_80GB, count: 1 };
 
     fn progress(state: EnvState, steps_done: usize) -> Progress {
-        Progress { state, desired: Desired::Running, window_over: false, failed: false, steps_done }
+        Progress { state, desired: Desired::Running, not_started: false, window_over: false, failed: false, steps_done }
     }
 
     /// Follows next_action from `requested`, as if every step succeeded, and returns the
@@ -338,6 +341,8 @@ mod tests {
 
     #[test]
     fn stopping_before_start_still_releases_capacity() {
+        let booked = Progress { not_started: true, ..progress(EnvState::Requested, 0) };
+        assert_eq!(next_action(Offering::Notebook, SLICE, &booked), Action::Wait, "an advance booking waits");
         let cancelled = Progress { desired: Desired::Released, ..progress(EnvState::Requested, 0) };
         assert_eq!(next_action(Offering::TrainingJob, NODE, &cancelled), Action::Become(EnvState::TearingDown));
     }

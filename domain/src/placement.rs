@@ -67,7 +67,12 @@ pub type Assignment = Hold;
 /// that leaves the most MIG options open; whole GPUs go to the node with the fewest free
 /// GPUs that still fits; whole nodes to the lowest-numbered free nodes.
 pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assignment>, Refusal> {
-    let refuse = |detail: String| Refusal::NoCapacity { size: shape.describe(), detail };
+    let refuse = |detail: String| Refusal::NoCapacity {
+        size: shape.describe(),
+        when: "right now".into(),
+        detail,
+        hint: String::new(),
+    };
     let model = shape.model();
     let of_model: Vec<&GpuUnit> = gpus.iter().filter(|g| g.model == model).collect();
     if of_model.is_empty() {

@@ -24,8 +24,9 @@ pub enum Refusal {
     InvalidCommand(&'static str),
     #[error("you already have an active environment called \"{0}\"; pick another name")]
     NameInUse(String),
-    #[error("no capacity for {size} right now: {detail}")]
-    NoCapacity { size: String, detail: String },
+    /// `when` is "right now" or the asked window; `hint` says what would fit instead.
+    #[error("no capacity for {size} {when}: {detail}{hint}")]
+    NoCapacity { size: String, when: String, detail: String, hint: String },
     #[error("this environment is already {0}; there is nothing to stop")]
     NotStoppable(&'static str),
     #[error("start {0}")]

@@ -1,6 +1,7 @@
 //! Demo data for `make run`: a second user whose environments already occupy part of the
 //! fleet, so the catalog and placement have something to show on a first visit.
 
+use berth_domain::booking::HOUR_MS;
 use berth_domain::launch::LaunchRequest;
 
 use crate::{Caller, Error, Platform, RequestMeta};
@@ -27,17 +28,37 @@ impl Platform {
         .await?;
         let dana =
             Caller { user_id, is_admin: false, meta: RequestMeta { request_id: "demo-seed".into(), source: None } };
+        // Three running now, and two booked ahead so the calendar has something to show.
         let launches = [
-            ("notebook", "h100-3g.40gb", "llm-finetune-nb", "", ""),
-            ("inference", "l40s-1", "sd-xl-endpoint", "ghcr.io/acme/sdxl-server:2.1", ""),
-            ("training", "a100-8", "resnet-sweep", "nvcr.io/nvidia/pytorch:24.05-py3", "python sweep.py --trials 32"),
+            ("notebook", "h100-3g.40gb", "llm-finetune-nb", "", "", 0, 12),
+            ("inference", "l40s-1", "sd-xl-endpoint", "ghcr.io/acme/sdxl-server:2.1", "", 0, 12),
+            (
+                "training",
+                "a100-8",
+                "resnet-sweep",
+                "nvcr.io/nvidia/pytorch:24.05-py3",
+                "python sweep.py --trials 32",
+                0,
+                12,
+            ),
+            ("cluster", "h100-node-2", "pretrain-7b", "", "", 26, 72),
+            ("training", "h100-4", "eval-suite", "nvcr.io/nvidia/pytorch:24.05-py3", "python eval.py", 50, 8),
         ];
-        for (offering, size, name, image, command) in launches {
+        let now = crate::now_ms();
+        for (offering, size, name, image, command, in_hours, hours) in launches {
+            // Whole hours, so the bookings line up with the calendar's columns.
+            let start = if in_hours == 0 {
+                String::new()
+            } else {
+                let at = (now / HOUR_MS + in_hours) * HOUR_MS;
+                chrono::DateTime::from_timestamp_millis(at).map(|t| t.to_rfc3339()).unwrap_or_default()
+            };
             let request = LaunchRequest {
                 offering: offering.into(),
                 size: size.into(),
                 name: name.into(),
-                hours: "12".into(),
+                hours: hours.to_string(),
+                start,
                 image: image.into(),
                 command: command.into(),
             };

@@ -1,18 +1,19 @@
 //! Launching, listing and stopping environments: the user-facing side of the lifecycle.
 
 use berth_domain::Refusal;
+use berth_domain::booking as rules;
 use berth_domain::catalog::{Offering, Size};
 use berth_domain::gpu::GpuModel;
 use berth_domain::launch::{self, LaunchRequest};
 use berth_domain::lifecycle::{Desired, EnvState, Phase, Step};
-use berth_domain::mig::{MigProfile, SliceRange};
-use berth_domain::placement::{self, Hold};
+use berth_domain::mig::MigProfile;
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
 use crate::backend::Connection;
-use crate::{Caller, Error, Platform, fleet, now_ms, store};
+use crate::booking::{timeline, utc_short};
+use crate::{Caller, Error, Platform, now_ms, store};
 
 /// One environment as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,16 +105,16 @@ pub(crate) fn environment_from_row(row: &SqliteRow) -> Result<Environment, Error
     })
 }
 
-const HOUR_MS: i64 = 3_600_000;
-
 impl Platform {
-    /// Validates the request, places it on free capacity and records the environment and
-    /// its reservations in one `BEGIN IMMEDIATE` transaction: either all of it is written
-    /// or none, and two launches can never be given the same GPU or slice.
+    /// Validates the request, places it on capacity free for its window (now or later)
+    /// and records the environment and its reservations in one `BEGIN IMMEDIATE`
+    /// transaction together with the quota check: either all of it is written or none,
+    /// and two bookings can never be given the same GPU or slice at the same time.
     pub async fn launch(&self, caller: &Caller, request: &LaunchRequest) -> Result<Environment, Error> {
         let spec = launch::validate(request)?;
         let now = now_ms();
-        let ends_at = now + i64::from(spec.hours) * HOUR_MS;
+        let start = rules::parse_start(&request.start)?;
+        let window = rules::new_window(start, spec.hours, now, &self.policy)?;
         let model = spec.size.gpu_model();
 
         let mut tx = store::begin_immediate(&self.db).await?;
@@ -127,9 +128,12 @@ impl Platform {
         if in_use > 0 {
             return Err(Refusal::NameInUse(spec.name).into());
         }
-        let gpus = fleet::gpus_of_model(&mut tx, model).await?;
-        let holds = holds_on_model(&mut tx, model, ends_at).await?;
-        let assignments = placement::place(spec.size.shape, &gpus, &holds)?;
+        let timeline = timeline(&mut tx, model, now, &self.policy).await?;
+        let assignments = timeline.place(spec.size.shape, window).map_err(|refusal| {
+            self.explain_no_capacity(refusal, &timeline, spec.offering, spec.size, spec.hours, window, now)
+        })?;
+        let ask = rules::gpu_equivalents(&assignments);
+        self.check_quota(&mut tx, caller.user_id, model, window, ask, None).await?;
 
         let id = uuid::Uuid::new_v4().to_string();
         sqlx::query(
@@ -146,8 +150,8 @@ impl Platform {
         .bind(&spec.command)
         .bind(i64::from(spec.size.cents_per_hour))
         .bind(now)
-        .bind(now)
-        .bind(ends_at)
+        .bind(window.starts_at)
+        .bind(window.ends_at)
         .bind(now)
         .execute(&mut *tx)
         .await?;
@@ -161,12 +165,18 @@ impl Platform {
             .bind(i64::from(a.slices.start))
             .bind(i64::from(a.slices.size))
             .bind(a.profile.map(MigProfile::key))
-            .bind(now)
-            .bind(ends_at)
+            .bind(window.starts_at)
+            .bind(window.ends_at)
             .execute(&mut *tx)
             .await?;
         }
-        let detail = format!("{} {} for {} h", spec.offering.id(), spec.size.id, spec.hours);
+        let detail = format!(
+            "{} {} for {} h from {}",
+            spec.offering.id(),
+            spec.size.id,
+            spec.hours,
+            utc_short(window.starts_at)
+        );
         let event =
             Event { action: "environment.launch", target: Some(&id), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
@@ -255,7 +265,11 @@ impl Platform {
 
 /// An environment the caller may see: their own, or any for a platform admin. Anything
 /// else is `NotFound`, exactly like an id that does not exist.
-async fn visible_environment(conn: &mut SqliteConnection, caller: &Caller, id: &str) -> Result<Environment, Error> {
+pub(crate) async fn visible_environment(
+    conn: &mut SqliteConnection,
+    caller: &Caller,
+    id: &str,
+) -> Result<Environment, Error> {
     let row =
         sqlx::query(&format!("SELECT {ENVIRONMENT_COLUMNS} FROM environments WHERE id = ? AND (owner_id = ? OR ?)"))
             .bind(id)
@@ -293,32 +307,6 @@ pub(crate) async fn held_units(conn: &mut SqliteConnection, environment_id: &str
                 slice_size: row.try_get("slice_size")?,
                 mig_profile,
                 released_at: row.try_get("released_at")?,
-            })
-        })
-        .collect()
-}
-
-/// Unreleased reservations on GPUs of `model` that start before `until`. A reservation
-/// whose window has passed but that is not yet released still holds its GPU.
-async fn holds_on_model(conn: &mut SqliteConnection, model: GpuModel, until: i64) -> Result<Vec<Hold>, Error> {
-    let rows: Vec<(i64, i64, i64, Option<String>)> = sqlx::query_as(
-        "SELECT r.gpu_id, r.slice_start, r.slice_size, r.mig_profile FROM reservations r JOIN gpus g ON g.id = r.gpu_id
-         WHERE r.released_at IS NULL AND g.model = ? AND r.starts_at < ?",
-    )
-    .bind(model.name())
-    .bind(until)
-    .fetch_all(&mut *conn)
-    .await?;
-    rows.into_iter()
-        .map(|(gpu_id, start, size, profile)| {
-            let bad = || Error::internal(format!("reservation on gpu {gpu_id} has an impossible slice range"));
-            Ok(Hold {
-                gpu_id,
-                slices: SliceRange {
-                    start: u8::try_from(start).map_err(|_| bad())?,
-                    size: u8::try_from(size).map_err(|_| bad())?,
-                },
-                profile: profile.as_deref().map(|k| MigProfile::from_key(k).ok_or_else(bad)).transpose()?,
             })
         })
         .collect()

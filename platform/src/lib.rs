@@ -7,6 +7,7 @@
 pub mod accounts;
 pub mod audit;
 pub mod backend;
+pub mod booking;
 pub mod demo;
 pub mod environments;
 mod error;
@@ -16,6 +17,7 @@ pub mod store;
 
 use std::sync::Arc;
 
+use berth_domain::booking::BookingPolicy;
 use sqlx::SqlitePool;
 use tokio::sync::Notify;
 
@@ -28,11 +30,21 @@ pub struct Platform {
     /// Woken whenever an environment's desired state changes, so the reconciler acts
     /// at once instead of at its next tick.
     wake: Arc<Notify>,
+    policy: BookingPolicy,
 }
 
 impl Platform {
     pub fn new(db: SqlitePool) -> Platform {
-        Platform { db, wake: Arc::new(Notify::new()) }
+        Platform { db, wake: Arc::new(Notify::new()), policy: BookingPolicy::default() }
+    }
+
+    /// The same platform with the operator's booking rules.
+    pub fn with_policy(self, policy: BookingPolicy) -> Platform {
+        Platform { policy, ..self }
+    }
+
+    pub fn policy(&self) -> &BookingPolicy {
+        &self.policy
     }
 
     pub fn db(&self) -> &SqlitePool {

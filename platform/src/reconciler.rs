@@ -126,6 +126,7 @@ impl Reconciler {
             let progress = Progress {
                 state: env.state,
                 desired: env.desired,
+                not_started: env.starts_at > now,
                 window_over: env.ends_at <= now,
                 failed: env.failure_reason.is_some(),
                 steps_done,

@@ -32,6 +32,7 @@ async fn fifty_concurrent_launches_never_share_a_gpu_or_slice() {
                 hours: "1".into(),
                 image: if offering == "notebook" { String::new() } else { "ghcr.io/acme/app:1".into() },
                 command: "run".into(),
+                ..Default::default()
             };
             platform.launch(&caller, &request).await
         }));

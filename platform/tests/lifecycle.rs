@@ -139,9 +139,11 @@ async fn refusals_write_nothing(pool: SqlitePool) {
     assert!(bad_name.to_string().contains("lowercase"));
     let too_big = berth.launch("cluster", "h100-node-2", "big").await.expect("two nodes fit");
     let none_left = berth.launch("training", "h100-1", "more").await.expect_err("fleet is full");
-    assert_eq!(
-        none_left.to_string(),
-        "no capacity for 1 x H100-80GB right now: no node has 1 free H100-80GB GPUs together (the most free on one node is 0)"
+    assert!(
+        none_left.to_string().starts_with(
+            "no capacity for 1 x H100-80GB right now: no node has 1 free H100-80GB GPUs together (the most free on one node is 0). Instead: the earliest start for 2 h is "
+        ),
+        "{none_left}"
     );
     let envs: i64 =
         sqlx::query_scalar("SELECT count(*) FROM environments").fetch_one(berth.platform.db()).await.expect("count");

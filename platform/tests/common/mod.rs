@@ -109,6 +109,7 @@ impl TestBerth {
             hours: "2".into(),
             image: "ghcr.io/acme/app:1".into(),
             command: "python main.py".into(),
+            ..LaunchRequest::default()
         };
         let request = if offering == "notebook" || offering == "cluster" {
             LaunchRequest { image: String::new(), ..request }

@@ -1,0 +1,417 @@
+//! Booking in time: loading the timeline of a GPU model, availability for the calendar and
+//! the launch form, earliest starts, changing a booking's end, and quotas.
+
+use std::collections::BTreeSet;
+
+use berth_domain::Refusal;
+use berth_domain::booking::{self, Booking, BookingPolicy, Quota, Timeline, Usage, Window};
+use berth_domain::catalog::{Offering, Size};
+use berth_domain::gpu::GpuModel;
+use berth_domain::lifecycle::{Desired, EnvState};
+use berth_domain::mig::{MigProfile, SliceRange};
+use berth_domain::placement::{Hold, Shape};
+use sqlx::{Row, SqliteConnection};
+
+use crate::audit::{self, Event, Outcome};
+use crate::environments::{Environment, visible_environment};
+use crate::{Caller, Error, Platform, fleet, now_ms, store};
+
+/// "Tue 24 Nov 14:15 UTC"
+pub fn utc_short(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%a %-d %b %H:%M UTC").to_string()).unwrap_or_default()
+}
+
+/// Every GPU of `model` in service with every unreleased booking on it. A booking whose
+/// window is over but whose teardown has not finished still holds its unit until `now`.
+pub(crate) async fn timeline(
+    conn: &mut SqliteConnection,
+    model: GpuModel,
+    now: i64,
+    policy: &BookingPolicy,
+) -> Result<Timeline, Error> {
+    let gpus = fleet::gpus_of_model(conn, model).await?;
+    let bookings = bookings_of(conn, model, now, None).await?;
+    Ok(Timeline::new(gpus, bookings.into_iter().map(|(_, b)| b), policy.cleaning_gap_ms))
+}
+
+/// Unreleased bookings on GPUs of `model`, with the environment holding each, optionally
+/// only those of one owner.
+async fn bookings_of(
+    conn: &mut SqliteConnection,
+    model: GpuModel,
+    now: i64,
+    owner: Option<i64>,
+) -> Result<Vec<(String, Booking)>, Error> {
+    let rows = sqlx::query(
+        "SELECT r.environment_id, r.gpu_id, r.slice_start, r.slice_size, r.mig_profile, r.starts_at, max(r.ends_at, ?) AS ends_at
+         FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN environments e ON e.id = r.environment_id
+         WHERE r.released_at IS NULL AND g.model = ? AND (? IS NULL OR e.owner_id = ?)",
+    )
+    .bind(now)
+    .bind(model.name())
+    .bind(owner)
+    .bind(owner)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|row| {
+            let gpu_id: i64 = row.try_get("gpu_id")?;
+            let bad = || Error::internal(format!("reservation on gpu {gpu_id} has an impossible slice range"));
+            let start: i64 = row.try_get("slice_start")?;
+            let size: i64 = row.try_get("slice_size")?;
+            let profile: Option<String> = row.try_get("mig_profile")?;
+            let hold = Hold {
+                gpu_id,
+                slices: SliceRange {
+                    start: u8::try_from(start).map_err(|_| bad())?,
+                    size: u8::try_from(size).map_err(|_| bad())?,
+                },
+                profile: profile.as_deref().map(|k| MigProfile::from_key(k).ok_or_else(bad)).transpose()?,
+            };
+            let window = Window { starts_at: row.try_get("starts_at")?, ends_at: row.try_get("ends_at")? };
+            Ok((row.try_get("environment_id")?, Booking { hold, window }))
+        })
+        .collect()
+}
+
+/// One row of the availability calendar: how many of a shape are free in each bucket.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AvailabilityRow {
+    pub shape: Shape,
+    /// How many fit on an empty fleet, to draw `free` as a share.
+    pub capacity: u32,
+    pub free: Vec<u32>,
+}
+
+/// Free capacity over time for every shape the catalog sells on this fleet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Availability {
+    pub from: i64,
+    pub bucket_ms: i64,
+    pub rows: Vec<AvailabilityRow>,
+}
+
+/// The shapes the catalog sells, each once, ordered by GPU model and size.
+pub fn catalog_shapes() -> Vec<Shape> {
+    let mut shapes: Vec<Shape> = Vec::new();
+    for offering in Offering::ALL {
+        for size in offering.sizes() {
+            if !shapes.contains(&size.shape) {
+                shapes.push(size.shape);
+            }
+        }
+    }
+    shapes.sort_by_key(|s| (s.model(), shape_rank(*s)));
+    shapes
+}
+
+fn shape_rank(shape: Shape) -> (u8, u32) {
+    match shape {
+        Shape::MigSlice { profile, .. } => (0, u32::from(profile.compute_slices())),
+        Shape::Gpus { count, .. } => (1, count),
+        Shape::Nodes { count, .. } => (2, count),
+    }
+}
+
+/// What a launch would get if it cannot have what it asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Alternatives {
+    /// The earliest start for the same size and duration, if any within the horizon.
+    pub earliest_start: Option<i64>,
+    /// Other sizes of the same offering free for the asked window.
+    pub other_sizes: Vec<&'static Size>,
+}
+
+impl Platform {
+    /// Free capacity of every catalog shape in `buckets` consecutive buckets of `bucket_ms`
+    /// from `from`.
+    pub async fn availability(&self, from: i64, bucket_ms: i64, buckets: usize) -> Result<Availability, Error> {
+        let now = now_ms();
+        let mut conn = self.db.acquire().await?;
+        let models: BTreeSet<GpuModel> = catalog_shapes().iter().map(|s| s.model()).collect();
+        let mut rows = Vec::new();
+        for model in models {
+            let timeline = timeline(&mut conn, model, now, &self.policy).await?;
+            if timeline.gpus().is_empty() {
+                continue;
+            }
+            let empty = Timeline::new(timeline.gpus().to_vec(), [], 0);
+            for shape in catalog_shapes().into_iter().filter(|s| s.model() == model) {
+                let capacity = empty.free_count(shape, Window { starts_at: from, ends_at: from + bucket_ms });
+                if capacity == 0 {
+                    continue;
+                }
+                rows.push(AvailabilityRow { shape, capacity, free: timeline.heatmap(shape, from, bucket_ms, buckets) });
+            }
+        }
+        Ok(Availability { from, bucket_ms, rows })
+    }
+
+    /// The earliest start at or after `not_before` for `shape` held `hours`, within the
+    /// booking horizon.
+    pub async fn earliest_start(&self, shape: Shape, hours: u32, not_before: i64) -> Result<Option<i64>, Error> {
+        let now = now_ms();
+        let mut conn = self.db.acquire().await?;
+        let timeline = timeline(&mut conn, shape.model(), now, &self.policy).await?;
+        Ok(earliest(&timeline, shape, hours, not_before.max(now), now, &self.policy))
+    }
+
+    /// Moves the end of a booked or running environment. Longer needs its own GPUs free
+    /// for the extra time (with the cleaning gap) and room in the quota; shorter always
+    /// works while the new end is after now.
+    pub async fn change_end(&self, caller: &Caller, id: &str, new_end: &str) -> Result<Environment, Error> {
+        let new_end = booking::parse_start(new_end)?.ok_or(Refusal::EndNotAfterStart)?;
+        let now = now_ms();
+        let mut tx = store::begin_immediate(&self.db).await?;
+        let env = visible_environment(&mut tx, caller, id).await?;
+        if !matches!(env.state, EnvState::Requested | EnvState::Provisioning | EnvState::Ready) {
+            return Err(Refusal::NotResizable(env.state.as_str()).into());
+        }
+        if env.desired == Desired::Released {
+            return Err(Refusal::NotResizable("stopping").into());
+        }
+        let current = Window { starts_at: env.starts_at, ends_at: env.ends_at };
+        let window = booking::resized_window(current, new_end, env.offering.max_hours(), now, &self.policy)?;
+        let model = env.size.gpu_model();
+
+        if window.ends_at > current.ends_at {
+            let all = bookings_of(&mut tx, model, now, None).await?;
+            let (own, others): (Vec<_>, Vec<_>) = all.into_iter().partition(|(env_id, _)| env_id == id);
+            let blocking = others
+                .iter()
+                .filter(|(_, b)| {
+                    own.iter().any(|(_, o)| {
+                        o.hold.gpu_id == b.hold.gpu_id
+                            && o.hold.slices.overlaps(b.hold.slices)
+                            && b.window.conflicts(window, self.policy.cleaning_gap_ms)
+                    })
+                })
+                .map(|(_, b)| b.window.starts_at)
+                .min();
+            if let Some(next_start) = blocking {
+                let latest = next_start - self.policy.cleaning_gap_ms;
+                return Err(Refusal::NoCapacity {
+                    size: env.size.shape.describe(),
+                    when: format!("until {}", utc_short(window.ends_at)),
+                    detail: format!("its capacity is booked by someone else from {}", utc_short(next_start)),
+                    hint: if latest > current.ends_at {
+                        format!("; it can run until {} at the latest", utc_short(latest))
+                    } else {
+                        String::new()
+                    },
+                }
+                .into());
+            }
+            let held: Vec<Hold> = own.iter().map(|(_, b)| b.hold).collect();
+            self.check_quota(&mut tx, caller.user_id, model, window, booking::gpu_equivalents(&held), Some(id)).await?;
+        }
+
+        sqlx::query("UPDATE environments SET ends_at = ? WHERE id = ?")
+            .bind(window.ends_at)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE reservations SET ends_at = ? WHERE environment_id = ? AND released_at IS NULL")
+            .bind(window.ends_at)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let detail = format!("end {} -> {}", utc_short(current.ends_at), utc_short(window.ends_at));
+        let event = Event {
+            action: "environment.change_end",
+            target: Some(id),
+            outcome: Outcome::Success,
+            detail: Some(&detail),
+        };
+        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        tx.commit().await?;
+        self.wake_reconciler();
+        self.environment_of(caller, id).await
+    }
+
+    /// The limits that apply to `user_id`: their own row, else everyone's default, else none.
+    pub async fn quota_of(&self, user_id: i64) -> Result<Quota, Error> {
+        let mut conn = self.db.acquire().await?;
+        quota_of(&mut conn, user_id).await
+    }
+
+    /// Sets `user_id`'s limits, or everyone's default with `None`. Platform admins only.
+    pub async fn set_quota(&self, caller: &Caller, user_id: Option<i64>, quota: &Quota) -> Result<(), Error> {
+        if !caller.is_admin {
+            return Err(Error::NotFound);
+        }
+        let mut tx = store::begin_immediate(&self.db).await?;
+        sqlx::query("DELETE FROM quotas WHERE user_id IS ?").bind(user_id).execute(&mut *tx).await?;
+        sqlx::query(
+            "INSERT INTO quotas (user_id, max_gpus, gpu_hours_per_month, max_booking_hours, max_overlapping, updated_at)
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(user_id)
+        .bind(quota.max_gpus)
+        .bind(quota.gpu_hours_per_month)
+        .bind(quota.max_booking_hours)
+        .bind(quota.max_overlapping)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+        let target = user_id.map_or_else(|| "default".to_owned(), |u| format!("user:{u}"));
+        let detail = format!("{quota:?}");
+        let event =
+            Event { action: "quota.set", target: Some(&target), outcome: Outcome::Success, detail: Some(&detail) };
+        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Refuses a booking of `ask` GPU-equivalents of `model` for `window` that would pass
+    /// the user's quota. `except` leaves out an environment being changed.
+    pub(crate) async fn check_quota(
+        &self,
+        conn: &mut SqliteConnection,
+        user_id: i64,
+        model: GpuModel,
+        window: Window,
+        ask: f64,
+        except: Option<&str>,
+    ) -> Result<(), Error> {
+        let quota = quota_of(conn, user_id).await?;
+        if quota == Quota::default() {
+            return Ok(());
+        }
+        let now = now_ms();
+        let mut same_model: Vec<(Window, f64)> = Vec::new();
+        let mut by_env: std::collections::BTreeMap<String, (Window, Vec<Hold>)> = Default::default();
+        for (env_id, b) in bookings_of(conn, model, now, Some(user_id)).await? {
+            if Some(env_id.as_str()) != except {
+                by_env.entry(env_id).or_insert((b.window, Vec::new())).1.push(b.hold);
+            }
+        }
+        for (w, holds) in by_env.values() {
+            same_model.push((*w, booking::gpu_equivalents(holds)));
+        }
+        let overlapping: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM environments WHERE owner_id = ? AND state NOT IN ('released', 'failed')
+               AND desired = 'running' AND starts_at < ? AND ends_at > ? AND id IS NOT ?",
+        )
+        .bind(user_id)
+        .bind(window.ends_at)
+        .bind(window.starts_at)
+        .bind(except)
+        .fetch_one(&mut *conn)
+        .await?;
+        let gpu_hours_this_month = gpu_hours_in_month(conn, user_id, window.starts_at, except).await?;
+        let usage =
+            Usage { same_model, overlapping: u32::try_from(overlapping).unwrap_or(u32::MAX), gpu_hours_this_month };
+        Ok(booking::check_quota(&quota, &usage, model, window, ask)?)
+    }
+}
+
+impl Platform {
+    /// Turns placement's "no capacity" into a refusal that says for when, and what would
+    /// work instead: the earliest start for the same size and duration, and other sizes of
+    /// the offering free in the asked window.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn explain_no_capacity(
+        &self,
+        refusal: Refusal,
+        timeline: &Timeline,
+        offering: Offering,
+        size: &'static Size,
+        hours: u32,
+        window: Window,
+        now: i64,
+    ) -> Error {
+        let Refusal::NoCapacity { size: what, detail, .. } = refusal else { return refusal.into() };
+        let when = if window.starts_at > now {
+            format!("from {} to {}", utc_short(window.starts_at), utc_short(window.ends_at))
+        } else {
+            "right now".to_owned()
+        };
+        let mut hints = Vec::new();
+        if let Some(t) = earliest(timeline, size.shape, hours, window.starts_at, now, &self.policy) {
+            hints.push(format!("the earliest start for {hours} h is {}", utc_short(t)));
+        }
+        let others: Vec<&str> = offering
+            .sizes()
+            .iter()
+            .filter(|s| {
+                s.id != size.id && s.gpu_model() == size.gpu_model() && timeline.free_count(s.shape, window) > 0
+            })
+            .map(|s| s.label)
+            .collect();
+        if !others.is_empty() {
+            hints.push(format!("free for that window: {}", others.join(", ")));
+        }
+        let hint = if hints.is_empty() { String::new() } else { format!(". Instead: {}", hints.join("; ")) };
+        Refusal::NoCapacity { size: what, when, detail, hint }.into()
+    }
+}
+
+/// The earliest start within the horizon, for a refusal's hint or the launch form.
+pub(crate) fn earliest(
+    timeline: &Timeline,
+    shape: Shape,
+    hours: u32,
+    not_before: i64,
+    now: i64,
+    policy: &BookingPolicy,
+) -> Option<i64> {
+    timeline.earliest_start(shape, i64::from(hours) * booking::HOUR_MS, not_before, now + policy.horizon_ms)
+}
+
+async fn quota_of(conn: &mut SqliteConnection, user_id: i64) -> Result<Quota, Error> {
+    let row = sqlx::query(
+        "SELECT max_gpus, gpu_hours_per_month, max_booking_hours, max_overlapping FROM quotas
+         WHERE user_id = ? OR user_id IS NULL ORDER BY user_id IS NULL LIMIT 1",
+    )
+    .bind(user_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else { return Ok(Quota::default()) };
+    let hours: Option<i64> = row.try_get("max_booking_hours")?;
+    let overlapping: Option<i64> = row.try_get("max_overlapping")?;
+    Ok(Quota {
+        max_gpus: row.try_get("max_gpus")?,
+        gpu_hours_per_month: row.try_get("gpu_hours_per_month")?,
+        max_booking_hours: hours.and_then(|h| u32::try_from(h).ok()),
+        max_overlapping: overlapping.and_then(|n| u32::try_from(n).ok()),
+    })
+}
+
+/// GPU-equivalent hours of the user's bookings inside the UTC calendar month of `at`
+/// (the parts of windows that fall in it); failed and stopped bookings count for the time
+/// they held capacity.
+async fn gpu_hours_in_month(
+    conn: &mut SqliteConnection,
+    user_id: i64,
+    at: i64,
+    except: Option<&str>,
+) -> Result<f64, Error> {
+    use chrono::Datelike;
+    let Some(t) = chrono::DateTime::from_timestamp_millis(at) else { return Ok(0.0) };
+    let first = t.date_naive().with_day(1).and_then(|d| d.and_hms_opt(0, 0, 0)).map(|d| d.and_utc());
+    let next = first.and_then(|f| f.checked_add_months(chrono::Months::new(1)));
+    let (Some(first), Some(next)) = (first, next) else { return Ok(0.0) };
+    let (month_start, month_end) = (first.timestamp_millis(), next.timestamp_millis());
+    let rows: Vec<(i64, i64, Option<String>)> = sqlx::query_as(
+        "SELECT max(r.starts_at, ?1), min(coalesce(r.released_at, r.ends_at), r.ends_at, ?2), r.mig_profile
+         FROM reservations r JOIN environments e ON e.id = r.environment_id
+         WHERE e.owner_id = ?3 AND r.starts_at < ?2 AND coalesce(r.released_at, r.ends_at) > ?1 AND e.id IS NOT ?4",
+    )
+    .bind(month_start)
+    .bind(month_end)
+    .bind(user_id)
+    .bind(except)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(from, to, profile)| {
+            let share = profile
+                .as_deref()
+                .and_then(MigProfile::from_key)
+                .map_or(1.0, |p| f64::from(p.compute_slices()) / f64::from(berth_domain::mig::COMPUTE_SLICES));
+            share * (to - from).max(0) as f64 / booking::HOUR_MS as f64
+        })
+        .sum())
+}

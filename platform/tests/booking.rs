@@ -1,0 +1,211 @@
+//! Advance booking through the platform: windows in the future, the cleaning gap, changing
+//! a booking's end, quotas, availability, and refusals that write nothing.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // helpers of tests stop the test with their message
+
+mod common;
+
+use std::time::Duration;
+
+use berth_domain::Refusal;
+use berth_domain::booking::{DAY_MS, HOUR_MS, MINUTE_MS, Quota};
+use berth_domain::gpu::GpuModel;
+use berth_domain::launch::LaunchRequest;
+use berth_domain::lifecycle::EnvState;
+use berth_domain::placement::Shape;
+use berth_platform::environments::Environment;
+use berth_platform::{Error, now_ms};
+use common::TestBerth;
+use sqlx::SqlitePool;
+
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).expect("time").to_rfc3339()
+}
+
+/// Books `size` for `hours` from `start_ms`: a dedicated cluster for whole nodes (the
+/// test fleet's nodes have 2 GPUs), else a training job.
+async fn book(
+    berth: &TestBerth,
+    size: &str,
+    name: &str,
+    start_ms: Option<i64>,
+    hours: u32,
+) -> Result<Environment, Error> {
+    let cluster = size.contains("-node-");
+    let request = LaunchRequest {
+        offering: if cluster { "cluster" } else { "training" }.into(),
+        size: size.into(),
+        name: name.into(),
+        hours: hours.to_string(),
+        start: start_ms.map(rfc3339).unwrap_or_default(),
+        image: if cluster { "" } else { "ghcr.io/acme/train:1" }.into(),
+        command: if cluster { "" } else { "python train.py" }.into(),
+    };
+    berth.platform.launch(&berth.caller, &request).await
+}
+
+async fn environments(berth: &TestBerth) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM environments").fetch_one(berth.platform.db()).await.expect("count")
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn an_advance_booking_waits_for_its_start_then_provisions(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let start = now_ms() + 1500;
+    let env = book(&berth, "h100-1", "later", Some(start), 1).await.expect("book");
+    assert_eq!((env.starts_at, env.ends_at), (start, start + HOUR_MS));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let waiting = berth.platform.environment_of(&berth.caller, &env.id).await.expect("env");
+    assert_eq!(waiting.state, EnvState::Requested, "nothing is provisioned before the window");
+    let ready = berth.wait_for(&env.id, EnvState::Ready).await;
+    assert!(ready.ready_at.expect("ready at") >= start);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn bookings_share_a_gpu_over_time_but_never_at_once_and_keep_the_cleaning_gap(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let t0 = now_ms() + DAY_MS;
+    // Both H100 nodes (2 GPUs each) booked whole for four hours tomorrow.
+    book(&berth, "h100-node-1", "first", Some(t0), 4).await.expect("first node");
+    book(&berth, "h100-node-1", "second", Some(t0), 4).await.expect("second node");
+    let before = environments(&berth).await;
+
+    let err = book(&berth, "h100-1", "overlap", Some(t0 + HOUR_MS), 2).await.expect_err("all taken");
+    let text = err.to_string();
+    assert!(text.starts_with("no capacity for 1 x H100-80GB from "), "{text}");
+    // The gap after the 4-hour bookings is 15 minutes.
+    let expected = berth_platform::booking::utc_short(t0 + 4 * HOUR_MS + 15 * MINUTE_MS);
+    assert!(text.contains(&format!("the earliest start for 2 h is {expected}")), "{text}");
+
+    let err = book(&berth, "h100-1", "too-soon", Some(t0 + 4 * HOUR_MS + 5 * MINUTE_MS), 2).await;
+    assert!(matches!(err, Err(Error::Refused(Refusal::NoCapacity { .. }))), "inside the cleaning gap: {err:?}");
+    assert_eq!(environments(&berth).await, before, "refusals write nothing");
+
+    book(&berth, "h100-1", "after", Some(t0 + 4 * HOUR_MS + 15 * MINUTE_MS), 2).await.expect("after the gap");
+    book(&berth, "h100-1", "before", Some(t0 - 3 * HOUR_MS), 2).await.expect("ends before the gap");
+    assert_eq!(common::overlapping_reservations(berth.platform.db()).await, 0);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn bad_windows_are_refused_with_a_reason_and_write_nothing(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let now = now_ms();
+    let past = book(&berth, "h100-1", "past", Some(now - 2 * HOUR_MS), 1).await.expect_err("past");
+    assert_eq!(past.to_string(), "the start is in the past; leave it empty to start now");
+    let far = book(&berth, "h100-1", "far", Some(now + 100 * DAY_MS), 1).await.expect_err("too far");
+    assert_eq!(far.to_string(), "bookings may end at most 90 days from now");
+    let long = book(&berth, "h100-1", "long", None, 500).await.expect_err("too long");
+    assert_eq!(long.to_string(), "duration must be a whole number of hours between 1 and 72");
+    let request = LaunchRequest {
+        offering: "training".into(),
+        size: "h100-1".into(),
+        name: "garbled".into(),
+        hours: "1".into(),
+        start: "next tuesday".into(),
+        image: "ghcr.io/acme/train:1".into(),
+        command: "python train.py".into(),
+    };
+    let garbled = berth.platform.launch(&berth.caller, &request).await.expect_err("garbled");
+    assert!(garbled.to_string().starts_with("start \"next tuesday\" is not a date and time"), "{garbled}");
+    assert_eq!(environments(&berth).await, 0);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_booking_can_be_extended_into_free_time_and_shortened(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let t0 = now_ms() + DAY_MS;
+    let env = book(&berth, "h100-node-1", "mine", Some(t0), 2).await.expect("book");
+    // Someone fills the rest of the H100s from two hours after this booking ends.
+    let later = t0 + 4 * HOUR_MS;
+    book(&berth, "h100-node-1", "theirs", Some(later), 4).await.expect("other node");
+    book(&berth, "h100-node-1", "theirs-too", Some(later), 4).await.expect("this node later");
+
+    let longer = berth.platform.change_end(&berth.caller, &env.id, &rfc3339(t0 + 3 * HOUR_MS)).await.expect("extend");
+    assert_eq!(longer.ends_at, t0 + 3 * HOUR_MS);
+    let blocked = berth.platform.change_end(&berth.caller, &env.id, &rfc3339(t0 + 5 * HOUR_MS)).await;
+    let text = blocked.expect_err("runs into the later booking").to_string();
+    let latest = berth_platform::booking::utc_short(later - 15 * MINUTE_MS);
+    assert!(text.contains(&format!("it can run until {latest} at the latest")), "{text}");
+
+    let shorter = berth.platform.change_end(&berth.caller, &env.id, &rfc3339(t0 + HOUR_MS)).await.expect("shorten");
+    assert_eq!(shorter.ends_at, t0 + HOUR_MS);
+    let held: Vec<i64> = sqlx::query_scalar("SELECT ends_at FROM reservations WHERE environment_id = ?")
+        .bind(&env.id)
+        .fetch_all(berth.platform.db())
+        .await
+        .expect("reservations");
+    assert!(held.iter().all(|&e| e == t0 + HOUR_MS), "reservations move with the booking");
+    let inverted = berth.platform.change_end(&berth.caller, &env.id, &rfc3339(t0 - HOUR_MS)).await;
+    assert!(matches!(inverted, Err(Error::Refused(Refusal::EndNotAfterStart))), "{inverted:?}");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn cancelling_a_future_booking_frees_it_without_provisioning(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let t0 = now_ms() + DAY_MS;
+    let env = book(&berth, "h100-node-1", "cancel-me", Some(t0), 4).await.expect("book");
+    berth.platform.stop(&berth.caller, &env.id).await.expect("cancel");
+    berth.wait_for(&env.id, EnvState::Released).await;
+    assert_eq!(berth.held_reservations().await, 0);
+    assert_eq!(berth.backend.world().workloads.len(), 0, "nothing ever ran");
+    let again = berth.platform.change_end(&berth.caller, &env.id, &rfc3339(t0 + HOUR_MS)).await;
+    assert!(matches!(again, Err(Error::Refused(Refusal::NotResizable("released")))), "{again:?}");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn quotas_count_gpu_equivalents_and_explain_themselves(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth_platform::Caller { is_admin: true, ..berth.caller.clone() };
+    let quota = Quota { max_gpus: Some(1.0), ..Quota::default() };
+    let denied = berth.platform.set_quota(&berth.caller, None, &quota).await;
+    assert!(matches!(denied, Err(Error::NotFound)), "members cannot set quotas");
+    berth.platform.set_quota(&admin, None, &quota).await.expect("default quota");
+
+    let notebook = |size: &str, name: &str| LaunchRequest {
+        offering: "notebook".into(),
+        size: size.into(),
+        name: name.into(),
+        hours: "2".into(),
+        ..LaunchRequest::default()
+    };
+    // Two 3g slices are 6/7 of a GPU: within 1.
+    berth.platform.launch(&berth.caller, &notebook("h100-3g.40gb", "a")).await.expect("3/7");
+    berth.platform.launch(&berth.caller, &notebook("h100-3g.40gb", "b")).await.expect("6/7");
+    let err = berth.platform.launch(&berth.caller, &notebook("h100-3g.40gb", "c")).await.expect_err("9/7");
+    assert_eq!(
+        err.to_string(),
+        "quota: your limit is 1 H100-80GB GPU-equivalents at once; you hold up to 0.86 during this window and asked for 0.43, so 0.14 more would fit"
+    );
+    // Tomorrow the first two are over, so the same size fits again.
+    let tomorrow = rfc3339(now_ms() + DAY_MS);
+    let later = LaunchRequest { start: tomorrow, ..notebook("h100-3g.40gb", "c") };
+    berth.platform.launch(&berth.caller, &later).await.expect("fits tomorrow");
+
+    let personal = Quota { max_gpus: Some(4.0), max_booking_hours: Some(1), ..Quota::default() };
+    berth.platform.set_quota(&admin, Some(berth.caller.user_id), &personal).await.expect("personal quota");
+    let err = berth.platform.launch(&berth.caller, &notebook("h100-1g.10gb", "d")).await.expect_err("too long");
+    assert_eq!(err.to_string(), "quota: bookings are limited to 1 hours; this one is 2 hours");
+    assert_eq!(berth.platform.quota_of(berth.caller.user_id).await.expect("quota"), personal);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn availability_shows_bookings_and_the_earliest_start(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let t0 = (now_ms() / HOUR_MS + 24) * HOUR_MS;
+    book(&berth, "h100-node-1", "busy", Some(t0), 2).await.expect("book");
+    let availability = berth.platform.availability(t0 - 2 * HOUR_MS, HOUR_MS, 6).await.expect("availability");
+    let whole = availability
+        .rows
+        .iter()
+        .find(|r| r.shape == Shape::Gpus { model: GpuModel::H100_80GB, count: 1 })
+        .expect("a row for one H100");
+    assert_eq!(whole.capacity, 4);
+    // Free, then the gap before, two busy hours, the gap after, free.
+    assert_eq!(whole.free, vec![4, 2, 2, 2, 2, 4]);
+    let l40s = availability.rows.iter().find(|r| r.shape.model() == GpuModel::L40S).expect("L40S row");
+    assert_eq!(l40s.free, vec![2; 6]);
+
+    let node = Shape::Gpus { model: GpuModel::H100_80GB, count: 2 };
+    book(&berth, "h100-node-1", "busy-too", Some(t0), 2).await.expect("second node");
+    let earliest = berth.platform.earliest_start(node, 1, t0).await.expect("earliest");
+    assert_eq!(earliest, Some(t0 + 2 * HOUR_MS + 15 * MINUTE_MS));
+}
