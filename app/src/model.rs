@@ -31,7 +31,11 @@ pub struct EnvironmentSummary {
     /// "ends in 1 h 58 min", "ended 14:05 UTC", ...
     pub window: String,
     pub stoppable: bool,
+    /// Booked or running and not stopping: its end can still move.
+    pub resizable: bool,
     pub finished: bool,
+    /// The window's end as a `datetime-local` value, to prefill the change-end form.
+    pub ends_input: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -71,4 +75,50 @@ pub struct EnvironmentView {
     pub steps: Vec<StepView>,
     pub units: Vec<UnitView>,
     pub timeline: Vec<(String, String)>,
+}
+
+/// The availability calendar: a heatmap of free capacity per size over time, with the
+/// caller's own bookings drawn on the same columns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalendarView {
+    /// `day`, `week` or `month`.
+    pub view: String,
+    pub title: String,
+    pub prev_href: String,
+    pub next_href: String,
+    pub today_href: String,
+    pub columns: Vec<String>,
+    pub rows: Vec<CalendarRow>,
+    pub bookings: Vec<CalendarBooking>,
+    /// "15 min 0 s": free time kept between bookings of a GPU.
+    pub cleaning_gap: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalendarRow {
+    pub model: String,
+    pub label: String,
+    pub capacity: u32,
+    pub cells: Vec<CalendarCell>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalendarCell {
+    pub free: u32,
+    /// `past`, `none`, `low` or `plenty`.
+    pub tone: String,
+    /// The launch form for this size and bucket; empty when the bucket is over or full.
+    pub href: String,
+    pub title: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CalendarBooking {
+    pub name: String,
+    pub href: String,
+    pub size: String,
+    pub when: String,
+    /// First column the booking covers, and how many.
+    pub first: usize,
+    pub span: usize,
 }

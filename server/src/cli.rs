@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use berth_domain::booking::{BookingPolicy, DAY_MS, MINUTE_MS};
 use berth_domain::fleet::FleetSpec;
 use berth_platform::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
 use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
@@ -79,6 +80,12 @@ pub struct ServeArgs {
     /// A provisioning step that runs longer than this many seconds has failed.
     #[arg(long, env = "BERTH_STEP_TIMEOUT", default_value_t = 120)]
     pub step_timeout: u64,
+    /// Minutes a GPU stays free between two bookings, for scrubbing and health checks.
+    #[arg(long, env = "BERTH_CLEANING_GAP", default_value_t = 15)]
+    pub cleaning_gap: u32,
+    /// How many days ahead a booking may end.
+    #[arg(long, env = "BERTH_HORIZON_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=3650))]
+    pub horizon_days: u32,
 }
 
 pub fn init_logging(cli: &Cli) {
@@ -114,7 +121,12 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot read the fleet description {}: {e}", args.fleet.display()))?;
     let fleet = FleetSpec::parse(&fleet_text).map_err(|e| format!("{}: {e}", args.fleet.display()))?;
     let pool = open_database(&args.db.database).await?;
-    let platform = Platform::new(pool.clone());
+    let policy = BookingPolicy {
+        cleaning_gap_ms: i64::from(args.cleaning_gap) * MINUTE_MS,
+        horizon_ms: i64::from(args.horizon_days) * DAY_MS,
+        ..BookingPolicy::default()
+    };
+    let platform = Platform::new(pool.clone()).with_policy(policy);
     platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
     let admin = platform.bootstrap_admin().await.map_err(|e| format!("cannot create the administrator: {e}"))?;
     if args.demo {

@@ -123,6 +123,7 @@ pub fn capitalize(s: &str) -> String {
 pub fn StateBadge(state: String, label: String) -> impl IntoView {
     let (tone, dot) = match state.as_str() {
         "requested" => ("bg-slate-100 text-slate-700 ring-slate-300", "bg-slate-400"),
+        "scheduled" => ("bg-indigo-50 text-indigo-800 ring-indigo-300", "bg-indigo-400"),
         "provisioning" => ("bg-amber-50 text-amber-800 ring-amber-300", "bg-amber-500 animate-pulse"),
         "ready" => ("bg-emerald-50 text-emerald-800 ring-emerald-300", "bg-emerald-500"),
         "tearing_down" => ("bg-orange-50 text-orange-800 ring-orange-300", "bg-orange-500 animate-pulse"),
@@ -184,6 +185,7 @@ pub fn NavBar() -> impl IntoView {
                     <div class="flex gap-1 text-sm">
                         <A href="/catalog" attr:class="rounded-md px-3 py-1.5 text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"Catalog"</A>
                         <A href="/environments" attr:class="rounded-md px-3 py-1.5 text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"My environments"</A>
+                        <A href="/calendar" attr:class="rounded-md px-3 py-1.5 text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"Availability"</A>
                     </div>
                 </div>
                 {user_area}

@@ -6,6 +6,11 @@ pub fn utc(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string()).unwrap_or_default()
 }
 
+/// "2026-11-22T18:41", the value an HTML `datetime-local` input takes (read as UTC).
+pub fn input_value(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%dT%H:%M").to_string()).unwrap_or_default()
+}
+
 /// "850 ms", "12 s", "4 min 5 s", "1 h 58 min", "3 d 2 h"
 pub fn duration_words(ms: i64) -> String {
     let ms = ms.max(0);

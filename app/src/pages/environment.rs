@@ -4,7 +4,7 @@ use leptos_router::hooks::use_params_map;
 
 use crate::components::{ErrorAlert, RequireUser, StateBadge, poll_every};
 use crate::model::{ConnectionView, EnvironmentView, StepView};
-use crate::serverfns::{StopEnvironment, environment};
+use crate::serverfns::{ChangeEnd, StopEnvironment, environment};
 
 /// One environment: its state, connection details, every step with its timing, and
 /// the GPUs it holds. Refreshes itself until the environment is finished.
@@ -22,8 +22,12 @@ fn EnvironmentDetail() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("id").unwrap_or_default();
     let stop = ServerAction::<StopEnvironment>::new();
+    let change = ServerAction::<ChangeEnd>::new();
     let tick = RwSignal::new(0u64);
-    let env = Resource::new(move || (id(), tick.get(), stop.version().get()), |(id, _, _)| environment(id));
+    let env = Resource::new(
+        move || (id(), tick.get(), stop.version().get(), change.version().get()),
+        |(id, ..)| environment(id),
+    );
     poll_every(1000, move || {
         // Stop polling once the environment is finished.
         let finished = env.get_untracked().and_then(Result::ok).is_some_and(|e| e.summary.finished);
@@ -35,7 +39,7 @@ fn EnvironmentDetail() -> impl IntoView {
         <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
             {move || Suspend::new(async move {
                 match env.await {
-                    Ok(view) => view! { <EnvironmentBody view stop/> }.into_any(),
+                    Ok(view) => view! { <EnvironmentBody view stop change/> }.into_any(),
                     Err(error) => view! { <ErrorAlert error/> }.into_any(),
                 }
             })}
@@ -44,9 +48,16 @@ fn EnvironmentDetail() -> impl IntoView {
 }
 
 #[component]
-fn EnvironmentBody(view: EnvironmentView, stop: ServerAction<StopEnvironment>) -> impl IntoView {
+fn EnvironmentBody(
+    view: EnvironmentView,
+    stop: ServerAction<StopEnvironment>,
+    change: ServerAction<ChangeEnd>,
+) -> impl IntoView {
     let s = view.summary.clone();
     let stop_error = stop.value();
+    let change_error = change.value();
+    let id_for_change = s.id.clone();
+    let stop_label = if s.state == "scheduled" { "Cancel booking" } else { "Stop and release" };
     view! {
         <Title text=s.name.clone()/>
         <a href="/environments" class="text-sm text-indigo-600 hover:text-indigo-500">"← My environments"</a>
@@ -68,13 +79,27 @@ fn EnvironmentBody(view: EnvironmentView, stop: ServerAction<StopEnvironment>) -
                 <ActionForm action=stop>
                     <input type="hidden" name="id" value=s.id.clone()/>
                     <button type="submit" class="rounded-lg bg-white px-4 py-2 text-sm font-semibold text-red-700 ring-1 ring-red-300 hover:bg-red-50">
-                        "Stop and release"
+                        {stop_label}
                     </button>
                 </ActionForm>
             })}
         </div>
+        {s.resizable.then(|| view! {
+            <ActionForm action=change attr:class="mt-4 flex flex-wrap items-end gap-2">
+                <input type="hidden" name="id" value=id_for_change/>
+                <div>
+                    <label for="end" class="block text-xs font-medium text-slate-600">"Window ends (UTC)"</label>
+                    <input id="end" name="end" type="datetime-local" value=s.ends_input.clone() required
+                        class="mt-1 rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500"/>
+                </div>
+                <button type="submit" class="rounded-lg bg-white px-3 py-1.5 text-sm font-semibold text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">
+                    "Change end"
+                </button>
+            </ActionForm>
+        })}
         <div class="mt-4 space-y-4">
             {move || stop_error.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+            {move || change_error.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
             {view.failure_reason.clone().map(|reason| view! {
                 <div role="alert" class="rounded-lg border border-red-200 bg-red-50 p-4 text-sm text-red-800">
                     <p class="font-semibold">"This environment failed"</p>

@@ -19,10 +19,12 @@ pub fn LaunchPage() -> impl IntoView {
     let query = use_query_map();
     let offering = move || params.read().get("offering").and_then(|o| Offering::parse(&o));
     let chosen_size = move || query.read().get("size");
+    let start = move || query.read().get("start").unwrap_or_default();
+    let hours = move || query.read().get("hours");
     view! {
         <RequireUser>
             {move || match offering() {
-                Some(offering) => view! { <LaunchForm offering chosen_size=chosen_size()/> }.into_any(),
+                Some(offering) => view! { <LaunchForm offering chosen_size=chosen_size() start=start() hours=hours()/> }.into_any(),
                 None => view! { <ErrorAlert error=AppError::Refused("there is no such offering; pick one from the catalog".into())/> }.into_any(),
             }}
         </RequireUser>
@@ -30,12 +32,14 @@ pub fn LaunchPage() -> impl IntoView {
 }
 
 #[component]
-fn LaunchForm(offering: Offering, chosen_size: Option<String>) -> impl IntoView {
+fn LaunchForm(offering: Offering, chosen_size: Option<String>, start: String, hours: Option<String>) -> impl IntoView {
     let launch = ServerAction::<Launch>::new();
     let result = launch.value();
     let sizes = offering.sizes();
     let chosen = chosen_size.filter(|id| offering.size(id).is_some()).unwrap_or_else(|| sizes[0].id.to_owned());
     let max_hours = offering.max_hours();
+    let hours =
+        hours.filter(|h| h.parse::<u32>().is_ok_and(|h| (1..=max_hours).contains(&h))).unwrap_or_else(|| "4".into());
     view! {
         <Title text=format!("Launch {}", with_article(offering))/>
         <div class="mx-auto max-w-2xl">
@@ -64,7 +68,7 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>) -> impl IntoView 
                                 }).collect_view()}
                             </div>
                         </fieldset>
-                        <div class="grid gap-4 sm:grid-cols-2">
+                        <div class="grid gap-4 sm:grid-cols-3">
                             <div>
                                 <label for="name" class=LABEL>"Name"</label>
                                 <input id="name" name="request[name]" required maxlength="40" placeholder="my-experiment" class=INPUT
@@ -73,9 +77,18 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>) -> impl IntoView 
                             </div>
                             <div>
                                 <label for="hours" class=LABEL>"Duration (hours)"</label>
-                                <input id="hours" name="request[hours]" type="number" min="1" max=max_hours value="4" required class=INPUT
+                                <input id="hours" name="request[hours]" type="number" min="1" max=max_hours value=hours required class=INPUT
                                     aria-describedby="hours-hint"/>
                                 <p id="hours-hint" class=HINT>"1 to " {max_hours} " hours; torn down automatically at the end."</p>
+                            </div>
+                            <div>
+                                <label for="start" class=LABEL>"Start (UTC)"</label>
+                                <input id="start" name="request[start]" type="datetime-local" value=start class=INPUT
+                                    aria-describedby="start-hint"/>
+                                <p id="start-hint" class=HINT>
+                                    "Empty to start now, or book ahead. See "
+                                    <a href="/calendar" class="text-indigo-600 hover:text-indigo-500">"availability"</a> "."
+                                </p>
                             </div>
                         </div>
                         <ImageField offering/>

@@ -1,11 +1,13 @@
 //! One module per page.
 
+mod calendar;
 mod catalog;
 mod environment;
 mod environments;
 mod launch;
 mod login;
 
+pub use calendar::CalendarPage;
 pub use catalog::CatalogPage;
 pub use environment::EnvironmentPage;
 pub use environments::EnvironmentsPage;

@@ -43,33 +43,47 @@ pub async fn stop_environment(id: String) -> Result<(), AppError> {
     Ok(())
 }
 
+/// Moves the end of a booked or running environment (`end`: a UTC date and time).
+#[server(endpoint = "change_end")]
+pub async fn change_end(id: String, end: String) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform.change_end(&caller, &id, &end).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect(&format!("/environments/{id}"));
+    Ok(())
+}
+
 #[cfg(feature = "ssr")]
-mod views {
+pub(crate) mod views {
     use berth_domain::catalog::format_cents;
-    use berth_domain::lifecycle::{EnvState, Phase, provision_plan, teardown_plan};
+    use berth_domain::lifecycle::{Desired, EnvState, Phase, provision_plan, teardown_plan};
     use berth_platform::environments::{Environment, EnvironmentDetail};
 
-    use crate::components::time::{duration_words, utc};
+    use crate::components::time::{duration_words, input_value, utc};
     use crate::model::{ConnectionView, EnvironmentSummary, EnvironmentView, StepView, UnitView};
 
     pub fn summary(e: &Environment, now: i64) -> EnvironmentSummary {
+        let scheduled = e.state == EnvState::Requested && e.starts_at > now;
         let window = match (e.state.is_final(), e.finished_at) {
             (true, Some(at)) => format!("ended {}", utc(at)),
+            _ if scheduled => format!("starts in {} ({})", duration_words(e.starts_at - now), utc(e.starts_at)),
             _ if e.ends_at > now => format!("ends in {}", duration_words(e.ends_at - now)),
             _ => "window over, tearing down".to_owned(),
         };
+        let running = e.desired == Desired::Running;
         EnvironmentSummary {
             id: e.id.clone(),
             name: e.name.clone(),
             offering: e.offering.title().to_owned(),
             size: e.size.label.to_owned(),
-            state: e.state.as_str().to_owned(),
-            state_label: e.state.label().to_owned(),
+            state: if scheduled { "scheduled" } else { e.state.as_str() }.to_owned(),
+            state_label: if scheduled { "Scheduled" } else { e.state.label() }.to_owned(),
             price: format!("{}/h", format_cents(u32::try_from(e.cents_per_hour).unwrap_or(0))),
             created: utc(e.created_at),
             window,
-            stoppable: e.state.is_stoppable() && e.desired == berth_domain::lifecycle::Desired::Running,
+            stoppable: e.state.is_stoppable() && running,
+            resizable: running && matches!(e.state, EnvState::Requested | EnvState::Provisioning | EnvState::Ready),
             finished: e.state.is_final(),
+            ends_input: input_value(e.ends_at),
         }
     }
 
@@ -116,7 +130,8 @@ mod views {
                 released: u.released_at.is_some(),
             })
             .collect();
-        let mut timeline = vec![("Requested".to_owned(), utc(e.created_at))];
+        let mut timeline =
+            vec![("Requested".to_owned(), utc(e.created_at)), ("Window starts".to_owned(), utc(e.starts_at))];
         if let Some(at) = e.ready_at {
             timeline.push(("Ready".to_owned(), utc(at)));
         }

@@ -1,10 +1,12 @@
 //! Server functions, one file per area. Each one authenticates, makes one call into the
 //! platform and maps the answer to a view type.
 
+mod calendar;
 mod catalog;
 mod environments;
 mod session;
 
+pub use calendar::*;
 pub use catalog::*;
 pub use environments::*;
 pub use session::*;

@@ -1,0 +1,200 @@
+use leptos::prelude::*;
+
+use crate::error::AppError;
+use crate::model::CalendarView;
+
+/// Free capacity per size over a day (hours), a week (6-hour blocks) or a month (days)
+/// from `from` (`YYYY-MM-DD`, UTC; empty for today), with the caller's bookings.
+#[server(endpoint = "calendar")]
+pub async fn calendar(view: String, from: String) -> Result<CalendarView, AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
+    let now = berth_platform::now_ms();
+    let span = build::Span::parse(&view);
+    let from = build::day_start(&from, now);
+    let (bucket_ms, buckets) = span.buckets();
+    let availability = platform.availability(from, bucket_ms, buckets).await.map_err(fail)?;
+    let mine = platform.environments_of_owner(&caller).await.map_err(fail)?;
+    let gap = platform.policy().cleaning_gap_ms;
+    Ok(build::calendar(span, from, now, &availability, &mine, gap))
+}
+
+#[cfg(feature = "ssr")]
+mod build {
+    use berth_domain::booking::{DAY_MS, HOUR_MS};
+    use berth_domain::catalog::{Offering, Size};
+    use berth_domain::placement::Shape;
+    use berth_platform::booking::Availability;
+    use berth_platform::environments::Environment;
+    use chrono::{DateTime, NaiveDate};
+
+    use crate::components::time::input_value;
+    use crate::model::{CalendarBooking, CalendarCell, CalendarRow, CalendarView};
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Span {
+        Day,
+        Week,
+        Month,
+    }
+
+    impl Span {
+        pub fn parse(s: &str) -> Span {
+            match s {
+                "day" => Span::Day,
+                "month" => Span::Month,
+                _ => Span::Week,
+            }
+        }
+
+        fn id(self) -> &'static str {
+            match self {
+                Span::Day => "day",
+                Span::Week => "week",
+                Span::Month => "month",
+            }
+        }
+
+        /// Bucket length and count.
+        pub fn buckets(self) -> (i64, usize) {
+            match self {
+                Span::Day => (HOUR_MS, 24),
+                Span::Week => (6 * HOUR_MS, 28),
+                Span::Month => (DAY_MS, 30),
+            }
+        }
+
+        fn days(self) -> i64 {
+            match self {
+                Span::Day => 1,
+                Span::Week => 7,
+                Span::Month => 30,
+            }
+        }
+    }
+
+    /// Midnight UTC of `date` (`YYYY-MM-DD`), or of today when it is empty or unreadable.
+    pub fn day_start(date: &str, now: i64) -> i64 {
+        let today = now - now.rem_euclid(DAY_MS);
+        NaiveDate::parse_from_str(date.trim(), "%Y-%m-%d")
+            .ok()
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .map_or(today, |d| d.and_utc().timestamp_millis())
+    }
+
+    fn date(ms: i64) -> String {
+        DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d").to_string()).unwrap_or_default()
+    }
+
+    fn column_label(span: Span, ms: i64) -> String {
+        let format = match span {
+            Span::Day => "%H:00",
+            Span::Week => "%a %-d %Hh",
+            Span::Month => "%a %-d",
+        };
+        DateTime::from_timestamp_millis(ms).map(|t| t.format(format).to_string()).unwrap_or_default()
+    }
+
+    /// The size a calendar cell books: the first offering selling this shape.
+    fn size_for(shape: Shape) -> Option<(Offering, &'static Size)> {
+        Offering::ALL.into_iter().find_map(|o| o.sizes().iter().find(|s| s.shape == shape).map(|s| (o, s)))
+    }
+
+    fn href(span: Span, from: i64) -> String {
+        format!("/calendar?view={}&from={}", span.id(), date(from))
+    }
+
+    pub fn calendar(
+        span: Span,
+        from: i64,
+        now: i64,
+        a: &Availability,
+        mine: &[Environment],
+        gap_ms: i64,
+    ) -> CalendarView {
+        let (bucket_ms, buckets) = span.buckets();
+        let columns = (0..buckets).map(|i| column_label(span, from + i as i64 * bucket_ms)).collect();
+        let rows = a
+            .rows
+            .iter()
+            .filter_map(|row| {
+                let (offering, size) = size_for(row.shape)?;
+                let cells = row
+                    .free
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &free)| {
+                        let start = from + i as i64 * bucket_ms;
+                        let end = start + bucket_ms;
+                        let tone = if end <= now {
+                            "past"
+                        } else if free == 0 {
+                            "none"
+                        } else if free * 4 < row.capacity {
+                            "low"
+                        } else {
+                            "plenty"
+                        };
+                        let hours = (bucket_ms / HOUR_MS).clamp(1, i64::from(offering.max_hours()));
+                        let start_value = if start <= now { String::new() } else { input_value(start) };
+                        let href = if matches!(tone, "past" | "none") {
+                            String::new()
+                        } else {
+                            format!("/launch/{}?size={}&start={start_value}&hours={hours}", offering.id(), size.id)
+                        };
+                        let title = format!(
+                            "{}: {free} of {} free from {}",
+                            size.label,
+                            row.capacity,
+                            column_label(span, start)
+                        );
+                        CalendarCell { free, tone: tone.to_owned(), href, title }
+                    })
+                    .collect();
+                Some(CalendarRow {
+                    model: row.shape.model().name().to_owned(),
+                    label: size.label.to_owned(),
+                    capacity: row.capacity,
+                    cells,
+                })
+            })
+            .collect();
+        let end = from + buckets as i64 * bucket_ms;
+        let bookings = mine
+            .iter()
+            .filter(|e| !e.state.is_final() && e.starts_at < end && e.ends_at > from)
+            .map(|e| {
+                let first = ((e.starts_at.max(from) - from) / bucket_ms) as usize;
+                let last = ((e.ends_at.min(end) - 1 - from) / bucket_ms) as usize;
+                CalendarBooking {
+                    name: e.name.clone(),
+                    href: format!("/environments/{}", e.id),
+                    size: e.size.label.to_owned(),
+                    when: format!(
+                        "{} to {}",
+                        input_value(e.starts_at).replace('T', " "),
+                        input_value(e.ends_at).replace('T', " ")
+                    ),
+                    first,
+                    span: last + 1 - first,
+                }
+            })
+            .collect();
+        let step = span.days() * DAY_MS;
+        let title = match span {
+            Span::Day => date(from),
+            _ => format!("{} to {}", date(from), date(end - DAY_MS)),
+        };
+        CalendarView {
+            view: span.id().to_owned(),
+            title,
+            prev_href: href(span, from - step),
+            next_href: href(span, from + step),
+            today_href: href(span, now),
+            columns,
+            rows,
+            bookings,
+            cleaning_gap: format!("{} min", gap_ms / 60_000),
+        }
+    }
+}

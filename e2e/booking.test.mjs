@@ -1,0 +1,81 @@
+// Booking ahead in real Chromium: read the availability calendar, pick a free cell for
+// tomorrow, book it from the prefilled form, see it scheduled on the calendar, move its
+// end, be refused a collision with a reason, and cancel it.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { Berth, browser, watchConsole, artifacts } from './harness.mjs';
+
+let berth, chrome, page, consoleErrors;
+
+before(async () => {
+  berth = await Berth.start();
+  chrome = await browser();
+  page = await chrome.newPage({ viewport: { width: 1400, height: 1000 } });
+  consoleErrors = watchConsole(page);
+  await page.goto(`${berth.url}/login?next=/calendar`);
+  await page.getByLabel('Email').fill('admin@berth.local');
+  await page.getByLabel('Password').fill(berth.adminPassword());
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL(/\/calendar$/);
+});
+
+after(async () => {
+  await chrome?.close();
+  await berth?.kill();
+});
+
+const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
+
+test('the calendar shows free capacity per size and links free cells to the launch form', async () => {
+  await page.getByRole('heading', { name: 'Availability' }).waitFor();
+  const node = page.locator('tr[data-size="2 nodes, 16 x H100 80GB, NVLink"]');
+  // The 32 H100s make two 2-node clusters at most.
+  await node.getByText('2 at most').waitFor();
+  await page.getByRole('link', { name: 'Day', exact: true }).click();
+  await page.waitForURL(/view=day/);
+  await page.goto(`${berth.url}/calendar?view=day&from=${tomorrow}`);
+  const cell = page.locator('tr[data-size="8 x H100 80GB, full node"] a').nth(10);
+  assert.match(await cell.getAttribute('aria-label'), /^Book: 8 x H100 80GB, full node: 4 of 4 free from 10:00$/);
+  await page.screenshot({ path: join(artifacts, 'calendar.png'), fullPage: true });
+  await cell.click();
+  await page.waitForURL(/\/launch\/training\?size=h100-8&start=/);
+  assert.equal(await page.getByLabel('Start (UTC)').inputValue(), `${tomorrow}T10:00`);
+  assert.equal(await page.getByLabel('8 x H100 80GB, full node').isChecked(), true);
+});
+
+test('a booking for tomorrow is scheduled, waits, and shows on the calendar', async () => {
+  await page.getByLabel('Name').fill('tomorrow-run');
+  await page.getByLabel('Container image').fill('nvcr.io/nvidia/pytorch:24.05-py3');
+  await page.getByLabel('Command').fill('python train.py');
+  await page.getByLabel('Duration (hours)').fill('3');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
+  await page.locator('[data-state="scheduled"]').waitFor();
+  await page.getByText(`${tomorrow} 10:00 UTC`).first().waitFor();
+  assert.equal(await page.getByLabel('Window ends (UTC)').inputValue(), `${tomorrow}T13:00`);
+  const envUrl = page.url();
+
+  await page.goto(`${berth.url}/calendar?view=day&from=${tomorrow}`);
+  const mine = page.getByRole('region', { name: 'Your bookings in this range' });
+  await mine.getByRole('link', { name: 'tomorrow-run' }).waitFor();
+  await page.goto(envUrl);
+});
+
+test('moving the end works into free time, and an end before the start is refused with a reason', async () => {
+  await page.getByLabel('Window ends (UTC)').fill(`${tomorrow}T15:00`);
+  await page.getByRole('button', { name: 'Change end' }).click();
+  await page.getByText(`Window ends`).first().waitFor();
+  await page.waitForFunction((t) => document.body.innerText.includes(t), `${tomorrow} 15:00 UTC`);
+
+  await page.getByLabel('Window ends (UTC)').fill(`${tomorrow}T09:00`);
+  await page.getByRole('button', { name: 'Change end' }).click();
+  await page.getByRole('alert').getByText('the new end must be after the start and after now').waitFor();
+  await page.screenshot({ path: join(artifacts, 'booking.png'), fullPage: true });
+});
+
+test('cancelling the booking releases it without ever provisioning', async () => {
+  await page.getByRole('button', { name: 'Cancel booking' }).click();
+  await page.locator('[data-state="released"]').waitFor({ timeout: 30_000 });
+  assert.deepEqual(consoleErrors, []);
+});
