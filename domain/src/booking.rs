@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
 use crate::gpu::GpuModel;
-use crate::mig::{COMPUTE_SLICES, MigInstance, MigLayout};
+use crate::mig::{COMPUTE_SLICES, MigInstance, MigLayout, MigProfile};
 use crate::placement::{self, Assignment, GpuUnit, Hold, Shape};
 
 pub const MINUTE_MS: i64 = 60_000;
@@ -132,7 +132,36 @@ pub struct Timeline {
     gpus: Vec<GpuUnit>,
     /// Bookings per GPU, by start.
     bookings: HashMap<i64, Vec<Booking>>,
+    /// Indexes into `gpus` by node, in node order.
+    nodes: Vec<(i64, Vec<usize>)>,
     gap_ms: i64,
+}
+
+/// What a GPU holds during a window: all of it, or these MIG instances (none: free).
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum GpuState {
+    Whole,
+    Slices(Vec<MigInstance>),
+}
+
+/// How many more slices of a profile fit a layout, remembered per (profile, layout).
+type SliceFits = HashMap<u64, u32>;
+
+/// A profile and a layout (instances by start) packed into one number: 6 bits per
+/// instance, at most 7 instances, so nothing is allocated per GPU and bucket.
+fn layout_key(profile: MigProfile, instances: &[MigInstance]) -> u64 {
+    let index = |p: MigProfile| MigProfile::ALL.iter().position(|&q| q == p).unwrap_or(0) as u64;
+    instances.iter().fold(index(profile) + 1, |key, i| key << 6 | (index(i.profile) << 3 | u64::from(i.start & 7)))
+}
+
+fn slices_that_fit(profile: MigProfile, instances: &[MigInstance]) -> u32 {
+    let mut layout = MigLayout::new(instances.to_vec());
+    let mut fits = 0;
+    while let Some(start) = layout.best_start(profile) {
+        layout.instances.push(MigInstance { profile, start });
+        fits += 1;
+    }
+    fits
 }
 
 impl Timeline {
@@ -144,7 +173,11 @@ impl Timeline {
         for list in by_gpu.values_mut() {
             list.sort_by_key(|b| b.window.starts_at);
         }
-        Timeline { gpus, bookings: by_gpu, gap_ms }
+        let mut nodes: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+        for (i, gpu) in gpus.iter().enumerate() {
+            nodes.entry(gpu.node_id).or_default().push(i);
+        }
+        Timeline { gpus, bookings: by_gpu, nodes: nodes.into_iter().collect(), gap_ms }
     }
 
     pub fn gpus(&self) -> &[GpuUnit] {
@@ -176,63 +209,72 @@ impl Timeline {
 
     /// How many more bookings of `shape` fit during all of `window`.
     pub fn free_count(&self, shape: Shape, window: Window) -> u32 {
-        let model = shape.model();
-        match shape {
-            Shape::MigSlice { profile, .. } => self
-                .gpus
-                .iter()
-                .filter(|g| g.model == model && g.mig_capable)
-                .map(|gpu| {
-                    let holds = self.holds_on(std::slice::from_ref(gpu), window);
-                    if holds.iter().any(|h| h.profile.is_none()) {
-                        return 0;
-                    }
-                    let mut layout = MigLayout::new(
-                        holds
-                            .iter()
-                            .filter_map(|h| h.profile.map(|p| MigInstance { profile: p, start: h.slices.start }))
-                            .collect(),
-                    );
-                    let mut fits = 0;
-                    while let Some(start) = layout.best_start(profile) {
-                        layout.instances.push(MigInstance { profile, start });
-                        fits += 1;
-                    }
-                    fits
-                })
-                .sum(),
-            Shape::Gpus { count, .. } => self
-                .nodes(model)
-                .values()
-                .map(|gpus| {
-                    let free =
-                        gpus.iter().filter(|g| self.holds_on(std::slice::from_ref(*g), window).is_empty()).count();
-                    u32::try_from(free).unwrap_or(u32::MAX) / count.max(1)
-                })
-                .sum(),
-            Shape::Nodes { count, .. } => {
-                let free = self
-                    .nodes(model)
-                    .values()
-                    .filter(|gpus| {
-                        gpus.iter()
-                            .all(|g| g.model == model && self.holds_on(std::slice::from_ref(*g), window).is_empty())
-                    })
-                    .count();
-                u32::try_from(free).unwrap_or(u32::MAX) / count.max(1)
-            }
-        }
+        self.free_counts(&[shape], window, &mut HashMap::new())[0]
     }
 
-    /// `free_count` for each of `buckets` consecutive windows of `bucket_ms` from `from`:
-    /// one row of the calendar's heatmap.
-    pub fn heatmap(&self, shape: Shape, from: i64, bucket_ms: i64, buckets: usize) -> Vec<u32> {
-        (0..buckets as i64)
-            .map(|i| {
-                let starts_at = from + i * bucket_ms;
-                self.free_count(shape, Window { starts_at, ends_at: starts_at + bucket_ms })
-            })
-            .collect()
+    /// `free_count` of each of `shapes` for `buckets` consecutive windows of `bucket_ms`
+    /// from `from`: the rows of the calendar's heatmap, one per shape.
+    ///
+    /// What each GPU holds is worked out once per bucket and shared by every shape, and
+    /// how many slices fit a MIG layout once per layout: the fleet has thousands of GPUs
+    /// but only a handful of distinct layouts.
+    pub fn heatmaps(&self, shapes: &[Shape], from: i64, bucket_ms: i64, buckets: usize) -> Vec<Vec<u32>> {
+        let mut rows = vec![Vec::with_capacity(buckets); shapes.len()];
+        let mut fits = HashMap::new();
+        for i in 0..buckets as i64 {
+            let starts_at = from + i * bucket_ms;
+            let counts = self.free_counts(shapes, Window { starts_at, ends_at: starts_at + bucket_ms }, &mut fits);
+            for (row, count) in rows.iter_mut().zip(counts) {
+                row.push(count);
+            }
+        }
+        rows
+    }
+
+    fn free_counts(&self, shapes: &[Shape], window: Window, fits: &mut SliceFits) -> Vec<u32> {
+        let states: Vec<GpuState> = self.gpus.iter().map(|g| self.state(g.id, window)).collect();
+        shapes.iter().map(|&shape| self.count(shape, &states, fits)).collect()
+    }
+
+    /// What GPU `gpu_id` holds at any time during `window` (cleaning gap included).
+    fn state(&self, gpu_id: i64, window: Window) -> GpuState {
+        let mut instances = Vec::new();
+        for b in self.bookings.get(&gpu_id).into_iter().flatten() {
+            if b.window.starts_at >= window.ends_at + self.gap_ms {
+                break;
+            }
+            if b.window.conflicts(window, self.gap_ms) {
+                match b.hold.profile {
+                    None => return GpuState::Whole,
+                    Some(profile) => instances.push(MigInstance { profile, start: b.hold.slices.start }),
+                }
+            }
+        }
+        instances.sort_by_key(|i| i.start);
+        GpuState::Slices(instances)
+    }
+
+    fn count(&self, shape: Shape, states: &[GpuState], fits: &mut SliceFits) -> u32 {
+        let model = shape.model();
+        let free = |i: usize| self.gpus[i].model == model && states[i] == GpuState::Slices(Vec::new());
+        let total = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        match shape {
+            Shape::MigSlice { profile, .. } => (0..self.gpus.len())
+                .filter(|&i| self.gpus[i].model == model && self.gpus[i].mig_capable)
+                .map(|i| match &states[i] {
+                    GpuState::Whole => 0,
+                    GpuState::Slices(instances) => *fits
+                        .entry(layout_key(profile, instances))
+                        .or_insert_with(|| slices_that_fit(profile, instances)),
+                })
+                .sum(),
+            Shape::Gpus { count, .. } => {
+                self.nodes.iter().map(|(_, gpus)| total(gpus.iter().filter(|&&i| free(i)).count()) / count.max(1)).sum()
+            }
+            Shape::Nodes { count, .. } => {
+                total(self.nodes.iter().filter(|(_, gpus)| gpus.iter().all(|&i| free(i))).count()) / count.max(1)
+            }
+        }
     }
 
     /// The earliest start at or after `not_before` at which `shape` fits for `duration_ms`,
@@ -247,9 +289,12 @@ impl Timeline {
             Shape::MigSlice { .. } => {
                 self.gpus.iter().filter(|g| g.model == model && g.mig_capable).map(|g| vec![*g]).collect()
             }
-            Shape::Gpus { .. } | Shape::Nodes { count: 1, .. } => {
-                self.nodes(model).into_values().map(|gpus| gpus.into_iter().copied().collect()).collect()
-            }
+            Shape::Gpus { .. } | Shape::Nodes { count: 1, .. } => self
+                .nodes
+                .iter()
+                .filter(|(_, gpus)| gpus.iter().any(|&i| self.gpus[i].model == model))
+                .map(|(_, gpus)| gpus.iter().map(|&i| self.gpus[i]).collect())
+                .collect(),
             Shape::Nodes { .. } => vec![self.gpus.clone()],
         };
         let mut best: Option<i64> = None;
@@ -276,16 +321,6 @@ impl Timeline {
             }
         }
         best
-    }
-
-    /// GPUs by node, nodes with at least one GPU of `model` only.
-    fn nodes(&self, model: GpuModel) -> BTreeMap<i64, Vec<&GpuUnit>> {
-        let mut nodes: BTreeMap<i64, Vec<&GpuUnit>> = BTreeMap::new();
-        for gpu in &self.gpus {
-            nodes.entry(gpu.node_id).or_default().push(gpu);
-        }
-        nodes.retain(|_, gpus| gpus.iter().any(|g| g.model == model));
-        nodes
     }
 }
 
@@ -455,8 +490,8 @@ mod tests {
         let node = Shape::Nodes { model: H100, count: 1 };
         assert_eq!(t.free_count(one, at(0, 1)), 3);
         assert_eq!(t.free_count(two, at(0, 1)), 1, "only the second node has two free");
-        assert_eq!(t.heatmap(one, NOW, 2 * HOUR_MS, 4), vec![3, 2, 3, 4]);
-        assert_eq!(t.heatmap(node, NOW, 2 * HOUR_MS, 4), vec![1, 1, 1, 2]);
+        assert_eq!(t.heatmaps(&[one], NOW, 2 * HOUR_MS, 4)[0], vec![3, 2, 3, 4]);
+        assert_eq!(t.heatmaps(&[node], NOW, 2 * HOUR_MS, 4)[0], vec![1, 1, 1, 2]);
         let slice = Shape::MigSlice { model: H100, profile: MigProfile::G3 };
         assert_eq!(t.free_count(slice, at(0, 1)), 6, "two 3g on each free GPU");
     }

@@ -3,7 +3,7 @@
 //! Placement is a pure function of the fleet and of what is already held, so the
 //! platform can run it inside the same transaction that records the result.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -78,30 +78,39 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
     if of_model.is_empty() {
         return Err(refuse(format!("this fleet has no {model} GPUs")));
     }
-    let holds_on = |gpu: i64| holds.iter().filter(move |h| h.gpu_id == gpu);
+    let mut by_gpu: HashMap<i64, Vec<&Hold>> = HashMap::new();
+    for h in holds {
+        by_gpu.entry(h.gpu_id).or_default().push(h);
+    }
+    let holds_on = |gpu: i64| by_gpu.get(&gpu).into_iter().flatten().copied();
     let is_free = |gpu: i64| holds_on(gpu).next().is_none();
 
     match shape {
         Shape::MigSlice { profile, .. } => {
             // (used compute slices, options left after placing, gpu, start): best is the
-            // fullest GPU, then the placement that keeps the most options open.
+            // fullest GPU, then the placement that keeps the most options open. Most GPUs
+            // share a few layouts (above all the empty one), so each layout is scored once.
+            let mut scored: HashMap<Vec<MigInstance>, Option<(u8, usize, u8)>> = HashMap::new();
             let mut best: Option<(u8, usize, i64, u8)> = None;
             for gpu in of_model.iter().filter(|g| g.mig_capable) {
                 if holds_on(gpu.id).any(|h| h.profile.is_none()) {
                     continue;
                 }
-                let layout = MigLayout::new(
-                    holds_on(gpu.id)
-                        .filter_map(|h| h.profile.map(|profile| MigInstance { profile, start: h.slices.start }))
-                        .collect(),
-                );
-                let Some(start) = layout.best_start(profile) else { continue };
-                let used: u8 = layout.instances.iter().map(|i| i.profile.compute_slices()).sum();
-                let mut after = layout.clone();
-                after.instances.push(MigInstance { profile, start });
-                let candidate = (used, after.open_options(), gpu.id, start);
-                if best.is_none_or(|b| (candidate.0, candidate.1) > (b.0, b.1)) {
-                    best = Some(candidate);
+                let mut instances: Vec<MigInstance> = holds_on(gpu.id)
+                    .filter_map(|h| h.profile.map(|profile| MigInstance { profile, start: h.slices.start }))
+                    .collect();
+                instances.sort_by_key(|i| i.start);
+                let score = *scored.entry(instances).or_insert_with_key(|instances| {
+                    let layout = MigLayout::new(instances.clone());
+                    let start = layout.best_start(profile)?;
+                    let used: u8 = layout.instances.iter().map(|i| i.profile.compute_slices()).sum();
+                    let mut after = layout;
+                    after.instances.push(MigInstance { profile, start });
+                    Some((used, after.open_options(), start))
+                });
+                let Some((used, options, start)) = score else { continue };
+                if best.is_none_or(|b| (used, options) > (b.0, b.1)) {
+                    best = Some((used, options, gpu.id, start));
                 }
             }
             let (_, _, gpu_id, start) = best

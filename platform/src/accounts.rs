@@ -7,7 +7,7 @@ use rand::distr::Alphanumeric;
 use sqlx::FromRow;
 
 use crate::audit::{self, Event, Outcome};
-use crate::{Error, Platform, RequestMeta, now_ms, store};
+use crate::{Error, Platform, RequestMeta, now_ms};
 
 #[derive(Debug, Clone, PartialEq, Eq, FromRow)]
 pub struct User {
@@ -52,7 +52,7 @@ impl Platform {
     /// Creates the administrator when the database has no users yet; returns its one-time
     /// password then, and `None` on every later start.
     pub async fn bootstrap_admin(&self) -> Result<Option<BootstrapAdmin>, Error> {
-        let mut tx = store::begin_immediate(&self.db).await?;
+        let mut tx = self.begin_write().await?;
         let users: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE password_hash IS NOT NULL")
             .fetch_one(&mut *tx)
             .await?;

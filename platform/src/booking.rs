@@ -1,75 +1,108 @@
 //! Booking in time: loading the timeline of a GPU model, availability for the calendar and
 //! the launch form, earliest starts, changing a booking's end, and quotas.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use berth_domain::Refusal;
-use berth_domain::booking::{self, Booking, BookingPolicy, Quota, Timeline, Usage, Window};
+use berth_domain::booking::{self, Booking, Quota, Timeline, Usage, Window};
 use berth_domain::catalog::{Offering, Size};
 use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::mig::{MigProfile, SliceRange};
-use berth_domain::placement::{Hold, Shape};
+use berth_domain::placement::{GpuUnit, Hold, Shape};
 use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
 use crate::environments::{Environment, visible_environment};
-use crate::{Caller, Error, Platform, fleet, now_ms, store};
+use crate::{Caller, Error, Platform, now_ms};
 
 /// "Tue 24 Nov 14:15 UTC"
 pub fn utc_short(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%a %-d %b %H:%M UTC").to_string()).unwrap_or_default()
 }
 
-/// Every GPU of `model` in service with every unreleased booking on it. A booking whose
-/// window is over but whose teardown has not finished still holds its unit until `now`.
-pub(crate) async fn timeline(
-    conn: &mut SqliteConnection,
-    model: GpuModel,
-    now: i64,
-    policy: &BookingPolicy,
-) -> Result<Timeline, Error> {
-    let gpus = fleet::gpus_of_model(conn, model).await?;
-    let bookings = bookings_of(conn, model, now, None).await?;
-    Ok(Timeline::new(gpus, bookings.into_iter().map(|(_, b)| b), policy.cleaning_gap_ms))
+/// The longest any booking's window can be: the longest an offering allows (a change of
+/// end keeps to it too). Lets range queries use the index on start times.
+fn longest_window_ms() -> i64 {
+    Offering::ALL.iter().map(|o| i64::from(o.max_hours())).max().unwrap_or(0) * booking::HOUR_MS
 }
 
-/// Unreleased bookings on GPUs of `model`, with the environment holding each, optionally
-/// only those of one owner.
+impl Platform {
+    /// Every GPU of `model` in service with the unreleased bookings on it that could
+    /// matter during `range` (all of them with `None`). A booking whose window is over but
+    /// whose teardown has not finished still holds its unit until `now`.
+    pub(crate) async fn timeline(
+        &self,
+        conn: &mut SqliteConnection,
+        model: GpuModel,
+        now: i64,
+        range: Option<Window>,
+    ) -> Result<Timeline, Error> {
+        let gpus = self.gpus_of_model(conn, model).await?;
+        let gap = self.policy.cleaning_gap_ms;
+        // Widened by the cleaning gap, as `Window::conflicts` widens bookings.
+        let range = range.map(|r| Window { starts_at: r.starts_at - gap, ends_at: r.ends_at + gap });
+        let bookings = bookings_of(conn, &gpus, now, None, range).await?;
+        Ok(Timeline::new(gpus.to_vec(), bookings.into_iter().map(|(_, b)| b), gap))
+    }
+}
+
+/// Unreleased bookings on GPUs of `model` overlapping `range` (any time with `None`), with
+/// the environment holding each, optionally only those of one owner.
 async fn bookings_of(
     conn: &mut SqliteConnection,
-    model: GpuModel,
+    gpus: &[GpuUnit],
     now: i64,
     owner: Option<i64>,
+    range: Option<Window>,
 ) -> Result<Vec<(String, Booking)>, Error> {
+    // The model is known by its GPUs (the fleet is in memory), so the query reads only
+    // the reservations table, through its start or end index.
+    let of_model: HashSet<i64> = gpus.iter().map(|g| g.id).collect();
+    if of_model.is_empty() {
+        return Ok(Vec::new());
+    }
+    let (from, to) = range.map_or((i64::MIN / 2, i64::MAX / 2), |r| (r.starts_at, r.ends_at));
+    // A window overlapping `range` starts inside it or at most the longest window before;
+    // only bookings held past their end (teardown still running) can reach further back.
+    // Two index range scans, one for each (an OR of both makes SQLite scan from the start).
     let rows = sqlx::query(
-        "SELECT r.environment_id, r.gpu_id, r.slice_start, r.slice_size, r.mig_profile, r.starts_at, max(r.ends_at, ?) AS ends_at
-         FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN environments e ON e.id = r.environment_id
-         WHERE r.released_at IS NULL AND g.model = ? AND (? IS NULL OR e.owner_id = ?)",
+        "SELECT environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, max(ends_at, ?1)
+         FROM reservations
+         WHERE released_at IS NULL AND starts_at > ?3 - ?5 AND starts_at < ?4 AND max(ends_at, ?1) > ?3
+           AND (?2 IS NULL OR environment_id IN (SELECT id FROM environments WHERE owner_id = ?2))
+         UNION ALL
+         SELECT environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, max(ends_at, ?1)
+         FROM reservations
+         WHERE released_at IS NULL AND ends_at < ?1 AND starts_at <= ?3 - ?5 AND max(ends_at, ?1) > ?3
+           AND (?2 IS NULL OR environment_id IN (SELECT id FROM environments WHERE owner_id = ?2))",
     )
     .bind(now)
-    .bind(model.name())
     .bind(owner)
-    .bind(owner)
+    .bind(from)
+    .bind(to)
+    .bind(longest_window_ms())
     .fetch_all(&mut *conn)
     .await?;
+    // Columns by position: this runs over tens of thousands of rows for a calendar page.
     rows.iter()
+        .filter(|row| row.try_get::<i64, _>(1).is_ok_and(|id| of_model.contains(&id)))
         .map(|row| {
-            let gpu_id: i64 = row.try_get("gpu_id")?;
+            let gpu_id: i64 = row.try_get(1)?;
             let bad = || Error::internal(format!("reservation on gpu {gpu_id} has an impossible slice range"));
-            let start: i64 = row.try_get("slice_start")?;
-            let size: i64 = row.try_get("slice_size")?;
-            let profile: Option<String> = row.try_get("mig_profile")?;
+            let start: i64 = row.try_get(2)?;
+            let size: i64 = row.try_get(3)?;
+            let profile: Option<&str> = row.try_get(4)?;
             let hold = Hold {
                 gpu_id,
                 slices: SliceRange {
                     start: u8::try_from(start).map_err(|_| bad())?,
                     size: u8::try_from(size).map_err(|_| bad())?,
                 },
-                profile: profile.as_deref().map(|k| MigProfile::from_key(k).ok_or_else(bad)).transpose()?,
+                profile: profile.map(|k| MigProfile::from_key(k).ok_or_else(bad)).transpose()?,
             };
-            let window = Window { starts_at: row.try_get("starts_at")?, ends_at: row.try_get("ends_at")? };
-            Ok((row.try_get("environment_id")?, Booking { hold, window }))
+            let window = Window { starts_at: row.try_get(5)?, ends_at: row.try_get(6)? };
+            Ok((row.try_get(0)?, Booking { hold, window }))
         })
         .collect()
 }
@@ -131,17 +164,20 @@ impl Platform {
         let models: BTreeSet<GpuModel> = catalog_shapes().iter().map(|s| s.model()).collect();
         let mut rows = Vec::new();
         for model in models {
-            let timeline = timeline(&mut conn, model, now, &self.policy).await?;
+            let range = Window { starts_at: from, ends_at: from + bucket_ms * buckets as i64 };
+            let timeline = self.timeline(&mut conn, model, now, Some(range)).await?;
             if timeline.gpus().is_empty() {
                 continue;
             }
             let empty = Timeline::new(timeline.gpus().to_vec(), [], 0);
-            for shape in catalog_shapes().into_iter().filter(|s| s.model() == model) {
-                let capacity = empty.free_count(shape, Window { starts_at: from, ends_at: from + bucket_ms });
-                if capacity == 0 {
-                    continue;
+            let shapes: Vec<Shape> = catalog_shapes().into_iter().filter(|s| s.model() == model).collect();
+            let capacities = empty.heatmaps(&shapes, from, bucket_ms, 1);
+            let free = timeline.heatmaps(&shapes, from, bucket_ms, buckets);
+            for ((shape, capacity), free) in shapes.into_iter().zip(capacities).zip(free) {
+                let capacity = capacity.first().copied().unwrap_or(0);
+                if capacity > 0 {
+                    rows.push(AvailabilityRow { shape, capacity, free });
                 }
-                rows.push(AvailabilityRow { shape, capacity, free: timeline.heatmap(shape, from, bucket_ms, buckets) });
             }
         }
         Ok(Availability { from, bucket_ms, rows })
@@ -152,8 +188,7 @@ impl Platform {
     pub async fn earliest_start(&self, shape: Shape, hours: u32, not_before: i64) -> Result<Option<i64>, Error> {
         let now = now_ms();
         let mut conn = self.db.acquire().await?;
-        let timeline = timeline(&mut conn, shape.model(), now, &self.policy).await?;
-        Ok(earliest(&timeline, shape, hours, not_before.max(now), now, &self.policy))
+        self.earliest_start_in(&mut conn, shape, hours, not_before.max(now), now).await
     }
 
     /// Moves the end of a booked or running environment. Longer needs its own GPUs free
@@ -162,7 +197,7 @@ impl Platform {
     pub async fn change_end(&self, caller: &Caller, id: &str, new_end: &str) -> Result<Environment, Error> {
         let new_end = booking::parse_start(new_end)?.ok_or(Refusal::EndNotAfterStart)?;
         let now = now_ms();
-        let mut tx = store::begin_immediate(&self.db).await?;
+        let mut tx = self.begin_write().await?;
         let env = visible_environment(&mut tx, caller, id).await?;
         if !matches!(env.state, EnvState::Requested | EnvState::Provisioning | EnvState::Ready) {
             return Err(Refusal::NotResizable(env.state.as_str()).into());
@@ -175,7 +210,8 @@ impl Platform {
         let model = env.size.gpu_model();
 
         if window.ends_at > current.ends_at {
-            let all = bookings_of(&mut tx, model, now, None).await?;
+            let gpus = self.gpus_of_model(&mut tx, model).await?;
+            let all = bookings_of(&mut tx, &gpus, now, None, None).await?;
             let (own, others): (Vec<_>, Vec<_>) = all.into_iter().partition(|(env_id, _)| env_id == id);
             let blocking = others
                 .iter()
@@ -240,7 +276,7 @@ impl Platform {
         if !caller.is_admin {
             return Err(Error::NotFound);
         }
-        let mut tx = store::begin_immediate(&self.db).await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query("DELETE FROM quotas WHERE user_id IS ?").bind(user_id).execute(&mut *tx).await?;
         sqlx::query(
             "INSERT INTO quotas (user_id, max_gpus, gpu_hours_per_month, max_booking_hours, max_overlapping, updated_at)
@@ -281,7 +317,8 @@ impl Platform {
         let now = now_ms();
         let mut same_model: Vec<(Window, f64)> = Vec::new();
         let mut by_env: std::collections::BTreeMap<String, (Window, Vec<Hold>)> = Default::default();
-        for (env_id, b) in bookings_of(conn, model, now, Some(user_id)).await? {
+        let gpus = self.gpus_of_model(conn, model).await?;
+        for (env_id, b) in bookings_of(conn, &gpus, now, Some(user_id), Some(window)).await? {
             if Some(env_id.as_str()) != except {
                 by_env.entry(env_id).or_insert((b.window, Vec::new())).1.push(b.hold);
             }
@@ -309,10 +346,11 @@ impl Platform {
 impl Platform {
     /// Turns placement's "no capacity" into a refusal that says for when, and what would
     /// work instead: the earliest start for the same size and duration, and other sizes of
-    /// the offering free in the asked window.
+    /// the offering free in the asked window (`timeline` covers that window).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn explain_no_capacity(
+    pub(crate) async fn explain_no_capacity(
         &self,
+        conn: &mut SqliteConnection,
         refusal: Refusal,
         timeline: &Timeline,
         offering: Offering,
@@ -320,15 +358,15 @@ impl Platform {
         hours: u32,
         window: Window,
         now: i64,
-    ) -> Error {
-        let Refusal::NoCapacity { size: what, detail, .. } = refusal else { return refusal.into() };
+    ) -> Result<Error, Error> {
+        let Refusal::NoCapacity { size: what, detail, .. } = refusal else { return Ok(refusal.into()) };
         let when = if window.starts_at > now {
             format!("from {} to {}", utc_short(window.starts_at), utc_short(window.ends_at))
         } else {
             "right now".to_owned()
         };
         let mut hints = Vec::new();
-        if let Some(t) = earliest(timeline, size.shape, hours, window.starts_at, now, &self.policy) {
+        if let Some(t) = self.earliest_start_in(conn, size.shape, hours, window.starts_at, now).await? {
             hints.push(format!("the earliest start for {hours} h is {}", utc_short(t)));
         }
         let others: Vec<&str> = offering
@@ -343,20 +381,40 @@ impl Platform {
             hints.push(format!("free for that window: {}", others.join(", ")));
         }
         let hint = if hints.is_empty() { String::new() } else { format!(". Instead: {}", hints.join("; ")) };
-        Refusal::NoCapacity { size: what, when, detail, hint }.into()
+        Ok(Refusal::NoCapacity { size: what, when, detail, hint }.into())
     }
 }
 
-/// The earliest start within the horizon, for a refusal's hint or the launch form.
-pub(crate) fn earliest(
-    timeline: &Timeline,
-    shape: Shape,
-    hours: u32,
-    not_before: i64,
-    now: i64,
-    policy: &BookingPolicy,
-) -> Option<i64> {
-    timeline.earliest_start(shape, i64::from(hours) * booking::HOUR_MS, not_before, now + policy.horizon_ms)
+impl Platform {
+    /// The earliest start at or after `not_before` for `shape` held `hours`, ending within
+    /// the horizon. Searched a week of bookings at a time (then two, four, ...), so the
+    /// common answer, something soon, never loads the whole booking book.
+    async fn earliest_start_in(
+        &self,
+        conn: &mut SqliteConnection,
+        shape: Shape,
+        hours: u32,
+        not_before: i64,
+        now: i64,
+    ) -> Result<Option<i64>, Error> {
+        let duration = i64::from(hours) * booking::HOUR_MS;
+        let last_start = now + self.policy.horizon_ms - duration;
+        let (mut from, mut chunk) = (not_before, 7 * booking::DAY_MS);
+        while from <= last_start {
+            // Starts in [from, to]; the timeline holds every booking such a window could meet.
+            let to = (from + chunk).min(last_start);
+            let range = Window { starts_at: from, ends_at: to + duration };
+            let timeline = self.timeline(conn, shape.model(), now, Some(range)).await?;
+            if let Some(t) = timeline.earliest_start(shape, duration, from, to + duration) {
+                return Ok(Some(t));
+            }
+            if to == last_start {
+                break;
+            }
+            (from, chunk) = (to, chunk * 2);
+        }
+        Ok(None)
+    }
 }
 
 async fn quota_of(conn: &mut SqliteConnection, user_id: i64) -> Result<Quota, Error> {

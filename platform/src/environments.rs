@@ -12,8 +12,8 @@ use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
 use crate::backend::Connection;
-use crate::booking::{timeline, utc_short};
-use crate::{Caller, Error, Platform, now_ms, store};
+use crate::booking::utc_short;
+use crate::{Caller, Error, Platform, now_ms};
 
 /// One environment as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,7 +117,7 @@ impl Platform {
         let window = rules::new_window(start, spec.hours, now, &self.policy)?;
         let model = spec.size.gpu_model();
 
-        let mut tx = store::begin_immediate(&self.db).await?;
+        let mut tx = self.begin_write().await?;
         let in_use: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM environments WHERE owner_id = ? AND name = ? AND state NOT IN ('released', 'failed')",
         )
@@ -128,10 +128,17 @@ impl Platform {
         if in_use > 0 {
             return Err(Refusal::NameInUse(spec.name).into());
         }
-        let timeline = timeline(&mut tx, model, now, &self.policy).await?;
-        let assignments = timeline.place(spec.size.shape, window).map_err(|refusal| {
-            self.explain_no_capacity(refusal, &timeline, spec.offering, spec.size, spec.hours, window, now)
-        })?;
+        // Only bookings that could conflict with the window matter to placement.
+        let nearby = self.timeline(&mut tx, model, now, Some(window)).await?;
+        let assignments = match nearby.place(spec.size.shape, window) {
+            Ok(assignments) => assignments,
+            Err(refusal) => {
+                let (offering, size, hours) = (spec.offering, spec.size, spec.hours);
+                return Err(self
+                    .explain_no_capacity(&mut tx, refusal, &nearby, offering, size, hours, window, now)
+                    .await?);
+            }
+        };
         let ask = rules::gpu_equivalents(&assignments);
         self.check_quota(&mut tx, caller.user_id, model, window, ask, None).await?;
 
@@ -187,7 +194,7 @@ impl Platform {
 
     /// Asks for the environment to be torn down; the reconciler does the rest.
     pub async fn stop(&self, caller: &Caller, id: &str) -> Result<Environment, Error> {
-        let mut tx = store::begin_immediate(&self.db).await?;
+        let mut tx = self.begin_write().await?;
         let env = visible_environment(&mut tx, caller, id).await?;
         if !env.state.is_stoppable() || env.desired == Desired::Released {
             let what = if env.state.is_stoppable() || env.state == EnvState::TearingDown {

@@ -3,9 +3,11 @@
 use berth_domain::fleet::FleetSpec;
 use berth_domain::gpu::GpuModel;
 use berth_domain::placement::GpuUnit;
+use std::sync::Arc;
+
 use sqlx::{Row, SqliteConnection};
 
-use crate::{Error, Platform, store};
+use crate::{Error, Platform};
 
 /// How much of one GPU model the fleet has, and how much is free now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,7 +22,7 @@ impl Platform {
     /// Adds nodes and GPUs the description names and takes out of service those it no
     /// longer names (their history stays). Safe to run at every start.
     pub async fn sync_fleet(&self, fleet: &FleetSpec) -> Result<(), Error> {
-        let mut tx = store::begin_immediate(&self.db).await?;
+        let mut tx = self.begin_write().await?;
         sqlx::query("UPDATE nodes SET in_service = 0").execute(&mut *tx).await?;
         sqlx::query("UPDATE gpus SET in_service = 0").execute(&mut *tx).await?;
         for node in &fleet.nodes {
@@ -57,6 +59,7 @@ impl Platform {
             }
         }
         tx.commit().await?;
+        self.fleet.write().unwrap_or_else(|poisoned| poisoned.into_inner()).clear();
         Ok(())
     }
 
@@ -81,8 +84,24 @@ impl Platform {
     }
 }
 
-/// The in-service GPUs of `model`, as placement sees them.
-pub(crate) async fn gpus_of_model(conn: &mut SqliteConnection, model: GpuModel) -> Result<Vec<GpuUnit>, Error> {
+impl Platform {
+    /// The in-service GPUs of `model`, as placement sees them.
+    pub(crate) async fn gpus_of_model(
+        &self,
+        conn: &mut SqliteConnection,
+        model: GpuModel,
+    ) -> Result<Arc<Vec<GpuUnit>>, Error> {
+        let cached = self.fleet.read().unwrap_or_else(|poisoned| poisoned.into_inner()).get(&model).cloned();
+        if let Some(gpus) = cached {
+            return Ok(gpus);
+        }
+        let gpus = Arc::new(read_gpus_of_model(conn, model).await?);
+        self.fleet.write().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(model, gpus.clone());
+        Ok(gpus)
+    }
+}
+
+async fn read_gpus_of_model(conn: &mut SqliteConnection, model: GpuModel) -> Result<Vec<GpuUnit>, Error> {
     let rows = sqlx::query("SELECT id, node_id, mig_enabled FROM gpus WHERE in_service = 1 AND model = ? ORDER BY id")
         .bind(model.name())
         .fetch_all(&mut *conn)

@@ -17,7 +17,11 @@ pub mod store;
 
 use std::sync::Arc;
 
+use std::collections::HashMap;
+
 use berth_domain::booking::BookingPolicy;
+use berth_domain::gpu::GpuModel;
+use berth_domain::placement::GpuUnit;
 use sqlx::SqlitePool;
 use tokio::sync::Notify;
 
@@ -31,11 +35,22 @@ pub struct Platform {
     /// at once instead of at its next tick.
     wake: Arc<Notify>,
     policy: BookingPolicy,
+    /// Whose turn it is to write; see `store::WriteTx`.
+    writer: Arc<tokio::sync::Mutex<()>>,
+    /// In-service GPUs per model, read once: the fleet changes only through `sync_fleet`,
+    /// and every booking and calendar query needs it.
+    fleet: Arc<std::sync::RwLock<HashMap<GpuModel, Arc<Vec<GpuUnit>>>>>,
 }
 
 impl Platform {
     pub fn new(db: SqlitePool) -> Platform {
-        Platform { db, wake: Arc::new(Notify::new()), policy: BookingPolicy::default() }
+        Platform {
+            db,
+            wake: Arc::new(Notify::new()),
+            policy: BookingPolicy::default(),
+            writer: Default::default(),
+            fleet: Default::default(),
+        }
     }
 
     /// The same platform with the operator's booking rules.
@@ -49,6 +64,11 @@ impl Platform {
 
     pub fn db(&self) -> &SqlitePool {
         &self.db
+    }
+
+    /// A write transaction, in turn with every other writer of this process.
+    pub(crate) async fn begin_write(&self) -> Result<store::WriteTx, Error> {
+        store::begin_write(&self.db, &self.writer).await
     }
 
     fn wake_reconciler(&self) {

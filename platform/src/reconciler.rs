@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use crate::audit::{self, Event, Outcome};
 use crate::backend::{Backend, PlacedUnit, StepOutput, Workload};
 use crate::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row, held_units};
-use crate::{Error, Platform, RequestMeta, lock, now_ms, store};
+use crate::{Error, Platform, RequestMeta, lock, now_ms};
 
 #[derive(Debug, Clone)]
 pub struct ReconcilerConfig {
@@ -189,7 +189,7 @@ impl Reconciler {
             return Err(Error::internal(format!("lifecycle forbids {} -> {next}", env.state)));
         }
         let now = now_ms();
-        let mut tx = store::begin_immediate(&self.platform.db).await?;
+        let mut tx = self.platform.begin_write().await?;
         if next.is_final() {
             // Nothing is ever half-released: the final state needs every reservation back.
             let held: i64 = sqlx::query_scalar(
@@ -320,7 +320,7 @@ impl Reconciler {
         output: StepOutput,
     ) -> Result<(), Error> {
         let now = now_ms();
-        let mut tx = store::begin_immediate(&self.platform.db).await?;
+        let mut tx = self.platform.begin_write().await?;
         sqlx::query(
             "UPDATE environment_steps SET status = 'succeeded', finished_at = ?, detail = ?
              WHERE environment_id = ? AND phase = ? AND idx = ?",
@@ -374,7 +374,7 @@ impl Reconciler {
         message: &str,
     ) -> Result<(), Error> {
         let now = now_ms();
-        let mut tx = store::begin_immediate(&self.platform.db).await?;
+        let mut tx = self.platform.begin_write().await?;
         sqlx::query(
             "UPDATE environment_steps SET status = 'failed', finished_at = ?, detail = ?
              WHERE environment_id = ? AND phase = ? AND idx = ?",

@@ -3,8 +3,11 @@
 use std::str::FromStr;
 use std::time::Duration;
 
-use sqlx::SqlitePool;
+use std::sync::Arc;
+
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{SqliteConnection, SqlitePool};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::Error;
 
@@ -38,10 +41,44 @@ pub async fn migrate(pool: &SqlitePool) -> Result<(), Error> {
     Ok(())
 }
 
-/// Serialises writers from the start: a plain `BEGIN` that later writes can fail with a
-/// busy snapshot error that no timeout cures.
-pub async fn begin_immediate(pool: &SqlitePool) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, Error> {
-    Ok(pool.begin_with("BEGIN IMMEDIATE").await?)
+/// A write transaction that holds the process's writer turn.
+///
+/// Writers queue for their turn in order on an async mutex before `BEGIN IMMEDIATE`:
+/// SQLite's own busy handler polls rather than queues, so under many concurrent bookings
+/// an unlucky writer could wait past the busy timeout and fail with "database is locked".
+/// The busy timeout still covers other processes (a `berth migrate` running beside).
+pub struct WriteTx {
+    tx: sqlx::Transaction<'static, sqlx::Sqlite>,
+    _turn: OwnedMutexGuard<()>,
+}
+
+impl WriteTx {
+    pub async fn commit(self) -> Result<(), Error> {
+        self.tx.commit().await?;
+        Ok(())
+    }
+}
+
+impl std::ops::Deref for WriteTx {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        &self.tx
+    }
+}
+
+impl std::ops::DerefMut for WriteTx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.tx
+    }
+}
+
+/// Waits for the writer turn, then starts a transaction that takes SQLite's write lock at
+/// once: a plain `BEGIN` that later writes can fail with a busy snapshot error that no
+/// timeout cures.
+pub(crate) async fn begin_write(pool: &SqlitePool, writer: &Arc<Mutex<()>>) -> Result<WriteTx, Error> {
+    let turn = writer.clone().lock_owned().await;
+    let tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+    Ok(WriteTx { tx, _turn: turn })
 }
 
 /// Whether the database answers; for `/readyz`.

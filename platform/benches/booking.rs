@@ -1,0 +1,301 @@
+//! Booking benchmarks of BENCHMARKS.md, on a real SQLite file with the production pool:
+//!
+//! 1. Booking under contention: 10,000 GPUs, 64 clients booking random windows through
+//!    `Platform::launch` for `BENCH_SECONDS` (60), then an independent overlap check.
+//! 2. Calendar speed: 10,000 GPUs with 100,000 bookings over 90 days; p50/p99 of a week
+//!    heatmap, a month heatmap and an earliest-fit search.
+//!
+//! `cargo bench -p berth-platform --bench booking` (`BENCH_SECONDS=10` for a quick run).
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)] // a benchmark's output is its point
+
+use std::time::{Duration, Instant};
+
+use berth_domain::booking::{DAY_MS, HOUR_MS};
+use berth_domain::fleet::FleetSpec;
+use berth_domain::gpu::GpuModel;
+use berth_domain::launch::LaunchRequest;
+use berth_domain::mig::MigProfile;
+use berth_domain::placement::Shape;
+use berth_platform::{Caller, Error, Platform, RequestMeta, now_ms, store};
+use rand::{Rng, SeedableRng};
+use sqlx::SqlitePool;
+
+const SITES: usize = 5;
+const NODES_PER_SITE: usize = 250;
+const GPUS_PER_NODE: usize = 8;
+const CLIENTS: usize = 64;
+
+fn fleet() -> FleetSpec {
+    let mut toml = String::new();
+    for s in 0..SITES {
+        toml += &format!(
+            "[[site]]\nname = \"site-{s}\"\n[[site.pool]]\nprefix = \"s{s}-h100\"\nmodel = \"H100-80GB\"\nnodes = {NODES_PER_SITE}\ngpus_per_node = {GPUS_PER_NODE}\nnvlink = true\n"
+        );
+    }
+    FleetSpec::parse(&toml).expect("fleet")
+}
+
+async fn fresh_platform(name: &str) -> (Platform, SqlitePool, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("berth-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let pool = store::connect(&format!("sqlite://{}/berth.db", dir.display())).await.expect("connect");
+    store::migrate(&pool).await.expect("migrate");
+    let platform = Platform::new(pool.clone());
+    platform.sync_fleet(&fleet()).await.expect("fleet");
+    (platform, pool, dir)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    sorted[((sorted.len() - 1) as f64 * p).round() as usize]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// Pairs of unreleased reservations that share slices of a GPU in overlapping windows,
+/// written independently of the booking code.
+async fn overlaps(pool: &SqlitePool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM reservations a JOIN reservations b
+           ON a.gpu_id = b.gpu_id AND a.id < b.id
+          AND a.released_at IS NULL AND b.released_at IS NULL
+          AND a.slice_start < b.slice_start + b.slice_size AND b.slice_start < a.slice_start + a.slice_size
+          AND a.starts_at < b.ends_at AND b.starts_at < a.ends_at",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("overlap query")
+}
+
+const SIZES: [(&str, &str); 5] = [
+    ("training", "h100-1"),
+    ("training", "h100-4"),
+    ("training", "h100-8"),
+    ("notebook", "h100-1g.10gb"),
+    ("notebook", "h100-3g.40gb"),
+];
+
+async fn contention(seconds: u64) {
+    let (platform, pool, dir) = fresh_platform("contention").await;
+    let mut callers = Vec::new();
+    for c in 0..CLIENTS {
+        // Accounts without a password: hashing 64 passwords is not what is measured.
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO users (email, display_name, role, created_at) VALUES (?, ?, 'member', 0) RETURNING id",
+        )
+        .bind(format!("client{c}@bench"))
+        .bind(format!("Client {c}"))
+        .fetch_one(&pool)
+        .await
+        .expect("user");
+        callers.push(Caller {
+            user_id: id,
+            is_admin: false,
+            meta: RequestMeta { request_id: format!("bench-{c}"), source: None },
+        });
+    }
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (c, caller) in callers.into_iter().enumerate() {
+        let platform = platform.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(c as u64);
+            let (mut ok, mut refused, mut latencies) = (0u64, 0u64, Vec::new());
+            let mut n = 0;
+            while Instant::now() < deadline {
+                let (offering, size) = SIZES[rng.random_range(0..SIZES.len())];
+                let max_hours = if offering == "notebook" { 24 } else { 72 };
+                let start = now_ms() + rng.random_range(1..(88 * 24)) * HOUR_MS;
+                let request = LaunchRequest {
+                    offering: offering.into(),
+                    size: size.into(),
+                    name: format!("b{c}-{n}"),
+                    hours: rng.random_range(1..=max_hours).to_string(),
+                    start: chrono::DateTime::from_timestamp_millis(start).expect("time").to_rfc3339(),
+                    image: if offering == "training" { "ghcr.io/acme/train:1".into() } else { String::new() },
+                    command: if offering == "training" { "python train.py".into() } else { String::new() },
+                };
+                n += 1;
+                let t = Instant::now();
+                match platform.launch(&caller, &request).await {
+                    Ok(_) => ok += 1,
+                    Err(Error::Refused(_)) => refused += 1,
+                    Err(e) => panic!("unexpected error under contention: {e}"),
+                }
+                latencies.push(t.elapsed());
+            }
+            (ok, refused, latencies)
+        }));
+    }
+    let (mut ok, mut refused, mut latencies) = (0, 0, Vec::new());
+    for task in tasks {
+        let (o, r, l) = task.await.expect("client");
+        ok += o;
+        refused += r;
+        latencies.extend(l);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    latencies.sort();
+    let found = overlaps(&pool).await;
+    println!(
+        "== booking under contention: {} GPUs, {CLIENTS} clients, {seconds} s",
+        SITES * NODES_PER_SITE * GPUS_PER_NODE
+    );
+    println!("bookings confirmed: {ok} ({:.1}/s); refused (no capacity): {refused}", ok as f64 / elapsed);
+    println!(
+        "latency per booking: p50 {}  p99 {}  max {}",
+        ms(percentile(&latencies, 0.5)),
+        ms(percentile(&latencies, 0.99)),
+        ms(percentile(&latencies, 1.0))
+    );
+    println!("overlapping reservation pairs found by the independent check: {found}");
+    assert_eq!(found, 0, "double booking");
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// 100,000 bookings over 90 days written straight into the tables (through `launch` it
+/// would take far longer): ten per GPU with random gaps between them, a fifth of them
+/// 3g MIG slices.
+async fn seed_bookings(pool: &SqlitePool, total: usize, now: i64) {
+    let user: i64 = sqlx::query_scalar(
+        "INSERT INTO users (email, display_name, role, created_at) VALUES ('seed@bench', 'Seed', 'member', 0) RETURNING id",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("user");
+    let gpus: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus ORDER BY id").fetch_all(pool).await.expect("gpus");
+    let per_gpu = total.div_ceil(gpus.len());
+    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let mut tx = pool.begin().await.expect("tx");
+    let mut written = 0;
+    for &gpu in &gpus {
+        let mut t = now + rng.random_range(0..48) * HOUR_MS;
+        for _ in 0..per_gpu {
+            if written == total {
+                break;
+            }
+            // About 66 h booked, then about 6 days free: ten per GPU fill 90 days a third full.
+            let hours = rng.random_range(12..120);
+            let (start, end) = (t, t + hours * HOUR_MS);
+            t = end + rng.random_range(24..264) * HOUR_MS;
+            let id = format!("seed-{written}");
+            let mig = rng.random_bool(0.2);
+            sqlx::query(
+                "INSERT INTO environments (id, owner_id, name, offering, size_id, cents_per_hour, state, desired,
+                     created_at, starts_at, ends_at, state_changed_at)
+                 VALUES (?, ?, ?, 'training', 'h100-1', 320, 'requested', 'running', ?, ?, ?, ?)",
+            )
+            .bind(&id)
+            .bind(user)
+            .bind(&id)
+            .bind(now)
+            .bind(start)
+            .bind(end)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .expect("environment");
+            let (slice_start, slice_size, profile) = if mig { (0, 4, Some("3g")) } else { (0, 8, None) };
+            sqlx::query(
+                "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&id)
+            .bind(gpu)
+            .bind(slice_start)
+            .bind(slice_size)
+            .bind(profile)
+            .bind(start)
+            .bind(end)
+            .execute(&mut *tx)
+            .await
+            .expect("reservation");
+            written += 1;
+        }
+    }
+    tx.commit().await.expect("commit");
+}
+
+async fn time<F, Fut, T>(runs: usize, mut f: F) -> Vec<Duration>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let mut out = Vec::with_capacity(runs);
+    for i in 0..runs {
+        let t = Instant::now();
+        std::hint::black_box(f(i).await);
+        out.push(t.elapsed());
+    }
+    out.sort();
+    out
+}
+
+async fn calendar_speed() {
+    let (platform, pool, dir) = fresh_platform("calendar").await;
+    let now = now_ms();
+    let seeding = Instant::now();
+    seed_bookings(&pool, 100_000, now).await;
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations").fetch_one(&pool).await.expect("count");
+    let last: i64 = sqlx::query_scalar("SELECT max(ends_at) FROM reservations").fetch_one(&pool).await.expect("max");
+    println!(
+        "== calendar speed: {} GPUs, {count} bookings over {} days (seeded in {:.1} s)",
+        SITES * NODES_PER_SITE * GPUS_PER_NODE,
+        (last - now) / DAY_MS,
+        seeding.elapsed().as_secs_f64()
+    );
+    let runs = 50;
+    let day0 = now - now.rem_euclid(DAY_MS);
+    let week = time(runs, |i| {
+        let platform = platform.clone();
+        async move { platform.availability(day0 + (i as i64 % 80) * DAY_MS, 6 * HOUR_MS, 28).await.expect("week") }
+    })
+    .await;
+    let month = time(runs / 5, |i| {
+        let platform = platform.clone();
+        async move { platform.availability(day0 + (i as i64 % 60) * DAY_MS, DAY_MS, 30).await.expect("month") }
+    })
+    .await;
+    let shapes = [
+        Shape::Gpus { model: GpuModel::H100_80GB, count: 1 },
+        Shape::Gpus { model: GpuModel::H100_80GB, count: 8 },
+        Shape::MigSlice { model: GpuModel::H100_80GB, profile: MigProfile::G3 },
+    ];
+    let earliest =
+        time(runs, |i| {
+            let platform = platform.clone();
+            async move {
+                platform.earliest_start(shapes[i % shapes.len()], 24 + (i as u32 % 48), now).await.expect("earliest")
+            }
+        })
+        .await;
+    for (what, d) in [
+        ("week heatmap, all 11 sizes (28 x 6 h)", &week),
+        ("month heatmap, all 11 sizes (30 x 1 day)", &month),
+        ("earliest fit (1 GPU, 8 GPUs, 3g slice; 24-71 h)", &earliest),
+    ] {
+        println!("{what}: p50 {}  p99 {}  ({} runs)", ms(percentile(d, 0.5)), ms(percentile(d, 0.99)), d.len());
+    }
+    pool.close().await;
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn main() {
+    let seconds = std::env::var("BENCH_SECONDS").ok().and_then(|s| s.parse().ok()).unwrap_or(60);
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let only = std::env::var("BENCH_ONLY").unwrap_or_default();
+    runtime.block_on(async {
+        if only.is_empty() || only == "contention" {
+            contention(seconds).await;
+        }
+        if only.is_empty() || only == "calendar" {
+            calendar_speed().await;
+        }
+    });
+}
