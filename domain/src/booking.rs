@@ -131,7 +131,9 @@ pub struct Booking {
 pub struct Timeline {
     gpus: Vec<GpuUnit>,
     /// Bookings per GPU, by start.
-    bookings: HashMap<i64, Vec<Booking>>,
+    bookings: Vec<Vec<Booking>>,
+    /// Position in `gpus` by GPU id.
+    index: HashMap<i64, usize>,
     /// Indexes into `gpus` by node, in node order.
     nodes: Vec<(i64, Vec<usize>)>,
     gap_ms: i64,
@@ -177,7 +179,9 @@ impl Timeline {
         for (i, gpu) in gpus.iter().enumerate() {
             nodes.entry(gpu.node_id).or_default().push(i);
         }
-        Timeline { gpus, bookings: by_gpu, nodes: nodes.into_iter().collect(), gap_ms }
+        let index: HashMap<i64, usize> = gpus.iter().enumerate().map(|(i, g)| (g.id, i)).collect();
+        let bookings = gpus.iter().map(|g| by_gpu.remove(&g.id).unwrap_or_default()).collect();
+        Timeline { gpus, bookings, index, nodes: nodes.into_iter().collect(), gap_ms }
     }
 
     pub fn gpus(&self) -> &[GpuUnit] {
@@ -188,7 +192,7 @@ impl Timeline {
     fn holds_on(&self, gpus: &[GpuUnit], window: Window) -> Vec<Hold> {
         let mut holds = Vec::new();
         for gpu in gpus {
-            let Some(list) = self.bookings.get(&gpu.id) else { continue };
+            let Some(list) = self.index.get(&gpu.id).map(|&i| &self.bookings[i]) else { continue };
             for b in list {
                 if b.window.starts_at >= window.ends_at + self.gap_ms {
                     break;
@@ -232,14 +236,14 @@ impl Timeline {
     }
 
     fn free_counts(&self, shapes: &[Shape], window: Window, fits: &mut SliceFits) -> Vec<u32> {
-        let states: Vec<GpuState> = self.gpus.iter().map(|g| self.state(g.id, window)).collect();
+        let states: Vec<GpuState> = (0..self.gpus.len()).map(|i| self.state(i, window)).collect();
         shapes.iter().map(|&shape| self.count(shape, &states, fits)).collect()
     }
 
-    /// What GPU `gpu_id` holds at any time during `window` (cleaning gap included).
-    fn state(&self, gpu_id: i64, window: Window) -> GpuState {
+    /// What the GPU at `index` holds at any time during `window` (cleaning gap included).
+    fn state(&self, index: usize, window: Window) -> GpuState {
         let mut instances = Vec::new();
-        for b in self.bookings.get(&gpu_id).into_iter().flatten() {
+        for b in &self.bookings[index] {
             if b.window.starts_at >= window.ends_at + self.gap_ms {
                 break;
             }
@@ -301,7 +305,7 @@ impl Timeline {
         for group in &groups {
             let mut candidates: Vec<i64> = group
                 .iter()
-                .filter_map(|g| self.bookings.get(&g.id))
+                .filter_map(|g| self.index.get(&g.id).map(|&i| &self.bookings[i]))
                 .flatten()
                 .map(|b| b.window.ends_at + self.gap_ms)
                 .filter(|&t| t > not_before)

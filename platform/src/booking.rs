@@ -1,7 +1,8 @@
 //! Booking in time: loading the timeline of a GPU model, availability for the calendar and
 //! the launch form, earliest starts, changing a booking's end, and quotas.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use berth_domain::Refusal;
 use berth_domain::booking::{self, Booking, Quota, Timeline, Usage, Window};
@@ -14,6 +15,7 @@ use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
 use crate::environments::{Environment, visible_environment};
+use crate::store::WriteTx;
 use crate::{Caller, Error, Platform, now_ms};
 
 /// "Tue 24 Nov 14:15 UTC"
@@ -21,78 +23,42 @@ pub fn utc_short(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%a %-d %b %H:%M UTC").to_string()).unwrap_or_default()
 }
 
-/// The longest any booking's window can be: the longest an offering allows (a change of
-/// end keeps to it too). Lets range queries use the index on start times.
-fn longest_window_ms() -> i64 {
-    Offering::ALL.iter().map(|o| i64::from(o.max_hours())).max().unwrap_or(0) * booking::HOUR_MS
+/// Every unreleased reservation, by GPU, held in memory: the calendar and every booking
+/// read it instead of tens of thousands of rows.
+///
+/// It is loaded once from the database and then changed only by writers holding the
+/// writer turn, right after their commit (`WriteTx::commit_and`), so it always equals
+/// the committed table. The database stays the authority: its trigger refuses an
+/// overlapping reservation even if this copy were ever wrong.
+#[derive(Debug, Default)]
+pub(crate) struct BookingBook {
+    by_gpu: HashMap<i64, Vec<Held>>,
+    by_environment: HashMap<Arc<str>, Vec<i64>>,
 }
 
-impl Platform {
-    /// Every GPU of `model` in service with the unreleased bookings on it that could
-    /// matter during `range` (all of them with `None`). A booking whose window is over but
-    /// whose teardown has not finished still holds its unit until `now`.
-    pub(crate) async fn timeline(
-        &self,
-        conn: &mut SqliteConnection,
-        model: GpuModel,
-        now: i64,
-        range: Option<Window>,
-    ) -> Result<Timeline, Error> {
-        let gpus = self.gpus_of_model(conn, model).await?;
-        let gap = self.policy.cleaning_gap_ms;
-        // Widened by the cleaning gap, as `Window::conflicts` widens bookings.
-        let range = range.map(|r| Window { starts_at: r.starts_at - gap, ends_at: r.ends_at + gap });
-        let bookings = bookings_of(conn, &gpus, now, None, range).await?;
-        Ok(Timeline::new(gpus.to_vec(), bookings.into_iter().map(|(_, b)| b), gap))
-    }
+#[derive(Debug, Clone)]
+struct Held {
+    environment_id: Arc<str>,
+    owner_id: i64,
+    booking: Booking,
 }
 
-/// Unreleased bookings on GPUs of `model` overlapping `range` (any time with `None`), with
-/// the environment holding each, optionally only those of one owner.
-async fn bookings_of(
-    conn: &mut SqliteConnection,
-    gpus: &[GpuUnit],
-    now: i64,
-    owner: Option<i64>,
-    range: Option<Window>,
-) -> Result<Vec<(String, Booking)>, Error> {
-    // The model is known by its GPUs (the fleet is in memory), so the query reads only
-    // the reservations table, through its start or end index.
-    let of_model: HashSet<i64> = gpus.iter().map(|g| g.id).collect();
-    if of_model.is_empty() {
-        return Ok(Vec::new());
-    }
-    let (from, to) = range.map_or((i64::MIN / 2, i64::MAX / 2), |r| (r.starts_at, r.ends_at));
-    // A window overlapping `range` starts inside it or at most the longest window before;
-    // only bookings held past their end (teardown still running) can reach further back.
-    // Two index range scans, one for each (an OR of both makes SQLite scan from the start).
-    let rows = sqlx::query(
-        "SELECT environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, max(ends_at, ?1)
-         FROM reservations
-         WHERE released_at IS NULL AND starts_at > ?3 - ?5 AND starts_at < ?4 AND max(ends_at, ?1) > ?3
-           AND (?2 IS NULL OR environment_id IN (SELECT id FROM environments WHERE owner_id = ?2))
-         UNION ALL
-         SELECT environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, max(ends_at, ?1)
-         FROM reservations
-         WHERE released_at IS NULL AND ends_at < ?1 AND starts_at <= ?3 - ?5 AND max(ends_at, ?1) > ?3
-           AND (?2 IS NULL OR environment_id IN (SELECT id FROM environments WHERE owner_id = ?2))",
-    )
-    .bind(now)
-    .bind(owner)
-    .bind(from)
-    .bind(to)
-    .bind(longest_window_ms())
-    .fetch_all(&mut *conn)
-    .await?;
-    // Columns by position: this runs over tens of thousands of rows for a calendar page.
-    rows.iter()
-        .filter(|row| row.try_get::<i64, _>(1).is_ok_and(|id| of_model.contains(&id)))
-        .map(|row| {
-            let gpu_id: i64 = row.try_get(1)?;
+impl BookingBook {
+    async fn load(conn: &mut SqliteConnection) -> Result<BookingBook, Error> {
+        let rows = sqlx::query(
+            "SELECT r.environment_id, e.owner_id, r.gpu_id, r.slice_start, r.slice_size, r.mig_profile, r.starts_at, r.ends_at
+             FROM reservations r JOIN environments e ON e.id = r.environment_id WHERE r.released_at IS NULL",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut book = BookingBook::default();
+        let mut ids: HashMap<String, Arc<str>> = HashMap::new();
+        for row in &rows {
+            let gpu_id: i64 = row.try_get(2)?;
             let bad = || Error::internal(format!("reservation on gpu {gpu_id} has an impossible slice range"));
-            let start: i64 = row.try_get(2)?;
-            let size: i64 = row.try_get(3)?;
-            let profile: Option<&str> = row.try_get(4)?;
+            let start: i64 = row.try_get(3)?;
+            let size: i64 = row.try_get(4)?;
+            let profile: Option<&str> = row.try_get(5)?;
             let hold = Hold {
                 gpu_id,
                 slices: SliceRange {
@@ -101,10 +67,142 @@ async fn bookings_of(
                 },
                 profile: profile.map(|k| MigProfile::from_key(k).ok_or_else(bad)).transpose()?,
             };
-            let window = Window { starts_at: row.try_get(5)?, ends_at: row.try_get(6)? };
-            Ok((row.try_get(0)?, Booking { hold, window }))
-        })
-        .collect()
+            let env: String = row.try_get(0)?;
+            let env = ids.entry(env).or_insert_with_key(|k| Arc::from(k.as_str())).clone();
+            let window = Window { starts_at: row.try_get(6)?, ends_at: row.try_get(7)? };
+            book.insert(env, row.try_get(1)?, Booking { hold, window });
+        }
+        Ok(book)
+    }
+
+    fn insert(&mut self, environment_id: Arc<str>, owner_id: i64, booking: Booking) {
+        let gpu = booking.hold.gpu_id;
+        self.by_environment.entry(environment_id.clone()).or_default().push(gpu);
+        self.by_gpu.entry(gpu).or_default().push(Held { environment_id, owner_id, booking });
+    }
+
+    /// After a launch committed `holds` for `window`.
+    pub(crate) fn add(&mut self, environment_id: &str, owner_id: i64, holds: &[Hold], window: Window) {
+        let id: Arc<str> = Arc::from(environment_id);
+        for &hold in holds {
+            self.insert(id.clone(), owner_id, Booking { hold, window });
+        }
+    }
+
+    /// After a change of end committed.
+    pub(crate) fn set_end(&mut self, environment_id: &str, ends_at: i64) {
+        for gpu in self.by_environment.get(environment_id).into_iter().flatten() {
+            for held in self.by_gpu.get_mut(gpu).into_iter().flatten() {
+                if &*held.environment_id == environment_id {
+                    held.booking.window.ends_at = ends_at;
+                }
+            }
+        }
+    }
+
+    /// After an environment's capacity was released.
+    pub(crate) fn release(&mut self, environment_id: &str) {
+        for gpu in self.by_environment.remove(environment_id).into_iter().flatten() {
+            if let Some(list) = self.by_gpu.get_mut(&gpu) {
+                list.retain(|h| &*h.environment_id != environment_id);
+            }
+        }
+    }
+
+    /// Bookings on `gpus` that overlap `range` (any with `None`), optionally of one owner.
+    /// One held past its end (teardown still running) holds its unit until `now`.
+    fn bookings(
+        &self,
+        gpus: &[GpuUnit],
+        now: i64,
+        owner: Option<i64>,
+        range: Option<Window>,
+    ) -> Vec<(Arc<str>, Booking)> {
+        let mut out = Vec::new();
+        for gpu in gpus {
+            for held in self.by_gpu.get(&gpu.id).into_iter().flatten() {
+                let window = Window { ends_at: held.booking.window.ends_at.max(now), ..held.booking.window };
+                if owner.is_some_and(|o| o != held.owner_id) || range.is_some_and(|r| !window.conflicts(r, 0)) {
+                    continue;
+                }
+                out.push((held.environment_id.clone(), Booking { window, ..held.booking }));
+            }
+        }
+        out
+    }
+}
+
+impl Platform {
+    /// Runs `f` on the booking book; for writers holding the turn, right after commit.
+    pub(crate) fn with_book(&self, f: impl FnOnce(&mut BookingBook)) {
+        if let Some(book) = self.book.write().unwrap_or_else(|poisoned| poisoned.into_inner()).as_mut() {
+            f(book);
+        }
+    }
+
+    /// Loads the booking book if it is not yet; `tx` proves the caller holds the writer turn,
+    /// so no commit can slip between the load and the book.
+    async fn load_book(&self, conn: &mut SqliteConnection) -> Result<(), Error> {
+        if self.book.read().unwrap_or_else(|poisoned| poisoned.into_inner()).is_none() {
+            let book = BookingBook::load(conn).await?;
+            *self.book.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(book);
+        }
+        Ok(())
+    }
+
+    /// For readers not holding the writer turn: takes it just to load the book once.
+    async fn ensure_book(&self) -> Result<(), Error> {
+        if self.book.read().unwrap_or_else(|poisoned| poisoned.into_inner()).is_some() {
+            return Ok(());
+        }
+        let mut tx = self.begin_write().await?;
+        self.load_book(&mut tx).await
+    }
+
+    fn book_bookings(
+        &self,
+        gpus: &[GpuUnit],
+        now: i64,
+        owner: Option<i64>,
+        range: Option<Window>,
+    ) -> Vec<(Arc<str>, Booking)> {
+        self.book
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .as_ref()
+            .map(|book| book.bookings(gpus, now, owner, range))
+            .unwrap_or_default()
+    }
+
+    /// Every GPU of `model` in service with the unreleased bookings on it that could
+    /// matter during `range` (all of them with `None`), for a writer holding the turn.
+    pub(crate) async fn timeline_in(
+        &self,
+        tx: &mut WriteTx,
+        model: GpuModel,
+        now: i64,
+        range: Option<Window>,
+    ) -> Result<Timeline, Error> {
+        self.load_book(tx).await?;
+        let gpus = self.gpus_of_model(tx, model).await?;
+        Ok(self.timeline_of(&gpus, now, range))
+    }
+
+    /// The same for readers.
+    async fn timeline(&self, model: GpuModel, now: i64, range: Option<Window>) -> Result<Timeline, Error> {
+        self.ensure_book().await?;
+        let mut conn = self.db.acquire().await?;
+        let gpus = self.gpus_of_model(&mut conn, model).await?;
+        Ok(self.timeline_of(&gpus, now, range))
+    }
+
+    fn timeline_of(&self, gpus: &[GpuUnit], now: i64, range: Option<Window>) -> Timeline {
+        let gap = self.policy.cleaning_gap_ms;
+        // Widened by the cleaning gap, as `Window::conflicts` widens bookings.
+        let range = range.map(|r| Window { starts_at: r.starts_at - gap, ends_at: r.ends_at + gap });
+        let bookings = self.book_bookings(gpus, now, None, range);
+        Timeline::new(gpus.to_vec(), bookings.into_iter().map(|(_, b)| b), gap)
+    }
 }
 
 /// One row of the availability calendar: how many of a shape are free in each bucket.
@@ -160,12 +258,11 @@ impl Platform {
     /// from `from`.
     pub async fn availability(&self, from: i64, bucket_ms: i64, buckets: usize) -> Result<Availability, Error> {
         let now = now_ms();
-        let mut conn = self.db.acquire().await?;
         let models: BTreeSet<GpuModel> = catalog_shapes().iter().map(|s| s.model()).collect();
         let mut rows = Vec::new();
         for model in models {
             let range = Window { starts_at: from, ends_at: from + bucket_ms * buckets as i64 };
-            let timeline = self.timeline(&mut conn, model, now, Some(range)).await?;
+            let timeline = self.timeline(model, now, Some(range)).await?;
             if timeline.gpus().is_empty() {
                 continue;
             }
@@ -187,8 +284,10 @@ impl Platform {
     /// booking horizon.
     pub async fn earliest_start(&self, shape: Shape, hours: u32, not_before: i64) -> Result<Option<i64>, Error> {
         let now = now_ms();
+        self.ensure_book().await?;
         let mut conn = self.db.acquire().await?;
-        self.earliest_start_in(&mut conn, shape, hours, not_before.max(now), now).await
+        let gpus = self.gpus_of_model(&mut conn, shape.model()).await?;
+        Ok(self.earliest_start_on(&gpus, shape, hours, not_before.max(now), now))
     }
 
     /// Moves the end of a booked or running environment. Longer needs its own GPUs free
@@ -210,9 +309,10 @@ impl Platform {
         let model = env.size.gpu_model();
 
         if window.ends_at > current.ends_at {
+            self.load_book(&mut tx).await?;
             let gpus = self.gpus_of_model(&mut tx, model).await?;
-            let all = bookings_of(&mut tx, &gpus, now, None, None).await?;
-            let (own, others): (Vec<_>, Vec<_>) = all.into_iter().partition(|(env_id, _)| env_id == id);
+            let all = self.book_bookings(&gpus, now, None, None);
+            let (own, others): (Vec<_>, Vec<_>) = all.into_iter().partition(|(env_id, _)| &**env_id == id);
             let blocking = others
                 .iter()
                 .filter(|(_, b)| {
@@ -260,7 +360,7 @@ impl Platform {
             detail: Some(&detail),
         };
         audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
-        tx.commit().await?;
+        tx.commit_and(|| self.with_book(|book| book.set_end(id, window.ends_at))).await?;
         self.wake_reconciler();
         self.environment_of(caller, id).await
     }
@@ -316,10 +416,11 @@ impl Platform {
         }
         let now = now_ms();
         let mut same_model: Vec<(Window, f64)> = Vec::new();
-        let mut by_env: std::collections::BTreeMap<String, (Window, Vec<Hold>)> = Default::default();
+        let mut by_env: std::collections::BTreeMap<Arc<str>, (Window, Vec<Hold>)> = Default::default();
+        self.load_book(conn).await?;
         let gpus = self.gpus_of_model(conn, model).await?;
-        for (env_id, b) in bookings_of(conn, &gpus, now, Some(user_id), Some(window)).await? {
-            if Some(env_id.as_str()) != except {
+        for (env_id, b) in self.book_bookings(&gpus, now, Some(user_id), Some(window)) {
+            if Some(&*env_id) != except {
                 by_env.entry(env_id).or_insert((b.window, Vec::new())).1.push(b.hold);
             }
         }
@@ -348,9 +449,8 @@ impl Platform {
     /// work instead: the earliest start for the same size and duration, and other sizes of
     /// the offering free in the asked window (`timeline` covers that window).
     #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn explain_no_capacity(
+    pub(crate) fn explain_no_capacity(
         &self,
-        conn: &mut SqliteConnection,
         refusal: Refusal,
         timeline: &Timeline,
         offering: Offering,
@@ -358,15 +458,15 @@ impl Platform {
         hours: u32,
         window: Window,
         now: i64,
-    ) -> Result<Error, Error> {
-        let Refusal::NoCapacity { size: what, detail, .. } = refusal else { return Ok(refusal.into()) };
+    ) -> Error {
+        let Refusal::NoCapacity { size: what, detail, .. } = refusal else { return refusal.into() };
         let when = if window.starts_at > now {
             format!("from {} to {}", utc_short(window.starts_at), utc_short(window.ends_at))
         } else {
             "right now".to_owned()
         };
         let mut hints = Vec::new();
-        if let Some(t) = self.earliest_start_in(conn, size.shape, hours, window.starts_at, now).await? {
+        if let Some(t) = self.earliest_start_on(timeline.gpus(), size.shape, hours, window.starts_at, now) {
             hints.push(format!("the earliest start for {hours} h is {}", utc_short(t)));
         }
         let others: Vec<&str> = offering
@@ -381,39 +481,31 @@ impl Platform {
             hints.push(format!("free for that window: {}", others.join(", ")));
         }
         let hint = if hints.is_empty() { String::new() } else { format!(". Instead: {}", hints.join("; ")) };
-        Ok(Refusal::NoCapacity { size: what, when, detail, hint }.into())
+        Refusal::NoCapacity { size: what, when, detail, hint }.into()
     }
 }
 
 impl Platform {
-    /// The earliest start at or after `not_before` for `shape` held `hours`, ending within
-    /// the horizon. Searched a week of bookings at a time (then two, four, ...), so the
-    /// common answer, something soon, never loads the whole booking book.
-    async fn earliest_start_in(
-        &self,
-        conn: &mut SqliteConnection,
-        shape: Shape,
-        hours: u32,
-        not_before: i64,
-        now: i64,
-    ) -> Result<Option<i64>, Error> {
+    /// The earliest start at or after `not_before` for `shape` held `hours` on `gpus`,
+    /// ending within the horizon. Searched a week at a time (then two, four, ...), so the
+    /// common answer, something soon, looks at few bookings.
+    fn earliest_start_on(&self, gpus: &[GpuUnit], shape: Shape, hours: u32, not_before: i64, now: i64) -> Option<i64> {
         let duration = i64::from(hours) * booking::HOUR_MS;
         let last_start = now + self.policy.horizon_ms - duration;
         let (mut from, mut chunk) = (not_before, 7 * booking::DAY_MS);
         while from <= last_start {
             // Starts in [from, to]; the timeline holds every booking such a window could meet.
             let to = (from + chunk).min(last_start);
-            let range = Window { starts_at: from, ends_at: to + duration };
-            let timeline = self.timeline(conn, shape.model(), now, Some(range)).await?;
+            let timeline = self.timeline_of(gpus, now, Some(Window { starts_at: from, ends_at: to + duration }));
             if let Some(t) = timeline.earliest_start(shape, duration, from, to + duration) {
-                return Ok(Some(t));
+                return Some(t);
             }
             if to == last_start {
                 break;
             }
             (from, chunk) = (to, chunk * 2);
         }
-        Ok(None)
+        None
     }
 }
 

@@ -129,14 +129,12 @@ impl Platform {
             return Err(Refusal::NameInUse(spec.name).into());
         }
         // Only bookings that could conflict with the window matter to placement.
-        let nearby = self.timeline(&mut tx, model, now, Some(window)).await?;
+        let nearby = self.timeline_in(&mut tx, model, now, Some(window)).await?;
         let assignments = match nearby.place(spec.size.shape, window) {
             Ok(assignments) => assignments,
             Err(refusal) => {
                 let (offering, size, hours) = (spec.offering, spec.size, spec.hours);
-                return Err(self
-                    .explain_no_capacity(&mut tx, refusal, &nearby, offering, size, hours, window, now)
-                    .await?);
+                return Err(self.explain_no_capacity(refusal, &nearby, offering, size, hours, window, now));
             }
         };
         let ask = rules::gpu_equivalents(&assignments);
@@ -187,7 +185,7 @@ impl Platform {
         let event =
             Event { action: "environment.launch", target: Some(&id), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
-        tx.commit().await?;
+        tx.commit_and(|| self.with_book(|book| book.add(&id, caller.user_id, &assignments, window))).await?;
         self.wake_reconciler();
         self.environment_of(caller, &id).await
     }

@@ -40,6 +40,8 @@ pub struct Platform {
     /// In-service GPUs per model, read once: the fleet changes only through `sync_fleet`,
     /// and every booking and calendar query needs it.
     fleet: Arc<std::sync::RwLock<HashMap<GpuModel, Arc<Vec<GpuUnit>>>>>,
+    /// Every unreleased reservation, once loaded; see `booking::BookingBook`.
+    book: Arc<std::sync::RwLock<Option<booking::BookingBook>>>,
 }
 
 impl Platform {
@@ -50,6 +52,7 @@ impl Platform {
             policy: BookingPolicy::default(),
             writer: Default::default(),
             fleet: Default::default(),
+            book: Default::default(),
         }
     }
 

@@ -359,7 +359,12 @@ impl Reconciler {
             }
             _ => {}
         }
-        tx.commit().await?;
+        tx.commit_and(|| {
+            if step == Step::ReleaseCapacity {
+                self.platform.with_book(|book| book.release(&env.id));
+            }
+        })
+        .await?;
         lock(&self.backoff).remove(&env.id);
         tracing::info!(environment = %env.id, step = step.as_str(), "step succeeded");
         Ok(())

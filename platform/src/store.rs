@@ -54,7 +54,14 @@ pub struct WriteTx {
 
 impl WriteTx {
     pub async fn commit(self) -> Result<(), Error> {
+        self.commit_and(|| {}).await
+    }
+
+    /// Commits, then runs `after` while still holding the writer turn: for in-memory
+    /// copies of the database that must change in the same order as the commits.
+    pub async fn commit_and(self, after: impl FnOnce()) -> Result<(), Error> {
         self.tx.commit().await?;
+        after();
         Ok(())
     }
 }
