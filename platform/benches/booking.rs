@@ -170,20 +170,27 @@ async fn seed_bookings(pool: &SqlitePool, total: usize, now: i64) {
     .await
     .expect("user");
     let gpus: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus ORDER BY id").fetch_all(pool).await.expect("gpus");
-    let per_gpu = total.div_ceil(gpus.len());
     let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+    let horizon = now + 90 * DAY_MS;
+    // Round robin over the GPUs, each with its own next free time, so every GPU gets about
+    // ten bookings and all of them end within 90 days.
+    let mut next_free: Vec<i64> = gpus.iter().map(|_| now + rng.random_range(0..48) * HOUR_MS).collect();
     let mut tx = pool.begin().await.expect("tx");
     let mut written = 0;
-    for &gpu in &gpus {
-        let mut t = now + rng.random_range(0..48) * HOUR_MS;
-        for _ in 0..per_gpu {
-            if written == total {
-                break;
-            }
-            // About 66 h booked, then about 6 days free: ten per GPU fill 90 days a third full.
+    let mut turn = 0;
+    while written < total {
+        let slot = turn % gpus.len();
+        turn += 1;
+        let gpu = gpus[slot];
+        {
+            // About 66 h booked, then about 4 days free.
             let hours = rng.random_range(12..120);
-            let (start, end) = (t, t + hours * HOUR_MS);
-            t = end + rng.random_range(24..264) * HOUR_MS;
+            let (start, end) = (next_free[slot], next_free[slot] + hours * HOUR_MS);
+            if end > horizon {
+                assert!(turn < 100 * total, "the seed cannot fit {total} bookings in 90 days");
+                continue;
+            }
+            next_free[slot] = end + rng.random_range(24..160) * HOUR_MS;
             let id = format!("seed-{written}");
             let mig = rng.random_bool(0.2);
             sqlx::query(
