@@ -255,4 +255,35 @@ mod tests {
                 .contains("no B200")
         );
     }
+
+    proptest::proptest! {
+        /// Whatever slices are already held, placement refuses a slice only when no GPU of
+        /// the model could take it: the instances in use cannot move, and around them no
+        /// valid layout has room (checked against the planner, independently of `place`).
+        #[test]
+        fn a_slice_is_refused_only_when_no_gpu_could_take_it(
+            asks in proptest::collection::vec(0usize..7, 1..60)
+        ) {
+            let gpus = fleet();
+            let mut holds: Vec<Hold> = Vec::new();
+            for ask in asks {
+                let profile = MigProfile::ALL[ask];
+                let shape = slice(GpuModel::H100_80GB, profile);
+                match place(shape, &gpus, &holds) {
+                    Ok(assignments) => holds.extend(assignments),
+                    Err(_) => {
+                        for gpu in gpus.iter().filter(|g| g.model == GpuModel::H100_80GB) {
+                            let busy: Vec<MigInstance> = holds
+                                .iter()
+                                .filter(|h| h.gpu_id == gpu.id)
+                                .filter_map(|h| h.profile.map(|profile| MigInstance { profile, start: h.slices.start }))
+                                .collect();
+                            let layout = MigLayout::new(busy.clone());
+                            proptest::prop_assert!(!crate::mig::fits_after_repartition(&layout, &busy, profile));
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
