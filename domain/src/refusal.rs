@@ -43,6 +43,10 @@ pub enum Refusal {
     QuotaExceeded(String),
     #[error("this environment is {0}; only booked or running environments can change their end")]
     NotResizable(&'static str),
+    #[error("there is no node called \"{0}\"")]
+    UnknownNode(String),
+    #[error("reason {0}")]
+    InvalidReason(&'static str),
     #[error("fleet description: {0}")]
     InvalidFleet(String),
 }

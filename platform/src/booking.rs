@@ -38,9 +38,13 @@ pub(crate) struct BookingBook {
 
 #[derive(Debug, Clone)]
 struct Held {
+    /// The environment, or `maintenance:<id>` for a maintenance window.
     environment_id: Arc<str>,
     owner_id: i64,
     booking: Booking,
+    /// A reservation holds its unit until released, even past its end (teardown may still
+    /// run); a maintenance window ends when it ends.
+    until_released: bool,
 }
 
 impl BookingBook {
@@ -70,22 +74,41 @@ impl BookingBook {
             let env: String = row.try_get(0)?;
             let env = ids.entry(env).or_insert_with_key(|k| Arc::from(k.as_str())).clone();
             let window = Window { starts_at: row.try_get(6)?, ends_at: row.try_get(7)? };
-            book.insert(env, row.try_get(1)?, Booking { hold, window });
+            book.insert(env, row.try_get(1)?, Booking { hold, window }, true);
+        }
+        let maintenance: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
+            "SELECT m.id, g.id, m.starts_at, m.ends_at FROM maintenance_windows m JOIN gpus g ON g.node_id = m.node_id
+             WHERE m.cancelled_at IS NULL AND m.ends_at > ?",
+        )
+        .bind(now_ms())
+        .fetch_all(&mut *conn)
+        .await?;
+        for (id, gpu, starts_at, ends_at) in maintenance {
+            book.add_maintenance(&crate::maintenance::hold_id(id), &[gpu], Window { starts_at, ends_at });
         }
         Ok(book)
     }
 
-    fn insert(&mut self, environment_id: Arc<str>, owner_id: i64, booking: Booking) {
+    fn insert(&mut self, environment_id: Arc<str>, owner_id: i64, booking: Booking, until_released: bool) {
         let gpu = booking.hold.gpu_id;
         self.by_environment.entry(environment_id.clone()).or_default().push(gpu);
-        self.by_gpu.entry(gpu).or_default().push(Held { environment_id, owner_id, booking });
+        self.by_gpu.entry(gpu).or_default().push(Held { environment_id, owner_id, booking, until_released });
+    }
+
+    /// After a maintenance window on `gpus` committed: each GPU is taken whole.
+    pub(crate) fn add_maintenance(&mut self, id: &str, gpus: &[i64], window: Window) {
+        let id: Arc<str> = Arc::from(id);
+        for &gpu_id in gpus {
+            let hold = Hold { gpu_id, slices: SliceRange::WHOLE_GPU, profile: None };
+            self.insert(id.clone(), 0, Booking { hold, window }, false);
+        }
     }
 
     /// After a launch committed `holds` for `window`.
     pub(crate) fn add(&mut self, environment_id: &str, owner_id: i64, holds: &[Hold], window: Window) {
         let id: Arc<str> = Arc::from(environment_id);
         for &hold in holds {
-            self.insert(id.clone(), owner_id, Booking { hold, window });
+            self.insert(id.clone(), owner_id, Booking { hold, window }, true);
         }
     }
 
@@ -121,7 +144,9 @@ impl BookingBook {
         let mut out = Vec::new();
         for gpu in gpus {
             for held in self.by_gpu.get(&gpu.id).into_iter().flatten() {
-                let window = Window { ends_at: held.booking.window.ends_at.max(now), ..held.booking.window };
+                let end = held.booking.window.ends_at;
+                let window =
+                    Window { ends_at: if held.until_released { end.max(now) } else { end }, ..held.booking.window };
                 if owner.is_some_and(|o| o != held.owner_id) || range.is_some_and(|r| !window.conflicts(r, 0)) {
                     continue;
                 }

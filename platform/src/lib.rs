@@ -12,6 +12,7 @@ pub mod demo;
 pub mod environments;
 mod error;
 pub mod fleet;
+pub mod maintenance;
 pub mod reconciler;
 pub mod store;
 

@@ -209,3 +209,60 @@ async fn availability_shows_bookings_and_the_earliest_start(pool: SqlitePool) {
     let earliest = berth.platform.earliest_start(node, 1, t0).await.expect("earliest");
     assert_eq!(earliest, Some(t0 + 2 * HOUR_MS + 15 * MINUTE_MS));
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn maintenance_blocks_new_bookings_and_lists_the_ones_in_the_way(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth_platform::Caller { is_admin: true, ..berth.caller.clone() };
+    let t0 = now_ms() + DAY_MS;
+    let mine = book(&berth, "h100-node-1", "in-the-way", Some(t0), 2).await.expect("book");
+    let node: String = sqlx::query_scalar(
+        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ?",
+    )
+    .bind(&mine.id)
+    .fetch_one(berth.platform.db())
+    .await
+    .expect("node");
+
+    let denied = berth.platform.schedule_maintenance(&berth.caller, &node, "", &rfc3339(t0), "firmware").await;
+    assert!(matches!(denied, Err(Error::NotFound)), "members cannot schedule maintenance");
+    let unknown = berth.platform.schedule_maintenance(&admin, "no-such-node", "", &rfc3339(t0), "x").await;
+    assert_eq!(unknown.expect_err("unknown").to_string(), "there is no node called \"no-such-node\"");
+    let no_reason = berth.platform.schedule_maintenance(&admin, &node, "", &rfc3339(t0), " ").await;
+    assert!(no_reason.expect_err("reason").to_string().starts_with("reason is required"));
+
+    let (window, affected) = berth
+        .platform
+        .schedule_maintenance(&admin, &node, &rfc3339(t0 - HOUR_MS), &rfc3339(t0 + 6 * HOUR_MS), "firmware update")
+        .await
+        .expect("schedule");
+    assert_eq!(affected.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["in-the-way"]);
+
+    // The other H100 node takes one booking in the window; the one in maintenance none.
+    book(&berth, "h100-node-1", "other-node", Some(t0), 10).await.expect("other node is free");
+    let refused = book(&berth, "h100-1", "blocked", Some(t0 + 3 * HOUR_MS), 1).await;
+    assert!(matches!(refused, Err(Error::Refused(Refusal::NoCapacity { .. }))), "{refused:?}");
+    // After the window (and its cleaning gap) the node books again.
+    book(&berth, "h100-1", "after", Some(t0 + 6 * HOUR_MS + 15 * MINUTE_MS), 1).await.expect("after maintenance");
+
+    // A restart reloads the window from the database.
+    let restarted = berth_platform::Platform::new(common::production_pool(berth.platform.db()).await);
+    let schedule = restarted.fleet_schedule(&admin, t0 - DAY_MS, t0 + DAY_MS).await.expect("schedule");
+    let in_maintenance = schedule.iter().find(|n| n.node == node).expect("node");
+    assert_eq!(in_maintenance.maintenance.len(), 1);
+    assert!(in_maintenance.gpus.iter().any(|g| g.bookings.iter().any(|b| b.name == "in-the-way")));
+    let request = LaunchRequest {
+        offering: "training".into(),
+        size: "h100-1".into(),
+        name: "blocked-too".into(),
+        hours: "1".into(),
+        start: rfc3339(t0 + 4 * HOUR_MS),
+        image: "ghcr.io/acme/train:1".into(),
+        command: "python train.py".into(),
+    };
+    assert!(restarted.launch(&berth.caller, &request).await.is_err(), "still blocked after a restart");
+
+    berth.platform.cancel_maintenance(&admin, window.id).await.expect("cancel");
+    book(&berth, "h100-1", "unblocked", Some(t0 + 3 * HOUR_MS), 1).await.expect("free again");
+}

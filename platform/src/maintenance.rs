@@ -1,0 +1,279 @@
+//! Maintenance windows, and the schedule of every node and GPU that platform admins see.
+
+use std::collections::BTreeMap;
+
+use berth_domain::Refusal;
+use berth_domain::booking::{self, Window};
+use berth_domain::gpu::GpuModel;
+use berth_domain::mig::MigProfile;
+use sqlx::Row;
+
+use crate::audit::{self, Event, Outcome};
+use crate::booking::utc_short;
+use crate::{Caller, Error, Platform, now_ms};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MaintenanceWindow {
+    pub id: i64,
+    pub site: String,
+    pub node: String,
+    pub starts_at: i64,
+    pub ends_at: i64,
+    pub reason: String,
+}
+
+/// A booking that overlaps a new maintenance window: its owner should rebook.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AffectedBooking {
+    pub environment_id: String,
+    pub name: String,
+    pub owner_email: String,
+    pub starts_at: i64,
+    pub ends_at: i64,
+}
+
+/// One node over a range of time: its GPUs with what is booked on each, and its
+/// maintenance windows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeSchedule {
+    pub site: String,
+    pub node: String,
+    pub model: String,
+    pub gpus: Vec<GpuSchedule>,
+    pub maintenance: Vec<MaintenanceWindow>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuSchedule {
+    pub index: i64,
+    pub mig_capable: bool,
+    pub bookings: Vec<ScheduledBooking>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledBooking {
+    pub environment_id: String,
+    pub name: String,
+    pub owner_email: String,
+    pub state: String,
+    pub slice_start: i64,
+    pub slice_size: i64,
+    /// The MIG profile's name on this GPU (`3g.40gb`), or `None` for the whole GPU.
+    pub mig_profile: Option<String>,
+    pub starts_at: i64,
+    pub ends_at: i64,
+}
+
+/// The booking book's name for a maintenance window's hold.
+pub(crate) fn hold_id(id: i64) -> String {
+    format!("maintenance:{id}")
+}
+
+impl Platform {
+    /// Takes `node` out of booking from `start` (empty: now) to `end`. New bookings on its
+    /// GPUs in that window are refused; bookings already there are returned so their
+    /// owners can be asked to rebook. Platform admins only.
+    pub async fn schedule_maintenance(
+        &self,
+        caller: &Caller,
+        node: &str,
+        start: &str,
+        end: &str,
+        reason: &str,
+    ) -> Result<(MaintenanceWindow, Vec<AffectedBooking>), Error> {
+        if !caller.is_admin {
+            return Err(Error::NotFound);
+        }
+        let now = now_ms();
+        let reason = reason.trim();
+        if reason.is_empty() {
+            return Err(Refusal::InvalidReason("is required, so users know why").into());
+        }
+        if reason.chars().count() > 200 {
+            return Err(Refusal::InvalidReason("must be at most 200 characters").into());
+        }
+        let starts_at = match booking::parse_start(start)? {
+            None => now,
+            Some(s) if s < now - self.policy.start_grace_ms => return Err(Refusal::StartInPast.into()),
+            Some(s) => s.max(now),
+        };
+        let ends_at = booking::parse_start(end)?.ok_or(Refusal::EndNotAfterStart)?;
+        if ends_at <= starts_at {
+            return Err(Refusal::EndNotAfterStart.into());
+        }
+        let mut tx = self.begin_write().await?;
+        let found: Option<(i64, String)> = sqlx::query_as(
+            "SELECT n.id, s.name FROM nodes n JOIN sites s ON s.id = n.site_id WHERE n.name = ? AND n.in_service = 1",
+        )
+        .bind(node)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let (node_id, site) = found.ok_or_else(|| Refusal::UnknownNode(node.to_owned()))?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO maintenance_windows (node_id, starts_at, ends_at, reason, created_by, created_at)
+             VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(node_id)
+        .bind(starts_at)
+        .bind(ends_at)
+        .bind(reason)
+        .bind(caller.user_id)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        let gpus: Vec<i64> =
+            sqlx::query_scalar("SELECT id FROM gpus WHERE node_id = ?").bind(node_id).fetch_all(&mut *tx).await?;
+        let affected = sqlx::query(
+            "SELECT DISTINCT e.id, e.name, u.email, e.starts_at, e.ends_at
+             FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN environments e ON e.id = r.environment_id
+             JOIN users u ON u.id = e.owner_id
+             WHERE g.node_id = ? AND r.released_at IS NULL AND r.starts_at < ? AND r.ends_at > ?
+             ORDER BY e.starts_at",
+        )
+        .bind(node_id)
+        .bind(ends_at)
+        .bind(starts_at)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(AffectedBooking {
+                environment_id: row.try_get(0)?,
+                name: row.try_get(1)?,
+                owner_email: row.try_get(2)?,
+                starts_at: row.try_get(3)?,
+                ends_at: row.try_get(4)?,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+        let target = format!("node:{node}");
+        let detail = format!(
+            "{} to {}: {reason}; {} bookings overlap",
+            utc_short(starts_at),
+            utc_short(ends_at),
+            affected.len()
+        );
+        let event = Event {
+            action: "maintenance.schedule",
+            target: Some(&target),
+            outcome: Outcome::Success,
+            detail: Some(&detail),
+        };
+        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        let window = Window { starts_at, ends_at };
+        tx.commit_and(|| self.with_book(|book| book.add_maintenance(&hold_id(id), &gpus, window))).await?;
+        let scheduled =
+            MaintenanceWindow { id, site, node: node.to_owned(), starts_at, ends_at, reason: reason.to_owned() };
+        Ok((scheduled, affected))
+    }
+
+    /// Ends a maintenance window early (or calls it off). Platform admins only.
+    pub async fn cancel_maintenance(&self, caller: &Caller, id: i64) -> Result<(), Error> {
+        if !caller.is_admin {
+            return Err(Error::NotFound);
+        }
+        let mut tx = self.begin_write().await?;
+        let changed =
+            sqlx::query("UPDATE maintenance_windows SET cancelled_at = ? WHERE id = ? AND cancelled_at IS NULL")
+                .bind(now_ms())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        if changed == 0 {
+            return Err(Error::NotFound);
+        }
+        let target = format!("maintenance:{id}");
+        let event =
+            Event { action: "maintenance.cancel", target: Some(&target), outcome: Outcome::Success, detail: None };
+        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        tx.commit_and(|| self.with_book(|book| book.release(&hold_id(id)))).await?;
+        Ok(())
+    }
+
+    /// Every node in service with its GPUs, what is booked on each and its maintenance
+    /// windows, between `from` and `to`. Platform admins only.
+    pub async fn fleet_schedule(&self, caller: &Caller, from: i64, to: i64) -> Result<Vec<NodeSchedule>, Error> {
+        if !caller.is_admin {
+            return Err(Error::NotFound);
+        }
+        let now = now_ms();
+        let mut conn = self.db.acquire().await?;
+        let mut nodes: BTreeMap<i64, NodeSchedule> = BTreeMap::new();
+        let mut gpu_at: BTreeMap<i64, (i64, usize)> = BTreeMap::new();
+        let rows = sqlx::query(
+            "SELECT n.id, s.name, n.name, n.gpu_model, g.id, g.idx, g.mig_enabled
+             FROM nodes n JOIN sites s ON s.id = n.site_id JOIN gpus g ON g.node_id = n.id
+             WHERE n.in_service = 1 AND g.in_service = 1 ORDER BY s.name, n.name, g.idx",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in &rows {
+            let node_id: i64 = row.try_get(0)?;
+            let node = nodes.entry(node_id).or_insert(NodeSchedule {
+                site: row.try_get(1)?,
+                node: row.try_get(2)?,
+                model: row.try_get(3)?,
+                gpus: Vec::new(),
+                maintenance: Vec::new(),
+            });
+            gpu_at.insert(row.try_get(4)?, (node_id, node.gpus.len()));
+            node.gpus.push(GpuSchedule { index: row.try_get(5)?, mig_capable: row.try_get(6)?, bookings: Vec::new() });
+        }
+        let bookings = sqlx::query(
+            "SELECT r.gpu_id, e.id, e.name, u.email, e.state, r.slice_start, r.slice_size, r.mig_profile, r.starts_at,
+                    max(r.ends_at, ?1), g.model
+             FROM reservations r JOIN environments e ON e.id = r.environment_id JOIN users u ON u.id = e.owner_id
+             JOIN gpus g ON g.id = r.gpu_id
+             WHERE r.released_at IS NULL AND r.starts_at < ?3 AND max(r.ends_at, ?1) > ?2
+             ORDER BY r.starts_at",
+        )
+        .bind(now)
+        .bind(from)
+        .bind(to)
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in &bookings {
+            let Some(&(node_id, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
+            let model: String = row.try_get(10)?;
+            let key: Option<String> = row.try_get(7)?;
+            let mig_profile = key.map(|k| {
+                GpuModel::parse(&model).zip(MigProfile::from_key(&k)).and_then(|(m, p)| p.name(m)).unwrap_or(k)
+            });
+            if let Some(node) = nodes.get_mut(&node_id) {
+                node.gpus[i].bookings.push(ScheduledBooking {
+                    environment_id: row.try_get(1)?,
+                    name: row.try_get(2)?,
+                    owner_email: row.try_get(3)?,
+                    state: row.try_get(4)?,
+                    slice_start: row.try_get(5)?,
+                    slice_size: row.try_get(6)?,
+                    mig_profile,
+                    starts_at: row.try_get(8)?,
+                    ends_at: row.try_get(9)?,
+                });
+            }
+        }
+        let windows = sqlx::query(
+            "SELECT m.id, m.node_id, m.starts_at, m.ends_at, m.reason FROM maintenance_windows m
+             WHERE m.cancelled_at IS NULL AND m.starts_at < ? AND m.ends_at > ? ORDER BY m.starts_at",
+        )
+        .bind(to)
+        .bind(from)
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in &windows {
+            if let Some(node) = nodes.get_mut(&row.try_get::<i64, _>(1)?) {
+                node.maintenance.push(MaintenanceWindow {
+                    id: row.try_get(0)?,
+                    site: node.site.clone(),
+                    node: node.node.clone(),
+                    starts_at: row.try_get(2)?,
+                    ends_at: row.try_get(3)?,
+                    reason: row.try_get(4)?,
+                });
+            }
+        }
+        Ok(nodes.into_values().collect())
+    }
+}
