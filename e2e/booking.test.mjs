@@ -17,7 +17,7 @@ before(async () => {
   await page.getByLabel('Email').fill('admin@berth.local');
   await page.getByLabel('Password').fill(berth.adminPassword());
   await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.waitForURL(/\/calendar$/);
+  await page.waitForURL((url) => url.pathname === '/calendar');
 });
 
 after(async () => {

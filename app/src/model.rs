@@ -122,3 +122,56 @@ pub struct CalendarBooking {
     pub first: usize,
     pub span: usize,
 }
+
+/// The platform admin's view of the fleet: every node and GPU over a range of days, with
+/// bookings (MIG slices drawn inside their GPU) and maintenance windows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetView {
+    pub title: String,
+    pub prev_href: String,
+    pub next_href: String,
+    pub columns: Vec<String>,
+    pub nodes: Vec<FleetNode>,
+    pub windows: Vec<MaintenanceView>,
+    /// Node names, for the maintenance form.
+    pub node_names: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetNode {
+    pub name: String,
+    pub site: String,
+    pub model: String,
+    pub maintenance: Vec<Bar>,
+    pub gpus: Vec<FleetGpu>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetGpu {
+    pub label: String,
+    pub bars: Vec<Bar>,
+}
+
+/// A block on the chart, placed in percent of the row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Bar {
+    pub left: f64,
+    pub width: f64,
+    pub top: f64,
+    pub height: f64,
+    pub label: String,
+    pub title: String,
+    pub href: String,
+    /// `booking`, `running`, `slice` or `maintenance`.
+    pub tone: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MaintenanceView {
+    pub id: i64,
+    pub node: String,
+    pub when: String,
+    pub reason: String,
+    /// Bookings in the window, to rebook: (name, owner, link).
+    pub affected: Vec<(String, String, String)>,
+}

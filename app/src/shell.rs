@@ -6,7 +6,9 @@ use leptos_router::components::{Route, Router, Routes};
 use leptos_router::{SsrMode, path};
 
 use crate::components::{Auth, NavBar};
-use crate::pages::{CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, LaunchPage, LoginPage, NotFound};
+use crate::pages::{
+    CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FleetPage, LaunchPage, LoginPage, NotFound,
+};
 
 /// The whole document, rendered on the server.
 pub fn shell(options: LeptosOptions) -> impl IntoView {
@@ -55,6 +57,7 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/launch/:offering") view=LaunchPage ssr=SsrMode::Async/>
                         <Route path=path!("/environments") view=EnvironmentsPage ssr=SsrMode::Async/>
                         <Route path=path!("/calendar") view=CalendarPage ssr=SsrMode::Async/>
+                        <Route path=path!("/admin/fleet") view=FleetPage ssr=SsrMode::Async/>
                         <Route path=path!("/environments/:id") view=EnvironmentPage ssr=SsrMode::Async/>
                         <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async/>
                     </Routes>

@@ -153,6 +153,9 @@ pub fn NavBar() -> impl IntoView {
                     match auth.user.await {
                         Ok(Some(user)) => view! {
                             <div class="flex items-center gap-3">
+                                {user.is_admin.then(|| view! {
+                                    <A href="/admin/fleet" attr:class="rounded-md px-3 py-1.5 text-sm text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"Fleet"</A>
+                                })}
                                 <span class="hidden text-sm text-slate-300 sm:inline" title=user.email.clone()>
                                     {user.display_name.clone()}
                                     {user.is_admin.then(|| view! { <span class="ml-2 rounded bg-slate-700 px-1.5 py-0.5 text-xs">"admin"</span> })}

@@ -4,6 +4,7 @@ mod calendar;
 mod catalog;
 mod environment;
 mod environments;
+mod fleet;
 mod launch;
 mod login;
 
@@ -11,6 +12,7 @@ pub use calendar::CalendarPage;
 pub use catalog::CatalogPage;
 pub use environment::EnvironmentPage;
 pub use environments::EnvironmentsPage;
+pub use fleet::FleetPage;
 pub use launch::LaunchPage;
 pub use login::LoginPage;
 

@@ -1,11 +1,13 @@
 //! Server functions, one file per area. Each one authenticates, makes one call into the
 //! platform and maps the answer to a view type.
 
+mod admin;
 mod calendar;
 mod catalog;
 mod environments;
 mod session;
 
+pub use admin::*;
 pub use calendar::*;
 pub use catalog::*;
 pub use environments::*;

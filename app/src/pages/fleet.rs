@@ -1,0 +1,197 @@
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+
+use crate::components::{ErrorAlert, RequireUser};
+use crate::model::{Bar, FleetNode, FleetView};
+use crate::serverfns::{CancelMaintenance, ScheduleMaintenance, fleet_schedule};
+
+const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
+const LABEL: &str = "block text-xs font-medium text-slate-600";
+
+/// Platform admins: a Gantt chart of every node and GPU (MIG slices drawn inside their
+/// GPU) with bookings and maintenance windows, and maintenance scheduling.
+#[component]
+pub fn FleetPage() -> impl IntoView {
+    let query = use_query_map();
+    let schedule = ServerAction::<ScheduleMaintenance>::new();
+    let cancel = ServerAction::<CancelMaintenance>::new();
+    let data = Resource::new(
+        move || {
+            let q = query.read();
+            (
+                q.get("from").unwrap_or_default(),
+                q.get("days").unwrap_or_default(),
+                schedule.version().get(),
+                cancel.version().get(),
+            )
+        },
+        |(from, days, ..)| fleet_schedule(from, days),
+    );
+    view! {
+        <Title text="Fleet"/>
+        <RequireUser>
+            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+                {move || Suspend::new(async move {
+                    match data.await {
+                        Ok(view) => view! { <Fleet view schedule cancel/> }.into_any(),
+                        Err(error) => view! { <ErrorAlert error/> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </RequireUser>
+    }
+}
+
+#[component]
+fn Fleet(
+    view: FleetView,
+    schedule: ServerAction<ScheduleMaintenance>,
+    cancel: ServerAction<CancelMaintenance>,
+) -> impl IntoView {
+    let schedule_result = schedule.value();
+    let cancel_result = cancel.value();
+    let columns = view.columns.len();
+    let header_grid = format!("grid-template-columns: repeat({columns}, minmax(0, 1fr));");
+    view! {
+        <div class="flex flex-wrap items-end justify-between gap-4">
+            <div>
+                <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Fleet"</h1>
+                <p class="mt-1 text-sm text-slate-600">"Every node and GPU, " {view.title.clone()} " (UTC). Bars are bookings; MIG slices sit at their memory slices inside the GPU."</p>
+            </div>
+            <nav aria-label="Chart range" class="flex gap-2">
+                <a href=view.prev_href.clone() class="rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"← Earlier"</a>
+                <a href="/admin/fleet" class="rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"Today"</a>
+                <a href=view.next_href.clone() class="rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"Later →"</a>
+            </nav>
+        </div>
+        <div class="mt-6 overflow-x-auto rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
+            <div class="min-w-[56rem]">
+                <div class="flex text-xs text-slate-500">
+                    <div class="w-44 shrink-0"></div>
+                    <div class="grid flex-1" style=header_grid.clone()>
+                        {view.columns.iter().map(|c| view! { <div class="border-l border-slate-200 pl-1">{c.clone()}</div> }).collect_view()}
+                    </div>
+                </div>
+                {view.nodes.iter().cloned().map(|node| view! { <NodeRows node columns/> }).collect_view()}
+            </div>
+            <p class="mt-3 flex flex-wrap gap-4 text-xs text-slate-500">
+                <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-emerald-500"></span>"running"</span>
+                <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-indigo-500"></span>"booked ahead"</span>
+                <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-sky-500"></span>"MIG slice"</span>
+                <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-amber-300"></span>"maintenance"</span>
+            </p>
+        </div>
+        <div class="mt-6 grid gap-6 lg:grid-cols-2">
+            <section class="rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="schedule-maintenance">
+                <h2 id="schedule-maintenance" class="text-sm font-semibold text-slate-900">"Schedule maintenance"</h2>
+                <p class="mt-1 text-xs text-slate-500">"No booking can be placed on the node during the window; bookings already there are listed for rebooking."</p>
+                <ActionForm action=schedule attr:class="mt-3 grid gap-3 sm:grid-cols-2">
+                    <div>
+                        <label for="m-node" class=LABEL>"Node"</label>
+                        <select id="m-node" name="node" class=INPUT>
+                            {view.node_names.iter().map(|n| view! { <option value=n.clone()>{n.clone()}</option> }).collect_view()}
+                        </select>
+                    </div>
+                    <div>
+                        <label for="m-reason" class=LABEL>"Reason"</label>
+                        <input id="m-reason" name="reason" required maxlength="200" placeholder="firmware update" class=INPUT/>
+                    </div>
+                    <div>
+                        <label for="m-start" class=LABEL>"Start (UTC, empty for now)"</label>
+                        <input id="m-start" name="start" type="datetime-local" class=INPUT/>
+                    </div>
+                    <div>
+                        <label for="m-end" class=LABEL>"End (UTC)"</label>
+                        <input id="m-end" name="end" type="datetime-local" required class=INPUT/>
+                    </div>
+                    <div class="sm:col-span-2 flex items-center justify-end">
+                        <button type="submit" class="rounded-lg bg-amber-500 px-4 py-2 text-sm font-semibold text-white hover:bg-amber-400">"Schedule maintenance"</button>
+                    </div>
+                </ActionForm>
+                {move || schedule_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+            </section>
+            <section class="rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="maintenance-windows">
+                <h2 id="maintenance-windows" class="text-sm font-semibold text-slate-900">"Maintenance in this range"</h2>
+                {move || cancel_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+                {if view.windows.is_empty() {
+                    view! { <p class="mt-2 text-sm text-slate-500">"None."</p> }.into_any()
+                } else {
+                    view! {
+                        <ul class="mt-2 divide-y divide-slate-100">
+                            {view.windows.clone().into_iter().map(|w| view! {
+                                <li class="py-3 text-sm">
+                                    <div class="flex items-start justify-between gap-3">
+                                        <div>
+                                            <p class="font-medium text-slate-900">{w.node.clone()} " · " {w.reason.clone()}</p>
+                                            <p class="text-xs text-slate-500">{w.when.clone()}</p>
+                                        </div>
+                                        <ActionForm action=cancel>
+                                            <input type="hidden" name="id" value=w.id/>
+                                            <button type="submit" class="rounded-md px-2 py-1 text-xs font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"End now"</button>
+                                        </ActionForm>
+                                    </div>
+                                    {(!w.affected.is_empty()).then(|| view! {
+                                        <div class="mt-2 rounded-lg bg-amber-50 p-2 text-xs text-amber-900">
+                                            <p class="font-medium">"Bookings to rebook:"</p>
+                                            <ul class="mt-1 list-disc pl-4">
+                                                {w.affected.clone().into_iter().map(|(name, owner, href)| view! {
+                                                    <li><a href=href.clone() class="underline">{name.clone()}</a> " · " {owner.clone()}</li>
+                                                }).collect_view()}
+                                            </ul>
+                                        </div>
+                                    })}
+                                </li>
+                            }).collect_view()}
+                        </ul>
+                    }.into_any()
+                }}
+            </section>
+        </div>
+    }
+}
+
+#[component]
+fn NodeRows(node: FleetNode, columns: usize) -> impl IntoView {
+    let grid = format!(
+        "background-image: repeating-linear-gradient(to right, rgb(226 232 240) 0 1px, transparent 1px 100%); background-size: calc(100% / {columns}) 100%;"
+    );
+    view! {
+        <div class="mt-3 flex items-center" data-node=node.name.clone()>
+            <div class="w-44 shrink-0 pr-2">
+                <p class="text-sm font-semibold text-slate-900">{node.name.clone()}</p>
+                <p class="text-[11px] text-slate-500">{node.site.clone()} " · " {node.model.clone()}</p>
+            </div>
+            <div class="relative h-5 flex-1 rounded bg-slate-50" style=grid.clone()>
+                {node.maintenance.iter().cloned().map(|bar| view! { <BarView bar/> }).collect_view()}
+            </div>
+        </div>
+        {node.gpus.iter().map(|gpu| view! {
+            <div class="flex items-center">
+                <div class="w-44 shrink-0 pr-2 text-right text-[11px] text-slate-500">{gpu.label.clone()}</div>
+                <div class="relative h-6 flex-1 border-b border-slate-100" style=grid.clone()>
+                    {node.maintenance.iter().cloned().map(|bar| view! { <BarView bar=Bar { label: String::new(), ..bar }/> }).collect_view()}
+                    {gpu.bars.iter().cloned().map(|bar| view! { <BarView bar/> }).collect_view()}
+                </div>
+            </div>
+        }).collect_view()}
+    }
+}
+
+#[component]
+fn BarView(bar: Bar) -> impl IntoView {
+    let tone = match bar.tone.as_str() {
+        "running" => "bg-emerald-500 text-white hover:bg-emerald-600",
+        "slice" => "bg-sky-500 text-white hover:bg-sky-600",
+        "maintenance" => "bg-amber-300/70 text-amber-950",
+        _ => "bg-indigo-500 text-white hover:bg-indigo-600",
+    };
+    let style =
+        format!("left: {:.3}%; width: {:.3}%; top: {:.1}%; height: {:.1}%;", bar.left, bar.width, bar.top, bar.height);
+    let class = format!("absolute overflow-hidden truncate rounded-sm px-1 text-[10px] leading-[1.4] {tone}");
+    if bar.href.is_empty() {
+        view! { <span class=class style=style title=bar.title.clone() data-bar=bar.tone.clone()>{bar.label.clone()}</span> }.into_any()
+    } else {
+        view! { <a href=bar.href.clone() class=class style=style title=bar.title.clone() data-bar=bar.tone.clone()>{bar.label.clone()}</a> }.into_any()
+    }
+}

@@ -1,0 +1,172 @@
+use leptos::prelude::*;
+
+use crate::error::AppError;
+use crate::model::FleetView;
+
+/// Every node and GPU over `days` days from `from` (`YYYY-MM-DD`, UTC; empty for today).
+/// Platform admins only.
+#[server(endpoint = "fleet_schedule")]
+pub async fn fleet_schedule(from: String, days: String) -> Result<FleetView, AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let now = berth_platform::now_ms();
+    let days = days.parse::<i64>().ok().filter(|d| (1..=31).contains(d)).unwrap_or(7);
+    let from = chart::day_start(&from, now);
+    let to = from + days * berth_domain::booking::DAY_MS;
+    let nodes = platform
+        .fleet_schedule(&caller, from, to)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    Ok(chart::fleet(&nodes, from, days, now))
+}
+
+/// Takes a node out of booking for a window. Platform admins only.
+#[server(endpoint = "schedule_maintenance")]
+pub async fn schedule_maintenance(node: String, start: String, end: String, reason: String) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform
+        .schedule_maintenance(&caller, &node, &start, &end, &reason)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect("/admin/fleet");
+    Ok(())
+}
+
+#[server(endpoint = "cancel_maintenance")]
+pub async fn cancel_maintenance(id: i64) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform.cancel_maintenance(&caller, id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect("/admin/fleet");
+    Ok(())
+}
+
+#[cfg(feature = "ssr")]
+mod chart {
+    use berth_domain::booking::DAY_MS;
+    use berth_platform::maintenance::NodeSchedule;
+    use chrono::DateTime;
+
+    use crate::components::time::utc;
+    use crate::model::{Bar, FleetGpu, FleetNode, FleetView, MaintenanceView};
+
+    pub fn day_start(date: &str, now: i64) -> i64 {
+        let today = now - now.rem_euclid(DAY_MS);
+        chrono::NaiveDate::parse_from_str(date.trim(), "%Y-%m-%d")
+            .ok()
+            .and_then(|d| d.and_hms_opt(0, 0, 0))
+            .map_or(today, |d| d.and_utc().timestamp_millis())
+    }
+
+    fn date(ms: i64) -> String {
+        DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d").to_string()).unwrap_or_default()
+    }
+
+    pub fn fleet(nodes: &[NodeSchedule], from: i64, days: i64, now: i64) -> FleetView {
+        let to = from + days * DAY_MS;
+        let span = (to - from) as f64;
+        // Left and width in percent of the row, clipped to the range.
+        let place = |start: i64, end: i64| {
+            let (s, e) = (start.max(from), end.min(to));
+            (100.0 * (s - from) as f64 / span, (100.0 * (e - s) as f64 / span).max(0.4))
+        };
+        let mut windows = Vec::new();
+        let fleet_nodes = nodes
+            .iter()
+            .map(|n| {
+                let maintenance = n
+                    .maintenance
+                    .iter()
+                    .map(|m| {
+                        let (left, width) = place(m.starts_at, m.ends_at);
+                        let affected = n
+                            .gpus
+                            .iter()
+                            .flat_map(|g| &g.bookings)
+                            .filter(|b| b.starts_at < m.ends_at && b.ends_at > m.starts_at)
+                            .map(|b| {
+                                (b.name.clone(), b.owner_email.clone(), format!("/environments/{}", b.environment_id))
+                            })
+                            .fold(Vec::new(), |mut acc: Vec<(String, String, String)>, b| {
+                                if !acc.contains(&b) {
+                                    acc.push(b);
+                                }
+                                acc
+                            });
+                        windows.push(MaintenanceView {
+                            id: m.id,
+                            node: n.node.clone(),
+                            when: format!("{} to {}", utc(m.starts_at), utc(m.ends_at)),
+                            reason: m.reason.clone(),
+                            affected,
+                        });
+                        Bar {
+                            left,
+                            width,
+                            top: 0.0,
+                            height: 100.0,
+                            label: format!("maintenance: {}", m.reason),
+                            title: format!("{} to {}: {}", utc(m.starts_at), utc(m.ends_at), m.reason),
+                            href: String::new(),
+                            tone: "maintenance".into(),
+                        }
+                    })
+                    .collect();
+                let gpus = n
+                    .gpus
+                    .iter()
+                    .map(|g| FleetGpu {
+                        label: format!("GPU {}{}", g.index, if g.mig_capable { " · MIG" } else { "" }),
+                        bars: g
+                            .bookings
+                            .iter()
+                            .map(|b| {
+                                let (left, width) = place(b.starts_at, b.ends_at);
+                                let what = b.mig_profile.clone().unwrap_or_else(|| "whole GPU".into());
+                                let running = b.starts_at <= now;
+                                Bar {
+                                    left,
+                                    width,
+                                    // Memory slices 0..8 from top to bottom of the GPU's row.
+                                    top: 100.0 * b.slice_start as f64 / 8.0,
+                                    height: 100.0 * b.slice_size as f64 / 8.0,
+                                    label: format!("{} · {what}", b.name),
+                                    title: format!(
+                                        "{} ({}) · {what} · {} to {} · {}",
+                                        b.name,
+                                        b.owner_email,
+                                        utc(b.starts_at),
+                                        utc(b.ends_at),
+                                        b.state
+                                    ),
+                                    href: format!("/environments/{}", b.environment_id),
+                                    tone: if b.mig_profile.is_some() {
+                                        "slice"
+                                    } else if running {
+                                        "running"
+                                    } else {
+                                        "booking"
+                                    }
+                                    .into(),
+                                }
+                            })
+                            .collect(),
+                    })
+                    .collect();
+                FleetNode { name: n.node.clone(), site: n.site.clone(), model: n.model.clone(), maintenance, gpus }
+            })
+            .collect();
+        let columns = (0..days).map(|d| {
+            DateTime::from_timestamp_millis(from + d * DAY_MS)
+                .map(|t| t.format("%a %-d %b").to_string())
+                .unwrap_or_default()
+        });
+        FleetView {
+            title: format!("{} to {}", date(from), date(to - DAY_MS)),
+            prev_href: format!("/admin/fleet?from={}&days={days}", date(from - days * DAY_MS)),
+            next_href: format!("/admin/fleet?from={}&days={days}", date(to)),
+            columns: columns.collect(),
+            nodes: fleet_nodes,
+            windows,
+            node_names: nodes.iter().map(|n| n.node.clone()).collect(),
+        }
+    }
+}

@@ -1,0 +1,69 @@
+// A platform admin's fleet view in real Chromium: the Gantt chart shows a booking on its
+// GPUs, maintenance on that node lists the booking for rebooking, and ending the
+// maintenance takes it off the chart.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { Berth, browser, watchConsole, artifacts } from './harness.mjs';
+
+let berth, chrome, page, consoleErrors;
+
+before(async () => {
+  berth = await Berth.start();
+  chrome = await browser();
+  page = await chrome.newPage({ viewport: { width: 1400, height: 1000 } });
+  consoleErrors = watchConsole(page);
+  await page.goto(`${berth.url}/login?next=/catalog`);
+  await page.getByLabel('Email').fill('admin@berth.local');
+  await page.getByLabel('Password').fill(berth.adminPassword());
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL((url) => url.pathname === '/catalog');
+});
+
+after(async () => {
+  await chrome?.close();
+  await berth?.kill();
+});
+
+const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
+
+test('the fleet chart shows a booking on the GPUs it holds', async () => {
+  await page.goto(`${berth.url}/launch/notebook?size=h100-3g.40gb&start=${tomorrow}T08:00&hours=6`);
+  await page.getByLabel('Name').fill('slice-tomorrow');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
+  await page.locator('[data-state="scheduled"]').waitFor();
+
+  await page.getByRole('link', { name: 'Fleet', exact: true }).click();
+  await page.waitForURL(/\/admin\/fleet$/);
+  const bar = page.locator('a[data-bar="slice"]', { hasText: 'slice-tomorrow' });
+  await bar.waitFor();
+  assert.match(await bar.textContent(), /slice-tomorrow · 3g\.40gb/);
+  // config/fleet.toml: 4 H100 and 2 A100 nodes of 8 GPUs, 2 L40S nodes of 4.
+  assert.equal(await page.locator('[data-node]').count(), 8);
+});
+
+test('maintenance on that node lists the booking to rebook, and can be ended', async () => {
+  // The node row is followed by its GPU rows; find the node whose GPU rows hold the bar.
+  const nodeName = await page.evaluate(() => {
+    const bar = document.querySelector('a[data-bar="slice"]');
+    let row = bar.closest('.flex');
+    while (row && !row.hasAttribute('data-node')) row = row.previousElementSibling;
+    return row?.getAttribute('data-node');
+  });
+  assert.ok(nodeName, 'the slice is drawn under a node');
+  await page.getByLabel('Node').selectOption(nodeName);
+  await page.getByLabel('Reason').fill('firmware update');
+  await page.getByLabel('Start (UTC, empty for now)').fill(`${tomorrow}T06:00`);
+  await page.getByLabel('End (UTC)').fill(`${tomorrow}T12:00`);
+  await page.getByRole('button', { name: 'Schedule maintenance' }).click();
+  const windows = page.getByRole('region', { name: 'Maintenance in this range' });
+  await windows.getByText(`${nodeName} · firmware update`).waitFor();
+  await windows.getByRole('link', { name: 'slice-tomorrow' }).waitFor();
+  await page.locator(`[data-node="${nodeName}"] [data-bar="maintenance"]`).waitFor();
+  await page.screenshot({ path: join(artifacts, 'fleet.png'), fullPage: true });
+
+  await windows.getByRole('button', { name: 'End now' }).click();
+  await windows.getByText('None.').waitFor();
+  assert.deepEqual(consoleErrors, []);
+});
