@@ -65,5 +65,24 @@ test('maintenance on that node lists the booking to rebook, and can be ended', a
 
   await windows.getByRole('button', { name: 'End now' }).click();
   await windows.getByText('None.').waitFor();
+});
+
+test('a default quota set on the quotas page limits the next launch, with its reason', async () => {
+  await page.getByRole('link', { name: 'Quotas', exact: true }).click();
+  await page.waitForURL((url) => url.pathname === '/admin/quotas');
+  await page.getByText('No quotas: nobody is limited.').waitFor();
+  await page.getByLabel('GPUs at once, per model').fill('lots');
+  await page.getByRole('button', { name: 'Save quota' }).click();
+  await page.getByRole('alert').getByText('GPUs at once must be a number of GPU-equivalents, 0 or more, or empty for no limit').waitFor();
+  await page.getByLabel('GPUs at once, per model').fill('0.5');
+  await page.getByRole('button', { name: 'Save quota' }).click();
+  await page.getByRole('rowheader', { name: 'Everyone (default)' }).waitFor();
+
+  await page.goto(`${berth.url}/launch/training?size=h100-1`);
+  await page.getByLabel('Name').fill('over-quota');
+  await page.getByLabel('Container image').fill('nvcr.io/nvidia/pytorch:24.05-py3');
+  await page.getByLabel('Command').fill('python train.py');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.getByRole('alert').getByText('quota: your limit is 0.5 H100-80GB GPU-equivalents at once').waitFor();
   assert.deepEqual(consoleErrors, []);
 });

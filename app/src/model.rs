@@ -175,3 +175,14 @@ pub struct MaintenanceView {
     /// Bookings in the window, to rebook: (name, owner, link).
     pub affected: Vec<(String, String, String)>,
 }
+
+/// A quota row as the admin page shows it: `who` is "Everyone (default)" or an email.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotaView {
+    pub who: String,
+    pub email: String,
+    pub max_gpus: String,
+    pub gpu_hours_per_month: String,
+    pub max_booking_hours: String,
+    pub max_overlapping: String,
+}

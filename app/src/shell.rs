@@ -8,6 +8,7 @@ use leptos_router::{SsrMode, path};
 use crate::components::{Auth, NavBar};
 use crate::pages::{
     CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FleetPage, LaunchPage, LoginPage, NotFound,
+    QuotasPage,
 };
 
 /// The whole document, rendered on the server.
@@ -58,6 +59,7 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/environments") view=EnvironmentsPage ssr=SsrMode::Async/>
                         <Route path=path!("/calendar") view=CalendarPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/fleet") view=FleetPage ssr=SsrMode::Async/>
+                        <Route path=path!("/admin/quotas") view=QuotasPage ssr=SsrMode::Async/>
                         <Route path=path!("/environments/:id") view=EnvironmentPage ssr=SsrMode::Async/>
                         <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async/>
                     </Routes>

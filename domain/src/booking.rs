@@ -353,6 +353,38 @@ pub struct Quota {
     pub max_overlapping: Option<u32>,
 }
 
+impl Quota {
+    /// Reads limits as typed in a form: empty means "no limit".
+    pub fn parse(
+        max_gpus: &str,
+        gpu_hours_per_month: &str,
+        max_booking_hours: &str,
+        max_overlapping: &str,
+    ) -> Result<Quota, Refusal> {
+        fn number<T: std::str::FromStr + PartialOrd>(
+            text: &str,
+            what: &str,
+            least: T,
+            kind: &str,
+        ) -> Result<Option<T>, Refusal> {
+            let text = text.trim();
+            if text.is_empty() {
+                return Ok(None);
+            }
+            match text.parse::<T>() {
+                Ok(v) if v >= least => Ok(Some(v)),
+                _ => Err(Refusal::InvalidQuota(format!("{what} must be {kind}, or empty for no limit"))),
+            }
+        }
+        Ok(Quota {
+            max_gpus: number(max_gpus, "GPUs at once", 0.0, "a number of GPU-equivalents, 0 or more")?,
+            gpu_hours_per_month: number(gpu_hours_per_month, "GPU-hours a month", 0.0, "a number, 0 or more")?,
+            max_booking_hours: number(max_booking_hours, "longest booking", 1, "a whole number of hours, at least 1")?,
+            max_overlapping: number(max_overlapping, "bookings at the same time", 1, "a whole number, at least 1")?,
+        })
+    }
+}
+
 /// What a user already has, as the quota check needs it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Usage {
@@ -522,6 +554,26 @@ mod tests {
         let one = Shape::Gpus { model: H100, count: 1 };
         assert!(t.place(one, at(1, 2)).is_err());
         assert_eq!(t.place(one, at(4, 6)).map(|a| a.len()), Ok(1));
+    }
+
+    #[test]
+    fn quotas_are_read_from_a_form_with_empty_for_no_limit() {
+        assert_eq!(
+            Quota::parse("8", "", "48", " "),
+            Ok(Quota {
+                max_gpus: Some(8.0),
+                gpu_hours_per_month: None,
+                max_booking_hours: Some(48),
+                max_overlapping: None
+            })
+        );
+        let err = Quota::parse("-1", "", "", "").expect_err("negative");
+        assert_eq!(
+            err.to_string(),
+            "GPUs at once must be a number of GPU-equivalents, 0 or more, or empty for no limit"
+        );
+        assert!(Quota::parse("", "", "0", "").is_err());
+        assert!(Quota::parse("", "lots", "", "").is_err());
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub enum Refusal {
     NotResizable(&'static str),
     #[error("there is no node called \"{0}\"")]
     UnknownNode(String),
+    #[error("there is no user with the email \"{0}\"")]
+    UnknownUser(String),
+    #[error("{0}")]
+    InvalidQuota(String),
     #[error("reason {0}")]
     InvalidReason(&'static str),
     #[error("fleet description: {0}")]

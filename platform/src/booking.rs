@@ -396,6 +396,49 @@ impl Platform {
         quota_of(&mut conn, user_id).await
     }
 
+    /// Every quota row: everyone's default (`None`) first, then per user by email.
+    /// Platform admins only.
+    pub async fn quotas(&self, caller: &Caller) -> Result<Vec<(Option<String>, Quota)>, Error> {
+        if !caller.is_admin {
+            return Err(Error::NotFound);
+        }
+        let rows: Vec<(Option<String>, Option<f64>, Option<f64>, Option<i64>, Option<i64>)> = sqlx::query_as(
+            "SELECT u.email, q.max_gpus, q.gpu_hours_per_month, q.max_booking_hours, q.max_overlapping
+             FROM quotas q LEFT JOIN users u ON u.id = q.user_id ORDER BY q.user_id IS NOT NULL, u.email",
+        )
+        .fetch_all(&self.db)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(email, max_gpus, gpu_hours_per_month, hours, overlapping)| {
+                let quota = Quota {
+                    max_gpus,
+                    gpu_hours_per_month,
+                    max_booking_hours: hours.and_then(|h| u32::try_from(h).ok()),
+                    max_overlapping: overlapping.and_then(|n| u32::try_from(n).ok()),
+                };
+                (email, quota)
+            })
+            .collect())
+    }
+
+    /// Sets the limits of the user with `email`, or everyone's default when it is empty.
+    /// Platform admins only.
+    pub async fn set_quota_for(&self, caller: &Caller, email: &str, quota: &Quota) -> Result<(), Error> {
+        if !caller.is_admin {
+            return Err(Error::NotFound);
+        }
+        let email = email.trim();
+        let user_id = if email.is_empty() {
+            None
+        } else {
+            let id: Option<i64> =
+                sqlx::query_scalar("SELECT id FROM users WHERE email = ?").bind(email).fetch_optional(&self.db).await?;
+            Some(id.ok_or_else(|| Refusal::UnknownUser(email.to_owned()))?)
+        };
+        self.set_quota(caller, user_id, quota).await
+    }
+
     /// Sets `user_id`'s limits, or everyone's default with `None`. Platform admins only.
     pub async fn set_quota(&self, caller: &Caller, user_id: Option<i64>, quota: &Quota) -> Result<(), Error> {
         if !caller.is_admin {

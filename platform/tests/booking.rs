@@ -185,6 +185,11 @@ async fn quotas_count_gpu_equivalents_and_explain_themselves(pool: SqlitePool) {
     let err = berth.platform.launch(&berth.caller, &notebook("h100-1g.10gb", "d")).await.expect_err("too long");
     assert_eq!(err.to_string(), "quota: bookings are limited to 1 hours; this one is 2 hours");
     assert_eq!(berth.platform.quota_of(berth.caller.user_id).await.expect("quota"), personal);
+    let listed = berth.platform.quotas(&admin).await.expect("list");
+    assert_eq!(listed, vec![(None, quota), (Some("dana@example.com".to_owned()), personal)]);
+    let unknown = berth.platform.set_quota_for(&admin, "nobody@example.com", &quota).await;
+    assert_eq!(unknown.expect_err("unknown").to_string(), "there is no user with the email \"nobody@example.com\"");
+    assert!(matches!(berth.platform.quotas(&berth.caller).await, Err(Error::NotFound)));
 }
 
 #[sqlx::test(migrations = "../migrations")]

@@ -155,6 +155,7 @@ pub fn NavBar() -> impl IntoView {
                             <div class="flex items-center gap-3">
                                 {user.is_admin.then(|| view! {
                                     <A href="/admin/fleet" attr:class="rounded-md px-3 py-1.5 text-sm text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"Fleet"</A>
+                                    <A href="/admin/quotas" attr:class="rounded-md px-3 py-1.5 text-sm text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"Quotas"</A>
                                 })}
                                 <span class="hidden text-sm text-slate-300 sm:inline" title=user.email.clone()>
                                     {user.display_name.clone()}

@@ -7,6 +7,7 @@ mod environments;
 mod fleet;
 mod launch;
 mod login;
+mod quotas;
 
 pub use calendar::CalendarPage;
 pub use catalog::CatalogPage;
@@ -15,6 +16,7 @@ pub use environments::EnvironmentsPage;
 pub use fleet::FleetPage;
 pub use launch::LaunchPage;
 pub use login::LoginPage;
+pub use quotas::QuotasPage;
 
 use leptos::prelude::*;
 use leptos_meta::Title;

@@ -170,3 +170,42 @@ mod chart {
         }
     }
 }
+
+/// Every quota row. Platform admins only.
+#[server(endpoint = "quotas")]
+pub async fn quotas() -> Result<Vec<crate::model::QuotaView>, AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let rows = platform.quotas(&caller).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    let show = |v: Option<String>| v.unwrap_or_else(|| "no limit".into());
+    Ok(rows
+        .into_iter()
+        .map(|(email, q)| crate::model::QuotaView {
+            who: email.clone().unwrap_or_else(|| "Everyone (default)".into()),
+            email: email.unwrap_or_default(),
+            max_gpus: show(q.max_gpus.map(|v| v.to_string())),
+            gpu_hours_per_month: show(q.gpu_hours_per_month.map(|v| v.to_string())),
+            max_booking_hours: show(q.max_booking_hours.map(|v| v.to_string())),
+            max_overlapping: show(q.max_overlapping.map(|v| v.to_string())),
+        })
+        .collect())
+}
+
+/// Sets the quota of the user with `email`, or everyone's default when it is empty; empty
+/// limits mean "no limit". Platform admins only.
+#[server(endpoint = "set_quota")]
+pub async fn set_quota(
+    email: String,
+    max_gpus: String,
+    gpu_hours_per_month: String,
+    max_booking_hours: String,
+    max_overlapping: String,
+) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
+    let quota =
+        berth_domain::booking::Quota::parse(&max_gpus, &gpu_hours_per_month, &max_booking_hours, &max_overlapping)
+            .map_err(|r| fail(r.into()))?;
+    platform.set_quota_for(&caller, &email, &quota).await.map_err(fail)?;
+    leptos_axum::redirect("/admin/quotas");
+    Ok(())
+}
