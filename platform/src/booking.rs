@@ -402,24 +402,13 @@ impl Platform {
         if !caller.is_admin {
             return Err(Error::NotFound);
         }
-        let rows: Vec<(Option<String>, Option<f64>, Option<f64>, Option<i64>, Option<i64>)> = sqlx::query_as(
+        let rows = sqlx::query(
             "SELECT u.email, q.max_gpus, q.gpu_hours_per_month, q.max_booking_hours, q.max_overlapping
              FROM quotas q LEFT JOIN users u ON u.id = q.user_id ORDER BY q.user_id IS NOT NULL, u.email",
         )
         .fetch_all(&self.db)
         .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(email, max_gpus, gpu_hours_per_month, hours, overlapping)| {
-                let quota = Quota {
-                    max_gpus,
-                    gpu_hours_per_month,
-                    max_booking_hours: hours.and_then(|h| u32::try_from(h).ok()),
-                    max_overlapping: overlapping.and_then(|n| u32::try_from(n).ok()),
-                };
-                (email, quota)
-            })
-            .collect())
+        rows.iter().map(|row| Ok((row.try_get("email")?, quota_from_row(row)?))).collect()
     }
 
     /// Sets the limits of the user with `email`, or everyone's default when it is empty.
@@ -585,7 +574,11 @@ async fn quota_of(conn: &mut SqliteConnection, user_id: i64) -> Result<Quota, Er
     .bind(user_id)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some(row) = row else { return Ok(Quota::default()) };
+    row.as_ref().map_or(Ok(Quota::default()), quota_from_row)
+}
+
+/// A `quotas` row's four limit columns, by name.
+fn quota_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Quota, Error> {
     let hours: Option<i64> = row.try_get("max_booking_hours")?;
     let overlapping: Option<i64> = row.try_get("max_overlapping")?;
     Ok(Quota {
