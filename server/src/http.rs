@@ -62,6 +62,7 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, args: &ServeArgs
         })
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
         .layer(session_layer)
+        .layer(middleware::from_fn(same_origin_writes))
         .layer(middleware::from_fn_with_state(state.clone(), record_metrics))
         .layer(security_headers())
         .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
@@ -74,10 +75,26 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, args: &ServeArgs
     Ok(router)
 }
 
-fn security_headers() -> tower::layer::util::Stack<
+/// Scripts and styles only from this origin (inline ones are the hydration bootstrap and
+/// Leptos' own; a per-request nonce would let `'unsafe-inline'` go), WebAssembly allowed, no
+/// framing, forms only back to Berth.
+const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self' 'unsafe-inline' 'wasm-unsafe-eval'; \
+    style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; \
+    form-action 'self'; frame-ancestors 'none'";
+
+type HeaderLayers = tower::layer::util::Stack<
     SetResponseHeaderLayer<HeaderValue>,
-    tower::layer::util::Stack<SetResponseHeaderLayer<HeaderValue>, SetResponseHeaderLayer<HeaderValue>>,
-> {
+    tower::layer::util::Stack<
+        SetResponseHeaderLayer<HeaderValue>,
+        tower::layer::util::Stack<SetResponseHeaderLayer<HeaderValue>, SetResponseHeaderLayer<HeaderValue>>,
+    >,
+>;
+
+fn security_headers() -> HeaderLayers {
+    let csp = SetResponseHeaderLayer::if_not_present(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+    );
     let nosniff =
         SetResponseHeaderLayer::if_not_present(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     let referrer = SetResponseHeaderLayer::if_not_present(
@@ -88,7 +105,28 @@ fn security_headers() -> tower::layer::util::Stack<
         HeaderName::from_static("x-frame-options"),
         HeaderValue::from_static("DENY"),
     );
-    tower::layer::util::Stack::new(nosniff, tower::layer::util::Stack::new(referrer, frames))
+    tower::layer::util::Stack::new(
+        csp,
+        tower::layer::util::Stack::new(nosniff, tower::layer::util::Stack::new(referrer, frames)),
+    )
+}
+
+/// CSRF defence: a state-changing request that a browser marks as coming from another
+/// origin is refused before any handler runs. (Clients that are not browsers send no
+/// `Origin` and carry no ambient cookies worth forging.) Pages change nothing on GET.
+async fn same_origin_writes(request: Request, next: Next) -> Response {
+    let writes = !matches!(request.method(), &http::Method::GET | &http::Method::HEAD | &http::Method::OPTIONS);
+    let origin = request.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
+    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok());
+    if writes && let Some(origin) = origin {
+        let same = host.is_some_and(|host| origin.split_once("://").is_some_and(|(_, rest)| rest == host));
+        if !same {
+            let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+            tracing::warn!(origin, host, path = %request.uri().path(), request_id, "refused a cross-origin write");
+            return (StatusCode::FORBIDDEN, "cross-origin requests may not change anything").into_response();
+        }
+    }
+    next.run(request).await
 }
 
 async fn record_metrics(State(metrics): State<Arc<HttpMetrics>>, request: Request, next: Next) -> Response {
@@ -128,5 +166,35 @@ async fn metrics(State(state): State<AppState>) -> Response {
             tracing::error!(error = %e, "metrics query failed");
             (StatusCode::INTERNAL_SERVER_ERROR, "metrics unavailable").into_response()
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use axum::routing::post;
+    use tower::ServiceExt;
+
+    use super::*;
+
+    fn app() -> Router {
+        Router::new().route("/api/launch", post(|| async { "launched" })).layer(middleware::from_fn(same_origin_writes))
+    }
+
+    async fn post_from(origin: Option<&str>) -> StatusCode {
+        let mut request = Request::post("/api/launch").header(header::HOST, "berth.example:3000");
+        if let Some(origin) = origin {
+            request = request.header(header::ORIGIN, origin);
+        }
+        app().oneshot(request.body(Body::empty()).expect("request")).await.expect("response").status()
+    }
+
+    #[tokio::test]
+    async fn writes_from_another_origin_are_refused() {
+        assert_eq!(post_from(Some("https://berth.example:3000")).await, StatusCode::OK);
+        assert_eq!(post_from(None).await, StatusCode::OK, "not a browser: nothing ambient to forge");
+        assert_eq!(post_from(Some("https://evil.example")).await, StatusCode::FORBIDDEN);
+        assert_eq!(post_from(Some("https://berth.example:3000.evil.example")).await, StatusCode::FORBIDDEN);
+        assert_eq!(post_from(Some("null")).await, StatusCode::FORBIDDEN);
     }
 }
