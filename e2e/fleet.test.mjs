@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { Berth, browser, watchConsole, artifacts } from './harness.mjs';
+import { Berth, browser, watchConsole, artifacts, signInAsAdmin } from './harness.mjs';
 
 let berth, chrome, page, consoleErrors;
 
@@ -13,11 +13,7 @@ before(async () => {
   chrome = await browser();
   page = await chrome.newPage({ viewport: { width: 1400, height: 1000 } });
   consoleErrors = watchConsole(page);
-  await page.goto(`${berth.url}/login?next=/catalog`);
-  await page.getByLabel('Email').fill('admin@berth.local');
-  await page.getByLabel('Password').fill(berth.adminPassword());
-  await page.getByRole('button', { name: 'Sign in' }).click();
-  await page.waitForURL((url) => url.pathname === '/catalog');
+  await signInAsAdmin(page, berth, '/catalog');
 });
 
 after(async () => {

@@ -113,3 +113,13 @@ export function watchConsole(page) {
   page.on('pageerror', (err) => errors.push(String(err)));
   return errors;
 }
+
+/** Signs in as the administrator through the login page and waits to land on `next`. */
+export async function signInAsAdmin(page, berth, next) {
+  await page.goto(`${berth.url}/login?next=${next}`);
+  await page.getByLabel('Email').fill('admin@berth.local');
+  await page.getByLabel('Password').fill(berth.adminPassword());
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  // By path: the login page's own URL ends with `next` too.
+  await page.waitForURL((url) => url.pathname === next);
+}

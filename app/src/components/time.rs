@@ -11,6 +11,22 @@ pub fn input_value(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%dT%H:%M").to_string()).unwrap_or_default()
 }
 
+/// "2026-11-22"
+pub fn date(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d").to_string()).unwrap_or_default()
+}
+
+/// Midnight UTC of `date` (`YYYY-MM-DD`), or of today when it is empty or unreadable: where
+/// the calendar and the fleet chart start.
+pub fn day_start(date: &str, now: i64) -> i64 {
+    const DAY_MS: i64 = 86_400_000;
+    let today = now - now.rem_euclid(DAY_MS);
+    chrono::NaiveDate::parse_from_str(date.trim(), "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map_or(today, |d| d.and_utc().timestamp_millis())
+}
+
 /// "850 ms", "12 s", "4 min 5 s", "1 h 58 min", "3 d 2 h"
 pub fn duration_words(ms: i64) -> String {
     let ms = ms.max(0);
@@ -41,5 +57,15 @@ mod tests {
     #[test]
     fn times_are_utc() {
         assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(input_value(1_795_442_400_000), "2026-11-23T14:00");
+    }
+
+    #[test]
+    fn ranges_start_at_midnight_utc_or_today() {
+        let now = 1_795_442_400_000; // 2026-11-23 14:00 UTC
+        assert_eq!(day_start("2026-11-24", now), 1_795_478_400_000);
+        assert_eq!(day_start("", now), 1_795_392_000_000);
+        assert_eq!(day_start("someday", now), 1_795_392_000_000);
+        assert_eq!(date(day_start("2026-11-24", now)), "2026-11-24");
     }
 }

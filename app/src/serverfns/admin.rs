@@ -10,7 +10,7 @@ pub async fn fleet_schedule(from: String, days: String) -> Result<FleetView, App
     let (platform, caller) = super::ssr::caller().await?;
     let now = berth_platform::now_ms();
     let days = days.parse::<i64>().ok().filter(|d| (1..=31).contains(d)).unwrap_or(7);
-    let from = chart::day_start(&from, now);
+    let from = crate::components::time::day_start(&from, now);
     let to = from + days * berth_domain::booking::DAY_MS;
     let nodes = platform
         .fleet_schedule(&caller, from, to)
@@ -45,20 +45,8 @@ mod chart {
     use berth_platform::maintenance::NodeSchedule;
     use chrono::DateTime;
 
-    use crate::components::time::utc;
+    use crate::components::time::{date, utc};
     use crate::model::{Bar, FleetGpu, FleetNode, FleetView, MaintenanceView};
-
-    pub fn day_start(date: &str, now: i64) -> i64 {
-        let today = now - now.rem_euclid(DAY_MS);
-        chrono::NaiveDate::parse_from_str(date.trim(), "%Y-%m-%d")
-            .ok()
-            .and_then(|d| d.and_hms_opt(0, 0, 0))
-            .map_or(today, |d| d.and_utc().timestamp_millis())
-    }
-
-    fn date(ms: i64) -> String {
-        DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d").to_string()).unwrap_or_default()
-    }
 
     pub fn fleet(nodes: &[NodeSchedule], from: i64, days: i64, now: i64) -> FleetView {
         let to = from + days * DAY_MS;

@@ -11,7 +11,7 @@ pub async fn calendar(view: String, from: String) -> Result<CalendarView, AppErr
     let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
     let now = berth_platform::now_ms();
     let span = build::Span::parse(&view);
-    let from = build::day_start(&from, now);
+    let from = crate::components::time::day_start(&from, now);
     let (bucket_ms, buckets) = span.buckets();
     let availability = platform.availability(from, bucket_ms, buckets).await.map_err(fail)?;
     let mine = platform.environments_of_owner(&caller).await.map_err(fail)?;
@@ -26,9 +26,9 @@ mod build {
     use berth_domain::placement::Shape;
     use berth_platform::booking::Availability;
     use berth_platform::environments::Environment;
-    use chrono::{DateTime, NaiveDate};
+    use chrono::DateTime;
 
-    use crate::components::time::input_value;
+    use crate::components::time::{date, input_value};
     use crate::model::{CalendarBooking, CalendarCell, CalendarRow, CalendarView};
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,18 +74,6 @@ mod build {
     }
 
     /// Midnight UTC of `date` (`YYYY-MM-DD`), or of today when it is empty or unreadable.
-    pub fn day_start(date: &str, now: i64) -> i64 {
-        let today = now - now.rem_euclid(DAY_MS);
-        NaiveDate::parse_from_str(date.trim(), "%Y-%m-%d")
-            .ok()
-            .and_then(|d| d.and_hms_opt(0, 0, 0))
-            .map_or(today, |d| d.and_utc().timestamp_millis())
-    }
-
-    fn date(ms: i64) -> String {
-        DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d").to_string()).unwrap_or_default()
-    }
-
     fn column_label(span: Span, ms: i64) -> String {
         let format = match span {
             Span::Day => "%H:00",
