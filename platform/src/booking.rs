@@ -354,7 +354,7 @@ impl Platform {
                 return Err(Refusal::NoCapacity {
                     size: env.size.shape.describe(),
                     when: format!("until {}", utc_short(window.ends_at)),
-                    detail: format!("its capacity is booked by someone else from {}", utc_short(next_start)),
+                    detail: format!("its capacity is taken from {} (another booking or maintenance)", utc_short(next_start)),
                     hint: if latest > current.ends_at {
                         format!("; it can run until {} at the latest", utc_short(latest))
                     } else {
