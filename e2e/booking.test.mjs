@@ -38,6 +38,10 @@ test('the calendar shows free capacity per size and links free cells to the laun
   await page.waitForURL(/\/launch\/training\?size=h100-8&start=/);
   assert.equal(await page.getByLabel('Start (UTC)').inputValue(), `${tomorrow}T10:00`);
   assert.equal(await page.getByLabel('8 x H100 80GB, full node').isChecked(), true);
+  // Each size says what is free for the duration, and follows it as it is typed.
+  await page.locator('[data-hint="h100-8"]').getByText('4 free now for 1 h').waitFor();
+  await page.getByLabel('Duration (hours)').fill('3');
+  await page.locator('[data-hint="h100-8"]').getByText('4 free now for 3 h').waitFor();
 });
 
 test('a booking for tomorrow is scheduled, waits, and shows on the calendar', async () => {

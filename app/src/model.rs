@@ -186,3 +186,12 @@ pub struct QuotaView {
     pub max_booking_hours: String,
     pub max_overlapping: String,
 }
+
+/// How much of one size is free, shown on the launch form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SizeHint {
+    pub size_id: String,
+    /// "12 free now" or "none free now; earliest start Tue 24 Nov 14:15 UTC".
+    pub text: String,
+    pub free_now: bool,
+}

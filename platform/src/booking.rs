@@ -269,13 +269,14 @@ fn shape_rank(shape: Shape) -> (u8, u32) {
     }
 }
 
-/// What a launch would get if it cannot have what it asked for.
+/// How much of one size is free, for the launch form.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Alternatives {
-    /// The earliest start for the same size and duration, if any within the horizon.
+pub struct SizeAvailability {
+    pub size: &'static Size,
+    /// How many fit for the asked duration starting now.
+    pub free_now: u32,
+    /// Now when one fits, else the earliest start within the horizon, if any.
     pub earliest_start: Option<i64>,
-    /// Other sizes of the same offering free for the asked window.
-    pub other_sizes: Vec<&'static Size>,
 }
 
 impl Platform {
@@ -303,6 +304,31 @@ impl Platform {
             }
         }
         Ok(Availability { from, bucket_ms, rows })
+    }
+
+    /// For the launch form: per size of `offering`, how many fit for `hours` from now, and
+    /// the earliest start for one when none does.
+    pub async fn size_availability(&self, offering: Offering, hours: u32) -> Result<Vec<SizeAvailability>, Error> {
+        let now = now_ms();
+        let window = Window { starts_at: now, ends_at: now + i64::from(hours) * booking::HOUR_MS };
+        let mut timelines: HashMap<GpuModel, Timeline> = HashMap::new();
+        let mut out = Vec::new();
+        for size in offering.sizes() {
+            let model = size.gpu_model();
+            if !timelines.contains_key(&model) {
+                let timeline = self.timeline(model, now, None).await?;
+                timelines.insert(model, timeline);
+            }
+            let Some(timeline) = timelines.get(&model) else { continue };
+            let free_now = timeline.free_count(size.shape, window);
+            let earliest_start = if free_now > 0 {
+                Some(now)
+            } else {
+                self.earliest_start_on(timeline.gpus(), size.shape, hours, now, now)
+            };
+            out.push(SizeAvailability { size, free_now, earliest_start });
+        }
+        Ok(out)
     }
 
     /// The earliest start at or after `not_before` for `shape` held `hours`, within the
@@ -354,7 +380,10 @@ impl Platform {
                 return Err(Refusal::NoCapacity {
                     size: env.size.shape.describe(),
                     when: format!("until {}", utc_short(window.ends_at)),
-                    detail: format!("its capacity is taken from {} (another booking or maintenance)", utc_short(next_start)),
+                    detail: format!(
+                        "its capacity is taken from {} (another booking or maintenance)",
+                        utc_short(next_start)
+                    ),
                     hint: if latest > current.ends_at {
                         format!("; it can run until {} at the latest", utc_short(latest))
                     } else {

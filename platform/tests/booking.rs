@@ -271,3 +271,16 @@ async fn maintenance_blocks_new_bookings_and_lists_the_ones_in_the_way(pool: Sql
     berth.platform.cancel_maintenance(&admin, window.id).await.expect("cancel");
     book(&berth, "h100-1", "unblocked", Some(t0 + 3 * HOUR_MS), 1).await.expect("free again");
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_launch_form_learns_what_is_free_now_and_when_it_will_be(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let first = book(&berth, "h100-node-1", "all-now", None, 2).await.expect("first node");
+    book(&berth, "h100-node-1", "all-now-too", None, 3).await.expect("second node");
+    let sizes = berth.platform.size_availability(berth_domain::catalog::Offering::TrainingJob, 4).await.expect("sizes");
+    let h100 = sizes.iter().find(|s| s.size.id == "h100-1").expect("h100-1");
+    assert_eq!(h100.free_now, 0);
+    assert_eq!(h100.earliest_start, Some(first.ends_at + 15 * MINUTE_MS), "the first node frees first");
+    let l40s = sizes.iter().find(|s| s.size.gpu_model() == GpuModel::L40S);
+    assert!(l40s.is_none_or(|s| s.free_now > 0));
+}

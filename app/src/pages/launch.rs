@@ -5,7 +5,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::components::{ErrorAlert, RequireUser};
 use crate::error::AppError;
-use crate::serverfns::Launch;
+use crate::serverfns::{Launch, size_hints};
 
 const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
 const LABEL: &str = "block text-sm font-medium text-slate-700";
@@ -40,6 +40,9 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>, start: String, ho
     let max_hours = offering.max_hours();
     let hours =
         hours.filter(|h| h.parse::<u32>().is_ok_and(|h| (1..=max_hours).contains(&h))).unwrap_or_else(|| "4".into());
+    // What is free follows the duration as it is typed.
+    let duration = RwSignal::new(hours.clone());
+    let hints = Resource::new(move || duration.get(), move |hours| size_hints(offering.id().to_owned(), hours));
     view! {
         <Title text=format!("Launch {}", with_article(offering))/>
         <div class="mx-auto max-w-2xl">
@@ -56,12 +59,22 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>, start: String, ho
                                 {sizes.iter().map(|s| {
                                     let id = format!("size-{}", s.id);
                                     let label_for = id.clone();
+                                    let size_id = s.id;
                                     view! {
                                         <label for=label_for class="flex cursor-pointer items-start gap-3 rounded-lg border border-slate-200 p-3 hover:border-indigo-300 has-[:checked]:border-indigo-500 has-[:checked]:bg-indigo-50">
                                             <input type="radio" id=id name="request[size]" value=s.id checked=s.id == chosen class="mt-1"/>
                                             <span>
                                                 <span class="block text-sm font-medium text-slate-900">{s.label}</span>
                                                 <span class="block text-xs text-slate-500">{s.vcpus} " vCPU · " {s.memory_gb} " GB RAM · " {s.price_per_hour()} "/h"</span>
+                                                <Transition fallback=|| ()>
+                                                    {move || Suspend::new(async move {
+                                                        let hint = hints.await.ok().and_then(|all| all.into_iter().find(|h| h.size_id == size_id));
+                                                        hint.map(|h| {
+                                                            let tone = if h.free_now { "text-emerald-700" } else { "text-amber-700" };
+                                                            view! { <span data-hint=size_id class=format!("mt-1 block text-xs {tone}")>{h.text}</span> }
+                                                        })
+                                                    })}
+                                                </Transition>
                                             </span>
                                         </label>
                                     }
@@ -78,6 +91,7 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>, start: String, ho
                             <div>
                                 <label for="hours" class=LABEL>"Duration (hours)"</label>
                                 <input id="hours" name="request[hours]" type="number" min="1" max=max_hours value=hours required class=INPUT
+                                    on:input:target=move |ev| duration.set(ev.target().value())
                                     aria-describedby="hours-hint"/>
                                 <p id="hours-hint" class=HINT>"1 to " {max_hours} " hours; torn down automatically at the end."</p>
                             </div>

@@ -19,6 +19,33 @@ pub async fn calendar(view: String, from: String) -> Result<CalendarView, AppErr
     Ok(build::calendar(span, from, now, &availability, &mine, gap))
 }
 
+/// Per size of `offering`: how many fit for `hours` from now, else the earliest start.
+/// Public, like the catalog.
+#[server(endpoint = "size_hints")]
+pub async fn size_hints(offering: String, hours: String) -> Result<Vec<crate::model::SizeHint>, AppError> {
+    use berth_domain::catalog::Offering;
+    let meta = super::ssr::request_meta().await;
+    let platform = super::ssr::platform(&meta)?;
+    let Some(offering) = Offering::parse(&offering) else { return Ok(Vec::new()) };
+    let hours = hours.trim().parse::<u32>().ok().filter(|h| (1..=offering.max_hours()).contains(h)).unwrap_or(4);
+    let sizes =
+        platform.size_availability(offering, hours).await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
+    Ok(sizes
+        .into_iter()
+        .map(|s| crate::model::SizeHint {
+            size_id: s.size.id.to_owned(),
+            text: match (s.free_now, s.earliest_start) {
+                (0, Some(t)) => {
+                    format!("none free now; earliest start for {hours} h: {}", berth_platform::booking::utc_short(t))
+                }
+                (0, None) => format!("none free for {hours} h within the booking horizon"),
+                (n, _) => format!("{n} free now for {hours} h"),
+            },
+            free_now: s.free_now > 0,
+        })
+        .collect())
+}
+
 #[cfg(feature = "ssr")]
 mod build {
     use berth_domain::booking::{DAY_MS, HOUR_MS};
