@@ -315,9 +315,8 @@ impl Platform {
         let mut out = Vec::new();
         for size in offering.sizes() {
             let model = size.gpu_model();
-            if !timelines.contains_key(&model) {
-                let timeline = self.timeline(model, now, None).await?;
-                timelines.insert(model, timeline);
+            if let std::collections::hash_map::Entry::Vacant(entry) = timelines.entry(model) {
+                entry.insert(self.timeline(model, now, None).await?);
             }
             let Some(timeline) = timelines.get(&model) else { continue };
             let free_now = timeline.free_count(size.shape, window);
