@@ -80,5 +80,22 @@ test('a default quota set on the quotas page limits the next launch, with its re
   await page.getByLabel('Command').fill('python train.py');
   await page.getByRole('button', { name: 'Launch' }).click();
   await page.getByRole('alert').getByText('quota: your limit is 0.5 H100-80GB GPU-equivalents at once').waitFor();
+});
+
+test('a quota that allows spot lets the same launch burst beyond it, marked as spot', async () => {
+  await page.goto(`${berth.url}/admin/quotas`);
+  await page.getByLabel('GPUs at once, per model').fill('0.5');
+  await page.getByLabel(/May book beyond the GPU limits as spot/).check();
+  await page.getByRole('button', { name: 'Save quota' }).click();
+  await page.locator('tr[data-quota=""]').getByText('yes').waitFor();
+
+  await page.goto(`${berth.url}/launch/training?size=h100-1`);
+  await page.getByLabel('Name').fill('burst');
+  await page.getByLabel('Container image').fill('nvcr.io/nvidia/pytorch:24.05-py3');
+  await page.getByLabel('Command').fill('python train.py');
+  await page.getByLabel('Spot (preemptible)').check();
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
+  await page.locator('[data-tier="spot"]').waitFor();
   assert.deepEqual(consoleErrors, []);
 });

@@ -31,6 +31,8 @@ pub struct EnvironmentSummary {
     /// "ends in 1 h 58 min", "ended 14:05 UTC", ...
     pub window: String,
     pub stoppable: bool,
+    /// Preemptible: a guaranteed booking may reclaim it.
+    pub spot: bool,
     /// Booked or running and not stopping: its end can still move.
     pub resizable: bool,
     pub finished: bool,
@@ -185,6 +187,7 @@ pub struct QuotaView {
     pub gpu_hours_per_month: String,
     pub max_booking_hours: String,
     pub max_overlapping: String,
+    pub allow_spot: String,
 }
 
 /// How much of one size is free, shown on the launch form.

@@ -351,6 +351,38 @@ pub struct Quota {
     pub max_booking_hours: Option<u32>,
     /// Bookings (running or future) whose windows overlap one another.
     pub max_overlapping: Option<u32>,
+    /// May book beyond the GPU limits in the spot tier.
+    #[serde(default)]
+    pub allow_spot: bool,
+}
+
+/// How firmly a booking holds its capacity.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Tier {
+    /// Counted against the quota; never taken away.
+    #[default]
+    Guaranteed,
+    /// Beyond the quota's GPU limits, starting now, and reclaimed when a guaranteed booking
+    /// needs its capacity.
+    Spot,
+}
+
+impl Tier {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Guaranteed => "guaranteed",
+            Tier::Spot => "spot",
+        }
+    }
+
+    /// As a form sends it: empty is guaranteed.
+    pub fn parse(text: &str) -> Result<Tier, Refusal> {
+        match text.trim() {
+            "" | "guaranteed" => Ok(Tier::Guaranteed),
+            "spot" => Ok(Tier::Spot),
+            other => Err(Refusal::InvalidTier(other.to_owned())),
+        }
+    }
 }
 
 impl Quota {
@@ -360,6 +392,7 @@ impl Quota {
         gpu_hours_per_month: &str,
         max_booking_hours: &str,
         max_overlapping: &str,
+        allow_spot: bool,
     ) -> Result<Quota, Refusal> {
         fn number<T: std::str::FromStr + PartialOrd>(
             text: &str,
@@ -381,6 +414,7 @@ impl Quota {
             gpu_hours_per_month: number(gpu_hours_per_month, "GPU-hours a month", 0.0, "a number, 0 or more")?,
             max_booking_hours: number(max_booking_hours, "longest booking", 1, "a whole number of hours, at least 1")?,
             max_overlapping: number(max_overlapping, "bookings at the same time", 1, "a whole number, at least 1")?,
+            allow_spot,
         })
     }
 }
@@ -397,8 +431,20 @@ pub struct Usage {
 }
 
 /// Checks a new booking of `ask` GPU-equivalents of `model` for `window` against `quota`;
-/// a refusal says which limit, what is used and what would still fit.
-pub fn check_quota(quota: &Quota, usage: &Usage, model: GpuModel, window: Window, ask: f64) -> Result<(), Refusal> {
+/// a refusal says which limit, what is used and what would still fit. A spot booking goes
+/// beyond the GPU limits when the quota allows spot; the other limits still hold. `usage`
+/// counts guaranteed bookings only.
+pub fn check_quota(
+    quota: &Quota,
+    usage: &Usage,
+    model: GpuModel,
+    window: Window,
+    ask: f64,
+    tier: Tier,
+) -> Result<(), Refusal> {
+    if tier == Tier::Spot && !quota.allow_spot {
+        return Err(Refusal::SpotNotAllowed);
+    }
     if let Some(max) = quota.max_booking_hours
         && window.hours() > f64::from(max)
     {
@@ -414,6 +460,9 @@ pub fn check_quota(quota: &Quota, usage: &Usage, model: GpuModel, window: Window
             "you may have at most {max} bookings at the same time; {} already overlap this window",
             usage.overlapping
         )));
+    }
+    if tier == Tier::Spot {
+        return Ok(());
     }
     if let Some(max) = quota.max_gpus {
         let peak = peak_during(&usage.same_model, window);
@@ -559,37 +608,47 @@ mod tests {
     #[test]
     fn quotas_are_read_from_a_form_with_empty_for_no_limit() {
         assert_eq!(
-            Quota::parse("8", "", "48", " "),
-            Ok(Quota {
-                max_gpus: Some(8.0),
-                gpu_hours_per_month: None,
-                max_booking_hours: Some(48),
-                max_overlapping: None
-            })
+            Quota::parse("8", "", "48", " ", false),
+            Ok(Quota { max_gpus: Some(8.0), max_booking_hours: Some(48), ..Quota::default() })
         );
-        let err = Quota::parse("-1", "", "", "").expect_err("negative");
+        let err = Quota::parse("-1", "", "", "", false).expect_err("negative");
         assert_eq!(
             err.to_string(),
             "GPUs at once must be a number of GPU-equivalents, 0 or more, or empty for no limit"
         );
-        assert!(Quota::parse("", "", "0", "").is_err());
-        assert!(Quota::parse("", "lots", "", "").is_err());
+        assert!(Quota::parse("", "", "0", "", false).is_err());
+        assert!(Quota::parse("", "lots", "", "", false).is_err());
     }
 
     #[test]
     fn quota_refusals_say_which_limit_and_what_fits() {
         let quota = Quota { max_gpus: Some(4.0), ..Quota::default() };
         let usage = Usage { same_model: vec![(at(0, 2), 2.0), (at(2, 4), 3.0)], ..Usage::default() };
-        assert_eq!(check_quota(&quota, &usage, H100, at(0, 2), 2.0), Ok(()), "back-to-back do not add up");
-        let err = check_quota(&quota, &usage, H100, at(1, 3), 2.0).expect_err("3 + 2 > 4");
+        assert_eq!(
+            check_quota(&quota, &usage, H100, at(0, 2), 2.0, Tier::Guaranteed),
+            Ok(()),
+            "back-to-back do not add up"
+        );
+        let err = check_quota(&quota, &usage, H100, at(1, 3), 2.0, Tier::Guaranteed).expect_err("3 + 2 > 4");
         assert_eq!(
             err.to_string(),
             "quota: your limit is 4 H100-80GB GPU-equivalents at once; you hold up to 3 during this window and asked for 2, so 1 more would fit"
         );
         let monthly = Quota { gpu_hours_per_month: Some(100.0), ..Quota::default() };
         let used = Usage { gpu_hours_this_month: 90.0, ..Usage::default() };
-        assert!(check_quota(&monthly, &used, H100, at(0, 10), 1.0).is_ok());
-        assert!(check_quota(&monthly, &used, H100, at(0, 11), 1.0).is_err());
+        assert!(check_quota(&monthly, &used, H100, at(0, 10), 1.0, Tier::Guaranteed).is_ok());
+        assert!(check_quota(&monthly, &used, H100, at(0, 11), 1.0, Tier::Guaranteed).is_err());
+        assert_eq!(check_quota(&monthly, &used, H100, at(0, 11), 1.0, Tier::Spot), Err(Refusal::SpotNotAllowed));
+        let bursting = Quota { allow_spot: true, max_booking_hours: Some(8), ..monthly };
+        assert_eq!(
+            check_quota(&bursting, &used, H100, at(0, 8), 4.0, Tier::Spot),
+            Ok(()),
+            "spot goes beyond GPU limits"
+        );
+        assert!(
+            check_quota(&bursting, &used, H100, at(0, 9), 1.0, Tier::Spot).is_err(),
+            "not beyond the longest booking"
+        );
         let g3 = Hold { gpu_id: 0, slices: SliceRange { start: 0, size: 4 }, profile: Some(MigProfile::G3) };
         assert!((gpu_equivalents(&[g3]) - 3.0 / 7.0).abs() < 1e-9);
     }

@@ -16,6 +16,9 @@ pub struct LaunchRequest {
     /// Empty for "now", else a UTC date and time (see `booking::parse_start`).
     #[serde(default)]
     pub start: String,
+    /// Empty or `guaranteed`, or `spot`.
+    #[serde(default)]
+    pub tier: String,
     #[serde(default)]
     pub image: String,
     #[serde(default)]

@@ -49,6 +49,12 @@ pub enum Refusal {
     UnknownUser(String),
     #[error("{0}")]
     InvalidQuota(String),
+    #[error("there is no tier called \"{0}\"; choose guaranteed or spot")]
+    InvalidTier(String),
+    #[error("your quota does not allow spot bookings; book within your quota instead")]
+    SpotNotAllowed,
+    #[error("spot bookings start now; leave the start empty or book guaranteed capacity ahead")]
+    SpotStartsNow,
     #[error("reason {0}")]
     InvalidReason(&'static str),
     #[error("fleet description: {0}")]

@@ -119,6 +119,7 @@ async fn contention(seconds: u64) {
                     start: chrono::DateTime::from_timestamp_millis(start).expect("time").to_rfc3339(),
                     image: if offering == "training" { "ghcr.io/acme/train:1".into() } else { String::new() },
                     command: if offering == "training" { "python train.py".into() } else { String::new() },
+                    tier: String::new(),
                 };
                 n += 1;
                 let t = Instant::now();

@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use berth_domain::Refusal;
-use berth_domain::booking::{self, Booking, Quota, Timeline, Usage, Window};
+use berth_domain::booking::{self, Booking, Quota, Tier, Timeline, Usage, Window};
 use berth_domain::catalog::{Offering, Size};
 use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Desired, EnvState};
@@ -45,12 +45,23 @@ struct Held {
     /// A reservation holds its unit until released, even past its end (teardown may still
     /// run); a maintenance window ends when it ends.
     until_released: bool,
+    /// A spot booking, which a guaranteed one may reclaim.
+    spot: bool,
+}
+
+/// A booking as the book hands it out: whose, where and when, and whether it is spot.
+#[derive(Debug, Clone)]
+pub(crate) struct BookedBy {
+    pub environment_id: Arc<str>,
+    pub booking: Booking,
+    pub spot: bool,
 }
 
 impl BookingBook {
     async fn load(conn: &mut SqliteConnection) -> Result<BookingBook, Error> {
         let rows = sqlx::query(
-            "SELECT r.environment_id, e.owner_id, r.gpu_id, r.slice_start, r.slice_size, r.mig_profile, r.starts_at, r.ends_at
+            "SELECT r.environment_id, e.owner_id, r.gpu_id, r.slice_start, r.slice_size, r.mig_profile, r.starts_at, r.ends_at,
+                    e.tier = 'spot'
              FROM reservations r JOIN environments e ON e.id = r.environment_id WHERE r.released_at IS NULL",
         )
         .fetch_all(&mut *conn)
@@ -74,7 +85,7 @@ impl BookingBook {
             let env: String = row.try_get(0)?;
             let env = ids.entry(env).or_insert_with_key(|k| Arc::from(k.as_str())).clone();
             let window = Window { starts_at: row.try_get(6)?, ends_at: row.try_get(7)? };
-            book.insert(env, row.try_get(1)?, Booking { hold, window }, true);
+            book.insert(env, row.try_get(1)?, Booking { hold, window }, true, row.try_get(8)?);
         }
         let maintenance: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
             "SELECT m.id, g.id, m.starts_at, m.ends_at FROM maintenance_windows m JOIN gpus g ON g.node_id = m.node_id
@@ -89,10 +100,10 @@ impl BookingBook {
         Ok(book)
     }
 
-    fn insert(&mut self, environment_id: Arc<str>, owner_id: i64, booking: Booking, until_released: bool) {
+    fn insert(&mut self, environment_id: Arc<str>, owner_id: i64, booking: Booking, until_released: bool, spot: bool) {
         let gpu = booking.hold.gpu_id;
         self.by_environment.entry(environment_id.clone()).or_default().push(gpu);
-        self.by_gpu.entry(gpu).or_default().push(Held { environment_id, owner_id, booking, until_released });
+        self.by_gpu.entry(gpu).or_default().push(Held { environment_id, owner_id, booking, until_released, spot });
     }
 
     /// After a maintenance window on `gpus` committed: each GPU is taken whole.
@@ -100,15 +111,15 @@ impl BookingBook {
         let id: Arc<str> = Arc::from(id);
         for &gpu_id in gpus {
             let hold = Hold { gpu_id, slices: SliceRange::WHOLE_GPU, profile: None };
-            self.insert(id.clone(), 0, Booking { hold, window }, false);
+            self.insert(id.clone(), 0, Booking { hold, window }, false, false);
         }
     }
 
     /// After a launch committed `holds` for `window`.
-    pub(crate) fn add(&mut self, environment_id: &str, owner_id: i64, holds: &[Hold], window: Window) {
+    pub(crate) fn add(&mut self, environment_id: &str, owner_id: i64, holds: &[Hold], window: Window, spot: bool) {
         let id: Arc<str> = Arc::from(environment_id);
         for &hold in holds {
-            self.insert(id.clone(), owner_id, Booking { hold, window }, true);
+            self.insert(id.clone(), owner_id, Booking { hold, window }, true, spot);
         }
     }
 
@@ -134,13 +145,7 @@ impl BookingBook {
 
     /// Bookings on `gpus` that overlap `range` (any with `None`), optionally of one owner.
     /// One held past its end (teardown still running) holds its unit until `now`.
-    fn bookings(
-        &self,
-        gpus: &[GpuUnit],
-        now: i64,
-        owner: Option<i64>,
-        range: Option<Window>,
-    ) -> Vec<(Arc<str>, Booking)> {
+    fn bookings(&self, gpus: &[GpuUnit], now: i64, owner: Option<i64>, range: Option<Window>) -> Vec<BookedBy> {
         let mut out = Vec::new();
         for gpu in gpus {
             for held in self.by_gpu.get(&gpu.id).into_iter().flatten() {
@@ -150,7 +155,11 @@ impl BookingBook {
                 if owner.is_some_and(|o| o != held.owner_id) || range.is_some_and(|r| !window.conflicts(r, 0)) {
                     continue;
                 }
-                out.push((held.environment_id.clone(), Booking { window, ..held.booking }));
+                out.push(BookedBy {
+                    environment_id: held.environment_id.clone(),
+                    booking: Booking { window, ..held.booking },
+                    spot: held.spot,
+                });
             }
         }
         out
@@ -184,13 +193,13 @@ impl Platform {
         self.load_book(&mut tx).await
     }
 
-    fn book_bookings(
+    pub(crate) fn book_bookings(
         &self,
         gpus: &[GpuUnit],
         now: i64,
         owner: Option<i64>,
         range: Option<Window>,
-    ) -> Vec<(Arc<str>, Booking)> {
+    ) -> Vec<BookedBy> {
         self.book
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -210,7 +219,7 @@ impl Platform {
     ) -> Result<Timeline, Error> {
         self.load_book(tx).await?;
         let gpus = self.gpus_of_model(tx, model).await?;
-        Ok(self.timeline_of(&gpus, now, range))
+        Ok(self.timeline_of(&gpus, now, range, true))
     }
 
     /// The same for readers.
@@ -218,15 +227,17 @@ impl Platform {
         self.ensure_book().await?;
         let mut conn = self.db.acquire().await?;
         let gpus = self.gpus_of_model(&mut conn, model).await?;
-        Ok(self.timeline_of(&gpus, now, range))
+        Ok(self.timeline_of(&gpus, now, range, true))
     }
 
-    fn timeline_of(&self, gpus: &[GpuUnit], now: i64, range: Option<Window>) -> Timeline {
+    /// The timeline of `gpus`; without spot bookings it shows what a guaranteed booking
+    /// could have by reclaiming them.
+    pub(crate) fn timeline_of(&self, gpus: &[GpuUnit], now: i64, range: Option<Window>, with_spot: bool) -> Timeline {
         let gap = self.policy.cleaning_gap_ms;
         // Widened by the cleaning gap, as `Window::conflicts` widens bookings.
         let range = range.map(|r| Window { starts_at: r.starts_at - gap, ends_at: r.ends_at + gap });
-        let bookings = self.book_bookings(gpus, now, None, range);
-        Timeline::new(gpus.to_vec(), bookings.into_iter().map(|(_, b)| b), gap)
+        let bookings = self.book_bookings(gpus, now, None, range).into_iter().filter(|b| with_spot || !b.spot);
+        Timeline::new(gpus.to_vec(), bookings.map(|b| b.booking), gap)
     }
 }
 
@@ -267,6 +278,15 @@ fn shape_rank(shape: Shape) -> (u8, u32) {
         Shape::Gpus { count, .. } => (1, count),
         Shape::Nodes { count, .. } => (2, count),
     }
+}
+
+/// What a booking asks of its owner's quota: GPU-equivalents of a model for a window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct QuotaAsk {
+    pub model: GpuModel,
+    pub window: Window,
+    pub gpus: f64,
+    pub tier: Tier,
 }
 
 /// How much of one size is free, for the launch form.
@@ -362,7 +382,8 @@ impl Platform {
             self.load_book(&mut tx).await?;
             let gpus = self.gpus_of_model(&mut tx, model).await?;
             let all = self.book_bookings(&gpus, now, None, None);
-            let (own, others): (Vec<_>, Vec<_>) = all.into_iter().partition(|(env_id, _)| &**env_id == id);
+            let (own, others): (Vec<_>, Vec<_>) =
+                all.into_iter().map(|b| (b.environment_id, b.booking)).partition(|(env_id, _)| &**env_id == id);
             let blocking = others
                 .iter()
                 .filter(|(_, b)| {
@@ -392,7 +413,8 @@ impl Platform {
                 .into());
             }
             let held: Vec<Hold> = own.iter().map(|(_, b)| b.hold).collect();
-            self.check_quota(&mut tx, caller.user_id, model, window, booking::gpu_equivalents(&held), Some(id)).await?;
+            let ask = QuotaAsk { model, window, gpus: booking::gpu_equivalents(&held), tier: env.tier };
+            self.check_quota(&mut tx, caller.user_id, ask, Some(id)).await?;
         }
 
         sqlx::query("UPDATE environments SET ends_at = ? WHERE id = ?")
@@ -431,7 +453,7 @@ impl Platform {
             return Err(Error::NotFound);
         }
         let rows = sqlx::query(
-            "SELECT u.email, q.max_gpus, q.gpu_hours_per_month, q.max_booking_hours, q.max_overlapping
+            "SELECT u.email, q.max_gpus, q.gpu_hours_per_month, q.max_booking_hours, q.max_overlapping, q.allow_spot
              FROM quotas q LEFT JOIN users u ON u.id = q.user_id ORDER BY q.user_id IS NOT NULL, u.email",
         )
         .fetch_all(&self.db)
@@ -464,14 +486,16 @@ impl Platform {
         let mut tx = self.begin_write().await?;
         sqlx::query("DELETE FROM quotas WHERE user_id IS ?").bind(user_id).execute(&mut *tx).await?;
         sqlx::query(
-            "INSERT INTO quotas (user_id, max_gpus, gpu_hours_per_month, max_booking_hours, max_overlapping, updated_at)
-             VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO quotas (user_id, max_gpus, gpu_hours_per_month, max_booking_hours, max_overlapping, allow_spot,
+                 updated_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(user_id)
         .bind(quota.max_gpus)
         .bind(quota.gpu_hours_per_month)
         .bind(quota.max_booking_hours)
         .bind(quota.max_overlapping)
+        .bind(quota.allow_spot)
         .bind(now_ms())
         .execute(&mut *tx)
         .await?;
@@ -484,17 +508,16 @@ impl Platform {
         Ok(())
     }
 
-    /// Refuses a booking of `ask` GPU-equivalents of `model` for `window` that would pass
-    /// the user's quota. `except` leaves out an environment being changed.
+    /// Refuses a booking that would pass the user's quota. `except` leaves out an
+    /// environment being changed.
     pub(crate) async fn check_quota(
         &self,
         conn: &mut SqliteConnection,
         user_id: i64,
-        model: GpuModel,
-        window: Window,
-        ask: f64,
+        ask: QuotaAsk,
         except: Option<&str>,
     ) -> Result<(), Error> {
+        let QuotaAsk { model, window, gpus: ask, tier } = ask;
         let quota = quota_of(conn, user_id).await?;
         if quota == Quota::default() {
             return Ok(());
@@ -504,9 +527,10 @@ impl Platform {
         let mut by_env: std::collections::BTreeMap<Arc<str>, (Window, Vec<Hold>)> = Default::default();
         self.load_book(conn).await?;
         let gpus = self.gpus_of_model(conn, model).await?;
-        for (env_id, b) in self.book_bookings(&gpus, now, Some(user_id), Some(window)) {
-            if Some(&*env_id) != except {
-                by_env.entry(env_id).or_insert((b.window, Vec::new())).1.push(b.hold);
+        // Spot bookings are beyond the quota: they do not use it up.
+        for b in self.book_bookings(&gpus, now, Some(user_id), Some(window)).into_iter().filter(|b| !b.spot) {
+            if Some(&*b.environment_id) != except {
+                by_env.entry(b.environment_id).or_insert((b.booking.window, Vec::new())).1.push(b.booking.hold);
             }
         }
         for (w, holds) in by_env.values() {
@@ -525,7 +549,7 @@ impl Platform {
         let gpu_hours_this_month = gpu_hours_in_month(conn, user_id, window.starts_at, except).await?;
         let usage =
             Usage { same_model, overlapping: u32::try_from(overlapping).unwrap_or(u32::MAX), gpu_hours_this_month };
-        Ok(booking::check_quota(&quota, &usage, model, window, ask)?)
+        Ok(booking::check_quota(&quota, &usage, model, window, ask, tier)?)
     }
 }
 
@@ -581,7 +605,7 @@ impl Platform {
         while from <= last_start {
             // Starts in [from, to]; the timeline holds every booking such a window could meet.
             let to = (from + chunk).min(last_start);
-            let timeline = self.timeline_of(gpus, now, Some(Window { starts_at: from, ends_at: to + duration }));
+            let timeline = self.timeline_of(gpus, now, Some(Window { starts_at: from, ends_at: to + duration }), true);
             if let Some(t) = timeline.earliest_start(shape, duration, from, to + duration) {
                 return Some(t);
             }
@@ -596,7 +620,7 @@ impl Platform {
 
 async fn quota_of(conn: &mut SqliteConnection, user_id: i64) -> Result<Quota, Error> {
     let row = sqlx::query(
-        "SELECT max_gpus, gpu_hours_per_month, max_booking_hours, max_overlapping FROM quotas
+        "SELECT max_gpus, gpu_hours_per_month, max_booking_hours, max_overlapping, allow_spot FROM quotas
          WHERE user_id = ? OR user_id IS NULL ORDER BY user_id IS NULL LIMIT 1",
     )
     .bind(user_id)
@@ -614,6 +638,7 @@ fn quota_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Quota, Error> {
         gpu_hours_per_month: row.try_get("gpu_hours_per_month")?,
         max_booking_hours: hours.and_then(|h| u32::try_from(h).ok()),
         max_overlapping: overlapping.and_then(|n| u32::try_from(n).ok()),
+        allow_spot: row.try_get("allow_spot")?,
     })
 }
 

@@ -59,6 +59,7 @@ impl Platform {
                 name: name.into(),
                 hours: hours.to_string(),
                 start,
+                tier: String::new(),
                 image: image.into(),
                 command: command.into(),
             };

@@ -1,7 +1,7 @@
 //! Launching, listing and stopping environments: the user-facing side of the lifecycle.
 
 use berth_domain::Refusal;
-use berth_domain::booking as rules;
+use berth_domain::booking::{self as rules, Tier};
 use berth_domain::catalog::{Offering, Size};
 use berth_domain::gpu::GpuModel;
 use berth_domain::launch::{self, LaunchRequest};
@@ -12,7 +12,7 @@ use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
 use crate::backend::Connection;
-use crate::booking::utc_short;
+use crate::booking::{QuotaAsk, utc_short};
 use crate::{Caller, Error, Platform, now_ms};
 
 /// One environment as stored.
@@ -36,6 +36,7 @@ pub struct Environment {
     pub state_changed_at: i64,
     pub ready_at: Option<i64>,
     pub finished_at: Option<i64>,
+    pub tier: Tier,
 }
 
 /// One row of the step journal.
@@ -73,7 +74,7 @@ pub struct EnvironmentDetail {
 
 pub(crate) const ENVIRONMENT_COLUMNS: &str =
     "id, owner_id, name, offering, size_id, image, command, cents_per_hour, state,
-     desired, failure_reason, connection, created_at, starts_at, ends_at, state_changed_at, ready_at, finished_at";
+     desired, failure_reason, connection, created_at, starts_at, ends_at, state_changed_at, ready_at, finished_at, tier";
 
 pub(crate) fn environment_from_row(row: &SqliteRow) -> Result<Environment, Error> {
     let corrupt = |what: &str| Error::internal(format!("environment row has an unknown {what}"));
@@ -102,6 +103,7 @@ pub(crate) fn environment_from_row(row: &SqliteRow) -> Result<Environment, Error
         state_changed_at: row.try_get("state_changed_at")?,
         ready_at: row.try_get("ready_at")?,
         finished_at: row.try_get("finished_at")?,
+        tier: Tier::parse(row.try_get("tier")?).map_err(|_| corrupt("tier"))?,
     })
 }
 
@@ -114,6 +116,10 @@ impl Platform {
         let spec = launch::validate(request)?;
         let now = now_ms();
         let start = rules::parse_start(&request.start)?;
+        let tier = Tier::parse(&request.tier)?;
+        if tier == Tier::Spot && start.is_some_and(|s| s > now + self.policy.start_grace_ms) {
+            return Err(Refusal::SpotStartsNow.into());
+        }
         let window = rules::new_window(start, spec.hours, now, &self.policy)?;
         let model = spec.size.gpu_model();
 
@@ -130,21 +136,26 @@ impl Platform {
         }
         // Only bookings that could conflict with the window matter to placement.
         let nearby = self.timeline_in(&mut tx, model, now, Some(window)).await?;
-        let assignments = match nearby.place(spec.size.shape, window) {
-            Ok(assignments) => assignments,
-            Err(refusal) => {
-                let (offering, size, hours) = (spec.offering, spec.size, spec.hours);
-                return Err(self.explain_no_capacity(refusal, &nearby, offering, size, hours, window, now));
-            }
+        let (assignments, reclaim) = match nearby.place(spec.size.shape, window) {
+            Ok(assignments) => (assignments, Vec::new()),
+            // A guaranteed booking may take what spot bookings hold.
+            Err(refusal) => match self.place_reclaiming_spot(&nearby, spec.size.shape, window, now, tier) {
+                Some(placed) => placed,
+                None => {
+                    let (offering, size, hours) = (spec.offering, spec.size, spec.hours);
+                    return Err(self.explain_no_capacity(refusal, &nearby, offering, size, hours, window, now));
+                }
+            },
         };
-        let ask = rules::gpu_equivalents(&assignments);
-        self.check_quota(&mut tx, caller.user_id, model, window, ask, None).await?;
+        let ask = QuotaAsk { model, window, gpus: rules::gpu_equivalents(&assignments), tier };
+        self.check_quota(&mut tx, caller.user_id, ask, None).await?;
+        let reclaimed = self.reclaim(&mut tx, &reclaim, window, now).await?;
 
         let id = uuid::Uuid::new_v4().to_string();
         sqlx::query(
             "INSERT INTO environments (id, owner_id, name, offering, size_id, image, command, cents_per_hour, state,
-                 desired, created_at, starts_at, ends_at, state_changed_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'requested', 'running', ?, ?, ?, ?)",
+                 desired, created_at, starts_at, ends_at, state_changed_at, tier)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'requested', 'running', ?, ?, ?, ?, ?)",
         )
         .bind(&id)
         .bind(caller.user_id)
@@ -158,6 +169,7 @@ impl Platform {
         .bind(window.starts_at)
         .bind(window.ends_at)
         .bind(now)
+        .bind(tier.as_str())
         .execute(&mut *tx)
         .await?;
         for a in &assignments {
@@ -185,7 +197,15 @@ impl Platform {
         let event =
             Event { action: "environment.launch", target: Some(&id), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
-        tx.commit_and(|| self.with_book(|book| book.add(&id, caller.user_id, &assignments, window))).await?;
+        tx.commit_and(|| {
+            self.with_book(|book| {
+                for (victim, ends_at) in &reclaimed {
+                    book.set_end(victim, *ends_at);
+                }
+                book.add(&id, caller.user_id, &assignments, window, tier == Tier::Spot);
+            })
+        })
+        .await?;
         self.wake_reconciler();
         self.environment_of(caller, &id).await
     }

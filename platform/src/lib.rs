@@ -14,6 +14,7 @@ mod error;
 pub mod fleet;
 pub mod maintenance;
 pub mod reconciler;
+mod spot;
 pub mod store;
 
 use std::sync::Arc;

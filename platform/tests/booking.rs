@@ -39,6 +39,7 @@ async fn book(
         start: start_ms.map(rfc3339).unwrap_or_default(),
         image: if cluster { "" } else { "ghcr.io/acme/train:1" }.into(),
         command: if cluster { "" } else { "python train.py" }.into(),
+        tier: String::new(),
     };
     berth.platform.launch(&berth.caller, &request).await
 }
@@ -103,6 +104,7 @@ async fn bad_windows_are_refused_with_a_reason_and_write_nothing(pool: SqlitePoo
         start: "next tuesday".into(),
         image: "ghcr.io/acme/train:1".into(),
         command: "python train.py".into(),
+        tier: String::new(),
     };
     let garbled = berth.platform.launch(&berth.caller, &request).await.expect_err("garbled");
     assert!(garbled.to_string().starts_with("start \"next tuesday\" is not a date and time"), "{garbled}");
@@ -265,6 +267,7 @@ async fn maintenance_blocks_new_bookings_and_lists_the_ones_in_the_way(pool: Sql
         start: rfc3339(t0 + 4 * HOUR_MS),
         image: "ghcr.io/acme/train:1".into(),
         command: "python train.py".into(),
+        tier: String::new(),
     };
     assert!(restarted.launch(&berth.caller, &request).await.is_err(), "still blocked after a restart");
 
@@ -283,4 +286,67 @@ async fn the_launch_form_learns_what_is_free_now_and_when_it_will_be(pool: Sqlit
     assert_eq!(h100.earliest_start, Some(first.ends_at + 15 * MINUTE_MS), "the first node frees first");
     let l40s = sizes.iter().find(|s| s.size.gpu_model() == GpuModel::L40S);
     assert!(l40s.is_none_or(|s| s.free_now > 0));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn spot_bookings_go_beyond_the_quota_and_are_reclaimed_by_guaranteed_ones(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth_platform::Caller { is_admin: true, ..berth.caller.clone() };
+    let bursty = Quota { max_gpus: Some(0.0), allow_spot: true, ..Quota::default() };
+    berth.platform.set_quota(&admin, Some(berth.caller.user_id), &bursty).await.expect("quota");
+    let spot = |name: &str, start: String| LaunchRequest {
+        offering: "cluster".into(),
+        size: "h100-node-1".into(),
+        name: name.into(),
+        hours: "4".into(),
+        start,
+        tier: "spot".into(),
+        ..LaunchRequest::default()
+    };
+    let guaranteed = book(&berth, "h100-node-1", "within-quota", None, 4).await.expect_err("quota is 0");
+    assert!(guaranteed.to_string().starts_with("quota: your limit is 0 H100-80GB"), "{guaranteed}");
+    let later = berth.platform.launch(&berth.caller, &spot("later", rfc3339(now_ms() + DAY_MS))).await;
+    assert!(matches!(later, Err(Error::Refused(Refusal::SpotStartsNow))), "{later:?}");
+    let first = berth.platform.launch(&berth.caller, &spot("burst-a", String::new())).await.expect("spot");
+    let second = berth.platform.launch(&berth.caller, &spot("burst-b", String::new())).await.expect("spot");
+    assert_eq!(first.tier, berth_domain::booking::Tier::Spot);
+    berth.wait_for(&first.id, EnvState::Ready).await;
+
+    // Someone without a quota needs one H100 now: a spot booking gives way.
+    let eve = berth.platform.create_user("eve@example.com", "Eve", "another passphrase", false).await.expect("eve");
+    let eve = berth_platform::Caller { user_id: eve.id, ..berth.caller.clone() };
+    let request = LaunchRequest {
+        offering: "training".into(),
+        size: "h100-1".into(),
+        name: "urgent".into(),
+        hours: "2".into(),
+        image: "ghcr.io/acme/train:1".into(),
+        command: "python train.py".into(),
+        ..LaunchRequest::default()
+    };
+    let urgent = berth.platform.launch(&eve, &request).await.expect("reclaims a spot node");
+    assert_eq!(common::overlapping_reservations(berth.platform.db()).await, 0);
+    let states: Vec<(String, Option<String>)> =
+        sqlx::query_as("SELECT name, failure_reason FROM environments WHERE tier = 'spot' ORDER BY name")
+            .fetch_all(berth.platform.db())
+            .await
+            .expect("spot");
+    let reclaimed: Vec<&str> = states.iter().filter(|(_, r)| r.is_some()).map(|(n, _)| n.as_str()).collect();
+    assert_eq!(reclaimed.len(), 1, "exactly one spot node is reclaimed: {states:?}");
+    let victim = if reclaimed[0] == "burst-a" { &first } else { &second };
+    let failed = berth.wait_for(&victim.id, EnvState::Failed).await;
+    assert!(failed.failure_reason.expect("reason").contains("a guaranteed booking needed this spot capacity"));
+    for _ in 0..1000 {
+        if berth.platform.environment_of(&eve, &urgent.id).await.expect("urgent").state == EnvState::Ready {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(berth.platform.environment_of(&eve, &urgent.id).await.expect("urgent").state, EnvState::Ready);
+    // The reclaimed node's other GPU is free again; after that a spot booking finds
+    // nothing, as spot never reclaims spot.
+    let one_gpu = |name: &str| LaunchRequest { tier: "spot".into(), name: name.into(), ..request.clone() };
+    berth.platform.launch(&berth.caller, &one_gpu("burst-c")).await.expect("the freed GPU");
+    let none_left = berth.platform.launch(&berth.caller, &one_gpu("burst-d")).await;
+    assert!(matches!(none_left, Err(Error::Refused(Refusal::NoCapacity { .. }))), "{none_left:?}");
 }

@@ -66,6 +66,10 @@ fn EnvironmentBody(
                 <div class="flex items-center gap-3">
                     <h1 class="text-2xl font-bold tracking-tight text-slate-900">{s.name.clone()}</h1>
                     <StateBadge state=s.state.clone() label=s.state_label.clone()/>
+                    {s.spot.then(|| view! {
+                        <span data-tier="spot" class="rounded-full bg-amber-100 px-2.5 py-0.5 text-xs font-medium text-amber-900 ring-1 ring-inset ring-amber-300"
+                            title="Preemptible: reclaimed when a guaranteed booking needs the capacity">"Spot"</span>
+                    })}
                 </div>
                 <p class="mt-1 text-sm text-slate-600">
                     {s.offering.clone()} " · " {s.size.clone()} " · " {s.price.clone()} " · " {s.window.clone()}

@@ -52,7 +52,10 @@ fn EnvironmentList() -> impl IntoView {
                                                 <a href=format!("/environments/{}", e.id) class="font-medium text-indigo-600 hover:text-indigo-500">{e.name.clone()}</a>
                                                 <div class="text-xs text-slate-500">{e.offering.clone()}</div>
                                             </td>
-                                            <td class="px-4 py-3"><StateBadge state=e.state.clone() label=e.state_label.clone()/></td>
+                                            <td class="px-4 py-3">
+                                                <StateBadge state=e.state.clone() label=e.state_label.clone()/>
+                                                {e.spot.then(|| view! { <span data-tier="spot" class="ml-1 rounded-full bg-amber-100 px-2 py-0.5 text-xs font-medium text-amber-900">"Spot"</span> })}
+                                            </td>
                                             <td class="hidden px-4 py-3 text-slate-600 md:table-cell">{e.size.clone()}</td>
                                             <td class="hidden px-4 py-3 text-slate-600 sm:table-cell">{e.window.clone()}</td>
                                             <td class="px-4 py-3 text-right text-slate-900">{e.price.clone()}</td>

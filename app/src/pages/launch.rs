@@ -105,6 +105,21 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>, start: String, ho
                                 </p>
                             </div>
                         </div>
+                        <fieldset>
+                            <legend class=LABEL>"Tier"</legend>
+                            <div class="mt-2 grid gap-2 sm:grid-cols-2">
+                                <label for="tier-guaranteed" class="flex cursor-pointer items-start gap-3 rounded-lg border border-slate-200 p-3 has-[:checked]:border-indigo-500 has-[:checked]:bg-indigo-50">
+                                    <input type="radio" id="tier-guaranteed" name="request[tier]" value="guaranteed" checked class="mt-1"/>
+                                    <span class="text-sm"><span class="block font-medium text-slate-900">"Guaranteed"</span>
+                                        <span class="block text-xs text-slate-500">"Counts against your quota; never taken away."</span></span>
+                                </label>
+                                <label for="tier-spot" class="flex cursor-pointer items-start gap-3 rounded-lg border border-slate-200 p-3 has-[:checked]:border-amber-500 has-[:checked]:bg-amber-50">
+                                    <input type="radio" id="tier-spot" name="request[tier]" value="spot" class="mt-1"/>
+                                    <span class="text-sm"><span class="block font-medium text-slate-900">"Spot (preemptible)"</span>
+                                        <span class="block text-xs text-slate-500">"Beyond your quota if it allows; starts now; reclaimed when a guaranteed booking needs the capacity."</span></span>
+                                </label>
+                            </div>
+                        </fieldset>
                         <ImageField offering/>
                         {offering.needs_command().then(|| view! {
                             <div>

@@ -52,6 +52,10 @@ pub fn QuotasPage() -> impl IntoView {
                         <label for="q-overlap" class=LABEL>"Bookings at once"</label>
                         <input id="q-overlap" name="max_overlapping" inputmode="numeric" class=INPUT/>
                     </div>
+                    <label class="flex items-center gap-2 text-xs text-slate-700 sm:col-span-5">
+                        <input type="checkbox" name="allow_spot" value="yes"/>
+                        "May book beyond the GPU limits as spot (preemptible: reclaimed when a guaranteed booking needs the capacity)"
+                    </label>
                     <div class="flex items-end">
                         <button type="submit" class="w-full rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">"Save quota"</button>
                     </div>
@@ -78,6 +82,7 @@ fn QuotaTable(rows: Vec<QuotaView>) -> impl IntoView {
                         <th scope="col" class="px-4 py-2">"GPU-hours a month"</th>
                         <th scope="col" class="px-4 py-2">"Longest booking (h)"</th>
                         <th scope="col" class="px-4 py-2">"Bookings at once"</th>
+                        <th scope="col" class="px-4 py-2">"May burst as spot"</th>
                     </tr>
                 </thead>
                 <tbody class="divide-y divide-slate-100">
@@ -88,6 +93,7 @@ fn QuotaTable(rows: Vec<QuotaView>) -> impl IntoView {
                             <td class="px-4 py-2">{r.gpu_hours_per_month}</td>
                             <td class="px-4 py-2">{r.max_booking_hours}</td>
                             <td class="px-4 py-2">{r.max_overlapping}</td>
+                            <td class="px-4 py-2">{r.allow_spot}</td>
                         </tr>
                     }).collect_view()}
                 </tbody>

@@ -174,6 +174,7 @@ pub async fn quotas() -> Result<Vec<crate::model::QuotaView>, AppError> {
             gpu_hours_per_month: show(q.gpu_hours_per_month.map(|v| v.to_string())),
             max_booking_hours: show(q.max_booking_hours.map(|v| v.to_string())),
             max_overlapping: show(q.max_overlapping.map(|v| v.to_string())),
+            allow_spot: if q.allow_spot { "yes" } else { "no" }.into(),
         })
         .collect())
 }
@@ -187,12 +188,19 @@ pub async fn set_quota(
     gpu_hours_per_month: String,
     max_booking_hours: String,
     max_overlapping: String,
+    /// A checkbox: sent only when ticked.
+    allow_spot: Option<String>,
 ) -> Result<(), AppError> {
     let (platform, caller) = super::ssr::caller().await?;
     let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
-    let quota =
-        berth_domain::booking::Quota::parse(&max_gpus, &gpu_hours_per_month, &max_booking_hours, &max_overlapping)
-            .map_err(|r| fail(r.into()))?;
+    let quota = berth_domain::booking::Quota::parse(
+        &max_gpus,
+        &gpu_hours_per_month,
+        &max_booking_hours,
+        &max_overlapping,
+        allow_spot.is_some(),
+    )
+    .map_err(|r| fail(r.into()))?;
     platform.set_quota_for(&caller, &email, &quota).await.map_err(fail)?;
     leptos_axum::redirect("/admin/quotas");
     Ok(())

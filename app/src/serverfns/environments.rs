@@ -81,6 +81,7 @@ pub(crate) mod views {
             created: utc(e.created_at),
             window,
             stoppable: e.state.is_stoppable() && running,
+            spot: e.tier == berth_domain::booking::Tier::Spot,
             resizable: running && matches!(e.state, EnvState::Requested | EnvState::Provisioning | EnvState::Ready),
             finished: e.state.is_final(),
             ends_input: input_value(e.ends_at),

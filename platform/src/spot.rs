@@ -1,0 +1,92 @@
+//! The spot tier: bookings beyond a user's quota that a guaranteed booking takes back when
+//! it needs their capacity.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use berth_domain::booking::{Tier, Timeline, Window};
+use berth_domain::placement::{Hold, Shape};
+
+use crate::audit::{self, Event, Outcome};
+use crate::booking::utc_short;
+use crate::store::WriteTx;
+use crate::{Error, Platform, RequestMeta};
+
+impl Platform {
+    /// Placement for a guaranteed booking that found no free capacity: placed as if no spot
+    /// booking existed, with the spot bookings in its way to reclaim. `None` when that does
+    /// not fit either, or for a spot booking (spot never reclaims spot).
+    pub(crate) fn place_reclaiming_spot(
+        &self,
+        nearby: &Timeline,
+        shape: Shape,
+        window: Window,
+        now: i64,
+        tier: Tier,
+    ) -> Option<(Vec<Hold>, Vec<Arc<str>>)> {
+        if tier == Tier::Spot {
+            return None;
+        }
+        let gpus = nearby.gpus();
+        let assignments = self.timeline_of(gpus, now, Some(window), false).place(shape, window).ok()?;
+        let gap = self.policy.cleaning_gap_ms;
+        let near = Window { starts_at: window.starts_at - gap, ends_at: window.ends_at + gap };
+        let victims: BTreeSet<Arc<str>> = self
+            .book_bookings(gpus, now, None, Some(near))
+            .into_iter()
+            .filter(|b| {
+                b.spot
+                    && b.booking.window.conflicts(window, gap)
+                    && assignments
+                        .iter()
+                        .any(|a| a.gpu_id == b.booking.hold.gpu_id && a.slices.overlaps(b.booking.hold.slices))
+            })
+            .map(|b| b.environment_id)
+            .collect();
+        Some((assignments, victims.into_iter().collect()))
+    }
+
+    /// Ends each reclaimed spot booking: its window is cut to end where the guaranteed one
+    /// begins, and it is marked so the reconciler tears it down at once and its owner reads
+    /// why. Returns each victim's new end, for the booking book.
+    pub(crate) async fn reclaim(
+        &self,
+        tx: &mut WriteTx,
+        victims: &[Arc<str>],
+        window: Window,
+        now: i64,
+    ) -> Result<Vec<(Arc<str>, i64)>, Error> {
+        let mut ends = Vec::new();
+        for victim in victims {
+            let reason = format!("Reclaimed {}: a guaranteed booking needed this spot capacity", utc_short(now));
+            // A spot booking starts when it is made, so it began before the guaranteed one:
+            // cut at that start, its windows no longer overlap.
+            sqlx::query(
+                "UPDATE reservations SET ends_at = max(starts_at + 1, min(ends_at, ?)) WHERE environment_id = ? AND released_at IS NULL",
+            )
+            .bind(window.starts_at)
+            .bind(&**victim)
+            .execute(&mut **tx)
+            .await?;
+            let ends_at: i64 = sqlx::query_scalar(
+                "UPDATE environments SET failure_reason = coalesce(failure_reason, ?),
+                     ends_at = max(starts_at + 1, min(ends_at, ?))
+                 WHERE id = ? AND tier = 'spot' RETURNING ends_at",
+            )
+            .bind(&reason)
+            .bind(window.starts_at)
+            .bind(&**victim)
+            .fetch_one(&mut **tx)
+            .await?;
+            let event = Event {
+                action: "environment.reclaimed",
+                target: Some(victim),
+                outcome: Outcome::Success,
+                detail: Some(&reason),
+            };
+            audit::record(tx, None, &RequestMeta::background(), event).await?;
+            ends.push((victim.clone(), ends_at));
+        }
+        Ok(ends)
+    }
+}
