@@ -276,7 +276,14 @@ impl Timeline {
                 self.nodes.iter().map(|(_, gpus)| total(gpus.iter().filter(|&&i| free(i)).count()) / count.max(1)).sum()
             }
             Shape::Nodes { count, .. } => {
-                total(self.nodes.iter().filter(|(_, gpus)| gpus.iter().all(|&i| free(i))).count()) / count.max(1)
+                // A multi-node request stays inside one fabric (site).
+                let mut free_by_fabric: BTreeMap<i64, u32> = BTreeMap::new();
+                for (_, gpus) in self.nodes.iter().filter(|(_, gpus)| gpus.iter().all(|&i| free(i))) {
+                    if let Some(&first) = gpus.first() {
+                        *free_by_fabric.entry(self.gpus[first].fabric).or_default() += 1;
+                    }
+                }
+                free_by_fabric.values().map(|free| free / count.max(1)).sum()
             }
         }
     }
@@ -524,7 +531,7 @@ mod tests {
 
     /// Two H100 nodes of 2 GPUs.
     fn gpus() -> Vec<GpuUnit> {
-        (0..4).map(|i| GpuUnit { id: i, node_id: i / 2, model: H100, mig_capable: true }).collect()
+        (0..4).map(|i| GpuUnit { id: i, node_id: i / 2, model: H100, mig_capable: true, fabric: 0 }).collect()
     }
 
     fn whole(gpu_id: i64, from_h: i64, to_h: i64) -> Booking {

@@ -48,6 +48,9 @@ pub struct GpuUnit {
     pub node_id: i64,
     pub model: GpuModel,
     pub mig_capable: bool,
+    /// The network a multi-node request may span: nodes of one site share its fabric,
+    /// nodes of two sites never serve one cluster.
+    pub fabric: i64,
 }
 
 /// Capacity already taken on a GPU: whole (`profile` is `None`) or one MIG instance.
@@ -142,22 +145,33 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
             Ok(chosen.iter().take(count as usize).map(|&gpu_id| whole(gpu_id)).collect())
         }
         Shape::Nodes { count, .. } => {
-            let mut nodes: BTreeMap<i64, (bool, Vec<i64>)> = BTreeMap::new();
+            let mut nodes: BTreeMap<i64, (i64, bool, Vec<i64>)> = BTreeMap::new();
             for gpu in gpus {
-                let entry = nodes.entry(gpu.node_id).or_insert((true, Vec::new()));
-                entry.0 &= gpu.model == model && is_free(gpu.id);
-                entry.1.push(gpu.id);
+                let entry = nodes.entry(gpu.node_id).or_insert((gpu.fabric, true, Vec::new()));
+                entry.1 &= gpu.model == model && is_free(gpu.id);
+                entry.2.push(gpu.id);
             }
-            let whole_nodes_of_model =
-                of_model.iter().map(|g| g.node_id).collect::<std::collections::BTreeSet<_>>().len();
-            let free: Vec<&Vec<i64>> = nodes.values().filter(|(free, _)| *free).map(|(_, ids)| ids).collect();
-            if free.len() < count as usize {
-                return Err(refuse(format!(
-                    "{} of the {whole_nodes_of_model} {model} nodes are entirely free",
-                    free.len()
-                )));
+            // Free nodes by fabric: all nodes of one request share a fabric, and the fabric
+            // with the fewest free nodes that still fits keeps larger groups whole.
+            let mut free_by_fabric: BTreeMap<i64, Vec<&Vec<i64>>> = BTreeMap::new();
+            for (fabric, free, ids) in nodes.values() {
+                if *free {
+                    free_by_fabric.entry(*fabric).or_default().push(ids);
+                }
             }
-            Ok(free.into_iter().take(count as usize).flatten().map(|&gpu_id| whole(gpu_id)).collect())
+            let chosen = free_by_fabric.values().filter(|free| free.len() >= count as usize).min_by_key(|f| f.len());
+            let Some(free) = chosen else {
+                let whole_nodes_of_model =
+                    of_model.iter().map(|g| g.node_id).collect::<std::collections::BTreeSet<_>>().len();
+                let free: usize = free_by_fabric.values().map(Vec::len).sum();
+                let most = free_by_fabric.values().map(Vec::len).max().unwrap_or(0);
+                return Err(refuse(if free >= count as usize {
+                    format!("{free} {model} nodes are entirely free, but at most {most} of them share a site's fabric")
+                } else {
+                    format!("{free} of the {whole_nodes_of_model} {model} nodes are entirely free")
+                }));
+            };
+            Ok(free.iter().take(count as usize).copied().flatten().map(|&gpu_id| whole(gpu_id)).collect())
         }
     }
 }
@@ -175,11 +189,17 @@ mod tests {
         let mut gpus = Vec::new();
         for node in 0..2 {
             for i in 0..4 {
-                gpus.push(GpuUnit { id: node * 10 + i, node_id: node, model: GpuModel::H100_80GB, mig_capable: true });
+                gpus.push(GpuUnit {
+                    id: node * 10 + i,
+                    node_id: node,
+                    model: GpuModel::H100_80GB,
+                    mig_capable: true,
+                    fabric: 0,
+                });
             }
         }
         for i in 0..2 {
-            gpus.push(GpuUnit { id: 20 + i, node_id: 2, model: GpuModel::L40S, mig_capable: false });
+            gpus.push(GpuUnit { id: 20 + i, node_id: 2, model: GpuModel::L40S, mig_capable: false, fabric: 0 });
         }
         gpus
     }
@@ -239,6 +259,26 @@ mod tests {
         let one = place(Shape::Nodes { model: GpuModel::H100_80GB, count: 1 }, &gpus, &held).expect("fits");
         assert_eq!(one.len(), 4);
         assert!(one.iter().all(|a| a.gpu_id / 10 != held[0].gpu_id / 10));
+    }
+
+    #[test]
+    fn a_multi_node_request_stays_inside_one_site() {
+        // Three H100 nodes of one GPU: node 0 at site 1, nodes 1 and 2 at site 2.
+        let gpus: Vec<GpuUnit> = (0..3)
+            .map(|n| GpuUnit { id: n, node_id: n, model: GpuModel::H100_80GB, mig_capable: true, fabric: n.min(1) })
+            .collect();
+        let two = Shape::Nodes { model: GpuModel::H100_80GB, count: 2 };
+        let placed = place(two, &gpus, &[]).expect("site 2 has two");
+        assert_eq!(placed.iter().map(|a| a.gpu_id).collect::<Vec<_>>(), vec![1, 2]);
+        let one = Shape::Nodes { model: GpuModel::H100_80GB, count: 1 };
+        assert_eq!(place(one, &gpus, &[]).expect("one").first().map(|a| a.gpu_id), Some(0), "the smaller site first");
+        let busy = [Hold { gpu_id: 2, slices: SliceRange::WHOLE_GPU, profile: None }];
+        let err = place(two, &gpus, &busy).expect_err("one free per site");
+        assert!(
+            err.to_string()
+                .contains("2 H100-80GB nodes are entirely free, but at most 1 of them share a site's fabric"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -102,10 +102,13 @@ impl Platform {
 }
 
 async fn read_gpus_of_model(conn: &mut SqliteConnection, model: GpuModel) -> Result<Vec<GpuUnit>, Error> {
-    let rows = sqlx::query("SELECT id, node_id, mig_enabled FROM gpus WHERE in_service = 1 AND model = ? ORDER BY id")
-        .bind(model.name())
-        .fetch_all(&mut *conn)
-        .await?;
+    let rows = sqlx::query(
+        "SELECT g.id, g.node_id, g.mig_enabled, n.site_id FROM gpus g JOIN nodes n ON n.id = g.node_id
+         WHERE g.in_service = 1 AND g.model = ? ORDER BY g.id",
+    )
+    .bind(model.name())
+    .fetch_all(&mut *conn)
+    .await?;
     rows.into_iter()
         .map(|row| {
             Ok(GpuUnit {
@@ -113,6 +116,7 @@ async fn read_gpus_of_model(conn: &mut SqliteConnection, model: GpuModel) -> Res
                 node_id: row.try_get("node_id")?,
                 model,
                 mig_capable: row.try_get("mig_enabled")?,
+                fabric: row.try_get("site_id")?,
             })
         })
         .collect()
