@@ -12,7 +12,8 @@ use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
 use crate::backend::Connection;
-use crate::booking::{QuotaAsk, utc_short};
+use crate::booking::utc_short;
+use crate::quotas::QuotaAsk;
 use crate::{Caller, Error, Platform, now_ms};
 
 /// One environment as stored.

@@ -7,12 +7,14 @@
 pub mod accounts;
 pub mod audit;
 pub mod backend;
+mod book;
 pub mod booking;
 pub mod demo;
 pub mod environments;
 mod error;
 pub mod fleet;
 pub mod maintenance;
+mod quotas;
 pub mod reconciler;
 mod spot;
 pub mod store;
@@ -43,7 +45,7 @@ pub struct Platform {
     /// and every booking and calendar query needs it.
     fleet: Arc<std::sync::RwLock<HashMap<GpuModel, Arc<Vec<GpuUnit>>>>>,
     /// Every unreleased reservation, once loaded; see `booking::BookingBook`.
-    book: Arc<std::sync::RwLock<Option<booking::BookingBook>>>,
+    book: Arc<std::sync::RwLock<Option<book::BookingBook>>>,
 }
 
 impl Platform {

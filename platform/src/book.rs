@@ -1,0 +1,232 @@
+//! The booking book: every unreleased reservation and maintenance window held in memory,
+//! and the timelines built from it for placement, the calendar and earliest starts.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use berth_domain::booking::{Booking, Timeline, Window};
+use berth_domain::gpu::GpuModel;
+use berth_domain::mig::{MigProfile, SliceRange};
+use berth_domain::placement::{GpuUnit, Hold};
+use sqlx::{Row, SqliteConnection};
+
+use crate::store::WriteTx;
+use crate::{Error, Platform, now_ms};
+
+/// Every unreleased reservation, by GPU, held in memory: the calendar and every booking
+/// read it instead of tens of thousands of rows.
+///
+/// It is loaded once from the database and then changed only by writers holding the
+/// writer turn, right after their commit (`WriteTx::commit_and`), so it always equals
+/// the committed table. The database stays the authority: its trigger refuses an
+/// overlapping reservation even if this copy were ever wrong.
+#[derive(Debug, Default)]
+pub(crate) struct BookingBook {
+    by_gpu: HashMap<i64, Vec<Held>>,
+    by_environment: HashMap<Arc<str>, Vec<i64>>,
+}
+
+#[derive(Debug, Clone)]
+struct Held {
+    /// The environment, or `maintenance:<id>` for a maintenance window.
+    environment_id: Arc<str>,
+    owner_id: i64,
+    booking: Booking,
+    /// A reservation holds its unit until released, even past its end (teardown may still
+    /// run); a maintenance window ends when it ends.
+    until_released: bool,
+    /// A spot booking, which a guaranteed one may reclaim.
+    spot: bool,
+}
+
+/// A booking as the book hands it out: whose, where and when, and whether it is spot.
+#[derive(Debug, Clone)]
+pub(crate) struct BookedBy {
+    pub environment_id: Arc<str>,
+    pub booking: Booking,
+    pub spot: bool,
+}
+
+impl BookingBook {
+    async fn load(conn: &mut SqliteConnection) -> Result<BookingBook, Error> {
+        let rows = sqlx::query(
+            "SELECT r.environment_id, e.owner_id, r.gpu_id, r.slice_start, r.slice_size, r.mig_profile, r.starts_at, r.ends_at,
+                    e.tier = 'spot'
+             FROM reservations r JOIN environments e ON e.id = r.environment_id WHERE r.released_at IS NULL",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut book = BookingBook::default();
+        let mut ids: HashMap<String, Arc<str>> = HashMap::new();
+        for row in &rows {
+            let gpu_id: i64 = row.try_get(2)?;
+            let bad = || Error::internal(format!("reservation on gpu {gpu_id} has an impossible slice range"));
+            let start: i64 = row.try_get(3)?;
+            let size: i64 = row.try_get(4)?;
+            let profile: Option<&str> = row.try_get(5)?;
+            let hold = Hold {
+                gpu_id,
+                slices: SliceRange {
+                    start: u8::try_from(start).map_err(|_| bad())?,
+                    size: u8::try_from(size).map_err(|_| bad())?,
+                },
+                profile: profile.map(|k| MigProfile::from_key(k).ok_or_else(bad)).transpose()?,
+            };
+            let env: String = row.try_get(0)?;
+            let env = ids.entry(env).or_insert_with_key(|k| Arc::from(k.as_str())).clone();
+            let window = Window { starts_at: row.try_get(6)?, ends_at: row.try_get(7)? };
+            book.insert(env, row.try_get(1)?, Booking { hold, window }, true, row.try_get(8)?);
+        }
+        let maintenance: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
+            "SELECT m.id, g.id, m.starts_at, m.ends_at FROM maintenance_windows m JOIN gpus g ON g.node_id = m.node_id
+             WHERE m.cancelled_at IS NULL AND m.ends_at > ?",
+        )
+        .bind(now_ms())
+        .fetch_all(&mut *conn)
+        .await?;
+        for (id, gpu, starts_at, ends_at) in maintenance {
+            book.add_maintenance(&crate::maintenance::hold_id(id), &[gpu], Window { starts_at, ends_at });
+        }
+        Ok(book)
+    }
+
+    fn insert(&mut self, environment_id: Arc<str>, owner_id: i64, booking: Booking, until_released: bool, spot: bool) {
+        let gpu = booking.hold.gpu_id;
+        self.by_environment.entry(environment_id.clone()).or_default().push(gpu);
+        self.by_gpu.entry(gpu).or_default().push(Held { environment_id, owner_id, booking, until_released, spot });
+    }
+
+    /// After a maintenance window on `gpus` committed: each GPU is taken whole.
+    pub(crate) fn add_maintenance(&mut self, id: &str, gpus: &[i64], window: Window) {
+        let id: Arc<str> = Arc::from(id);
+        for &gpu_id in gpus {
+            let hold = Hold { gpu_id, slices: SliceRange::WHOLE_GPU, profile: None };
+            self.insert(id.clone(), 0, Booking { hold, window }, false, false);
+        }
+    }
+
+    /// After a launch committed `holds` for `window`.
+    pub(crate) fn add(&mut self, environment_id: &str, owner_id: i64, holds: &[Hold], window: Window, spot: bool) {
+        let id: Arc<str> = Arc::from(environment_id);
+        for &hold in holds {
+            self.insert(id.clone(), owner_id, Booking { hold, window }, true, spot);
+        }
+    }
+
+    /// After a change of end committed.
+    pub(crate) fn set_end(&mut self, environment_id: &str, ends_at: i64) {
+        for gpu in self.by_environment.get(environment_id).into_iter().flatten() {
+            for held in self.by_gpu.get_mut(gpu).into_iter().flatten() {
+                if &*held.environment_id == environment_id {
+                    held.booking.window.ends_at = ends_at;
+                }
+            }
+        }
+    }
+
+    /// After an environment's capacity was released.
+    pub(crate) fn release(&mut self, environment_id: &str) {
+        for gpu in self.by_environment.remove(environment_id).into_iter().flatten() {
+            if let Some(list) = self.by_gpu.get_mut(&gpu) {
+                list.retain(|h| &*h.environment_id != environment_id);
+            }
+        }
+    }
+
+    /// Bookings on `gpus` that overlap `range` (any with `None`), optionally of one owner.
+    /// One held past its end (teardown still running) holds its unit until `now`.
+    fn bookings(&self, gpus: &[GpuUnit], now: i64, owner: Option<i64>, range: Option<Window>) -> Vec<BookedBy> {
+        let mut out = Vec::new();
+        for gpu in gpus {
+            for held in self.by_gpu.get(&gpu.id).into_iter().flatten() {
+                let end = held.booking.window.ends_at;
+                let window =
+                    Window { ends_at: if held.until_released { end.max(now) } else { end }, ..held.booking.window };
+                if owner.is_some_and(|o| o != held.owner_id) || range.is_some_and(|r| !window.conflicts(r, 0)) {
+                    continue;
+                }
+                out.push(BookedBy {
+                    environment_id: held.environment_id.clone(),
+                    booking: Booking { window, ..held.booking },
+                    spot: held.spot,
+                });
+            }
+        }
+        out
+    }
+}
+
+impl Platform {
+    /// Runs `f` on the booking book; for writers holding the turn, right after commit.
+    pub(crate) fn with_book(&self, f: impl FnOnce(&mut BookingBook)) {
+        if let Some(book) = self.book.write().unwrap_or_else(|poisoned| poisoned.into_inner()).as_mut() {
+            f(book);
+        }
+    }
+
+    /// Loads the booking book if it is not yet; `tx` proves the caller holds the writer turn,
+    /// so no commit can slip between the load and the book.
+    pub(crate) async fn load_book(&self, conn: &mut SqliteConnection) -> Result<(), Error> {
+        if self.book.read().unwrap_or_else(|poisoned| poisoned.into_inner()).is_none() {
+            let book = BookingBook::load(conn).await?;
+            *self.book.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(book);
+        }
+        Ok(())
+    }
+
+    /// For readers not holding the writer turn: takes it just to load the book once.
+    pub(crate) async fn ensure_book(&self) -> Result<(), Error> {
+        if self.book.read().unwrap_or_else(|poisoned| poisoned.into_inner()).is_some() {
+            return Ok(());
+        }
+        let mut tx = self.begin_write().await?;
+        self.load_book(&mut tx).await
+    }
+
+    pub(crate) fn book_bookings(
+        &self,
+        gpus: &[GpuUnit],
+        now: i64,
+        owner: Option<i64>,
+        range: Option<Window>,
+    ) -> Vec<BookedBy> {
+        self.book
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .as_ref()
+            .map(|book| book.bookings(gpus, now, owner, range))
+            .unwrap_or_default()
+    }
+
+    /// Every GPU of `model` in service with the unreleased bookings on it that could
+    /// matter during `range` (all of them with `None`), for a writer holding the turn.
+    pub(crate) async fn timeline_in(
+        &self,
+        tx: &mut WriteTx,
+        model: GpuModel,
+        now: i64,
+        range: Option<Window>,
+    ) -> Result<Timeline, Error> {
+        self.load_book(tx).await?;
+        let gpus = self.gpus_of_model(tx, model).await?;
+        Ok(self.timeline_of(&gpus, now, range, true))
+    }
+
+    /// The same for readers.
+    pub(crate) async fn timeline(&self, model: GpuModel, now: i64, range: Option<Window>) -> Result<Timeline, Error> {
+        self.ensure_book().await?;
+        let mut conn = self.db.acquire().await?;
+        let gpus = self.gpus_of_model(&mut conn, model).await?;
+        Ok(self.timeline_of(&gpus, now, range, true))
+    }
+
+    /// The timeline of `gpus`; without spot bookings it shows what a guaranteed booking
+    /// could have by reclaiming them.
+    pub(crate) fn timeline_of(&self, gpus: &[GpuUnit], now: i64, range: Option<Window>, with_spot: bool) -> Timeline {
+        let gap = self.policy.cleaning_gap_ms;
+        // Widened by the cleaning gap, as `Window::conflicts` widens bookings.
+        let range = range.map(|r| Window { starts_at: r.starts_at - gap, ends_at: r.ends_at + gap });
+        let bookings = self.book_bookings(gpus, now, None, range).into_iter().filter(|b| with_spot || !b.spot);
+        Timeline::new(gpus.to_vec(), bookings.map(|b| b.booking), gap)
+    }
+}
