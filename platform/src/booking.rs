@@ -10,6 +10,8 @@ use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::placement::{GpuUnit, Hold, Shape};
 
+use sqlx::SqliteConnection;
+
 use crate::audit::{self, Event, Outcome};
 use crate::environments::{Environment, visible_environment};
 use crate::quotas::QuotaAsk;
@@ -214,10 +216,12 @@ impl Platform {
 impl Platform {
     /// Turns placement's "no capacity" into a refusal that says for when, and what would
     /// work instead: the earliest start for the same size and duration, and other sizes of
-    /// the offering free in the asked window (`timeline` covers that window).
+    /// the offering (of any GPU model) free in the asked window. `timeline` is the asked
+    /// model's; the caller holds the writer turn on `conn`.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn explain_no_capacity(
+    pub(crate) async fn explain_no_capacity(
         &self,
+        conn: &mut SqliteConnection,
         refusal: Refusal,
         timeline: &Timeline,
         offering: Offering,
@@ -225,8 +229,8 @@ impl Platform {
         hours: u32,
         window: Window,
         now: i64,
-    ) -> Error {
-        let Refusal::NoCapacity { size: what, detail, .. } = refusal else { return refusal.into() };
+    ) -> Result<Error, Error> {
+        let Refusal::NoCapacity { size: what, detail, .. } = refusal else { return Ok(refusal.into()) };
         let when = if window.starts_at > now {
             format!("from {} to {}", utc_short(window.starts_at), utc_short(window.ends_at))
         } else {
@@ -236,19 +240,23 @@ impl Platform {
         if let Some(t) = self.earliest_start_on(timeline.gpus(), size.shape, hours, window.starts_at, now) {
             hints.push(format!("the earliest start for {hours} h is {}", utc_short(t)));
         }
-        let others: Vec<&str> = offering
-            .sizes()
-            .iter()
-            .filter(|s| {
-                s.id != size.id && s.gpu_model() == size.gpu_model() && timeline.free_count(s.shape, window) > 0
-            })
-            .map(|s| s.label)
-            .collect();
+        let mut others: Vec<&str> = Vec::new();
+        for other in offering.sizes().iter().filter(|s| s.id != size.id) {
+            let free = if other.gpu_model() == size.gpu_model() {
+                timeline.free_count(other.shape, window)
+            } else {
+                let gpus = self.gpus_of_model(conn, other.gpu_model()).await?;
+                self.timeline_of(&gpus, now, Some(window), true).free_count(other.shape, window)
+            };
+            if free > 0 {
+                others.push(other.label);
+            }
+        }
         if !others.is_empty() {
             hints.push(format!("free for that window: {}", others.join(", ")));
         }
         let hint = if hints.is_empty() { String::new() } else { format!(". Instead: {}", hints.join("; ")) };
-        Refusal::NoCapacity { size: what, when, detail, hint }.into()
+        Ok(Refusal::NoCapacity { size: what, when, detail, hint }.into())
     }
 }
 

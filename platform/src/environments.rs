@@ -144,7 +144,9 @@ impl Platform {
                 Some(placed) => placed,
                 None => {
                     let (offering, size, hours) = (spec.offering, spec.size, spec.hours);
-                    return Err(self.explain_no_capacity(refusal, &nearby, offering, size, hours, window, now));
+                    let explained =
+                        self.explain_no_capacity(&mut tx, refusal, &nearby, offering, size, hours, window, now).await?;
+                    return Err(explained);
                 }
             },
         };

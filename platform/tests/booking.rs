@@ -350,3 +350,21 @@ async fn spot_bookings_go_beyond_the_quota_and_are_reclaimed_by_guaranteed_ones(
     let none_left = berth.platform.launch(&berth.caller, &one_gpu("burst-d")).await;
     assert!(matches!(none_left, Err(Error::Refused(Refusal::NoCapacity { .. }))), "{none_left:?}");
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_refusal_suggests_another_gpu_model_that_is_free(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    book(&berth, "h100-node-1", "all-h100-a", None, 2).await.expect("first node");
+    book(&berth, "h100-node-1", "all-h100-b", None, 2).await.expect("second node");
+    let request = LaunchRequest {
+        offering: "notebook".into(),
+        size: "h100-1g.10gb".into(),
+        name: "tiny".into(),
+        hours: "1".into(),
+        ..LaunchRequest::default()
+    };
+    let refused = berth.platform.launch(&berth.caller, &request).await.expect_err("no H100 left");
+    let text = refused.to_string();
+    assert!(text.contains("free for that window: 1 x L40S 48GB"), "{text}");
+    assert!(text.contains("the earliest start for 1 h is "), "{text}");
+}
