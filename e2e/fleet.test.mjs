@@ -48,11 +48,12 @@ test('maintenance on that node lists the booking to rebook, and can be ended', a
     return row?.getAttribute('data-node');
   });
   assert.ok(nodeName, 'the slice is drawn under a node');
-  await page.getByLabel('Node').selectOption(nodeName);
-  await page.getByLabel('Reason').fill('firmware update');
-  await page.getByLabel('Start (UTC, empty for now)').fill(`${tomorrow}T06:00`);
-  await page.getByLabel('End (UTC)').fill(`${tomorrow}T12:00`);
-  await page.getByRole('button', { name: 'Schedule maintenance' }).click();
+  const form = page.getByRole('region', { name: 'Schedule maintenance' });
+  await form.getByLabel('Node').selectOption(nodeName);
+  await form.getByLabel('Reason').fill('firmware update');
+  await form.getByLabel('Start (UTC, empty for now)').fill(`${tomorrow}T06:00`);
+  await form.getByLabel('End (UTC)').fill(`${tomorrow}T12:00`);
+  await form.getByRole('button', { name: 'Schedule maintenance' }).click();
   const windows = page.getByRole('region', { name: 'Maintenance in this range' });
   await windows.getByText(`${nodeName} · firmware update`).waitFor();
   await windows.getByRole('link', { name: 'slice-tomorrow' }).waitFor();
@@ -61,6 +62,25 @@ test('maintenance on that node lists the booking to rebook, and can be ended', a
 
   await windows.getByRole('button', { name: 'End now' }).click();
   await windows.getByText('None.').waitFor();
+});
+
+test('a GPU marked failed shows on the chart and can be put back in service', async () => {
+  const health = page.getByRole('region', { name: 'GPU health' });
+  await health.getByLabel('Node').selectOption('fra1-a100-02');
+  await health.getByLabel('GPU index').fill('3');
+  await health.getByLabel('Health').selectOption('failed');
+  await health.getByLabel('Note').fill('XID 79');
+  await health.getByRole('button', { name: 'Record health' }).click();
+  await page.locator('[data-gpu-health="failed"]').getByText('GPU 3 · MIG').waitFor();
+  assert.equal(await page.locator('[data-gpu-health="failed"]').getAttribute('title'), 'XID 79');
+  await health.getByLabel('Node').selectOption('fra1-a100-02');
+  await health.getByLabel('GPU index').fill('15');
+  await health.getByRole('button', { name: 'Record health' }).click();
+  await health.getByRole('alert').getByText('node fra1-a100-02 has no GPU 15').waitFor();
+  await health.getByLabel('GPU index').fill('3');
+  await health.getByLabel('Health').selectOption('healthy');
+  await health.getByRole('button', { name: 'Record health' }).click();
+  await page.locator('[data-gpu-health="failed"]').waitFor({ state: 'detached' });
 });
 
 test('a default quota set on the quotas page limits the next launch, with its reason', async () => {

@@ -151,6 +151,9 @@ pub struct FleetNode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FleetGpu {
     pub label: String,
+    /// `healthy`, `degraded` or `failed`, and why.
+    pub health: String,
+    pub health_note: String,
     pub bars: Vec<Bar>,
 }
 

@@ -55,6 +55,10 @@ pub enum Refusal {
     SpotNotAllowed,
     #[error("spot bookings start now; leave the start empty or book guaranteed capacity ahead")]
     SpotStartsNow,
+    #[error("node {node} has no GPU {index}")]
+    UnknownGpu { node: String, index: i64 },
+    #[error("health must be healthy, degraded or failed, not \"{0}\"")]
+    InvalidHealth(String),
     #[error("reason {0}")]
     InvalidReason(&'static str),
     #[error("fleet description: {0}")]

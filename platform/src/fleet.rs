@@ -58,9 +58,13 @@ impl Platform {
                 .await?;
             }
         }
-        tx.commit().await?;
-        self.fleet.write().unwrap_or_else(|poisoned| poisoned.into_inner()).clear();
+        tx.commit_and(|| self.forget_fleet()).await?;
         Ok(())
+    }
+
+    /// Drops the in-memory fleet, to be read again at the next use.
+    pub(crate) fn forget_fleet(&self) {
+        self.fleet.write().unwrap_or_else(|poisoned| poisoned.into_inner()).clear();
     }
 
     /// GPUs per model and how many are entirely idle, for the catalog.
@@ -104,7 +108,7 @@ impl Platform {
 async fn read_gpus_of_model(conn: &mut SqliteConnection, model: GpuModel) -> Result<Vec<GpuUnit>, Error> {
     let rows = sqlx::query(
         "SELECT g.id, g.node_id, g.mig_enabled, n.site_id FROM gpus g JOIN nodes n ON n.id = g.node_id
-         WHERE g.in_service = 1 AND g.model = ? ORDER BY g.id",
+         WHERE g.in_service = 1 AND g.health = 'healthy' AND g.model = ? ORDER BY g.id",
     )
     .bind(model.name())
     .fetch_all(&mut *conn)

@@ -47,6 +47,9 @@ pub struct NodeSchedule {
 pub struct GpuSchedule {
     pub index: i64,
     pub mig_capable: bool,
+    /// `healthy`, `degraded` or `failed`.
+    pub health: String,
+    pub health_note: Option<String>,
     pub bookings: Vec<ScheduledBooking>,
 }
 
@@ -167,6 +170,71 @@ impl Platform {
         Ok((scheduled, affected))
     }
 
+    /// Records GPU `index` of `node` as `health` (`healthy`, `degraded` or `failed`) with a
+    /// note. Only healthy GPUs take new bookings; the bookings still on this one are
+    /// returned so their owners can be asked to rebook. Platform admins only.
+    pub async fn set_gpu_health(
+        &self,
+        caller: &Caller,
+        node: &str,
+        index: i64,
+        health: &str,
+        note: &str,
+    ) -> Result<Vec<AffectedBooking>, Error> {
+        if !caller.is_admin {
+            return Err(Error::NotFound);
+        }
+        if !matches!(health, "healthy" | "degraded" | "failed") {
+            return Err(Refusal::InvalidHealth(health.to_owned()).into());
+        }
+        let note = note.trim();
+        if note.chars().count() > 200 {
+            return Err(Refusal::InvalidReason("must be at most 200 characters").into());
+        }
+        let mut tx = self.begin_write().await?;
+        let gpu_id: i64 = sqlx::query_scalar(
+            "SELECT g.id FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE n.name = ? AND g.idx = ? AND g.in_service = 1",
+        )
+        .bind(node)
+        .bind(index)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| Refusal::UnknownGpu { node: node.to_owned(), index })?;
+        sqlx::query("UPDATE gpus SET health = ?, health_note = ? WHERE id = ?")
+            .bind(health)
+            .bind((!note.is_empty()).then_some(note))
+            .bind(gpu_id)
+            .execute(&mut *tx)
+            .await?;
+        let affected = sqlx::query(
+            "SELECT DISTINCT e.id, e.name, u.email, e.starts_at, e.ends_at
+             FROM reservations r JOIN environments e ON e.id = r.environment_id JOIN users u ON u.id = e.owner_id
+             WHERE r.gpu_id = ? AND r.released_at IS NULL ORDER BY e.starts_at",
+        )
+        .bind(gpu_id)
+        .fetch_all(&mut *tx)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(AffectedBooking {
+                environment_id: row.try_get(0)?,
+                name: row.try_get(1)?,
+                owner_email: row.try_get(2)?,
+                starts_at: row.try_get(3)?,
+                ends_at: row.try_get(4)?,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+        let target = format!("gpu:{node}/{index}");
+        let detail = if note.is_empty() { health.to_owned() } else { format!("{health}: {note}") };
+        let event =
+            Event { action: "gpu.health", target: Some(&target), outcome: Outcome::Success, detail: Some(&detail) };
+        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        // Placement reads the fleet from memory: read it again with this GPU's new health.
+        tx.commit_and(|| self.forget_fleet()).await?;
+        Ok(affected)
+    }
+
     /// Ends a maintenance window early (or calls it off). Platform admins only.
     pub async fn cancel_maintenance(&self, caller: &Caller, id: i64) -> Result<(), Error> {
         if !caller.is_admin {
@@ -202,7 +270,7 @@ impl Platform {
         let mut nodes: BTreeMap<i64, NodeSchedule> = BTreeMap::new();
         let mut gpu_at: BTreeMap<i64, (i64, usize)> = BTreeMap::new();
         let rows = sqlx::query(
-            "SELECT n.id, s.name, n.name, n.gpu_model, g.id, g.idx, g.mig_enabled
+            "SELECT n.id, s.name, n.name, n.gpu_model, g.id, g.idx, g.mig_enabled, g.health, g.health_note
              FROM nodes n JOIN sites s ON s.id = n.site_id JOIN gpus g ON g.node_id = n.id
              WHERE n.in_service = 1 AND g.in_service = 1 ORDER BY s.name, n.name, g.idx",
         )
@@ -218,7 +286,13 @@ impl Platform {
                 maintenance: Vec::new(),
             });
             gpu_at.insert(row.try_get(4)?, (node_id, node.gpus.len()));
-            node.gpus.push(GpuSchedule { index: row.try_get(5)?, mig_capable: row.try_get(6)?, bookings: Vec::new() });
+            node.gpus.push(GpuSchedule {
+                index: row.try_get(5)?,
+                mig_capable: row.try_get(6)?,
+                health: row.try_get(7)?,
+                health_note: row.try_get(8)?,
+                bookings: Vec::new(),
+            });
         }
         let bookings = sqlx::query(
             "SELECT r.gpu_id, e.id, e.name, u.email, e.state, r.slice_start, r.slice_size, r.mig_profile, r.starts_at,

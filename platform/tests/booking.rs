@@ -368,3 +368,40 @@ async fn a_refusal_suggests_another_gpu_model_that_is_free(pool: SqlitePool) {
     assert!(text.contains("free for that window: 1 x L40S 48GB"), "{text}");
     assert!(text.contains("the earliest start for 1 h is "), "{text}");
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_gpu_marked_failed_takes_no_new_bookings(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth_platform::Caller { is_admin: true, ..berth.caller.clone() };
+    let running = book(&berth, "h100-1", "on-gpu", None, 2).await.expect("book");
+    let (node, index): (String, i64) = sqlx::query_as(
+        "SELECT n.name, g.idx FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ?",
+    )
+    .bind(&running.id)
+    .fetch_one(berth.platform.db())
+    .await
+    .expect("gpu");
+    let denied = berth.platform.set_gpu_health(&berth.caller, &node, index, "failed", "").await;
+    assert!(matches!(denied, Err(Error::NotFound)));
+    let bad = berth.platform.set_gpu_health(&admin, &node, index, "broken", "").await;
+    assert_eq!(bad.expect_err("bad").to_string(), "health must be healthy, degraded or failed, not \"broken\"");
+    let missing = berth.platform.set_gpu_health(&admin, &node, 9, "failed", "").await;
+    assert_eq!(missing.expect_err("no gpu 9").to_string(), format!("node {node} has no GPU 9"));
+
+    let affected = berth.platform.set_gpu_health(&admin, &node, index, "failed", "ECC errors").await.expect("mark");
+    assert_eq!(affected.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["on-gpu"]);
+    // The other three H100s take bookings after this one ends; the failed one never does.
+    let later = now_ms() + DAY_MS;
+    for i in 0..3 {
+        book(&berth, "h100-1", &format!("later-{i}"), Some(later), 1).await.expect("a healthy GPU");
+    }
+    let refused = book(&berth, "h100-1", "later-3", Some(later), 1).await;
+    assert!(matches!(refused, Err(Error::Refused(Refusal::NoCapacity { .. }))), "{refused:?}");
+    let schedule = berth.platform.fleet_schedule(&admin, later - DAY_MS, later + DAY_MS).await.expect("schedule");
+    let gpu = schedule.iter().find(|n| n.node == node).and_then(|n| n.gpus.iter().find(|g| g.index == index));
+    assert_eq!(gpu.map(|g| (g.health.as_str(), g.health_note.as_deref())), Some(("failed", Some("ECC errors"))));
+
+    berth.platform.set_gpu_health(&admin, &node, index, "healthy", "").await.expect("repaired");
+    book(&berth, "h100-1", "later-3", Some(later), 1).await.expect("back in service");
+}

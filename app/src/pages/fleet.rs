@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::components::{ErrorAlert, RequireUser};
 use crate::model::{Bar, FleetNode, FleetView};
-use crate::serverfns::{CancelMaintenance, ScheduleMaintenance, fleet_schedule};
+use crate::serverfns::{CancelMaintenance, ScheduleMaintenance, SetGpuHealth, fleet_schedule};
 
 const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
 const LABEL: &str = "block text-xs font-medium text-slate-600";
@@ -16,17 +16,14 @@ pub fn FleetPage() -> impl IntoView {
     let query = use_query_map();
     let schedule = ServerAction::<ScheduleMaintenance>::new();
     let cancel = ServerAction::<CancelMaintenance>::new();
+    let health = ServerAction::<SetGpuHealth>::new();
     let data = Resource::new(
         move || {
             let q = query.read();
-            (
-                q.get("from").unwrap_or_default(),
-                q.get("days").unwrap_or_default(),
-                schedule.version().get(),
-                cancel.version().get(),
-            )
+            let versions = (schedule.version().get(), cancel.version().get(), health.version().get());
+            (q.get("from").unwrap_or_default(), q.get("days").unwrap_or_default(), versions)
         },
-        |(from, days, ..)| fleet_schedule(from, days),
+        |(from, days, _)| fleet_schedule(from, days),
     );
     view! {
         <Title text="Fleet"/>
@@ -34,7 +31,7 @@ pub fn FleetPage() -> impl IntoView {
             <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match data.await {
-                        Ok(view) => view! { <Fleet view schedule cancel/> }.into_any(),
+                        Ok(view) => view! { <Fleet view schedule cancel health/> }.into_any(),
                         Err(error) => view! { <ErrorAlert error/> }.into_any(),
                     }
                 })}
@@ -48,7 +45,10 @@ fn Fleet(
     view: FleetView,
     schedule: ServerAction<ScheduleMaintenance>,
     cancel: ServerAction<CancelMaintenance>,
+    health: ServerAction<SetGpuHealth>,
 ) -> impl IntoView {
+    let health_result = health.value();
+    let (health_nodes, maintenance_nodes) = (view.node_names.clone(), view.node_names.clone());
     let schedule_result = schedule.value();
     let cancel_result = cancel.value();
     let columns = view.columns.len();
@@ -90,7 +90,7 @@ fn Fleet(
                     <div>
                         <label for="m-node" class=LABEL>"Node"</label>
                         <select id="m-node" name="node" class=INPUT>
-                            {view.node_names.iter().map(|n| view! { <option value=n.clone()>{n.clone()}</option> }).collect_view()}
+                            {health_nodes.into_iter().map(|n| { let label = n.clone(); view! { <option value=n>{label}</option> } }).collect_view()}
                         </select>
                     </div>
                     <div>
@@ -110,6 +110,38 @@ fn Fleet(
                     </div>
                 </ActionForm>
                 {move || schedule_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+            </section>
+            <section class="rounded-xl border border-slate-200 bg-white p-4 shadow-sm lg:col-span-2" aria-labelledby="gpu-health">
+                <h2 id="gpu-health" class="text-sm font-semibold text-slate-900">"GPU health"</h2>
+                <p class="mt-1 text-xs text-slate-500">"Only healthy GPUs take new bookings. What still runs on a GPU you mark is in the chart above."</p>
+                <ActionForm action=health attr:class="mt-3 grid gap-3 sm:grid-cols-5">
+                    <div>
+                        <label for="h-node" class=LABEL>"Node"</label>
+                        <select id="h-node" name="node" class=INPUT>
+                            {maintenance_nodes.into_iter().map(|n| { let label = n.clone(); view! { <option value=n>{label}</option> } }).collect_view()}
+                        </select>
+                    </div>
+                    <div>
+                        <label for="h-gpu" class=LABEL>"GPU index"</label>
+                        <input id="h-gpu" name="gpu" type="number" min="0" max="15" value="0" required class=INPUT/>
+                    </div>
+                    <div>
+                        <label for="h-health" class=LABEL>"Health"</label>
+                        <select id="h-health" name="health" class=INPUT>
+                            <option value="healthy">"healthy"</option>
+                            <option value="degraded">"degraded"</option>
+                            <option value="failed">"failed"</option>
+                        </select>
+                    </div>
+                    <div>
+                        <label for="h-note" class=LABEL>"Note"</label>
+                        <input id="h-note" name="note" maxlength="200" placeholder="XID 79, ECC errors" class=INPUT/>
+                    </div>
+                    <div class="flex items-end">
+                        <button type="submit" class="w-full rounded-lg bg-slate-800 px-4 py-2 text-sm font-semibold text-white hover:bg-slate-700">"Record health"</button>
+                    </div>
+                </ActionForm>
+                {move || health_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
             </section>
             <section class="rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="maintenance-windows">
                 <h2 id="maintenance-windows" class="text-sm font-semibold text-slate-900">"Maintenance in this range"</h2>
@@ -168,7 +200,13 @@ fn NodeRows(node: FleetNode, columns: usize) -> impl IntoView {
         </div>
         {node.gpus.iter().map(|gpu| view! {
             <div class="flex items-center">
-                <div class="w-44 shrink-0 pr-2 text-right text-[11px] text-slate-500">{gpu.label.clone()}</div>
+                <div class="w-44 shrink-0 pr-2 text-right text-[11px] text-slate-500" data-gpu-health=gpu.health.clone() title=gpu.health_note.clone()>
+                    {gpu.label.clone()}
+                    {(gpu.health != "healthy").then(|| {
+                        let tone = if gpu.health == "failed" { "bg-red-100 text-red-800" } else { "bg-amber-100 text-amber-800" };
+                        view! { <span class=format!("ml-1 rounded px-1 font-medium {tone}")>{gpu.health.clone()}</span> }
+                    })}
+                </div>
                 <div class="relative h-6 flex-1 border-b border-slate-100" style=grid.clone()>
                     {node.maintenance.iter().cloned().map(|bar| view! { <BarView bar=Bar { label: String::new(), ..bar }/> }).collect_view()}
                     {gpu.bars.iter().cloned().map(|bar| view! { <BarView bar/> }).collect_view()}

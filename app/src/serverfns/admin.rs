@@ -31,6 +31,20 @@ pub async fn schedule_maintenance(node: String, start: String, end: String, reas
     Ok(())
 }
 
+/// Records a GPU's health; only healthy GPUs take new bookings. Platform admins only.
+#[server(endpoint = "set_gpu_health")]
+pub async fn set_gpu_health(node: String, gpu: String, health: String, note: String) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
+    let index = gpu
+        .trim()
+        .parse::<i64>()
+        .map_err(|_| fail(berth_domain::Refusal::UnknownGpu { node: node.clone(), index: -1 }.into()))?;
+    platform.set_gpu_health(&caller, &node, index, &health, &note).await.map_err(fail)?;
+    leptos_axum::redirect("/admin/fleet");
+    Ok(())
+}
+
 #[server(endpoint = "cancel_maintenance")]
 pub async fn cancel_maintenance(id: i64) -> Result<(), AppError> {
     let (platform, caller) = super::ssr::caller().await?;
@@ -103,6 +117,8 @@ mod chart {
                     .iter()
                     .map(|g| FleetGpu {
                         label: format!("GPU {}{}", g.index, if g.mig_capable { " · MIG" } else { "" }),
+                        health: g.health.clone(),
+                        health_note: g.health_note.clone().unwrap_or_default(),
                         bars: g
                             .bookings
                             .iter()
