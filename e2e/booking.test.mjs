@@ -4,24 +4,18 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { Berth, browser, watchConsole, artifacts, signInAsAdmin } from './harness.mjs';
+import { adminSession, artifacts, tomorrow } from './harness.mjs';
 
 let berth, chrome, page, consoleErrors;
 
 before(async () => {
-  berth = await Berth.start();
-  chrome = await browser();
-  page = await chrome.newPage({ viewport: { width: 1400, height: 1000 } });
-  consoleErrors = watchConsole(page);
-  await signInAsAdmin(page, berth, '/calendar');
+  ({ berth, chrome, page, consoleErrors } = await adminSession('/calendar'));
 });
 
 after(async () => {
   await chrome?.close();
   await berth?.kill();
 });
-
-const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
 
 test('the calendar shows free capacity per size and links free cells to the launch form', async () => {
   await page.getByRole('heading', { name: 'Availability' }).waitFor();

@@ -4,24 +4,18 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { Berth, browser, watchConsole, artifacts, signInAsAdmin } from './harness.mjs';
+import { adminSession, artifacts, tomorrow } from './harness.mjs';
 
 let berth, chrome, page, consoleErrors;
 
 before(async () => {
-  berth = await Berth.start();
-  chrome = await browser();
-  page = await chrome.newPage({ viewport: { width: 1400, height: 1000 } });
-  consoleErrors = watchConsole(page);
-  await signInAsAdmin(page, berth, '/catalog');
+  ({ berth, chrome, page, consoleErrors } = await adminSession('/catalog'));
 });
 
 after(async () => {
   await chrome?.close();
   await berth?.kill();
 });
-
-const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);
 
 test('the fleet chart shows a booking on the GPUs it holds', async () => {
   await page.goto(`${berth.url}/launch/notebook?size=h100-3g.40gb&start=${tomorrow}T08:00&hours=6`);

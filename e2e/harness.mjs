@@ -123,3 +123,16 @@ export async function signInAsAdmin(page, berth, next) {
   // By path: the login page's own URL ends with `next` too.
   await page.waitForURL((url) => url.pathname === next);
 }
+
+/** A server, a browser and a page signed in as the administrator at `next`. */
+export async function adminSession(next) {
+  const berth = await Berth.start();
+  const chrome = await browser();
+  const page = await chrome.newPage({ viewport: { width: 1400, height: 1000 } });
+  const consoleErrors = watchConsole(page);
+  await signInAsAdmin(page, berth, next);
+  return { berth, chrome, page, consoleErrors };
+}
+
+/** Tomorrow's date in UTC, `YYYY-MM-DD`, as the calendar and date inputs write it. */
+export const tomorrow = new Date(Date.now() + 86_400_000).toISOString().slice(0, 10);

@@ -6,7 +6,7 @@ use berth_domain::Refusal;
 use berth_domain::booking::{self, Window};
 use berth_domain::gpu::GpuModel;
 use berth_domain::mig::MigProfile;
-use sqlx::Row;
+use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
 use crate::booking::utc_short;
@@ -126,29 +126,7 @@ impl Platform {
         .await?;
         let gpus: Vec<i64> =
             sqlx::query_scalar("SELECT id FROM gpus WHERE node_id = ?").bind(node_id).fetch_all(&mut *tx).await?;
-        let affected = sqlx::query(
-            "SELECT DISTINCT e.id, e.name, u.email, e.starts_at, e.ends_at
-             FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN environments e ON e.id = r.environment_id
-             JOIN users u ON u.id = e.owner_id
-             WHERE g.node_id = ? AND r.released_at IS NULL AND r.starts_at < ? AND r.ends_at > ?
-             ORDER BY e.starts_at",
-        )
-        .bind(node_id)
-        .bind(ends_at)
-        .bind(starts_at)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(|row| {
-            Ok(AffectedBooking {
-                environment_id: row.try_get(0)?,
-                name: row.try_get(1)?,
-                owner_email: row.try_get(2)?,
-                starts_at: row.try_get(3)?,
-                ends_at: row.try_get(4)?,
-            })
-        })
-        .collect::<Result<Vec<_>, Error>>()?;
+        let affected = bookings_on(&mut tx, &gpus, Window { starts_at, ends_at }).await?;
         let target = format!("node:{node}");
         let detail = format!(
             "{} to {}: {reason}; {} bookings overlap",
@@ -206,25 +184,8 @@ impl Platform {
             .bind(gpu_id)
             .execute(&mut *tx)
             .await?;
-        let affected = sqlx::query(
-            "SELECT DISTINCT e.id, e.name, u.email, e.starts_at, e.ends_at
-             FROM reservations r JOIN environments e ON e.id = r.environment_id JOIN users u ON u.id = e.owner_id
-             WHERE r.gpu_id = ? AND r.released_at IS NULL ORDER BY e.starts_at",
-        )
-        .bind(gpu_id)
-        .fetch_all(&mut *tx)
-        .await?
-        .iter()
-        .map(|row| {
-            Ok(AffectedBooking {
-                environment_id: row.try_get(0)?,
-                name: row.try_get(1)?,
-                owner_email: row.try_get(2)?,
-                starts_at: row.try_get(3)?,
-                ends_at: row.try_get(4)?,
-            })
-        })
-        .collect::<Result<Vec<_>, Error>>()?;
+        let affected =
+            bookings_on(&mut tx, &[gpu_id], Window { starts_at: i64::MIN / 2, ends_at: i64::MAX / 2 }).await?;
         let target = format!("gpu:{node}/{index}");
         let detail = if note.is_empty() { health.to_owned() } else { format!("{health}: {note}") };
         let event =
@@ -350,4 +311,31 @@ impl Platform {
         }
         Ok(nodes.into_values().collect())
     }
+}
+
+/// The environments holding any of `gpus` during `window`, for their owners to rebook.
+async fn bookings_on(conn: &mut SqliteConnection, gpus: &[i64], window: Window) -> Result<Vec<AffectedBooking>, Error> {
+    let ids = serde_json::to_string(gpus).map_err(Error::internal)?;
+    sqlx::query(
+        "SELECT DISTINCT e.id, e.name, u.email, e.starts_at, e.ends_at
+         FROM reservations r JOIN environments e ON e.id = r.environment_id JOIN users u ON u.id = e.owner_id
+         WHERE r.gpu_id IN (SELECT value FROM json_each(?)) AND r.released_at IS NULL AND r.starts_at < ? AND r.ends_at > ?
+         ORDER BY e.starts_at",
+    )
+    .bind(ids)
+    .bind(window.ends_at)
+    .bind(window.starts_at)
+    .fetch_all(&mut *conn)
+    .await?
+    .iter()
+    .map(|row| {
+        Ok(AffectedBooking {
+            environment_id: row.try_get(0)?,
+            name: row.try_get(1)?,
+            owner_email: row.try_get(2)?,
+            starts_at: row.try_get(3)?,
+            ends_at: row.try_get(4)?,
+        })
+    })
+    .collect()
 }
