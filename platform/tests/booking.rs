@@ -51,10 +51,10 @@ async fn environments(berth: &TestBerth) -> i64 {
 #[sqlx::test(migrations = "../migrations")]
 async fn an_advance_booking_waits_for_its_start_then_provisions(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
-    let start = now_ms() + 1500;
+    let start = now_ms() + 3000;
     let env = book(&berth, "h100-1", "later", Some(start), 1).await.expect("book");
     assert_eq!((env.starts_at, env.ends_at), (start, start + HOUR_MS));
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    tokio::time::sleep(Duration::from_millis(1000)).await;
     let waiting = berth.platform.environment_of(&berth.caller, &env.id).await.expect("env");
     assert_eq!(waiting.state, EnvState::Requested, "nothing is provisioned before the window");
     let ready = berth.wait_for(&env.id, EnvState::Ready).await;
