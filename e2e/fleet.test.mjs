@@ -43,7 +43,7 @@ test('maintenance on that node lists the booking to rebook, and can be ended', a
   });
   assert.ok(nodeName, 'the slice is drawn under a node');
   const form = page.getByRole('region', { name: 'Schedule maintenance' });
-  await form.getByLabel('Node').selectOption(nodeName);
+  await form.getByLabel('Node', { exact: true }).selectOption(nodeName);
   await form.getByLabel('Reason').fill('firmware update');
   await form.getByLabel('Start (UTC, empty for now)').fill(`${tomorrow}T06:00`);
   await form.getByLabel('End (UTC)').fill(`${tomorrow}T12:00`);
@@ -60,14 +60,14 @@ test('maintenance on that node lists the booking to rebook, and can be ended', a
 
 test('a GPU marked failed shows on the chart and can be put back in service', async () => {
   const health = page.getByRole('region', { name: 'GPU health' });
-  await health.getByLabel('Node').selectOption('fra1-a100-02');
+  await health.getByLabel('Node', { exact: true }).selectOption('fra1-a100-02');
   await health.getByLabel('GPU index').fill('3');
   await health.getByLabel('Health').selectOption('failed');
   await health.getByLabel('Note').fill('XID 79');
   await health.getByRole('button', { name: 'Record health' }).click();
   await page.locator('[data-gpu-health="failed"]').getByText('GPU 3 · MIG').waitFor();
   assert.equal(await page.locator('[data-gpu-health="failed"]').getAttribute('title'), 'XID 79');
-  await health.getByLabel('Node').selectOption('fra1-a100-02');
+  await health.getByLabel('Node', { exact: true }).selectOption('fra1-a100-02');
   await health.getByLabel('GPU index').fill('15');
   await health.getByRole('button', { name: 'Record health' }).click();
   await health.getByRole('alert').getByText('node fra1-a100-02 has no GPU 15').waitFor();

@@ -78,7 +78,8 @@ impl BookingBook {
             book.insert(env, row.try_get(1)?, Booking { hold, window }, true, row.try_get(8)?);
         }
         let maintenance: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
-            "SELECT m.id, g.id, m.starts_at, m.ends_at FROM maintenance_windows m JOIN gpus g ON g.node_id = m.node_id
+            "SELECT m.id, g.id, m.starts_at, m.ends_at FROM maintenance_windows m
+             JOIN gpus g ON (m.gpu_id IS NULL AND g.node_id = m.node_id) OR g.id = m.gpu_id
              WHERE m.cancelled_at IS NULL AND m.ends_at > ?",
         )
         .bind(now_ms())

@@ -17,6 +17,8 @@ pub struct MaintenanceWindow {
     pub id: i64,
     pub site: String,
     pub node: String,
+    /// One GPU of the node, or `None` for all of it.
+    pub gpu_index: Option<i64>,
     pub starts_at: i64,
     pub ends_at: i64,
     pub reason: String,
@@ -73,13 +75,15 @@ pub(crate) fn hold_id(id: i64) -> String {
 }
 
 impl Platform {
-    /// Takes `node` out of booking from `start` (empty: now) to `end`. New bookings on its
-    /// GPUs in that window are refused; bookings already there are returned so their
-    /// owners can be asked to rebook. Platform admins only.
+    /// Takes `node` (or only its GPU `gpu`) out of booking from `start` (empty: now) to
+    /// `end`. New bookings on those GPUs in that window are refused; bookings already there
+    /// are returned so their owners can be asked to rebook. Platform admins only.
+    #[allow(clippy::too_many_arguments)]
     pub async fn schedule_maintenance(
         &self,
         caller: &Caller,
         node: &str,
+        gpu: Option<i64>,
         start: &str,
         end: &str,
         reason: &str,
@@ -112,11 +116,23 @@ impl Platform {
         .fetch_optional(&mut *tx)
         .await?;
         let (node_id, site) = found.ok_or_else(|| Refusal::UnknownNode(node.to_owned()))?;
+        let gpu_id: Option<i64> = match gpu {
+            None => None,
+            Some(index) => Some(
+                sqlx::query_scalar("SELECT id FROM gpus WHERE node_id = ? AND idx = ? AND in_service = 1")
+                    .bind(node_id)
+                    .bind(index)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                    .ok_or_else(|| Refusal::UnknownGpu { node: node.to_owned(), index })?,
+            ),
+        };
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO maintenance_windows (node_id, starts_at, ends_at, reason, created_by, created_at)
-             VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+            "INSERT INTO maintenance_windows (node_id, gpu_id, starts_at, ends_at, reason, created_by, created_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
         )
         .bind(node_id)
+        .bind(gpu_id)
         .bind(starts_at)
         .bind(ends_at)
         .bind(reason)
@@ -124,10 +140,17 @@ impl Platform {
         .bind(now)
         .fetch_one(&mut *tx)
         .await?;
-        let gpus: Vec<i64> =
-            sqlx::query_scalar("SELECT id FROM gpus WHERE node_id = ?").bind(node_id).fetch_all(&mut *tx).await?;
+        let gpus: Vec<i64> = match gpu_id {
+            Some(id) => vec![id],
+            None => {
+                sqlx::query_scalar("SELECT id FROM gpus WHERE node_id = ?").bind(node_id).fetch_all(&mut *tx).await?
+            }
+        };
         let affected = bookings_on(&mut tx, &gpus, Window { starts_at, ends_at }).await?;
-        let target = format!("node:{node}");
+        let target = match gpu {
+            Some(index) => format!("gpu:{node}/{index}"),
+            None => format!("node:{node}"),
+        };
         let detail = format!(
             "{} to {}: {reason}; {} bookings overlap",
             utc_short(starts_at),
@@ -143,8 +166,15 @@ impl Platform {
         audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
         let window = Window { starts_at, ends_at };
         tx.commit_and(|| self.with_book(|book| book.add_maintenance(&hold_id(id), &gpus, window))).await?;
-        let scheduled =
-            MaintenanceWindow { id, site, node: node.to_owned(), starts_at, ends_at, reason: reason.to_owned() };
+        let scheduled = MaintenanceWindow {
+            id,
+            site,
+            node: node.to_owned(),
+            gpu_index: gpu,
+            starts_at,
+            ends_at,
+            reason: reason.to_owned(),
+        };
         Ok((scheduled, affected))
     }
 
@@ -290,7 +320,8 @@ impl Platform {
             }
         }
         let windows = sqlx::query(
-            "SELECT m.id, m.node_id, m.starts_at, m.ends_at, m.reason FROM maintenance_windows m
+            "SELECT m.id, m.node_id, m.starts_at, m.ends_at, m.reason, g.idx FROM maintenance_windows m
+             LEFT JOIN gpus g ON g.id = m.gpu_id
              WHERE m.cancelled_at IS NULL AND m.starts_at < ? AND m.ends_at > ? ORDER BY m.starts_at",
         )
         .bind(to)
@@ -303,6 +334,7 @@ impl Platform {
                     id: row.try_get(0)?,
                     site: node.site.clone(),
                     node: node.node.clone(),
+                    gpu_index: row.try_get(5)?,
                     starts_at: row.try_get(2)?,
                     ends_at: row.try_get(3)?,
                     reason: row.try_get(4)?,

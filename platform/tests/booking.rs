@@ -232,16 +232,23 @@ async fn maintenance_blocks_new_bookings_and_lists_the_ones_in_the_way(pool: Sql
     .await
     .expect("node");
 
-    let denied = berth.platform.schedule_maintenance(&berth.caller, &node, "", &rfc3339(t0), "firmware").await;
+    let denied = berth.platform.schedule_maintenance(&berth.caller, &node, None, "", &rfc3339(t0), "firmware").await;
     assert!(matches!(denied, Err(Error::NotFound)), "members cannot schedule maintenance");
-    let unknown = berth.platform.schedule_maintenance(&admin, "no-such-node", "", &rfc3339(t0), "x").await;
+    let unknown = berth.platform.schedule_maintenance(&admin, "no-such-node", None, "", &rfc3339(t0), "x").await;
     assert_eq!(unknown.expect_err("unknown").to_string(), "there is no node called \"no-such-node\"");
-    let no_reason = berth.platform.schedule_maintenance(&admin, &node, "", &rfc3339(t0), " ").await;
+    let no_reason = berth.platform.schedule_maintenance(&admin, &node, None, "", &rfc3339(t0), " ").await;
     assert!(no_reason.expect_err("reason").to_string().starts_with("reason is required"));
 
     let (window, affected) = berth
         .platform
-        .schedule_maintenance(&admin, &node, &rfc3339(t0 - HOUR_MS), &rfc3339(t0 + 6 * HOUR_MS), "firmware update")
+        .schedule_maintenance(
+            &admin,
+            &node,
+            None,
+            &rfc3339(t0 - HOUR_MS),
+            &rfc3339(t0 + 6 * HOUR_MS),
+            "firmware update",
+        )
         .await
         .expect("schedule");
     assert_eq!(affected.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["in-the-way"]);
@@ -404,4 +411,26 @@ async fn a_gpu_marked_failed_takes_no_new_bookings(pool: SqlitePool) {
 
     berth.platform.set_gpu_health(&admin, &node, index, "healthy", "").await.expect("repaired");
     book(&berth, "h100-1", "later-3", Some(later), 1).await.expect("back in service");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn maintenance_on_one_gpu_leaves_the_rest_of_its_node_bookable(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth_platform::Caller { is_admin: true, ..berth.caller.clone() };
+    let t0 = now_ms() + DAY_MS;
+    let (start, end) = (rfc3339(t0), rfc3339(t0 + 4 * HOUR_MS));
+    let missing = berth.platform.schedule_maintenance(&admin, "h100-01", Some(7), &start, &end, "reseat").await;
+    assert_eq!(missing.expect_err("no GPU 7").to_string(), "node h100-01 has no GPU 7");
+    let (window, _) =
+        berth.platform.schedule_maintenance(&admin, "h100-01", Some(0), &start, &end, "reseat").await.expect("gpu 0");
+    assert_eq!(window.gpu_index, Some(0));
+    // Three of the four H100s remain for the window, and no whole node of h100-01.
+    for i in 0..3 {
+        book(&berth, "h100-1", &format!("one-{i}"), Some(t0), 2).await.expect("a GPU outside maintenance");
+    }
+    assert!(book(&berth, "h100-1", "one-3", Some(t0), 2).await.is_err());
+    let schedule = berth.platform.fleet_schedule(&admin, t0 - DAY_MS, t0 + DAY_MS).await.expect("schedule");
+    let node = schedule.iter().find(|n| n.node == "h100-01").expect("node");
+    assert_eq!(node.maintenance.iter().map(|m| m.gpu_index).collect::<Vec<_>>(), [Some(0)]);
+    assert!(node.gpus.iter().find(|g| g.index == 0).is_some_and(|g| g.bookings.is_empty()));
 }

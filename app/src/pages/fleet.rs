@@ -94,6 +94,10 @@ fn Fleet(
                         </select>
                     </div>
                     <div>
+                        <label for="m-gpu" class=LABEL>"GPU index (empty for the whole node)"</label>
+                        <input id="m-gpu" name="gpu" type="number" min="0" max="15" class=INPUT/>
+                    </div>
+                    <div class="sm:col-span-2">
                         <label for="m-reason" class=LABEL>"Reason"</label>
                         <input id="m-reason" name="reason" required maxlength="200" placeholder="firmware update" class=INPUT/>
                     </div>

@@ -21,10 +21,23 @@ pub async fn fleet_schedule(from: String, days: String) -> Result<FleetView, App
 
 /// Takes a node out of booking for a window. Platform admins only.
 #[server(endpoint = "schedule_maintenance")]
-pub async fn schedule_maintenance(node: String, start: String, end: String, reason: String) -> Result<(), AppError> {
+pub async fn schedule_maintenance(
+    node: String,
+    gpu: String,
+    start: String,
+    end: String,
+    reason: String,
+) -> Result<(), AppError> {
     let (platform, caller) = super::ssr::caller().await?;
+    let gpu = match gpu.trim() {
+        "" => None,
+        index => Some(index.parse::<i64>().map_err(|_| {
+            let refusal = berth_domain::Refusal::UnknownGpu { node: node.clone(), index: -1 };
+            AppError::from_platform(refusal.into(), &caller.meta.request_id)
+        })?),
+    };
     platform
-        .schedule_maintenance(&caller, &node, &start, &end, &reason)
+        .schedule_maintenance(&caller, &node, gpu, &start, &end, &reason)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     leptos_axum::redirect("/admin/fleet");
@@ -74,7 +87,8 @@ mod chart {
         let fleet_nodes = nodes
             .iter()
             .map(|n| {
-                let maintenance = n
+                // (the one GPU it covers, or the whole node; its bar)
+                let maintenance: Vec<(Option<i64>, Bar)> = n
                     .maintenance
                     .iter()
                     .map(|m| {
@@ -82,6 +96,7 @@ mod chart {
                         let affected = n
                             .gpus
                             .iter()
+                            .filter(|g| m.gpu_index.is_none_or(|i| g.index == i))
                             .flat_map(|g| &g.bookings)
                             .filter(|b| b.starts_at < m.ends_at && b.ends_at > m.starts_at)
                             .map(|b| {
@@ -95,12 +110,15 @@ mod chart {
                             });
                         windows.push(MaintenanceView {
                             id: m.id,
-                            node: n.node.clone(),
+                            node: match m.gpu_index {
+                                Some(i) => format!("{} GPU {i}", n.node),
+                                None => n.node.clone(),
+                            },
                             when: format!("{} to {}", utc(m.starts_at), utc(m.ends_at)),
                             reason: m.reason.clone(),
                             affected,
                         });
-                        Bar {
+                        let bar = Bar {
                             left,
                             width,
                             top: 0.0,
@@ -109,7 +127,8 @@ mod chart {
                             title: format!("{} to {}: {}", utc(m.starts_at), utc(m.ends_at), m.reason),
                             href: String::new(),
                             tone: "maintenance".into(),
-                        }
+                        };
+                        (m.gpu_index, bar)
                     })
                     .collect();
                 let gpus = n
@@ -152,9 +171,14 @@ mod chart {
                                     .into(),
                                 }
                             })
+                            .chain(
+                                maintenance.iter().filter(|(gpu, _)| *gpu == Some(g.index)).map(|(_, bar)| bar.clone()),
+                            )
                             .collect(),
                     })
                     .collect();
+                let maintenance =
+                    maintenance.into_iter().filter(|(gpu, _)| gpu.is_none()).map(|(_, bar)| bar).collect();
                 FleetNode { name: n.node.clone(), site: n.site.clone(), model: n.model.clone(), maintenance, gpus }
             })
             .collect();
