@@ -54,6 +54,12 @@ impl Window {
     pub fn conflicts(self, other: Window, gap_ms: i64) -> bool {
         self.starts_at < other.ends_at + gap_ms && other.starts_at < self.ends_at + gap_ms
     }
+
+    /// `self` with the cleaning gap on both sides: every booking that `conflicts` with
+    /// `self` overlaps this.
+    pub fn widened(self, gap_ms: i64) -> Window {
+        Window { starts_at: self.starts_at - gap_ms, ends_at: self.ends_at + gap_ms }
+    }
 }
 
 /// Reads the start a user typed: empty for "now", else a UTC date and time as an HTML
@@ -78,13 +84,19 @@ pub fn parse_start(text: &str) -> Result<Option<i64>, Refusal> {
         .map_err(|_| Refusal::InvalidStart(format!("\"{text}\" is not a date and time like 2026-11-23T14:00 (UTC)")))
 }
 
+/// When something asked to start at `start` (`None`: now) begins: a start a little in the
+/// past is now, one further back is refused.
+pub fn start_at(start: Option<i64>, now: i64, policy: &BookingPolicy) -> Result<i64, Refusal> {
+    match start {
+        None => Ok(now),
+        Some(s) if s < now - policy.start_grace_ms => Err(Refusal::StartInPast),
+        Some(s) => Ok(s.max(now)),
+    }
+}
+
 /// The window for a new booking of `hours` starting at `start` (`None`: now).
 pub fn new_window(start: Option<i64>, hours: u32, now: i64, policy: &BookingPolicy) -> Result<Window, Refusal> {
-    let starts_at = match start {
-        None => now,
-        Some(s) if s < now - policy.start_grace_ms => return Err(Refusal::StartInPast),
-        Some(s) => s.max(now),
-    };
+    let starts_at = start_at(start, now, policy)?;
     let window = Window { starts_at, ends_at: starts_at + i64::from(hours) * HOUR_MS };
     within_horizon(window, now, policy)?;
     Ok(window)
@@ -188,21 +200,22 @@ impl Timeline {
         &self.gpus
     }
 
+    /// The bookings of the GPU at `index` that hold it at any time during `window`
+    /// (cleaning gap included). They are sorted by start, so the scan stops early.
+    fn during(&self, index: usize, window: Window) -> impl Iterator<Item = &Booking> {
+        self.bookings[index]
+            .iter()
+            .take_while(move |b| b.window.starts_at < window.ends_at + self.gap_ms)
+            .filter(move |b| b.window.conflicts(window, self.gap_ms))
+    }
+
     /// What is held on `gpus` at any time during `window` (cleaning gap included).
     fn holds_on(&self, gpus: &[GpuUnit], window: Window) -> Vec<Hold> {
-        let mut holds = Vec::new();
-        for gpu in gpus {
-            let Some(list) = self.index.get(&gpu.id).map(|&i| &self.bookings[i]) else { continue };
-            for b in list {
-                if b.window.starts_at >= window.ends_at + self.gap_ms {
-                    break;
-                }
-                if b.window.conflicts(window, self.gap_ms) {
-                    holds.push(b.hold);
-                }
-            }
-        }
-        holds
+        gpus.iter()
+            .filter_map(|gpu| self.index.get(&gpu.id))
+            .flat_map(|&i| self.during(i, window))
+            .map(|b| b.hold)
+            .collect()
     }
 
     /// Concrete capacity for `shape` during `window`, by the same rules as a launch now.
@@ -243,15 +256,10 @@ impl Timeline {
     /// What the GPU at `index` holds at any time during `window` (cleaning gap included).
     fn state(&self, index: usize, window: Window) -> GpuState {
         let mut instances = Vec::new();
-        for b in &self.bookings[index] {
-            if b.window.starts_at >= window.ends_at + self.gap_ms {
-                break;
-            }
-            if b.window.conflicts(window, self.gap_ms) {
-                match b.hold.profile {
-                    None => return GpuState::Whole,
-                    Some(profile) => instances.push(MigInstance { profile, start: b.hold.slices.start }),
-                }
+        for b in self.during(index, window) {
+            match b.hold.profile {
+                None => return GpuState::Whole,
+                Some(profile) => instances.push(MigInstance { profile, start: b.hold.slices.start }),
             }
         }
         instances.sort_by_key(|i| i.start);

@@ -225,8 +225,7 @@ impl Platform {
     /// could have by reclaiming them.
     pub(crate) fn timeline_of(&self, gpus: &[GpuUnit], now: i64, range: Option<Window>, with_spot: bool) -> Timeline {
         let gap = self.policy.cleaning_gap_ms;
-        // Widened by the cleaning gap, as `Window::conflicts` widens bookings.
-        let range = range.map(|r| Window { starts_at: r.starts_at - gap, ends_at: r.ends_at + gap });
+        let range = range.map(|r| r.widened(gap));
         let bookings = self.book_bookings(gpus, now, None, range).into_iter().filter(|b| with_spot || !b.spot);
         Timeline::new(gpus.to_vec(), bookings.map(|b| b.booking), gap)
     }

@@ -99,11 +99,7 @@ impl Platform {
         if reason.chars().count() > 200 {
             return Err(Refusal::InvalidReason("must be at most 200 characters").into());
         }
-        let starts_at = match booking::parse_start(start)? {
-            None => now,
-            Some(s) if s < now - self.policy.start_grace_ms => return Err(Refusal::StartInPast.into()),
-            Some(s) => s.max(now),
-        };
+        let starts_at = booking::start_at(booking::parse_start(start)?, now, &self.policy)?;
         let ends_at = booking::parse_start(end)?.ok_or(Refusal::EndNotAfterStart)?;
         if ends_at <= starts_at {
             return Err(Refusal::EndNotAfterStart.into());

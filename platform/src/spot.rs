@@ -30,9 +30,8 @@ impl Platform {
         let gpus = nearby.gpus();
         let assignments = self.timeline_of(gpus, now, Some(window), false).place(shape, window).ok()?;
         let gap = self.policy.cleaning_gap_ms;
-        let near = Window { starts_at: window.starts_at - gap, ends_at: window.ends_at + gap };
         let victims: BTreeSet<Arc<str>> = self
-            .book_bookings(gpus, now, None, Some(near))
+            .book_bookings(gpus, now, None, Some(window.widened(gap)))
             .into_iter()
             .filter(|b| {
                 b.spot
