@@ -11,7 +11,7 @@ use berth_domain::placement::{GpuUnit, Hold};
 use sqlx::{Row, SqliteConnection};
 
 use crate::store::WriteTx;
-use crate::{Error, Platform, now_ms};
+use crate::{Error, Platform, now_ms, read, write};
 
 /// Every unreleased reservation, by GPU, held in memory: the calendar and every booking
 /// read it instead of tens of thousands of rows.
@@ -160,24 +160,24 @@ impl BookingBook {
 impl Platform {
     /// Runs `f` on the booking book; for writers holding the turn, right after commit.
     pub(crate) fn with_book(&self, f: impl FnOnce(&mut BookingBook)) {
-        if let Some(book) = self.book.write().unwrap_or_else(|poisoned| poisoned.into_inner()).as_mut() {
+        if let Some(book) = write(&self.book).as_mut() {
             f(book);
         }
     }
 
-    /// Loads the booking book if it is not yet; `tx` proves the caller holds the writer turn,
-    /// so no commit can slip between the load and the book.
+    /// Loads the booking book if it is not yet. The caller holds the writer turn, so no
+    /// commit can slip between the load and the book.
     pub(crate) async fn load_book(&self, conn: &mut SqliteConnection) -> Result<(), Error> {
-        if self.book.read().unwrap_or_else(|poisoned| poisoned.into_inner()).is_none() {
+        if read(&self.book).is_none() {
             let book = BookingBook::load(conn).await?;
-            *self.book.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(book);
+            *write(&self.book) = Some(book);
         }
         Ok(())
     }
 
     /// For readers not holding the writer turn: takes it just to load the book once.
     pub(crate) async fn ensure_book(&self) -> Result<(), Error> {
-        if self.book.read().unwrap_or_else(|poisoned| poisoned.into_inner()).is_some() {
+        if read(&self.book).is_some() {
             return Ok(());
         }
         let mut tx = self.begin_write().await?;
@@ -191,12 +191,7 @@ impl Platform {
         owner: Option<i64>,
         range: Option<Window>,
     ) -> Vec<BookedBy> {
-        self.book
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .as_ref()
-            .map(|book| book.bookings(gpus, now, owner, range))
-            .unwrap_or_default()
+        read(&self.book).as_ref().map(|book| book.bookings(gpus, now, owner, range)).unwrap_or_default()
     }
 
     /// Every GPU of `model` in service with the unreleased bookings on it that could

@@ -76,7 +76,8 @@ impl Platform {
     /// from `from`.
     pub async fn availability(&self, from: i64, bucket_ms: i64, buckets: usize) -> Result<Availability, Error> {
         let now = now_ms();
-        let models: BTreeSet<GpuModel> = catalog_shapes().iter().map(|s| s.model()).collect();
+        let all_shapes = catalog_shapes();
+        let models: BTreeSet<GpuModel> = all_shapes.iter().map(|s| s.model()).collect();
         let mut rows = Vec::new();
         for model in models {
             let range = Window { starts_at: from, ends_at: from + bucket_ms * buckets as i64 };
@@ -85,7 +86,7 @@ impl Platform {
                 continue;
             }
             let empty = Timeline::new(timeline.gpus().to_vec(), [], 0);
-            let shapes: Vec<Shape> = catalog_shapes().into_iter().filter(|s| s.model() == model).collect();
+            let shapes: Vec<Shape> = all_shapes.iter().copied().filter(|s| s.model() == model).collect();
             let capacities = empty.heatmaps(&shapes, from, bucket_ms, 1);
             let free = timeline.heatmaps(&shapes, from, bucket_ms, buckets);
             for ((shape, capacity), free) in shapes.into_iter().zip(capacities).zip(free) {
@@ -108,7 +109,7 @@ impl Platform {
         for size in offering.sizes() {
             let model = size.gpu_model();
             if let std::collections::hash_map::Entry::Vacant(entry) = timelines.entry(model) {
-                entry.insert(self.timeline(model, now, None).await?);
+                entry.insert(self.timeline(model, now, Some(window)).await?);
             }
             let Some(timeline) = timelines.get(&model) else { continue };
             let free_now = timeline.free_count(size.shape, window);
@@ -153,7 +154,8 @@ impl Platform {
         if window.ends_at > current.ends_at {
             self.load_book(&mut tx).await?;
             let gpus = self.gpus_of_model(&mut tx, model).await?;
-            let all = self.book_bookings(&gpus, now, None, None);
+            // Only bookings near the new window can stand in its way.
+            let all = self.book_bookings(&gpus, now, None, Some(window.widened(self.policy.cleaning_gap_ms)));
             let (own, others): (Vec<_>, Vec<_>) =
                 all.into_iter().map(|b| (b.environment_id, b.booking)).partition(|(env_id, _)| &**env_id == id);
             let blocking = others

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use sqlx::{Row, SqliteConnection};
 
-use crate::{Error, Platform};
+use crate::{Error, Platform, read, write};
 
 /// How much of one GPU model the fleet has, and how much is free now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,7 +64,7 @@ impl Platform {
 
     /// Drops the in-memory fleet, to be read again at the next use.
     pub(crate) fn forget_fleet(&self) {
-        self.fleet.write().unwrap_or_else(|poisoned| poisoned.into_inner()).clear();
+        write(&self.fleet).clear();
     }
 
     /// GPUs per model and how many are entirely idle, for the catalog.
@@ -95,12 +95,12 @@ impl Platform {
         conn: &mut SqliteConnection,
         model: GpuModel,
     ) -> Result<Arc<Vec<GpuUnit>>, Error> {
-        let cached = self.fleet.read().unwrap_or_else(|poisoned| poisoned.into_inner()).get(&model).cloned();
+        let cached = read(&self.fleet).get(&model).cloned();
         if let Some(gpus) = cached {
             return Ok(gpus);
         }
         let gpus = Arc::new(read_gpus_of_model(conn, model).await?);
-        self.fleet.write().unwrap_or_else(|poisoned| poisoned.into_inner()).insert(model, gpus.clone());
+        write(&self.fleet).insert(model, gpus.clone());
         Ok(gpus)
     }
 }

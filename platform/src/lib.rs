@@ -19,9 +19,8 @@ pub mod reconciler;
 mod spot;
 pub mod store;
 
-use std::sync::Arc;
-
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use berth_domain::booking::BookingPolicy;
 use berth_domain::gpu::GpuModel;
@@ -44,7 +43,7 @@ pub struct Platform {
     /// In-service GPUs per model, read once: the fleet changes only through `sync_fleet`,
     /// and every booking and calendar query needs it.
     fleet: Arc<std::sync::RwLock<HashMap<GpuModel, Arc<Vec<GpuUnit>>>>>,
-    /// Every unreleased reservation, once loaded; see `booking::BookingBook`.
+    /// Every unreleased reservation, once loaded; see `book::BookingBook`.
     book: Arc<std::sync::RwLock<Option<book::BookingBook>>>,
 }
 
@@ -109,6 +108,16 @@ pub struct Caller {
 /// data inconsistent, so a poisoned lock is simply taken over.
 pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `lock` for a read of in-memory copies behind an `RwLock`.
+pub(crate) fn read<T>(m: &std::sync::RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// `lock` for a write of in-memory copies behind an `RwLock`.
+pub(crate) fn write<T>(m: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Unix milliseconds now; every time Berth stores is in this form.
