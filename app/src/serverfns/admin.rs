@@ -31,10 +31,7 @@ pub async fn schedule_maintenance(
     let (platform, caller) = super::ssr::caller().await?;
     let gpu = match gpu.trim() {
         "" => None,
-        index => Some(index.parse::<i64>().map_err(|_| {
-            let refusal = berth_domain::Refusal::UnknownGpu { node: node.clone(), index: -1 };
-            AppError::from_platform(refusal.into(), &caller.meta.request_id)
-        })?),
+        index => Some(gpu_index(&node, index).map_err(|r| AppError::from_platform(r.into(), &caller.meta.request_id))?),
     };
     platform
         .schedule_maintenance(&caller, &node, gpu, &start, &end, &reason)
@@ -49,13 +46,16 @@ pub async fn schedule_maintenance(
 pub async fn set_gpu_health(node: String, gpu: String, health: String, note: String) -> Result<(), AppError> {
     let (platform, caller) = super::ssr::caller().await?;
     let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
-    let index = gpu
-        .trim()
-        .parse::<i64>()
-        .map_err(|_| fail(berth_domain::Refusal::UnknownGpu { node: node.clone(), index: -1 }.into()))?;
+    let index = gpu_index(&node, &gpu).map_err(|r| fail(r.into()))?;
     platform.set_gpu_health(&caller, &node, index, &health, &note).await.map_err(fail)?;
     leptos_axum::redirect("/admin/fleet");
     Ok(())
+}
+
+/// A GPU index as the forms send it; the inputs are numeric, so anything else names no GPU.
+#[cfg(feature = "ssr")]
+fn gpu_index(node: &str, text: &str) -> Result<i64, berth_domain::Refusal> {
+    text.trim().parse().map_err(|_| berth_domain::Refusal::UnknownGpu { node: node.to_owned(), index: -1 })
 }
 
 #[server(endpoint = "cancel_maintenance")]
