@@ -13,6 +13,8 @@ pub enum AppError {
     Refused(String),
     #[error("not found")]
     NotFound,
+    #[error("your role does not allow this")]
+    Forbidden,
     #[error("sign in to continue")]
     Unauthenticated,
     #[error("the email or password is not right")]
@@ -49,6 +51,7 @@ impl AppError {
         let status = match &error {
             E::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
             E::NotFound => StatusCode::NOT_FOUND,
+            E::Forbidden => StatusCode::FORBIDDEN,
             E::Unauthenticated | E::BadCredentials => StatusCode::UNAUTHORIZED,
             E::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -69,6 +72,7 @@ impl AppError {
         match error {
             E::Refused(refusal) => AppError::Refused(refusal.to_string()),
             E::NotFound => AppError::NotFound,
+            E::Forbidden => AppError::Forbidden,
             E::Unauthenticated => AppError::Unauthenticated,
             E::BadCredentials => AppError::BadCredentials,
             E::Internal(cause) => AppError::internal(request_id, "internal error", cause),

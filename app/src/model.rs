@@ -7,7 +7,16 @@ use serde::{Deserialize, Serialize};
 pub struct SessionUser {
     pub email: String,
     pub display_name: String,
-    pub is_admin: bool,
+    /// The role's label, e.g. "Tenant admin".
+    pub role: String,
+    /// `None` for platform staff.
+    pub tenant_id: Option<i64>,
+    pub tenant_name: Option<String>,
+    /// What the navigation offers; the server checks every action again.
+    pub can_manage_fleet: bool,
+    pub can_read_fleet: bool,
+    pub can_read_tenants: bool,
+    pub can_read_audit: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

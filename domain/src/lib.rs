@@ -18,7 +18,9 @@ pub mod launch;
 pub mod lifecycle;
 pub mod mig;
 pub mod placement;
+pub mod policy;
 mod refusal;
 pub mod sharing;
+pub mod tenancy;
 
 pub use refusal::Refusal;

@@ -47,6 +47,32 @@ pub enum Refusal {
     UnknownNode(String),
     #[error("there is no user with the email \"{0}\"")]
     UnknownUser(String),
+    #[error("short name {0}")]
+    InvalidSlug(&'static str),
+    #[error("the short name \"{0}\" is taken")]
+    SlugInUse(String),
+    #[error("isolation must be soft, hard or hybrid, not \"{0}\"")]
+    InvalidIsolation(String),
+    #[error("there is no role called \"{0}\"")]
+    InvalidRole(String),
+    #[error("a tenant's members can be tenant admins, members or viewers, not {0}")]
+    NotATenantRole(&'static str),
+    #[error("\"{0}\" is not an email address")]
+    InvalidEmail(String),
+    #[error("{0} already has an account")]
+    EmailInUse(String),
+    #[error("you cannot change or remove your own membership; ask another tenant admin")]
+    OwnMembership,
+    #[error("a tenant needs at least one tenant admin")]
+    LastTenantAdmin,
+    #[error("the tenant is {0}")]
+    TenantNotActive(&'static str),
+    #[error("issuer must be an https URL (or http on 127.0.0.1 / localhost), not \"{0}\"")]
+    InvalidIssuer(String),
+    #[error("{0}")]
+    InvalidSso(&'static str),
+    #[error("token {0}")]
+    InvalidToken(String),
     #[error("{0}")]
     InvalidQuota(String),
     #[error("there is no tier called \"{0}\"; choose guaranteed or spot")]

@@ -16,6 +16,8 @@ use berth_domain::gpu::GpuModel;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::mig::MigProfile;
 use berth_domain::placement::Shape;
+use berth_domain::policy::{Principal, Role};
+use berth_domain::tenancy::Isolation;
 use berth_platform::{Caller, Error, Platform, RequestMeta, now_ms, store};
 use rand::{Rng, SeedableRng};
 use sqlx::SqlitePool;
@@ -81,20 +83,21 @@ const SIZES: [(&str, &str); 5] = [
 
 async fn contention(seconds: u64) {
     let (platform, pool, dir) = fresh_platform("contention").await;
+    let tenant = platform.ensure_tenant("bench", "Bench", Isolation::Soft).await.expect("tenant");
     let mut callers = Vec::new();
     for c in 0..CLIENTS {
         // Accounts without a password: hashing 64 passwords is not what is measured.
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO users (email, display_name, role, created_at) VALUES (?, ?, 'member', 0) RETURNING id",
+            "INSERT INTO users (email, display_name, role, tenant_id, created_at) VALUES (?, ?, 'member', ?, 0) RETURNING id",
         )
         .bind(format!("client{c}@bench"))
         .bind(format!("Client {c}"))
+        .bind(tenant)
         .fetch_one(&pool)
         .await
         .expect("user");
         callers.push(Caller {
-            user_id: id,
-            is_admin: false,
+            principal: Principal { user_id: id, tenant_id: Some(tenant), role: Role::Member, token_actions: None },
             meta: RequestMeta { request_id: format!("bench-{c}"), source: None },
         });
     }

@@ -2,24 +2,59 @@
 
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString, rand_core::OsRng};
+use berth_domain::policy::{Principal, Role};
 use rand::Rng;
 use rand::distr::Alphanumeric;
-use sqlx::FromRow;
+use sqlx::Row;
+use sqlx::sqlite::SqliteRow;
 
-use crate::audit::{self, Event, Outcome};
-use crate::{Error, Platform, RequestMeta, now_ms};
+use crate::audit::{self, Actor, Event, Outcome};
+use crate::{Caller, Error, Platform, RequestMeta, now_ms};
 
-#[derive(Debug, Clone, PartialEq, Eq, FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
     pub id: i64,
     pub email: String,
     pub display_name: String,
-    pub role: String,
+    pub role: Role,
+    /// `None` for platform staff.
+    pub tenant_id: Option<i64>,
+    pub tenant_name: Option<String>,
 }
+
+/// The columns `user_from_row` reads, for queries over `users u`.
+pub(crate) const USER_COLUMNS: &str = "u.id, u.email, u.display_name, u.role, u.tenant_id,
+    (SELECT t.name FROM tenants t WHERE t.id = u.tenant_id) AS tenant_name";
+
+pub(crate) fn user_from_row(row: &SqliteRow) -> Result<User, Error> {
+    let role: String = row.try_get("role")?;
+    Ok(User {
+        id: row.try_get("id")?,
+        email: row.try_get("email")?,
+        display_name: row.try_get("display_name")?,
+        role: Role::parse(&role).ok_or_else(|| Error::internal(format!("unknown role {role}")))?,
+        tenant_id: row.try_get("tenant_id")?,
+        tenant_name: row.try_get("tenant_name")?,
+    })
+}
+
+/// Only active users of active tenants (or platform staff) may act; anyone else's
+/// sessions and tokens stop working at once.
+pub(crate) const USER_IS_ACTIVE: &str = "u.status = 'active'
+    AND (u.tenant_id IS NULL OR EXISTS (SELECT 1 FROM tenants t WHERE t.id = u.tenant_id AND t.status = 'active'))";
 
 impl User {
     pub fn is_admin(&self) -> bool {
-        self.role == "platform_admin"
+        self.role == Role::PlatformAdmin
+    }
+
+    /// The user acting from a browser session.
+    pub fn principal(&self) -> Principal {
+        Principal { user_id: self.id, tenant_id: self.tenant_id, role: self.role, token_actions: None }
+    }
+
+    pub fn caller(&self, meta: RequestMeta) -> Caller {
+        Caller { principal: self.principal(), meta }
     }
 }
 
@@ -76,82 +111,99 @@ impl Platform {
             outcome: Outcome::Success,
             detail: Some("first-start administrator"),
         };
-        audit::record(&mut tx, Some(id), &RequestMeta::background(), event).await?;
+        let actor = Actor { user_id: Some(id), tenant_id: None, meta: &RequestMeta::background() };
+        audit::record(&mut tx, &actor, event).await?;
         tx.commit().await?;
         Ok(Some(BootstrapAdmin { email: ADMIN_EMAIL.into(), password }))
     }
 
     /// Creates a user who can sign in with a password (for `berth admin` and tests).
+    /// Platform roles take no tenant; tenant roles need one.
     pub async fn create_user(
         &self,
         email: &str,
         display_name: &str,
         password: &str,
-        admin: bool,
+        role: Role,
+        tenant_id: Option<i64>,
     ) -> Result<User, Error> {
         let hash = hash_password(password)?;
-        let user = sqlx::query_as::<_, User>(
-            "INSERT INTO users (email, display_name, password_hash, role, created_at) VALUES (?, ?, ?, ?, ?)
-             RETURNING id, email, display_name, role",
+        let row = sqlx::query(
+            "INSERT INTO users AS u (email, display_name, password_hash, role, tenant_id, created_at)
+             VALUES (?, ?, ?, ?, ?, ?)
+             RETURNING id, email, display_name, role, tenant_id, (SELECT name FROM tenants WHERE id = tenant_id) AS tenant_name",
         )
         .bind(email.trim())
         .bind(display_name)
         .bind(hash)
-        .bind(if admin { "platform_admin" } else { "member" })
+        .bind(role.as_str())
+        .bind(tenant_id)
         .bind(now_ms())
         .fetch_one(&self.db)
         .await?;
-        Ok(user)
+        user_from_row(&row)
     }
 
     /// Checks an email and password; both outcomes are audited, and a failure says
-    /// nothing about which part was wrong.
+    /// nothing about which part was wrong (nor whether the account is suspended).
     pub async fn sign_in(&self, email: &str, password: &str, meta: &RequestMeta) -> Result<User, Error> {
-        let row: Option<(i64, String, String, String, Option<String>)> =
-            sqlx::query_as("SELECT id, email, display_name, role, password_hash FROM users WHERE email = ?")
-                .bind(email.trim())
-                .fetch_optional(&self.db)
-                .await?;
-        let hash = row.as_ref().and_then(|r| r.4.clone());
+        let row = sqlx::query(&format!(
+            "SELECT {USER_COLUMNS}, u.password_hash, {USER_IS_ACTIVE} AS active FROM users u WHERE u.email = ?"
+        ))
+        .bind(email.trim())
+        .fetch_optional(&self.db)
+        .await?;
+        let hash: Option<String> = row.as_ref().map(|r| r.try_get("password_hash")).transpose()?.flatten();
+        let active = row.as_ref().map(|r| r.try_get::<bool, _>("active")).transpose()?.unwrap_or(false);
         // Hashing is slow on purpose; keep it off the async workers.
         let password = password.to_owned();
+        let known_hash = hash.is_some();
         let ok = tokio::task::spawn_blocking(move || verify_password(&password, hash.as_deref().unwrap_or(DUMMY_HASH)))
             .await
             .map_err(Error::internal)?
-            && row.as_ref().is_some_and(|r| r.4.is_some());
+            && known_hash
+            && active;
+        let user = row.as_ref().map(user_from_row).transpose()?;
         let mut conn = self.db.acquire().await?;
-        match row.filter(|_| ok) {
-            Some((id, email, display_name, role, _)) => {
-                let event =
-                    Event { action: "session.sign_in", target: Some(&email), outcome: Outcome::Success, detail: None };
-                audit::record(&mut conn, Some(id), meta, event).await?;
-                Ok(User { id, email, display_name, role })
+        match user.filter(|_| ok) {
+            Some(user) => {
+                let event = Event {
+                    action: "session.sign_in",
+                    target: Some(&user.email),
+                    outcome: Outcome::Success,
+                    detail: None,
+                };
+                audit::record(&mut conn, &user.caller(meta.clone()).actor(), event).await?;
+                Ok(user)
             }
             None => {
                 let event = Event {
                     action: "session.sign_in",
                     target: Some(email.trim()),
                     outcome: Outcome::Failure,
-                    detail: Some("wrong email or password"),
+                    detail: Some("wrong email or password, or account not active"),
                 };
-                audit::record(&mut conn, None, meta, event).await?;
+                audit::record(&mut conn, &Actor { user_id: None, tenant_id: None, meta }, event).await?;
                 Err(Error::BadCredentials)
             }
         }
     }
 
-    pub async fn record_sign_out(&self, user_id: i64, meta: &RequestMeta) -> Result<(), Error> {
+    pub async fn record_sign_out(&self, caller: &Caller) -> Result<(), Error> {
         let mut conn = self.db.acquire().await?;
         let event = Event { action: "session.sign_out", target: None, outcome: Outcome::Success, detail: None };
-        audit::record(&mut conn, Some(user_id), meta, event).await
+        audit::record(&mut conn, &caller.actor(), event).await
     }
 
-    pub async fn user(&self, id: i64) -> Result<User, Error> {
-        sqlx::query_as::<_, User>("SELECT id, email, display_name, role FROM users WHERE id = ?")
+    /// The user behind a session or token, if they may still act (active, in an active
+    /// tenant); anyone else is `NotFound`.
+    pub async fn active_user(&self, id: i64) -> Result<User, Error> {
+        let row = sqlx::query(&format!("SELECT {USER_COLUMNS} FROM users u WHERE u.id = ? AND {USER_IS_ACTIVE}"))
             .bind(id)
             .fetch_optional(&self.db)
             .await?
-            .ok_or(Error::NotFound)
+            .ok_or(Error::NotFound)?;
+        user_from_row(&row)
     }
 }
 

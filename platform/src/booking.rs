@@ -9,11 +9,12 @@ use berth_domain::catalog::{Offering, Size};
 use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::placement::{GpuUnit, Hold, Shape};
+use berth_domain::policy::Action;
 
 use sqlx::SqliteConnection;
 
 use crate::audit::{self, Event, Outcome};
-use crate::environments::{Environment, visible_environment};
+use crate::environments::{Environment, environment_in};
 use crate::quotas::QuotaAsk;
 use crate::{Caller, Error, Platform, now_ms};
 
@@ -139,8 +140,9 @@ impl Platform {
     pub async fn change_end(&self, caller: &Caller, id: &str, new_end: &str) -> Result<Environment, Error> {
         let new_end = booking::parse_start(new_end)?.ok_or(Refusal::EndNotAfterStart)?;
         let now = now_ms();
+        self.environment_for(caller, id, Action::EnvironmentChange).await?;
         let mut tx = self.begin_write().await?;
-        let env = visible_environment(&mut tx, caller, id).await?;
+        let env = environment_in(&mut tx, id).await?;
         if !matches!(env.state, EnvState::Requested | EnvState::Provisioning | EnvState::Ready) {
             return Err(Refusal::NotResizable(env.state.as_str()).into());
         }
@@ -188,7 +190,7 @@ impl Platform {
             }
             let held: Vec<Hold> = own.iter().map(|(_, b)| b.hold).collect();
             let ask = QuotaAsk { model, window, gpus: booking::gpu_equivalents(&held), tier: env.tier };
-            self.check_quota(&mut tx, caller.user_id, ask, Some(id)).await?;
+            self.check_quota(&mut tx, env.owner_id, ask, Some(id)).await?;
         }
 
         sqlx::query("UPDATE environments SET ends_at = ? WHERE id = ?")
@@ -208,7 +210,7 @@ impl Platform {
             outcome: Outcome::Success,
             detail: Some(&detail),
         };
-        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit_and(|| self.with_book(|book| book.set_end(id, window.ends_at))).await?;
         self.wake_reconciler();
         self.environment_of(caller, id).await

@@ -1,8 +1,12 @@
-//! Demo data for `make run`: a second user whose environments already occupy part of the
-//! fleet, so the catalog and placement have something to show on a first visit.
+//! Demo data for `make run`: two tenants, and a member of the first whose environments
+//! already occupy part of the fleet, so the catalog and placement have something to show on
+//! a first visit.
 
 use berth_domain::booking::HOUR_MS;
 use berth_domain::launch::LaunchRequest;
+
+use berth_domain::policy::{Principal, Role};
+use berth_domain::tenancy::Isolation;
 
 use crate::{Caller, Error, Platform, RequestMeta};
 
@@ -18,16 +22,22 @@ impl Platform {
         if exists > 0 {
             return Ok(());
         }
+        let meta = RequestMeta { request_id: "demo-seed".into(), source: None };
+        let acme = self.ensure_tenant("acme", "Acme Research", Isolation::Soft).await?;
+        self.ensure_tenant("globex", "Globex AI", Isolation::Hard).await?;
         let user_id: i64 = sqlx::query_scalar(
-            "INSERT INTO users (email, display_name, password_hash, role, created_at)
-             VALUES (?, 'Dana Demo', NULL, 'member', ?) RETURNING id",
+            "INSERT INTO users (email, display_name, password_hash, role, tenant_id, created_at)
+             VALUES (?, 'Dana Demo', NULL, 'member', ?, ?) RETURNING id",
         )
         .bind(DEMO_EMAIL)
+        .bind(acme)
         .bind(crate::now_ms())
         .fetch_one(&self.db)
         .await?;
-        let dana =
-            Caller { user_id, is_admin: false, meta: RequestMeta { request_id: "demo-seed".into(), source: None } };
+        let dana = Caller {
+            principal: Principal { user_id, tenant_id: Some(acme), role: Role::Member, token_actions: None },
+            meta,
+        };
         // Three running now, and two booked ahead so the calendar has something to show.
         let launches = [
             ("notebook", "h100-3g.40gb", "llm-finetune-nb", "", "", 0, 12),

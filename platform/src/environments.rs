@@ -7,9 +7,11 @@ use berth_domain::gpu::GpuModel;
 use berth_domain::launch::{self, LaunchRequest};
 use berth_domain::lifecycle::{Desired, EnvState, Phase, Step};
 use berth_domain::mig::MigProfile;
+use berth_domain::policy::{Action, Target};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection};
 
+use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
 use crate::backend::Connection;
 use crate::booking::utc_short;
@@ -21,6 +23,8 @@ use crate::{Caller, Error, Platform, now_ms};
 pub struct Environment {
     pub id: String,
     pub owner_id: i64,
+    /// `None` for platform staff's own environments.
+    pub tenant_id: Option<i64>,
     pub name: String,
     pub offering: Offering,
     pub size: &'static Size,
@@ -74,7 +78,7 @@ pub struct EnvironmentDetail {
 }
 
 pub(crate) const ENVIRONMENT_COLUMNS: &str =
-    "id, owner_id, name, offering, size_id, image, command, cents_per_hour, state,
+    "id, owner_id, tenant_id, name, offering, size_id, image, command, cents_per_hour, state,
      desired, failure_reason, connection, created_at, starts_at, ends_at, state_changed_at, ready_at, finished_at, tier";
 
 pub(crate) fn environment_from_row(row: &SqliteRow) -> Result<Environment, Error> {
@@ -88,6 +92,7 @@ pub(crate) fn environment_from_row(row: &SqliteRow) -> Result<Environment, Error
     Ok(Environment {
         id: row.try_get("id")?,
         owner_id: row.try_get("owner_id")?,
+        tenant_id: row.try_get("tenant_id")?,
         name: row.try_get("name")?,
         offering,
         size: offering.size(&size_id).ok_or_else(|| corrupt("size"))?,
@@ -114,6 +119,7 @@ impl Platform {
     /// transaction together with the quota check: either all of it is written or none,
     /// and two bookings can never be given the same GPU or slice at the same time.
     pub async fn launch(&self, caller: &Caller, request: &LaunchRequest) -> Result<Environment, Error> {
+        self.authorize_in_tenant(caller, Action::EnvironmentLaunch).await?;
         let spec = launch::validate(request)?;
         let now = now_ms();
         let start = rules::parse_start(&request.start)?;
@@ -128,7 +134,7 @@ impl Platform {
         let in_use: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM environments WHERE owner_id = ? AND name = ? AND state NOT IN ('released', 'failed')",
         )
-        .bind(caller.user_id)
+        .bind(caller.user_id())
         .bind(&spec.name)
         .fetch_one(&mut *tx)
         .await?;
@@ -151,17 +157,18 @@ impl Platform {
             },
         };
         let ask = QuotaAsk { model, window, gpus: rules::gpu_equivalents(&assignments), tier };
-        self.check_quota(&mut tx, caller.user_id, ask, None).await?;
+        self.check_quota(&mut tx, caller.user_id(), ask, None).await?;
         let reclaimed = self.reclaim(&mut tx, &reclaim, window, now).await?;
 
         let id = uuid::Uuid::new_v4().to_string();
         sqlx::query(
-            "INSERT INTO environments (id, owner_id, name, offering, size_id, image, command, cents_per_hour, state,
-                 desired, created_at, starts_at, ends_at, state_changed_at, tier)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'requested', 'running', ?, ?, ?, ?, ?)",
+            "INSERT INTO environments (id, owner_id, tenant_id, name, offering, size_id, image, command, cents_per_hour,
+                 state, desired, created_at, starts_at, ends_at, state_changed_at, tier)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'requested', 'running', ?, ?, ?, ?, ?)",
         )
         .bind(&id)
-        .bind(caller.user_id)
+        .bind(caller.user_id())
+        .bind(caller.tenant_id())
         .bind(&spec.name)
         .bind(spec.offering.id())
         .bind(spec.size.id)
@@ -199,13 +206,13 @@ impl Platform {
         );
         let event =
             Event { action: "environment.launch", target: Some(&id), outcome: Outcome::Success, detail: Some(&detail) };
-        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit_and(|| {
             self.with_book(|book| {
                 for (victim, ends_at) in &reclaimed {
                     book.set_end(victim, *ends_at);
                 }
-                book.add(&id, caller.user_id, &assignments, window, tier == Tier::Spot);
+                book.add(&id, caller.user_id(), &assignments, window, tier == Tier::Spot);
             })
         })
         .await?;
@@ -215,8 +222,9 @@ impl Platform {
 
     /// Asks for the environment to be torn down; the reconciler does the rest.
     pub async fn stop(&self, caller: &Caller, id: &str) -> Result<Environment, Error> {
+        self.environment_for(caller, id, Action::EnvironmentChange).await?;
         let mut tx = self.begin_write().await?;
-        let env = visible_environment(&mut tx, caller, id).await?;
+        let env = environment_in(&mut tx, id).await?;
         if !env.state.is_stoppable() || env.desired == Desired::Released {
             let what = if env.state.is_stoppable() || env.state == EnvState::TearingDown {
                 "stopping"
@@ -227,32 +235,61 @@ impl Platform {
         }
         sqlx::query("UPDATE environments SET desired = 'released' WHERE id = ?").bind(id).execute(&mut *tx).await?;
         let event = Event { action: "environment.stop", target: Some(id), outcome: Outcome::Success, detail: None };
-        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit().await?;
         self.wake_reconciler();
         self.environment_of(caller, id).await
     }
 
-    /// The caller's environments, newest first.
+    /// The caller's own environments, newest first.
     pub async fn environments_of_owner(&self, caller: &Caller) -> Result<Vec<Environment>, Error> {
+        self.authorize_in_tenant(caller, Action::EnvironmentRead).await?;
         let rows = sqlx::query(&format!(
             "SELECT {ENVIRONMENT_COLUMNS} FROM environments WHERE owner_id = ? ORDER BY created_at DESC, id LIMIT 200"
         ))
-        .bind(caller.user_id)
+        .bind(caller.user_id())
         .fetch_all(&self.db)
         .await?;
         rows.iter().map(environment_from_row).collect()
     }
 
+    /// Every environment the caller may see (their tenant's for tenant admins and viewers,
+    /// all for platform staff), newest first.
+    pub async fn environments_in_reach(&self, caller: &Caller) -> Result<Vec<Environment>, Error> {
+        self.authorize_in_tenant(caller, Action::EnvironmentRead).await?;
+        let scope = Scope::of(caller, Action::EnvironmentRead).ok_or(Error::Forbidden)?;
+        let sql = format!(
+            "SELECT {ENVIRONMENT_COLUMNS} FROM environments WHERE {} ORDER BY created_at DESC, id LIMIT 500",
+            Scope::condition("owner_id")
+        );
+        let rows = scope.bind(sqlx::query(&sql)).fetch_all(&self.db).await?;
+        rows.iter().map(environment_from_row).collect()
+    }
+
+    /// The environment `id` if the caller may see it.
     pub async fn environment_of(&self, caller: &Caller, id: &str) -> Result<Environment, Error> {
+        self.environment_for(caller, id, Action::EnvironmentRead).await
+    }
+
+    /// The environment `id` if the caller may take `action` on it. Otherwise `NotFound`
+    /// (or `Forbidden` when they may see it but not do this), and the denial is audited.
+    pub(crate) async fn environment_for(
+        &self,
+        caller: &Caller,
+        id: &str,
+        action: Action,
+    ) -> Result<Environment, Error> {
         let mut conn = self.db.acquire().await?;
-        visible_environment(&mut conn, caller, id).await
+        let env = environment_in(&mut conn, id).await?;
+        drop(conn);
+        self.authorize(caller, action, Target::Owned { tenant_id: env.tenant_id, owner_id: env.owner_id }).await?;
+        Ok(env)
     }
 
     /// One environment with its step journal and the capacity it holds or held.
     pub async fn environment_detail(&self, caller: &Caller, id: &str) -> Result<EnvironmentDetail, Error> {
+        let environment = self.environment_of(caller, id).await?;
         let mut conn = self.db.acquire().await?;
-        let environment = visible_environment(&mut conn, caller, id).await?;
         let steps = sqlx::query(
             "SELECT phase, idx, step, status, attempts, started_at, finished_at, detail
              FROM environment_steps WHERE environment_id = ? ORDER BY phase = 'teardown', idx",
@@ -291,21 +328,14 @@ impl Platform {
     }
 }
 
-/// An environment the caller may see: their own, or any for a platform admin. Anything
-/// else is `NotFound`, exactly like an id that does not exist.
-pub(crate) async fn visible_environment(
-    conn: &mut SqliteConnection,
-    caller: &Caller,
-    id: &str,
-) -> Result<Environment, Error> {
-    let row =
-        sqlx::query(&format!("SELECT {ENVIRONMENT_COLUMNS} FROM environments WHERE id = ? AND (owner_id = ? OR ?)"))
-            .bind(id)
-            .bind(caller.user_id)
-            .bind(caller.is_admin)
-            .fetch_optional(&mut *conn)
-            .await?
-            .ok_or(Error::NotFound)?;
+/// One environment, read inside the caller's transaction (after `environment_for` has
+/// checked who may act on it: an environment's owner and tenant never change).
+pub(crate) async fn environment_in(conn: &mut SqliteConnection, id: &str) -> Result<Environment, Error> {
+    let row = sqlx::query(&format!("SELECT {ENVIRONMENT_COLUMNS} FROM environments WHERE id = ?"))
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(Error::NotFound)?;
     environment_from_row(&row)
 }
 

@@ -12,6 +12,10 @@ pub enum Error {
     /// Also what a caller gets for someone else's object, so ids reveal nothing.
     #[error("not found")]
     NotFound,
+    /// The caller's role does not include the action. Only given where the caller may
+    /// see the object anyway; otherwise it is `NotFound`.
+    #[error("your role does not allow this")]
+    Forbidden,
     #[error("sign in to continue")]
     Unauthenticated,
     /// Deliberately vague: it must not tell which of email or password was wrong.

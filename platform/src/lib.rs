@@ -4,6 +4,7 @@
 //! Callers hold a [`Platform`] and call one method per user action; every method returns
 //! this layer's one error type, [`Error`].
 
+pub mod access;
 pub mod accounts;
 pub mod audit;
 pub mod backend;
@@ -18,6 +19,8 @@ mod quotas;
 pub mod reconciler;
 mod spot;
 pub mod store;
+pub mod tenants;
+pub mod tokens;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -25,6 +28,7 @@ use std::sync::Arc;
 use berth_domain::booking::BookingPolicy;
 use berth_domain::gpu::GpuModel;
 use berth_domain::placement::GpuUnit;
+use berth_domain::policy::Principal;
 use sqlx::SqlitePool;
 use tokio::sync::Notify;
 
@@ -96,12 +100,21 @@ impl RequestMeta {
     }
 }
 
-/// A signed-in user making a request.
+/// A signed-in user (or an API token acting for one) making a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Caller {
-    pub user_id: i64,
-    pub is_admin: bool,
+    pub principal: Principal,
     pub meta: RequestMeta,
+}
+
+impl Caller {
+    pub fn user_id(&self) -> i64 {
+        self.principal.user_id
+    }
+
+    pub fn tenant_id(&self) -> Option<i64> {
+        self.principal.tenant_id
+    }
 }
 
 /// Locks a mutex over plain in-memory bookkeeping. A panic elsewhere cannot leave such

@@ -6,6 +6,7 @@ use berth_domain::Refusal;
 use berth_domain::booking::{self, Window};
 use berth_domain::gpu::GpuModel;
 use berth_domain::mig::MigProfile;
+use berth_domain::policy::{Action, Target};
 use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
@@ -88,9 +89,7 @@ impl Platform {
         end: &str,
         reason: &str,
     ) -> Result<(MaintenanceWindow, Vec<AffectedBooking>), Error> {
-        if !caller.is_admin {
-            return Err(Error::NotFound);
-        }
+        self.authorize(caller, Action::FleetManage, Target::Platform).await?;
         let now = now_ms();
         let reason = reason.trim();
         if reason.is_empty() {
@@ -132,7 +131,7 @@ impl Platform {
         .bind(starts_at)
         .bind(ends_at)
         .bind(reason)
-        .bind(caller.user_id)
+        .bind(caller.user_id())
         .bind(now)
         .fetch_one(&mut *tx)
         .await?;
@@ -159,7 +158,7 @@ impl Platform {
             outcome: Outcome::Success,
             detail: Some(&detail),
         };
-        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        audit::record(&mut tx, &caller.actor(), event).await?;
         let window = Window { starts_at, ends_at };
         tx.commit_and(|| self.with_book(|book| book.add_maintenance(&hold_id(id), &gpus, window))).await?;
         let scheduled = MaintenanceWindow {
@@ -185,9 +184,7 @@ impl Platform {
         health: &str,
         note: &str,
     ) -> Result<Vec<AffectedBooking>, Error> {
-        if !caller.is_admin {
-            return Err(Error::NotFound);
-        }
+        self.authorize(caller, Action::FleetManage, Target::Platform).await?;
         if !matches!(health, "healthy" | "degraded" | "failed") {
             return Err(Refusal::InvalidHealth(health.to_owned()).into());
         }
@@ -216,7 +213,7 @@ impl Platform {
         let detail = if note.is_empty() { health.to_owned() } else { format!("{health}: {note}") };
         let event =
             Event { action: "gpu.health", target: Some(&target), outcome: Outcome::Success, detail: Some(&detail) };
-        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        audit::record(&mut tx, &caller.actor(), event).await?;
         // Placement reads the fleet from memory: read it again with this GPU's new health.
         tx.commit_and(|| self.forget_fleet()).await?;
         Ok(affected)
@@ -224,9 +221,7 @@ impl Platform {
 
     /// Ends a maintenance window early (or calls it off). Platform admins only.
     pub async fn cancel_maintenance(&self, caller: &Caller, id: i64) -> Result<(), Error> {
-        if !caller.is_admin {
-            return Err(Error::NotFound);
-        }
+        self.authorize(caller, Action::FleetManage, Target::Platform).await?;
         let mut tx = self.begin_write().await?;
         let changed =
             sqlx::query("UPDATE maintenance_windows SET cancelled_at = ? WHERE id = ? AND cancelled_at IS NULL")
@@ -241,7 +236,7 @@ impl Platform {
         let target = format!("maintenance:{id}");
         let event =
             Event { action: "maintenance.cancel", target: Some(&target), outcome: Outcome::Success, detail: None };
-        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit_and(|| self.with_book(|book| book.release(&hold_id(id)))).await?;
         Ok(())
     }
@@ -249,9 +244,7 @@ impl Platform {
     /// Every node in service with its GPUs, what is booked on each and its maintenance
     /// windows, between `from` and `to`. Platform admins only.
     pub async fn fleet_schedule(&self, caller: &Caller, from: i64, to: i64) -> Result<Vec<NodeSchedule>, Error> {
-        if !caller.is_admin {
-            return Err(Error::NotFound);
-        }
+        self.authorize(caller, Action::FleetRead, Target::Platform).await?;
         let now = now_ms();
         let mut conn = self.db.acquire().await?;
         let mut nodes: BTreeMap<i64, NodeSchedule> = BTreeMap::new();

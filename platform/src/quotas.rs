@@ -8,6 +8,7 @@ use berth_domain::booking::{self, Quota, Tier, Usage, Window};
 use berth_domain::gpu::GpuModel;
 use berth_domain::mig::MigProfile;
 use berth_domain::placement::Hold;
+use berth_domain::policy::{Action, Target};
 use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
@@ -32,9 +33,7 @@ impl Platform {
     /// Every quota row: everyone's default (`None`) first, then per user by email.
     /// Platform admins only.
     pub async fn quotas(&self, caller: &Caller) -> Result<Vec<(Option<String>, Quota)>, Error> {
-        if !caller.is_admin {
-            return Err(Error::NotFound);
-        }
+        self.authorize(caller, Action::QuotaRead, Target::Platform).await?;
         let rows = sqlx::query(
             "SELECT u.email, q.max_gpus, q.gpu_hours_per_month, q.max_booking_hours, q.max_overlapping, q.allow_spot
              FROM quotas q LEFT JOIN users u ON u.id = q.user_id ORDER BY q.user_id IS NOT NULL, u.email",
@@ -47,9 +46,7 @@ impl Platform {
     /// Sets the limits of the user with `email`, or everyone's default when it is empty.
     /// Platform admins only.
     pub async fn set_quota_for(&self, caller: &Caller, email: &str, quota: &Quota) -> Result<(), Error> {
-        if !caller.is_admin {
-            return Err(Error::NotFound);
-        }
+        self.authorize(caller, Action::QuotaManage, Target::Platform).await?;
         let email = email.trim();
         let user_id = if email.is_empty() {
             None
@@ -63,9 +60,7 @@ impl Platform {
 
     /// Sets `user_id`'s limits, or everyone's default with `None`. Platform admins only.
     pub async fn set_quota(&self, caller: &Caller, user_id: Option<i64>, quota: &Quota) -> Result<(), Error> {
-        if !caller.is_admin {
-            return Err(Error::NotFound);
-        }
+        self.authorize(caller, Action::QuotaManage, Target::Platform).await?;
         let mut tx = self.begin_write().await?;
         sqlx::query("DELETE FROM quotas WHERE user_id IS ?").bind(user_id).execute(&mut *tx).await?;
         sqlx::query(
@@ -86,7 +81,7 @@ impl Platform {
         let detail = format!("{quota:?}");
         let event =
             Event { action: "quota.set", target: Some(&target), outcome: Outcome::Success, detail: Some(&detail) };
-        audit::record(&mut tx, Some(caller.user_id), &caller.meta, event).await?;
+        audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit().await?;
         Ok(())
     }

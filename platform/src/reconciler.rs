@@ -18,7 +18,7 @@ use sqlx::Row;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
-use crate::audit::{self, Event, Outcome};
+use crate::audit::{self, Actor, Event, Outcome};
 use crate::backend::{Backend, PlacedUnit, StepOutput, Workload};
 use crate::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row, held_units};
 use crate::{Error, Platform, RequestMeta, lock, now_ms};
@@ -220,7 +220,12 @@ impl Reconciler {
             let outcome = if next == EnvState::Failed { Outcome::Failure } else { Outcome::Success };
             let event =
                 Event { action: &action, target: Some(&env.id), outcome, detail: env.failure_reason.as_deref() };
-            audit::record(&mut tx, Some(env.owner_id), &RequestMeta::background(), event).await?;
+            audit::record(
+                &mut tx,
+                &Actor { user_id: Some(env.owner_id), tenant_id: env.tenant_id, meta: &RequestMeta::background() },
+                event,
+            )
+            .await?;
         }
         tx.commit().await?;
         tracing::info!(environment = %env.id, from = %env.state, to = %next, "environment state changed");

@@ -7,10 +7,10 @@ use std::sync::Arc;
 use berth_domain::booking::{Tier, Timeline, Window};
 use berth_domain::placement::{Hold, Shape};
 
-use crate::audit::{self, Event, Outcome};
+use crate::audit::{self, Actor, Event, Outcome};
 use crate::booking::utc_short;
 use crate::store::WriteTx;
-use crate::{Error, Platform, RequestMeta};
+use crate::{Error, Platform};
 
 impl Platform {
     /// Placement for a guaranteed booking that found no free capacity: placed as if no spot
@@ -67,10 +67,10 @@ impl Platform {
             .bind(&**victim)
             .execute(&mut **tx)
             .await?;
-            let ends_at: i64 = sqlx::query_scalar(
+            let (ends_at, tenant_id): (i64, Option<i64>) = sqlx::query_as(
                 "UPDATE environments SET failure_reason = coalesce(failure_reason, ?),
                      ends_at = max(starts_at + 1, min(ends_at, ?))
-                 WHERE id = ? AND tier = 'spot' RETURNING ends_at",
+                 WHERE id = ? AND tier = 'spot' RETURNING ends_at, tenant_id",
             )
             .bind(&reason)
             .bind(window.starts_at)
@@ -83,7 +83,7 @@ impl Platform {
                 outcome: Outcome::Success,
                 detail: Some(&reason),
             };
-            audit::record(tx, None, &RequestMeta::background(), event).await?;
+            audit::record(tx, &Actor::background(tenant_id), event).await?;
             ends.push((victim.clone(), ends_at));
         }
         Ok(ends)

@@ -12,6 +12,7 @@ use berth_domain::gpu::GpuModel;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::lifecycle::EnvState;
 use berth_domain::placement::Shape;
+use berth_domain::policy::Role;
 use berth_platform::environments::Environment;
 use berth_platform::{Error, now_ms};
 use common::TestBerth;
@@ -156,10 +157,10 @@ async fn cancelling_a_future_booking_frees_it_without_provisioning(pool: SqliteP
 #[sqlx::test(migrations = "../migrations")]
 async fn quotas_count_gpu_equivalents_and_explain_themselves(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
-    let admin = berth_platform::Caller { is_admin: true, ..berth.caller.clone() };
+    let admin = berth.admin().await;
     let quota = Quota { max_gpus: Some(1.0), ..Quota::default() };
     let denied = berth.platform.set_quota(&berth.caller, None, &quota).await;
-    assert!(matches!(denied, Err(Error::NotFound)), "members cannot set quotas");
+    assert!(matches!(denied, Err(Error::Forbidden)), "members cannot set quotas");
     berth.platform.set_quota(&admin, None, &quota).await.expect("default quota");
 
     let notebook = |size: &str, name: &str| LaunchRequest {
@@ -183,15 +184,15 @@ async fn quotas_count_gpu_equivalents_and_explain_themselves(pool: SqlitePool) {
     berth.platform.launch(&berth.caller, &later).await.expect("fits tomorrow");
 
     let personal = Quota { max_gpus: Some(4.0), max_booking_hours: Some(1), ..Quota::default() };
-    berth.platform.set_quota(&admin, Some(berth.caller.user_id), &personal).await.expect("personal quota");
+    berth.platform.set_quota(&admin, Some(berth.caller.user_id()), &personal).await.expect("personal quota");
     let err = berth.platform.launch(&berth.caller, &notebook("h100-1g.10gb", "d")).await.expect_err("too long");
     assert_eq!(err.to_string(), "quota: bookings are limited to 1 hours; this one is 2 hours");
-    assert_eq!(berth.platform.quota_of(berth.caller.user_id).await.expect("quota"), personal);
+    assert_eq!(berth.platform.quota_of(berth.caller.user_id()).await.expect("quota"), personal);
     let listed = berth.platform.quotas(&admin).await.expect("list");
     assert_eq!(listed, vec![(None, quota), (Some("dana@example.com".to_owned()), personal)]);
     let unknown = berth.platform.set_quota_for(&admin, "nobody@example.com", &quota).await;
     assert_eq!(unknown.expect_err("unknown").to_string(), "there is no user with the email \"nobody@example.com\"");
-    assert!(matches!(berth.platform.quotas(&berth.caller).await, Err(Error::NotFound)));
+    assert!(matches!(berth.platform.quotas(&berth.caller).await, Err(Error::Forbidden)));
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -220,7 +221,7 @@ async fn availability_shows_bookings_and_the_earliest_start(pool: SqlitePool) {
 #[sqlx::test(migrations = "../migrations")]
 async fn maintenance_blocks_new_bookings_and_lists_the_ones_in_the_way(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
-    let admin = berth_platform::Caller { is_admin: true, ..berth.caller.clone() };
+    let admin = berth.admin().await;
     let t0 = now_ms() + DAY_MS;
     let mine = book(&berth, "h100-node-1", "in-the-way", Some(t0), 2).await.expect("book");
     let node: String = sqlx::query_scalar(
@@ -233,7 +234,7 @@ async fn maintenance_blocks_new_bookings_and_lists_the_ones_in_the_way(pool: Sql
     .expect("node");
 
     let denied = berth.platform.schedule_maintenance(&berth.caller, &node, None, "", &rfc3339(t0), "firmware").await;
-    assert!(matches!(denied, Err(Error::NotFound)), "members cannot schedule maintenance");
+    assert!(matches!(denied, Err(Error::Forbidden)), "members cannot schedule maintenance");
     let unknown = berth.platform.schedule_maintenance(&admin, "no-such-node", None, "", &rfc3339(t0), "x").await;
     assert_eq!(unknown.expect_err("unknown").to_string(), "there is no node called \"no-such-node\"");
     let no_reason = berth.platform.schedule_maintenance(&admin, &node, None, "", &rfc3339(t0), " ").await;
@@ -298,9 +299,9 @@ async fn the_launch_form_learns_what_is_free_now_and_when_it_will_be(pool: Sqlit
 #[sqlx::test(migrations = "../migrations")]
 async fn spot_bookings_go_beyond_the_quota_and_are_reclaimed_by_guaranteed_ones(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
-    let admin = berth_platform::Caller { is_admin: true, ..berth.caller.clone() };
+    let admin = berth.admin().await;
     let bursty = Quota { max_gpus: Some(0.0), allow_spot: true, ..Quota::default() };
-    berth.platform.set_quota(&admin, Some(berth.caller.user_id), &bursty).await.expect("quota");
+    berth.platform.set_quota(&admin, Some(berth.caller.user_id()), &bursty).await.expect("quota");
     let spot = |name: &str, start: String| LaunchRequest {
         offering: "cluster".into(),
         size: "h100-node-1".into(),
@@ -320,8 +321,7 @@ async fn spot_bookings_go_beyond_the_quota_and_are_reclaimed_by_guaranteed_ones(
     berth.wait_for(&first.id, EnvState::Ready).await;
 
     // Someone without a quota needs one H100 now: a spot booking gives way.
-    let eve = berth.platform.create_user("eve@example.com", "Eve", "another passphrase", false).await.expect("eve");
-    let eve = berth_platform::Caller { user_id: eve.id, ..berth.caller.clone() };
+    let eve = berth.user_with("eve@example.com", Role::Member).await;
     let request = LaunchRequest {
         offering: "training".into(),
         size: "h100-1".into(),
@@ -379,7 +379,7 @@ async fn a_refusal_suggests_another_gpu_model_that_is_free(pool: SqlitePool) {
 #[sqlx::test(migrations = "../migrations")]
 async fn a_gpu_marked_failed_takes_no_new_bookings(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
-    let admin = berth_platform::Caller { is_admin: true, ..berth.caller.clone() };
+    let admin = berth.admin().await;
     let running = book(&berth, "h100-1", "on-gpu", None, 2).await.expect("book");
     let (node, index): (String, i64) = sqlx::query_as(
         "SELECT n.name, g.idx FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
@@ -390,7 +390,7 @@ async fn a_gpu_marked_failed_takes_no_new_bookings(pool: SqlitePool) {
     .await
     .expect("gpu");
     let denied = berth.platform.set_gpu_health(&berth.caller, &node, index, "failed", "").await;
-    assert!(matches!(denied, Err(Error::NotFound)));
+    assert!(matches!(denied, Err(Error::Forbidden)));
     let bad = berth.platform.set_gpu_health(&admin, &node, index, "broken", "").await;
     assert_eq!(bad.expect_err("bad").to_string(), "health must be healthy, degraded or failed, not \"broken\"");
     let missing = berth.platform.set_gpu_health(&admin, &node, 9, "failed", "").await;
@@ -416,7 +416,7 @@ async fn a_gpu_marked_failed_takes_no_new_bookings(pool: SqlitePool) {
 #[sqlx::test(migrations = "../migrations")]
 async fn maintenance_on_one_gpu_leaves_the_rest_of_its_node_bookable(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
-    let admin = berth_platform::Caller { is_admin: true, ..berth.caller.clone() };
+    let admin = berth.admin().await;
     let t0 = now_ms() + DAY_MS;
     let (start, end) = (rfc3339(t0), rfc3339(t0 + 4 * HOUR_MS));
     let missing = berth.platform.schedule_maintenance(&admin, "h100-01", Some(7), &start, &end, "reseat").await;

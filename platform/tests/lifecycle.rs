@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use berth_domain::Refusal;
 use berth_domain::lifecycle::{EnvState, Phase, Step};
+use berth_domain::policy::Role;
 use berth_platform::Error;
 use berth_platform::backend::simulated::FaultRule;
 use common::TestBerth;
@@ -157,8 +158,7 @@ async fn refusals_write_nothing(pool: SqlitePool) {
 async fn someone_elses_environment_is_not_found(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
     let env = berth.launch("notebook", "l40s-1", "mine").await.expect("launch");
-    let other = berth.platform.create_user("eve@example.com", "Eve", "another passphrase", false).await.expect("user");
-    let eve = berth_platform::Caller { user_id: other.id, ..berth.caller.clone() };
+    let eve = berth.user_with("eve@example.com", Role::Member).await;
     assert!(matches!(berth.platform.environment_of(&eve, &env.id).await, Err(Error::NotFound)));
     assert!(matches!(berth.platform.stop(&eve, &env.id).await, Err(Error::NotFound)));
     assert!(matches!(berth.platform.environment_of(&eve, "no-such-id").await, Err(Error::NotFound)));

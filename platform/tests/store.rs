@@ -4,6 +4,7 @@
 mod common;
 
 use berth_domain::fleet::FleetSpec;
+use berth_domain::policy::Role;
 use berth_platform::{Error, Platform, RequestMeta};
 use common::SMALL_FLEET;
 use sqlx::SqlitePool;
@@ -73,7 +74,8 @@ async fn audit_rows_cannot_be_changed_or_deleted(pool: SqlitePool) {
 async fn the_database_refuses_overlapping_reservations_and_double_release(pool: SqlitePool) {
     let platform = Platform::new(pool.clone());
     platform.sync_fleet(&FleetSpec::parse(SMALL_FLEET).expect("fleet")).await.expect("sync");
-    let owner = platform.create_user("o@example.com", "O", "passphrase here", false).await.expect("user");
+    let owner =
+        platform.create_user("o@example.com", "O", "passphrase here", Role::PlatformAdmin, None).await.expect("user");
     sqlx::query(
         "INSERT INTO environments (id, owner_id, name, offering, size_id, cents_per_hour, state, desired, created_at,
             starts_at, ends_at, state_changed_at) VALUES ('e1', ?, 'n', 'notebook', 'h100-3g.40gb', 1, 'requested', 'running', 0, 0, 100, 0)",

@@ -59,6 +59,11 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "BERTH_LISTEN", default_value = "127.0.0.1:3000")]
     pub listen: SocketAddr,
+    /// The URL users reach Berth at (behind a TLS proxy: `https://berth.example.com`).
+    /// Defaults to `http://<listen>`, which is allowed only on loopback. Sign-in callbacks
+    /// and secure cookies follow from it.
+    #[arg(long, env = "BERTH_PUBLIC_URL")]
+    pub public_url: Option<String>,
     /// Where GPUs come from.
     #[arg(long, env = "BERTH_BACKEND", value_enum, default_value = "simulated")]
     pub backend: BackendKind,
@@ -117,6 +122,7 @@ async fn open_database(url: &str) -> Result<sqlx::SqlitePool, String> {
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
+    let public = args.public()?;
     let fleet_text = std::fs::read_to_string(&args.fleet)
         .map_err(|e| format!("cannot read the fleet description {}: {e}", args.fleet.display()))?;
     let fleet = FleetSpec::parse(&fleet_text).map_err(|e| format!("{}: {e}", args.fleet.display()))?;
@@ -150,12 +156,12 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = reconciler_stop.wait_for(|stop| *stop).await;
     }));
 
-    let router = crate::http::router(platform, pool, &args).await?;
+    let router = crate::http::router(platform, pool, &args, &public).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     tracing::info!(listen = %args.listen, gpus = fleet.gpu_count(), nodes = fleet.nodes.len(), "berth is serving");
-    print_welcome(&args, admin.as_ref());
+    print_welcome(&args, &public, admin.as_ref());
 
     tokio::spawn(shutdown_signal(stop_tx));
     let mut server_stop = stop_rx;
@@ -191,8 +197,8 @@ async fn shutdown_signal(stop: tokio::sync::watch::Sender<bool>) {
 }
 
 #[allow(clippy::print_stdout)]
-fn print_welcome(args: &ServeArgs, admin: Option<&berth_platform::accounts::BootstrapAdmin>) {
-    let url = format!("http://{}", args.listen);
+fn print_welcome(args: &ServeArgs, public: &PublicUrl, admin: Option<&berth_platform::accounts::BootstrapAdmin>) {
+    let url = &public.url;
     println!();
     println!("  Berth is running at {url}");
     println!("  Database: {}   Fleet: {}", args.db.database, args.fleet.display());
@@ -208,4 +214,41 @@ fn print_welcome(args: &ServeArgs, admin: Option<&berth_platform::accounts::Boot
         ),
     }
     println!();
+}
+
+/// Where users reach Berth, and what follows from it for cookies and headers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PublicUrl {
+    /// Without a trailing slash.
+    pub url: String,
+    /// Served over TLS (directly or by a proxy in front): `Secure` cookies with the
+    /// `__Host-` prefix, and HSTS.
+    pub tls: bool,
+}
+
+impl ServeArgs {
+    /// The public URL, refusing plain http anywhere but loopback: session cookies must
+    /// not cross a network in the clear.
+    pub fn public(&self) -> Result<PublicUrl, String> {
+        let url = self.public_url.clone().unwrap_or_else(|| format!("http://{}", self.listen));
+        let url = url.trim_end_matches('/').to_owned();
+        if url.starts_with("https://") {
+            return Ok(PublicUrl { url, tls: true });
+        }
+        let host = url
+            .strip_prefix("http://")
+            .ok_or_else(|| format!("--public-url must start with https:// or http://, not {url}"))?;
+        let host = host.split('/').next().unwrap_or_default();
+        let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
+        let loopback =
+            matches!(name, "localhost" | "[::1]") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        if loopback && self.listen.ip().is_loopback() {
+            Ok(PublicUrl { url, tls: false })
+        } else {
+            Err(format!(
+                "plain http is allowed only on loopback; serve Berth behind TLS and set --public-url https://... (got {url}, listening on {})",
+                self.listen
+            ))
+        }
+    }
 }

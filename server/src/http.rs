@@ -21,7 +21,7 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::SqliteStore;
 
-use crate::cli::ServeArgs;
+use crate::cli::{PublicUrl, ServeArgs};
 use crate::metrics::HttpMetrics;
 
 #[derive(Clone, FromRef)]
@@ -31,7 +31,12 @@ pub struct AppState {
     pub metrics: Arc<HttpMetrics>,
 }
 
-pub async fn router(platform: Platform, pool: sqlx::SqlitePool, args: &ServeArgs) -> Result<Router, String> {
+pub async fn router(
+    platform: Platform,
+    pool: sqlx::SqlitePool,
+    args: &ServeArgs,
+    public: &PublicUrl,
+) -> Result<Router, String> {
     let leptos_options = LeptosOptions::builder()
         .output_name("berth")
         .site_root(args.site_root.as_str())
@@ -43,12 +48,15 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, args: &ServeArgs
 
     let sessions = SqliteStore::new(pool);
     sessions.migrate().await.map_err(|e| format!("cannot prepare the session table: {e}"))?;
+    // `__Host-` binds the cookie to this exact origin (Secure, no Domain, Path=/); plain
+    // http on loopback cannot carry it, and gets a plain name.
     let session_layer = SessionManagerLayer::new(sessions)
-        .with_name("berth_session")
+        .with_name(if public.tls { "__Host-berth_session" } else { "berth_session" })
+        .with_path("/")
         .with_http_only(true)
         .with_same_site(SameSite::Lax)
-        .with_secure(!args.listen.ip().is_loopback())
-        .with_expiry(Expiry::OnInactivity(tower_sessions::cookie::time::Duration::hours(12)));
+        .with_secure(public.tls)
+        .with_expiry(Expiry::OnInactivity(tower_sessions::cookie::time::Duration::minutes(IDLE_TIMEOUT_MINUTES)));
 
     let routes = generate_route_list(App);
     let context_platform = platform.clone();
@@ -65,6 +73,12 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, args: &ServeArgs
         .layer(middleware::from_fn(same_origin_writes))
         .layer(middleware::from_fn_with_state(state.clone(), record_metrics))
         .layer(security_headers())
+        .layer(tower::util::option_layer(public.tls.then(|| {
+            SetResponseHeaderLayer::if_not_present(
+                header::STRICT_TRANSPORT_SECURITY,
+                HeaderValue::from_static("max-age=31536000; includeSubDomains"),
+            )
+        })))
         .layer(TraceLayer::new_for_http().make_span_with(|request: &Request| {
             let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
             tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id)
@@ -75,6 +89,9 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, args: &ServeArgs
     Ok(router)
 }
 
+/// A session unused this long ends (the absolute limit is in the app's session code).
+const IDLE_TIMEOUT_MINUTES: i64 = 120;
+
 /// Scripts and styles only from this origin (inline ones are the hydration bootstrap and
 /// Leptos' own; a per-request nonce would let `'unsafe-inline'` go), WebAssembly allowed, no
 /// framing, forms only back to Berth.
@@ -82,12 +99,10 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self' 'un
     style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; \
     form-action 'self'; frame-ancestors 'none'";
 
+type Header = SetResponseHeaderLayer<HeaderValue>;
 type HeaderLayers = tower::layer::util::Stack<
-    SetResponseHeaderLayer<HeaderValue>,
-    tower::layer::util::Stack<
-        SetResponseHeaderLayer<HeaderValue>,
-        tower::layer::util::Stack<SetResponseHeaderLayer<HeaderValue>, SetResponseHeaderLayer<HeaderValue>>,
-    >,
+    Header,
+    tower::layer::util::Stack<Header, tower::layer::util::Stack<Header, tower::layer::util::Stack<Header, Header>>>,
 >;
 
 fn security_headers() -> HeaderLayers {
@@ -105,9 +120,16 @@ fn security_headers() -> HeaderLayers {
         HeaderName::from_static("x-frame-options"),
         HeaderValue::from_static("DENY"),
     );
+    let opener = SetResponseHeaderLayer::if_not_present(
+        HeaderName::from_static("cross-origin-opener-policy"),
+        HeaderValue::from_static("same-origin"),
+    );
     tower::layer::util::Stack::new(
         csp,
-        tower::layer::util::Stack::new(nosniff, tower::layer::util::Stack::new(referrer, frames)),
+        tower::layer::util::Stack::new(
+            nosniff,
+            tower::layer::util::Stack::new(referrer, tower::layer::util::Stack::new(frames, opener)),
+        ),
     )
 }
 

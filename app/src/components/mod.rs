@@ -141,6 +141,8 @@ pub fn StateBadge(state: String, label: String) -> impl IntoView {
     }
 }
 
+const NAV_LINK: &str = "rounded-md px-3 py-1.5 text-sm text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white";
+
 /// The top bar: brand, navigation, and who is signed in.
 #[component]
 pub fn NavBar() -> impl IntoView {
@@ -153,13 +155,26 @@ pub fn NavBar() -> impl IntoView {
                     match auth.user.await {
                         Ok(Some(user)) => view! {
                             <div class="flex items-center gap-3">
-                                {user.is_admin.then(|| view! {
-                                    <A href="/admin/fleet" attr:class="rounded-md px-3 py-1.5 text-sm text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"Fleet"</A>
-                                    <A href="/admin/quotas" attr:class="rounded-md px-3 py-1.5 text-sm text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"Quotas"</A>
+                                {user.can_read_fleet.then(|| view! {
+                                    <A href="/admin/fleet" attr:class=NAV_LINK>"Fleet"</A>
                                 })}
-                                <span class="hidden text-sm text-slate-300 sm:inline" title=user.email.clone()>
+                                {user.can_manage_fleet.then(|| view! {
+                                    <A href="/admin/quotas" attr:class=NAV_LINK>"Quotas"</A>
+                                })}
+                                {user.can_read_tenants.then(|| view! {
+                                    <A href="/admin/tenants" attr:class=NAV_LINK>"Tenants"</A>
+                                })}
+                                {user.tenant_id.map(|id| view! {
+                                    <A href=format!("/tenants/{id}") attr:class=NAV_LINK>"Team"</A>
+                                })}
+                                {user.can_read_audit.then(|| view! {
+                                    <A href="/audit" attr:class=NAV_LINK>"Audit"</A>
+                                })}
+                                <A href="/account" attr:class=NAV_LINK>"Tokens"</A>
+                                <span class="hidden text-sm text-slate-300 sm:inline" title=user.email.clone() data-testid="who">
                                     {user.display_name.clone()}
-                                    {user.is_admin.then(|| view! { <span class="ml-2 rounded bg-slate-700 px-1.5 py-0.5 text-xs">"admin"</span> })}
+                                    <span class="ml-2 rounded bg-slate-700 px-1.5 py-0.5 text-xs" data-testid="role">{user.role.clone()}</span>
+                                    {user.tenant_name.clone().map(|t| view! { <span class="ml-1 text-xs text-slate-400" data-testid="tenant">{t}</span> })}
                                 </span>
                                 <ActionForm action=auth.sign_out>
                                     <button type="submit" class="rounded-md px-3 py-1.5 text-sm text-slate-200 ring-1 ring-slate-600 hover:bg-slate-800">

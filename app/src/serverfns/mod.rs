@@ -15,6 +15,7 @@ pub use session::*;
 
 #[cfg(feature = "ssr")]
 pub(crate) mod ssr {
+    use berth_platform::accounts::User;
     use berth_platform::{Caller, Platform, RequestMeta};
     use tower_sessions::Session;
 
@@ -39,22 +40,51 @@ pub(crate) mod ssr {
         leptos_axum::extract::<Session>().await.map_err(|e| AppError::internal(&meta.request_id, "no session layer", e))
     }
 
-    /// The signed-in caller, or `Unauthenticated`.
+    /// When the session signed in, for the absolute timeout.
+    pub const SIGNED_IN_AT_KEY: &str = "signed_in_at";
+
+    /// However active a session is, it ends this long after sign-in.
+    pub const ABSOLUTE_TIMEOUT_MS: i64 = 12 * 60 * 60 * 1000;
+
+    /// The signed-in caller, or `Unauthenticated`. A session past its absolute timeout is
+    /// ended here; a removed or suspended user (or one of a suspended tenant) is no longer
+    /// anyone, so their sessions stop at once.
     pub async fn caller() -> Result<(Platform, Caller), AppError> {
         let meta = request_meta().await;
         let platform = platform(&meta)?;
-        let unauthenticated = || AppError::from_platform(berth_platform::Error::Unauthenticated, &meta.request_id);
-        let user_id = signed_in_user_id(&meta).await?.ok_or_else(unauthenticated)?;
-        let user = match platform.user(user_id).await {
-            Ok(user) => user,
-            Err(berth_platform::Error::NotFound) => return Err(unauthenticated()),
-            Err(e) => return Err(AppError::from_platform(e, &meta.request_id)),
-        };
-        Ok((platform, Caller { user_id: user.id, is_admin: user.is_admin(), meta }))
+        let user = signed_in_user(&platform, &meta).await?.ok_or(AppError::Unauthenticated)?;
+        Ok((platform, user.caller(meta)))
     }
 
-    pub async fn signed_in_user_id(meta: &RequestMeta) -> Result<Option<i64>, AppError> {
+    /// The session's user, if the session is live and the user may still act.
+    pub async fn signed_in_user(platform: &Platform, meta: &RequestMeta) -> Result<Option<User>, AppError> {
         let session = session(meta).await?;
-        session.get::<i64>(USER_KEY).await.map_err(|e| AppError::internal(&meta.request_id, "session store failed", e))
+        let failed = |e| AppError::internal(&meta.request_id, "session store failed", e);
+        let Some(id) = session.get::<i64>(USER_KEY).await.map_err(failed)? else { return Ok(None) };
+        let signed_in_at = session.get::<i64>(SIGNED_IN_AT_KEY).await.map_err(failed)?.unwrap_or(0);
+        if berth_platform::now_ms() - signed_in_at > ABSOLUTE_TIMEOUT_MS {
+            session.flush().await.map_err(failed)?;
+            return Ok(None);
+        }
+        match platform.active_user(id).await {
+            Ok(user) => Ok(Some(user)),
+            Err(berth_platform::Error::NotFound) => {
+                session.flush().await.map_err(failed)?;
+                Ok(None)
+            }
+            Err(e) => Err(AppError::from_platform(e, &meta.request_id)),
+        }
+    }
+
+    /// Starts a fresh session for `user`: a new id (so a planted id is worthless), the
+    /// user and the time of sign-in.
+    pub async fn start_session(meta: &RequestMeta, user_id: i64) -> Result<(), AppError> {
+        let session = session(meta).await?;
+        let stored = async {
+            session.cycle_id().await?;
+            session.insert(USER_KEY, user_id).await?;
+            session.insert(SIGNED_IN_AT_KEY, berth_platform::now_ms()).await
+        };
+        stored.await.map_err(|e| AppError::internal(&meta.request_id, "could not store the session", e))
     }
 }

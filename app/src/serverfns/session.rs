@@ -7,16 +7,23 @@ use crate::model::SessionUser;
 #[server(endpoint = "current_user")]
 pub async fn current_user() -> Result<Option<SessionUser>, AppError> {
     use super::ssr;
+    use berth_domain::policy::{Action, Reach};
     let meta = ssr::request_meta().await;
     let platform = ssr::platform(&meta)?;
-    let Some(id) = ssr::signed_in_user_id(&meta).await? else { return Ok(None) };
-    match platform.user(id).await {
-        Ok(user) => {
-            Ok(Some(SessionUser { is_admin: user.is_admin(), email: user.email, display_name: user.display_name }))
-        }
-        Err(berth_platform::Error::NotFound) => Ok(None),
-        Err(e) => Err(AppError::from_platform(e, &meta.request_id)),
-    }
+    let Some(user) = ssr::signed_in_user(&platform, &meta).await? else { return Ok(None) };
+    let principal = user.principal();
+    let can = |action| principal.reach(action).is_some();
+    Ok(Some(SessionUser {
+        role: user.role.label().to_owned(),
+        tenant_id: user.tenant_id,
+        tenant_name: user.tenant_name,
+        can_manage_fleet: can(Action::FleetManage),
+        can_read_fleet: can(Action::FleetRead),
+        can_read_tenants: principal.reach(Action::TenantRead) == Some(Reach::All),
+        can_read_audit: can(Action::AuditRead),
+        email: user.email,
+        display_name: user.display_name,
+    }))
 }
 
 /// Password sign-in for local accounts. On success the session id is renewed and the
@@ -28,12 +35,7 @@ pub async fn sign_in(email: String, password: String, next: Option<String>) -> R
     let platform = ssr::platform(&meta)?;
     let user =
         platform.sign_in(&email, &password, &meta).await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
-    let session = ssr::session(&meta).await?;
-    let stored = async {
-        session.cycle_id().await?;
-        session.insert(ssr::USER_KEY, user.id).await
-    };
-    stored.await.map_err(|e| AppError::internal(&meta.request_id, "could not store the session", e))?;
+    ssr::start_session(&meta, user.id).await?;
     leptos_axum::redirect(&safe_next(next.as_deref()));
     Ok(())
 }
@@ -44,8 +46,11 @@ pub async fn sign_out() -> Result<(), AppError> {
     use super::ssr;
     let meta = ssr::request_meta().await;
     let platform = ssr::platform(&meta)?;
-    if let Some(id) = ssr::signed_in_user_id(&meta).await? {
-        platform.record_sign_out(id, &meta).await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
+    if let Some(user) = ssr::signed_in_user(&platform, &meta).await? {
+        platform
+            .record_sign_out(&user.caller(meta.clone()))
+            .await
+            .map_err(|e| AppError::from_platform(e, &meta.request_id))?;
     }
     let session = ssr::session(&meta).await?;
     session.flush().await.map_err(|e| AppError::internal(&meta.request_id, "could not end the session", e))?;

@@ -10,6 +10,8 @@ use std::time::Duration;
 use berth_domain::fleet::FleetSpec;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::lifecycle::EnvState;
+use berth_domain::policy::Role;
+use berth_domain::tenancy::Isolation;
 use berth_platform::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
 use berth_platform::environments::Environment;
 use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
@@ -67,16 +69,28 @@ impl TestBerth {
             .try_init();
         let platform = Platform::new(production_pool(&pool).await);
         platform.sync_fleet(&FleetSpec::parse(SMALL_FLEET).expect("test fleet")).await.expect("sync fleet");
-        let user = platform.create_user("dana@example.com", "Dana", "a long passphrase", false).await.expect("user");
+        let tenant = platform.ensure_tenant("acme", "Acme", Isolation::Soft).await.expect("tenant");
+        let user = platform
+            .create_user("dana@example.com", "Dana", "a long passphrase", Role::Member, Some(tenant))
+            .await
+            .expect("user");
         let backend = Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults }));
-        let caller = Caller {
-            user_id: user.id,
-            is_admin: false,
-            meta: RequestMeta { request_id: "test".into(), source: Some("127.0.0.1".into()) },
-        };
+        let caller = user.caller(test_meta());
         let mut berth = TestBerth { platform, backend, caller, reconciler: None };
         berth.start_reconciler();
         berth
+    }
+
+    /// A user with `role` (in Dana's tenant for tenant roles), acting from the tests.
+    pub async fn user_with(&self, email: &str, role: Role) -> Caller {
+        let tenant = (!role.is_platform()).then_some(self.caller.tenant_id()).flatten();
+        let user = self.platform.create_user(email, email, "a long passphrase", role, tenant).await.expect("user");
+        user.caller(test_meta())
+    }
+
+    /// A platform admin.
+    pub async fn admin(&self) -> Caller {
+        self.user_with("root@example.com", Role::PlatformAdmin).await
     }
 
     pub fn start_reconciler(&mut self) {
@@ -163,4 +177,8 @@ pub async fn overlapping_reservations(pool: &SqlitePool) -> i64 {
     .fetch_one(pool)
     .await
     .expect("overlap query")
+}
+
+pub fn test_meta() -> RequestMeta {
+    RequestMeta { request_id: "test".into(), source: Some("127.0.0.1".into()) }
 }

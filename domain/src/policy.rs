@@ -1,0 +1,332 @@
+//! Who may do what: roles, actions, the one table between them, and the one decision
+//! every server function, API route and background action goes through.
+//!
+//! Deny by default. A role's entry says how far each allowed action reaches: only the
+//! caller's own objects, everything in the caller's tenant, or everything. An API token
+//! narrows its owner's permissions further to the actions it was created with.
+
+use serde::{Deserialize, Serialize};
+
+/// A person's standing in Berth. Platform roles belong to no tenant; tenant roles to
+/// exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Role {
+    PlatformAdmin,
+    PlatformAuditor,
+    TenantAdmin,
+    Member,
+    Viewer,
+}
+
+impl Role {
+    pub const ALL: [Role; 5] =
+        [Role::PlatformAdmin, Role::PlatformAuditor, Role::TenantAdmin, Role::Member, Role::Viewer];
+    /// The roles a tenant admin can hand out.
+    pub const TENANT: [Role; 3] = [Role::TenantAdmin, Role::Member, Role::Viewer];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::PlatformAdmin => "platform_admin",
+            Role::PlatformAuditor => "platform_auditor",
+            Role::TenantAdmin => "tenant_admin",
+            Role::Member => "member",
+            Role::Viewer => "viewer",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Role::ALL.into_iter().find(|r| r.as_str() == s)
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Role::PlatformAdmin => "Platform admin",
+            Role::PlatformAuditor => "Platform auditor",
+            Role::TenantAdmin => "Tenant admin",
+            Role::Member => "Member",
+            Role::Viewer => "Viewer",
+        }
+    }
+
+    pub fn is_platform(self) -> bool {
+        matches!(self, Role::PlatformAdmin | Role::PlatformAuditor)
+    }
+}
+
+/// Everything a caller can ask Berth to do. Reads are separate actions from writes so a
+/// viewer, an auditor or a read-only token can be given exactly the reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Action {
+    CatalogRead,
+    CalendarRead,
+    EnvironmentRead,
+    EnvironmentLaunch,
+    /// Stop, cancel, change the end of a booking.
+    EnvironmentChange,
+    FleetRead,
+    FleetManage,
+    QuotaRead,
+    QuotaManage,
+    TenantRead,
+    TenantManage,
+    MemberRead,
+    MemberManage,
+    ProjectRead,
+    ProjectManage,
+    SsoRead,
+    SsoManage,
+    TokenRead,
+    /// Create and revoke API tokens (one's own; a tenant admin also revokes the tenant's).
+    TokenManage,
+    AuditRead,
+}
+
+impl Action {
+    pub const ALL: [Action; 20] = [
+        Action::CatalogRead,
+        Action::CalendarRead,
+        Action::EnvironmentRead,
+        Action::EnvironmentLaunch,
+        Action::EnvironmentChange,
+        Action::FleetRead,
+        Action::FleetManage,
+        Action::QuotaRead,
+        Action::QuotaManage,
+        Action::TenantRead,
+        Action::TenantManage,
+        Action::MemberRead,
+        Action::MemberManage,
+        Action::ProjectRead,
+        Action::ProjectManage,
+        Action::SsoRead,
+        Action::SsoManage,
+        Action::TokenRead,
+        Action::TokenManage,
+        Action::AuditRead,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::CatalogRead => "catalog.read",
+            Action::CalendarRead => "calendar.read",
+            Action::EnvironmentRead => "environment.read",
+            Action::EnvironmentLaunch => "environment.launch",
+            Action::EnvironmentChange => "environment.change",
+            Action::FleetRead => "fleet.read",
+            Action::FleetManage => "fleet.manage",
+            Action::QuotaRead => "quota.read",
+            Action::QuotaManage => "quota.manage",
+            Action::TenantRead => "tenant.read",
+            Action::TenantManage => "tenant.manage",
+            Action::MemberRead => "member.read",
+            Action::MemberManage => "member.manage",
+            Action::ProjectRead => "project.read",
+            Action::ProjectManage => "project.manage",
+            Action::SsoRead => "sso.read",
+            Action::SsoManage => "sso.manage",
+            Action::TokenRead => "token.read",
+            Action::TokenManage => "token.manage",
+            Action::AuditRead => "audit.read",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+
+    /// Changes nothing: what an auditor may do everywhere.
+    pub fn is_read(self) -> bool {
+        self.as_str().ends_with(".read")
+    }
+}
+
+/// How far an allowed action reaches. Ordered: a wider reach includes the narrower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Reach {
+    /// Only objects the caller owns.
+    Own,
+    /// Anything in the caller's tenant.
+    Tenant,
+    /// Anything anywhere.
+    All,
+}
+
+/// The permission table: for each role, the actions it may take and how far they reach.
+/// Anything not listed is denied.
+pub fn reach(role: Role, action: Action) -> Option<Reach> {
+    use Action::*;
+    match role {
+        Role::PlatformAdmin => Some(Reach::All),
+        Role::PlatformAuditor => action.is_read().then_some(Reach::All),
+        Role::TenantAdmin => match action {
+            CatalogRead => Some(Reach::All),
+            FleetRead | FleetManage | QuotaManage | TenantManage => None,
+            _ => Some(Reach::Tenant),
+        },
+        Role::Member => match action {
+            CatalogRead => Some(Reach::All),
+            CalendarRead | EnvironmentLaunch | ProjectRead | MemberRead | QuotaRead => Some(Reach::Tenant),
+            EnvironmentRead | EnvironmentChange | TokenRead | TokenManage => Some(Reach::Own),
+            _ => None,
+        },
+        Role::Viewer => match action {
+            CatalogRead => Some(Reach::All),
+            CalendarRead | EnvironmentRead | ProjectRead | MemberRead | QuotaRead => Some(Reach::Tenant),
+            TokenRead | TokenManage => Some(Reach::Own),
+            _ => None,
+        },
+    }
+}
+
+/// The one who asks: a signed-in user, or an API token acting for one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    pub user_id: i64,
+    /// `None` for platform roles.
+    pub tenant_id: Option<i64>,
+    pub role: Role,
+    /// The actions an API token was created with; `None` for a browser session.
+    pub token_actions: Option<Vec<Action>>,
+}
+
+/// What an action is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Platform-wide things: the fleet, the list of tenants.
+    Platform,
+    /// A tenant's things as a whole: its members, projects, SSO connection.
+    Tenant(i64),
+    /// One object with an owner inside a tenant (an environment, a token). Objects of
+    /// platform staff have no tenant.
+    Owned { tenant_id: Option<i64>, owner_id: i64 },
+}
+
+/// Why an action was refused. An object outside the caller's reach must look exactly like
+/// one that does not exist, so callers turn `OutOfReach` on an object into "not found".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Denied {
+    /// The role (or the token) does not include the action at all.
+    NotPermitted,
+    /// The action is permitted, but not on this target.
+    OutOfReach,
+}
+
+impl Principal {
+    /// How far `action` reaches for this principal, if at all.
+    pub fn reach(&self, action: Action) -> Option<Reach> {
+        if let Some(allowed) = &self.token_actions
+            && !allowed.contains(&action)
+        {
+            return None;
+        }
+        reach(self.role, action)
+    }
+
+    /// The one decision. Deny by default.
+    pub fn authorize(&self, action: Action, target: Target) -> Result<(), Denied> {
+        let reach = self.reach(action).ok_or(Denied::NotPermitted)?;
+        let within = match (reach, target) {
+            (Reach::All, _) => true,
+            (_, Target::Platform) => false,
+            (Reach::Tenant, Target::Tenant(t)) => self.tenant_id == Some(t),
+            (Reach::Tenant, Target::Owned { tenant_id, owner_id }) => {
+                tenant_id == self.tenant_id && (tenant_id.is_some() || owner_id == self.user_id)
+            }
+            (Reach::Own, Target::Tenant(t)) => self.tenant_id == Some(t),
+            (Reach::Own, Target::Owned { tenant_id, owner_id }) => {
+                owner_id == self.user_id && tenant_id == self.tenant_id
+            }
+        };
+        if within { Ok(()) } else { Err(Denied::OutOfReach) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal(role: Role, tenant_id: Option<i64>) -> Principal {
+        Principal { user_id: 10, tenant_id, role, token_actions: None }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for role in Role::ALL {
+            assert_eq!(Role::parse(role.as_str()), Some(role));
+        }
+        for action in Action::ALL {
+            assert_eq!(Action::parse(action.as_str()), Some(action));
+        }
+        assert_eq!(Role::parse("root"), None);
+    }
+
+    #[test]
+    fn auditors_read_everything_and_change_nothing() {
+        let auditor = principal(Role::PlatformAuditor, None);
+        for action in Action::ALL {
+            let decision = auditor.authorize(action, Target::Tenant(3));
+            assert_eq!(decision.is_ok(), action.is_read(), "{action:?}");
+        }
+    }
+
+    #[test]
+    fn tenant_roles_stop_at_their_tenant() {
+        for role in Role::TENANT {
+            let p = principal(role, Some(1));
+            for action in Action::ALL {
+                let other = p.authorize(action, Target::Owned { tenant_id: Some(2), owner_id: 10 });
+                if action != Action::CatalogRead {
+                    assert!(other.is_err(), "{role:?} {action:?} reached another tenant");
+                }
+                assert!(p.authorize(action, Target::Platform).is_err() || action == Action::CatalogRead);
+            }
+        }
+    }
+
+    #[test]
+    fn members_act_on_their_own_environments_only() {
+        let member = principal(Role::Member, Some(1));
+        let own = Target::Owned { tenant_id: Some(1), owner_id: 10 };
+        let colleague = Target::Owned { tenant_id: Some(1), owner_id: 11 };
+        assert_eq!(member.authorize(Action::EnvironmentChange, own), Ok(()));
+        assert_eq!(member.authorize(Action::EnvironmentChange, colleague), Err(Denied::OutOfReach));
+        assert_eq!(member.authorize(Action::EnvironmentLaunch, Target::Tenant(1)), Ok(()));
+        assert_eq!(member.authorize(Action::MemberManage, Target::Tenant(1)), Err(Denied::NotPermitted));
+    }
+
+    #[test]
+    fn viewers_see_their_tenant_and_change_nothing_in_it() {
+        let viewer = principal(Role::Viewer, Some(1));
+        let colleague = Target::Owned { tenant_id: Some(1), owner_id: 11 };
+        assert_eq!(viewer.authorize(Action::EnvironmentRead, colleague), Ok(()));
+        for action in Action::ALL.into_iter().filter(|a| !a.is_read() && *a != Action::TokenManage) {
+            assert!(viewer.authorize(action, Target::Tenant(1)).is_err(), "{action:?}");
+            assert!(viewer.authorize(action, colleague).is_err(), "{action:?}");
+        }
+    }
+
+    #[test]
+    fn tenant_admins_run_their_tenant_but_not_the_platform() {
+        let admin = principal(Role::TenantAdmin, Some(1));
+        assert_eq!(admin.authorize(Action::MemberManage, Target::Tenant(1)), Ok(()));
+        assert_eq!(
+            admin.authorize(Action::EnvironmentChange, Target::Owned { tenant_id: Some(1), owner_id: 99 }),
+            Ok(())
+        );
+        assert_eq!(admin.authorize(Action::MemberManage, Target::Tenant(2)), Err(Denied::OutOfReach));
+        assert_eq!(admin.authorize(Action::TenantManage, Target::Tenant(1)), Err(Denied::NotPermitted));
+        assert_eq!(admin.authorize(Action::FleetManage, Target::Platform), Err(Denied::NotPermitted));
+    }
+
+    #[test]
+    fn a_token_narrows_its_owner() {
+        let mut admin = principal(Role::PlatformAdmin, None);
+        admin.token_actions = Some(vec![Action::EnvironmentRead]);
+        assert_eq!(admin.authorize(Action::EnvironmentRead, Target::Tenant(4)), Ok(()));
+        assert_eq!(admin.authorize(Action::EnvironmentLaunch, Target::Tenant(4)), Err(Denied::NotPermitted));
+        // A token can never add what the role lacks.
+        let mut viewer = principal(Role::Viewer, Some(1));
+        viewer.token_actions = Some(vec![Action::EnvironmentLaunch]);
+        assert_eq!(viewer.authorize(Action::EnvironmentLaunch, Target::Tenant(1)), Err(Denied::NotPermitted));
+    }
+}

@@ -1,0 +1,513 @@
+//! Tenants, their members and projects: what platform admins and tenant admins manage.
+//!
+//! Every change checks the caller's reach first (a tenant admin reaches only their own
+//! tenant), runs in one write transaction and is audited with it.
+
+use berth_domain::Refusal;
+use berth_domain::policy::{Action, Role, Target};
+use berth_domain::tenancy::{self, Isolation};
+use sqlx::{Row, SqliteConnection};
+
+use crate::audit::{self, Actor, Event, Outcome};
+use crate::{Caller, Error, Platform, now_ms};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant {
+    pub id: i64,
+    pub slug: String,
+    pub name: String,
+    pub isolation: Isolation,
+    pub status: String,
+    pub members: i64,
+    pub active_environments: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub user_id: i64,
+    pub email: String,
+    pub display_name: String,
+    pub role: Role,
+    pub status: String,
+    /// Signed in through a provider at least once.
+    pub linked: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Project {
+    pub id: i64,
+    pub name: String,
+    pub members: Vec<String>,
+}
+
+/// What a platform admin can do to a tenant as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TenantChange {
+    Suspend,
+    Resume,
+    /// Stops its environments, ends its sessions and tokens; its history stays.
+    Delete,
+}
+
+const TENANT_COLUMNS: &str = "t.id, t.slug, t.name, t.isolation, t.status,
+    (SELECT count(*) FROM users u WHERE u.tenant_id = t.id AND u.status <> 'removed') AS members,
+    (SELECT count(*) FROM environments e WHERE e.tenant_id = t.id AND e.state NOT IN ('released', 'failed')) AS active";
+
+fn tenant_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Tenant, Error> {
+    let isolation: String = row.try_get("isolation")?;
+    Ok(Tenant {
+        id: row.try_get("id")?,
+        slug: row.try_get("slug")?,
+        name: row.try_get("name")?,
+        isolation: Isolation::parse(&isolation).map_err(|_| Error::internal("unknown isolation"))?,
+        status: row.try_get("status")?,
+        members: row.try_get("members")?,
+        active_environments: row.try_get("active")?,
+    })
+}
+
+impl Platform {
+    /// Creates a tenant without asking anyone (first start, demo data, tests); returns the
+    /// existing one's id when the slug is taken.
+    pub async fn ensure_tenant(&self, slug: &str, name: &str, isolation: Isolation) -> Result<i64, Error> {
+        let mut tx = self.begin_write().await?;
+        if let Some(id) =
+            sqlx::query_scalar("SELECT id FROM tenants WHERE slug = ?").bind(slug).fetch_optional(&mut *tx).await?
+        {
+            return Ok(id);
+        }
+        let id = insert_tenant(&mut tx, slug, name, isolation).await?;
+        let event = Event { action: "tenant.create", target: Some(slug), outcome: Outcome::Success, detail: None };
+        audit::record(&mut tx, &Actor::background(Some(id)), event).await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Tenants the caller can see: all for platform staff, their own for a tenant admin.
+    pub async fn tenants(&self, caller: &Caller) -> Result<Vec<Tenant>, Error> {
+        self.authorize_in_tenant(caller, Action::TenantRead).await?;
+        let all = caller.tenant_id().is_none();
+        let rows = sqlx::query(&format!(
+            "SELECT {TENANT_COLUMNS} FROM tenants t WHERE t.status <> 'deleted' AND (? OR t.id = ?) ORDER BY t.name"
+        ))
+        .bind(all)
+        .bind(caller.tenant_id())
+        .fetch_all(&self.db)
+        .await?;
+        rows.iter().map(tenant_from_row).collect()
+    }
+
+    /// One tenant, if the caller may see it.
+    pub async fn tenant(&self, caller: &Caller, id: i64) -> Result<Tenant, Error> {
+        self.authorize_object_in(caller, Action::TenantRead, id).await?;
+        let row =
+            sqlx::query(&format!("SELECT {TENANT_COLUMNS} FROM tenants t WHERE t.id = ? AND t.status <> 'deleted'"))
+                .bind(id)
+                .fetch_optional(&self.db)
+                .await?
+                .ok_or(Error::NotFound)?;
+        tenant_from_row(&row)
+    }
+
+    /// A new tenant, optionally with its first tenant admin (who signs in through SSO or
+    /// is given a password by `berth admin`).
+    pub async fn create_tenant(
+        &self,
+        caller: &Caller,
+        slug: &str,
+        name: &str,
+        isolation: &str,
+        first_admin: &str,
+    ) -> Result<Tenant, Error> {
+        self.authorize(caller, Action::TenantManage, Target::Platform).await?;
+        let slug = tenancy::validate_slug(slug)?;
+        let name = tenancy::validate_display_name(name)?;
+        let isolation = Isolation::parse(isolation)?;
+        let first_admin = (!first_admin.trim().is_empty()).then(|| tenancy::validate_email(first_admin)).transpose()?;
+        let mut tx = self.begin_write().await?;
+        let taken: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM tenants WHERE slug = ?").bind(&slug).fetch_one(&mut *tx).await?;
+        if taken > 0 {
+            return Err(Refusal::SlugInUse(slug).into());
+        }
+        let id = insert_tenant(&mut tx, &slug, &name, isolation).await?;
+        let detail = format!("{name}, {} isolation", isolation.as_str());
+        let event =
+            Event { action: "tenant.create", target: Some(&slug), outcome: Outcome::Success, detail: Some(&detail) };
+        audit::record(&mut tx, &Actor { tenant_id: Some(id), ..caller.actor() }, event).await?;
+        if let Some(email) = first_admin {
+            invite(&mut tx, caller, id, &email, Role::TenantAdmin).await?;
+        }
+        tx.commit().await?;
+        self.tenant(caller, id).await
+    }
+
+    /// Suspends, resumes or deletes a tenant. Suspended and deleted tenants' users can no
+    /// longer act (their sessions and tokens stop at once); deleting also stops every
+    /// environment of the tenant, which the reconciler then tears down.
+    pub async fn change_tenant(&self, caller: &Caller, id: i64, change: TenantChange) -> Result<(), Error> {
+        self.authorize(caller, Action::TenantManage, Target::Platform).await?;
+        let mut tx = self.begin_write().await?;
+        let status: String = sqlx::query_scalar("SELECT status FROM tenants WHERE id = ? AND status <> 'deleted'")
+            .bind(id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(Error::NotFound)?;
+        let (new_status, action) = match change {
+            TenantChange::Suspend => ("suspended", "tenant.suspend"),
+            TenantChange::Resume => ("active", "tenant.resume"),
+            TenantChange::Delete => ("deleted", "tenant.delete"),
+        };
+        if status == new_status {
+            return Ok(());
+        }
+        sqlx::query("UPDATE tenants SET status = ? WHERE id = ?").bind(new_status).bind(id).execute(&mut *tx).await?;
+        let mut detail = None;
+        if change == TenantChange::Delete {
+            let stopped = sqlx::query(
+                "UPDATE environments SET desired = 'released' WHERE tenant_id = ? AND state NOT IN ('released', 'failed')",
+            )
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            sqlx::query("UPDATE api_tokens SET revoked_at = ? WHERE revoked_at IS NULL AND user_id IN (SELECT id FROM users WHERE tenant_id = ?)")
+                .bind(now_ms())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            detail = Some(format!("{stopped} environments stopped"));
+        }
+        let target = format!("tenant:{id}");
+        let event = Event { action, target: Some(&target), outcome: Outcome::Success, detail: detail.as_deref() };
+        audit::record(&mut tx, &Actor { tenant_id: Some(id), ..caller.actor() }, event).await?;
+        tx.commit().await?;
+        if change == TenantChange::Delete {
+            self.wake_reconciler();
+        }
+        Ok(())
+    }
+
+    pub async fn set_tenant_isolation(&self, caller: &Caller, id: i64, isolation: &str) -> Result<(), Error> {
+        self.authorize(caller, Action::TenantManage, Target::Platform).await?;
+        let isolation = Isolation::parse(isolation)?;
+        let mut tx = self.begin_write().await?;
+        let changed = sqlx::query("UPDATE tenants SET isolation = ? WHERE id = ? AND status <> 'deleted'")
+            .bind(isolation.as_str())
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if changed == 0 {
+            return Err(Error::NotFound);
+        }
+        let target = format!("tenant:{id}");
+        let event = Event {
+            action: "tenant.isolation",
+            target: Some(&target),
+            outcome: Outcome::Success,
+            detail: Some(isolation.as_str()),
+        };
+        audit::record(&mut tx, &Actor { tenant_id: Some(id), ..caller.actor() }, event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// The tenant's members, by email.
+    pub async fn members(&self, caller: &Caller, tenant_id: i64) -> Result<Vec<Member>, Error> {
+        self.authorize_object_in(caller, Action::MemberRead, tenant_id).await?;
+        let rows = sqlx::query(
+            "SELECT u.id, u.email, u.display_name, u.role, u.status,
+                    EXISTS (SELECT 1 FROM user_identities i WHERE i.user_id = u.id) AS linked
+             FROM users u WHERE u.tenant_id = ? AND u.status <> 'removed' ORDER BY u.email",
+        )
+        .bind(tenant_id)
+        .fetch_all(&self.db)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let role: String = row.try_get("role")?;
+                Ok(Member {
+                    user_id: row.try_get("id")?,
+                    email: row.try_get("email")?,
+                    display_name: row.try_get("display_name")?,
+                    role: Role::parse(&role).ok_or_else(|| Error::internal("unknown role"))?,
+                    status: row.try_get("status")?,
+                    linked: row.try_get("linked")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Adds someone to the tenant by email with a role. They sign in through the tenant's
+    /// provider; the account is linked at their first sign-in with that verified email.
+    pub async fn invite_member(&self, caller: &Caller, tenant_id: i64, email: &str, role: &str) -> Result<(), Error> {
+        self.authorize_object_in(caller, Action::MemberManage, tenant_id).await?;
+        let email = tenancy::validate_email(email)?;
+        let role = tenancy::parse_tenant_role(role)?;
+        let mut tx = self.begin_write().await?;
+        active_tenant(&mut tx, tenant_id).await?;
+        invite(&mut tx, caller, tenant_id, &email, role).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Gives a member another role. Nobody changes their own, and a tenant keeps at least
+    /// one tenant admin.
+    pub async fn change_member_role(
+        &self,
+        caller: &Caller,
+        tenant_id: i64,
+        user_id: i64,
+        role: &str,
+    ) -> Result<(), Error> {
+        self.authorize_object_in(caller, Action::MemberManage, tenant_id).await?;
+        let role = tenancy::parse_tenant_role(role)?;
+        if user_id == caller.user_id() {
+            return Err(Refusal::OwnMembership.into());
+        }
+        let mut tx = self.begin_write().await?;
+        let (email, old) = member_in(&mut tx, tenant_id, user_id).await?;
+        if old == Role::TenantAdmin && role != Role::TenantAdmin {
+            ensure_another_admin(&mut tx, tenant_id, user_id).await?;
+        }
+        sqlx::query("UPDATE users SET role = ? WHERE id = ?")
+            .bind(role.as_str())
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await?;
+        let detail = format!("{} -> {}", old.as_str(), role.as_str());
+        let event =
+            Event { action: "member.role", target: Some(&email), outcome: Outcome::Success, detail: Some(&detail) };
+        audit::record(&mut tx, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Takes a member out of the tenant: they can no longer sign in, their sessions and
+    /// tokens stop at once, their running environments are stopped.
+    pub async fn remove_member(&self, caller: &Caller, tenant_id: i64, user_id: i64) -> Result<(), Error> {
+        self.authorize_object_in(caller, Action::MemberManage, tenant_id).await?;
+        if user_id == caller.user_id() {
+            return Err(Refusal::OwnMembership.into());
+        }
+        let mut tx = self.begin_write().await?;
+        let (email, role) = member_in(&mut tx, tenant_id, user_id).await?;
+        if role == Role::TenantAdmin {
+            ensure_another_admin(&mut tx, tenant_id, user_id).await?;
+        }
+        sqlx::query("UPDATE users SET status = 'removed' WHERE id = ?").bind(user_id).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM user_identities WHERE user_id = ?").bind(user_id).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM project_members WHERE user_id = ?").bind(user_id).execute(&mut *tx).await?;
+        sqlx::query("UPDATE api_tokens SET revoked_at = ? WHERE user_id = ? AND revoked_at IS NULL")
+            .bind(now_ms())
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await?;
+        let stopped = sqlx::query(
+            "UPDATE environments SET desired = 'released' WHERE owner_id = ? AND state NOT IN ('released', 'failed')",
+        )
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        let detail = format!("{stopped} environments stopped");
+        let event =
+            Event { action: "member.remove", target: Some(&email), outcome: Outcome::Success, detail: Some(&detail) };
+        audit::record(&mut tx, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await?;
+        tx.commit().await?;
+        self.wake_reconciler();
+        Ok(())
+    }
+
+    pub async fn projects(&self, caller: &Caller, tenant_id: i64) -> Result<Vec<Project>, Error> {
+        self.authorize_object_in(caller, Action::ProjectRead, tenant_id).await?;
+        let rows: Vec<(i64, String, Option<String>)> = sqlx::query_as(
+            "SELECT p.id, p.name, u.email FROM projects p
+             LEFT JOIN project_members pm ON pm.project_id = p.id LEFT JOIN users u ON u.id = pm.user_id
+             WHERE p.tenant_id = ? ORDER BY p.name, u.email",
+        )
+        .bind(tenant_id)
+        .fetch_all(&self.db)
+        .await?;
+        let mut projects: Vec<Project> = Vec::new();
+        for (id, name, email) in rows {
+            if projects.last().is_none_or(|p| p.id != id) {
+                projects.push(Project { id, name, members: Vec::new() });
+            }
+            if let (Some(email), Some(project)) = (email, projects.last_mut()) {
+                project.members.push(email);
+            }
+        }
+        Ok(projects)
+    }
+
+    pub async fn create_project(&self, caller: &Caller, tenant_id: i64, name: &str) -> Result<(), Error> {
+        self.authorize_object_in(caller, Action::ProjectManage, tenant_id).await?;
+        let name = tenancy::validate_display_name(name)?;
+        let mut tx = self.begin_write().await?;
+        active_tenant(&mut tx, tenant_id).await?;
+        let taken: i64 = sqlx::query_scalar("SELECT count(*) FROM projects WHERE tenant_id = ? AND name = ?")
+            .bind(tenant_id)
+            .bind(&name)
+            .fetch_one(&mut *tx)
+            .await?;
+        if taken > 0 {
+            return Err(Refusal::SlugInUse(name).into());
+        }
+        sqlx::query("INSERT INTO projects (tenant_id, name, created_at) VALUES (?, ?, ?)")
+            .bind(tenant_id)
+            .bind(&name)
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
+        let event = Event { action: "project.create", target: Some(&name), outcome: Outcome::Success, detail: None };
+        audit::record(&mut tx, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Adds a member of the tenant (by email) to one of its projects.
+    pub async fn add_project_member(
+        &self,
+        caller: &Caller,
+        tenant_id: i64,
+        project_id: i64,
+        email: &str,
+    ) -> Result<(), Error> {
+        self.authorize_object_in(caller, Action::ProjectManage, tenant_id).await?;
+        let email = email.trim();
+        let mut tx = self.begin_write().await?;
+        let project: String = sqlx::query_scalar("SELECT name FROM projects WHERE id = ? AND tenant_id = ?")
+            .bind(project_id)
+            .bind(tenant_id)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or(Error::NotFound)?;
+        let user_id: i64 =
+            sqlx::query_scalar("SELECT id FROM users WHERE email = ? AND tenant_id = ? AND status <> 'removed'")
+                .bind(email)
+                .bind(tenant_id)
+                .fetch_optional(&mut *tx)
+                .await?
+                .ok_or_else(|| Refusal::UnknownUser(email.to_owned()))?;
+        sqlx::query("INSERT OR IGNORE INTO project_members (project_id, user_id) VALUES (?, ?)")
+            .bind(project_id)
+            .bind(user_id)
+            .execute(&mut *tx)
+            .await?;
+        let detail = format!("added {email}");
+        let event = Event {
+            action: "project.member",
+            target: Some(&project),
+            outcome: Outcome::Success,
+            detail: Some(&detail),
+        };
+        audit::record(&mut tx, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// `authorize` for an action on a tenant as a whole. Another tenant looks exactly
+    /// like one that does not exist.
+    pub(crate) async fn authorize_object_in(
+        &self,
+        caller: &Caller,
+        action: Action,
+        tenant_id: i64,
+    ) -> Result<(), Error> {
+        match self.authorize(caller, action, Target::Tenant(tenant_id)).await {
+            Err(Error::Forbidden) if caller.tenant_id().is_some_and(|t| t != tenant_id) => Err(Error::NotFound),
+            other => other,
+        }
+    }
+}
+
+async fn insert_tenant(
+    conn: &mut SqliteConnection,
+    slug: &str,
+    name: &str,
+    isolation: Isolation,
+) -> Result<i64, Error> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO tenants (slug, name, isolation, status, created_at) VALUES (?, ?, ?, 'active', ?) RETURNING id",
+    )
+    .bind(slug)
+    .bind(name)
+    .bind(isolation.as_str())
+    .bind(now_ms())
+    .fetch_one(conn)
+    .await?)
+}
+
+async fn active_tenant(conn: &mut SqliteConnection, tenant_id: i64) -> Result<(), Error> {
+    let status: String = sqlx::query_scalar("SELECT status FROM tenants WHERE id = ? AND status <> 'deleted'")
+        .bind(tenant_id)
+        .fetch_optional(conn)
+        .await?
+        .ok_or(Error::NotFound)?;
+    if status == "active" { Ok(()) } else { Err(Refusal::TenantNotActive("suspended").into()) }
+}
+
+async fn invite(
+    conn: &mut SqliteConnection,
+    caller: &Caller,
+    tenant_id: i64,
+    email: &str,
+    role: Role,
+) -> Result<(), Error> {
+    let existing: Option<(i64, Option<i64>, String)> =
+        sqlx::query_as("SELECT id, tenant_id, status FROM users WHERE email = ?")
+            .bind(email)
+            .fetch_optional(&mut *conn)
+            .await?;
+    match existing {
+        // Someone removed from this tenant may be invited back.
+        Some((id, Some(t), status)) if t == tenant_id && status == "removed" => {
+            sqlx::query("UPDATE users SET status = 'active', role = ? WHERE id = ?")
+                .bind(role.as_str())
+                .bind(id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Some(_) => return Err(Refusal::EmailInUse(email.to_owned()).into()),
+        None => {
+            let name = email.split('@').next().unwrap_or(email);
+            sqlx::query(
+                "INSERT INTO users (email, display_name, password_hash, role, tenant_id, created_at) VALUES (?, ?, NULL, ?, ?, ?)",
+            )
+            .bind(email)
+            .bind(name)
+            .bind(role.as_str())
+            .bind(tenant_id)
+            .bind(now_ms())
+            .execute(&mut *conn)
+            .await?;
+        }
+    }
+    let event =
+        Event { action: "member.invite", target: Some(email), outcome: Outcome::Success, detail: Some(role.as_str()) };
+    audit::record(conn, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await
+}
+
+async fn member_in(conn: &mut SqliteConnection, tenant_id: i64, user_id: i64) -> Result<(String, Role), Error> {
+    let (email, role): (String, String) =
+        sqlx::query_as("SELECT email, role FROM users WHERE id = ? AND tenant_id = ? AND status <> 'removed'")
+            .bind(user_id)
+            .bind(tenant_id)
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or(Error::NotFound)?;
+    Ok((email, Role::parse(&role).ok_or_else(|| Error::internal("unknown role"))?))
+}
+
+async fn ensure_another_admin(conn: &mut SqliteConnection, tenant_id: i64, except: i64) -> Result<(), Error> {
+    let others: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM users WHERE tenant_id = ? AND role = 'tenant_admin' AND status = 'active' AND id <> ?",
+    )
+    .bind(tenant_id)
+    .bind(except)
+    .fetch_one(conn)
+    .await?;
+    if others > 0 { Ok(()) } else { Err(Refusal::LastTenantAdmin.into()) }
+}
