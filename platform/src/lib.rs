@@ -15,6 +15,7 @@ pub mod environments;
 mod error;
 pub mod fleet;
 pub mod maintenance;
+pub mod oidc;
 mod quotas;
 pub mod reconciler;
 mod spot;
