@@ -42,6 +42,20 @@ impl AppError {
         AppError::Internal { request_id: request_id.to_owned() }
     }
 
+    /// Maps a platform error outside a server function (no response to set a status on),
+    /// logging internal causes with the request id.
+    pub fn from_platform_quiet(error: berth_platform::Error, request_id: &str) -> AppError {
+        use berth_platform::Error as E;
+        match error {
+            E::Refused(refusal) => AppError::Refused(refusal.to_string()),
+            E::NotFound => AppError::NotFound,
+            E::Forbidden => AppError::Forbidden,
+            E::Unauthenticated => AppError::Unauthenticated,
+            E::BadCredentials => AppError::BadCredentials,
+            E::Internal(cause) => AppError::internal(request_id, "internal error", cause),
+        }
+    }
+
     /// Maps a platform error at the edge, logging internal causes with the request id.
     pub fn from_platform(error: berth_platform::Error, request_id: &str) -> AppError {
         use berth_platform::Error as E;
@@ -69,13 +83,6 @@ impl AppError {
         {
             response.set_status(status);
         }
-        match error {
-            E::Refused(refusal) => AppError::Refused(refusal.to_string()),
-            E::NotFound => AppError::NotFound,
-            E::Forbidden => AppError::Forbidden,
-            E::Unauthenticated => AppError::Unauthenticated,
-            E::BadCredentials => AppError::BadCredentials,
-            E::Internal(cause) => AppError::internal(request_id, "internal error", cause),
-        }
+        AppError::from_platform_quiet(error, request_id)
     }
 }

@@ -10,6 +10,8 @@
 pub mod error;
 pub mod model;
 pub mod serverfns;
+#[cfg(feature = "ssr")]
+pub mod session;
 pub mod shell;
 
 mod components;

@@ -73,6 +73,8 @@ pub enum Refusal {
     InvalidSso(&'static str),
     #[error("token {0}")]
     InvalidToken(String),
+    #[error("sign-in failed: {0}")]
+    SignInFailed(&'static str),
     #[error("{0}")]
     InvalidQuota(String),
     #[error("there is no tier called \"{0}\"; choose guaranteed or spot")]

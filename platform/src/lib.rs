@@ -19,6 +19,7 @@ pub mod oidc;
 mod quotas;
 pub mod reconciler;
 mod spot;
+pub mod sso;
 pub mod store;
 pub mod tenants;
 pub mod tokens;
@@ -50,6 +51,10 @@ pub struct Platform {
     fleet: Arc<std::sync::RwLock<HashMap<GpuModel, Arc<Vec<GpuUnit>>>>>,
     /// Every unreleased reservation, once loaded; see `book::BookingBook`.
     book: Arc<std::sync::RwLock<Option<book::BookingBook>>>,
+    /// Where users reach Berth, without a trailing slash (for sign-in callbacks).
+    public_url: Arc<str>,
+    /// Discovered OpenID providers; see `sso`.
+    oidc_clients: Arc<sso::ClientCache>,
 }
 
 impl Platform {
@@ -61,7 +66,14 @@ impl Platform {
             writer: Default::default(),
             fleet: Default::default(),
             book: Default::default(),
+            public_url: "http://127.0.0.1:3000".into(),
+            oidc_clients: Default::default(),
         }
+    }
+
+    /// The same platform reached at `url` (e.g. `https://berth.example.com`).
+    pub fn with_public_url(self, url: &str) -> Platform {
+        Platform { public_url: url.trim_end_matches('/').into(), ..self }
     }
 
     /// The same platform with the operator's booking rules.

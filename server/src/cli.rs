@@ -132,7 +132,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         horizon_ms: i64::from(args.horizon_days) * DAY_MS,
         ..BookingPolicy::default()
     };
-    let platform = Platform::new(pool.clone()).with_policy(policy);
+    let platform = Platform::new(pool.clone()).with_policy(policy).with_public_url(&public.url);
     platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
     let admin = platform.bootstrap_admin().await.map_err(|e| format!("cannot create the administrator: {e}"))?;
     if args.demo {

@@ -64,6 +64,8 @@ pub async fn router(
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .merge(crate::api::routes())
+        .merge(crate::web::routes())
         .leptos_routes_with_context(&state, routes, move || provide_context(context_platform.clone()), {
             let options = state.leptos_options.clone();
             move || shell(options.clone())

@@ -1,8 +1,10 @@
 //! `berth`: the portal and control plane in one binary.
 
+mod api;
 mod cli;
 mod http;
 mod metrics;
+mod web;
 
 use clap::Parser;
 

@@ -35,7 +35,7 @@ pub async fn sign_in(email: String, password: String, next: Option<String>) -> R
     let platform = ssr::platform(&meta)?;
     let user =
         platform.sign_in(&email, &password, &meta).await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
-    ssr::start_session(&meta, user.id).await?;
+    crate::session::start(&ssr::session(&meta).await?, &meta, user.id).await?;
     leptos_axum::redirect(&safe_next(next.as_deref()));
     Ok(())
 }
@@ -52,8 +52,7 @@ pub async fn sign_out() -> Result<(), AppError> {
             .await
             .map_err(|e| AppError::from_platform(e, &meta.request_id))?;
     }
-    let session = ssr::session(&meta).await?;
-    session.flush().await.map_err(|e| AppError::internal(&meta.request_id, "could not end the session", e))?;
+    crate::session::end(&ssr::session(&meta).await?, &meta).await?;
     leptos_axum::redirect("/catalog");
     Ok(())
 }

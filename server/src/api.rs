@@ -1,0 +1,250 @@
+//! The JSON API under `/api/v1`, for scripts and CI: `Authorization: Bearer berth_…` with a
+//! personal API token. Each route is one platform call; the platform authorizes it.
+//!
+//! Errors are `{"error": "...", "request_id": "..."}` with the status saying whose fault it
+//! is; internal causes are logged with the request id and never sent.
+
+use axum::Json;
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use berth_domain::launch::LaunchRequest;
+use berth_platform::environments::Environment;
+use berth_platform::{Caller, Error, Platform, RequestMeta};
+use http::request::Parts;
+use http::{StatusCode, header};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::http::AppState;
+
+/// Every API route, so the authorization matrix test can insist each one is covered.
+#[cfg_attr(not(test), allow(dead_code))]
+pub const ROUTES: &[(&str, &str)] = &[
+    ("GET", "/api/v1/me"),
+    ("GET", "/api/v1/environments"),
+    ("POST", "/api/v1/environments"),
+    ("GET", "/api/v1/environments/{id}"),
+    ("POST", "/api/v1/environments/{id}/stop"),
+    ("POST", "/api/v1/environments/{id}/end"),
+    ("GET", "/api/v1/tenants"),
+    ("GET", "/api/v1/tenants/{id}/members"),
+    ("GET", "/api/v1/tokens"),
+    ("POST", "/api/v1/tokens/{id}/revoke"),
+    ("GET", "/api/v1/audit"),
+];
+
+pub fn routes() -> axum::Router<AppState> {
+    axum::Router::new()
+        .route("/api/v1/me", get(me))
+        .route("/api/v1/environments", get(environments).post(launch))
+        .route("/api/v1/environments/{id}", get(environment))
+        .route("/api/v1/environments/{id}/stop", post(stop))
+        .route("/api/v1/environments/{id}/end", post(change_end))
+        .route("/api/v1/tenants", get(tenants))
+        .route("/api/v1/tenants/{id}/members", get(members))
+        .route("/api/v1/tokens", get(tokens))
+        .route("/api/v1/tokens/{id}/revoke", post(revoke_token))
+        .route("/api/v1/audit", get(audit))
+}
+
+/// A failed API call, answered as JSON.
+pub struct ApiError {
+    error: Error,
+    request_id: String,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, message) = match &self.error {
+            Error::Refused(refusal) => (StatusCode::UNPROCESSABLE_ENTITY, refusal.to_string()),
+            Error::NotFound => (StatusCode::NOT_FOUND, "not found".to_owned()),
+            Error::Forbidden => (StatusCode::FORBIDDEN, self.error.to_string()),
+            Error::Unauthenticated | Error::BadCredentials => {
+                (StatusCode::UNAUTHORIZED, "a valid API token is needed: Authorization: Bearer berth_…".to_owned())
+            }
+            Error::Internal(cause) => {
+                tracing::error!(request_id = %self.request_id, error = %cause, "API call failed");
+                (StatusCode::INTERNAL_SERVER_ERROR, "something went wrong on our side".to_owned())
+            }
+        };
+        let mut response = (status, Json(json!({ "error": message, "request_id": self.request_id }))).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// The caller behind the request's bearer token.
+pub struct TokenCaller(pub Platform, pub Caller);
+
+impl FromRequestParts<AppState> for TokenCaller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<TokenCaller, ApiError> {
+        let meta = request_meta(parts);
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_owned);
+        let Some(token) = token else {
+            return Err(ApiError { error: Error::Unauthenticated, request_id: meta.request_id });
+        };
+        let request_id = meta.request_id.clone();
+        let caller =
+            state.platform.caller_from_token(&token, meta).await.map_err(|error| ApiError { error, request_id })?;
+        Ok(TokenCaller(state.platform.clone(), caller))
+    }
+}
+
+pub fn request_meta(parts: &Parts) -> RequestMeta {
+    let request_id = parts.headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("unknown").to_owned();
+    let source = parts.extensions.get::<ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip().to_string());
+    RequestMeta { request_id, source }
+}
+
+type ApiResult = Result<Json<Value>, ApiError>;
+
+fn fail(caller: &Caller) -> impl Fn(Error) -> ApiError + '_ {
+    move |error| ApiError { error, request_id: caller.meta.request_id.clone() }
+}
+
+fn environment_json(env: &Environment) -> Value {
+    json!({
+        "id": env.id,
+        "name": env.name,
+        "offering": env.offering.id(),
+        "size": env.size.id,
+        "state": env.state.as_str(),
+        "tier": env.tier.as_str(),
+        "starts_at": rfc3339(env.starts_at),
+        "ends_at": rfc3339(env.ends_at),
+        "created_at": rfc3339(env.created_at),
+        "failure_reason": env.failure_reason,
+        "connection": env.connection,
+    })
+}
+
+/// UTC, RFC 3339 with milliseconds.
+fn rfc3339(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
+        .unwrap_or_default()
+}
+
+async fn me(TokenCaller(_, caller): TokenCaller) -> ApiResult {
+    let actions: Vec<&str> = caller.principal.token_actions.iter().flatten().map(|a| a.as_str()).collect();
+    Ok(Json(json!({
+        "user_id": caller.user_id(),
+        "tenant_id": caller.tenant_id(),
+        "role": caller.principal.role.as_str(),
+        "token_actions": actions,
+    })))
+}
+
+async fn environments(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
+    let envs = platform.environments_in_reach(&caller).await.map_err(fail(&caller))?;
+    Ok(Json(json!({ "environments": envs.iter().map(environment_json).collect::<Vec<_>>() })))
+}
+
+async fn launch(
+    TokenCaller(platform, caller): TokenCaller,
+    Json(request): Json<LaunchRequest>,
+) -> Result<Response, ApiError> {
+    let env = platform.launch(&caller, &request).await.map_err(fail(&caller))?;
+    Ok((StatusCode::CREATED, Json(environment_json(&env))).into_response())
+}
+
+async fn environment(TokenCaller(platform, caller): TokenCaller, Path(id): Path<String>) -> ApiResult {
+    let env = platform.environment_of(&caller, &id).await.map_err(fail(&caller))?;
+    Ok(Json(environment_json(&env)))
+}
+
+async fn stop(TokenCaller(platform, caller): TokenCaller, Path(id): Path<String>) -> ApiResult {
+    let env = platform.stop(&caller, &id).await.map_err(fail(&caller))?;
+    Ok(Json(environment_json(&env)))
+}
+
+#[derive(Deserialize)]
+struct NewEnd {
+    ends_at: String,
+}
+
+async fn change_end(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+    Json(end): Json<NewEnd>,
+) -> ApiResult {
+    let env = platform.change_end(&caller, &id, &end.ends_at).await.map_err(fail(&caller))?;
+    Ok(Json(environment_json(&env)))
+}
+
+async fn tenants(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
+    let tenants = platform.tenants(&caller).await.map_err(fail(&caller))?;
+    let tenants: Vec<Value> = tenants
+        .iter()
+        .map(|t| {
+            json!({ "id": t.id, "slug": t.slug, "name": t.name, "isolation": t.isolation.as_str(), "status": t.status,
+                    "members": t.members, "active_environments": t.active_environments })
+        })
+        .collect();
+    Ok(Json(json!({ "tenants": tenants })))
+}
+
+async fn members(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> ApiResult {
+    let members = platform.members(&caller, id).await.map_err(fail(&caller))?;
+    let members: Vec<Value> = members
+        .iter()
+        .map(|m| json!({ "user_id": m.user_id, "email": m.email, "name": m.display_name, "role": m.role.as_str(), "status": m.status }))
+        .collect();
+    Ok(Json(json!({ "members": members })))
+}
+
+async fn tokens(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
+    let tokens = platform.my_tokens(&caller).await.map_err(fail(&caller))?;
+    let tokens: Vec<Value> = tokens
+        .iter()
+        .map(|t| {
+            json!({ "id": t.id, "name": t.name, "actions": t.actions.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
+                    "expires_at": rfc3339(t.expires_at), "revoked": t.revoked_at.is_some() })
+        })
+        .collect();
+    Ok(Json(json!({ "tokens": tokens })))
+}
+
+async fn revoke_token(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> ApiResult {
+    platform.revoke_token(&caller, id).await.map_err(fail(&caller))?;
+    Ok(Json(json!({ "revoked": id })))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct AuditQuery {
+    tenant: String,
+    actor: String,
+    action: String,
+    outcome: String,
+    before: Option<i64>,
+}
+
+async fn audit(TokenCaller(platform, caller): TokenCaller, Query(q): Query<AuditQuery>) -> ApiResult {
+    let filter = berth_platform::audit::AuditFilter {
+        tenant: q.tenant,
+        actor: q.actor,
+        action: q.action,
+        outcome: q.outcome,
+        before_id: q.before,
+    };
+    let rows = platform.audit_log(&caller, &filter, berth_platform::audit::AUDIT_PAGE).await.map_err(fail(&caller))?;
+    let rows: Vec<Value> = rows
+        .iter()
+        .map(|r| {
+            json!({ "id": r.id, "at": rfc3339(r.at), "actor": r.actor, "tenant": r.tenant, "action": r.action,
+                    "target": r.target, "outcome": r.outcome, "source": r.source, "request_id": r.request_id, "detail": r.detail })
+        })
+        .collect();
+    Ok(Json(json!({ "events": rows })))
+}
