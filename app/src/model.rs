@@ -210,3 +210,68 @@ pub struct SizeHint {
     pub text: String,
     pub free_now: bool,
 }
+
+/// A "Sign in with ..." button.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SignInOptionView {
+    pub slug: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantView {
+    pub id: i64,
+    pub slug: String,
+    pub name: String,
+    pub isolation: String,
+    pub status: String,
+    pub members: i64,
+    pub active_environments: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberView {
+    pub user_id: i64,
+    pub email: String,
+    pub name: String,
+    /// `tenant_admin`, `member` or `viewer`.
+    pub role: String,
+    pub role_label: String,
+    pub status: String,
+    pub linked: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectView {
+    pub id: i64,
+    pub name: String,
+    pub members: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SsoView {
+    pub display_name: String,
+    pub issuer: String,
+    pub client_id: String,
+    pub has_secret: bool,
+    pub groups_claim: String,
+    pub allowed_domains: String,
+    pub group_roles: String,
+    pub enabled: bool,
+    /// The redirect URI to register at the provider.
+    pub redirect_uri: String,
+}
+
+/// A tenant's page: its members, projects and SSO connection, and what the viewer may do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantPageView {
+    pub tenant: TenantView,
+    pub members: Vec<MemberView>,
+    pub projects: Vec<ProjectView>,
+    /// `None` when the viewer may not see it.
+    pub sso: Option<SsoView>,
+    pub can_manage_members: bool,
+    pub can_manage_projects: bool,
+    pub can_manage_sso: bool,
+    pub me: i64,
+}

@@ -8,7 +8,7 @@ use leptos_router::{SsrMode, path};
 use crate::components::{Auth, NavBar};
 use crate::pages::{
     CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FleetPage, LaunchPage, LoginPage, NotFound,
-    QuotasPage,
+    QuotasPage, TenantPage, TenantsPage,
 };
 
 /// The whole document, rendered on the server.
@@ -60,6 +60,8 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/calendar") view=CalendarPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/fleet") view=FleetPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/quotas") view=QuotasPage ssr=SsrMode::Async/>
+                        <Route path=path!("/admin/tenants") view=TenantsPage ssr=SsrMode::Async/>
+                        <Route path=path!("/tenants/:id") view=TenantPage ssr=SsrMode::Async/>
                         <Route path=path!("/environments/:id") view=EnvironmentPage ssr=SsrMode::Async/>
                         <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async/>
                     </Routes>

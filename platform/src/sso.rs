@@ -346,13 +346,18 @@ impl Platform {
         .transpose()
     }
 
+    /// The redirect URI to register at a provider.
+    pub fn sso_callback_url(&self) -> String {
+        format!("{}{CALLBACK_PATH}", self.public_url)
+    }
+
     /// The provider's discovered client, discovering it on first use or after an edit.
     async fn oidc_client(&self, provider: &ProviderRow) -> Result<Client, Error> {
         let config = ProviderConfig {
             issuer: provider.issuer.clone(),
             client_id: provider.client_id.clone(),
             client_secret: provider.client_secret.clone(),
-            redirect_url: format!("{}{CALLBACK_PATH}", self.public_url),
+            redirect_url: self.sso_callback_url(),
             groups_claim: provider.groups_claim.clone(),
         };
         let key = ProviderConfigKey(format!(

@@ -109,6 +109,19 @@ impl Platform {
         tenant_from_row(&row)
     }
 
+    /// The tenant whose members the caller may see (a member's view of their own tenant,
+    /// without the platform's tenant list).
+    pub async fn tenant_for_members(&self, caller: &Caller, id: i64) -> Result<Tenant, Error> {
+        self.authorize_object_in(caller, Action::MemberRead, id).await?;
+        let row =
+            sqlx::query(&format!("SELECT {TENANT_COLUMNS} FROM tenants t WHERE t.id = ? AND t.status <> 'deleted'"))
+                .bind(id)
+                .fetch_optional(&self.db)
+                .await?
+                .ok_or(Error::NotFound)?;
+        tenant_from_row(&row)
+    }
+
     /// A new tenant, optionally with its first tenant admin (who signs in through SSO or
     /// is given a password by `berth admin`).
     pub async fn create_tenant(

@@ -3,6 +3,8 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::{Auth, ErrorAlert};
+use crate::error::AppError;
+use crate::serverfns::sign_in_options;
 
 #[component]
 pub fn LoginPage() -> impl IntoView {
@@ -11,11 +13,35 @@ pub fn LoginPage() -> impl IntoView {
     let Some(auth) = Auth::get() else { return ().into_any() };
     let sign_in = auth.sign_in_action();
     let result = sign_in.value();
+    let providers = Resource::new(|| (), |_| sign_in_options());
+    let sso_error = move || query.read().get("sso_error");
     view! {
         <Title text="Sign in"/>
         <div class="mx-auto mt-8 max-w-sm">
             <h1 class="text-center text-2xl font-bold tracking-tight text-slate-900">"Sign in to Berth"</h1>
-            <div class="mt-8 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
+            {move || sso_error().map(|message| view! {
+                <div class="mt-6"><ErrorAlert error=AppError::Refused(message)/></div>
+            })}
+            <Suspense fallback=|| ()>
+                {move || Suspend::new(async move {
+                    let providers = providers.await.unwrap_or_default();
+                    (!providers.is_empty()).then(|| view! {
+                        <div class="mt-8 space-y-2" aria-label="Single sign-on">
+                            {providers.into_iter().map(|p| {
+                                let href = format!("/auth/oidc/{}/start?next={}", p.slug, url_encode(&next()));
+                                view! {
+                                    <a href=href data-provider=p.slug.clone() rel="external"
+                                        class="block w-full rounded-lg bg-slate-900 px-4 py-2.5 text-center text-sm font-semibold text-white hover:bg-slate-700">
+                                        {format!("Sign in with {}", p.name)}
+                                    </a>
+                                }
+                            }).collect_view()}
+                            <p class="pt-2 text-center text-xs text-slate-500">"or, for local accounts"</p>
+                        </div>
+                    })
+                })}
+            </Suspense>
+            <div class="mt-6 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
                 <ActionForm action=sign_in>
                     <input type="hidden" name="next" value=next/>
                     <div class="space-y-4">
@@ -43,4 +69,14 @@ pub fn LoginPage() -> impl IntoView {
         </div>
     }
     .into_any()
+}
+
+/// Percent-encodes a query value.
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

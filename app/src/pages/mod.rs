@@ -8,6 +8,7 @@ mod fleet;
 mod launch;
 mod login;
 mod quotas;
+mod tenants;
 
 pub use calendar::CalendarPage;
 pub use catalog::CatalogPage;
@@ -17,6 +18,7 @@ pub use fleet::FleetPage;
 pub use launch::LaunchPage;
 pub use login::LoginPage;
 pub use quotas::QuotasPage;
+pub use tenants::{TenantPage, TenantsPage};
 
 use leptos::prelude::*;
 use leptos_meta::Title;

@@ -6,12 +6,14 @@ mod calendar;
 mod catalog;
 mod environments;
 mod session;
+mod tenants;
 
 pub use admin::*;
 pub use calendar::*;
 pub use catalog::*;
 pub use environments::*;
 pub use session::*;
+pub use tenants::*;
 
 #[cfg(feature = "ssr")]
 pub(crate) mod ssr {

@@ -1,0 +1,147 @@
+// Single sign-on in real Chromium against a real OpenID provider (oidc-provider on
+// loopback): a platform admin connects two tenants to their provider in the UI; people of
+// each tenant sign in with "Sign in with <company>", land in their tenant with the role their
+// groups give, sign out, and their old session is gone. Someone without a role is refused
+// with a clear message and no session.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { join } from 'node:path';
+import { Berth, browser, signInAsAdmin, watchConsole, artifacts } from './harness.mjs';
+import { startOidcProvider, signInAtProvider } from './oidc.mjs';
+
+let berth, chrome, idp, admin;
+
+const accounts = {
+  'ada@acme.example': { email: 'ada@acme.example', name: 'Ada Acme', groups: ['acme-admins'] },
+  'bob@globex.example': { email: 'bob@globex.example', name: 'Bob Globex', groups: ['globex-ml'] },
+  'vic@globex.example': { email: 'vic@globex.example', name: 'Vic Viewer', groups: ['globex-readers'] },
+  'eve@acme.example': { email: 'eve@acme.example', name: 'Eve', groups: ['unmapped'] },
+};
+
+before(async () => {
+  berth = await Berth.start({ BERTH_DEMO: 'true' });
+  const callback = `${berth.url}/auth/oidc/callback`;
+  idp = await startOidcProvider({
+    clients: [
+      { client_id: 'acme-berth', client_secret: 'acme-secret', redirect_uris: [callback] },
+      { client_id: 'globex-berth', client_secret: 'globex-secret', redirect_uris: [callback] },
+    ],
+    accounts,
+  });
+  chrome = await browser();
+  admin = await chrome.newPage({ viewport: { width: 1400, height: 1000 } });
+  await signInAsAdmin(admin, berth, '/admin/tenants');
+});
+
+after(async () => {
+  await chrome?.close();
+  await idp?.stop();
+  await berth?.kill();
+});
+
+/** Opens a tenant's page from the tenants list and saves its SSO connection. */
+async function connect(tenantName, { label, clientId, secret, mappings, domains }) {
+  await admin.goto(`${berth.url}/admin/tenants`);
+  await admin.getByRole('link', { name: tenantName, exact: true }).click();
+  await admin.waitForURL(/\/tenants\/\d+$/);
+  assert.equal(await admin.getByTestId('redirect-uri').textContent(), `${berth.url}/auth/oidc/callback`);
+  await admin.getByLabel('Button label').fill(label);
+  await admin.getByLabel('Issuer URL').fill(idp.issuer);
+  await admin.getByLabel('Client id').fill(clientId);
+  await admin.getByLabel('Client secret').fill(secret);
+  await admin.getByLabel('Allowed email domains').fill(domains);
+  await admin.getByLabel('Group to role').fill(mappings);
+  await admin.getByRole('button', { name: 'Save connection' }).click();
+  await admin.getByLabel('Client secret (stored; leave empty to keep it)').waitFor();
+}
+
+/** A fresh browser (no provider session) signing in through `button` as `login`. */
+async function ssoSignIn(button, login) {
+  const context = await chrome.newContext({ viewport: { width: 1400, height: 1000 } });
+  const page = await context.newPage();
+  const consoleErrors = watchConsole(page);
+  await page.goto(`${berth.url}/login?next=/environments`);
+  await page.getByRole('link', { name: button }).click();
+  await signInAtProvider(page, login);
+  return { context, page, consoleErrors };
+}
+
+test('a platform admin connects two tenants to their identity provider', async () => {
+  await connect('Acme Research', {
+    label: 'Acme SSO', clientId: 'acme-berth', secret: 'acme-secret',
+    mappings: 'acme-admins = tenant_admin\nacme-ml = member', domains: 'acme.example',
+  });
+  await connect('Globex AI', {
+    label: 'Globex SSO', clientId: 'globex-berth', secret: 'globex-secret',
+    mappings: 'globex-ml = member\nglobex-readers = viewer', domains: 'globex.example',
+  });
+  await admin.goto(`${berth.url}/login`);
+  await admin.getByRole('link', { name: 'Sign in with Acme SSO' }).waitFor();
+  await admin.getByRole('link', { name: 'Sign in with Globex SSO' }).waitFor();
+});
+
+test('people of two tenants land in their tenant with their role, then sign out for good', async () => {
+  const cases = [
+    { button: 'Sign in with Acme SSO', login: 'ada@acme.example', role: 'Tenant admin', tenant: 'Acme Research' },
+    { button: 'Sign in with Globex SSO', login: 'bob@globex.example', role: 'Member', tenant: 'Globex AI' },
+    { button: 'Sign in with Globex SSO', login: 'vic@globex.example', role: 'Viewer', tenant: 'Globex AI' },
+  ];
+  for (const c of cases) {
+    const { context, page, consoleErrors } = await ssoSignIn(c.button, c.login);
+    await page.waitForURL((url) => url.pathname === '/environments');
+    assert.equal(await page.getByTestId('role').textContent(), c.role, c.login);
+    assert.equal(await page.getByTestId('tenant').textContent(), c.tenant, c.login);
+
+    // The team page shows their own tenant; a tenant admin may manage it.
+    await page.getByRole('link', { name: 'Team', exact: true }).click();
+    await page.getByRole('heading', { name: c.tenant }).waitFor();
+    const canInvite = await page.getByLabel('Invite by email').count();
+    assert.equal(canInvite, c.role === 'Tenant admin' ? 1 : 0, `${c.login} invite form`);
+
+    const cookies = await context.cookies(berth.url);
+    const session = cookies.find((k) => k.name === 'berth_session');
+    assert.ok(session, 'a session cookie');
+    assert.equal(session.httpOnly, true);
+    assert.equal(session.sameSite, 'Lax');
+
+    await page.getByRole('button', { name: 'Sign out' }).click();
+    await page.getByRole('link', { name: 'Sign in' }).waitFor();
+    // The old session id is worthless now: replaying it gets no one.
+    const replay = await fetch(`${berth.url}/api/current_user`, {
+      method: 'POST',
+      headers: { cookie: `berth_session=${session.value}`, 'content-type': 'application/x-www-form-urlencoded' },
+      body: '',
+    });
+    assert.equal(await replay.text(), 'null', `${c.login}: the session must be gone after sign-out`);
+    assert.deepEqual(consoleErrors, []);
+    await context.close();
+  }
+});
+
+test('someone whose groups give no role is refused, with no session', async () => {
+  const { context, page } = await ssoSignIn('Sign in with Acme SSO', 'eve@acme.example');
+  await page.waitForURL((url) => url.pathname === '/login');
+  await page.getByRole('alert').filter({ hasText: 'no access to Berth yet' }).waitFor();
+  await page.screenshot({ path: join(artifacts, 'sso-refused.png') });
+  assert.equal(await page.getByTestId('role').count(), 0);
+  await context.close();
+});
+
+test('one tenant\'s provider does not sign in another tenant\'s people', async () => {
+  // Bob's email is not in Acme's allowed domains (and Globex's groups mean nothing to Acme).
+  const { context, page } = await ssoSignIn('Sign in with Acme SSO', 'bob@globex.example');
+  await page.waitForURL((url) => url.pathname === '/login');
+  await page.getByRole('alert').waitFor();
+  assert.equal(await page.getByTestId('role').count(), 0);
+  await context.close();
+});
+
+test('every sign-in, refusal and sign-out is in the audit log', async () => {
+  const res = await admin.request.get(`${berth.url}/audit.csv?action=session.`);
+  assert.equal(res.status(), 200);
+  const csv = await res.text();
+  assert.match(csv, /ada@acme\.example,acme,session\.sign_in,ada@acme\.example,success/);
+  assert.match(csv, /bob@globex\.example,globex,session\.sign_out,,success/);
+  assert.match(csv, /,acme,session\.sign_in,,failure/);
+  assert.doesNotMatch(csv, /acme-secret|globex-secret/);
+});
