@@ -24,7 +24,10 @@ COPY --from=build /src/target/cargo/debug/berth /usr/local/bin/berth
 COPY --from=build /src/target/site /app/site
 COPY config /app/config
 USER berth
+# Reached on the published port of this machine by default; behind a TLS proxy set
+# BERTH_PUBLIC_URL=https://berth.example.com (secure __Host- cookies, HSTS).
 ENV BERTH_LISTEN=0.0.0.0:3000 \
+    BERTH_PUBLIC_URL=http://127.0.0.1:3000 \
     BERTH_DATABASE=sqlite:///data/berth.db \
     BERTH_SITE_ROOT=/app/site \
     BERTH_FLEET=/app/config/fleet.toml

@@ -17,11 +17,15 @@ BERTH := $(CARGO_TARGET_DIR)/debug/berth
 WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p;}' Cargo.lock)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test build tools rust-tools node-tools browser site server unit e2e lint fmt clean bench
+.PHONY: idp run test build tools rust-tools node-tools browser site server unit e2e lint fmt clean bench
 
 ## run: install what is missing, build, and start Berth on http://127.0.0.1:3000
 run: build
 	BERTH_DEMO=$${BERTH_DEMO:-true} $(BERTH) serve
+
+## idp: the local OpenID provider the tests use, for trying single sign-on next to `make run`
+idp: node-tools
+	node e2e/idp.mjs
 
 ## test: every test: formatting and clippy, Rust unit and integration tests, then the
 ## browser end-to-end tests

@@ -12,6 +12,9 @@ use crate::{Caller, Error, Platform, RequestMeta};
 
 pub const DEMO_EMAIL: &str = "dana.demo@berth.local";
 
+/// Where `make idp` runs the local OpenID provider the end-to-end tests use.
+pub const DEMO_ISSUER: &str = "http://127.0.0.1:9400";
+
 impl Platform {
     /// Seeds the demo once; does nothing when the demo user already exists.
     pub async fn seed_demo(&self) -> Result<(), Error> {
@@ -25,6 +28,7 @@ impl Platform {
         let meta = RequestMeta { request_id: "demo-seed".into(), source: None };
         let acme = self.ensure_tenant("acme", "Acme Research", Isolation::Soft).await?;
         self.ensure_tenant("globex", "Globex AI", Isolation::Hard).await?;
+        self.connect_demo_sso(acme).await?;
         let user_id: i64 = sqlx::query_scalar(
             "INSERT INTO users (email, display_name, password_hash, role, tenant_id, created_at)
              VALUES (?, 'Dana Demo', NULL, 'member', ?, ?) RETURNING id",
@@ -79,6 +83,32 @@ impl Platform {
                 Err(e) => return Err(e),
             }
         }
+        Ok(())
+    }
+
+    /// Acme signs in through the local test provider (`make idp`), so SSO can be tried on a
+    /// laptop: its groups `acme-admins`, `acme-ml` and `acme-viewers` give the three roles.
+    async fn connect_demo_sso(&self, acme: i64) -> Result<(), Error> {
+        let mut tx = self.begin_write().await?;
+        let provider: i64 = sqlx::query_scalar(
+            "INSERT INTO oidc_providers (tenant_id, slug, display_name, issuer, client_id, client_secret, created_at)
+             VALUES (?, 'acme', 'Acme SSO (local test provider)', ?, 'acme-berth', 'acme-secret', ?) RETURNING id",
+        )
+        .bind(acme)
+        .bind(DEMO_ISSUER)
+        .bind(crate::now_ms())
+        .fetch_one(&mut *tx)
+        .await?;
+        for (group, role) in [("acme-admins", "tenant_admin"), ("acme-ml", "member"), ("acme-viewers", "viewer")] {
+            sqlx::query("INSERT INTO oidc_group_roles (provider_id, group_name, role, tenant_id) VALUES (?, ?, ?, ?)")
+                .bind(provider)
+                .bind(group)
+                .bind(role)
+                .bind(acme)
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 }

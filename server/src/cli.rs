@@ -88,6 +88,20 @@ pub struct ServeArgs {
     /// Minutes a GPU stays free between two bookings, for scrubbing and health checks.
     #[arg(long, env = "BERTH_CLEANING_GAP", default_value_t = 15)]
     pub cleaning_gap: u32,
+    /// A platform-wide OpenID provider (besides the tenants' own): its issuer URL.
+    #[arg(long, env = "BERTH_OIDC_ISSUER", requires = "oidc_client_id")]
+    pub oidc_issuer: Option<String>,
+    #[arg(long, env = "BERTH_OIDC_CLIENT_ID")]
+    pub oidc_client_id: Option<String>,
+    #[arg(long, env = "BERTH_OIDC_CLIENT_SECRET", hide_env_values = true)]
+    pub oidc_client_secret: Option<String>,
+    /// The sign-in button's label: "Sign in with <name>".
+    #[arg(long, env = "BERTH_OIDC_NAME", default_value = "SSO")]
+    pub oidc_name: String,
+    /// Group mappings of the platform-wide provider, e.g.
+    /// `berth-admins=platform_admin,auditors=platform_auditor,acme-ml=acme:member`.
+    #[arg(long, env = "BERTH_OIDC_GROUPS", value_delimiter = ',')]
+    pub oidc_groups: Vec<String>,
     /// How many days ahead a booking may end.
     #[arg(long, env = "BERTH_HORIZON_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=3650))]
     pub horizon_days: u32,
@@ -137,6 +151,18 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let admin = platform.bootstrap_admin().await.map_err(|e| format!("cannot create the administrator: {e}"))?;
     if args.demo {
         platform.seed_demo().await.map_err(|e| format!("cannot seed demo data: {e}"))?;
+    }
+    if let (Some(issuer), Some(client_id)) = (&args.oidc_issuer, &args.oidc_client_id) {
+        let groups = args
+            .oidc_groups
+            .iter()
+            .map(|g| g.split_once('=').map(|(g, r)| (g.trim().to_owned(), r.trim().to_owned())))
+            .collect::<Option<Vec<_>>>()
+            .ok_or("--oidc-groups takes group=role or group=tenant:role, separated by commas")?;
+        platform
+            .configure_platform_sso(&args.oidc_name, issuer, client_id, args.oidc_client_secret.as_deref(), &groups)
+            .await
+            .map_err(|e| format!("cannot configure the platform's OpenID provider: {e}"))?;
     }
 
     let backend = match args.backend {
@@ -242,12 +268,13 @@ impl ServeArgs {
         let name = host.rsplit_once(':').map_or(host, |(name, _)| name);
         let loopback =
             matches!(name, "localhost" | "[::1]") || name.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
-        if loopback && self.listen.ip().is_loopback() {
+        // Users reach a loopback URL only from this machine (or a container's published
+        // port), so the cookie never crosses a network in the clear.
+        if loopback {
             Ok(PublicUrl { url, tls: false })
         } else {
             Err(format!(
-                "plain http is allowed only on loopback; serve Berth behind TLS and set --public-url https://... (got {url}, listening on {})",
-                self.listen
+                "plain http is allowed only on loopback; serve Berth behind TLS and set --public-url https://... (got {url})"
             ))
         }
     }
