@@ -73,6 +73,8 @@ pub enum Refusal {
     InvalidSso(&'static str),
     #[error("token {0}")]
     InvalidToken(String),
+    #[error("too many failed sign-ins; wait {minutes} minutes and try again")]
+    TooManyAttempts { minutes: i64 },
     #[error("sign-in failed: {0}")]
     SignInFailed(&'static str),
     #[error("{0}")]

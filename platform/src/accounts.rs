@@ -2,6 +2,7 @@
 
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString, rand_core::OsRng};
+use berth_domain::Refusal;
 use berth_domain::policy::{Principal, Role};
 use rand::Rng;
 use rand::distr::Alphanumeric;
@@ -147,6 +148,18 @@ impl Platform {
     /// Checks an email and password; both outcomes are audited, and a failure says
     /// nothing about which part was wrong (nor whether the account is suspended).
     pub async fn sign_in(&self, email: &str, password: &str, meta: &RequestMeta) -> Result<User, Error> {
+        let source = meta.source.as_deref();
+        if !self.throttle.allows(email, source, now_ms()) {
+            let mut conn = self.db.acquire().await?;
+            let event = Event {
+                action: "session.sign_in",
+                target: Some(email.trim()),
+                outcome: Outcome::Denied,
+                detail: Some("too many failed attempts: locked for a while"),
+            };
+            audit::record(&mut conn, &Actor { user_id: None, tenant_id: None, meta }, event).await?;
+            return Err(Refusal::TooManyAttempts { minutes: crate::throttle::WINDOW_MS / 60_000 }.into());
+        }
         let row = sqlx::query(&format!(
             "SELECT {USER_COLUMNS}, u.password_hash, {USER_IS_ACTIVE} AS active FROM users u WHERE u.email = ?"
         ))
@@ -167,6 +180,7 @@ impl Platform {
         let mut conn = self.db.acquire().await?;
         match user.filter(|_| ok) {
             Some(user) => {
+                self.throttle.succeeded(email);
                 let event = Event {
                     action: "session.sign_in",
                     target: Some(&user.email),
@@ -177,6 +191,7 @@ impl Platform {
                 Ok(user)
             }
             None => {
+                self.throttle.failed(email, source, now_ms());
                 let event = Event {
                     action: "session.sign_in",
                     target: Some(email.trim()),

@@ -22,6 +22,7 @@ mod spot;
 pub mod sso;
 pub mod store;
 pub mod tenants;
+mod throttle;
 pub mod tokens;
 
 use std::collections::HashMap;
@@ -55,6 +56,8 @@ pub struct Platform {
     public_url: Arc<str>,
     /// Discovered OpenID providers; see `sso`.
     oidc_clients: Arc<sso::ClientCache>,
+    /// Failed password sign-ins, for lockouts.
+    throttle: Arc<throttle::Throttle>,
 }
 
 impl Platform {
@@ -68,6 +71,7 @@ impl Platform {
             book: Default::default(),
             public_url: "http://127.0.0.1:3000".into(),
             oidc_clients: Default::default(),
+            throttle: Default::default(),
         }
     }
 

@@ -3,6 +3,7 @@
 
 mod common;
 
+use berth_domain::Refusal;
 use berth_domain::fleet::FleetSpec;
 use berth_domain::policy::Role;
 use berth_platform::{Error, Platform, RequestMeta};
@@ -58,6 +59,30 @@ async fn the_first_start_creates_one_admin_whose_password_works_once_shown(pool:
     .expect("audit");
     let expected = |o: &str| ("session.sign_in".to_string(), o.to_string(), Some("req-1".to_string()));
     assert_eq!(outcomes, [expected("success"), expected("failure"), expected("failure")]);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn repeated_failures_lock_an_email_even_against_the_right_password(pool: SqlitePool) {
+    let platform = Platform::new(pool.clone());
+    let admin = platform.bootstrap_admin().await.expect("bootstrap").expect("admin");
+    for _ in 0..5 {
+        let wrong = platform.sign_in(&admin.email, "guess", &meta()).await;
+        assert!(matches!(wrong, Err(Error::BadCredentials)));
+    }
+    let locked = platform.sign_in(&admin.email, &admin.password, &meta()).await;
+    assert!(matches!(locked, Err(Error::Refused(Refusal::TooManyAttempts { .. }))), "{locked:?}");
+    // An unknown email locks the same way, so the lockout tells nothing about accounts.
+    for _ in 0..5 {
+        let _ = platform.sign_in("nobody@example.com", "guess", &meta()).await;
+    }
+    let unknown = platform.sign_in("nobody@example.com", "guess", &meta()).await;
+    assert_eq!(unknown.expect_err("locked").to_string(), locked.expect_err("locked").to_string());
+    let denied: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'session.sign_in' AND outcome = 'denied'")
+            .fetch_one(&pool)
+            .await
+            .expect("audit");
+    assert_eq!(denied, 2, "every locked-out attempt is audited");
 }
 
 #[sqlx::test(migrations = "../migrations")]
