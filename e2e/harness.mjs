@@ -1,6 +1,7 @@
 // Starts a real `berth serve` on a fresh database and a real Chromium for the
 // end-to-end tests. Nothing is mocked: the simulated fleet is Berth's own backend.
 import { spawn } from 'node:child_process';
+import { createHmac } from 'node:crypto';
 import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -114,14 +115,52 @@ export function watchConsole(page) {
   return errors;
 }
 
-/** Signs in as the administrator through the login page and waits to land on `next`. */
+/** RFC 6238 code (HMAC-SHA1, 30 s, 6 digits) of a base32 secret for time step `step`. */
+export function totp(secret, step = Math.floor(Date.now() / 30_000)) {
+  const alphabet = 'ABCDEFGHIJKLMNOPQRSTUVWXYZ234567';
+  let bits = '';
+  for (const c of secret.replace(/=+$/, '')) bits += alphabet.indexOf(c).toString(2).padStart(5, '0');
+  const key = Buffer.from(bits.match(/.{8}/g).map((b) => parseInt(b, 2)));
+  const counter = Buffer.alloc(8);
+  counter.writeBigUInt64BE(BigInt(step));
+  const digest = createHmac('sha1', key).update(counter).digest();
+  const offset = digest[19] & 0x0f;
+  return String((digest.readUInt32BE(offset) & 0x7fffffff) % 1_000_000).padStart(6, '0');
+}
+
+/**
+ * Signs in as the administrator through the login page, with the one-time code step (the
+ * authenticator is set up at the first sign-in and its secret kept on `berth`), and waits
+ * to land on `next`.
+ */
 export async function signInAsAdmin(page, berth, next) {
   await page.goto(`${berth.url}/login?next=${next}`);
   await page.getByLabel('Email').fill('admin@berth.local');
   await page.getByLabel('Password').fill(berth.adminPassword());
   await page.getByRole('button', { name: 'Sign in' }).click();
+  await enterOneTimeCode(page, berth);
   // By path: the login page's own URL ends with `next` too.
   await page.waitForURL((url) => url.pathname === next);
+}
+
+/**
+ * The administrator's second step after the password: reads the authenticator secret when
+ * the page offers to set one up (the first sign-in), keeps it on `berth`, enters the code.
+ */
+export async function enterOneTimeCode(page, berth) {
+  await page.waitForURL((url) => url.pathname === '/login/code');
+  await page.getByLabel('Code from your authenticator').waitFor();
+  const shown = page.getByTestId('totp-secret');
+  if (await shown.count()) berth.totpSecret = (await shown.textContent()).trim();
+  // Each code works once: wait for a fresh time step if this one was used.
+  let step = Math.floor(Date.now() / 30_000);
+  while (step <= (berth.lastTotpStep ?? -1)) {
+    await new Promise((r) => setTimeout(r, 1000));
+    step = Math.floor(Date.now() / 30_000);
+  }
+  berth.lastTotpStep = step;
+  await page.getByLabel('Code from your authenticator').fill(totp(berth.totpSecret, step));
+  await page.getByRole('button', { name: 'Verify' }).click();
 }
 
 /** A server, a browser and a page signed in as the administrator at `next`. */

@@ -4,7 +4,7 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { join } from 'node:path';
-import { Berth, browser, watchConsole, artifacts } from './harness.mjs';
+import { Berth, browser, enterOneTimeCode, watchConsole, artifacts } from './harness.mjs';
 
 let berth, chrome, page, consoleErrors;
 
@@ -51,6 +51,7 @@ test('launching asks for a sign-in and comes back to the form', async () => {
 
   await page.getByLabel('Password').fill(berth.adminPassword());
   await page.getByRole('button', { name: 'Sign in' }).click();
+  await enterOneTimeCode(page, berth);
   await page.waitForURL(/\/launch\/notebook\?size=h100-1g.10gb/);
   await page.getByRole('heading', { name: 'Launch a Jupyter notebook' }).waitFor();
   assert.equal(await page.getByLabel('H100 slice 1g.10gb').isChecked(), true);

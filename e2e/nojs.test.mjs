@@ -1,7 +1,7 @@
 // Every form works before (or without) the WASM: the same journey with JavaScript off.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { Berth, browser } from './harness.mjs';
+import { Berth, browser, enterOneTimeCode } from './harness.mjs';
 
 let berth, chrome, page;
 
@@ -28,6 +28,7 @@ test('sign in, a refused launch, a launch and a stop, all without JavaScript', a
   await page.getByLabel('Email').fill('admin@berth.local');
   await page.getByLabel('Password').fill(berth.adminPassword());
   await page.getByRole('button', { name: 'Sign in' }).click();
+  await enterOneTimeCode(page, berth);
   await page.waitForURL(/\/launch\/inference$/);
 
   await page.getByLabel('Name').fill('plain-html');

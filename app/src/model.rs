@@ -275,3 +275,11 @@ pub struct TenantPageView {
     pub can_manage_sso: bool,
     pub me: i64,
 }
+
+/// The one-time code step of a local administrator's sign-in.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecondFactorView {
+    /// Set only while setting up an authenticator: the base32 secret and its otpauth URI.
+    pub secret: Option<String>,
+    pub uri: Option<String>,
+}

@@ -14,6 +14,14 @@ const SIGNED_IN_AT_KEY: &str = "signed_in_at";
 /// A random value tying an SSO callback to the browser that started the sign-in.
 const SSO_BINDING_KEY: &str = "sso_binding";
 
+/// A sign-in waiting for its second factor: the user whose password was right, and when.
+const SECOND_FACTOR_USER_KEY: &str = "second_factor_user";
+const SECOND_FACTOR_AT_KEY: &str = "second_factor_at";
+/// The secret shown to an administrator setting up their authenticator.
+const ENROLLING_SECRET_KEY: &str = "enrolling_totp";
+/// How long the second step may take.
+const SECOND_FACTOR_TTL_MS: i64 = 5 * 60 * 1000;
+
 /// However active a session is, it ends this long after sign-in.
 pub const ABSOLUTE_TIMEOUT_MS: i64 = 12 * 60 * 60 * 1000;
 
@@ -50,6 +58,8 @@ pub async fn signed_in_user(
 pub async fn start(session: &Session, meta: &RequestMeta, user_id: i64) -> Result<(), AppError> {
     session.cycle_id().await.map_err(store_failed(meta))?;
     session.remove::<String>(SSO_BINDING_KEY).await.map_err(store_failed(meta))?;
+    session.remove::<i64>(SECOND_FACTOR_USER_KEY).await.map_err(store_failed(meta))?;
+    session.remove::<String>(ENROLLING_SECRET_KEY).await.map_err(store_failed(meta))?;
     session.insert(USER_KEY, user_id).await.map_err(store_failed(meta))?;
     session.insert(SIGNED_IN_AT_KEY, berth_platform::now_ms()).await.map_err(store_failed(meta))
 }
@@ -68,4 +78,35 @@ pub async fn new_sso_binding(session: &Session, meta: &RequestMeta) -> Result<St
 
 pub async fn sso_binding(session: &Session, meta: &RequestMeta) -> Result<Option<String>, AppError> {
     session.get::<String>(SSO_BINDING_KEY).await.map_err(store_failed(meta))
+}
+
+/// Remembers that `user_id` gave the right password and owes a one-time code. The session
+/// is not signed in until then.
+pub async fn await_second_factor(session: &Session, meta: &RequestMeta, user_id: i64) -> Result<(), AppError> {
+    session.cycle_id().await.map_err(store_failed(meta))?;
+    session.insert(SECOND_FACTOR_USER_KEY, user_id).await.map_err(store_failed(meta))?;
+    session.insert(SECOND_FACTOR_AT_KEY, berth_platform::now_ms()).await.map_err(store_failed(meta))
+}
+
+/// The user owing a one-time code, if the password step was recent.
+pub async fn second_factor_user(session: &Session, meta: &RequestMeta) -> Result<Option<i64>, AppError> {
+    let at = session.get::<i64>(SECOND_FACTOR_AT_KEY).await.map_err(store_failed(meta))?.unwrap_or(0);
+    if berth_platform::now_ms() - at > SECOND_FACTOR_TTL_MS {
+        return Ok(None);
+    }
+    session.get::<i64>(SECOND_FACTOR_USER_KEY).await.map_err(store_failed(meta))
+}
+
+/// The secret being set up in this session, made on first ask.
+pub async fn enrolling_secret(session: &Session, meta: &RequestMeta) -> Result<String, AppError> {
+    if let Some(secret) = stored_enrolling_secret(session, meta).await? {
+        return Ok(secret);
+    }
+    let secret = berth_platform::totp::new_secret();
+    session.insert(ENROLLING_SECRET_KEY, &secret).await.map_err(store_failed(meta))?;
+    Ok(secret)
+}
+
+pub async fn stored_enrolling_secret(session: &Session, meta: &RequestMeta) -> Result<Option<String>, AppError> {
+    session.get::<String>(ENROLLING_SECRET_KEY).await.map_err(store_failed(meta))
 }

@@ -8,7 +8,7 @@ use leptos_router::{SsrMode, path};
 use crate::components::{Auth, NavBar};
 use crate::pages::{
     CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FleetPage, LaunchPage, LoginPage, NotFound,
-    QuotasPage, TenantPage, TenantsPage,
+    QuotasPage, SecondFactorPage, TenantPage, TenantsPage,
 };
 
 /// The whole document, rendered on the server.
@@ -64,6 +64,7 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/tenants/:id") view=TenantPage ssr=SsrMode::Async/>
                         <Route path=path!("/environments/:id") view=EnvironmentPage ssr=SsrMode::Async/>
                         <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async/>
+                        <Route path=path!("/login/code") view=SecondFactorPage ssr=SsrMode::Async/>
                     </Routes>
                 </main>
                 <footer class="border-t border-slate-200 py-4 text-center text-xs text-slate-500">

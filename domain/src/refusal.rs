@@ -75,6 +75,8 @@ pub enum Refusal {
     InvalidToken(String),
     #[error("too many failed sign-ins; wait {minutes} minutes and try again")]
     TooManyAttempts { minutes: i64 },
+    #[error("that code is not right (or was used already); enter the current one from your authenticator app")]
+    WrongCode,
     #[error("sign-in failed: {0}")]
     SignInFailed(&'static str),
     #[error("{0}")]

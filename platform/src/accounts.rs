@@ -180,13 +180,14 @@ impl Platform {
         let mut conn = self.db.acquire().await?;
         match user.filter(|_| ok) {
             Some(user) => {
-                self.throttle.succeeded(email);
-                let event = Event {
-                    action: "session.sign_in",
-                    target: Some(&user.email),
-                    outcome: Outcome::Success,
-                    detail: None,
+                // With a second factor to come, the sign-in is not done yet.
+                let (action, detail) = if self.needs_second_factor(&user) {
+                    ("session.password", Some("one-time code next"))
+                } else {
+                    self.throttle.succeeded(email);
+                    ("session.sign_in", None)
                 };
+                let event = Event { action, target: Some(&user.email), outcome: Outcome::Success, detail };
                 audit::record(&mut conn, &user.caller(meta.clone()).actor(), event).await?;
                 Ok(user)
             }

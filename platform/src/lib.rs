@@ -24,6 +24,7 @@ pub mod store;
 pub mod tenants;
 mod throttle;
 pub mod tokens;
+pub mod totp;
 
 use std::collections::HashMap;
 use std::sync::Arc;

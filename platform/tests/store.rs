@@ -6,7 +6,8 @@ mod common;
 use berth_domain::Refusal;
 use berth_domain::fleet::FleetSpec;
 use berth_domain::policy::Role;
-use berth_platform::{Error, Platform, RequestMeta};
+use berth_platform::totp;
+use berth_platform::{Error, Platform, RequestMeta, now_ms};
 use common::SMALL_FLEET;
 use sqlx::SqlitePool;
 
@@ -52,13 +53,36 @@ async fn the_first_start_creates_one_admin_whose_password_works_once_shown(pool:
     assert_eq!(wrong.to_string(), unknown.to_string(), "a failure must not tell which part was wrong");
 
     let outcomes: Vec<(String, String, Option<String>)> = sqlx::query_as(
-        "SELECT action, outcome, request_id FROM audit_events WHERE action = 'session.sign_in' ORDER BY id",
+        "SELECT action, outcome, request_id FROM audit_events WHERE action LIKE 'session.%' ORDER BY id",
     )
     .fetch_all(&pool)
     .await
     .expect("audit");
-    let expected = |o: &str| ("session.sign_in".to_string(), o.to_string(), Some("req-1".to_string()));
-    assert_eq!(outcomes, [expected("success"), expected("failure"), expected("failure")]);
+    let expected = |a: &str, o: &str| (a.to_string(), o.to_string(), Some("req-1".to_string()));
+    // An administrator's password is only the first step; the one-time code completes it.
+    let failure = expected("session.sign_in", "failure");
+    assert_eq!(outcomes, [expected("session.password", "success"), failure.clone(), failure]);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn administrators_set_up_a_one_time_code_and_each_code_works_once(pool: SqlitePool) {
+    let platform = Platform::new(pool.clone());
+    let admin = platform.bootstrap_admin().await.expect("bootstrap").expect("admin");
+    let user = platform.sign_in(&admin.email, &admin.password, &meta()).await.expect("password");
+    assert!(platform.needs_second_factor(&user));
+    assert!(!platform.has_totp(user.id).await.expect("totp"));
+
+    let secret = totp::new_secret();
+    let code = |secret: &str| totp::code_at(secret, now_ms() / 30_000).expect("code");
+    let wrong = platform.complete_second_factor(user.id, "000000", Some(&secret), &meta()).await;
+    let right = code(&secret);
+    let wrong = if right == "000000" { Err(Error::Refused(Refusal::WrongCode)) } else { wrong };
+    assert!(matches!(wrong, Err(Error::Refused(Refusal::WrongCode))), "{wrong:?}");
+    assert!(!platform.has_totp(user.id).await.expect("totp"), "a wrong code stores nothing");
+    platform.complete_second_factor(user.id, &right, Some(&secret), &meta()).await.expect("set up");
+    assert!(platform.has_totp(user.id).await.expect("totp"));
+    let replay = platform.complete_second_factor(user.id, &right, None, &meta()).await;
+    assert!(matches!(replay, Err(Error::Refused(Refusal::WrongCode))), "a code works once: {replay:?}");
 }
 
 #[sqlx::test(migrations = "../migrations")]

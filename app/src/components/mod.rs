@@ -42,6 +42,11 @@ impl Auth {
         sign_in
     }
 
+    /// Re-reads who is signed in (after a sign-in finished elsewhere on the page).
+    pub fn refresh(self) {
+        self.signed_in.update(|n| *n += 1);
+    }
+
     pub fn get() -> Option<Auth> {
         use_context::<Auth>()
     }
@@ -225,4 +230,14 @@ pub fn poll_every(ms: u64, refresh: impl Fn() + Clone + 'static) {
             }
         });
     });
+}
+
+/// Percent-encodes a query value.
+pub fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }

@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::components::{Auth, ErrorAlert};
 use crate::error::AppError;
-use crate::serverfns::sign_in_options;
+use crate::serverfns::{VerifyCode, second_factor, sign_in_options};
 
 #[component]
 pub fn LoginPage() -> impl IntoView {
@@ -28,7 +28,7 @@ pub fn LoginPage() -> impl IntoView {
                     (!providers.is_empty()).then(|| view! {
                         <div class="mt-8 space-y-2" aria-label="Single sign-on">
                             {providers.into_iter().map(|p| {
-                                let href = format!("/auth/oidc/{}/start?next={}", p.slug, url_encode(&next()));
+                                let href = format!("/auth/oidc/{}/start?next={}", p.slug, crate::components::url_encode(&next()));
                                 view! {
                                     <a href=href data-provider=p.slug.clone() rel="external"
                                         class="block w-full rounded-lg bg-slate-900 px-4 py-2.5 text-center text-sm font-semibold text-white hover:bg-slate-700">
@@ -71,12 +71,55 @@ pub fn LoginPage() -> impl IntoView {
     .into_any()
 }
 
-/// Percent-encodes a query value.
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' | b'/' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+/// The second step for local administrators: the code from their authenticator app, after
+/// setting one up at the first sign-in.
+#[component]
+pub fn SecondFactorPage() -> impl IntoView {
+    let query = use_query_map();
+    let next = move || query.read().get("next").unwrap_or_else(|| "/environments".to_owned());
+    let Some(auth) = Auth::get() else { return ().into_any() };
+    let verify = ServerAction::<VerifyCode>::new();
+    Effect::new(move |_| {
+        if verify.version().get() > 0 {
+            auth.refresh();
+        }
+    });
+    let result = verify.value();
+    let step = Resource::new(|| (), |_| second_factor());
+    view! {
+        <Title text="One-time code"/>
+        <div class="mx-auto mt-8 max-w-md">
+            <h1 class="text-center text-2xl font-bold tracking-tight text-slate-900">"One-time code"</h1>
+            <Suspense fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+                {move || Suspend::new(async move {
+                    match step.await {
+                        Ok(step) => view! {
+                            {step.secret.map(|secret| view! {
+                                <div class="mt-6 rounded-xl border border-amber-200 bg-amber-50 p-4 text-sm text-amber-900">
+                                    <p class="font-semibold">"Set up your authenticator app"</p>
+                                    <p class="mt-1">"Administrators with a local account sign in with a one-time code as well. Add this key to your authenticator app (time-based, 6 digits, 30 seconds), then enter the code it shows."</p>
+                                    <p class="mt-2 font-mono text-base tracking-wider" data-testid="totp-secret">{secret}</p>
+                                    <p class="mt-2 break-all text-xs">{step.uri.unwrap_or_default()}</p>
+                                </div>
+                            })}
+                        }.into_any(),
+                        Err(error) => view! { <div class="mt-6"><ErrorAlert error/></div> }.into_any(),
+                    }
+                })}
+            </Suspense>
+            <div class="mt-6 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
+                <ActionForm action=verify>
+                    <input type="hidden" name="next" value=next/>
+                    <label for="code" class="block text-sm font-medium text-slate-700">"Code from your authenticator"</label>
+                    <input id="code" name="code" required inputmode="numeric" autocomplete="one-time-code" pattern="[0-9 ]{6,7}"
+                        class="mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm tracking-widest shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500"/>
+                    <div class="mt-4">{move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}</div>
+                    <button type="submit" class="mt-4 w-full rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">
+                        "Verify"
+                    </button>
+                </ActionForm>
+            </div>
+        </div>
+    }
+    .into_any()
 }

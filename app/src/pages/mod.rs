@@ -16,7 +16,7 @@ pub use environment::EnvironmentPage;
 pub use environments::EnvironmentsPage;
 pub use fleet::FleetPage;
 pub use launch::LaunchPage;
-pub use login::LoginPage;
+pub use login::{LoginPage, SecondFactorPage};
 pub use quotas::QuotasPage;
 pub use tenants::{TenantPage, TenantsPage};
 

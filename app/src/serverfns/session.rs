@@ -1,7 +1,7 @@
 use leptos::prelude::*;
 
 use crate::error::AppError;
-use crate::model::SessionUser;
+use crate::model::{SecondFactorView, SessionUser};
 
 /// Who is signed in, if anyone.
 #[server(endpoint = "current_user")]
@@ -35,7 +35,51 @@ pub async fn sign_in(email: String, password: String, next: Option<String>) -> R
     let platform = ssr::platform(&meta)?;
     let user =
         platform.sign_in(&email, &password, &meta).await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
-    crate::session::start(&ssr::session(&meta).await?, &meta, user.id).await?;
+    let session = ssr::session(&meta).await?;
+    if platform.needs_second_factor(&user) {
+        crate::session::await_second_factor(&session, &meta, user.id).await?;
+        let next = crate::components::url_encode(&safe_next(next.as_deref()));
+        leptos_axum::redirect(&format!("/login/code?next={next}"));
+        return Ok(());
+    }
+    crate::session::start(&session, &meta, user.id).await?;
+    leptos_axum::redirect(&safe_next(next.as_deref()));
+    Ok(())
+}
+
+/// What the one-time code step shows: just the field once an authenticator is set up;
+/// the secret to set one up (at the first sign-in) otherwise.
+#[server(endpoint = "second_factor")]
+pub async fn second_factor() -> Result<SecondFactorView, AppError> {
+    use super::ssr;
+    let meta = ssr::request_meta().await;
+    let platform = ssr::platform(&meta)?;
+    let session = ssr::session(&meta).await?;
+    let user_id = crate::session::second_factor_user(&session, &meta).await?.ok_or(AppError::Unauthenticated)?;
+    let fail = |e| AppError::from_platform(e, &meta.request_id);
+    if platform.has_totp(user_id).await.map_err(fail)? {
+        return Ok(SecondFactorView { secret: None, uri: None });
+    }
+    let user = platform.active_user(user_id).await.map_err(fail)?;
+    let secret = crate::session::enrolling_secret(&session, &meta).await?;
+    let uri = berth_platform::totp::otpauth_uri(&user.email, &secret);
+    Ok(SecondFactorView { secret: Some(secret), uri: Some(uri) })
+}
+
+/// The second step of a local administrator's sign-in: the code from their authenticator.
+#[server(endpoint = "verify_code")]
+pub async fn verify_code(code: String, next: Option<String>) -> Result<(), AppError> {
+    use super::ssr;
+    let meta = ssr::request_meta().await;
+    let platform = ssr::platform(&meta)?;
+    let session = ssr::session(&meta).await?;
+    let user_id = crate::session::second_factor_user(&session, &meta).await?.ok_or(AppError::Unauthenticated)?;
+    let enrolling = crate::session::stored_enrolling_secret(&session, &meta).await?;
+    let user = platform
+        .complete_second_factor(user_id, &code, enrolling.as_deref(), &meta)
+        .await
+        .map_err(|e| AppError::from_platform(e, &meta.request_id))?;
+    crate::session::start(&session, &meta, user.id).await?;
     leptos_axum::redirect(&safe_next(next.as_deref()));
     Ok(())
 }
