@@ -422,7 +422,8 @@ impl Platform {
     }
 
     /// `authorize` for an action on a tenant as a whole. Another tenant looks exactly
-    /// like one that does not exist.
+    /// like one that does not exist, and one that does not exist (or was deleted) is not
+    /// found even by platform staff, who reach every tenant id.
     pub(crate) async fn authorize_object_in(
         &self,
         caller: &Caller,
@@ -431,6 +432,14 @@ impl Platform {
     ) -> Result<(), Error> {
         match self.authorize(caller, action, Target::Tenant(tenant_id)).await {
             Err(Error::Forbidden) if caller.tenant_id().is_some_and(|t| t != tenant_id) => Err(Error::NotFound),
+            Ok(()) => {
+                let exists: bool =
+                    sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM tenants WHERE id = ? AND status <> 'deleted')")
+                        .bind(tenant_id)
+                        .fetch_one(&self.db)
+                        .await?;
+                if exists { Ok(()) } else { Err(Error::NotFound) }
+            }
             other => other,
         }
     }

@@ -4,6 +4,8 @@ mod api;
 mod cli;
 mod http;
 mod metrics;
+#[cfg(test)]
+mod tests;
 mod web;
 
 use clap::Parser;

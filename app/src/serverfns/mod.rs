@@ -40,11 +40,14 @@ pub(crate) mod ssr {
         leptos_axum::extract::<Session>().await.map_err(|e| AppError::internal(&meta.request_id, "no session layer", e))
     }
 
-    /// The signed-in caller, or `Unauthenticated`.
+    /// The signed-in caller, or `Unauthenticated` (answered 401, not the server functions'
+    /// default 500).
     pub async fn caller() -> Result<(Platform, Caller), AppError> {
         let meta = request_meta().await;
         let platform = platform(&meta)?;
-        let user = signed_in_user(&platform, &meta).await?.ok_or(AppError::Unauthenticated)?;
+        let Some(user) = signed_in_user(&platform, &meta).await? else {
+            return Err(AppError::from_platform(berth_platform::Error::Unauthenticated, &meta.request_id));
+        };
         Ok((platform, user.caller(meta)))
     }
 

@@ -1,0 +1,445 @@
+//! The authorization matrix: every server function and every API route, called as each of
+//! the five roles on their own tenant's object, another tenant's object and an id that
+//! does not exist.
+//!
+//! The table below says only which `Action` a route needs and what it acts on; whether a
+//! call may succeed is asked of `berth_domain::policy` itself. The test fails on a route
+//! the table does not list, on any success the policy does not allow (or a refusal it does
+//! not call for), on a denial that left no audit row, on another tenant's object answering
+//! differently from a missing one, on tenant B's data showing up in anything tenant A's
+//! people can read, and on anything but 401 for a caller with no session and no token.
+
+use std::collections::{BTreeSet, HashMap};
+
+use berth_domain::policy::{Action, Principal, Role, Target};
+use berth_domain::tenancy::Isolation;
+use berth_platform::accounts::User;
+use http::{Method, StatusCode};
+
+use super::{Berth, Reply, encode, in_hours};
+
+/// How a route is reached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Via {
+    /// A server function, with the browser session's cookie.
+    ServerFn,
+    /// A server function that starts or ends the session itself; the session tests call it.
+    SessionFn,
+    /// The JSON API, with the user's bearer token.
+    Api(Method),
+    /// A plain browser GET with the session cookie.
+    Page,
+}
+
+/// What a route's action is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Aim {
+    /// The caller's tenant as a whole (the platform for platform staff).
+    CallersTenant,
+    /// The caller's own things (their tokens).
+    CallersOwn,
+    /// The fleet, quotas: platform-wide.
+    Platform,
+    /// A maintenance window by id: a platform object.
+    Maintenance,
+    /// An environment by id, owned by a member of a tenant.
+    Environment,
+    /// A tenant by id.
+    Tenant,
+    /// An API token by id, owned by a member of a tenant.
+    Token,
+}
+
+/// Whose object a call names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Case {
+    /// The caller's own tenant's (tenant A's for platform staff), or no object at all.
+    OwnTenant,
+    OtherTenant,
+    Missing,
+}
+
+impl Aim {
+    fn cases(self) -> &'static [Case] {
+        match self {
+            Aim::CallersTenant | Aim::CallersOwn | Aim::Platform => &[Case::OwnTenant],
+            Aim::Maintenance => &[Case::OwnTenant, Case::Missing],
+            Aim::Environment | Aim::Tenant | Aim::Token => &[Case::OwnTenant, Case::OtherTenant, Case::Missing],
+        }
+    }
+}
+
+struct Route {
+    via: Via,
+    path: &'static str,
+    /// The action the route needs and what it is about; `None` for what anyone may call.
+    needs: Option<(Action, Aim)>,
+    /// Form (server functions) or JSON (API); `{id}`, `{n}`, `{end}`, `{later}` and
+    /// `{later_end}` are filled in.
+    body: &'static str,
+}
+
+const LAUNCH_FORM: &str =
+    "request[offering]=notebook&request[size]=h100-1g.10gb&request[name]=browser-{n}&request[hours]=2";
+const LAUNCH_JSON: &str = r#"{"offering": "notebook", "size": "h100-1g.10gb", "name": "api-{n}", "hours": "2"}"#;
+
+/// Every route. Reads come first and moving an end before stopping, so that allowed
+/// calls find their object in a state where they can succeed.
+fn routes() -> Vec<Route> {
+    use Action::*;
+    use Method as M;
+    let sf = |path, needs, body| Route { via: Via::ServerFn, path, needs, body };
+    let api = |method, path, needs, body| Route { via: Via::Api(method), path, needs, body };
+    let session = |path| Route { via: Via::SessionFn, path, needs: None, body: "" };
+    let environment = Some((EnvironmentRead, Aim::Environment));
+    let change = Some((EnvironmentChange, Aim::Environment));
+    let launch = Some((EnvironmentLaunch, Aim::CallersTenant));
+    vec![
+        session("/api/sign_in"),
+        session("/api/sign_out"),
+        sf("/api/current_user", None, ""),
+        sf("/api/fleet_capacity", None, ""),
+        sf("/api/size_hints", None, "offering=notebook&hours=2"),
+        api(M::GET, "/api/v1/me", None, ""),
+        sf("/api/my_environments", Some((EnvironmentRead, Aim::CallersTenant)), ""),
+        // The platform checks environment.read here (the caller's bookings); every role
+        // that has calendar.read has that too.
+        sf("/api/calendar", Some((CalendarRead, Aim::CallersTenant)), "view=week&from="),
+        api(M::GET, "/api/v1/environments", Some((EnvironmentRead, Aim::CallersTenant)), ""),
+        sf("/api/environment", environment, "id={id}"),
+        api(M::GET, "/api/v1/environments/{id}", environment, ""),
+        api(M::GET, "/api/v1/tenants", Some((TenantRead, Aim::CallersTenant)), ""),
+        api(M::GET, "/api/v1/tenants/{id}/members", Some((MemberRead, Aim::Tenant)), ""),
+        api(M::GET, "/api/v1/tokens", Some((TokenRead, Aim::CallersOwn)), ""),
+        api(M::GET, "/api/v1/audit", Some((AuditRead, Aim::CallersTenant)), ""),
+        Route { via: Via::Page, path: "/audit.csv", needs: Some((AuditRead, Aim::CallersTenant)), body: "" },
+        sf("/api/fleet_schedule", Some((FleetRead, Aim::Platform)), "from=&days=7"),
+        sf("/api/quotas", Some((QuotaRead, Aim::Platform)), ""),
+        sf("/api/change_end", change, "id={id}&end={end}"),
+        api(M::POST, "/api/v1/environments/{id}/end", change, r#"{"ends_at": "{end}"}"#),
+        sf("/api/stop_environment", change, "id={id}"),
+        api(M::POST, "/api/v1/environments/{id}/stop", change, ""),
+        sf("/api/launch", launch, LAUNCH_FORM),
+        api(M::POST, "/api/v1/environments", launch, LAUNCH_JSON),
+        api(M::POST, "/api/v1/tokens/{id}/revoke", Some((TokenManage, Aim::Token)), ""),
+        sf(
+            "/api/schedule_maintenance",
+            Some((FleetManage, Aim::Platform)),
+            "node=l40s-01&gpu=&start={later}&end={later_end}&reason=matrix",
+        ),
+        sf("/api/set_gpu_health", Some((FleetManage, Aim::Platform)), "node=l40s-01&gpu=1&health=healthy&note="),
+        sf("/api/cancel_maintenance", Some((FleetManage, Aim::Maintenance)), "id={id}"),
+        sf(
+            "/api/set_quota",
+            Some((QuotaManage, Aim::Platform)),
+            "email=&max_gpus=&gpu_hours_per_month=&max_booking_hours=&max_overlapping=",
+        ),
+    ]
+}
+
+/// One signed-in person with a session and an API token carrying all of their role's actions.
+struct Person {
+    label: &'static str,
+    user: User,
+    cookie: String,
+    token: String,
+    token_actions: Vec<Action>,
+}
+
+impl Person {
+    /// Who the policy sees for a call through `via`.
+    fn principal(&self, via: &Via) -> Principal {
+        match via {
+            Via::Api(_) => Principal { token_actions: Some(self.token_actions.clone()), ..self.user.principal() },
+            _ => self.user.principal(),
+        }
+    }
+}
+
+/// The objects the calls name, of tenant A (index 0) and tenant B (index 1).
+struct Objects {
+    tenants: [i64; 2],
+    /// The member who owns each tenant's environment and spare token.
+    owners: [i64; 2],
+    environments: [String; 2],
+    spare_tokens: [i64; 2],
+    maintenance: i64,
+    /// Strings only tenant B's data contains: its slug, people and environment.
+    tenant_b_marks: Vec<String>,
+}
+
+impl Objects {
+    fn id(&self, aim: Aim, case: Case) -> String {
+        let i = usize::from(case == Case::OtherTenant);
+        match (aim, case) {
+            (Aim::Environment, Case::Missing) => "00000000-0000-4000-8000-000000000000".to_owned(),
+            (_, Case::Missing) => "999999".to_owned(),
+            (Aim::Environment, _) => self.environments[i].clone(),
+            (Aim::Tenant, _) => self.tenants[i].to_string(),
+            (Aim::Token, _) => self.spare_tokens[i].to_string(),
+            (Aim::Maintenance, _) => self.maintenance.to_string(),
+            (Aim::CallersTenant | Aim::CallersOwn | Aim::Platform, _) => String::new(),
+        }
+    }
+
+    /// What the policy decides on; `None` when the object does not exist.
+    fn target(&self, aim: Aim, case: Case, who: &Principal) -> Option<Target> {
+        let i = usize::from(case == Case::OtherTenant);
+        let owned = Target::Owned { tenant_id: Some(self.tenants[i]), owner_id: self.owners[i] };
+        match (aim, case) {
+            (_, Case::Missing) => None,
+            (Aim::CallersTenant, _) => Some(who.tenant_id.map_or(Target::Platform, Target::Tenant)),
+            (Aim::CallersOwn, _) => Some(Target::Owned { tenant_id: who.tenant_id, owner_id: who.user_id }),
+            (Aim::Platform | Aim::Maintenance, _) => Some(Target::Platform),
+            (Aim::Environment | Aim::Token, _) => Some(owned),
+            (Aim::Tenant, _) => Some(Target::Tenant(self.tenants[i])),
+        }
+    }
+}
+
+/// What the policy says about one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    Allowed,
+    Denied,
+    /// The id names nothing.
+    Missing,
+}
+
+/// The read that goes with `action` (`environment.change` -> `environment.read`): whether
+/// the caller may know the object exists at all.
+fn read_of(action: Action) -> Action {
+    let area = action.as_str().split('.').next().unwrap_or_default();
+    Action::parse(&format!("{area}.read")).unwrap_or(action)
+}
+
+/// Why the answer breaks the policy, if it does.
+fn judge(expect: Expect, reply: &Reply, new_denials: i64) -> Option<String> {
+    let status = reply.status;
+    let refused = matches!(status, StatusCode::FORBIDDEN | StatusCode::NOT_FOUND);
+    match expect {
+        // A rule may still refuse (422: already stopping, no capacity); access may not.
+        Expect::Allowed if !(status.is_success() || status == StatusCode::UNPROCESSABLE_ENTITY) => {
+            Some(format!("refused although the policy allows it: {status} {}", reply.body))
+        }
+        Expect::Allowed if new_denials != 0 => Some(format!("allowed, yet {new_denials} denials were audited")),
+        Expect::Denied if status.is_success() => Some(format!("UNAUTHORIZED SUCCESS: {status} {}", reply.body)),
+        Expect::Denied if !refused => Some(format!("denied with {status} instead of 403/404: {}", reply.body)),
+        Expect::Denied if new_denials == 0 => Some("denied without an audit row".to_owned()),
+        Expect::Missing if !refused => {
+            Some(format!("a missing id answered {status} instead of 403/404: {}", reply.body))
+        }
+        _ => None,
+    }
+}
+
+/// Two tenants with a tenant admin, a member and a viewer each, plus platform staff; an
+/// environment and a spare token of each tenant's member, and a maintenance window. The
+/// five people of tenant A and the platform sign in and get a token each.
+async fn seed(berth: &Berth) -> (Objects, Vec<Person>) {
+    let p = &berth.platform;
+    let tenant_a = p.ensure_tenant("tenant-a", "Tenant A", Isolation::Soft).await.expect("tenant A");
+    let tenant_b = p.ensure_tenant("tenant-b", "Tenant B", Isolation::Soft).await.expect("tenant B");
+    let mut users = Vec::new();
+    for (label, role, tenant) in [
+        ("tenant admin of A", Role::TenantAdmin, Some(tenant_a)),
+        ("member of A", Role::Member, Some(tenant_a)),
+        ("viewer of A", Role::Viewer, Some(tenant_a)),
+        ("platform admin", Role::PlatformAdmin, None),
+        ("platform auditor", Role::PlatformAuditor, None),
+    ] {
+        let email = format!("{}@example.com", label.replace(' ', "."));
+        users.push((label, berth.person(&email, role, tenant).await));
+    }
+    berth.person("admin.b@example.com", Role::TenantAdmin, Some(tenant_b)).await;
+    berth.person("viewer.b@example.com", Role::Viewer, Some(tenant_b)).await;
+    let member_b = berth.person("member.b@example.com", Role::Member, Some(tenant_b)).await;
+    let (member_a, admin) = (users[1].1.clone(), users[3].1.clone());
+
+    let (spare_a, _) = berth.token(&member_a, &[]).await;
+    let (spare_b, _) = berth.token(&member_b, &[]).await;
+    let (window, _) = p
+        .schedule_maintenance(&admin.caller(super::meta()), "l40s-01", Some(0), &in_days(30), &in_days(31), "seed")
+        .await
+        .expect("maintenance window");
+    let environments = [berth.launch(&member_a, "env-a").await, berth.launch(&member_b, "env-b").await];
+    let tenant_b_marks = vec!["tenant-b".to_owned(), ".b@example.com".to_owned(), environments[1].clone()];
+    let objects = Objects {
+        tenants: [tenant_a, tenant_b],
+        owners: [member_a.id, member_b.id],
+        environments,
+        spare_tokens: [spare_a.id, spare_b.id],
+        maintenance: window.id,
+        tenant_b_marks,
+    };
+
+    let mut people = Vec::new();
+    for (label, user) in users {
+        let cookie = berth.sign_in(&user.email, None).await;
+        // Auditors cannot make tokens. This one made its token while a platform admin, so
+        // the token lists every action and only the role holds it back now.
+        let maker = match user.role {
+            Role::PlatformAuditor => User { role: Role::PlatformAdmin, ..user.clone() },
+            _ => user.clone(),
+        };
+        let (info, token) = berth.token(&maker, &[]).await;
+        people.push(Person { label, user, cookie, token, token_actions: info.actions });
+    }
+    (objects, people)
+}
+
+/// Fails unless the table lists exactly the registered server functions and `api::ROUTES`.
+fn assert_lists_every_route(table: &[Route]) {
+    let registered: BTreeSet<(String, String)> = leptos::server_fn::axum::server_fn_paths()
+        .map(|(path, method)| (method.to_string(), path.to_owned()))
+        .collect();
+    let listed: BTreeSet<(String, String)> = table
+        .iter()
+        .filter(|r| matches!(r.via, Via::ServerFn | Via::SessionFn))
+        .map(|r| ("POST".to_owned(), r.path.to_owned()))
+        .collect();
+    assert_eq!(registered, listed, "server functions registered (left) and in the matrix (right)");
+    let api_routes: BTreeSet<(String, String)> =
+        crate::api::ROUTES.iter().map(|(method, path)| ((*method).to_owned(), (*path).to_owned())).collect();
+    let api_listed: BTreeSet<(String, String)> = table
+        .iter()
+        .filter_map(|r| match &r.via {
+            Via::Api(method) => Some((method.to_string(), r.path.to_owned())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(api_routes, api_listed, "API routes in api::ROUTES (left) and in the matrix (right)");
+}
+
+/// A UTC time `days` from now.
+fn in_days(days: i64) -> String {
+    in_hours(24 * days)
+}
+
+/// Calls `route` as `person` (nobody when `None`) about object `id`; `n` makes names unique.
+async fn call(berth: &Berth, route: &Route, person: Option<&Person>, id: &str, n: usize) -> Reply {
+    // Form values are percent-encoded; JSON takes them as they are.
+    let value = |v: String| if route.via == Via::ServerFn { encode(&v) } else { v };
+    let fill = |text: &str| {
+        text.replace("{id}", id)
+            .replace("{n}", &n.to_string())
+            .replace("{end}", &value(in_hours(3)))
+            .replace("{later_end}", &value(in_days(41)))
+            .replace("{later}", &value(in_days(40)))
+    };
+    let (path, body) = (fill(route.path), fill(route.body));
+    let cookie = person.map(|p| p.cookie.as_str());
+    match &route.via {
+        Via::ServerFn => berth.call(&path, &body, cookie).await,
+        Via::Api(method) => berth.api(method.clone(), &path, &body, person.map(|p| p.token.as_str())).await,
+        Via::Page => berth.get(&path, cookie).await,
+        Via::SessionFn => unreachable!("the session tests call these"),
+    }
+}
+
+#[tokio::test]
+async fn every_route_answers_every_role_as_the_policy_says() {
+    let berth = Berth::start(None).await;
+    let (objects, people) = seed(&berth).await;
+    let table = routes();
+    assert_lists_every_route(&table);
+
+    let mut failures = Vec::new();
+    let mut calls = 0;
+    for route in table.iter().filter(|r| r.via != Via::SessionFn) {
+        for person in &people {
+            let principal = person.principal(&route.via);
+            let aim = route.needs.map(|(_, aim)| aim);
+            let mut answers: HashMap<Case, Reply> = HashMap::new();
+            for &case in aim.map_or(&[Case::OwnTenant][..], Aim::cases) {
+                calls += 1;
+                let expect = match route.needs {
+                    None => Expect::Allowed,
+                    Some((action, aim)) => match objects.target(aim, case, &principal) {
+                        None => Expect::Missing,
+                        Some(target) if principal.authorize(action, target).is_ok() => Expect::Allowed,
+                        Some(_) => Expect::Denied,
+                    },
+                };
+                let id = aim.map(|aim| objects.id(aim, case)).unwrap_or_default();
+                let before = berth.denials_by(person.user.id).await;
+                let reply = call(&berth, route, Some(person), &id, calls).await;
+                let new_denials = berth.denials_by(person.user.id).await - before;
+                if let Some(why) = judge(expect, &reply, new_denials) {
+                    failures.push(format!("{} as {} on {case:?} ({expect:?}): {why}", route.path, person.label));
+                }
+                // Nothing tenant A's people can reach (lists, the audit log) shows tenant B.
+                if principal.tenant_id == Some(objects.tenants[0])
+                    && let Some(mark) = objects.tenant_b_marks.iter().find(|m| reply.body.contains(m.as_str()))
+                {
+                    failures.push(format!("{} as {} on {case:?} shows tenant B's {mark}", route.path, person.label));
+                }
+                answers.insert(case, reply);
+            }
+            // Another tenant's object the caller may not even see must look exactly missing.
+            if let Some((action, aim)) = route.needs
+                && let (Some(other), Some(missing)) = (answers.get(&Case::OtherTenant), answers.get(&Case::Missing))
+                && let Some(target) = objects.target(aim, Case::OtherTenant, &principal)
+                && principal.authorize(read_of(action), target).is_err()
+            {
+                let (other, missing) = (
+                    (other.status, other.body_without_request_id()),
+                    (missing.status, missing.body_without_request_id()),
+                );
+                if other != missing {
+                    failures.push(format!(
+                        "{} as {}: another tenant's object answers {other:?}, a missing one {missing:?}",
+                        route.path, person.label
+                    ));
+                }
+            }
+        }
+    }
+    // Nobody signed in, no token: everything that needs a permission asks for a sign-in.
+    for route in table.iter().filter(|r| r.needs.is_some() && r.via != Via::SessionFn) {
+        calls += 1;
+        let id = route.needs.map(|(_, aim)| objects.id(aim, Case::OwnTenant)).unwrap_or_default();
+        let reply = call(&berth, route, None, &id, calls).await;
+        if reply.status != StatusCode::UNAUTHORIZED {
+            failures.push(format!("{} without credentials answered {}: {}", route.path, reply.status, reply.body));
+        }
+    }
+    assert!(failures.is_empty(), "{} of {calls} calls broke the policy:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// A token carries only the actions it was made with, and a revoked one stops at once.
+#[tokio::test]
+async fn narrowed_and_revoked_tokens() {
+    let berth = Berth::start(None).await;
+    let p = &berth.platform;
+    let tenant = p.ensure_tenant("tenant-a", "Tenant A", Isolation::Soft).await.expect("tenant");
+    let member = berth.person("member@example.com", Role::Member, Some(tenant)).await;
+    let env = berth.launch(&member, "mine").await;
+
+    let (_, reader) = berth.token(&member, &["environment.read"]).await;
+    let read = berth.api(Method::GET, &format!("/api/v1/environments/{env}"), "", Some(&reader)).await;
+    assert_eq!(read.status, StatusCode::OK, "{}", read.body);
+    let denials = berth.denials_by(member.id).await;
+    let launch = berth.api(Method::POST, "/api/v1/environments", &LAUNCH_JSON.replace("{n}", "1"), Some(&reader)).await;
+    assert_eq!(launch.status, StatusCode::FORBIDDEN, "a read-only token launched: {}", launch.body);
+    let stop = berth.api(Method::POST, &format!("/api/v1/environments/{env}/stop"), "", Some(&reader)).await;
+    assert_eq!(stop.status, StatusCode::FORBIDDEN, "a read-only token stopped: {}", stop.body);
+    assert_eq!(berth.denials_by(member.id).await - denials, 2, "both refusals are audited");
+    let still: String = sqlx::query_scalar("SELECT desired FROM environments WHERE id = ?")
+        .bind(&env)
+        .fetch_one(p.db())
+        .await
+        .expect("environment");
+    assert_eq!(still, "running");
+    let envs: i64 = sqlx::query_scalar("SELECT count(*) FROM environments").fetch_one(p.db()).await.expect("count");
+    assert_eq!(envs, 1, "nothing was launched");
+
+    let (info, secret) = berth.token(&member, &[]).await;
+    assert_eq!(berth.api(Method::GET, "/api/v1/me", "", Some(&secret)).await.status, StatusCode::OK);
+    p.revoke_token(&member.caller(super::meta()), info.id).await.expect("revoke");
+    let after = berth.api(Method::GET, "/api/v1/me", "", Some(&secret)).await;
+    assert_eq!(after.status, StatusCode::UNAUTHORIZED, "a revoked token still works: {}", after.body);
+    assert_eq!(after.header("www-authenticate"), Some("Bearer"));
+    let stop = berth.api(Method::POST, &format!("/api/v1/environments/{env}/stop"), "", Some(&secret)).await;
+    assert_eq!(stop.status, StatusCode::UNAUTHORIZED);
+}
