@@ -7,8 +7,8 @@ use leptos_router::{SsrMode, path};
 
 use crate::components::{Auth, NavBar};
 use crate::pages::{
-    CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FleetPage, LaunchPage, LoginPage, NotFound,
-    QuotasPage,
+    AccountPage, AuditPage, CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FleetPage, LaunchPage,
+    LoginPage, NotFound, QuotasPage,
 };
 
 /// The whole document, rendered on the server.
@@ -61,6 +61,8 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/admin/fleet") view=FleetPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/quotas") view=QuotasPage ssr=SsrMode::Async/>
                         <Route path=path!("/environments/:id") view=EnvironmentPage ssr=SsrMode::Async/>
+                        <Route path=path!("/account") view=AccountPage ssr=SsrMode::Async/>
+                        <Route path=path!("/audit") view=AuditPage ssr=SsrMode::Async/>
                         <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async/>
                     </Routes>
                 </main>

@@ -1,5 +1,7 @@
 //! One module per page.
 
+mod account;
+mod audit;
 mod calendar;
 mod catalog;
 mod environment;
@@ -9,6 +11,8 @@ mod launch;
 mod login;
 mod quotas;
 
+pub use account::AccountPage;
+pub use audit::AuditPage;
 pub use calendar::CalendarPage;
 pub use catalog::CatalogPage;
 pub use environment::EnvironmentPage;
