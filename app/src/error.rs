@@ -71,15 +71,8 @@ impl AppError {
         };
         // A plain form post (no WASM yet) must keep the redirect back to its page, which
         // carries the error for the form to show.
-        let plain_form_post = leptos::prelude::use_context::<http::request::Parts>().is_some_and(|parts| {
-            parts
-                .headers
-                .get(http::header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.contains("text/html"))
-        });
-        if let Some(response) =
-            leptos::prelude::use_context::<leptos_axum::ResponseOptions>().filter(|_| !plain_form_post)
+        if let Some(response) = leptos::prelude::use_context::<leptos_axum::ResponseOptions>()
+            .filter(|_| !crate::serverfns::ssr::plain_form_post())
         {
             response.set_status(status);
         }

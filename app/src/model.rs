@@ -283,3 +283,74 @@ pub struct SecondFactorView {
     pub secret: Option<String>,
     pub uri: Option<String>,
 }
+
+/// The personal API tokens page: the caller's tokens, the actions their role lets a token
+/// take, and a just-created token's secret (shown once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccountView {
+    pub tokens: Vec<TokenView>,
+    pub actions: Vec<ActionChoice>,
+    /// Set only on the render right after a plain (pre-WASM) form post created a token.
+    pub new_token: Option<NewTokenView>,
+    pub max_days: i64,
+}
+
+/// One action a token may be limited to: `token.manage`, "Revoke API tokens".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActionChoice {
+    pub name: String,
+    pub label: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenView {
+    pub id: i64,
+    pub name: String,
+    /// "All your role allows" or the actions' labels.
+    pub actions: String,
+    /// The action names, one per line, for the tooltip.
+    pub action_names: String,
+    pub created: String,
+    pub expires: String,
+    pub last_used: String,
+    /// `active`, `expired` or `revoked`.
+    pub status: String,
+}
+
+/// A token right after creation, with its secret; Berth keeps only a hash of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewTokenView {
+    pub name: String,
+    pub secret: String,
+    pub expires: String,
+    /// A ready-to-paste request with the secret, against this Berth.
+    pub example: String,
+}
+
+/// One page of the audit log with the links around it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditView {
+    pub rows: Vec<AuditRowView>,
+    /// Platform staff may filter by tenant; a tenant admin sees only their own.
+    pub tenant_filter: bool,
+    /// The next page (older rows), when this one is full.
+    pub older_href: Option<String>,
+    /// Back to the newest rows, when this page is not the first.
+    pub newest_href: Option<String>,
+    pub csv_href: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AuditRowView {
+    pub id: i64,
+    pub time: String,
+    pub actor: String,
+    pub tenant: String,
+    pub action: String,
+    pub target: String,
+    /// `success`, `failure` or `denied`.
+    pub outcome: String,
+    pub source: String,
+    pub request_id: String,
+    pub detail: String,
+}

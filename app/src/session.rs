@@ -1,5 +1,6 @@
 //! Browser sessions (tower-sessions, stored in Berth's SQLite database): who is signed in,
-//! since when, and the single sign-on binding. Used by the server functions and by the
+//! since when, the single sign-on binding, and a new API token's secret between a plain
+//! form post and the render that shows it. Used by the server functions and by the
 //! server's own routes (SSO callbacks, downloads), so there is one rule for both.
 
 use berth_platform::accounts::User;
@@ -38,6 +39,7 @@ pub async fn signed_in_user(
     meta: &RequestMeta,
 ) -> Result<Option<User>, AppError> {
     let Some(id) = session.get::<i64>(USER_KEY).await.map_err(store_failed(meta))? else { return Ok(None) };
+    forget_shown_token(session, meta).await?;
     let signed_in_at = session.get::<i64>(SIGNED_IN_AT_KEY).await.map_err(store_failed(meta))?.unwrap_or(0);
     if berth_platform::now_ms() - signed_in_at > ABSOLUTE_TIMEOUT_MS {
         session.flush().await.map_err(store_failed(meta))?;
@@ -109,4 +111,62 @@ pub async fn enrolling_secret(session: &Session, meta: &RequestMeta) -> Result<S
 
 pub async fn stored_enrolling_secret(session: &Session, meta: &RequestMeta) -> Result<Option<String>, AppError> {
     session.get::<String>(ENROLLING_SECRET_KEY).await.map_err(store_failed(meta))
+}
+
+/// A token secret waiting to be shown once, after a plain (pre-WASM) form post.
+const NEW_TOKEN_KEY: &str = "new_token";
+/// A waiting secret older than this is dropped unseen rather than shown late.
+const NEW_TOKEN_TTL_MS: i64 = 5 * 60 * 1000;
+
+/// A new API token's secret, as it travels from the create form to the page that shows it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct NewToken {
+    pub name: String,
+    pub secret: String,
+    pub expires_at: i64,
+    pub created_at: i64,
+    /// The request whose render showed it. The server render may ask more than once (Leptos
+    /// walks a page's suspended parts again before it renders them), so "once" means "in
+    /// one request", and any later request forgets it.
+    #[serde(default)]
+    pub shown_in: Option<String>,
+}
+
+/// Keeps `token` in this browser's session until the next render of the token page. Only
+/// for plain form posts: their answer is a redirect, which cannot carry the secret.
+pub async fn hold_new_token(session: &Session, meta: &RequestMeta, token: &NewToken) -> Result<(), AppError> {
+    session.insert(NEW_TOKEN_KEY, token).await.map_err(store_failed(meta))
+}
+
+/// The waiting secret, for this request's render only: a later request finds nothing.
+pub async fn show_new_token(session: &Session, meta: &RequestMeta) -> Result<Option<NewToken>, AppError> {
+    let Some(mut token) = session.get::<NewToken>(NEW_TOKEN_KEY).await.map_err(store_failed(meta))? else {
+        return Ok(None);
+    };
+    let fresh = berth_platform::now_ms() - token.created_at <= NEW_TOKEN_TTL_MS;
+    match token.shown_in.as_deref() {
+        Some(request) if request == meta.request_id && fresh => Ok(Some(token)),
+        None if fresh => {
+            token.shown_in = Some(meta.request_id.clone());
+            session.insert(NEW_TOKEN_KEY, &token).await.map_err(store_failed(meta))?;
+            Ok(Some(token))
+        }
+        _ => {
+            session.remove::<NewToken>(NEW_TOKEN_KEY).await.map_err(store_failed(meta))?;
+            Ok(None)
+        }
+    }
+}
+
+/// Drops a secret that an earlier request already showed (or that waited too long), so it
+/// leaves the session store at the browser's next request, whatever page that is.
+async fn forget_shown_token(session: &Session, meta: &RequestMeta) -> Result<(), AppError> {
+    let Some(token) = session.get::<NewToken>(NEW_TOKEN_KEY).await.map_err(store_failed(meta))? else {
+        return Ok(());
+    };
+    let stale = berth_platform::now_ms() - token.created_at > NEW_TOKEN_TTL_MS;
+    if stale || token.shown_in.is_some_and(|request| request != meta.request_id) {
+        session.remove::<NewToken>(NEW_TOKEN_KEY).await.map_err(store_failed(meta))?;
+    }
+    Ok(())
 }

@@ -7,8 +7,8 @@ use leptos_router::{SsrMode, path};
 
 use crate::components::{Auth, NavBar};
 use crate::pages::{
-    CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FleetPage, LaunchPage, LoginPage, NotFound,
-    QuotasPage, SecondFactorPage, TenantPage, TenantsPage,
+    AccountPage, AuditPage, CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FleetPage, LaunchPage,
+    LoginPage, NotFound, QuotasPage, SecondFactorPage, TenantPage, TenantsPage,
 };
 
 /// The whole document, rendered on the server.
@@ -63,6 +63,8 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/admin/tenants") view=TenantsPage ssr=SsrMode::Async/>
                         <Route path=path!("/tenants/:id") view=TenantPage ssr=SsrMode::Async/>
                         <Route path=path!("/environments/:id") view=EnvironmentPage ssr=SsrMode::Async/>
+                        <Route path=path!("/account") view=AccountPage ssr=SsrMode::Async/>
+                        <Route path=path!("/audit") view=AuditPage ssr=SsrMode::Async/>
                         <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async/>
                         <Route path=path!("/login/code") view=SecondFactorPage ssr=SsrMode::Async/>
                     </Routes>

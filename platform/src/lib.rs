@@ -90,6 +90,11 @@ impl Platform {
         &self.policy
     }
 
+    /// Where users reach Berth, without a trailing slash (e.g. for API examples).
+    pub fn public_url(&self) -> &str {
+        &self.public_url
+    }
+
     pub fn db(&self) -> &SqlitePool {
         &self.db
     }

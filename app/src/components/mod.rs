@@ -108,6 +108,7 @@ pub fn ErrorAlert(error: AppError) -> impl IntoView {
         AppError::Refused(_) => ("That did not work", error.to_string()),
         AppError::NotFound => ("Not found", "There is nothing here, or it is not yours to see.".to_owned()),
         AppError::Unauthenticated => ("Signed out", "Your session has ended; sign in again.".to_owned()),
+        AppError::Forbidden => ("Not allowed", "Your role does not allow this.".to_owned()),
         _ => ("Something went wrong", error.to_string()),
     };
     view! {

@@ -6,6 +6,13 @@ pub fn utc(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string()).unwrap_or_default()
 }
 
+/// "2026-11-22 18:41:07 UTC", for logs where the minute is not precise enough.
+pub fn utc_seconds(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|t| t.format("%Y-%m-%d %H:%M:%S UTC").to_string())
+        .unwrap_or_default()
+}
+
 /// "2026-11-22T18:41", the value an HTML `datetime-local` input takes (read as UTC).
 pub fn input_value(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%dT%H:%M").to_string()).unwrap_or_default()
@@ -57,6 +64,7 @@ mod tests {
     #[test]
     fn times_are_utc() {
         assert_eq!(utc(0), "1970-01-01 00:00 UTC");
+        assert_eq!(utc_seconds(1_795_442_407_500), "2026-11-23 14:00:07 UTC");
         assert_eq!(input_value(1_795_442_400_000), "2026-11-23T14:00");
     }
 

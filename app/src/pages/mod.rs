@@ -1,5 +1,7 @@
 //! One module per page.
 
+mod account;
+mod audit;
 mod calendar;
 mod catalog;
 mod environment;
@@ -10,6 +12,8 @@ mod login;
 mod quotas;
 mod tenants;
 
+pub use account::AccountPage;
+pub use audit::AuditPage;
 pub use calendar::CalendarPage;
 pub use catalog::CatalogPage;
 pub use environment::EnvironmentPage;

@@ -1,14 +1,18 @@
 //! Server functions, one file per area. Each one authenticates, makes one call into the
 //! platform and maps the answer to a view type.
 
+mod account;
 mod admin;
+mod audit;
 mod calendar;
 mod catalog;
 mod environments;
 mod session;
 mod tenants;
 
+pub use account::*;
 pub use admin::*;
+pub use audit::*;
 pub use calendar::*;
 pub use catalog::*;
 pub use environments::*;
@@ -38,6 +42,18 @@ pub(crate) mod ssr {
 
     pub async fn session(meta: &RequestMeta) -> Result<Session, AppError> {
         leptos_axum::extract::<Session>().await.map_err(|e| AppError::internal(&meta.request_id, "no session layer", e))
+    }
+
+    /// Whether this request is a plain HTML form post (no WASM yet): its answer is a
+    /// redirect back to the page, which can carry an error but no return value.
+    pub fn plain_form_post() -> bool {
+        leptos::prelude::use_context::<http::request::Parts>().is_some_and(|parts| {
+            parts
+                .headers
+                .get(http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.contains("text/html"))
+        })
     }
 
     /// The signed-in caller, or `Unauthenticated` (answered 401, not the server functions'

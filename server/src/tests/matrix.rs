@@ -74,9 +74,12 @@ struct Route {
     path: &'static str,
     /// The action the route needs and what it is about; `None` for what anyone may call.
     needs: Option<(Action, Aim)>,
-    /// Form (server functions) or JSON (API); `{id}`, `{n}`, `{end}`, `{later}` and
-    /// `{later_end}` are filled in.
+    /// Form (server functions) or JSON (API); `{id}`, `{owner}`, `{n}`, `{end}`, `{later}`
+    /// and `{later_end}` are filled in.
     body: &'static str,
+    /// The body names a member or project that never exists: a call the policy allows
+    /// answers 404 after the access check.
+    names_missing: bool,
 }
 
 const LAUNCH_FORM: &str =
@@ -88,16 +91,21 @@ const LAUNCH_JSON: &str = r#"{"offering": "notebook", "size": "h100-1g.10gb", "n
 fn routes() -> Vec<Route> {
     use Action::*;
     use Method as M;
-    let sf = |path, needs, body| Route { via: Via::ServerFn, path, needs, body };
-    let api = |method, path, needs, body| Route { via: Via::Api(method), path, needs, body };
-    let session = |path| Route { via: Via::SessionFn, path, needs: None, body: "" };
+    let sf = |path, needs, body| Route { via: Via::ServerFn, path, needs, body, names_missing: false };
+    let sf_missing = |path, needs, body| Route { via: Via::ServerFn, path, needs, body, names_missing: true };
+    let api = |method, path, needs, body| Route { via: Via::Api(method), path, needs, body, names_missing: false };
+    let session = |path| Route { via: Via::SessionFn, path, needs: None, body: "", names_missing: false };
+    let tenant = |action| Some((action, Aim::Tenant));
     let environment = Some((EnvironmentRead, Aim::Environment));
     let change = Some((EnvironmentChange, Aim::Environment));
     let launch = Some((EnvironmentLaunch, Aim::CallersTenant));
     vec![
         session("/api/sign_in"),
         session("/api/sign_out"),
+        session("/api/second_factor"),
+        session("/api/verify_code"),
         sf("/api/current_user", None, ""),
+        sf("/api/sign_in_options", None, ""),
         sf("/api/fleet_capacity", None, ""),
         sf("/api/size_hints", None, "offering=notebook&hours=2"),
         api(M::GET, "/api/v1/me", None, ""),
@@ -112,7 +120,17 @@ fn routes() -> Vec<Route> {
         api(M::GET, "/api/v1/tenants/{id}/members", Some((MemberRead, Aim::Tenant)), ""),
         api(M::GET, "/api/v1/tokens", Some((TokenRead, Aim::CallersOwn)), ""),
         api(M::GET, "/api/v1/audit", Some((AuditRead, Aim::CallersTenant)), ""),
-        Route { via: Via::Page, path: "/audit.csv", needs: Some((AuditRead, Aim::CallersTenant)), body: "" },
+        Route {
+            via: Via::Page,
+            path: "/audit.csv",
+            needs: Some((AuditRead, Aim::CallersTenant)),
+            body: "",
+            names_missing: false,
+        },
+        sf("/api/audit_log", Some((AuditRead, Aim::CallersTenant)), "tenant=&actor=&action=&outcome=&before="),
+        sf("/api/account", Some((TokenRead, Aim::CallersOwn)), ""),
+        sf("/api/tenants_overview", Some((TenantRead, Aim::CallersTenant)), ""),
+        sf("/api/tenant_detail", tenant(MemberRead), "id={id}"),
         sf("/api/fleet_schedule", Some((FleetRead, Aim::Platform)), "from=&days=7"),
         sf("/api/quotas", Some((QuotaRead, Aim::Platform)), ""),
         sf("/api/change_end", change, "id={id}&end={end}"),
@@ -122,6 +140,30 @@ fn routes() -> Vec<Route> {
         sf("/api/launch", launch, LAUNCH_FORM),
         api(M::POST, "/api/v1/environments", launch, LAUNCH_JSON),
         api(M::POST, "/api/v1/tokens/{id}/revoke", Some((TokenManage, Aim::Token)), ""),
+        sf("/api/revoke_token", Some((TokenManage, Aim::Token)), "id={id}"),
+        sf("/api/create_token", Some((TokenManage, Aim::CallersOwn)), "name=matrix-{n}&days=30"),
+        sf("/api/invite_member", tenant(MemberManage), "tenant_id={id}&email=invitee-{n}%40example.com&role=viewer"),
+        sf("/api/change_member_role", tenant(MemberManage), "tenant_id={id}&user_id={owner}&role=member"),
+        sf_missing("/api/remove_member", tenant(MemberManage), "tenant_id={id}&user_id=999999"),
+        sf("/api/create_project", tenant(ProjectManage), "tenant_id={id}&name=project-{n}"),
+        sf_missing(
+            "/api/add_project_member",
+            tenant(ProjectManage),
+            "tenant_id={id}&project_id=999999&email=nobody%40example.com",
+        ),
+        sf(
+            "/api/save_sso",
+            tenant(SsoManage),
+            "tenant_id={id}&display_name=Corp&issuer=https%3A%2F%2Fidp.example.com&client_id=berth&client_secret=s\
+             &groups_claim=groups&allowed_domains=&group_roles=ml+%3D+member&enabled=yes",
+        ),
+        sf("/api/set_tenant_isolation", tenant(TenantManage), "id={id}&isolation=soft"),
+        sf("/api/change_tenant", tenant(TenantManage), "id={id}&change=resume"),
+        sf(
+            "/api/create_tenant",
+            Some((TenantManage, Aim::Platform)),
+            "slug=t-{n}&name=T+{n}&isolation=soft&first_admin=",
+        ),
         sf(
             "/api/schedule_maintenance",
             Some((FleetManage, Aim::Platform)),
@@ -214,10 +256,11 @@ fn read_of(action: Action) -> Action {
 }
 
 /// Why the answer breaks the policy, if it does.
-fn judge(expect: Expect, reply: &Reply, new_denials: i64) -> Option<String> {
+fn judge(expect: Expect, reply: &Reply, new_denials: i64, names_missing: bool) -> Option<String> {
     let status = reply.status;
     let refused = matches!(status, StatusCode::FORBIDDEN | StatusCode::NOT_FOUND);
     match expect {
+        Expect::Allowed if names_missing && status == StatusCode::NOT_FOUND && new_denials == 0 => None,
         // A rule may still refuse (422: already stopping, no capacity); access may not.
         Expect::Allowed if !(status.is_success() || status == StatusCode::UNPROCESSABLE_ENTITY) => {
             Some(format!("refused although the policy allows it: {status} {}", reply.body))
@@ -317,11 +360,12 @@ fn in_days(days: i64) -> String {
 }
 
 /// Calls `route` as `person` (nobody when `None`) about object `id`; `n` makes names unique.
-async fn call(berth: &Berth, route: &Route, person: Option<&Person>, id: &str, n: usize) -> Reply {
+async fn call(berth: &Berth, route: &Route, person: Option<&Person>, id: &str, owner: &str, n: usize) -> Reply {
     // Form values are percent-encoded; JSON takes them as they are.
     let value = |v: String| if route.via == Via::ServerFn { encode(&v) } else { v };
     let fill = |text: &str| {
         text.replace("{id}", id)
+            .replace("{owner}", owner)
             .replace("{n}", &n.to_string())
             .replace("{end}", &value(in_hours(3)))
             .replace("{later_end}", &value(in_days(41)))
@@ -363,9 +407,10 @@ async fn every_route_answers_every_role_as_the_policy_says() {
                 };
                 let id = aim.map(|aim| objects.id(aim, case)).unwrap_or_default();
                 let before = berth.denials_by(person.user.id).await;
-                let reply = call(&berth, route, Some(person), &id, calls).await;
+                let owner = objects.owners[usize::from(case == Case::OtherTenant)].to_string();
+                let reply = call(&berth, route, Some(person), &id, &owner, calls).await;
                 let new_denials = berth.denials_by(person.user.id).await - before;
-                if let Some(why) = judge(expect, &reply, new_denials) {
+                if let Some(why) = judge(expect, &reply, new_denials, route.names_missing) {
                     failures.push(format!("{} as {} on {case:?} ({expect:?}): {why}", route.path, person.label));
                 }
                 // Nothing tenant A's people can reach (lists, the audit log) shows tenant B.
@@ -399,7 +444,7 @@ async fn every_route_answers_every_role_as_the_policy_says() {
     for route in table.iter().filter(|r| r.needs.is_some() && r.via != Via::SessionFn) {
         calls += 1;
         let id = route.needs.map(|(_, aim)| objects.id(aim, Case::OwnTenant)).unwrap_or_default();
-        let reply = call(&berth, route, None, &id, calls).await;
+        let reply = call(&berth, route, None, &id, "0", calls).await;
         if reply.status != StatusCode::UNAUTHORIZED {
             failures.push(format!("{} without credentials answered {}: {}", route.path, reply.status, reply.body));
         }

@@ -142,12 +142,23 @@ impl Berth {
         self.platform.create_user(email, email, PASSWORD, role, tenant).await.expect("user")
     }
 
-    /// Signs in through the `sign_in` server function; the session cookie to send back.
+    /// Signs in through the `sign_in` server function (and, for a platform admin, the
+    /// one-time code step, setting up the authenticator); the session cookie to send back.
     pub async fn sign_in(&self, email: &str, cookie: Option<&str>) -> String {
         let form = format!("email={}&password={}", encode(email), encode(PASSWORD));
         let reply = self.call("/api/sign_in", &form, cookie).await;
         assert!(reply.status.is_success(), "sign-in of {email} failed: {} {}", reply.status, reply.body);
-        reply.cookie().expect("a signed-in session sets its cookie")
+        let cookie = reply.cookie().expect("a signed-in session sets its cookie");
+        let step = self.call("/api/second_factor", "", Some(&cookie)).await;
+        if !step.status.is_success() {
+            return cookie;
+        }
+        let view: serde_json::Value = serde_json::from_str(&step.body).expect("second factor view");
+        let secret = view["secret"].as_str().expect("a first sign-in sets up the authenticator").to_owned();
+        let code = berth_platform::totp::code_at(&secret, berth_platform::now_ms() / 30_000).expect("code");
+        let reply = self.call("/api/verify_code", &format!("code={code}"), Some(&cookie)).await;
+        assert!(reply.status.is_success(), "one-time code of {email} refused: {} {}", reply.status, reply.body);
+        reply.cookie().unwrap_or(cookie)
     }
 
     /// A bearer token of `user` for `actions` (all of the role's when empty): its id and secret.

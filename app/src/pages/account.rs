@@ -1,0 +1,177 @@
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+use crate::components::{ErrorAlert, RequireUser};
+use crate::model::{AccountView, NewTokenView, TokenView};
+use crate::serverfns::{CreateToken, RevokeToken, account};
+
+const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
+const LABEL: &str = "block text-xs font-medium text-slate-600";
+
+/// The signed-in user's personal API tokens: create one (its secret shown once), see when
+/// each was last used, revoke them.
+#[component]
+pub fn AccountPage() -> impl IntoView {
+    view! {
+        <Title text="API tokens"/>
+        <RequireUser>
+            <Tokens/>
+        </RequireUser>
+    }
+}
+
+#[component]
+fn Tokens() -> impl IntoView {
+    let create = ServerAction::<CreateToken>::new();
+    let revoke = ServerAction::<RevokeToken>::new();
+    let account = Resource::new(move || (create.version().get(), revoke.version().get()), |_| account());
+    let created = create.value();
+    view! {
+        <h1 class="text-2xl font-bold tracking-tight text-slate-900">"API tokens"</h1>
+        <p class="mt-1 text-sm text-slate-600">
+            "Personal tokens for scripts and CI on the JSON API under /api/v1. A token acts as you, limited to the actions you give it, never more than your role allows now; revoking it stops it at once."
+        </p>
+        // Created with the WASM running: the secret came back as the action's answer.
+        {move || created.get().and_then(Result::ok).flatten().map(|token| view! { <NewTokenBox token/> })}
+        <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            {move || Suspend::new(async move {
+                match account.await {
+                    Ok(view) => view! { <AccountBody view create revoke/> }.into_any(),
+                    Err(error) => view! { <div class="mt-4"><ErrorAlert error/></div> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+/// The secret, once: Berth keeps only its hash.
+#[component]
+fn NewTokenBox(token: NewTokenView) -> impl IntoView {
+    view! {
+        <section data-testid="new-token" role="status" aria-labelledby="new-token-title"
+            class="mt-6 rounded-xl border-2 border-amber-300 bg-amber-50 p-5">
+            <h2 id="new-token-title" class="font-semibold text-amber-900">{format!("Your new token \u{201c}{}\u{201d}", token.name)}</h2>
+            <p class="mt-1 text-sm font-medium text-amber-900">"Copy it now; it will not be shown again."</p>
+            <code data-secret="" class="mt-3 block select-all break-all rounded-lg bg-white px-3 py-2 font-mono text-sm text-slate-900 ring-1 ring-amber-200">
+                {token.secret.clone()}
+            </code>
+            <p class="mt-3 text-xs text-amber-900">{format!("Valid until {}. Try it:", token.expires)}</p>
+            <code data-example="" class="mt-1 block select-all break-all rounded-lg bg-white px-3 py-2 font-mono text-xs text-slate-900 ring-1 ring-amber-200">
+                {token.example.clone()}
+            </code>
+        </section>
+    }
+}
+
+#[component]
+fn AccountBody(
+    view: AccountView,
+    create: ServerAction<CreateToken>,
+    revoke: ServerAction<RevokeToken>,
+) -> impl IntoView {
+    let create_result = create.value();
+    let revoke_result = revoke.value();
+    view! {
+        // Created by a plain form post (no WASM yet): the secret waited in the session.
+        {view.new_token.map(|token| view! { <NewTokenBox token/> })}
+        <section class="mt-6 rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="create-token">
+            <h2 id="create-token" class="text-sm font-semibold text-slate-900">"Create a token"</h2>
+            <ActionForm action=create attr:class="mt-3 space-y-4">
+                <div class="grid gap-3 sm:grid-cols-3">
+                    <div class="sm:col-span-2">
+                        <label for="t-name" class=LABEL>"Name"</label>
+                        <input id="t-name" name="name" class=INPUT placeholder="ci-pipeline" autocomplete="off"/>
+                    </div>
+                    <div>
+                        <label for="t-days" class=LABEL>{format!("Lifetime (days, at most {})", view.max_days)}</label>
+                        <input id="t-days" name="days" inputmode="numeric" value="30" class=INPUT/>
+                    </div>
+                </div>
+                <fieldset>
+                    <legend class=LABEL>"What it may do (tick none for everything your role allows)"</legend>
+                    <div class="mt-2 grid gap-2 sm:grid-cols-2 lg:grid-cols-3">
+                        {view.actions.into_iter().map(|a| view! {
+                            <label class="flex items-start gap-2 text-sm text-slate-800">
+                                <input type="checkbox" name="actions[]" value=a.name.clone() class="mt-0.5"/>
+                                <span>
+                                    {a.label}
+                                    <span class="block font-mono text-xs text-slate-500">{a.name}</span>
+                                </span>
+                            </label>
+                        }).collect_view()}
+                    </div>
+                </fieldset>
+                <button type="submit" class="rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">"Create token"</button>
+            </ActionForm>
+            <div class="mt-3">
+                {move || create_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+            </div>
+        </section>
+        <section class="mt-6" aria-labelledby="your-tokens">
+            <h2 id="your-tokens" class="text-sm font-semibold text-slate-900">"Your tokens"</h2>
+            <div class="mt-2">
+                {move || revoke_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+            </div>
+            <TokenTable tokens=view.tokens revoke/>
+        </section>
+    }
+}
+
+#[component]
+fn TokenTable(tokens: Vec<TokenView>, revoke: ServerAction<RevokeToken>) -> impl IntoView {
+    if tokens.is_empty() {
+        return view! { <p class="mt-2 text-sm text-slate-500">"No tokens yet."</p> }.into_any();
+    }
+    view! {
+        <div class="mt-2 overflow-x-auto rounded-xl border border-slate-200 bg-white shadow-sm">
+            <table class="min-w-full divide-y divide-slate-200 text-sm" aria-label="Your tokens">
+                <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
+                    <tr>
+                        <th scope="col" class="px-4 py-2">"Name"</th>
+                        <th scope="col" class="px-4 py-2">"May do"</th>
+                        <th scope="col" class="px-4 py-2">"Created"</th>
+                        <th scope="col" class="px-4 py-2">"Expires"</th>
+                        <th scope="col" class="px-4 py-2">"Last used"</th>
+                        <th scope="col" class="px-4 py-2">"Status"</th>
+                        <th scope="col" class="px-4 py-2"><span class="sr-only">"Revoke"</span></th>
+                    </tr>
+                </thead>
+                <tbody class="divide-y divide-slate-100">
+                    {tokens.into_iter().map(|t| view! {
+                        <tr data-token=t.name.clone()>
+                            <th scope="row" class="px-4 py-2 text-left font-medium text-slate-900">{t.name.clone()}</th>
+                            <td class="max-w-xs px-4 py-2 text-slate-600" title=t.action_names.clone()>{t.actions.clone()}</td>
+                            <td class="whitespace-nowrap px-4 py-2 text-slate-600">{t.created.clone()}</td>
+                            <td class="whitespace-nowrap px-4 py-2 text-slate-600">{t.expires.clone()}</td>
+                            <td class="whitespace-nowrap px-4 py-2 text-slate-600">{t.last_used.clone()}</td>
+                            <td class="px-4 py-2"><TokenStatus status=t.status.clone()/></td>
+                            <td class="px-4 py-2 text-right">
+                                {(t.status == "active").then(|| view! {
+                                    <ActionForm action=revoke>
+                                        <input type="hidden" name="id" value=t.id/>
+                                        <button type="submit" class="rounded-lg bg-white px-3 py-1 text-xs font-semibold text-red-700 ring-1 ring-red-300 hover:bg-red-50">"Revoke"</button>
+                                    </ActionForm>
+                                })}
+                            </td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+    .into_any()
+}
+
+#[component]
+fn TokenStatus(status: String) -> impl IntoView {
+    let (tone, label) = match status.as_str() {
+        "active" => ("bg-emerald-50 text-emerald-800 ring-emerald-300", "Active"),
+        "revoked" => ("bg-red-50 text-red-800 ring-red-300", "Revoked"),
+        _ => ("bg-slate-100 text-slate-600 ring-slate-300", "Expired"),
+    };
+    view! {
+        <span data-status=status class=format!("inline-flex rounded-full px-2.5 py-0.5 text-xs font-medium ring-1 ring-inset {tone}")>
+            {label}
+        </span>
+    }
+}

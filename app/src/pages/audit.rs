@@ -1,0 +1,174 @@
+use leptos::prelude::*;
+use leptos_meta::Title;
+use leptos_router::hooks::use_query_map;
+
+use crate::components::{ErrorAlert, RequireUser};
+use crate::model::{AuditRowView, AuditView};
+use crate::serverfns::audit_log;
+
+const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
+const LABEL: &str = "block text-xs font-medium text-slate-600";
+
+/// The audit log: everything for platform staff, their tenant for a tenant admin. The
+/// filters live in the query string, so a filtered view can be shared as a link.
+#[component]
+pub fn AuditPage() -> impl IntoView {
+    view! {
+        <Title text="Audit log"/>
+        <RequireUser>
+            <AuditLog/>
+        </RequireUser>
+    }
+}
+
+/// The filters as the query string has them: tenant, actor, action, outcome, before.
+type Filters = (String, String, String, String, String);
+
+#[component]
+fn AuditLog() -> impl IntoView {
+    let query = use_query_map();
+    let filters = move || -> Filters {
+        let q = query.read();
+        let get = |key: &str| q.get(key).unwrap_or_default();
+        (get("tenant"), get("actor"), get("action"), get("outcome"), get("before"))
+    };
+    let log = Resource::new(filters, |(tenant, actor, action, outcome, before)| {
+        audit_log(tenant, actor, action, outcome, before)
+    });
+    view! {
+        <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Audit log"</h1>
+        <p class="mt-1 text-sm text-slate-600">"Who did what, from where, and how it went; newest first, times in UTC."</p>
+        <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            {move || Suspend::new(async move {
+                match log.await {
+                    Ok(view) => {
+                        let filters = untrack(filters);
+                        view! { <AuditBody view filters/> }.into_any()
+                    }
+                    Err(error) => view! { <div class="mt-4"><ErrorAlert error/></div> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+fn AuditBody(view: AuditView, filters: Filters) -> impl IntoView {
+    let (tenant, actor, action, outcome, _) = filters;
+    let outcomes = [("", "Any"), ("success", "Success"), ("failure", "Failure"), ("denied", "Denied")];
+    view! {
+        // A plain GET form: the filters end up in the URL, with or without the WASM.
+        <form method="get" action="/audit" role="search" aria-label="Filter the audit log"
+            class="mt-6 grid gap-3 rounded-xl border border-slate-200 bg-white p-4 shadow-sm sm:grid-cols-5">
+            {view.tenant_filter.then(|| view! {
+                <div>
+                    <label for="a-tenant" class=LABEL>"Tenant (short name)"</label>
+                    <input id="a-tenant" name="tenant" value=tenant class=INPUT placeholder="acme"/>
+                </div>
+            })}
+            <div>
+                <label for="a-actor" class=LABEL>"Actor email contains"</label>
+                <input id="a-actor" name="actor" value=actor class=INPUT placeholder="dana"/>
+            </div>
+            <div>
+                <label for="a-action" class=LABEL>"Action starts with"</label>
+                <input id="a-action" name="action" value=action class=INPUT placeholder="session."/>
+            </div>
+            <div>
+                <label for="a-outcome" class=LABEL>"Outcome"</label>
+                <select id="a-outcome" name="outcome" class=INPUT>
+                    {outcomes.into_iter().map(|(value, label)| view! {
+                        <option value=value selected=outcome == value>{label}</option>
+                    }).collect_view()}
+                </select>
+            </div>
+            <div class="flex items-end gap-2">
+                <button type="submit" class="rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">"Filter"</button>
+                <a href="/audit" class="px-2 py-2 text-sm text-slate-600 hover:text-slate-900">"Clear"</a>
+            </div>
+        </form>
+        <div class="mt-4 flex flex-wrap items-center justify-between gap-2 text-sm">
+            <p class="text-slate-600" data-testid="audit-count">
+                {match view.rows.len() {
+                    0 => "Nothing matches these filters.".to_owned(),
+                    1 => "1 event".to_owned(),
+                    n => format!("{n} events"),
+                }}
+            </p>
+            // `rel="external"`: a file for the browser to download, not a page for the router.
+            <a href=view.csv_href rel="external" download="berth-audit.csv"
+                class="rounded-lg bg-white px-3 py-1.5 text-sm font-semibold text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">
+                "Download CSV"
+            </a>
+        </div>
+        {(!view.rows.is_empty()).then(|| view! { <AuditTable rows=view.rows/> })}
+        <nav class="mt-4 flex gap-4 text-sm" aria-label="Audit pages">
+            {view.newest_href.map(|href| view! {
+                <a href=href class="font-semibold text-indigo-600 hover:text-indigo-500">"← Newest"</a>
+            })}
+            {view.older_href.map(|href| view! {
+                <a href=href class="font-semibold text-indigo-600 hover:text-indigo-500">"Older →"</a>
+            })}
+        </nav>
+    }
+}
+
+#[component]
+fn AuditTable(rows: Vec<AuditRowView>) -> impl IntoView {
+    const CELL: &str = "px-3 py-2 align-top";
+    view! {
+        <div class="mt-2 overflow-x-auto rounded-xl border border-slate-200 bg-white shadow-sm">
+            <table class="min-w-full divide-y divide-slate-200 text-xs" aria-label="Audit events">
+                <thead class="bg-slate-50 text-left font-medium text-slate-500">
+                    <tr>
+                        <th scope="col" class=CELL>"Time (UTC)"</th>
+                        <th scope="col" class=CELL>"Actor"</th>
+                        <th scope="col" class=CELL>"Tenant"</th>
+                        <th scope="col" class=CELL>"Action"</th>
+                        <th scope="col" class=CELL>"Target"</th>
+                        <th scope="col" class=CELL>"Outcome"</th>
+                        <th scope="col" class=CELL>"Source"</th>
+                        <th scope="col" class=CELL>"Request id"</th>
+                        <th scope="col" class=CELL>"Detail"</th>
+                    </tr>
+                </thead>
+                <tbody class="divide-y divide-slate-100 text-slate-700">
+                    {rows.into_iter().map(|r| view! {
+                        <tr data-audit-id=r.id data-audit-action=r.action.clone()>
+                            <td class=format!("{CELL} whitespace-nowrap")>{r.time}</td>
+                            <td class=CELL>
+                                {if r.actor.is_empty() {
+                                    view! { <span class="text-slate-400" title="Berth itself, or someone not signed in">"—"</span> }.into_any()
+                                } else {
+                                    view! { <span class="text-slate-900">{r.actor}</span> }.into_any()
+                                }}
+                            </td>
+                            <td class=CELL>{r.tenant}</td>
+                            <td class=format!("{CELL} whitespace-nowrap font-mono text-slate-900")>{r.action.clone()}</td>
+                            <td class=format!("{CELL} break-words")>{r.target}</td>
+                            <td class=CELL><OutcomeBadge outcome=r.outcome/></td>
+                            <td class=format!("{CELL} whitespace-nowrap font-mono")>{r.source}</td>
+                            <td class=format!("{CELL} font-mono text-slate-500")>{r.request_id}</td>
+                            <td class=format!("{CELL} max-w-xs break-words")>{r.detail}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+}
+
+#[component]
+fn OutcomeBadge(outcome: String) -> impl IntoView {
+    let tone = match outcome.as_str() {
+        "success" => "bg-emerald-50 text-emerald-800 ring-emerald-300",
+        "failure" => "bg-red-50 text-red-800 ring-red-300",
+        "denied" => "bg-amber-50 text-amber-900 ring-amber-300",
+        _ => "bg-slate-50 text-slate-600 ring-slate-200",
+    };
+    view! {
+        <span data-outcome=outcome.clone() class=format!("inline-flex rounded-full px-2 py-0.5 font-medium ring-1 ring-inset {tone}")>
+            {outcome.clone()}
+        </span>
+    }
+}
