@@ -6,7 +6,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { adminSession, artifacts } from './harness.mjs';
+import { adminSession, artifacts, enterOneTimeCode } from './harness.mjs';
 
 let berth, chrome, page, consoleErrors, secret;
 
@@ -132,6 +132,7 @@ test('without JavaScript, a new token is shown once and can be revoked', async (
   await plain.getByLabel('Email').fill('admin@berth.local');
   await plain.getByLabel('Password').fill(berth.adminPassword());
   await plain.getByRole('button', { name: 'Sign in' }).click();
+  await enterOneTimeCode(plain, berth);
   await plain.waitForURL((url) => url.pathname === '/account');
 
   await plain.getByRole('button', { name: 'Create token' }).click();

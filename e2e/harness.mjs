@@ -150,6 +150,8 @@ export async function signInAsAdmin(page, berth, next) {
 export async function enterOneTimeCode(page, berth) {
   await page.waitForURL((url) => url.pathname === '/login/code');
   await page.getByLabel('Code from your authenticator').waitFor();
+  // The step says either "set up with this key" or "enter the code"; wait for which.
+  await page.locator('[data-testid="totp-secret"], [data-testid="totp-ready"]').first().waitFor();
   const shown = page.getByTestId('totp-secret');
   if (await shown.count()) berth.totpSecret = (await shown.textContent()).trim();
   // Each code works once: wait for a fresh time step if this one was used.

@@ -136,6 +136,38 @@ test('one tenant\'s provider does not sign in another tenant\'s people', async (
   await context.close();
 });
 
+test('a replayed sign-in callback is refused and makes no session, in any browser', async () => {
+  const context = await chrome.newContext();
+  const page = await context.newPage();
+  let callback;
+  page.on('request', (r) => {
+    if (r.url().includes('/auth/oidc/callback')) callback = r.url();
+  });
+  await page.goto(`${berth.url}/login?next=/environments`);
+  await page.getByRole('link', { name: 'Sign in with Globex SSO' }).click();
+  await signInAtProvider(page, 'bob@globex.example');
+  await page.waitForURL((url) => url.pathname === '/environments');
+  assert.match(callback, /[?&]code=.+&?/);
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.getByRole('link', { name: 'Sign in' }).waitFor();
+
+  // The same browser replaying the callback: its state (and code) are used up.
+  await page.goto(callback);
+  await page.waitForURL((url) => url.pathname === '/login');
+  await page.getByRole('alert').filter({ hasText: 'expired or was already used' }).waitFor();
+  assert.equal(await page.getByTestId('role').count(), 0);
+
+  // Another browser with the stolen callback URL: refused as well.
+  const thief = await chrome.newContext();
+  const stolen = await thief.newPage();
+  await stolen.goto(callback);
+  await stolen.waitForURL((url) => url.pathname === '/login');
+  await stolen.getByRole('alert').waitFor();
+  assert.equal(await stolen.getByTestId('role').count(), 0);
+  await thief.close();
+  await context.close();
+});
+
 test('every sign-in, refusal and sign-out is in the audit log', async () => {
   const res = await admin.request.get(`${berth.url}/audit.csv?action=session.`);
   assert.equal(res.status(), 200);

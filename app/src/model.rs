@@ -273,6 +273,9 @@ pub struct TenantPageView {
     pub can_manage_members: bool,
     pub can_manage_projects: bool,
     pub can_manage_sso: bool,
+    /// Every member's API tokens, for tenant admins and platform staff; `None` otherwise.
+    pub tokens: Option<Vec<TokenView>>,
+    pub can_manage_tokens: bool,
     pub me: i64,
 }
 
@@ -305,6 +308,8 @@ pub struct ActionChoice {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TokenView {
     pub id: i64,
+    /// The owner's email (the tenant page lists everyone's).
+    pub owner: String,
     pub name: String,
     /// "All your role allows" or the actions' labels.
     pub actions: String,

@@ -87,8 +87,10 @@ pub struct AuditRow {
     pub detail: Option<String>,
 }
 
-/// What the audit page filters on; empty fields do not filter.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// What the audit page filters on; empty fields do not filter. Read from query strings
+/// as they are (`?tenant=&actor=&action=&outcome=&before=`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(default)]
 pub struct AuditFilter {
     /// Tenant slug; platform staff only (a tenant admin always sees their own tenant).
     pub tenant: String,
@@ -99,6 +101,7 @@ pub struct AuditFilter {
     /// `success`, `failure` or `denied`.
     pub outcome: String,
     /// Only rows before this id (the next page).
+    #[serde(rename = "before")]
     pub before_id: Option<i64>,
 }
 

@@ -100,19 +100,17 @@ impl Platform {
     /// One tenant, if the caller may see it.
     pub async fn tenant(&self, caller: &Caller, id: i64) -> Result<Tenant, Error> {
         self.authorize_object_in(caller, Action::TenantRead, id).await?;
-        let row =
-            sqlx::query(&format!("SELECT {TENANT_COLUMNS} FROM tenants t WHERE t.id = ? AND t.status <> 'deleted'"))
-                .bind(id)
-                .fetch_optional(&self.db)
-                .await?
-                .ok_or(Error::NotFound)?;
-        tenant_from_row(&row)
+        self.tenant_row(id).await
     }
 
     /// The tenant whose members the caller may see (a member's view of their own tenant,
     /// without the platform's tenant list).
     pub async fn tenant_for_members(&self, caller: &Caller, id: i64) -> Result<Tenant, Error> {
         self.authorize_object_in(caller, Action::MemberRead, id).await?;
+        self.tenant_row(id).await
+    }
+
+    async fn tenant_row(&self, id: i64) -> Result<Tenant, Error> {
         let row =
             sqlx::query(&format!("SELECT {TENANT_COLUMNS} FROM tenants t WHERE t.id = ? AND t.status <> 'deleted'"))
                 .bind(id)

@@ -9,6 +9,7 @@ use axum::extract::{ConnectInfo, FromRequestParts, Path, Query};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use berth_domain::launch::LaunchRequest;
+use berth_platform::audit::AuditFilter;
 use berth_platform::environments::Environment;
 use berth_platform::{Caller, Error, Platform, RequestMeta};
 use http::request::Parts;
@@ -220,24 +221,7 @@ async fn revoke_token(TokenCaller(platform, caller): TokenCaller, Path(id): Path
     Ok(Json(json!({ "revoked": id })))
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct AuditQuery {
-    tenant: String,
-    actor: String,
-    action: String,
-    outcome: String,
-    before: Option<i64>,
-}
-
-async fn audit(TokenCaller(platform, caller): TokenCaller, Query(q): Query<AuditQuery>) -> ApiResult {
-    let filter = berth_platform::audit::AuditFilter {
-        tenant: q.tenant,
-        actor: q.actor,
-        action: q.action,
-        outcome: q.outcome,
-        before_id: q.before,
-    };
+async fn audit(TokenCaller(platform, caller): TokenCaller, Query(filter): Query<AuditFilter>) -> ApiResult {
     let rows = platform.audit_log(&caller, &filter, berth_platform::audit::AUDIT_PAGE).await.map_err(fail(&caller))?;
     let rows: Vec<Value> = rows
         .iter()

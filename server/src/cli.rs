@@ -40,7 +40,8 @@ pub enum BackendKind {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the portal, the JSON endpoints and the reconciler.
-    Serve(ServeArgs),
+    /// (Boxed: it holds every serving flag, the other commands a few.)
+    Serve(Box<ServeArgs>),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
 }
@@ -125,7 +126,7 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             tracing::info!(database = %args.database, "migrations applied");
             Ok(())
         }
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
     }
 }
 

@@ -104,19 +104,10 @@ async fn finish_sign_in(
     }
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct AuditQuery {
-    tenant: String,
-    actor: String,
-    action: String,
-    outcome: String,
-}
-
 /// The audit log as CSV with the page's filters, for the signed-in user's reach.
 async fn audit_csv(
     State(state): State<AppState>,
-    Query(q): Query<AuditQuery>,
+    Query(filter): Query<AuditFilter>,
     session: Session,
     parts: Parts,
 ) -> Response {
@@ -127,8 +118,6 @@ async fn audit_csv(
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     };
     let caller = user.caller(meta.clone());
-    let filter =
-        AuditFilter { tenant: q.tenant, actor: q.actor, action: q.action, outcome: q.outcome, before_id: None };
     match state.platform.audit_log(&caller, &filter, 100_000).await {
         Ok(rows) => (
             [

@@ -94,6 +94,11 @@ pub fn SecondFactorPage() -> impl IntoView {
                 {move || Suspend::new(async move {
                     match step.await {
                         Ok(step) => view! {
+                            {step.secret.is_none().then(|| view! {
+                                <p class="mt-4 text-center text-sm text-slate-600" data-testid="totp-ready">
+                                    "Enter the code your authenticator app shows for Berth."
+                                </p>
+                            })}
                             {step.secret.map(|secret| view! {
                                 <div class="mt-6 rounded-xl border border-amber-200 bg-amber-50 p-4 text-sm text-amber-900">
                                     <p class="font-semibold">"Set up your authenticator app"</p>

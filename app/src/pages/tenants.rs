@@ -3,10 +3,10 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
 use crate::components::{ErrorAlert, RequireUser};
-use crate::model::{MemberView, ProjectView, SsoView, TenantPageView, TenantView};
+use crate::model::{MemberView, ProjectView, SsoView, TenantPageView, TenantView, TokenView};
 use crate::serverfns::{
-    AddProjectMember, ChangeMemberRole, ChangeTenant, CreateProject, CreateTenant, InviteMember, RemoveMember, SaveSso,
-    SetTenantIsolation, tenant_detail, tenants_overview,
+    AddProjectMember, ChangeMemberRole, ChangeTenant, CreateProject, CreateTenant, InviteMember, RemoveMember,
+    RevokeTenantToken, SaveSso, SetTenantIsolation, tenant_detail, tenants_overview,
 };
 
 const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
@@ -189,6 +189,7 @@ struct TenantActions {
     project: ServerAction<CreateProject>,
     project_member: ServerAction<AddProjectMember>,
     sso: ServerAction<SaveSso>,
+    revoke: ServerAction<RevokeTenantToken>,
 }
 
 impl TenantActions {
@@ -200,6 +201,7 @@ impl TenantActions {
             project: ServerAction::new(),
             project_member: ServerAction::new(),
             sso: ServerAction::new(),
+            revoke: ServerAction::new(),
         }
     }
 
@@ -210,6 +212,7 @@ impl TenantActions {
             + self.project.version().get()
             + self.project_member.version().get()
             + self.sso.version().get()
+            + self.revoke.version().get()
     }
 
     fn error(&self) -> Option<crate::error::AppError> {
@@ -220,6 +223,7 @@ impl TenantActions {
             self.project.value().get().and_then(Result::err),
             self.project_member.value().get().and_then(Result::err),
             self.sso.value().get().and_then(Result::err),
+            self.revoke.value().get().and_then(Result::err),
         ]
         .into_iter()
         .flatten()
@@ -240,6 +244,7 @@ fn TenantBody(page: TenantPageView, actions: TenantActions) -> impl IntoView {
         <Members members=page.members.clone() manage=page.can_manage_members me=page.me tenant_id actions/>
         <Projects projects=page.projects.clone() manage=page.can_manage_projects tenant_id actions/>
         {page.sso.clone().map(|sso| view! { <Sso sso manage=page.can_manage_sso tenant_id actions/> })}
+        {page.tokens.clone().map(|tokens| view! { <TenantTokens tokens manage=page.can_manage_tokens tenant_id actions/> })}
     }
 }
 
@@ -438,6 +443,57 @@ fn Sso(sso: SsoView, manage: bool, tenant_id: i64, actions: TenantActions) -> im
                 }.into_any()
             } else {
                 view! { <p class="mt-2 text-sm text-slate-500">"Not configured."</p> }.into_any()
+            }}
+        </section>
+    }
+}
+
+/// Every member's API tokens; a tenant admin revokes any of them at once.
+#[component]
+fn TenantTokens(tokens: Vec<TokenView>, manage: bool, tenant_id: i64, actions: TenantActions) -> impl IntoView {
+    view! {
+        <section class=CARD aria-labelledby="tenant-tokens">
+            <h2 id="tenant-tokens" class="text-sm font-semibold text-slate-900">"API tokens of the tenant's members"</h2>
+            {if tokens.is_empty() {
+                view! { <p class="mt-2 text-sm text-slate-500">"No tokens."</p> }.into_any()
+            } else {
+                view! {
+                    <table class="mt-3 min-w-full divide-y divide-slate-200 text-sm" aria-label="Tenant tokens">
+                        <thead class="text-left text-xs font-medium text-slate-500">
+                            <tr>
+                                <th scope="col" class="py-2 pr-4">"Owner"</th>
+                                <th scope="col" class="py-2 pr-4">"Name"</th>
+                                <th scope="col" class="py-2 pr-4">"Expires"</th>
+                                <th scope="col" class="py-2 pr-4">"Last used"</th>
+                                <th scope="col" class="py-2 pr-4">"State"</th>
+                                <th scope="col" class="py-2"><span class="sr-only">"Actions"</span></th>
+                            </tr>
+                        </thead>
+                        <tbody class="divide-y divide-slate-100">
+                            {tokens.into_iter().map(|t| {
+                                let active = t.status == "active";
+                                view! {
+                                    <tr data-token=t.name.clone()>
+                                        <td class="py-2 pr-4">{t.owner.clone()}</td>
+                                        <td class="py-2 pr-4" title=t.action_names.clone()>{t.name.clone()}</td>
+                                        <td class="py-2 pr-4">{t.expires.clone()}</td>
+                                        <td class="py-2 pr-4">{t.last_used.clone()}</td>
+                                        <td class="py-2 pr-4" data-status=t.status.clone()>{t.status.clone()}</td>
+                                        <td class="py-2">
+                                            {(manage && active).then(|| view! {
+                                                <ActionForm action=actions.revoke>
+                                                    <input type="hidden" name="tenant_id" value=tenant_id/>
+                                                    <input type="hidden" name="id" value=t.id/>
+                                                    <button type="submit" class="rounded-md px-2 py-1 text-xs font-medium text-red-700 ring-1 ring-inset ring-red-300 hover:bg-red-50">"Revoke"</button>
+                                                </ActionForm>
+                                            })}
+                                        </td>
+                                    </tr>
+                                }
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any()
             }}
         </section>
     }

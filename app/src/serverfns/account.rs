@@ -62,7 +62,7 @@ pub async fn revoke_token(id: i64) -> Result<(), AppError> {
 }
 
 #[cfg(feature = "ssr")]
-mod views {
+pub(crate) mod views {
     use berth_domain::policy::{Action, Role, reach};
     use berth_domain::tenancy::TOKEN_MAX_DAYS;
     use berth_platform::tokens::TokenInfo;
@@ -84,7 +84,7 @@ mod views {
         }
     }
 
-    fn token(t: &TokenInfo, permitted: &[Action], now: i64) -> TokenView {
+    pub fn token(t: &TokenInfo, permitted: &[Action], now: i64) -> TokenView {
         let status = match (t.revoked_at, t.expires_at <= now) {
             (Some(_), _) => "revoked",
             (None, true) => "expired",
@@ -93,6 +93,7 @@ mod views {
         let everything = !permitted.is_empty() && permitted.iter().all(|a| t.actions.contains(a));
         TokenView {
             id: t.id,
+            owner: t.owner_email.clone(),
             name: t.name.clone(),
             actions: if everything {
                 "All your role allows".to_owned()

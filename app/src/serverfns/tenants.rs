@@ -76,6 +76,15 @@ pub async fn tenant_detail(id: i64) -> Result<TenantPageView, AppError> {
     let projects = platform.projects(&caller, id).await.map_err(fail)?;
     let may = |action| caller.principal.authorize(action, Target::Tenant(id)).is_ok();
     let sso = if may(Action::SsoRead) { Some(platform.sso_settings(&caller, id).await.map_err(fail)?) } else { None };
+    // Everyone may read their own tokens; the tenant's list is for those who reach the tenant.
+    let tenant_reach = caller.principal.reach(Action::TokenRead) > Some(berth_domain::policy::Reach::Own);
+    let tokens = if tenant_reach && may(Action::TokenRead) {
+        let now = berth_platform::now_ms();
+        let tokens = platform.tenant_tokens(&caller, id).await.map_err(fail)?;
+        Some(tokens.iter().map(|t| super::account::views::token(t, &[], now)).collect())
+    } else {
+        None
+    };
     Ok(TenantPageView {
         tenant: view::tenant(&tenant),
         members: members.iter().map(view::member).collect(),
@@ -87,6 +96,8 @@ pub async fn tenant_detail(id: i64) -> Result<TenantPageView, AppError> {
         can_manage_members: may(Action::MemberManage),
         can_manage_projects: may(Action::ProjectManage),
         can_manage_sso: may(Action::SsoManage),
+        tokens,
+        can_manage_tokens: tenant_reach && may(Action::TokenManage),
         me: caller.user_id(),
     })
 }
@@ -120,6 +131,15 @@ pub async fn remove_member(tenant_id: i64, user_id: i64) -> Result<(), AppError>
         .remove_member(&caller, tenant_id, user_id)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect(&format!("/tenants/{tenant_id}"));
+    Ok(())
+}
+
+/// Revokes a member's API token from the tenant's page. Tenant admins and platform admins.
+#[server(endpoint = "revoke_tenant_token")]
+pub async fn revoke_tenant_token(tenant_id: i64, id: i64) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform.revoke_token(&caller, id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     leptos_axum::redirect(&format!("/tenants/{tenant_id}"));
     Ok(())
 }

@@ -141,6 +141,7 @@ fn routes() -> Vec<Route> {
         api(M::POST, "/api/v1/environments", launch, LAUNCH_JSON),
         api(M::POST, "/api/v1/tokens/{id}/revoke", Some((TokenManage, Aim::Token)), ""),
         sf("/api/revoke_token", Some((TokenManage, Aim::Token)), "id={id}"),
+        sf("/api/revoke_tenant_token", Some((TokenManage, Aim::Token)), "tenant_id=0&id={id}"),
         sf("/api/create_token", Some((TokenManage, Aim::CallersOwn)), "name=matrix-{n}&days=30"),
         sf("/api/invite_member", tenant(MemberManage), "tenant_id={id}&email=invitee-{n}%40example.com&role=viewer"),
         sf("/api/change_member_role", tenant(MemberManage), "tenant_id={id}&user_id={owner}&role=member"),
