@@ -234,6 +234,7 @@ fn print_welcome(args: &ServeArgs, public: &PublicUrl, admin: Option<&berth_plat
             println!("  First start: sign in at {url}/login as {}", admin.email);
             println!("  One-time password: {}", admin.password);
             println!("  (shown only now; Berth keeps only its argon2id hash)");
+            println!("  After the password, set up an authenticator app with the key Berth shows (TOTP).");
         }
         None => println!(
             "  Sign in at {url}/login as {} with the password printed at first start",
