@@ -16,6 +16,7 @@ const accounts = {
   'bob@globex.example': { email: 'bob@globex.example', name: 'Bob Globex', groups: ['globex-ml'] },
   'vic@globex.example': { email: 'vic@globex.example', name: 'Vic Viewer', groups: ['globex-readers'] },
   'eve@acme.example': { email: 'eve@acme.example', name: 'Eve', groups: ['unmapped'] },
+  'carol@acme.example': { email: 'carol@acme.example', name: 'Carol Acme', groups: [] },
 };
 
 before(async () => {
@@ -116,6 +117,26 @@ test('people of two tenants land in their tenant with their role, then sign out 
     assert.deepEqual(consoleErrors, []);
     await context.close();
   }
+});
+
+test('a tenant admin invites someone by email; their first SSO sign-in links the invitation', async () => {
+  const ada = await ssoSignIn('Sign in with Acme SSO', 'ada@acme.example');
+  await ada.page.waitForURL((url) => url.pathname === '/environments');
+  await ada.page.getByRole('link', { name: 'Team', exact: true }).click();
+  await ada.page.getByLabel('Invite by email').fill('carol@acme.example');
+  await ada.page.locator('#invite-role').selectOption('viewer');
+  await ada.page.getByRole('button', { name: 'Invite' }).click();
+  const row = ada.page.locator('tr[data-member="carol@acme.example"]');
+  await row.waitFor();
+  assert.match(await row.innerText(), /not yet/);
+  await ada.context.close();
+
+  // Carol's groups map to nothing; the invitation alone lets her in, as a viewer.
+  const carol = await ssoSignIn('Sign in with Acme SSO', 'carol@acme.example');
+  await carol.page.waitForURL((url) => url.pathname === '/environments');
+  assert.equal(await carol.page.getByTestId('role').textContent(), 'Viewer');
+  assert.equal(await carol.page.getByTestId('tenant').textContent(), 'Acme Research');
+  await carol.context.close();
 });
 
 test('someone whose groups give no role is refused, with no session', async () => {
