@@ -17,6 +17,7 @@ pub mod shell;
 mod components;
 mod pages;
 
+pub use components::url_encode;
 pub use shell::{App, shell};
 
 #[cfg(feature = "hydrate")]

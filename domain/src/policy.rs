@@ -134,6 +134,13 @@ impl Action {
         Action::ALL.into_iter().find(|a| a.as_str() == s)
     }
 
+    /// The read of the same kind of object (`environment.change` -> `environment.read`):
+    /// whether someone may know the object exists at all.
+    pub fn read(self) -> Action {
+        let area = self.as_str().split('.').next().unwrap_or_default();
+        Action::parse(&format!("{area}.read")).unwrap_or(self)
+    }
+
     /// Changes nothing: what an auditor may do everywhere.
     pub fn is_read(self) -> bool {
         self.as_str().ends_with(".read")
@@ -258,6 +265,16 @@ mod tests {
             assert_eq!(Action::parse(action.as_str()), Some(action));
         }
         assert_eq!(Role::parse("root"), None);
+    }
+
+    #[test]
+    fn every_action_has_a_read_of_its_kind() {
+        assert_eq!(Action::EnvironmentChange.read(), Action::EnvironmentRead);
+        assert_eq!(Action::EnvironmentLaunch.read(), Action::EnvironmentRead);
+        assert_eq!(Action::TokenManage.read(), Action::TokenRead);
+        for action in Action::ALL {
+            assert!(action.read().is_read(), "{action:?}");
+        }
     }
 
     #[test]

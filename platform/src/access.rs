@@ -13,7 +13,7 @@ impl Platform {
         let Err(denied) = caller.principal.authorize(action, target) else { return Ok(()) };
         let error = match target {
             Target::Owned { .. } if denied == Denied::OutOfReach => Error::NotFound,
-            Target::Owned { .. } if caller.principal.authorize(read_of(action), target).is_err() => Error::NotFound,
+            Target::Owned { .. } if caller.principal.authorize(action.read(), target).is_err() => Error::NotFound,
             _ => Error::Forbidden,
         };
         let detail = match target {
@@ -34,15 +34,6 @@ impl Platform {
     pub async fn authorize_in_tenant(&self, caller: &Caller, action: Action) -> Result<(), Error> {
         let target = caller.tenant_id().map_or(Target::Platform, Target::Tenant);
         self.authorize(caller, action, target).await
-    }
-}
-
-/// The read that goes with an action on the same object.
-fn read_of(action: Action) -> Action {
-    match action {
-        Action::EnvironmentLaunch | Action::EnvironmentChange => Action::EnvironmentRead,
-        Action::TokenManage => Action::TokenRead,
-        other => other,
     }
 }
 

@@ -156,6 +156,13 @@ pub(crate) fn write<T>(m: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<
     m.write().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// The hex SHA-256 of a high-entropy value (token secrets, SSO bindings): enough to keep
+/// it out of the database, where a password would need argon2.
+pub(crate) fn sha256_hex(value: &str) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(value.as_bytes()))
+}
+
 /// Unix milliseconds now; every time Berth stores is in this form.
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()

@@ -11,13 +11,12 @@ use std::collections::HashMap;
 use berth_domain::Refusal;
 use berth_domain::policy::{Action, Role};
 use berth_domain::tenancy::{self, email_in_domains};
-use sha2::{Digest, Sha256};
 use sqlx::{Row, SqliteConnection};
 
 use crate::accounts::{USER_COLUMNS, User, user_from_row};
 use crate::audit::{self, Actor, Event, Outcome};
 use crate::oidc::{Callback, Client, Identity, PendingLogin, ProviderConfig};
-use crate::{Caller, Error, Platform, RequestMeta, now_ms};
+use crate::{Caller, Error, Platform, RequestMeta, now_ms, sha256_hex};
 
 /// A sign-in must come back within this long.
 const LOGIN_TTL_MS: i64 = 10 * 60 * 1000;
@@ -69,10 +68,6 @@ struct ProviderRow {
     allowed_domains: String,
 }
 
-fn hash(value: &str) -> String {
-    hex::encode(Sha256::digest(value.as_bytes()))
-}
-
 impl Platform {
     /// The providers a visitor may sign in with.
     pub async fn sign_in_options(&self) -> Result<Vec<SignInOption>, Error> {
@@ -106,7 +101,7 @@ impl Platform {
         .bind(provider.id)
         .bind(&pending.nonce)
         .bind(&pending.pkce_verifier)
-        .bind(hash(binding))
+        .bind(sha256_hex(binding))
         .bind(next)
         .bind(now)
         .execute(&mut *conn)
@@ -171,7 +166,7 @@ impl Platform {
         if now_ms() - created_at > LOGIN_TTL_MS {
             return Err(fail(SignInFailure::UnknownState));
         }
-        if binding.map(hash).as_deref() != Some(bound_to.as_str()) {
+        if binding.map(sha256_hex).as_deref() != Some(bound_to.as_str()) {
             return Err(fail(SignInFailure::OtherBrowser));
         }
         let provider = self
@@ -364,7 +359,7 @@ impl Platform {
             "{}\n{}\n{}\n{}\n{}",
             config.issuer,
             config.client_id,
-            hash(config.client_secret.as_deref().unwrap_or_default()),
+            sha256_hex(config.client_secret.as_deref().unwrap_or_default()),
             config.redirect_url,
             config.groups_claim
         ));

@@ -8,12 +8,11 @@
 use berth_domain::policy::{Action, Principal, Target};
 use berth_domain::tenancy;
 use rand::RngCore;
-use sha2::{Digest, Sha256};
 use sqlx::Row;
 
 use crate::accounts::{USER_COLUMNS, USER_IS_ACTIVE, user_from_row};
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::{Caller, Error, Platform, RequestMeta, now_ms};
+use crate::{Caller, Error, Platform, RequestMeta, now_ms, sha256_hex};
 
 /// What the token list shows; never the secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,10 +31,6 @@ pub struct TokenInfo {
 pub const TOKEN_PREFIX: &str = "berth_";
 
 const DAY_MS: i64 = 24 * 60 * 60 * 1000;
-
-fn hash_secret(secret: &str) -> String {
-    hex::encode(Sha256::digest(secret.as_bytes()))
-}
 
 const TOKEN_COLUMNS: &str = "t.id, u.email, t.name, t.actions, t.created_at, t.expires_at, t.revoked_at, t.last_used_at, t.user_id, u.tenant_id";
 
@@ -85,7 +80,7 @@ impl Platform {
         )
         .bind(caller.user_id())
         .bind(&request.name)
-        .bind(hash_secret(&secret))
+        .bind(sha256_hex(&secret))
         .bind(actions.join(" "))
         .bind(now)
         .bind(now + request.days * DAY_MS)
@@ -158,7 +153,7 @@ impl Platform {
             "SELECT {USER_COLUMNS}, t.id AS token_id, t.actions, t.last_used_at FROM api_tokens t JOIN users u ON u.id = t.user_id
              WHERE t.secret_hash = ? AND t.revoked_at IS NULL AND t.expires_at > ? AND {USER_IS_ACTIVE}"
         ))
-        .bind(hash_secret(secret.trim()))
+        .bind(sha256_hex(secret.trim()))
         .bind(now)
         .fetch_optional(&self.db)
         .await?;

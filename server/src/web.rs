@@ -26,17 +26,8 @@ pub fn routes() -> axum::Router<AppState> {
 
 /// Back to the sign-in page with a message it shows.
 fn to_login(message: &str) -> Response {
-    let query: String = url_encode(message);
+    let query = berth_app::url_encode(message);
     Redirect::to(&format!("/login?sso_error={query}")).into_response()
-}
-
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 #[derive(Deserialize, Default)]

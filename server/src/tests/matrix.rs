@@ -249,13 +249,6 @@ enum Expect {
     Missing,
 }
 
-/// The read that goes with `action` (`environment.change` -> `environment.read`): whether
-/// the caller may know the object exists at all.
-fn read_of(action: Action) -> Action {
-    let area = action.as_str().split('.').next().unwrap_or_default();
-    Action::parse(&format!("{area}.read")).unwrap_or(action)
-}
-
 /// Why the answer breaks the policy, if it does.
 fn judge(expect: Expect, reply: &Reply, new_denials: i64, names_missing: bool) -> Option<String> {
     let status = reply.status;
@@ -426,7 +419,7 @@ async fn every_route_answers_every_role_as_the_policy_says() {
             if let Some((action, aim)) = route.needs
                 && let (Some(other), Some(missing)) = (answers.get(&Case::OtherTenant), answers.get(&Case::Missing))
                 && let Some(target) = objects.target(aim, Case::OtherTenant, &principal)
-                && principal.authorize(read_of(action), target).is_err()
+                && principal.authorize(action.read(), target).is_err()
             {
                 let (other, missing) = (
                     (other.status, other.body_without_request_id()),
