@@ -8,6 +8,9 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := run
 
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/berth/target
+# Incremental state is only worth its disk space while editing; a test run builds each crate
+# once. (Developers who want it back: `make test CARGO_INCREMENTAL=1`.)
+export CARGO_INCREMENTAL ?= 0
 export PATH := $(CURDIR)/node_modules/.bin:$(HOME)/.cargo/bin:$(PATH)
 
 SITE := target/site
@@ -90,7 +93,6 @@ fmt:
 clean:
 	rm -rf $(SITE)
 
-## bench: the load benchmark in BENCHMARKS.md (needs wrk: apt-get install wrk)
 ## bench: the load benchmark of BENCHMARKS.md against a release build
 bench: build
 	@command -v wrk >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq wrk; }
