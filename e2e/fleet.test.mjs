@@ -86,7 +86,7 @@ test('a default quota set on the quotas page limits the next launch, with its re
   await page.getByRole('alert').getByText('GPUs at once must be a number of GPU-equivalents, 0 or more, or empty for no limit').waitFor();
   await page.getByLabel('GPUs at once, per model').fill('0.5');
   await page.getByRole('button', { name: 'Save quota' }).click();
-  await page.getByRole('rowheader', { name: 'Everyone (default)' }).waitFor();
+  await page.getByRole('rowheader', { name: 'Everyone (default per user)' }).waitFor();
 
   await page.goto(`${berth.url}/launch/training?size=h100-1`);
   await page.getByLabel('Name').fill('over-quota');
@@ -101,7 +101,7 @@ test('a quota that allows spot lets the same launch burst beyond it, marked as s
   await page.getByLabel('GPUs at once, per model').fill('0.5');
   await page.getByLabel(/May book beyond the GPU limits as spot/).check();
   await page.getByRole('button', { name: 'Save quota' }).click();
-  await page.locator('tr[data-quota=""]').getByText('yes').waitFor();
+  await page.locator('tr[data-quota="everyone"]').getByText('yes').waitFor();
 
   await page.goto(`${berth.url}/launch/training?size=h100-1`);
   await page.getByLabel('Name').fill('burst');

@@ -139,6 +139,37 @@ test('a tenant admin invites someone by email; their first SSO sign-in links the
   await carol.context.close();
 });
 
+test('a tenant admin limits a project; a booking in it is refused with the project\'s reason', async () => {
+  const ada = await ssoSignIn('Sign in with Acme SSO', 'ada@acme.example');
+  await ada.page.waitForURL((url) => url.pathname === '/environments');
+  await ada.page.getByRole('link', { name: 'Quotas', exact: true }).click();
+  await ada.page.waitForURL((url) => url.pathname === '/admin/quotas');
+  // The demo gives Acme a tenant quota (the platform's to set) and project "vision" one.
+  await ada.page.getByRole('rowheader', { name: 'Tenant Acme Research' }).waitFor();
+  assert.deepEqual(
+    await ada.page.locator('#q-level option').allTextContents(),
+    ['Project (by name)', 'Member (by email)'],
+  );
+  await ada.page.getByLabel('Who (empty for everyone)').fill('vision');
+  await ada.page.getByLabel('GPUs at once, per model').fill('0.25');
+  await ada.page.getByRole('button', { name: 'Save quota' }).click();
+  await ada.page.locator('tr[data-quota^="project:"]').getByText('0.25').waitFor();
+
+  await ada.page.goto(`${berth.url}/launch/notebook?size=h100-3g.40gb`);
+  await ada.page.getByLabel('Name').fill('in-vision');
+  await ada.page.getByLabel('Project').selectOption({ label: 'vision' });
+  await ada.page.getByRole('button', { name: 'Launch' }).click();
+  await ada.page.getByRole('alert').getByText(
+    "quota: project vision's limit is 0.25 H100-80GB GPU-equivalents at once",
+  ).waitFor();
+  // Outside the project only Acme's own limits apply.
+  await ada.page.getByLabel('Project').selectOption({ label: 'No project' });
+  await ada.page.getByRole('button', { name: 'Launch' }).click();
+  await ada.page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
+  assert.deepEqual(ada.consoleErrors, []);
+  await ada.context.close();
+});
+
 test('someone whose groups give no role is refused, with no session', async () => {
   const { context, page } = await ssoSignIn('Sign in with Acme SSO', 'eve@acme.example');
   await page.waitForURL((url) => url.pathname === '/login');

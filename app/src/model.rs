@@ -17,6 +17,14 @@ pub struct SessionUser {
     pub can_read_fleet: bool,
     pub can_read_tenants: bool,
     pub can_read_audit: bool,
+    pub can_set_quotas: bool,
+}
+
+/// A project one may book in, for the launch form.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectOption {
+    pub id: i64,
+    pub name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -190,16 +198,34 @@ pub struct MaintenanceView {
     pub affected: Vec<(String, String, String)>,
 }
 
-/// A quota row as the admin page shows it: `who` is "Everyone (default)" or an email.
+/// A quota row as the quotas page shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct QuotaView {
+    pub id: i64,
+    /// `everyone`, `tenant:<id>`, `project:<id>` or `user:<id>`: stable for tests and links.
+    pub key: String,
+    /// "Everyone", "Tenant", "Project" or "User".
+    pub level: String,
+    /// "Everyone (default per user)", "Tenant Acme", "Project acme/vision" or an email.
     pub who: String,
-    pub email: String,
     pub max_gpus: String,
+    /// "H100-80GB = 8, A100-80GB = 16"; empty when no model has its own limit.
+    pub by_model: String,
     pub gpu_hours_per_month: String,
     pub max_booking_hours: String,
     pub max_overlapping: String,
     pub allow_spot: String,
+    pub removable: bool,
+}
+
+/// The quotas page: the rows in reach, and which levels the viewer may set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuotasView {
+    pub rows: Vec<QuotaView>,
+    /// Projects' and members' quotas (tenant admins) or any (platform admins).
+    pub can_set: bool,
+    /// Everyone's default and tenants' quotas: platform admins only.
+    pub can_set_platform_levels: bool,
 }
 
 /// How much of one size is free, shown on the launch form.

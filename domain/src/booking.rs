@@ -355,11 +355,14 @@ pub fn gpu_equivalents(holds: &[Hold]) -> f64 {
         .sum()
 }
 
-/// A user's limits; `None` is "no limit".
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+/// The limits of a user, a project or a tenant; `None` is "no limit".
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Quota {
-    /// GPU-equivalents held at any one moment, per GPU model.
+    /// GPU-equivalents held at any one moment, for each GPU model on its own.
     pub max_gpus: Option<f64>,
+    /// Limits for particular models, in place of `max_gpus` for them.
+    #[serde(default)]
+    pub max_gpus_by_model: BTreeMap<GpuModel, f64>,
     /// GPU-equivalent hours booked in one calendar month (UTC), all models together.
     pub gpu_hours_per_month: Option<f64>,
     /// Longest single booking.
@@ -401,9 +404,21 @@ impl Tier {
 }
 
 impl Quota {
-    /// Reads limits as typed in a form: empty means "no limit".
+    /// The GPU-equivalents of `model` that may be held at once.
+    pub fn max_gpus_of(&self, model: GpuModel) -> Option<f64> {
+        self.max_gpus_by_model.get(&model).copied().or(self.max_gpus)
+    }
+
+    /// Whether the row limits anything or allows spot: a row of all "no limit" does neither.
+    pub fn is_unlimited(&self) -> bool {
+        *self == Quota::default()
+    }
+
+    /// Reads limits as typed in a form: empty means "no limit". `by_model` reads like
+    /// "H100-80GB = 8, A100-80GB = 16".
     pub fn parse(
         max_gpus: &str,
+        by_model: &str,
         gpu_hours_per_month: &str,
         max_booking_hours: &str,
         max_overlapping: &str,
@@ -424,8 +439,24 @@ impl Quota {
                 _ => Err(Refusal::InvalidQuota(format!("{what} must be {kind}, or empty for no limit"))),
             }
         }
+        let mut max_gpus_by_model = BTreeMap::new();
+        for item in by_model.split([',', '\n']).map(str::trim).filter(|i| !i.is_empty()) {
+            let bad = || {
+                Refusal::InvalidQuota(format!(
+                    "\"{item}\" should read MODEL = GPUs, like H100-80GB = 8 (models: {})",
+                    GpuModel::ALL.map(GpuModel::name).join(", ")
+                ))
+            };
+            let (model, limit) = item.split_once('=').ok_or_else(bad)?;
+            let model = GpuModel::parse(model.trim()).ok_or_else(bad)?;
+            let limit = number(limit, model.name(), 0.0, "a number of GPU-equivalents, 0 or more")?.ok_or_else(bad)?;
+            if max_gpus_by_model.insert(model, limit).is_some() {
+                return Err(Refusal::InvalidQuota(format!("{} is limited twice", model.name())));
+            }
+        }
         Ok(Quota {
             max_gpus: number(max_gpus, "GPUs at once", 0.0, "a number of GPU-equivalents, 0 or more")?,
+            max_gpus_by_model,
             gpu_hours_per_month: number(gpu_hours_per_month, "GPU-hours a month", 0.0, "a number, 0 or more")?,
             max_booking_hours: number(max_booking_hours, "longest booking", 1, "a whole number of hours, at least 1")?,
             max_overlapping: number(max_overlapping, "bookings at the same time", 1, "a whole number, at least 1")?,
@@ -434,37 +465,68 @@ impl Quota {
     }
 }
 
-/// What a user already has, as the quota check needs it.
+/// Whose limits a quota check applies: the booking user's own, or those of the project or
+/// tenant the booking counts against. Refusals name it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QuotaScope {
+    User,
+    Project(String),
+    Tenant(String),
+}
+
+impl QuotaScope {
+    /// "your limit", "project vision's limit".
+    fn whose(&self) -> String {
+        match self {
+            QuotaScope::User => "your".to_owned(),
+            QuotaScope::Project(name) => format!("project {name}'s"),
+            QuotaScope::Tenant(name) => format!("tenant {name}'s"),
+        }
+    }
+
+    /// The subject of "holds" and "may have".
+    fn who(&self) -> String {
+        match self {
+            QuotaScope::User => "you".to_owned(),
+            QuotaScope::Project(name) => format!("project {name}"),
+            QuotaScope::Tenant(name) => format!("tenant {name}"),
+        }
+    }
+}
+
+/// What a user, project or tenant already has, as the quota check needs it.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Usage {
-    /// The user's other unreleased bookings of the same GPU model: window and GPU-equivalents.
+    /// Other unreleased guaranteed bookings of the same GPU model: window and GPU-equivalents.
     pub same_model: Vec<(Window, f64)>,
-    /// The user's bookings overlapping the new window, any model.
+    /// Bookings overlapping the new window, any model.
     pub overlapping: u32,
     /// GPU-equivalent hours already booked in the month the new booking starts.
     pub gpu_hours_this_month: f64,
 }
 
-/// Checks a new booking of `ask` GPU-equivalents of `model` for `window` against `quota`;
-/// a refusal says which limit, what is used and what would still fit. A spot booking goes
-/// beyond the GPU limits when the quota allows spot; the other limits still hold. `usage`
-/// counts guaranteed bookings only.
+/// Checks a new booking of `ask` GPU-equivalents of `model` for `window` against the
+/// `quota` of `scope`; a refusal says whose limit, what is used and what would still fit.
+/// A spot booking (allowed or not by the caller: see `spot_allowed`) goes beyond the GPU
+/// limits; the other limits still hold. `usage` counts guaranteed bookings only.
 pub fn check_quota(
     quota: &Quota,
+    scope: &QuotaScope,
     usage: &Usage,
     model: GpuModel,
     window: Window,
     ask: f64,
     tier: Tier,
 ) -> Result<(), Refusal> {
-    if tier == Tier::Spot && !quota.allow_spot {
-        return Err(Refusal::SpotNotAllowed);
-    }
     if let Some(max) = quota.max_booking_hours
         && window.hours() > f64::from(max)
     {
+        let within = match scope {
+            QuotaScope::User => String::new(),
+            other => format!(" in {}", other.who()),
+        };
         return Err(Refusal::QuotaExceeded(format!(
-            "bookings are limited to {max} hours; this one is {:.0} hours",
+            "bookings{within} are limited to {max} hours; this one is {:.0} hours",
             window.hours()
         )));
     }
@@ -472,19 +534,22 @@ pub fn check_quota(
         && usage.overlapping >= max
     {
         return Err(Refusal::QuotaExceeded(format!(
-            "you may have at most {max} bookings at the same time; {} already overlap this window",
+            "{} may have at most {max} bookings at the same time; {} already overlap this window",
+            scope.who(),
             usage.overlapping
         )));
     }
     if tier == Tier::Spot {
         return Ok(());
     }
-    if let Some(max) = quota.max_gpus {
+    if let Some(max) = quota.max_gpus_of(model) {
         let peak = peak_during(&usage.same_model, window);
         if peak + ask > max + 1e-9 {
             let room = (max - peak).max(0.0);
+            let holds = if *scope == QuotaScope::User { "you hold" } else { "it holds" };
             return Err(Refusal::QuotaExceeded(format!(
-                "your limit is {} {model} GPU-equivalents at once; you hold up to {} during this window and asked for {}, so {} more would fit",
+                "{} limit is {} {model} GPU-equivalents at once; {holds} up to {} during this window and this booking asks for {}, so {} more would fit",
+                scope.whose(),
                 round2(max),
                 round2(peak),
                 round2(ask),
@@ -496,7 +561,8 @@ pub fn check_quota(
         let asked = ask * window.hours();
         if usage.gpu_hours_this_month + asked > max + 1e-9 {
             return Err(Refusal::QuotaExceeded(format!(
-                "your limit is {} GPU-hours a month; {} are booked this month and this booking needs {}, so {} more would fit",
+                "{} limit is {} GPU-hours a month; {} are booked this month and this booking needs {}, so {} more would fit",
+                scope.whose(),
                 round2(max),
                 round2(usage.gpu_hours_this_month),
                 round2(asked),
@@ -623,47 +689,60 @@ mod tests {
     #[test]
     fn quotas_are_read_from_a_form_with_empty_for_no_limit() {
         assert_eq!(
-            Quota::parse("8", "", "48", " ", false),
+            Quota::parse("8", "", "", "48", " ", false),
             Ok(Quota { max_gpus: Some(8.0), max_booking_hours: Some(48), ..Quota::default() })
         );
-        let err = Quota::parse("-1", "", "", "", false).expect_err("negative");
+        let err = Quota::parse("-1", "", "", "", "", false).expect_err("negative");
         assert_eq!(
             err.to_string(),
             "GPUs at once must be a number of GPU-equivalents, 0 or more, or empty for no limit"
         );
-        assert!(Quota::parse("", "", "0", "", false).is_err());
-        assert!(Quota::parse("", "lots", "", "", false).is_err());
+        assert!(Quota::parse("", "", "", "0", "", false).is_err());
+        assert!(Quota::parse("", "", "lots", "", "", false).is_err());
+        let by_model = Quota::parse("2", "h100-80gb = 8, A100-80GB=16.5", "", "", "", false).expect("valid");
+        assert_eq!(by_model.max_gpus_of(H100), Some(8.0));
+        assert_eq!(by_model.max_gpus_of(GpuModel::A100_80GB), Some(16.5));
+        assert_eq!(by_model.max_gpus_of(GpuModel::L40S), Some(2.0), "the others keep the general limit");
+        for bad in ["H100-80GB", "V100 = 3", "H100-80GB = many", "H100-80GB = 1, H100-80GB = 2"] {
+            assert!(Quota::parse("", bad, "", "", "", false).is_err(), "{bad}");
+        }
     }
 
     #[test]
     fn quota_refusals_say_which_limit_and_what_fits() {
+        let you = QuotaScope::User;
         let quota = Quota { max_gpus: Some(4.0), ..Quota::default() };
         let usage = Usage { same_model: vec![(at(0, 2), 2.0), (at(2, 4), 3.0)], ..Usage::default() };
         assert_eq!(
-            check_quota(&quota, &usage, H100, at(0, 2), 2.0, Tier::Guaranteed),
+            check_quota(&quota, &you, &usage, H100, at(0, 2), 2.0, Tier::Guaranteed),
             Ok(()),
             "back-to-back do not add up"
         );
-        let err = check_quota(&quota, &usage, H100, at(1, 3), 2.0, Tier::Guaranteed).expect_err("3 + 2 > 4");
+        let err = check_quota(&quota, &you, &usage, H100, at(1, 3), 2.0, Tier::Guaranteed).expect_err("3 + 2 > 4");
         assert_eq!(
             err.to_string(),
-            "quota: your limit is 4 H100-80GB GPU-equivalents at once; you hold up to 3 during this window and asked for 2, so 1 more would fit"
+            "quota: your limit is 4 H100-80GB GPU-equivalents at once; you hold up to 3 during this window and this booking asks for 2, so 1 more would fit"
+        );
+        let acme = QuotaScope::Tenant("Acme".into());
+        let err = check_quota(&quota, &acme, &usage, H100, at(1, 3), 2.0, Tier::Guaranteed).expect_err("tenant");
+        assert_eq!(
+            err.to_string(),
+            "quota: tenant Acme's limit is 4 H100-80GB GPU-equivalents at once; it holds up to 3 during this window and this booking asks for 2, so 1 more would fit"
         );
         let monthly = Quota { gpu_hours_per_month: Some(100.0), ..Quota::default() };
         let used = Usage { gpu_hours_this_month: 90.0, ..Usage::default() };
-        assert!(check_quota(&monthly, &used, H100, at(0, 10), 1.0, Tier::Guaranteed).is_ok());
-        assert!(check_quota(&monthly, &used, H100, at(0, 11), 1.0, Tier::Guaranteed).is_err());
-        assert_eq!(check_quota(&monthly, &used, H100, at(0, 11), 1.0, Tier::Spot), Err(Refusal::SpotNotAllowed));
+        assert!(check_quota(&monthly, &you, &used, H100, at(0, 10), 1.0, Tier::Guaranteed).is_ok());
+        let vision = QuotaScope::Project("vision".into());
+        let err = check_quota(&monthly, &vision, &used, H100, at(0, 11), 1.0, Tier::Guaranteed).expect_err("hours");
+        assert!(err.to_string().starts_with("quota: project vision's limit is 100 GPU-hours a month"), "{err}");
         let bursting = Quota { allow_spot: true, max_booking_hours: Some(8), ..monthly };
         assert_eq!(
-            check_quota(&bursting, &used, H100, at(0, 8), 4.0, Tier::Spot),
+            check_quota(&bursting, &you, &used, H100, at(0, 8), 4.0, Tier::Spot),
             Ok(()),
             "spot goes beyond GPU limits"
         );
-        assert!(
-            check_quota(&bursting, &used, H100, at(0, 9), 1.0, Tier::Spot).is_err(),
-            "not beyond the longest booking"
-        );
+        let err = check_quota(&bursting, &acme, &used, H100, at(0, 9), 1.0, Tier::Spot).expect_err("too long");
+        assert_eq!(err.to_string(), "quota: bookings in tenant Acme are limited to 8 hours; this one is 9 hours");
         let g3 = Hold { gpu_id: 0, slices: SliceRange { start: 0, size: 4 }, profile: Some(MigProfile::G3) };
         assert!((gpu_equivalents(&[g3]) - 3.0 / 7.0).abs() < 1e-9);
     }

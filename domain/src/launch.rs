@@ -19,6 +19,9 @@ pub struct LaunchRequest {
     /// Empty or `guaranteed`, or `spot`.
     #[serde(default)]
     pub tier: String,
+    /// The id of the project whose quota the booking counts against; empty for none.
+    #[serde(default)]
+    pub project: String,
     #[serde(default)]
     pub image: String,
     #[serde(default)]

@@ -167,7 +167,9 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
         Role::PlatformAuditor => action.is_read().then_some(Reach::All),
         Role::TenantAdmin => match action {
             CatalogRead => Some(Reach::All),
-            FleetRead | FleetManage | QuotaManage | TenantManage => None,
+            // Their tenant's projects' and members' quotas, not the tenant's own limits
+            // (those are set on the platform: see `platform::quotas`).
+            FleetRead | FleetManage | TenantManage => None,
             _ => Some(Reach::Tenant),
         },
         Role::Member => match action {

@@ -85,6 +85,8 @@ pub enum Refusal {
     InvalidTier(String),
     #[error("your quota does not allow spot bookings; book within your quota instead")]
     SpotNotAllowed,
+    #[error("there is no project \"{0}\" you can book in")]
+    UnknownProject(String),
     #[error("spot bookings start now; leave the start empty or book guaranteed capacity ahead")]
     SpotStartsNow,
     #[error("node {node} has no GPU {index}")]

@@ -123,6 +123,7 @@ async fn contention(seconds: u64) {
                     image: if offering == "training" { "ghcr.io/acme/train:1".into() } else { String::new() },
                     command: if offering == "training" { "python train.py".into() } else { String::new() },
                     tier: String::new(),
+                    project: String::new(),
                 };
                 n += 1;
                 let t = Instant::now();

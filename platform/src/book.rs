@@ -10,6 +10,7 @@ use berth_domain::mig::{MigProfile, SliceRange};
 use berth_domain::placement::{GpuUnit, Hold};
 use sqlx::{Row, SqliteConnection};
 
+use crate::quotas::{Booker, Holder};
 use crate::store::WriteTx;
 use crate::{Error, Platform, now_ms, read, write};
 
@@ -30,7 +31,8 @@ pub(crate) struct BookingBook {
 struct Held {
     /// The environment, or `maintenance:<id>` for a maintenance window.
     environment_id: Arc<str>,
-    owner_id: i64,
+    /// Nobody (user 0) for a maintenance window.
+    booker: Booker,
     booking: Booking,
     /// A reservation holds its unit until released, even past its end (teardown may still
     /// run); a maintenance window ends when it ends.
@@ -51,7 +53,7 @@ impl BookingBook {
     async fn load(conn: &mut SqliteConnection) -> Result<BookingBook, Error> {
         let rows = sqlx::query(
             "SELECT r.environment_id, e.owner_id, r.gpu_id, r.slice_start, r.slice_size, r.mig_profile, r.starts_at, r.ends_at,
-                    e.tier = 'spot'
+                    e.tier = 'spot', e.tenant_id, e.project_id
              FROM reservations r JOIN environments e ON e.id = r.environment_id WHERE r.released_at IS NULL",
         )
         .fetch_all(&mut *conn)
@@ -75,7 +77,8 @@ impl BookingBook {
             let env: String = row.try_get(0)?;
             let env = ids.entry(env).or_insert_with_key(|k| Arc::from(k.as_str())).clone();
             let window = Window { starts_at: row.try_get(6)?, ends_at: row.try_get(7)? };
-            book.insert(env, row.try_get(1)?, Booking { hold, window }, true, row.try_get(8)?);
+            let booker = Booker { user_id: row.try_get(1)?, tenant_id: row.try_get(9)?, project_id: row.try_get(10)? };
+            book.insert(env, booker, Booking { hold, window }, true, row.try_get(8)?);
         }
         let maintenance: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
             "SELECT m.id, g.id, m.starts_at, m.ends_at FROM maintenance_windows m
@@ -91,10 +94,10 @@ impl BookingBook {
         Ok(book)
     }
 
-    fn insert(&mut self, environment_id: Arc<str>, owner_id: i64, booking: Booking, until_released: bool, spot: bool) {
+    fn insert(&mut self, environment_id: Arc<str>, booker: Booker, booking: Booking, until_released: bool, spot: bool) {
         let gpu = booking.hold.gpu_id;
         self.by_environment.entry(environment_id.clone()).or_default().push(gpu);
-        self.by_gpu.entry(gpu).or_default().push(Held { environment_id, owner_id, booking, until_released, spot });
+        self.by_gpu.entry(gpu).or_default().push(Held { environment_id, booker, booking, until_released, spot });
     }
 
     /// After a maintenance window on `gpus` committed: each GPU is taken whole.
@@ -102,15 +105,15 @@ impl BookingBook {
         let id: Arc<str> = Arc::from(id);
         for &gpu_id in gpus {
             let hold = Hold { gpu_id, slices: SliceRange::WHOLE_GPU, profile: None };
-            self.insert(id.clone(), 0, Booking { hold, window }, false, false);
+            self.insert(id.clone(), Booker::NOBODY, Booking { hold, window }, false, false);
         }
     }
 
     /// After a launch committed `holds` for `window`.
-    pub(crate) fn add(&mut self, environment_id: &str, owner_id: i64, holds: &[Hold], window: Window, spot: bool) {
+    pub(crate) fn add(&mut self, environment_id: &str, booker: Booker, holds: &[Hold], window: Window, spot: bool) {
         let id: Arc<str> = Arc::from(environment_id);
         for &hold in holds {
-            self.insert(id.clone(), owner_id, Booking { hold, window }, true, spot);
+            self.insert(id.clone(), booker, Booking { hold, window }, true, spot);
         }
     }
 
@@ -134,16 +137,18 @@ impl BookingBook {
         }
     }
 
-    /// Bookings on `gpus` that overlap `range` (any with `None`), optionally of one owner.
-    /// One held past its end (teardown still running) holds its unit until `now`.
-    fn bookings(&self, gpus: &[GpuUnit], now: i64, owner: Option<i64>, range: Option<Window>) -> Vec<BookedBy> {
+    /// Bookings on `gpus` that overlap `range` (any with `None`), optionally only those
+    /// counted against one user, project or tenant. One held past its end (teardown still
+    /// running) holds its unit until `now`.
+    fn bookings(&self, gpus: &[GpuUnit], now: i64, holder: Option<Holder>, range: Option<Window>) -> Vec<BookedBy> {
         let mut out = Vec::new();
         for gpu in gpus {
             for held in self.by_gpu.get(&gpu.id).into_iter().flatten() {
                 let end = held.booking.window.ends_at;
                 let window =
                     Window { ends_at: if held.until_released { end.max(now) } else { end }, ..held.booking.window };
-                if owner.is_some_and(|o| o != held.owner_id) || range.is_some_and(|r| !window.conflicts(r, 0)) {
+                if holder.is_some_and(|h| !held.booker.counts_for(h)) || range.is_some_and(|r| !window.conflicts(r, 0))
+                {
                     continue;
                 }
                 out.push(BookedBy {
@@ -188,10 +193,10 @@ impl Platform {
         &self,
         gpus: &[GpuUnit],
         now: i64,
-        owner: Option<i64>,
+        holder: Option<Holder>,
         range: Option<Window>,
     ) -> Vec<BookedBy> {
-        read(&self.book).as_ref().map(|book| book.bookings(gpus, now, owner, range)).unwrap_or_default()
+        read(&self.book).as_ref().map(|book| book.bookings(gpus, now, holder, range)).unwrap_or_default()
     }
 
     /// Every GPU of `model` in service with the unreleased bookings on it that could

@@ -190,7 +190,7 @@ impl Platform {
             }
             let held: Vec<Hold> = own.iter().map(|(_, b)| b.hold).collect();
             let ask = QuotaAsk { model, window, gpus: booking::gpu_equivalents(&held), tier: env.tier };
-            self.check_quota(&mut tx, env.owner_id, ask, Some(id)).await?;
+            self.check_quota(&mut tx, env.booker(), ask, Some(id)).await?;
         }
 
         sqlx::query("UPDATE environments SET ends_at = ? WHERE id = ?")

@@ -38,6 +38,7 @@ impl Platform {
         .bind(crate::now_ms())
         .fetch_one(&self.db)
         .await?;
+        self.seed_demo_quotas(acme, user_id).await?;
         let dana = Caller {
             principal: Principal { user_id, tenant_id: Some(acme), role: Role::Member, token_actions: None },
             meta,
@@ -74,6 +75,7 @@ impl Platform {
                 hours: hours.to_string(),
                 start,
                 tier: String::new(),
+                project: String::new(),
                 image: image.into(),
                 command: command.into(),
             };
@@ -83,6 +85,37 @@ impl Platform {
                 Err(e) => return Err(e),
             }
         }
+        Ok(())
+    }
+
+    /// Acme may hold 32 GPU-equivalents of each model and burst beyond as spot; its
+    /// project "vision", which Dana belongs to, 4.
+    async fn seed_demo_quotas(&self, acme: i64, dana: i64) -> Result<(), Error> {
+        let now = crate::now_ms();
+        let mut tx = self.begin_write().await?;
+        let vision: i64 = sqlx::query_scalar(
+            "INSERT INTO projects (tenant_id, name, created_at) VALUES (?, 'vision', ?) RETURNING id",
+        )
+        .bind(acme)
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        sqlx::query("INSERT INTO project_members (project_id, user_id) VALUES (?, ?)")
+            .bind(vision)
+            .bind(dana)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO quotas (tenant_id, max_gpus, allow_spot, updated_at) VALUES (?, 32, 1, ?)")
+            .bind(acme)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("INSERT INTO quotas (project_id, max_gpus, updated_at) VALUES (?, 4, ?)")
+            .bind(vision)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         Ok(())
     }
 

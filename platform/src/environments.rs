@@ -7,7 +7,7 @@ use berth_domain::gpu::GpuModel;
 use berth_domain::launch::{self, LaunchRequest};
 use berth_domain::lifecycle::{Desired, EnvState, Phase, Step};
 use berth_domain::mig::MigProfile;
-use berth_domain::policy::{Action, Target};
+use berth_domain::policy::{Action, Role, Target};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection};
 
@@ -15,7 +15,7 @@ use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
 use crate::backend::Connection;
 use crate::booking::utc_short;
-use crate::quotas::QuotaAsk;
+use crate::quotas::{Booker, QuotaAsk};
 use crate::{Caller, Error, Platform, now_ms};
 
 /// One environment as stored.
@@ -25,6 +25,8 @@ pub struct Environment {
     pub owner_id: i64,
     /// `None` for platform staff's own environments.
     pub tenant_id: Option<i64>,
+    /// The project whose quota the booking counts against, if any.
+    pub project_id: Option<i64>,
     pub name: String,
     pub offering: Offering,
     pub size: &'static Size,
@@ -77,8 +79,20 @@ pub struct EnvironmentDetail {
     pub units: Vec<HeldUnit>,
 }
 
+impl Environment {
+    /// Whom the booking counts against.
+    pub(crate) fn booker(&self) -> Booker {
+        Booker { user_id: self.owner_id, tenant_id: self.tenant_id, project_id: self.project_id }
+    }
+}
+
+/// A project `p` the caller may book in, given (1) their tenant, (2) whether they are its
+/// tenant admin and (3) their user id.
+const BOOKABLE_PROJECT: &str = "p.tenant_id = ?1
+    AND (?2 OR EXISTS (SELECT 1 FROM project_members m WHERE m.project_id = p.id AND m.user_id = ?3))";
+
 pub(crate) const ENVIRONMENT_COLUMNS: &str =
-    "id, owner_id, tenant_id, name, offering, size_id, image, command, cents_per_hour, state,
+    "id, owner_id, tenant_id, project_id, name, offering, size_id, image, command, cents_per_hour, state,
      desired, failure_reason, connection, created_at, starts_at, ends_at, state_changed_at, ready_at, finished_at, tier";
 
 pub(crate) fn environment_from_row(row: &SqliteRow) -> Result<Environment, Error> {
@@ -93,6 +107,7 @@ pub(crate) fn environment_from_row(row: &SqliteRow) -> Result<Environment, Error
         id: row.try_get("id")?,
         owner_id: row.try_get("owner_id")?,
         tenant_id: row.try_get("tenant_id")?,
+        project_id: row.try_get("project_id")?,
         name: row.try_get("name")?,
         offering,
         size: offering.size(&size_id).ok_or_else(|| corrupt("size"))?,
@@ -131,6 +146,11 @@ impl Platform {
         let model = spec.size.gpu_model();
 
         let mut tx = self.begin_write().await?;
+        let booker = Booker {
+            user_id: caller.user_id(),
+            tenant_id: caller.tenant_id(),
+            project_id: self.project_to_book_in(&mut tx, caller, &request.project).await?,
+        };
         let in_use: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM environments WHERE owner_id = ? AND name = ? AND state NOT IN ('released', 'failed')",
         )
@@ -157,18 +177,19 @@ impl Platform {
             },
         };
         let ask = QuotaAsk { model, window, gpus: rules::gpu_equivalents(&assignments), tier };
-        self.check_quota(&mut tx, caller.user_id(), ask, None).await?;
+        self.check_quota(&mut tx, booker, ask, None).await?;
         let reclaimed = self.reclaim(&mut tx, &reclaim, window, now).await?;
 
         let id = uuid::Uuid::new_v4().to_string();
         sqlx::query(
-            "INSERT INTO environments (id, owner_id, tenant_id, name, offering, size_id, image, command, cents_per_hour,
-                 state, desired, created_at, starts_at, ends_at, state_changed_at, tier)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'requested', 'running', ?, ?, ?, ?, ?)",
+            "INSERT INTO environments (id, owner_id, tenant_id, project_id, name, offering, size_id, image, command,
+                 cents_per_hour, state, desired, created_at, starts_at, ends_at, state_changed_at, tier)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'requested', 'running', ?, ?, ?, ?, ?)",
         )
         .bind(&id)
-        .bind(caller.user_id())
-        .bind(caller.tenant_id())
+        .bind(booker.user_id)
+        .bind(booker.tenant_id)
+        .bind(booker.project_id)
         .bind(&spec.name)
         .bind(spec.offering.id())
         .bind(spec.size.id)
@@ -212,12 +233,50 @@ impl Platform {
                 for (victim, ends_at) in &reclaimed {
                     book.set_end(victim, *ends_at);
                 }
-                book.add(&id, caller.user_id(), &assignments, window, tier == Tier::Spot);
+                book.add(&id, booker, &assignments, window, tier == Tier::Spot);
             })
         })
         .await?;
         self.wake_reconciler();
         self.environment_of(caller, &id).await
+    }
+
+    /// The projects the caller may book in, as `(id, name)` by name: those of their tenant
+    /// they are a member of, or all of their tenant's for its tenant admins.
+    pub async fn projects_to_book_in(&self, caller: &Caller) -> Result<Vec<(i64, String)>, Error> {
+        self.authorize_in_tenant(caller, Action::EnvironmentLaunch).await?;
+        let mut conn = self.db.acquire().await?;
+        Ok(sqlx::query_as(&format!("SELECT p.id, p.name FROM projects p WHERE {BOOKABLE_PROJECT} ORDER BY p.name"))
+            .bind(caller.tenant_id())
+            .bind(caller.principal.role == Role::TenantAdmin)
+            .bind(caller.user_id())
+            .fetch_all(&mut *conn)
+            .await?)
+    }
+
+    /// The project a launch names (by id, as the form sends it), if the caller may book in
+    /// it; anything else is answered like a missing project.
+    async fn project_to_book_in(
+        &self,
+        conn: &mut SqliteConnection,
+        caller: &Caller,
+        project: &str,
+    ) -> Result<Option<i64>, Error> {
+        let project = project.trim();
+        if project.is_empty() {
+            return Ok(None);
+        }
+        let unknown = || Error::Refused(Refusal::UnknownProject(project.to_owned()));
+        let id: i64 = project.parse().map_err(|_| unknown())?;
+        let allowed: Option<i64> =
+            sqlx::query_scalar(&format!("SELECT p.id FROM projects p WHERE {BOOKABLE_PROJECT} AND p.id = ?4"))
+                .bind(caller.tenant_id())
+                .bind(caller.principal.role == Role::TenantAdmin)
+                .bind(caller.user_id())
+                .bind(id)
+                .fetch_optional(&mut *conn)
+                .await?;
+        allowed.map(Some).ok_or_else(unknown)
     }
 
     /// Asks for the environment to be torn down; the reconciler does the rest.

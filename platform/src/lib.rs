@@ -16,7 +16,7 @@ mod error;
 pub mod fleet;
 pub mod maintenance;
 pub mod oidc;
-mod quotas;
+pub mod quotas;
 pub mod reconciler;
 mod spot;
 pub mod sso;

@@ -14,6 +14,7 @@ use berth_domain::lifecycle::EnvState;
 use berth_domain::placement::Shape;
 use berth_domain::policy::Role;
 use berth_platform::environments::Environment;
+use berth_platform::quotas::{QuotaRow, QuotaSubject};
 use berth_platform::{Error, now_ms};
 use common::TestBerth;
 use sqlx::SqlitePool;
@@ -40,7 +41,7 @@ async fn book(
         start: start_ms.map(rfc3339).unwrap_or_default(),
         image: if cluster { "" } else { "ghcr.io/acme/train:1" }.into(),
         command: if cluster { "" } else { "python train.py" }.into(),
-        tier: String::new(),
+        ..LaunchRequest::default()
     };
     berth.platform.launch(&berth.caller, &request).await
 }
@@ -105,7 +106,7 @@ async fn bad_windows_are_refused_with_a_reason_and_write_nothing(pool: SqlitePoo
         start: "next tuesday".into(),
         image: "ghcr.io/acme/train:1".into(),
         command: "python train.py".into(),
-        tier: String::new(),
+        ..LaunchRequest::default()
     };
     let garbled = berth.platform.launch(&berth.caller, &request).await.expect_err("garbled");
     assert!(garbled.to_string().starts_with("start \"next tuesday\" is not a date and time"), "{garbled}");
@@ -159,9 +160,9 @@ async fn quotas_count_gpu_equivalents_and_explain_themselves(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
     let admin = berth.admin().await;
     let quota = Quota { max_gpus: Some(1.0), ..Quota::default() };
-    let denied = berth.platform.set_quota(&berth.caller, None, &quota).await;
+    let denied = berth.platform.set_quota(&berth.caller, QuotaSubject::Everyone, &quota).await;
     assert!(matches!(denied, Err(Error::Forbidden)), "members cannot set quotas");
-    berth.platform.set_quota(&admin, None, &quota).await.expect("default quota");
+    berth.platform.set_quota(&admin, QuotaSubject::Everyone, &quota).await.expect("default quota");
 
     let notebook = |size: &str, name: &str| LaunchRequest {
         offering: "notebook".into(),
@@ -176,7 +177,7 @@ async fn quotas_count_gpu_equivalents_and_explain_themselves(pool: SqlitePool) {
     let err = berth.platform.launch(&berth.caller, &notebook("h100-3g.40gb", "c")).await.expect_err("9/7");
     assert_eq!(
         err.to_string(),
-        "quota: your limit is 1 H100-80GB GPU-equivalents at once; you hold up to 0.86 during this window and asked for 0.43, so 0.14 more would fit"
+        "quota: your limit is 1 H100-80GB GPU-equivalents at once; you hold up to 0.86 during this window and this booking asks for 0.43, so 0.14 more would fit"
     );
     // Tomorrow the first two are over, so the same size fits again.
     let tomorrow = rfc3339(now_ms() + DAY_MS);
@@ -184,15 +185,21 @@ async fn quotas_count_gpu_equivalents_and_explain_themselves(pool: SqlitePool) {
     berth.platform.launch(&berth.caller, &later).await.expect("fits tomorrow");
 
     let personal = Quota { max_gpus: Some(4.0), max_booking_hours: Some(1), ..Quota::default() };
-    berth.platform.set_quota(&admin, Some(berth.caller.user_id()), &personal).await.expect("personal quota");
+    let dana = QuotaSubject::User(berth.caller.user_id());
+    berth.platform.set_quota(&admin, dana, &personal).await.expect("personal quota");
     let err = berth.platform.launch(&berth.caller, &notebook("h100-1g.10gb", "d")).await.expect_err("too long");
     assert_eq!(err.to_string(), "quota: bookings are limited to 1 hours; this one is 2 hours");
     assert_eq!(berth.platform.quota_of(berth.caller.user_id()).await.expect("quota"), personal);
-    let listed = berth.platform.quotas(&admin).await.expect("list");
-    assert_eq!(listed, vec![(None, quota), (Some("dana@example.com".to_owned()), personal)]);
-    let unknown = berth.platform.set_quota_for(&admin, "nobody@example.com", &quota).await;
+    let listed: Vec<(String, Quota)> =
+        berth.platform.quotas(&admin).await.expect("list").into_iter().map(|r| (r.who, r.quota)).collect();
+    assert_eq!(
+        listed,
+        vec![("Everyone (default per user)".to_owned(), quota.clone()), ("dana@example.com".to_owned(), personal)]
+    );
+    let unknown = berth.platform.set_quota_for(&admin, "user", "nobody@example.com", &quota).await;
     assert_eq!(unknown.expect_err("unknown").to_string(), "there is no user with the email \"nobody@example.com\"");
-    assert!(matches!(berth.platform.quotas(&berth.caller).await, Err(Error::Forbidden)));
+    let own = berth.platform.quotas(&berth.caller).await.expect("members read the quotas that apply to them");
+    assert_eq!(own.len(), 2);
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -275,7 +282,7 @@ async fn maintenance_blocks_new_bookings_and_lists_the_ones_in_the_way(pool: Sql
         start: rfc3339(t0 + 4 * HOUR_MS),
         image: "ghcr.io/acme/train:1".into(),
         command: "python train.py".into(),
-        tier: String::new(),
+        ..LaunchRequest::default()
     };
     assert!(restarted.launch(&berth.caller, &request).await.is_err(), "still blocked after a restart");
 
@@ -296,12 +303,91 @@ async fn the_launch_form_learns_what_is_free_now_and_when_it_will_be(pool: Sqlit
     assert!(l40s.is_none_or(|s| s.free_now > 0));
 }
 
+/// Dana books in project "vision" of tenant Acme; Bob, another member, books outside it.
+#[sqlx::test(migrations = "../migrations")]
+async fn tenant_and_project_quotas_add_up_their_members_bookings(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    let acme = berth.caller.tenant_id().expect("tenant");
+    let tenant_admin = berth.user_with("ada@example.com", Role::TenantAdmin).await;
+    let bob = berth.user_with("bob@example.com", Role::Member).await;
+    berth.platform.create_project(&tenant_admin, acme, "vision").await.expect("project");
+    let vision = berth.platform.projects(&tenant_admin, acme).await.expect("projects")[0].id;
+    berth.platform.add_project_member(&tenant_admin, acme, vision, "dana@example.com").await.expect("member");
+
+    // The platform sets the tenant's limits; its tenant admin cannot, but sets the project's.
+    let tenant_quota = Quota::parse("", "H100-80GB = 3", "", "", "", true).expect("quota");
+    let denied = berth.platform.set_quota_for(&tenant_admin, "tenant", "acme", &tenant_quota).await;
+    assert_eq!(denied.expect_err("not theirs").to_string(), "there is no tenant \"acme\"");
+    berth.platform.set_quota_for(&admin, "tenant", "acme", &tenant_quota).await.expect("tenant quota");
+    let elsewhere = berth.platform.set_quota_for(&tenant_admin, "project", "globex/x", &tenant_quota).await;
+    assert_eq!(elsewhere.expect_err("missing").to_string(), "there is no project \"globex/x\"");
+    let project_quota = Quota { max_gpus: Some(1.0), ..Quota::default() };
+    berth.platform.set_quota_for(&tenant_admin, "project", "vision", &project_quota).await.expect("project quota");
+
+    let in_vision = |size: &str, name: &str, project: &str| LaunchRequest {
+        offering: "training".into(),
+        size: size.into(),
+        name: name.into(),
+        hours: "2".into(),
+        image: "ghcr.io/acme/train:1".into(),
+        command: "python train.py".into(),
+        project: project.into(),
+        ..LaunchRequest::default()
+    };
+    let vision_id = vision.to_string();
+    let nowhere = berth.platform.launch(&bob, &in_vision("h100-1", "x", &vision_id)).await;
+    assert_eq!(
+        nowhere.expect_err("bob is not in vision").to_string(),
+        format!("there is no project \"{vision_id}\" you can book in")
+    );
+    let first = berth.platform.launch(&berth.caller, &in_vision("h100-1", "a", &vision_id)).await.expect("1 of 1");
+    assert_eq!(first.project_id, Some(vision));
+    let err = berth.platform.launch(&berth.caller, &in_vision("h100-1", "b", &vision_id)).await.expect_err("2 > 1");
+    assert_eq!(
+        err.to_string(),
+        "quota: project vision's limit is 1 H100-80GB GPU-equivalents at once; it holds up to 1 during this window and this booking asks for 1, so 0 more would fit"
+    );
+    // Outside the project only the tenant's limit counts: Dana's 1 + Bob's 2 = 3 H100s.
+    berth.platform.launch(&bob, &in_vision("h100-1", "c1", "")).await.expect("2 of 3");
+    berth.platform.launch(&bob, &in_vision("h100-1", "c2", "")).await.expect("3 of 3");
+    let err = berth.platform.launch(&berth.caller, &in_vision("h100-1", "d", "")).await.expect_err("4 > 3");
+    assert_eq!(
+        err.to_string(),
+        "quota: tenant Acme's limit is 3 H100-80GB GPU-equivalents at once; it holds up to 3 during this window and this booking asks for 1, so 0 more would fit"
+    );
+    // Other models are not limited by the tenant's H100 line.
+    let l40s = LaunchRequest { offering: "inference".into(), ..in_vision("l40s-1", "e", "") };
+    berth.platform.launch(&berth.caller, &l40s).await.expect("L40S");
+    // The tenant may burst as spot beyond its quota, with no quota of Dana's own.
+    let spot = LaunchRequest { tier: "spot".into(), ..in_vision("h100-1", "f", "") };
+    let burst = berth.platform.launch(&berth.caller, &spot).await.expect("spot beyond the tenant's quota");
+    assert_eq!(burst.tier, berth_domain::booking::Tier::Spot);
+
+    // Each sees the rows of their reach: Dana her tenant's and everyone's, the admin all.
+    let rows = |rows: Vec<QuotaRow>| rows.into_iter().map(|r| r.who).collect::<Vec<_>>();
+    assert_eq!(rows(berth.platform.quotas(&berth.caller).await.expect("list")), ["Tenant Acme", "Project acme/vision"]);
+    let other =
+        berth.platform.ensure_tenant("globex", "Globex", berth_domain::tenancy::Isolation::Soft).await.expect("t");
+    berth.platform.set_quota(&admin, QuotaSubject::Tenant(other), &project_quota).await.expect("globex");
+    assert_eq!(rows(berth.platform.quotas(&admin).await.expect("list")).len(), 3);
+    assert_eq!(rows(berth.platform.quotas(&tenant_admin).await.expect("list")).len(), 2, "not Globex's");
+    let globex_row = berth.platform.quotas(&admin).await.expect("list").into_iter().find(|r| r.who == "Tenant Globex");
+    let removed = berth.platform.remove_quota(&tenant_admin, globex_row.expect("row").id).await;
+    assert!(matches!(removed, Err(Error::NotFound)), "{removed:?}");
+    let vision_row =
+        berth.platform.quotas(&tenant_admin).await.expect("list").into_iter().find(|r| r.who.starts_with("Project"));
+    berth.platform.remove_quota(&tenant_admin, vision_row.expect("row").id).await.expect("removed");
+    let err = berth.platform.launch(&berth.caller, &in_vision("h100-1", "g", &vision_id)).await.expect_err("3 + 1");
+    assert!(err.to_string().starts_with("quota: tenant Acme's limit"), "the tenant's limit still holds: {err}");
+}
+
 #[sqlx::test(migrations = "../migrations")]
 async fn spot_bookings_go_beyond_the_quota_and_are_reclaimed_by_guaranteed_ones(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
     let admin = berth.admin().await;
     let bursty = Quota { max_gpus: Some(0.0), allow_spot: true, ..Quota::default() };
-    berth.platform.set_quota(&admin, Some(berth.caller.user_id()), &bursty).await.expect("quota");
+    berth.platform.set_quota(&admin, QuotaSubject::User(berth.caller.user_id()), &bursty).await.expect("quota");
     let spot = |name: &str, start: String| LaunchRequest {
         offering: "cluster".into(),
         size: "h100-node-1".into(),

@@ -164,7 +164,7 @@ pub fn NavBar() -> impl IntoView {
                                 {user.can_read_fleet.then(|| view! {
                                     <A href="/admin/fleet" attr:class=NAV_LINK>"Fleet"</A>
                                 })}
-                                {user.can_manage_fleet.then(|| view! {
+                                {(user.can_set_quotas || user.can_read_fleet).then(|| view! {
                                     <A href="/admin/quotas" attr:class=NAV_LINK>"Quotas"</A>
                                 })}
                                 {user.can_read_tenants.then(|| view! {

@@ -5,7 +5,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::components::{ErrorAlert, RequireUser};
 use crate::error::AppError;
-use crate::serverfns::{Launch, size_hints};
+use crate::serverfns::{Launch, bookable_projects, size_hints};
 
 const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
 const LABEL: &str = "block text-sm font-medium text-slate-700";
@@ -105,6 +105,7 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>, start: String, ho
                                 </p>
                             </div>
                         </div>
+                        <ProjectField/>
                         <fieldset>
                             <legend class=LABEL>"Tier"</legend>
                             <div class="mt-2 grid gap-2 sm:grid-cols-2">
@@ -145,6 +146,30 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>, start: String, ho
 }
 
 /// "a Jupyter notebook", "an inference endpoint", ...
+/// The project whose quota the booking also counts against; shown only to those who
+/// belong to a project.
+#[component]
+fn ProjectField() -> impl IntoView {
+    let projects = Resource::new(|| (), |_| bookable_projects());
+    view! {
+        <Transition fallback=|| ()>
+            {move || Suspend::new(async move {
+                let projects = projects.await.unwrap_or_default();
+                (!projects.is_empty()).then(|| view! {
+                    <div>
+                        <label for="project" class=LABEL>"Project"</label>
+                        <select id="project" name="request[project]" class=INPUT aria-describedby="project-hint">
+                            <option value="">"No project"</option>
+                            {projects.into_iter().map(|p| view! { <option value=p.id.to_string()>{p.name}</option> }).collect_view()}
+                        </select>
+                        <p id="project-hint" class=HINT>"The booking also counts against the project's quota."</p>
+                    </div>
+                })
+            })}
+        </Transition>
+    }
+}
+
 fn with_article(offering: Offering) -> &'static str {
     match offering {
         Offering::Notebook => "a Jupyter notebook",

@@ -1,3 +1,6 @@
+// `set_quota` takes the quota form's fields one by one, as a plain HTML form sends them.
+#![allow(clippy::too_many_arguments)]
+
 use leptos::prelude::*;
 
 use crate::error::AppError;
@@ -199,32 +202,57 @@ mod chart {
     }
 }
 
-/// Every quota row. Platform admins only.
+/// The quota rows in the caller's reach, and which levels they may set.
 #[server(endpoint = "quotas")]
-pub async fn quotas() -> Result<Vec<crate::model::QuotaView>, AppError> {
+pub async fn quotas() -> Result<crate::model::QuotasView, AppError> {
+    use berth_domain::policy::{Action, Reach};
+    use berth_platform::quotas::QuotaSubject;
     let (platform, caller) = super::ssr::caller().await?;
     let rows = platform.quotas(&caller).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    let reach = caller.principal.reach(Action::QuotaManage);
     let show = |v: Option<String>| v.unwrap_or_else(|| "no limit".into());
-    Ok(rows
+    let rows = rows
         .into_iter()
-        .map(|(email, q)| crate::model::QuotaView {
-            who: email.clone().unwrap_or_else(|| "Everyone (default)".into()),
-            email: email.unwrap_or_default(),
-            max_gpus: show(q.max_gpus.map(|v| v.to_string())),
-            gpu_hours_per_month: show(q.gpu_hours_per_month.map(|v| v.to_string())),
-            max_booking_hours: show(q.max_booking_hours.map(|v| v.to_string())),
-            max_overlapping: show(q.max_overlapping.map(|v| v.to_string())),
-            allow_spot: if q.allow_spot { "yes" } else { "no" }.into(),
+        .map(|row| {
+            let q = &row.quota;
+            let (level, key) = match row.subject {
+                QuotaSubject::Everyone => ("Everyone", "everyone".to_owned()),
+                QuotaSubject::Tenant(id) => ("Tenant", format!("tenant:{id}")),
+                QuotaSubject::Project(id) => ("Project", format!("project:{id}")),
+                QuotaSubject::User(id) => ("User", format!("user:{id}")),
+            };
+            let removable = match row.subject {
+                QuotaSubject::Everyone | QuotaSubject::Tenant(_) => reach == Some(Reach::All),
+                QuotaSubject::Project(_) | QuotaSubject::User(_) => reach.is_some(),
+            };
+            let by_model = q.max_gpus_by_model.iter().map(|(m, v)| format!("{m} = {v}")).collect::<Vec<_>>();
+            crate::model::QuotaView {
+                id: row.id,
+                key,
+                level: level.to_owned(),
+                who: row.who,
+                max_gpus: show(q.max_gpus.map(|v| v.to_string())),
+                by_model: by_model.join(", "),
+                gpu_hours_per_month: show(q.gpu_hours_per_month.map(|v| v.to_string())),
+                max_booking_hours: show(q.max_booking_hours.map(|v| v.to_string())),
+                max_overlapping: show(q.max_overlapping.map(|v| v.to_string())),
+                allow_spot: if q.allow_spot { "yes" } else { "no" }.into(),
+                removable,
+            }
         })
-        .collect())
+        .collect();
+    Ok(crate::model::QuotasView { rows, can_set: reach.is_some(), can_set_platform_levels: reach == Some(Reach::All) })
 }
 
-/// Sets the quota of the user with `email`, or everyone's default when it is empty; empty
-/// limits mean "no limit". Platform admins only.
+/// Sets the quota of everyone (the default per user), a tenant (by slug), a project
+/// (`tenant/name`, or the name in the caller's tenant) or a user (by email); empty limits
+/// mean "no limit".
 #[server(endpoint = "set_quota")]
 pub async fn set_quota(
-    email: String,
+    level: String,
+    who: String,
     max_gpus: String,
+    by_model: String,
     gpu_hours_per_month: String,
     max_booking_hours: String,
     max_overlapping: String,
@@ -235,13 +263,24 @@ pub async fn set_quota(
     let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
     let quota = berth_domain::booking::Quota::parse(
         &max_gpus,
+        &by_model,
         &gpu_hours_per_month,
         &max_booking_hours,
         &max_overlapping,
         allow_spot.is_some(),
     )
     .map_err(|r| fail(r.into()))?;
-    platform.set_quota_for(&caller, &email, &quota).await.map_err(fail)?;
+    platform.set_quota_for(&caller, &level, &who, &quota).await.map_err(fail)?;
+    leptos_axum::redirect("/admin/quotas");
+    Ok(())
+}
+
+/// Removes a quota row: a user falls back to everyone's default, a project or tenant is no
+/// longer limited as a whole.
+#[server(endpoint = "remove_quota")]
+pub async fn remove_quota(id: i64) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform.remove_quota(&caller, id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     leptos_axum::redirect("/admin/quotas");
     Ok(())
 }

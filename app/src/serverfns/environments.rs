@@ -14,6 +14,15 @@ pub async fn launch(request: LaunchRequest) -> Result<String, AppError> {
     Ok(env.id)
 }
 
+/// The projects the caller may book in, for the launch form.
+#[server(endpoint = "bookable_projects")]
+pub async fn bookable_projects() -> Result<Vec<crate::model::ProjectOption>, AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let projects =
+        platform.projects_to_book_in(&caller).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    Ok(projects.into_iter().map(|(id, name)| crate::model::ProjectOption { id, name }).collect())
+}
+
 #[server(endpoint = "my_environments")]
 pub async fn my_environments() -> Result<Vec<EnvironmentSummary>, AppError> {
     let (platform, caller) = super::ssr::caller().await?;

@@ -21,6 +21,7 @@ pub async fn current_user() -> Result<Option<SessionUser>, AppError> {
         can_read_fleet: can(Action::FleetRead),
         can_read_tenants: principal.reach(Action::TenantRead) == Some(Reach::All),
         can_read_audit: can(Action::AuditRead),
+        can_set_quotas: can(Action::QuotaManage),
         email: user.email,
         display_name: user.display_name,
     }))

@@ -132,7 +132,8 @@ fn routes() -> Vec<Route> {
         sf("/api/tenants_overview", Some((TenantRead, Aim::CallersTenant)), ""),
         sf("/api/tenant_detail", tenant(MemberRead), "id={id}"),
         sf("/api/fleet_schedule", Some((FleetRead, Aim::Platform)), "from=&days=7"),
-        sf("/api/quotas", Some((QuotaRead, Aim::Platform)), ""),
+        sf("/api/quotas", Some((QuotaRead, Aim::CallersTenant)), ""),
+        sf("/api/bookable_projects", launch, ""),
         sf("/api/change_end", change, "id={id}&end={end}"),
         api(M::POST, "/api/v1/environments/{id}/end", change, r#"{"ends_at": "{end}"}"#),
         sf("/api/stop_environment", change, "id={id}"),
@@ -175,8 +176,9 @@ fn routes() -> Vec<Route> {
         sf(
             "/api/set_quota",
             Some((QuotaManage, Aim::Platform)),
-            "email=&max_gpus=&gpu_hours_per_month=&max_booking_hours=&max_overlapping=",
+            "level=everyone&who=&max_gpus=&by_model=&gpu_hours_per_month=&max_booking_hours=&max_overlapping=",
         ),
+        sf_missing("/api/remove_quota", Some((QuotaManage, Aim::CallersTenant)), "id=999999"),
     ]
 }
 
