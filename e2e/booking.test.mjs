@@ -73,3 +73,27 @@ test('cancelling the booking releases it without ever provisioning', async () =>
   await page.locator('[data-state="released"]').waitFor({ timeout: 30_000 });
   assert.deepEqual(consoleErrors, []);
 });
+
+test('dragging across free cells of a row books the whole stretch', async () => {
+  await page.goto(`${berth.url}/calendar?view=day&from=${tomorrow}`);
+  const cells = page.locator('tr[data-size="8 x H100 80GB, full node"] a');
+  await cells.nth(14).waitFor();
+  // Dragging needs the page hydrated; the links work without it.
+  await page.locator('table[data-drag="ready"]').waitFor();
+  const box = async (i) => {
+    const b = await cells.nth(i).boundingBox();
+    return { x: b.x + b.width / 2, y: b.y + b.height / 2 };
+  };
+  const from = await box(14);
+  const to = await box(17);
+  await page.mouse.move(from.x, from.y);
+  await page.mouse.down();
+  await page.mouse.move(to.x, to.y, { steps: 8 });
+  await page.locator('tr[data-size="8 x H100 80GB, full node"] a[data-selected="true"]').nth(3).waitFor();
+  assert.equal(await page.locator('a[data-selected="true"]').count(), 4);
+  await page.mouse.up();
+  await page.waitForURL(/\/launch\/training\?size=h100-8&start=.*&hours=4$/);
+  assert.equal(await page.getByLabel('Start (UTC)').inputValue(), `${tomorrow}T14:00`);
+  assert.equal(await page.getByLabel('Duration (hours)').inputValue(), '4');
+  assert.deepEqual(consoleErrors, []);
+});

@@ -111,6 +111,8 @@ pub struct CalendarView {
     pub bookings: Vec<CalendarBooking>,
     /// "15 min 0 s": free time kept between bookings of a GPU.
     pub cleaning_gap: String,
+    /// Hours per column.
+    pub bucket_hours: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -118,6 +120,10 @@ pub struct CalendarRow {
     pub model: String,
     pub label: String,
     pub capacity: u32,
+    /// The launch form for this size, without start and hours.
+    pub launch: String,
+    /// The longest booking of the offering the row books.
+    pub max_hours: u32,
     pub cells: Vec<CalendarCell>,
 }
 
@@ -128,6 +134,8 @@ pub struct CalendarCell {
     pub tone: String,
     /// The launch form for this size and bucket; empty when the bucket is over or full.
     pub href: String,
+    /// The bucket's start as the launch form's start field takes it; empty for "now".
+    pub start: String,
     pub title: String,
 }
 

@@ -3,12 +3,13 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::{ErrorAlert, RequireUser};
-use crate::model::{CalendarCell, CalendarView};
+use crate::model::{CalendarCell, CalendarRow, CalendarView};
 use crate::serverfns::calendar;
 
 /// Free capacity per size over a day, week or month, with the caller's own bookings drawn
 /// on the same columns. Every free cell is a link to the launch form for that size and
-/// start, so booking works from the keyboard and without JavaScript.
+/// start, so booking works from the keyboard and without JavaScript; with it, dragging
+/// across free cells of a row books the whole stretch.
 #[component]
 pub fn CalendarPage() -> impl IntoView {
     let query = use_query_map();
@@ -36,8 +37,50 @@ pub fn CalendarPage() -> impl IntoView {
 
 const NAV: &str = "rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50";
 
+/// Free cells being dragged over in one row: from the cell pressed to the one under the
+/// pointer, either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Selection {
+    row: usize,
+    anchor: usize,
+    to: usize,
+}
+
+impl Selection {
+    fn columns(self) -> std::ops::RangeInclusive<usize> {
+        self.anchor.min(self.to)..=self.anchor.max(self.to)
+    }
+
+    /// The launch form for the selected stretch: its first cell's start, for as many
+    /// hours as the cells cover (at most what the offering allows).
+    fn href(self, row: &CalendarRow, bucket_hours: u32) -> String {
+        let columns = self.columns();
+        let hours = (u32::try_from(columns.clone().count()).unwrap_or(1) * bucket_hours).clamp(1, row.max_hours);
+        let start = row.cells.get(*columns.start()).map(|c| c.start.as_str()).unwrap_or_default();
+        format!("{}&start={start}&hours={hours}", row.launch)
+    }
+}
+
 #[component]
 fn Calendar(view: CalendarView) -> impl IntoView {
+    let drag = RwSignal::new(None::<Selection>);
+    let rows = StoredValue::new(view.rows.clone());
+    let bucket_hours = view.bucket_hours;
+    let navigate = leptos_router::hooks::use_navigate();
+    // Effects run only in the browser: the table says when dragging works there.
+    let draggable = RwSignal::new(false);
+    Effect::new(move |_| draggable.set(true));
+    // A press and release on the same cell is a click on its link; a stretch opens the
+    // launch form for all of it.
+    let finish = move |_| {
+        let Some(selection) = drag.get_untracked() else { return };
+        drag.set(None);
+        if selection.anchor != selection.to
+            && let Some(href) = rows.with_value(|rows| rows.get(selection.row).map(|r| selection.href(r, bucket_hours)))
+        {
+            navigate(&href, Default::default());
+        }
+    };
     let columns = view.columns.len();
     let grid = format!("grid-template-columns: 14rem repeat({columns}, minmax(2.25rem, 1fr));");
     let span_link = |span: &'static str, label: &'static str| {
@@ -55,7 +98,7 @@ fn Calendar(view: CalendarView) -> impl IntoView {
             <div>
                 <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Availability"</h1>
                 <p class="mt-1 text-sm text-slate-600">
-                    "Free capacity per size, " {view.title.clone()} " (UTC). Pick a free cell to book that size from then."
+                    "Free capacity per size, " {view.title.clone()} " (UTC). Pick a free cell to book that size from then, or drag across free cells to book the whole stretch."
                 </p>
             </div>
             <nav aria-label="Calendar range" class="flex flex-wrap items-center gap-2">
@@ -68,7 +111,9 @@ fn Calendar(view: CalendarView) -> impl IntoView {
             </nav>
         </div>
         <div class="mt-6 overflow-x-auto rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
-            <table class="w-full border-separate border-spacing-0.5 text-xs" aria-label="Free capacity per size over time">
+            <table class="w-full select-none border-separate border-spacing-0.5 text-xs" aria-label="Free capacity per size over time"
+                data-drag=move || if draggable.get() { "ready" } else { "off" }
+                on:pointerup=finish on:pointerleave=move |_| drag.set(None)>
                 <thead>
                     <tr>
                         <th scope="col" class="w-56 text-left font-medium text-slate-500">"Size"</th>
@@ -80,14 +125,31 @@ fn Calendar(view: CalendarView) -> impl IntoView {
                     </tr>
                 </thead>
                 <tbody>
-                    {view.rows.iter().map(|row| view! {
-                        <tr data-size=row.label.clone()>
-                            <th scope="row" class="whitespace-nowrap pr-3 text-left font-medium text-slate-800">
-                                {row.label.clone()}
-                                <span class="block text-[11px] font-normal text-slate-500">{row.capacity} " at most"</span>
-                            </th>
-                            {row.cells.iter().cloned().map(|cell| view! { <Cell cell/> }).collect_view()}
-                        </tr>
+                    {view.rows.iter().enumerate().map(|(r, row)| {
+                        let bookable: Vec<bool> = row.cells.iter().map(|c| !c.href.is_empty()).collect();
+                        view! {
+                            <tr data-size=row.label.clone()>
+                                <th scope="row" class="whitespace-nowrap pr-3 text-left font-medium text-slate-800">
+                                    {row.label.clone()}
+                                    <span class="block text-[11px] font-normal text-slate-500">{row.capacity} " at most"</span>
+                                </th>
+                                {row.cells.iter().cloned().enumerate().map(|(c, cell)| {
+                                    let bookable = bookable.clone();
+                                    // Only across free cells: a full or past one ends the stretch.
+                                    let extend = move || drag.update(|d| {
+                                        if let Some(s) = d.as_mut()
+                                            && s.row == r
+                                            && bookable[s.anchor.min(c)..=s.anchor.max(c)].iter().all(|b| *b)
+                                        {
+                                            s.to = c;
+                                        }
+                                    });
+                                    let selected = Signal::derive(move || drag.get().is_some_and(|s| s.row == r && s.columns().contains(&c)));
+                                    let press = move || drag.set(Some(Selection { row: r, anchor: c, to: c }));
+                                    view! { <Cell cell selected press extend/> }
+                                }).collect_view()}
+                            </tr>
+                        }
                     }).collect_view()}
                 </tbody>
             </table>
@@ -120,14 +182,21 @@ fn Calendar(view: CalendarView) -> impl IntoView {
 }
 
 #[component]
-fn Cell(cell: CalendarCell) -> impl IntoView {
+fn Cell(
+    cell: CalendarCell,
+    selected: Signal<bool>,
+    press: impl Fn() + Send + Sync + 'static,
+    extend: impl Fn() + Send + Sync + 'static,
+) -> impl IntoView {
     let tone = match cell.tone.as_str() {
         "past" => "bg-slate-100 text-slate-400",
         "none" => "bg-rose-100 text-rose-700",
         "low" => "bg-amber-100 text-amber-800 hover:ring-2 hover:ring-amber-400",
         _ => "bg-emerald-100 text-emerald-800 hover:ring-2 hover:ring-emerald-500",
     };
-    let class = format!("block h-8 rounded text-center leading-8 tabular-nums {tone}");
+    let class = format!(
+        "block h-8 rounded text-center leading-8 tabular-nums {tone} data-[selected=true]:bg-indigo-500 data-[selected=true]:text-white"
+    );
     view! {
         <td data-tone=cell.tone.clone() class="p-0">
             {if cell.href.is_empty() {
@@ -135,7 +204,14 @@ fn Cell(cell: CalendarCell) -> impl IntoView {
             } else {
                 view! {
                     <a href=cell.href.clone() class=format!("{class} focus:outline-none focus:ring-2 focus:ring-indigo-600")
-                        title=cell.title.clone() aria-label=format!("Book: {}", cell.title)>{cell.free}</a>
+                        title=cell.title.clone() aria-label=format!("Book: {}", cell.title) draggable="false"
+                        data-selected=move || selected.get().to_string()
+                        on:pointerdown=move |ev| {
+                            if ev.button() == 0 && ev.is_primary() {
+                                press();
+                            }
+                        }
+                        on:pointerenter=move |_| extend()>{cell.free}</a>
                 }.into_any()
             }}
         </td>

@@ -163,13 +163,15 @@ mod build {
                             row.capacity,
                             column_label(span, start)
                         );
-                        CalendarCell { free, tone: tone.to_owned(), href, title }
+                        CalendarCell { free, tone: tone.to_owned(), href, start: start_value, title }
                     })
                     .collect();
                 Some(CalendarRow {
                     model: row.shape.model().name().to_owned(),
                     label: size.label.to_owned(),
                     capacity: row.capacity,
+                    launch: format!("/launch/{}?size={}", offering.id(), size.id),
+                    max_hours: offering.max_hours(),
                     cells,
                 })
             })
@@ -210,6 +212,7 @@ mod build {
             rows,
             bookings,
             cleaning_gap: format!("{} min", gap_ms / 60_000),
+            bucket_hours: u32::try_from(bucket_ms / HOUR_MS).unwrap_or(1),
         }
     }
 }
