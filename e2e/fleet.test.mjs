@@ -29,8 +29,9 @@ test('the fleet chart shows a booking on the GPUs it holds', async () => {
   const bar = page.locator('a[data-bar="slice"]', { hasText: 'slice-tomorrow' });
   await bar.waitFor();
   assert.match(await bar.textContent(), /slice-tomorrow · 3g\.40gb/);
-  // config/fleet.toml: 4 H100 and 2 A100 nodes of 8 GPUs, 2 L40S nodes of 4.
-  assert.equal(await page.locator('[data-node]').count(), 8);
+  // config/fleet.toml: 4 H100 and 2 A100 nodes of 8 GPUs, 2 L40S nodes of 4, and one L40S
+  // node of 4 time-sliced for development.
+  assert.equal(await page.locator('[data-node]').count(), 9);
 });
 
 test('maintenance on that node lists the booking to rebook, and can be ended', async () => {
@@ -111,5 +112,18 @@ test('a quota that allows spot lets the same launch burst beyond it, marked as s
   await page.getByRole('button', { name: 'Launch' }).click();
   await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
   await page.locator('[data-tier="spot"]').waitFor();
+  assert.deepEqual(consoleErrors, []);
+});
+
+test('a development notebook gets a quarter of a time-sliced GPU, marked as shared', async () => {
+  await page.goto(`${berth.url}/catalog`);
+  await page.getByText('development tier: time-sliced, shared with others, no isolation guarantees').first().waitFor();
+  await page.goto(`${berth.url}/launch/notebook?size=l40s-dev`);
+  await page.getByLabel('Name').fill('dev-share');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
+  await page.getByText(/share 1 of 4 of a time-sliced GPU/).waitFor();
+  await page.goto(`${berth.url}/admin/fleet`);
+  await page.locator('a[data-bar="slice"]', { hasText: 'dev-share · shared 1/4' }).waitFor();
   assert.deepEqual(consoleErrors, []);
 });

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
 use crate::gpu::GpuModel;
-use crate::mig::{COMPUTE_SLICES, MigInstance, MigLayout, MigProfile};
+use crate::mig::{MEMORY_SLICES, MigInstance, MigLayout, MigProfile};
 use crate::placement::{self, Assignment, GpuUnit, Hold, Shape};
 
 pub const MINUTE_MS: i64 = 60_000;
@@ -156,6 +156,10 @@ pub struct Timeline {
 enum GpuState {
     Whole,
     Slices(Vec<MigInstance>),
+    /// A time-sliced GPU with this many shares free.
+    Shares {
+        free: u8,
+    },
 }
 
 /// How many more slices of a profile fit a layout, remembered per (profile, layout).
@@ -255,6 +259,12 @@ impl Timeline {
 
     /// What the GPU at `index` holds at any time during `window` (cleaning gap included).
     fn state(&self, index: usize, window: Window) -> GpuState {
+        let gpu = &self.gpus[index];
+        if gpu.is_shared() {
+            let width = MEMORY_SLICES / gpu.time_slices;
+            let taken: u8 = self.during(index, window).map(|b| b.hold.slices.size).sum();
+            return GpuState::Shares { free: MEMORY_SLICES.saturating_sub(taken) / width };
+        }
         let mut instances = Vec::new();
         for b in self.during(index, window) {
             match b.hold.profile {
@@ -268,13 +278,15 @@ impl Timeline {
 
     fn count(&self, shape: Shape, states: &[GpuState], fits: &mut SliceFits) -> u32 {
         let model = shape.model();
-        let free = |i: usize| self.gpus[i].model == model && states[i] == GpuState::Slices(Vec::new());
+        let free = |i: usize| {
+            self.gpus[i].model == model && !self.gpus[i].is_shared() && states[i] == GpuState::Slices(Vec::new())
+        };
         let total = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         match shape {
             Shape::MigSlice { profile, .. } => (0..self.gpus.len())
                 .filter(|&i| self.gpus[i].model == model && self.gpus[i].mig_capable)
                 .map(|i| match &states[i] {
-                    GpuState::Whole => 0,
+                    GpuState::Whole | GpuState::Shares { .. } => 0,
                     GpuState::Slices(instances) => *fits
                         .entry(layout_key(profile, instances))
                         .or_insert_with(|| slices_that_fit(profile, instances)),
@@ -283,6 +295,13 @@ impl Timeline {
             Shape::Gpus { count, .. } => {
                 self.nodes.iter().map(|(_, gpus)| total(gpus.iter().filter(|&&i| free(i)).count()) / count.max(1)).sum()
             }
+            Shape::Share { ways, .. } => (0..self.gpus.len())
+                .filter(|&i| self.gpus[i].model == model && self.gpus[i].time_slices == ways)
+                .map(|i| match states[i] {
+                    GpuState::Shares { free } => u32::from(free),
+                    _ => 0,
+                })
+                .sum(),
             Shape::Nodes { count, .. } => {
                 // A multi-node request stays inside one fabric (site).
                 let mut free_by_fabric: BTreeMap<i64, u32> = BTreeMap::new();
@@ -307,6 +326,9 @@ impl Timeline {
         let groups: Vec<Vec<GpuUnit>> = match shape {
             Shape::MigSlice { .. } => {
                 self.gpus.iter().filter(|g| g.model == model && g.mig_capable).map(|g| vec![*g]).collect()
+            }
+            Shape::Share { ways, .. } => {
+                self.gpus.iter().filter(|g| g.model == model && g.time_slices == ways).map(|g| vec![*g]).collect()
             }
             Shape::Gpus { .. } | Shape::Nodes { count: 1, .. } => self
                 .nodes
@@ -346,13 +368,7 @@ impl Timeline {
 /// GPU-equivalents of held capacity: a whole GPU is 1, a MIG slice its share of the
 /// GPU's compute (a 3g is 3/7).
 pub fn gpu_equivalents(holds: &[Hold]) -> f64 {
-    holds
-        .iter()
-        .map(|h| match h.profile {
-            None => 1.0,
-            Some(p) => f64::from(p.compute_slices()) / f64::from(COMPUTE_SLICES),
-        })
-        .sum()
+    holds.iter().map(Hold::gpu_equivalents).sum()
 }
 
 /// The limits of a user, a project or a tenant; `None` is "no limit".
@@ -605,7 +621,9 @@ mod tests {
 
     /// Two H100 nodes of 2 GPUs.
     fn gpus() -> Vec<GpuUnit> {
-        (0..4).map(|i| GpuUnit { id: i, node_id: i / 2, model: H100, mig_capable: true, fabric: 0 }).collect()
+        (0..4)
+            .map(|i| GpuUnit { id: i, node_id: i / 2, model: H100, mig_capable: true, fabric: 0, time_slices: 1 })
+            .collect()
     }
 
     fn whole(gpu_id: i64, from_h: i64, to_h: i64) -> Booking {
@@ -676,6 +694,23 @@ mod tests {
         let gappy = Timeline::new(gpus()[..1].to_vec(), [whole(0, 0, 1), whole(0, 4, 10)], 0);
         assert_eq!(gappy.earliest_start(one, 3 * HOUR_MS, NOW, far), Some(NOW + HOUR_MS));
         assert_eq!(gappy.earliest_start(one, 4 * HOUR_MS, NOW, far), Some(NOW + 10 * HOUR_MS));
+    }
+
+    #[test]
+    fn shares_of_a_time_sliced_gpu_are_counted_and_found_over_time() {
+        let mut shared = gpus();
+        shared[0].time_slices = 4;
+        let share = Shape::Share { model: H100, ways: 4 };
+        let taken = |start: u8, from: i64, to: i64| Booking {
+            hold: Hold { gpu_id: 0, slices: SliceRange { start, size: 2 }, profile: None },
+            window: at(from, to),
+        };
+        let t = Timeline::new(shared, [taken(0, 0, 4), taken(2, 0, 4), taken(4, 0, 4), taken(6, 0, 2)], 0);
+        assert_eq!(t.free_count(share, at(0, 1)), 0);
+        assert_eq!(t.free_count(share, at(2, 3)), 1);
+        assert_eq!(t.free_count(share, at(5, 6)), 4);
+        assert_eq!(t.earliest_start(share, 3 * HOUR_MS, NOW, NOW + DAY_MS), Some(NOW + 2 * HOUR_MS));
+        assert_eq!(t.free_count(Shape::Gpus { model: H100, count: 4 }, at(5, 6)), 0, "the shared GPU is not whole");
     }
 
     #[test]

@@ -160,6 +160,19 @@ const fn gpus(
     Size { id, label, shape: Shape::Gpus { model, count }, vcpus, memory_gb, cents_per_hour }
 }
 
+/// The development tier: a share of a time-sliced GPU.
+const fn share(
+    id: &'static str,
+    label: &'static str,
+    model: GpuModel,
+    ways: u8,
+    vcpus: u32,
+    memory_gb: u32,
+    cents_per_hour: u32,
+) -> Size {
+    Size { id, label, shape: Shape::Share { model, ways }, vcpus, memory_gb, cents_per_hour }
+}
+
 const fn nodes(id: &'static str, label: &'static str, model: GpuModel, count: u32, cents_per_hour: u32) -> Size {
     Size {
         id,
@@ -176,6 +189,7 @@ const NOTEBOOK_SIZES: &[Size] = &[
     slice("h100-3g.40gb", "H100 slice 3g.40gb", GpuModel::H100_80GB, MigProfile::G3, 12, 96, 155),
     gpus("l40s-1", "1 x L40S 48GB", GpuModel::L40S, 1, 16, 128, 110),
     gpus("h100-1", "1 x H100 80GB", GpuModel::H100_80GB, 1, 24, 224, 320),
+    share("l40s-dev", "L40S shared by 4 (development)", GpuModel::L40S, 4, 4, 32, 30),
 ];
 
 const TRAINING_SIZES: &[Size] = &[
@@ -224,6 +238,18 @@ mod tests {
                 if let Shape::MigSlice { model, profile } = s.shape {
                     let name = profile.name(model).expect("MIG-capable model");
                     assert!(s.label.ends_with(&name), "{} vs {name}", s.label);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn shares_split_a_gpu_in_a_way_its_slice_positions_allow() {
+        for offering in Offering::ALL {
+            for s in offering.sizes() {
+                if let Shape::Share { ways, .. } = s.shape {
+                    assert!(crate::placement::TIME_SLICE_WAYS.contains(&ways), "{}", s.id);
+                    assert!(s.label.contains(&format!("shared by {ways}")), "{}", s.label);
                 }
             }
         }

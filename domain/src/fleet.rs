@@ -6,6 +6,7 @@ use serde::Deserialize;
 
 use crate::Refusal;
 use crate::gpu::GpuModel;
+use crate::placement::TIME_SLICE_WAYS;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -36,6 +37,10 @@ struct PoolFile {
     /// Lets an operator keep MIG off on capable GPUs.
     #[serde(default = "yes")]
     mig: bool,
+    /// Time-slices each GPU into this many development shares (2, 4 or 8); such GPUs
+    /// serve only the development tier.
+    #[serde(default)]
+    time_slices: Option<u8>,
 }
 
 fn yes() -> bool {
@@ -52,6 +57,8 @@ pub struct NodeSpec {
     pub mig_enabled: bool,
     /// NVLink domain name (the node itself when its GPUs share NVSwitch).
     pub nvlink_domain: Option<String>,
+    /// 1, or the ways its GPUs are time-sliced for the development tier.
+    pub time_slices: u8,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +89,16 @@ impl FleetSpec {
                 if !(1..=10_000).contains(&pool.nodes) {
                     return Err(invalid(format!("pool {}: nodes must be 1 to 10000", pool.prefix)));
                 }
+                let time_slices = match pool.time_slices {
+                    None => 1,
+                    Some(ways) if TIME_SLICE_WAYS.contains(&ways) => ways,
+                    Some(ways) => {
+                        return Err(invalid(format!(
+                            "pool {}: time_slices must be 2, 4 or 8, not {ways}",
+                            pool.prefix
+                        )));
+                    }
+                };
                 for n in 1..=pool.nodes {
                     let name = format!("{}-{n:02}", pool.prefix);
                     nodes.push(NodeSpec {
@@ -90,7 +107,9 @@ impl FleetSpec {
                         name,
                         model,
                         gpus: pool.gpus_per_node,
-                        mig_enabled: pool.mig && model.mig_capable(),
+                        // A time-sliced GPU is shared whole; it is never partitioned.
+                        mig_enabled: pool.mig && model.mig_capable() && time_slices == 1,
+                        time_slices,
                     });
                 }
             }
@@ -152,6 +171,15 @@ mod tests {
         let dup = FleetSpec::parse(&EXAMPLE.replace("ams1-l40s", "fra1-h100")).expect_err("duplicate");
         assert!(dup.to_string().contains("fra1-h100-01 is used twice"), "{dup}");
         let typo = FleetSpec::parse(&EXAMPLE.replace("gpus_per_node = 4", "gpu_per_node = 4")).expect_err("typo");
+        let ways = FleetSpec::parse(&EXAMPLE.replace("gpus_per_node = 4", "gpus_per_node = 4\ntime_slices = 3"));
+        assert_eq!(
+            ways.expect_err("3 ways").to_string().rsplit(": ").next(),
+            Some("time_slices must be 2, 4 or 8, not 3")
+        );
+        let shared =
+            FleetSpec::parse(&EXAMPLE.replace("nvlink = true", "nvlink = true\ntime_slices = 4")).expect("valid");
+        assert_eq!(shared.nodes[0].time_slices, 4);
+        assert!(!shared.nodes[0].mig_enabled, "time-sliced GPUs are never partitioned");
         assert!(typo.to_string().contains("gpu_per_node"), "{typo}");
         assert!(FleetSpec::parse("").is_err());
     }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
 use crate::gpu::GpuModel;
-use crate::mig::{MigInstance, MigLayout, MigProfile, SliceRange};
+use crate::mig::{COMPUTE_SLICES, MEMORY_SLICES, MigInstance, MigLayout, MigProfile, SliceRange};
 
 /// The capacity a size asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -20,12 +20,19 @@ pub enum Shape {
     Gpus { model: GpuModel, count: u32 },
     /// `count` whole nodes whose GPUs are all `model`.
     Nodes { model: GpuModel, count: u32 },
+    /// One share of a `model` GPU time-sliced `ways` ways (the development tier): the
+    /// GPU's time and memory are shared with up to `ways - 1` others, with no isolation
+    /// between them beyond separate containers.
+    Share { model: GpuModel, ways: u8 },
 }
 
 impl Shape {
     pub fn model(self) -> GpuModel {
         match self {
-            Shape::MigSlice { model, .. } | Shape::Gpus { model, .. } | Shape::Nodes { model, .. } => model,
+            Shape::MigSlice { model, .. }
+            | Shape::Gpus { model, .. }
+            | Shape::Nodes { model, .. }
+            | Shape::Share { model, .. } => model,
         }
     }
 
@@ -37,9 +44,15 @@ impl Shape {
             Shape::Gpus { model, count } => format!("{count} x {model}"),
             Shape::Nodes { model, count: 1 } => format!("a whole {model} node"),
             Shape::Nodes { model, count } => format!("{count} whole {model} nodes"),
+            Shape::Share { model, ways } => format!("a 1/{ways} time-sliced share of a {model}"),
         }
     }
 }
+
+/// How many ways a GPU may be time-sliced for the development tier; a share takes
+/// `MEMORY_SLICES / ways` of the GPU's eight slice positions, so shares of one GPU never
+/// overlap and the database's overlap check holds for them as for MIG slices.
+pub const TIME_SLICE_WAYS: [u8; 3] = [2, 4, 8];
 
 /// One GPU of the fleet, as placement sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +64,15 @@ pub struct GpuUnit {
     /// The network a multi-node request may span: nodes of one site share its fabric,
     /// nodes of two sites never serve one cluster.
     pub fabric: i64,
+    /// 1 for a GPU given whole or as MIG slices; 2, 4 or 8 for one time-sliced into that
+    /// many development shares, which serves nothing else.
+    pub time_slices: u8,
+}
+
+impl GpuUnit {
+    pub fn is_shared(&self) -> bool {
+        self.time_slices > 1
+    }
 }
 
 /// Capacity already taken on a GPU: whole (`profile` is `None`) or one MIG instance.
@@ -59,6 +81,22 @@ pub struct Hold {
     pub gpu_id: i64,
     pub slices: SliceRange,
     pub profile: Option<MigProfile>,
+}
+
+impl Hold {
+    /// Whole GPUs count 1, a MIG slice its share of the compute slices (a 3g slice of an
+    /// H100 is 3/7), a time-sliced share 1/ways.
+    pub fn gpu_equivalents(&self) -> f64 {
+        match self.profile {
+            Some(p) => f64::from(p.compute_slices()) / f64::from(COMPUTE_SLICES),
+            None => f64::from(self.slices.size) / f64::from(MEMORY_SLICES),
+        }
+    }
+
+    /// A share of a time-sliced GPU rather than the whole GPU or a MIG slice.
+    pub fn is_share(&self) -> bool {
+        self.profile.is_none() && !self.slices.is_whole_gpu()
+    }
 }
 
 /// What placement decided; the platform records one reservation per assignment.
@@ -77,9 +115,15 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
         hint: String::new(),
     };
     let model = shape.model();
-    let of_model: Vec<&GpuUnit> = gpus.iter().filter(|g| g.model == model).collect();
+    // Time-sliced GPUs serve only shares; every other shape takes exclusive GPUs.
+    let shared = matches!(shape, Shape::Share { .. });
+    let of_model: Vec<&GpuUnit> = gpus.iter().filter(|g| g.model == model && g.is_shared() == shared).collect();
     if of_model.is_empty() {
-        return Err(refuse(format!("this fleet has no {model} GPUs")));
+        return Err(refuse(if shared {
+            format!("this fleet has no {model} GPUs shared for development")
+        } else {
+            format!("this fleet has no {model} GPUs")
+        }));
     }
     let mut by_gpu: HashMap<i64, Vec<&Hold>> = HashMap::new();
     for h in holds {
@@ -144,11 +188,30 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
                 })?;
             Ok(chosen.iter().take(count as usize).map(|&gpu_id| whole(gpu_id)).collect())
         }
+        Shape::Share { ways, .. } => {
+            // Shares pack onto the fullest shared GPU, so others stay empty for later.
+            let width = MEMORY_SLICES / ways.max(1);
+            let best = of_model
+                .iter()
+                .filter(|g| g.time_slices == ways)
+                .filter_map(|g| {
+                    // A maintenance window holds the whole GPU, and so every share of it.
+                    let taken: Vec<SliceRange> = holds_on(g.id).map(|h| h.slices).collect();
+                    let is_free =
+                        |start: &u8| !taken.iter().any(|t| t.overlaps(SliceRange { start: *start, size: width }));
+                    let free = (0..ways).map(|k| k * width).find(is_free)?;
+                    Some((taken.len(), std::cmp::Reverse(g.id), g.id, free))
+                })
+                .max();
+            let (_, _, gpu_id, start) = best
+                .ok_or_else(|| refuse(format!("every share of the {model} GPUs time-sliced {ways} ways is taken")))?;
+            Ok(vec![Hold { gpu_id, slices: SliceRange { start, size: width }, profile: None }])
+        }
         Shape::Nodes { count, .. } => {
             let mut nodes: BTreeMap<i64, (i64, bool, Vec<i64>)> = BTreeMap::new();
             for gpu in gpus {
                 let entry = nodes.entry(gpu.node_id).or_insert((gpu.fabric, true, Vec::new()));
-                entry.1 &= gpu.model == model && is_free(gpu.id);
+                entry.1 &= gpu.model == model && !gpu.is_shared() && is_free(gpu.id);
                 entry.2.push(gpu.id);
             }
             // Free nodes by fabric: all nodes of one request share a fabric, and the fabric
@@ -195,11 +258,19 @@ mod tests {
                     model: GpuModel::H100_80GB,
                     mig_capable: true,
                     fabric: 0,
+                    time_slices: 1,
                 });
             }
         }
         for i in 0..2 {
-            gpus.push(GpuUnit { id: 20 + i, node_id: 2, model: GpuModel::L40S, mig_capable: false, fabric: 0 });
+            gpus.push(GpuUnit {
+                id: 20 + i,
+                node_id: 2,
+                model: GpuModel::L40S,
+                mig_capable: false,
+                fabric: 0,
+                time_slices: 1,
+            });
         }
         gpus
     }
@@ -229,6 +300,36 @@ mod tests {
         let second = place(shape, &gpus, &first).expect("fits");
         assert_eq!(first[0].gpu_id, second[0].gpu_id);
         assert_eq!(fill(shape).len(), 8 * 7, "seven 1g slices on each of 8 H100s");
+    }
+
+    #[test]
+    fn development_shares_pack_onto_shared_gpus_and_nothing_else_goes_there() {
+        // The L40S node's two GPUs: the first time-sliced 4 ways, the second exclusive.
+        let mut gpus = fleet();
+        gpus.retain(|g| g.model == GpuModel::L40S);
+        gpus[0].time_slices = 4;
+        let share = Shape::Share { model: GpuModel::L40S, ways: 4 };
+        let mut holds = Vec::new();
+        for expected_start in [0, 2, 4, 6] {
+            let placed = place(share, &gpus, &holds).expect("a share is free");
+            assert_eq!(
+                (placed[0].gpu_id, placed[0].slices.start, placed[0].slices.size),
+                (gpus[0].id, expected_start, 2)
+            );
+            assert!(placed[0].is_share() && (placed[0].gpu_equivalents() - 0.25).abs() < 1e-9);
+            holds.extend(placed);
+        }
+        let full = place(share, &gpus, &holds).expect_err("four shares taken");
+        assert!(full.to_string().contains("every share of the L40S GPUs time-sliced 4 ways is taken"), "{full}");
+        assert!(place(Shape::Share { model: GpuModel::L40S, ways: 8 }, &gpus, &[]).is_err(), "not split 8 ways");
+        // Whole GPUs and nodes never land on the shared GPU, even when it is idle.
+        let one = place(Shape::Gpus { model: GpuModel::L40S, count: 1 }, &gpus, &[]).expect("the exclusive one");
+        assert_eq!(one[0].gpu_id, gpus[1].id);
+        assert!(place(Shape::Gpus { model: GpuModel::L40S, count: 2 }, &gpus, &[]).is_err());
+        assert!(place(Shape::Nodes { model: GpuModel::L40S, count: 1 }, &gpus, &[]).is_err());
+        // A maintenance window holds the shared GPU whole, and so every share of it.
+        let maintenance = whole(gpus[0].id);
+        assert!(place(share, &gpus, &[maintenance]).is_err());
     }
 
     #[test]
@@ -265,7 +366,14 @@ mod tests {
     fn a_multi_node_request_stays_inside_one_site() {
         // Three H100 nodes of one GPU: node 0 at site 1, nodes 1 and 2 at site 2.
         let gpus: Vec<GpuUnit> = (0..3)
-            .map(|n| GpuUnit { id: n, node_id: n, model: GpuModel::H100_80GB, mig_capable: true, fabric: n.min(1) })
+            .map(|n| GpuUnit {
+                id: n,
+                node_id: n,
+                model: GpuModel::H100_80GB,
+                mig_capable: true,
+                fabric: n.min(1),
+                time_slices: 1,
+            })
             .collect();
         let two = Shape::Nodes { model: GpuModel::H100_80GB, count: 2 };
         let placed = place(two, &gpus, &[]).expect("site 2 has two");

@@ -56,9 +56,10 @@ pub fn catalog_shapes() -> Vec<Shape> {
 
 fn shape_rank(shape: Shape) -> (u8, u32) {
     match shape {
-        Shape::MigSlice { profile, .. } => (0, u32::from(profile.compute_slices())),
-        Shape::Gpus { count, .. } => (1, count),
-        Shape::Nodes { count, .. } => (2, count),
+        Shape::Share { ways, .. } => (0, u32::from(u8::MAX - ways)),
+        Shape::MigSlice { profile, .. } => (1, u32::from(profile.compute_slices())),
+        Shape::Gpus { count, .. } => (2, count),
+        Shape::Nodes { count, .. } => (3, count),
     }
 }
 

@@ -46,14 +46,17 @@ impl Platform {
             .await?;
             for idx in 0..node.gpus {
                 sqlx::query(
-                    "INSERT INTO gpus (node_id, idx, model, mig_enabled, in_service) VALUES (?, ?, ?, ?, 1)
+                    "INSERT INTO gpus (node_id, idx, model, mig_enabled, time_slices, in_service)
+                     VALUES (?, ?, ?, ?, ?, 1)
                      ON CONFLICT (node_id, idx) DO UPDATE SET
-                        model = excluded.model, mig_enabled = excluded.mig_enabled, in_service = 1",
+                        model = excluded.model, mig_enabled = excluded.mig_enabled,
+                        time_slices = excluded.time_slices, in_service = 1",
                 )
                 .bind(node_id)
                 .bind(idx)
                 .bind(node.model.name())
                 .bind(node.mig_enabled)
+                .bind(node.time_slices)
                 .execute(&mut *tx)
                 .await?;
             }
@@ -107,7 +110,7 @@ impl Platform {
 
 async fn read_gpus_of_model(conn: &mut SqliteConnection, model: GpuModel) -> Result<Vec<GpuUnit>, Error> {
     let rows = sqlx::query(
-        "SELECT g.id, g.node_id, g.mig_enabled, n.site_id FROM gpus g JOIN nodes n ON n.id = g.node_id
+        "SELECT g.id, g.node_id, g.mig_enabled, g.time_slices, n.site_id FROM gpus g JOIN nodes n ON n.id = g.node_id
          WHERE g.in_service = 1 AND g.health = 'healthy' AND g.model = ? ORDER BY g.id",
     )
     .bind(model.name())
@@ -121,6 +124,7 @@ async fn read_gpus_of_model(conn: &mut SqliteConnection, model: GpuModel) -> Res
                 model,
                 mig_capable: row.try_get("mig_enabled")?,
                 fabric: row.try_get("site_id")?,
+                time_slices: row.try_get("time_slices")?,
             })
         })
         .collect()

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use berth_domain::Refusal;
 use berth_domain::booking::{self, Quota, QuotaScope, Tier, Usage, Window};
 use berth_domain::gpu::GpuModel;
-use berth_domain::mig::MigProfile;
+use berth_domain::mig::{MEMORY_SLICES, MigProfile, SliceRange};
 use berth_domain::placement::Hold;
 use berth_domain::policy::{Action, Target};
 use sqlx::{Row, SqliteConnection};
@@ -441,8 +441,8 @@ async fn gpu_hours_in_month(
     let (Some(first), Some(next)) = (first, next) else { return Ok(0.0) };
     let (month_start, month_end) = (first.timestamp_millis(), next.timestamp_millis());
     let (column, id) = holder.column();
-    let rows: Vec<(i64, i64, Option<String>)> = sqlx::query_as(&format!(
-        "SELECT max(r.starts_at, ?1), min(coalesce(r.released_at, r.ends_at), r.ends_at, ?2), r.mig_profile
+    let rows: Vec<(i64, i64, Option<String>, i64)> = sqlx::query_as(&format!(
+        "SELECT max(r.starts_at, ?1), min(coalesce(r.released_at, r.ends_at), r.ends_at, ?2), r.mig_profile, r.slice_size
          FROM reservations r JOIN environments e ON e.id = r.environment_id
          WHERE e.{column} = ?3 AND r.starts_at < ?2 AND coalesce(r.released_at, r.ends_at) > ?1 AND e.id IS NOT ?4"
     ))
@@ -454,12 +454,13 @@ async fn gpu_hours_in_month(
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(from, to, profile)| {
-            let share = profile
-                .as_deref()
-                .and_then(MigProfile::from_key)
-                .map_or(1.0, |p| f64::from(p.compute_slices()) / f64::from(berth_domain::mig::COMPUTE_SLICES));
-            share * (to - from).max(0) as f64 / booking::HOUR_MS as f64
+        .map(|(from, to, profile, slice_size)| {
+            let hold = Hold {
+                gpu_id: 0,
+                slices: SliceRange { start: 0, size: u8::try_from(slice_size).unwrap_or(MEMORY_SLICES) },
+                profile: profile.as_deref().and_then(MigProfile::from_key),
+            };
+            hold.gpu_equivalents() * (to - from).max(0) as f64 / booking::HOUR_MS as f64
         })
         .sum())
 }

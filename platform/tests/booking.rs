@@ -216,8 +216,10 @@ async fn availability_shows_bookings_and_the_earliest_start(pool: SqlitePool) {
     assert_eq!(whole.capacity, 4);
     // Free, then the gap before, two busy hours, the gap after, free.
     assert_eq!(whole.free, vec![4, 2, 2, 2, 2, 4]);
-    let l40s = availability.rows.iter().find(|r| r.shape.model() == GpuModel::L40S).expect("L40S row");
-    assert_eq!(l40s.free, vec![2; 6]);
+    let l40s = availability.rows.iter().find(|r| r.shape == Shape::Gpus { model: GpuModel::L40S, count: 1 });
+    assert_eq!(l40s.expect("L40S row").free, vec![2; 6]);
+    let shares = availability.rows.iter().find(|r| r.shape == Shape::Share { model: GpuModel::L40S, ways: 4 });
+    assert_eq!(shares.map(|r| (r.capacity, r.free.clone())), Some((4, vec![4; 6])), "one GPU shared 4 ways");
 
     let node = Shape::Gpus { model: GpuModel::H100_80GB, count: 2 };
     book(&berth, "h100-node-1", "busy-too", Some(t0), 2).await.expect("second node");
@@ -301,6 +303,59 @@ async fn the_launch_form_learns_what_is_free_now_and_when_it_will_be(pool: Sqlit
     assert_eq!(h100.earliest_start, Some(first.ends_at + 15 * MINUTE_MS), "the first node frees first");
     let l40s = sizes.iter().find(|s| s.size.gpu_model() == GpuModel::L40S);
     assert!(l40s.is_none_or(|s| s.free_now > 0));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn development_notebooks_share_a_time_sliced_gpu_four_ways(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let mut envs = Vec::new();
+    for n in 0..4 {
+        envs.push(berth.launch("notebook", "l40s-dev", &format!("dev-{n}")).await.expect("a share"));
+    }
+    let units: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT r.gpu_id, r.slice_start FROM reservations r WHERE r.mig_profile IS NULL AND r.slice_size = 2 ORDER BY 2",
+    )
+    .fetch_all(berth.platform.db())
+    .await
+    .expect("shares");
+    assert_eq!(units.iter().map(|u| u.1).collect::<Vec<_>>(), [0, 2, 4, 6], "four shares of one GPU");
+    assert!(units.iter().all(|u| u.0 == units[0].0));
+    let fifth = berth.launch("notebook", "l40s-dev", "dev-4").await.expect_err("all four taken");
+    assert!(fifth.to_string().contains("every share of the L40S GPUs time-sliced 4 ways is taken"), "{fifth}");
+    // A share counts a quarter of a GPU against quotas.
+    berth.platform.stop(&berth.caller, &envs[0].id).await.expect("stop");
+    berth.wait_for(&envs[0].id, EnvState::Released).await;
+    let admin = berth.admin().await;
+    let dana = QuotaSubject::User(berth.caller.user_id());
+    let three_quarters = Quota { max_gpus: Some(0.75), ..Quota::default() };
+    berth.platform.set_quota(&admin, dana, &three_quarters).await.expect("quota");
+    let over = berth.launch("notebook", "l40s-dev", "dev-5").await.expect_err("0.75 + 0.25 > 0.75");
+    assert_eq!(
+        over.to_string(),
+        "quota: your limit is 0.75 L40S GPU-equivalents at once; you hold up to 0.75 during this window and this booking asks for 0.25, so 0 more would fit"
+    );
+    berth.platform.set_quota(&admin, dana, &Quota { max_gpus: Some(1.0), ..Quota::default() }).await.expect("quota");
+    berth.launch("notebook", "l40s-dev", "dev-5").await.expect("0.75 + 0.25 = 1");
+    berth.platform.set_quota(&admin, dana, &Quota::default()).await.expect("no limits");
+    // Whole-GPU sizes never land on the shared GPU.
+    berth.launch("inference", "l40s-1", "whole-a").await.expect("exclusive L40S");
+    berth.launch("inference", "l40s-1", "whole-b").await.expect("exclusive L40S");
+    let third = berth.launch("inference", "l40s-1", "whole-c").await.expect_err("the shared GPU is not whole");
+    assert!(third.to_string().starts_with("no capacity for 1 x L40S"), "{third}");
+    // The database itself refuses a share on a GPU that is not time-sliced.
+    let exclusive: i64 = sqlx::query_scalar("SELECT id FROM gpus WHERE time_slices = 1 LIMIT 1")
+        .fetch_one(berth.platform.db())
+        .await
+        .expect("gpu");
+    let forged = sqlx::query(
+        "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, starts_at, ends_at)
+         VALUES (?, ?, 0, 2, 1, 2)",
+    )
+    .bind(&envs[1].id)
+    .bind(exclusive)
+    .execute(berth.platform.db())
+    .await;
+    assert!(forged.is_err_and(|e| e.to_string().contains("does not fit how its GPU is shared")));
 }
 
 /// Dana books in project "vision" of tenant Acme; Bob, another member, books outside it.

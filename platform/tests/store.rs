@@ -23,16 +23,16 @@ async fn fleet_sync_is_idempotent_and_retires_nodes_no_longer_described(pool: Sq
     platform.sync_fleet(&fleet).await.expect("sync again");
     let gpus: i64 =
         sqlx::query_scalar("SELECT count(*) FROM gpus WHERE in_service = 1").fetch_one(&pool).await.expect("count");
-    assert_eq!(gpus, 6);
+    assert_eq!(gpus, 7);
 
     let smaller = FleetSpec::parse(&SMALL_FLEET.replace("nodes = 2", "nodes = 1")).expect("fleet");
     platform.sync_fleet(&smaller).await.expect("shrink");
     let in_service: i64 =
         sqlx::query_scalar("SELECT count(*) FROM gpus WHERE in_service = 1").fetch_one(&pool).await.expect("count");
     let all: i64 = sqlx::query_scalar("SELECT count(*) FROM gpus").fetch_one(&pool).await.expect("count");
-    assert_eq!((in_service, all), (4, 6));
+    assert_eq!((in_service, all), (5, 7));
     let capacity = platform.capacity_by_model().await.expect("capacity");
-    assert_eq!(capacity.iter().map(|c| c.gpus).sum::<i64>(), 4);
+    assert_eq!(capacity.iter().map(|c| c.gpus).sum::<i64>(), 5);
 }
 
 #[sqlx::test(migrations = "../migrations")]

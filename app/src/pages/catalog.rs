@@ -75,6 +75,7 @@ fn SizeRow(offering: Offering, size: &'static Size) -> impl IntoView {
         Shape::MigSlice { .. } => "MIG slice",
         Shape::Gpus { .. } => "dedicated GPU",
         Shape::Nodes { .. } => "whole nodes",
+        Shape::Share { .. } => "development tier: time-sliced, shared with others, no isolation guarantees",
     };
     view! {
         <tr>

@@ -146,7 +146,11 @@ mod chart {
                             .iter()
                             .map(|b| {
                                 let (left, width) = place(b.starts_at, b.ends_at);
-                                let what = b.mig_profile.clone().unwrap_or_else(|| "whole GPU".into());
+                                let what = match (&b.mig_profile, b.slice_size) {
+                                    (Some(profile), _) => profile.clone(),
+                                    (None, 8) => "whole GPU".into(),
+                                    (None, size) => format!("shared 1/{}", 8 / size.max(1)),
+                                };
                                 let running = b.starts_at <= now;
                                 Bar {
                                     left,
@@ -164,7 +168,7 @@ mod chart {
                                         b.state
                                     ),
                                     href: format!("/environments/{}", b.environment_id),
-                                    tone: if b.mig_profile.is_some() {
+                                    tone: if b.mig_profile.is_some() || b.slice_size < 8 {
                                         "slice"
                                     } else if running {
                                         "running"

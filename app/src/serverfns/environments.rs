@@ -133,9 +133,14 @@ pub(crate) mod views {
             .map(|u| UnitView {
                 location: format!("{} / {} / GPU {}", u.site, u.node, u.gpu_index),
                 model: u.model.clone(),
-                what: match &u.mig_profile {
-                    Some(p) => format!("MIG {p} at memory slice {}", u.slice_start),
-                    None => "whole GPU".to_owned(),
+                what: match (&u.mig_profile, u.slice_size) {
+                    (Some(p), _) => format!("MIG {p} at memory slice {}", u.slice_start),
+                    (None, 8) => "whole GPU".to_owned(),
+                    (None, size) => format!(
+                        "share {} of {} of a time-sliced GPU (shared with others; no memory or fault isolation)",
+                        u.slice_start / size.max(1) + 1,
+                        8 / size.max(1)
+                    ),
                 },
                 released: u.released_at.is_some(),
             })

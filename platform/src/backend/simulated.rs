@@ -199,6 +199,7 @@ fn describe_units(w: &Workload) -> String {
         .iter()
         .map(|u| match &u.mig_profile {
             Some(p) => format!("{}/gpu{} {p}@{}", u.node, u.gpu_index, u.slice_start),
+            None if u.slice_size < 8 => format!("{}/gpu{} share@{}", u.node, u.gpu_index, u.slice_start),
             None => format!("{}/gpu{}", u.node, u.gpu_index),
         })
         .collect();

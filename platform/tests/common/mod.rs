@@ -36,6 +36,12 @@ prefix = "l40s"
 model = "L40S"
 nodes = 1
 gpus_per_node = 2
+[[site.pool]]
+prefix = "dev"
+model = "L40S"
+nodes = 1
+gpus_per_node = 1
+time_slices = 4
 "#;
 
 pub fn fast_reconciler() -> ReconcilerConfig {
