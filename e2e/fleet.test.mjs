@@ -32,6 +32,9 @@ test('the fleet chart shows a booking on the GPUs it holds', async () => {
   // config/fleet.toml: 4 H100 and 2 A100 nodes of 8 GPUs, 2 L40S nodes of 4, and one L40S
   // node of 4 time-sliced for development.
   assert.equal(await page.locator('[data-node]').count(), 9);
+  // The H100 nodes are rail-optimized InfiniBand in scalable units of two nodes.
+  assert.equal(await page.locator('[data-node="fra1-h100-03"] [data-fabric]').textContent(), 'IB fra1-h100-su02');
+  await page.getByText('GPU 3 · MIG · rail 3').first().waitFor();
 });
 
 test('maintenance on that node lists the booking to rebook, and can be ended', async () => {

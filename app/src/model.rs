@@ -169,6 +169,8 @@ pub struct FleetNode {
     pub name: String,
     pub site: String,
     pub model: String,
+    /// "NVLink fra1-b200-nvl01 · IB fra1-b200-su01"; empty without either.
+    pub fabric: String,
     pub maintenance: Vec<Bar>,
     pub gpus: Vec<FleetGpu>,
 }

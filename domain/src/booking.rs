@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::Refusal;
 use crate::gpu::GpuModel;
 use crate::mig::{MEMORY_SLICES, MigInstance, MigLayout, MigProfile};
-use crate::placement::{self, Assignment, GpuUnit, Hold, Shape};
+use crate::placement::{self, Assignment, GpuUnit, Hold, Shape, Span};
 
 pub const MINUTE_MS: i64 = 60_000;
 pub const HOUR_MS: i64 = 60 * MINUTE_MS;
@@ -303,14 +303,14 @@ impl Timeline {
                 })
                 .sum(),
             Shape::Nodes { count, .. } => {
-                // A multi-node request stays inside one fabric (site).
-                let mut free_by_fabric: BTreeMap<i64, u32> = BTreeMap::new();
+                // A multi-node request stays inside one span (NVLink domain or site fabric).
+                let mut free_by_span: BTreeMap<Span, u32> = BTreeMap::new();
                 for (_, gpus) in self.nodes.iter().filter(|(_, gpus)| gpus.iter().all(|&i| free(i))) {
                     if let Some(&first) = gpus.first() {
-                        *free_by_fabric.entry(self.gpus[first].fabric).or_default() += 1;
+                        *free_by_span.entry(self.gpus[first].span()).or_default() += 1;
                     }
                 }
-                free_by_fabric.values().map(|free| free / count.max(1)).sum()
+                free_by_span.values().map(|free| free / count.max(1)).sum()
             }
         }
     }
@@ -622,7 +622,16 @@ mod tests {
     /// Two H100 nodes of 2 GPUs.
     fn gpus() -> Vec<GpuUnit> {
         (0..4)
-            .map(|i| GpuUnit { id: i, node_id: i / 2, model: H100, mig_capable: true, fabric: 0, time_slices: 1 })
+            .map(|i| GpuUnit {
+                id: i,
+                node_id: i / 2,
+                model: H100,
+                mig_capable: true,
+                fabric: 0,
+                time_slices: 1,
+                nvlink_domain: None,
+                ib_unit: 0,
+            })
             .collect()
     }
 

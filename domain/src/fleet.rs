@@ -41,6 +41,19 @@ struct PoolFile {
     /// serve only the development tier.
     #[serde(default)]
     time_slices: Option<u8>,
+    /// Nodes per multi-node NVLink domain (an NVL72 rack is 18 trays of 4 GPUs): a
+    /// multi-node request stays inside one domain.
+    #[serde(default)]
+    nvlink_domain_nodes: Option<u32>,
+    /// InfiniBand rails, rail-optimized: GPU `i` of every node is cabled to rail
+    /// `i % ib_rails`. Absent for nodes without InfiniBand.
+    #[serde(default)]
+    ib_rails: Option<u32>,
+    /// Nodes per InfiniBand scalable unit (the nodes under one set of rail leaf switches,
+    /// one hop apart on every rail); a multi-node request prefers one unit. All the
+    /// pool's nodes by default.
+    #[serde(default)]
+    ib_unit_nodes: Option<u32>,
 }
 
 fn yes() -> bool {
@@ -55,8 +68,13 @@ pub struct NodeSpec {
     pub model: GpuModel,
     pub gpus: u32,
     pub mig_enabled: bool,
-    /// NVLink domain name (the node itself when its GPUs share NVSwitch).
+    /// NVLink domain name: the node itself when its GPUs share NVSwitch, or a multi-node
+    /// domain (`<prefix>-nvl01`) shared with other nodes.
     pub nvlink_domain: Option<String>,
+    /// The InfiniBand scalable unit the node is in (`<prefix>-su01`), if it has InfiniBand.
+    pub ib_unit: Option<String>,
+    /// InfiniBand rails its GPUs are cabled to (GPU `i` on rail `i % ib_rails`); 0 without.
+    pub ib_rails: u32,
     /// 1, or the ways its GPUs are time-sliced for the development tier.
     pub time_slices: u8,
 }
@@ -89,6 +107,23 @@ impl FleetSpec {
                 if !(1..=10_000).contains(&pool.nodes) {
                     return Err(invalid(format!("pool {}: nodes must be 1 to 10000", pool.prefix)));
                 }
+                let group = |what: &str, size: Option<u32>| -> Result<Option<u32>, Refusal> {
+                    match size {
+                        Some(size) if size == 0 || size > pool.nodes || pool.nodes % size != 0 => Err(invalid(
+                            format!("pool {}: {what} must divide its {} nodes evenly", pool.prefix, pool.nodes),
+                        )),
+                        other => Ok(other),
+                    }
+                };
+                let domain_nodes = group("nvlink_domain_nodes", pool.nvlink_domain_nodes)?;
+                let unit_nodes = group("ib_unit_nodes", pool.ib_unit_nodes)?.unwrap_or(pool.nodes);
+                if domain_nodes.is_some() && !pool.nvlink {
+                    return Err(invalid(format!("pool {}: nvlink_domain_nodes needs nvlink = true", pool.prefix)));
+                }
+                let ib_rails = pool.ib_rails.unwrap_or(0);
+                if ib_rails > pool.gpus_per_node {
+                    return Err(invalid(format!("pool {}: ib_rails must be at most gpus_per_node", pool.prefix)));
+                }
                 let time_slices = match pool.time_slices {
                     None => 1,
                     Some(ways) if TIME_SLICE_WAYS.contains(&ways) => ways,
@@ -101,9 +136,16 @@ impl FleetSpec {
                 };
                 for n in 1..=pool.nodes {
                     let name = format!("{}-{n:02}", pool.prefix);
+                    let nvlink_domain = match domain_nodes {
+                        Some(size) => Some(format!("{}-nvl{:02}", pool.prefix, (n - 1) / size + 1)),
+                        None => pool.nvlink.then(|| name.clone()),
+                    };
+                    let ib_unit = (ib_rails > 0).then(|| format!("{}-su{:02}", pool.prefix, (n - 1) / unit_nodes + 1));
                     nodes.push(NodeSpec {
                         site: site.name.clone(),
-                        nvlink_domain: pool.nvlink.then(|| name.clone()),
+                        nvlink_domain,
+                        ib_unit,
+                        ib_rails,
                         name,
                         model,
                         gpus: pool.gpus_per_node,
@@ -162,6 +204,27 @@ mod tests {
         assert_eq!(fleet.nodes[0].nvlink_domain.as_deref(), Some("fra1-h100-01"));
         assert!(fleet.nodes[0].mig_enabled);
         assert!(!fleet.nodes[2].mig_enabled, "L40S has no MIG");
+    }
+
+    #[test]
+    fn nvlink_domains_and_infiniband_units_group_nodes() {
+        let text = EXAMPLE.replace(
+            "nodes = 2\n        gpus_per_node = 8\n        nvlink = true",
+            "nodes = 4\n        gpus_per_node = 8\n        nvlink = true\n        nvlink_domain_nodes = 2\n        ib_rails = 8\n        ib_unit_nodes = 2",
+        );
+        let fleet = FleetSpec::parse(&text).expect("valid");
+        let domains: Vec<_> = fleet.nodes[..4].iter().map(|n| n.nvlink_domain.as_deref().unwrap_or("")).collect();
+        assert_eq!(domains, ["fra1-h100-nvl01", "fra1-h100-nvl01", "fra1-h100-nvl02", "fra1-h100-nvl02"]);
+        let units: Vec<_> = fleet.nodes[..4].iter().map(|n| n.ib_unit.as_deref().unwrap_or("")).collect();
+        assert_eq!(units, ["fra1-h100-su01", "fra1-h100-su01", "fra1-h100-su02", "fra1-h100-su02"]);
+        assert_eq!((fleet.nodes[0].ib_rails, fleet.nodes[4].ib_rails, fleet.nodes[4].ib_unit.clone()), (8, 0, None));
+        let uneven = FleetSpec::parse(&text.replace("nvlink_domain_nodes = 2", "nvlink_domain_nodes = 3"));
+        assert!(
+            uneven
+                .expect_err("3 does not divide 4")
+                .to_string()
+                .contains("nvlink_domain_nodes must divide its 4 nodes")
+        );
     }
 
     #[test]

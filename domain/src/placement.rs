@@ -67,12 +67,33 @@ pub struct GpuUnit {
     /// 1 for a GPU given whole or as MIG slices; 2, 4 or 8 for one time-sliced into that
     /// many development shares, which serves nothing else.
     pub time_slices: u8,
+    /// The multi-node NVLink domain (an NVL72 rack) the node belongs to; `None` when the
+    /// node's NVLink reaches no other node.
+    pub nvlink_domain: Option<i64>,
+    /// The InfiniBand scalable unit of the node: nodes one hop apart on every rail.
+    pub ib_unit: i64,
 }
 
 impl GpuUnit {
     pub fn is_shared(&self) -> bool {
         self.time_slices > 1
     }
+
+    /// What every node of one multi-node request must share: a multi-node NVLink domain
+    /// when the node is in one, else a site's fabric.
+    pub fn span(&self) -> Span {
+        match self.nvlink_domain {
+            Some(domain) => Span::NvlinkDomain(domain),
+            None => Span::Fabric(self.fabric),
+        }
+    }
+}
+
+/// See [`GpuUnit::span`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Span {
+    NvlinkDomain(i64),
+    Fabric(i64),
 }
 
 /// Capacity already taken on a GPU: whole (`profile` is `None`) or one MIG instance.
@@ -208,28 +229,41 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
             Ok(vec![Hold { gpu_id, slices: SliceRange { start, size: width }, profile: None }])
         }
         Shape::Nodes { count, .. } => {
-            let mut nodes: BTreeMap<i64, (i64, bool, Vec<i64>)> = BTreeMap::new();
+            let mut nodes: BTreeMap<i64, (Span, i64, bool, Vec<i64>)> = BTreeMap::new();
             for gpu in gpus {
-                let entry = nodes.entry(gpu.node_id).or_insert((gpu.fabric, true, Vec::new()));
-                entry.1 &= gpu.model == model && !gpu.is_shared() && is_free(gpu.id);
-                entry.2.push(gpu.id);
+                let entry = nodes.entry(gpu.node_id).or_insert((gpu.span(), gpu.ib_unit, true, Vec::new()));
+                entry.2 &= gpu.model == model && !gpu.is_shared() && is_free(gpu.id);
+                entry.3.push(gpu.id);
             }
-            // Free nodes by fabric: all nodes of one request share a fabric, and the fabric
-            // with the fewest free nodes that still fits keeps larger groups whole.
-            let mut free_by_fabric: BTreeMap<i64, Vec<&Vec<i64>>> = BTreeMap::new();
-            for (fabric, free, ids) in nodes.values() {
+            // All nodes of one request share a span (an NVLink domain or a site's fabric),
+            // preferably one InfiniBand unit inside it; the group with the fewest free
+            // nodes that still fits keeps larger groups whole.
+            let mut by_unit: BTreeMap<(Span, i64), Vec<&Vec<i64>>> = BTreeMap::new();
+            let mut by_span: BTreeMap<Span, Vec<&Vec<i64>>> = BTreeMap::new();
+            for (span, unit, free, ids) in nodes.values() {
                 if *free {
-                    free_by_fabric.entry(*fabric).or_default().push(ids);
+                    by_unit.entry((*span, *unit)).or_default().push(ids);
+                    by_span.entry(*span).or_default().push(ids);
                 }
             }
-            let chosen = free_by_fabric.values().filter(|free| free.len() >= count as usize).min_by_key(|f| f.len());
+            let fits = |free: &&Vec<&Vec<i64>>| free.len() >= count as usize;
+            let chosen = by_unit
+                .values()
+                .filter(fits)
+                .min_by_key(|f| f.len())
+                .or_else(|| by_span.values().filter(fits).min_by_key(|f| f.len()));
             let Some(free) = chosen else {
                 let whole_nodes_of_model =
                     of_model.iter().map(|g| g.node_id).collect::<std::collections::BTreeSet<_>>().len();
-                let free: usize = free_by_fabric.values().map(Vec::len).sum();
-                let most = free_by_fabric.values().map(Vec::len).max().unwrap_or(0);
+                let free: usize = by_span.values().map(Vec::len).sum();
+                let most = by_span.values().map(Vec::len).max().unwrap_or(0);
+                let together = if by_span.keys().any(|s| matches!(s, Span::NvlinkDomain(_))) {
+                    "an NVLink domain"
+                } else {
+                    "a site's fabric"
+                };
                 return Err(refuse(if free >= count as usize {
-                    format!("{free} {model} nodes are entirely free, but at most {most} of them share a site's fabric")
+                    format!("{free} {model} nodes are entirely free, but at most {most} of them share {together}")
                 } else {
                     format!("{free} of the {whole_nodes_of_model} {model} nodes are entirely free")
                 }));
@@ -259,6 +293,8 @@ mod tests {
                     mig_capable: true,
                     fabric: 0,
                     time_slices: 1,
+                    nvlink_domain: None,
+                    ib_unit: 0,
                 });
             }
         }
@@ -270,6 +306,8 @@ mod tests {
                 mig_capable: false,
                 fabric: 0,
                 time_slices: 1,
+                nvlink_domain: None,
+                ib_unit: 0,
             });
         }
         gpus
@@ -373,6 +411,8 @@ mod tests {
                 mig_capable: true,
                 fabric: n.min(1),
                 time_slices: 1,
+                nvlink_domain: None,
+                ib_unit: 0,
             })
             .collect();
         let two = Shape::Nodes { model: GpuModel::H100_80GB, count: 2 };
@@ -387,6 +427,55 @@ mod tests {
                 .contains("2 H100-80GB nodes are entirely free, but at most 1 of them share a site's fabric"),
             "{err}"
         );
+    }
+
+    /// Eight one-GPU B200 nodes at one site: nodes 0-3 form NVLink domain 100 and 4-7
+    /// domain 200; InfiniBand units of two nodes each (0-1, 2-3, ...).
+    fn racks() -> Vec<GpuUnit> {
+        (0..8)
+            .map(|n| GpuUnit {
+                id: n,
+                node_id: n,
+                model: GpuModel::B200,
+                mig_capable: true,
+                fabric: 0,
+                time_slices: 1,
+                nvlink_domain: Some(if n < 4 { 100 } else { 200 }),
+                ib_unit: n / 2,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_multi_node_request_stays_inside_one_nvlink_domain_and_prefers_one_infiniband_unit() {
+        let gpus = racks();
+        let nodes = |count| Shape::Nodes { model: GpuModel::B200, count };
+        // Node 0 busy: the two nodes go to one whole unit (2-3), not across units (1 and 2).
+        let busy = [whole(0)];
+        let two = place(nodes(2), &gpus, &busy).expect("fits");
+        assert_eq!(two.iter().map(|a| a.gpu_id).collect::<Vec<_>>(), vec![2, 3]);
+        // Three nodes fit only across units, inside a domain: the fuller domain (1-3).
+        let three = place(nodes(3), &gpus, &busy).expect("fits");
+        assert_eq!(three.iter().map(|a| a.gpu_id).collect::<Vec<_>>(), vec![1, 2, 3]);
+        // Never across domains, though six nodes are free in all.
+        let busy = [whole(0), whole(4)];
+        let err = place(nodes(4), &gpus, &busy).expect_err("3 + 3");
+        assert!(
+            err.to_string().contains("6 B200 nodes are entirely free, but at most 3 of them share an NVLink domain"),
+            "{err}"
+        );
+        // The calendar counts the same way: one 3-node booking fits in each domain.
+        let timeline = crate::booking::Timeline::new(
+            gpus.clone(),
+            busy.iter().map(|&hold| crate::booking::Booking {
+                hold,
+                window: crate::booking::Window { starts_at: 0, ends_at: 10 },
+            }),
+            0,
+        );
+        let window = crate::booking::Window { starts_at: 0, ends_at: 5 };
+        assert_eq!(timeline.free_count(nodes(3), window), 2);
+        assert_eq!(timeline.free_count(nodes(4), window), 0);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 use berth_domain::fleet::FleetSpec;
 use berth_domain::gpu::GpuModel;
 use berth_domain::placement::GpuUnit;
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use sqlx::{Row, SqliteConnection};
@@ -31,32 +32,34 @@ impl Platform {
                 .execute(&mut *tx)
                 .await?;
             let node_id: i64 = sqlx::query_scalar(
-                "INSERT INTO nodes (site_id, name, gpu_model, nvlink_domain, in_service)
-                 VALUES ((SELECT id FROM sites WHERE name = ?), ?, ?, ?, 1)
+                "INSERT INTO nodes (site_id, name, gpu_model, nvlink_domain, ib_unit, in_service)
+                 VALUES ((SELECT id FROM sites WHERE name = ?), ?, ?, ?, ?, 1)
                  ON CONFLICT (name) DO UPDATE SET
                     site_id = excluded.site_id, gpu_model = excluded.gpu_model,
-                    nvlink_domain = excluded.nvlink_domain, in_service = 1
+                    nvlink_domain = excluded.nvlink_domain, ib_unit = excluded.ib_unit, in_service = 1
                  RETURNING id",
             )
             .bind(&node.site)
             .bind(&node.name)
             .bind(node.model.name())
             .bind(&node.nvlink_domain)
+            .bind(&node.ib_unit)
             .fetch_one(&mut *tx)
             .await?;
             for idx in 0..node.gpus {
                 sqlx::query(
-                    "INSERT INTO gpus (node_id, idx, model, mig_enabled, time_slices, in_service)
-                     VALUES (?, ?, ?, ?, ?, 1)
+                    "INSERT INTO gpus (node_id, idx, model, mig_enabled, time_slices, ib_rail, in_service)
+                     VALUES (?, ?, ?, ?, ?, ?, 1)
                      ON CONFLICT (node_id, idx) DO UPDATE SET
                         model = excluded.model, mig_enabled = excluded.mig_enabled,
-                        time_slices = excluded.time_slices, in_service = 1",
+                        time_slices = excluded.time_slices, ib_rail = excluded.ib_rail, in_service = 1",
                 )
                 .bind(node_id)
                 .bind(idx)
                 .bind(node.model.name())
                 .bind(node.mig_enabled)
                 .bind(node.time_slices)
+                .bind((node.ib_rails > 0).then(|| idx % node.ib_rails))
                 .execute(&mut *tx)
                 .await?;
             }
@@ -109,16 +112,32 @@ impl Platform {
 }
 
 async fn read_gpus_of_model(conn: &mut SqliteConnection, model: GpuModel) -> Result<Vec<GpuUnit>, Error> {
+    // A domain name shared by several nodes is a multi-node NVLink domain.
     let rows = sqlx::query(
-        "SELECT g.id, g.node_id, g.mig_enabled, g.time_slices, n.site_id FROM gpus g JOIN nodes n ON n.id = g.node_id
+        "SELECT g.id, g.node_id, g.mig_enabled, g.time_slices, n.site_id, n.ib_unit,
+                CASE WHEN (SELECT count(*) FROM nodes m WHERE m.nvlink_domain = n.nvlink_domain AND m.in_service = 1) > 1
+                     THEN n.nvlink_domain END AS shared_domain
+         FROM gpus g JOIN nodes n ON n.id = g.node_id
          WHERE g.in_service = 1 AND g.health = 'healthy' AND g.model = ? ORDER BY g.id",
     )
     .bind(model.name())
     .fetch_all(&mut *conn)
     .await?;
+    // Placement compares domains and units by number; names become numbers here.
+    let mut numbers: HashMap<String, i64> = HashMap::new();
+    let mut number = |name: Option<String>| {
+        name.map(|n| {
+            let next = i64::try_from(numbers.len()).unwrap_or(i64::MAX);
+            *numbers.entry(n).or_insert(next)
+        })
+    };
     rows.into_iter()
         .map(|row| {
+            let nvlink_domain = number(row.try_get("shared_domain")?);
+            let ib_unit = number(row.try_get::<Option<String>, _>("ib_unit")?.map(|u| format!("ib:{u}"))).unwrap_or(-1);
             Ok(GpuUnit {
+                nvlink_domain,
+                ib_unit,
                 id: row.try_get("id")?,
                 node_id: row.try_get("node_id")?,
                 model,

@@ -42,6 +42,10 @@ pub struct NodeSchedule {
     pub site: String,
     pub node: String,
     pub model: String,
+    /// The node's NVLink domain when it spans several nodes.
+    pub nvlink_domain: Option<String>,
+    /// Its InfiniBand scalable unit, if it has InfiniBand.
+    pub ib_unit: Option<String>,
     pub gpus: Vec<GpuSchedule>,
     pub maintenance: Vec<MaintenanceWindow>,
 }
@@ -50,6 +54,10 @@ pub struct NodeSchedule {
 pub struct GpuSchedule {
     pub index: i64,
     pub mig_capable: bool,
+    /// The InfiniBand rail it is cabled to.
+    pub ib_rail: Option<i64>,
+    /// 1, or how many ways it is time-sliced for development shares.
+    pub time_slices: i64,
     /// `healthy`, `degraded` or `failed`.
     pub health: String,
     pub health_note: Option<String>,
@@ -250,7 +258,8 @@ impl Platform {
         let mut nodes: BTreeMap<i64, NodeSchedule> = BTreeMap::new();
         let mut gpu_at: BTreeMap<i64, (i64, usize)> = BTreeMap::new();
         let rows = sqlx::query(
-            "SELECT n.id, s.name, n.name, n.gpu_model, g.id, g.idx, g.mig_enabled, g.health, g.health_note
+            "SELECT n.id, s.name, n.name, n.gpu_model, g.id, g.idx, g.mig_enabled, g.health, g.health_note,
+                    CASE WHEN n.nvlink_domain != n.name THEN n.nvlink_domain END, n.ib_unit, g.ib_rail, g.time_slices
              FROM nodes n JOIN sites s ON s.id = n.site_id JOIN gpus g ON g.node_id = n.id
              WHERE n.in_service = 1 AND g.in_service = 1 ORDER BY s.name, n.name, g.idx",
         )
@@ -262,6 +271,8 @@ impl Platform {
                 site: row.try_get(1)?,
                 node: row.try_get(2)?,
                 model: row.try_get(3)?,
+                nvlink_domain: row.try_get(9)?,
+                ib_unit: row.try_get(10)?,
                 gpus: Vec::new(),
                 maintenance: Vec::new(),
             });
@@ -269,6 +280,8 @@ impl Platform {
             node.gpus.push(GpuSchedule {
                 index: row.try_get(5)?,
                 mig_capable: row.try_get(6)?,
+                ib_rail: row.try_get(11)?,
+                time_slices: row.try_get(12)?,
                 health: row.try_get(7)?,
                 health_note: row.try_get(8)?,
                 bookings: Vec::new(),

@@ -358,6 +358,44 @@ async fn development_notebooks_share_a_time_sliced_gpu_four_ways(pool: SqlitePoo
     assert!(forged.is_err_and(|e| e.to_string().contains("does not fit how its GPU is shared")));
 }
 
+#[sqlx::test(migrations = "../migrations")]
+async fn a_two_node_cluster_stays_inside_one_nvlink_domain(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    // Four H100 nodes of two GPUs in two multi-node NVLink domains, rail-optimized InfiniBand.
+    let racks = common::SMALL_FLEET.replace(
+        "nodes = 2\ngpus_per_node = 2\nnvlink = true",
+        "nodes = 4\ngpus_per_node = 2\nnvlink = true\nnvlink_domain_nodes = 2\nib_rails = 2",
+    );
+    berth.platform.sync_fleet(&berth_domain::fleet::FleetSpec::parse(&racks).expect("fleet")).await.expect("sync");
+    let one = book(&berth, "h100-node-1", "one", None, 2).await.expect("one node");
+    let two = book(&berth, "h100-node-2", "two", None, 2).await.expect("two nodes in the other domain");
+    let mut domains = Vec::new();
+    for env in [one.id, two.id] {
+        let of_env: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT n.nvlink_domain FROM reservations r JOIN gpus g ON g.id = r.gpu_id
+             JOIN nodes n ON n.id = g.node_id WHERE r.environment_id = ?",
+        )
+        .bind(env)
+        .fetch_all(berth.platform.db())
+        .await
+        .expect("domains");
+        domains.push(of_env);
+    }
+    let (one, two) = (&domains[0], &domains[1]);
+    assert_eq!(two.len(), 1, "both nodes in one NVLink domain: {two:?}");
+    assert_ne!(one, two);
+    // The first domain has one free node left, the second none.
+    let err = book(&berth, "h100-node-2", "three", None, 2).await.expect_err("one free node");
+    assert!(err.to_string().contains("1 of the 4 H100-80GB nodes are entirely free"), "{err}");
+    let rails: Vec<Option<i64>> = sqlx::query_scalar(
+        "SELECT ib_rail FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE n.name = 'h100-01' ORDER BY g.idx",
+    )
+    .fetch_all(berth.platform.db())
+    .await
+    .expect("rails");
+    assert_eq!(rails, [Some(0), Some(1)]);
+}
+
 /// Dana books in project "vision" of tenant Acme; Bob, another member, books outside it.
 #[sqlx::test(migrations = "../migrations")]
 async fn tenant_and_project_quotas_add_up_their_members_bookings(pool: SqlitePool) {

@@ -197,6 +197,7 @@ fn NodeRows(node: FleetNode, columns: usize) -> impl IntoView {
             <div class="w-44 shrink-0 pr-2">
                 <p class="text-sm font-semibold text-slate-900">{node.name.clone()}</p>
                 <p class="text-[11px] text-slate-500">{node.site.clone()} " · " {node.model.clone()}</p>
+                {(!node.fabric.is_empty()).then(|| view! { <p class="text-[11px] text-slate-400" data-fabric="">{node.fabric.clone()}</p> })}
             </div>
             <div class="relative h-5 flex-1 rounded bg-slate-50" style=grid.clone()>
                 {node.maintenance.iter().cloned().map(|bar| view! { <BarView bar/> }).collect_view()}

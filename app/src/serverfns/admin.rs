@@ -138,7 +138,19 @@ mod chart {
                     .gpus
                     .iter()
                     .map(|g| FleetGpu {
-                        label: format!("GPU {}{}", g.index, if g.mig_capable { " · MIG" } else { "" }),
+                        label: {
+                            let mut label = format!("GPU {}", g.index);
+                            if g.mig_capable {
+                                label.push_str(" · MIG");
+                            }
+                            if g.time_slices > 1 {
+                                label.push_str(&format!(" · shared {}", g.time_slices));
+                            }
+                            if let Some(rail) = g.ib_rail {
+                                label.push_str(&format!(" · rail {rail}"));
+                            }
+                            label
+                        },
                         health: g.health.clone(),
                         health_note: g.health_note.clone().unwrap_or_default(),
                         bars: g
@@ -186,7 +198,18 @@ mod chart {
                     .collect();
                 let maintenance =
                     maintenance.into_iter().filter(|(gpu, _)| gpu.is_none()).map(|(_, bar)| bar).collect();
-                FleetNode { name: n.node.clone(), site: n.site.clone(), model: n.model.clone(), maintenance, gpus }
+                let fabric = [
+                    n.nvlink_domain.as_ref().map(|d| format!("NVLink {d}")),
+                    n.ib_unit.as_ref().map(|u| format!("IB {u}")),
+                ];
+                FleetNode {
+                    name: n.node.clone(),
+                    site: n.site.clone(),
+                    model: n.model.clone(),
+                    fabric: fabric.into_iter().flatten().collect::<Vec<_>>().join(" · "),
+                    maintenance,
+                    gpus,
+                }
             })
             .collect();
         let columns = (0..days).map(|d| {
