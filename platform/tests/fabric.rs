@@ -311,3 +311,18 @@ async fn port_guids_join_one_hard_tenant_and_render_into_partitions_conf(pool: S
         .expect_err("ports first");
     assert!(release.to_string().contains("port GUIDs before releasing"), "{release}");
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_tenant_change_that_fails_after_leasing_leaves_no_lease(pool: SqlitePool) {
+    let f = Fabric::new(&pool, FabricConfig::default()).await;
+    // The first admin's email is taken, which is found only after the identifiers were
+    // leased in the same transaction: as if Berth had stopped half-way.
+    let refused =
+        f.platform.create_tenant(&f.admin, "acme", "Acme", "hard", "root@example.com").await.expect_err("email taken");
+    assert!(matches!(refused, Error::Refused(Refusal::EmailInUse(_))), "{refused:?}");
+    assert_eq!(f.count("SELECT count(*) FROM tenants").await, 0);
+    assert_eq!(f.count("SELECT count(*) FROM fabric_leases").await, 0);
+    assert_eq!(f.count("SELECT count(*) FROM storage_volumes").await, 0);
+    let a = f.create("acme", "hard").await.expect("the same tenant, now whole");
+    assert_eq!(f.held_value(a, "vlan").await, Some(2), "the rolled-back lease took nothing from the pool");
+}
