@@ -1,6 +1,7 @@
 //! The whole of Berth, the real router on a fresh SQLite database, driven one request at a
 //! time: the authorization matrix and the session tests.
 
+mod fabric;
 mod matrix;
 mod sessions;
 
