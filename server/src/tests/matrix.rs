@@ -173,7 +173,11 @@ fn routes() -> Vec<Route> {
         ),
         sf("/api/set_gpu_health", Some((FleetManage, Aim::Platform)), "node=l40s-01&gpu=1&health=healthy&note="),
         // No tenant 999999: a call the policy allows answers 404 after the access check.
-        sf_missing("/api/set_port_guids", Some((FleetManage, Aim::Platform)), "tenant_id=999999&guids=0x0002c9030001e3f1"),
+        sf_missing(
+            "/api/set_port_guids",
+            Some((FleetManage, Aim::Platform)),
+            "tenant_id=999999&guids=0x0002c9030001e3f1",
+        ),
         sf("/api/cancel_maintenance", Some((FleetManage, Aim::Maintenance)), "id={id}"),
         sf(
             "/api/set_quota",
