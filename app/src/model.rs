@@ -395,3 +395,57 @@ pub struct AuditRowView {
     pub request_id: String,
     pub detail: String,
 }
+
+/// The fabric page: every hard and hybrid tenant's isolation identifiers, those in
+/// quarantine, pool usage and the OpenSM partitions.conf. Platform staff only.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricView {
+    /// "VLAN" or "VXLAN".
+    pub segment: String,
+    /// "1 d 0 h": how long a released identifier waits.
+    pub quarantine: String,
+    pub tenants: Vec<FabricTenantView>,
+    pub quarantined: Vec<QuarantinedView>,
+    pub pools: Vec<PoolView>,
+    pub partitions_conf: String,
+    /// May set port GUIDs (platform admins; auditors only read).
+    pub can_manage: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FabricTenantView {
+    pub id: i64,
+    pub slug: String,
+    pub name: String,
+    pub isolation: String,
+    /// "VLAN 100", "VNI 5000"; empty when not held.
+    pub segment: String,
+    /// "0x0002 (full member 0x8002)"
+    pub pkey: String,
+    pub nvlink: String,
+    /// "berth-v000001 · 1024 GiB"
+    pub volume: String,
+    pub port_guids: Vec<String>,
+    pub has_pkey: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuarantinedView {
+    /// "VLAN id 100", "InfiniBand P_Key 0x0002"
+    pub identifier: String,
+    pub tenant: String,
+    pub released: String,
+    pub free_at: String,
+    /// "in 23 h 59 min"
+    pub free_in: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PoolView {
+    pub what: String,
+    pub range: String,
+    pub size: String,
+    pub held: i64,
+    pub quarantined: i64,
+    pub free: String,
+}

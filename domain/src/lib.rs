@@ -3,6 +3,8 @@
 //! - [`gpu`]: the GPU models Berth knows.
 //! - [`mig`]: MIG slice geometry (profiles, placements, layout validity).
 //! - [`catalog`]: what users can launch, in which sizes, at what price.
+//! - [`fabric`]: fabric isolation identifiers for hard tenants, their pools and quarantine,
+//!   InfiniBand port GUIDs and the OpenSM partitions.conf fragment.
 //! - [`fleet`]: the fleet description file an operator writes.
 //! - [`placement`]: choosing concrete GPUs and MIG slices for a size.
 //! - [`booking`]: windows in time, availability over time, earliest fits and quotas.
@@ -12,6 +14,7 @@
 
 pub mod booking;
 pub mod catalog;
+pub mod fabric;
 pub mod fleet;
 pub mod gpu;
 pub mod launch;

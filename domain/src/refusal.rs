@@ -97,4 +97,18 @@ pub enum Refusal {
     InvalidReason(&'static str),
     #[error("fleet description: {0}")]
     InvalidFleet(String),
+    #[error("fabric settings: {0}")]
+    InvalidFabricPool(String),
+    #[error(
+        "no free {what} left in {range} ({in_quarantine} waiting out their quarantine); widen the pool or wait for the quarantine to end"
+    )]
+    FabricPoolExhausted { what: &'static str, range: String, in_quarantine: usize },
+    #[error("\"{0}\" is not an InfiniBand port GUID; write 0x and 16 hex digits, e.g. 0x0002c9030001e3f1")]
+    InvalidPortGuid(String),
+    #[error("a tenant may list at most {max} port GUIDs")]
+    TooManyPortGuids { max: usize },
+    #[error("port GUID {guid} is already in tenant {tenant}'s partition; remove it there first")]
+    PortGuidInUse { guid: String, tenant: String },
+    #[error("this tenant has no InfiniBand partition; only hard and hybrid tenants get a P_Key")]
+    NoInfinibandPartition,
 }

@@ -13,6 +13,7 @@ pub mod booking;
 pub mod demo;
 pub mod environments;
 mod error;
+pub mod fabric;
 pub mod fleet;
 pub mod maintenance;
 pub mod oidc;
@@ -30,6 +31,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use berth_domain::booking::BookingPolicy;
+use berth_domain::fabric::FabricConfig;
 use berth_domain::gpu::GpuModel;
 use berth_domain::placement::GpuUnit;
 use berth_domain::policy::Principal;
@@ -46,6 +48,8 @@ pub struct Platform {
     /// at once instead of at its next tick.
     wake: Arc<Notify>,
     policy: BookingPolicy,
+    /// Pools and quarantine of fabric isolation identifiers.
+    fabric: Arc<FabricConfig>,
     /// Whose turn it is to write; see `store::WriteTx`.
     writer: Arc<tokio::sync::Mutex<()>>,
     /// In-service GPUs per model, read once: the fleet changes only through `sync_fleet`,
@@ -67,6 +71,7 @@ impl Platform {
             db,
             wake: Arc::new(Notify::new()),
             policy: BookingPolicy::default(),
+            fabric: Default::default(),
             writer: Default::default(),
             fleet: Default::default(),
             book: Default::default(),
@@ -84,6 +89,11 @@ impl Platform {
     /// The same platform with the operator's booking rules.
     pub fn with_policy(self, policy: BookingPolicy) -> Platform {
         Platform { policy, ..self }
+    }
+
+    /// The same platform with the operator's fabric pools and quarantine.
+    pub fn with_fabric(self, fabric: FabricConfig) -> Platform {
+        Platform { fabric: Arc::new(fabric), ..self }
     }
 
     pub fn policy(&self) -> &BookingPolicy {

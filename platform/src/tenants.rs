@@ -9,6 +9,7 @@ use berth_domain::tenancy::{self, Isolation};
 use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Actor, Event, Outcome};
+use crate::fabric;
 use crate::{Caller, Error, Platform, now_ms};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,6 +80,7 @@ impl Platform {
         let id = insert_tenant(&mut tx, slug, name, isolation).await?;
         let event = Event { action: "tenant.create", target: Some(slug), outcome: Outcome::Success, detail: None };
         audit::record(&mut tx, &Actor::background(Some(id)), event).await?;
+        fabric::settle(&mut tx, &self.fabric, id, isolation, &Actor::background(Some(id))).await?;
         tx.commit().await?;
         Ok(id)
     }
@@ -146,6 +148,8 @@ impl Platform {
         let event =
             Event { action: "tenant.create", target: Some(&slug), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &Actor { tenant_id: Some(id), ..caller.actor() }, event).await?;
+        // In the same transaction: an exhausted pool leaves no tenant behind.
+        fabric::settle(&mut tx, &self.fabric, id, isolation, &Actor { tenant_id: Some(id), ..caller.actor() }).await?;
         if let Some(email) = first_admin {
             invite(&mut tx, caller, id, &email, Role::TenantAdmin).await?;
         }
@@ -188,6 +192,7 @@ impl Platform {
                 .execute(&mut *tx)
                 .await?;
             detail = Some(format!("{stopped} environments stopped"));
+            fabric::release(&mut tx, &self.fabric, id, &Actor { tenant_id: Some(id), ..caller.actor() }).await?;
         }
         let target = format!("tenant:{id}");
         let event = Event { action, target: Some(&target), outcome: Outcome::Success, detail: detail.as_deref() };
@@ -220,6 +225,7 @@ impl Platform {
             detail: Some(isolation.as_str()),
         };
         audit::record(&mut tx, &Actor { tenant_id: Some(id), ..caller.actor() }, event).await?;
+        fabric::settle(&mut tx, &self.fabric, id, isolation, &Actor { tenant_id: Some(id), ..caller.actor() }).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -5,7 +5,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use berth_domain::booking::{BookingPolicy, DAY_MS, MINUTE_MS};
+use berth_domain::booking::{BookingPolicy, DAY_MS, HOUR_MS, MINUTE_MS};
+use berth_domain::fabric::{FabricConfig, GIB, IdentifierKind, NetworkSegment, Pool};
 use berth_domain::fleet::FleetSpec;
 use berth_platform::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
 use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
@@ -106,6 +107,30 @@ pub struct ServeArgs {
     /// How many days ahead a booking may end.
     #[arg(long, env = "BERTH_HORIZON_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=3650))]
     pub horizon_days: u32,
+    /// Hard and hybrid tenants' network segment: a VLAN id or a VXLAN VNI each.
+    #[arg(long, env = "BERTH_FABRIC_SEGMENT", default_value = "vlan", value_parser = ["vlan", "vxlan"])]
+    pub fabric_segment: String,
+    /// VLAN ids Berth may hand to tenants, `first-last` within 2-4094.
+    #[arg(long, env = "BERTH_FABRIC_VLANS", default_value = "2-4094")]
+    pub fabric_vlans: String,
+    /// VXLAN VNIs Berth may hand to tenants, `first-last` within 1-16777215.
+    #[arg(long, env = "BERTH_FABRIC_VNIS", default_value = "1-16777215")]
+    pub fabric_vnis: String,
+    /// InfiniBand P_Key bases Berth may hand to tenants, within 0x0001-0x7ffe (0x7fff is
+    /// the default partition).
+    #[arg(long, env = "BERTH_FABRIC_PKEYS", default_value = "0x0001-0x7ffe")]
+    pub fabric_pkeys: String,
+    /// NVLink partition ids Berth may hand to tenants: those your Fabric Manager or NMX
+    /// defines, within 1-65535.
+    #[arg(long, env = "BERTH_FABRIC_NVLINK_PARTITIONS", default_value = "1-65535")]
+    pub fabric_nvlink_partitions: String,
+    /// Hours a released fabric identifier waits before another tenant may get it, so
+    /// switches, subnet managers and hosts have let go of it.
+    #[arg(long, env = "BERTH_FABRIC_QUARANTINE_HOURS", default_value_t = 24, value_parser = clap::value_parser!(u32).range(0..=8760))]
+    pub fabric_quarantine_hours: u32,
+    /// Quota of a hard tenant's storage volume, in GiB.
+    #[arg(long, env = "BERTH_FABRIC_VOLUME_GIB", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
+    pub fabric_volume_gib: u32,
 }
 
 pub fn init_logging(cli: &Cli) {
@@ -147,7 +172,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         horizon_ms: i64::from(args.horizon_days) * DAY_MS,
         ..BookingPolicy::default()
     };
-    let platform = Platform::new(pool.clone()).with_policy(policy).with_public_url(&public.url);
+    let platform =
+        Platform::new(pool.clone()).with_policy(policy).with_public_url(&public.url).with_fabric(args.fabric()?);
     platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
     let admin = platform.bootstrap_admin().await.map_err(|e| format!("cannot create the administrator: {e}"))?;
     if args.demo {
@@ -255,6 +281,21 @@ pub struct PublicUrl {
 }
 
 impl ServeArgs {
+    /// The fabric pools and quarantine from the `--fabric-*` flags.
+    pub fn fabric(&self) -> Result<FabricConfig, String> {
+        let pool = |kind, text: &str| Pool::parse(kind, text).map_err(|e| e.to_string());
+        Ok(FabricConfig {
+            segment: NetworkSegment::parse(&self.fabric_segment).map_err(|e| e.to_string())?,
+            vlans: pool(IdentifierKind::Vlan, &self.fabric_vlans)?,
+            vnis: pool(IdentifierKind::Vni, &self.fabric_vnis)?,
+            pkeys: pool(IdentifierKind::PKey, &self.fabric_pkeys)?,
+            nvlink_partitions: pool(IdentifierKind::NvlinkPartition, &self.fabric_nvlink_partitions)?,
+            quarantine_ms: i64::from(self.fabric_quarantine_hours) * HOUR_MS,
+            volume_quota_bytes: i64::from(self.fabric_volume_gib) * GIB,
+            ..FabricConfig::default()
+        })
+    }
+
     /// The public URL, refusing plain http anywhere but loopback: session cookies must
     /// not cross a network in the clear.
     pub fn public(&self) -> Result<PublicUrl, String> {
@@ -279,5 +320,47 @@ impl ServeArgs {
                 "plain http is allowed only on loopback; serve Berth behind TLS and set --public-url https://... (got {url})"
             ))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn serve_args(extra: &[&str]) -> ServeArgs {
+        let argv = ["berth", "serve"].into_iter().chain(extra.iter().copied());
+        match Cli::try_parse_from(argv).expect("arguments").command {
+            Command::Serve(args) => *args,
+            Command::Migrate(_) => panic!("not the serve command"),
+        }
+    }
+
+    #[test]
+    fn fabric_flags_default_to_every_valid_value_and_a_day_of_quarantine() {
+        assert_eq!(serve_args(&[]).fabric(), Ok(FabricConfig::default()));
+        let narrowed = serve_args(&[
+            "--fabric-segment",
+            "vxlan",
+            "--fabric-vnis",
+            "10000-19999",
+            "--fabric-pkeys",
+            "0x0100-0x01ff",
+            "--fabric-quarantine-hours",
+            "2",
+        ])
+        .fabric()
+        .expect("valid flags");
+        assert_eq!(narrowed.segment, NetworkSegment::Vxlan);
+        assert_eq!((narrowed.vnis.first, narrowed.vnis.last), (10_000, 19_999));
+        assert_eq!((narrowed.pkeys.first, narrowed.pkeys.last), (0x100, 0x1ff));
+        assert_eq!(narrowed.quarantine_ms, 2 * HOUR_MS);
+    }
+
+    #[test]
+    fn fabric_pools_outside_what_the_protocol_allows_stop_the_start() {
+        let error = serve_args(&["--fabric-vlans", "1-100"]).fabric().expect_err("VLAN 1 is reserved");
+        assert!(error.contains("VLAN id pool 1-100 must lie within 2-4094"), "{error}");
+        assert!(serve_args(&["--fabric-pkeys", "0x7000-0x7fff"]).fabric().is_err());
+        assert!(Cli::try_parse_from(["berth", "serve", "--fabric-segment", "geneve"]).is_err());
     }
 }

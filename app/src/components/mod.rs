@@ -164,6 +164,9 @@ pub fn NavBar() -> impl IntoView {
                                 {user.can_read_fleet.then(|| view! {
                                     <A href="/admin/fleet" attr:class=NAV_LINK>"Fleet"</A>
                                 })}
+                                {user.can_read_fleet.then(|| view! {
+                                    <A href="/admin/fabric" attr:class=NAV_LINK>"Fabric"</A>
+                                })}
                                 {(user.can_set_quotas || user.can_read_fleet).then(|| view! {
                                     <A href="/admin/quotas" attr:class=NAV_LINK>"Quotas"</A>
                                 })}

@@ -7,6 +7,7 @@ mod audit;
 mod calendar;
 mod catalog;
 mod environments;
+mod fabric;
 mod session;
 mod tenants;
 
@@ -16,6 +17,7 @@ pub use audit::*;
 pub use calendar::*;
 pub use catalog::*;
 pub use environments::*;
+pub use fabric::*;
 pub use session::*;
 pub use tenants::*;
 

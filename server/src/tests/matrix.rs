@@ -132,6 +132,7 @@ fn routes() -> Vec<Route> {
         sf("/api/tenants_overview", Some((TenantRead, Aim::CallersTenant)), ""),
         sf("/api/tenant_detail", tenant(MemberRead), "id={id}"),
         sf("/api/fleet_schedule", Some((FleetRead, Aim::Platform)), "from=&days=7"),
+        sf("/api/fabric_overview", Some((FleetRead, Aim::Platform)), ""),
         sf("/api/quotas", Some((QuotaRead, Aim::CallersTenant)), ""),
         sf("/api/bookable_projects", launch, ""),
         sf("/api/change_end", change, "id={id}&end={end}"),
@@ -172,6 +173,12 @@ fn routes() -> Vec<Route> {
             "node=l40s-01&gpu=&start={later}&end={later_end}&reason=matrix",
         ),
         sf("/api/set_gpu_health", Some((FleetManage, Aim::Platform)), "node=l40s-01&gpu=1&health=healthy&note="),
+        // No tenant 999999: a call the policy allows answers 404 after the access check.
+        sf_missing(
+            "/api/set_port_guids",
+            Some((FleetManage, Aim::Platform)),
+            "tenant_id=999999&guids=0x0002c9030001e3f1",
+        ),
         sf("/api/cancel_maintenance", Some((FleetManage, Aim::Maintenance)), "id={id}"),
         sf(
             "/api/set_quota",

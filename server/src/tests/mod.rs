@@ -1,6 +1,7 @@
 //! The whole of Berth, the real router on a fresh SQLite database, driven one request at a
 //! time: the authorization matrix and the session tests.
 
+mod fabric;
 mod matrix;
 mod sessions;
 
@@ -94,7 +95,8 @@ impl Berth {
         let public = args.public().expect("public url");
         let pool = store::connect(&database).await.expect("database");
         store::migrate(&pool).await.expect("migrations");
-        let platform = Platform::new(pool.clone()).with_public_url(&public.url);
+        let fabric = args.fabric().expect("fabric flags");
+        let platform = Platform::new(pool.clone()).with_public_url(&public.url).with_fabric(fabric);
         platform.sync_fleet(&FleetSpec::parse(FLEET).expect("test fleet")).await.expect("fleet");
         let router = crate::http::router(platform.clone(), pool, &args, &public).await.expect("router");
         Berth { platform, router, _dir: dir }

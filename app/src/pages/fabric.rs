@@ -1,0 +1,177 @@
+use leptos::prelude::*;
+use leptos_meta::Title;
+
+use crate::components::{ErrorAlert, RequireUser};
+use crate::model::{FabricTenantView, FabricView};
+use crate::serverfns::{SetPortGuids, fabric_overview};
+
+const TH: &str = "px-4 py-2";
+const TD: &str = "px-4 py-2 align-top";
+const CARD: &str = "mt-6 overflow-x-auto rounded-xl border border-slate-200 bg-white shadow-sm";
+
+/// Platform staff: each hard and hybrid tenant's fabric isolation identifiers, those in
+/// quarantine, how full each pool is, the tenants' InfiniBand port GUIDs and the OpenSM
+/// partitions.conf that follows from them.
+#[component]
+pub fn FabricPage() -> impl IntoView {
+    let ports = ServerAction::<SetPortGuids>::new();
+    let data = Resource::new(move || ports.version().get(), |_| fabric_overview());
+    view! {
+        <Title text="Fabric"/>
+        <RequireUser>
+            <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Fabric isolation"</h1>
+            <p class="mt-1 text-sm text-slate-600">
+                "Hard and hybrid tenants each hold a network segment, an InfiniBand P_Key, an NVLink partition and a storage volume. Identifiers come from the pools below; a released one waits out its quarantine before another tenant gets it."
+            </p>
+            {move || ports.value().get().and_then(Result::err).map(|error| view! { <div class="mt-4"><ErrorAlert error/></div> })}
+            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+                {move || Suspend::new(async move {
+                    match data.await {
+                        Ok(view) => view! { <Fabric view ports/> }.into_any(),
+                        Err(error) => view! { <ErrorAlert error/> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </RequireUser>
+    }
+}
+
+#[component]
+fn Fabric(view: FabricView, ports: ServerAction<SetPortGuids>) -> impl IntoView {
+    let can_manage = view.can_manage;
+    view! {
+        <section class=CARD aria-labelledby="fabric-tenants">
+            <h2 id="fabric-tenants" class="px-4 pt-4 text-sm font-semibold text-slate-900">
+                "Tenants (" {view.segment.clone()} " segments)"
+            </h2>
+            {if view.tenants.is_empty() {
+                view! { <p class="p-4 text-sm text-slate-500">"No hard or hybrid tenants."</p> }.into_any()
+            } else {
+                view! {
+                    <table class="mt-2 min-w-full divide-y divide-slate-200 text-sm" aria-label="Tenant identifiers">
+                        <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
+                            <tr>
+                                <th scope="col" class=TH>"Tenant"</th>
+                                <th scope="col" class=TH>"Segment"</th>
+                                <th scope="col" class=TH>"P_Key"</th>
+                                <th scope="col" class=TH>"NVLink partition"</th>
+                                <th scope="col" class=TH>"Storage volume"</th>
+                                <th scope="col" class=TH>"InfiniBand port GUIDs"</th>
+                            </tr>
+                        </thead>
+                        <tbody class="divide-y divide-slate-100">
+                            {view.tenants.clone().into_iter().map(|tenant| view! { <TenantRow tenant ports can_manage/> }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any()
+            }}
+        </section>
+        <section class=CARD aria-labelledby="fabric-pools">
+            <h2 id="fabric-pools" class="px-4 pt-4 text-sm font-semibold text-slate-900">"Pools"</h2>
+            <table class="mt-2 min-w-full divide-y divide-slate-200 text-sm" aria-label="Pools">
+                <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
+                    <tr>
+                        <th scope="col" class=TH>"Identifier"</th>
+                        <th scope="col" class=TH>"Range"</th>
+                        <th scope="col" class=TH>"Held"</th>
+                        <th scope="col" class=TH>"In quarantine"</th>
+                        <th scope="col" class=TH>"Free"</th>
+                    </tr>
+                </thead>
+                <tbody class="divide-y divide-slate-100">
+                    {view.pools.clone().into_iter().map(|p| view! {
+                        <tr data-pool=p.what.clone()>
+                            <th scope="row" class="px-4 py-2 text-left font-medium">{p.what.clone()}</th>
+                            <td class=TD><code>{p.range.clone()}</code></td>
+                            <td class=TD>{p.held}</td>
+                            <td class=TD>{p.quarantined}</td>
+                            <td class=TD>{p.free.clone()} " of " {p.size.clone()}</td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </section>
+        <section class=CARD aria-labelledby="fabric-quarantine">
+            <h2 id="fabric-quarantine" class="px-4 pt-4 text-sm font-semibold text-slate-900">
+                "In quarantine (" {view.quarantine.clone()} " after release)"
+            </h2>
+            {if view.quarantined.is_empty() {
+                view! { <p class="p-4 text-sm text-slate-500">"Nothing is in quarantine."</p> }.into_any()
+            } else {
+                view! {
+                    <table class="mt-2 min-w-full divide-y divide-slate-200 text-sm" aria-label="Quarantined identifiers">
+                        <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
+                            <tr>
+                                <th scope="col" class=TH>"Identifier"</th>
+                                <th scope="col" class=TH>"Last held by"</th>
+                                <th scope="col" class=TH>"Released"</th>
+                                <th scope="col" class=TH>"Free again"</th>
+                            </tr>
+                        </thead>
+                        <tbody class="divide-y divide-slate-100">
+                            {view.quarantined.clone().into_iter().map(|q| view! {
+                                <tr>
+                                    <th scope="row" class="px-4 py-2 text-left font-medium">{q.identifier.clone()}</th>
+                                    <td class=TD>{q.tenant.clone()}</td>
+                                    <td class=TD>{q.released.clone()}</td>
+                                    <td class=TD>{q.free_at.clone()} <span class="ml-1 text-xs text-slate-500">{q.free_in.clone()}</span></td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                }.into_any()
+            }}
+        </section>
+        <section class="mt-6 rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="partitions-conf">
+            <h2 id="partitions-conf" class="text-sm font-semibold text-slate-900">"OpenSM partitions.conf"</h2>
+            <p class="mt-1 text-xs text-slate-500">
+                "One partition per tenant holding a P_Key, its ports full members. Add it to the subnet manager's partitions.conf (or a UFM partitions.conf.user_ext)."
+            </p>
+            <pre class="mt-3 overflow-x-auto rounded-lg bg-slate-900 p-3 text-xs text-slate-100" data-testid="partitions-conf">{view.partitions_conf.clone()}</pre>
+        </section>
+    }
+}
+
+#[component]
+fn TenantRow(tenant: FabricTenantView, ports: ServerAction<SetPortGuids>, can_manage: bool) -> impl IntoView {
+    let field = format!("guids-{}", tenant.id);
+    let field_label = format!("Port GUIDs of {}", tenant.slug);
+    let listed = tenant.port_guids.join("\n");
+    let (id, editable, guids) = (tenant.id, can_manage && tenant.has_pkey, tenant.port_guids.clone());
+    let dash = |s: String| if s.is_empty() { "—".to_owned() } else { s };
+    view! {
+        <tr data-tenant=tenant.slug.clone()>
+            <th scope="row" class="px-4 py-2 text-left align-top font-medium">
+                {tenant.name.clone()}
+                <span class="ml-2 text-xs text-slate-500">{tenant.slug.clone()} " · " {tenant.isolation.clone()}</span>
+            </th>
+            <td class=TD data-identifier="segment">{dash(tenant.segment.clone())}</td>
+            <td class=TD data-identifier="pkey"><code>{dash(tenant.pkey.clone())}</code></td>
+            <td class=TD data-identifier="nvlink">{dash(tenant.nvlink.clone())}</td>
+            <td class=TD data-identifier="volume">{dash(tenant.volume.clone())}</td>
+            <td class=TD>
+                {if editable {
+                    view! {
+                        <ActionForm action=ports attr:class="flex flex-col gap-1">
+                            <input type="hidden" name="tenant_id" value=id/>
+                            <label class="sr-only" for=field.clone()>{field_label}</label>
+                            <textarea id=field name="guids" rows="3" placeholder="0x0002c9030001e3f1"
+                                class="w-64 rounded border border-slate-300 px-2 py-1 font-mono text-xs">{listed}</textarea>
+                            <button type="submit" class="self-start rounded-md px-2 py-1 text-xs font-medium ring-1 ring-inset ring-slate-300 hover:bg-slate-50">
+                                "Save ports"
+                            </button>
+                        </ActionForm>
+                    }.into_any()
+                } else if guids.is_empty() {
+                    view! { <span class="text-slate-500">"none"</span> }.into_any()
+                } else {
+                    view! {
+                        <ul class="font-mono text-xs">
+                            {guids.into_iter().map(|g| view! { <li>{g}</li> }).collect_view()}
+                        </ul>
+                    }.into_any()
+                }}
+            </td>
+        </tr>
+    }
+}
