@@ -17,7 +17,7 @@ use berth_domain::tenancy::Isolation;
 use berth_platform::backend::kubernetes::manifests::{
     self, ClusterSettings, Manifest, NodeStage, endpoint_manifest, namespace_bundle, node_manifest, workload_manifests,
 };
-use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
+use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig, orphans};
 use berth_platform::backend::{Backend, PlacedUnit, TenantScope, Workload};
 use kubernetes_api::FakeCluster;
 use serde_json::{Value, json};
@@ -831,7 +831,9 @@ async fn the_orphan_sweep_finds_and_removes_what_no_live_environment_explains() 
     cluster.take_calls();
     let live_ids = HashSet::from([ENV_ID.to_owned()]);
 
-    let reported = k8s.sweep_orphans(&live_ids, false).await.unwrap();
+    let owned = k8s.owned_objects().await.unwrap();
+    assert_eq!(owned.len(), 5, "two namespaces, two queues, one dedicated node: {owned:?}");
+    let reported = orphans(&owned, &live_ids);
     let found: Vec<(&str, String)> = reported.iter().map(|o| (o.kind, o.name.clone())).collect();
     assert_eq!(
         found,
@@ -840,16 +842,27 @@ async fn the_orphan_sweep_finds_and_removes_what_no_live_environment_explains() 
     );
     assert!(reported.iter().all(|o| o.environment_id == OTHER_ENV_ID));
     let calls = cluster.take_calls();
-    assert!(calls.iter().all(|c| c.method == "GET"), "a report changes nothing");
+    assert!(calls.iter().all(|c| c.method == "GET"), "listing changes nothing");
     let selector = calls.iter().map(|c| c.query.clone()).next().unwrap_or_default();
     assert!(selector.contains("managed-by"), "lists only Berth's objects: {selector}");
 
-    let removed = k8s.sweep_orphans(&live_ids, true).await.unwrap();
+    let removed = k8s.remove_orphans(&owned, &live_ids).await.unwrap();
     assert_eq!(removed, reported);
     let paths = cluster.environment_objects();
     assert!(paths.iter().all(|p| !p.contains(&ns(&dead))), "{paths:?}");
     assert!(paths.iter().any(|p| p.contains(&ns(live))), "the live environment keeps its objects");
     let node = cluster.node("h100-2");
     assert!(node["metadata"]["labels"].get("berth.dev/tenant").is_none(), "{node}");
-    assert_eq!(k8s.sweep_orphans(&live_ids, true).await.unwrap(), vec![], "a second sweep finds nothing");
+    let owned = k8s.owned_objects().await.unwrap();
+    assert_eq!(orphans(&owned, &live_ids), vec![], "a second sweep finds nothing");
+    // Removing again what is already gone is fine.
+    assert_eq!(k8s.remove_orphans(&reported, &live_ids).await.unwrap(), reported);
+}
+
+#[tokio::test]
+async fn an_unreachable_cluster_is_refused_at_start_up_with_a_clear_message() {
+    // Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
+    let client = kube::Config::new("https://127.0.0.1:9".parse().unwrap());
+    let error = Kubernetes::connect_with(client, KubernetesConfig::default()).await.err().expect("no cluster");
+    assert!(error.starts_with("the Kubernetes API server at https://127.0.0.1:9 does not answer"), "{error}");
 }

@@ -81,8 +81,14 @@ impl Kubernetes {
                 "no Kubernetes cluster configured: neither a kubeconfig nor in-cluster credentials were found ({e})"
             )
         })?;
-        let url = inferred.cluster_url.to_string().trim_end_matches('/').to_owned();
-        let client = Client::try_from(inferred).map_err(|e| format!("cannot set up a client for {url}: {e}"))?;
+        Kubernetes::connect_with(inferred, config).await
+    }
+
+    /// Connects with explicit client settings and checks that the API server answers.
+    pub async fn connect_with(client: kube::Config, config: KubernetesConfig) -> Result<Kubernetes, String> {
+        let url = client.cluster_url.to_string().trim_end_matches('/').to_owned();
+        let client =
+            Client::try_from(client).map_err(|e| format!("cannot set up a Kubernetes client for {url}: {e}"))?;
         let version = client
             .apiserver_version()
             .await
@@ -406,45 +412,64 @@ impl Kubernetes {
         }
     }
 
-    /// Objects Berth labelled for environments not in `live`: namespaces (everything in
-    /// them goes with them), ClusterQueues and dedicated nodes. With `remove`, namespaces
-    /// and queues are deleted and nodes lose Berth's labels and taint; otherwise they are
-    /// only reported.
-    pub async fn sweep_orphans(&self, live: &HashSet<String>, remove: bool) -> Result<Vec<Orphan>, BackendError> {
-        let mut orphans = Vec::new();
-        let owned = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER},{ENVIRONMENT_LABEL}"));
+    /// Everything Berth labelled for an environment: namespaces (everything in them goes
+    /// with them), ClusterQueues and dedicated nodes. The orphan sweep is two phases: list
+    /// these first, then read which environments are live, then [`Kubernetes::remove_orphans`].
+    /// In that order an environment created between the two reads counts as live, so
+    /// nothing it has just created is swept.
+    pub async fn owned_objects(&self) -> Result<Vec<Orphan>, BackendError> {
+        let mut owned = Vec::new();
+        let labelled = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER},{ENVIRONMENT_LABEL}"));
         for kind in [NAMESPACE, CLUSTER_QUEUE] {
-            let found = self.api(&kind, None).list(&owned).await.map_err(|e| api_failure("list Berth's objects", e))?;
-            for object in found {
-                let environment_id = object.labels().get(ENVIRONMENT_LABEL).cloned().unwrap_or_default();
-                if !live.contains(&environment_id) {
-                    let name = object.metadata.name.clone().unwrap_or_default();
-                    if remove {
-                        self.delete(&kind, None, &name, false).await?;
-                    }
-                    orphans.push(Orphan { kind: kind.kind, name, environment_id });
-                }
-            }
+            let found =
+                self.api(&kind, None).list(&labelled).await.map_err(|e| api_failure("list Berth's objects", e))?;
+            owned.extend(found.iter().map(|object| Orphan {
+                kind: kind.kind,
+                name: object.name_any(),
+                environment_id: object.labels().get(ENVIRONMENT_LABEL).cloned().unwrap_or_default(),
+            }));
         }
         let nodes: Api<Node> = Api::all(self.client.clone());
         let dedicated = ListParams::default().labels(&format!("{ENVIRONMENT_LABEL},{TENANT_LABEL}"));
-        for node in nodes.list(&dedicated).await.map_err(|e| api_failure("list dedicated nodes", e))? {
-            let environment_id = node.labels().get(ENVIRONMENT_LABEL).cloned().unwrap_or_default();
-            if !live.contains(&environment_id) {
-                let name = node.metadata.name.clone().unwrap_or_default();
-                if remove {
+        let found = nodes.list(&dedicated).await.map_err(|e| api_failure("list dedicated nodes", e))?;
+        owned.extend(found.iter().map(|node| Orphan {
+            kind: "Node",
+            name: node.name_any(),
+            environment_id: node.labels().get(ENVIRONMENT_LABEL).cloned().unwrap_or_default(),
+        }));
+        Ok(owned)
+    }
+
+    /// Removes the objects of `owned` whose environment is not in `live` and returns them:
+    /// namespaces and queues are deleted, nodes lose Berth's labels and taint.
+    pub async fn remove_orphans(&self, owned: &[Orphan], live: &HashSet<String>) -> Result<Vec<Orphan>, BackendError> {
+        let orphans: Vec<Orphan> = orphans(owned, live);
+        for orphan in &orphans {
+            match orphan.kind {
+                "Node" => {
                     // An apply without fields gives back every label and taint Berth set.
                     let release = Manifest {
                         kind: manifests::NODE,
-                        object: serde_json::json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": name } }),
+                        object: serde_json::json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": orphan.name } }),
                     };
                     self.apply(&release).await?;
                 }
-                orphans.push(Orphan { kind: "Node", name, environment_id });
+                "Namespace" => {
+                    self.delete(&NAMESPACE, None, &orphan.name, false).await?;
+                }
+                _ => {
+                    self.delete(&CLUSTER_QUEUE, None, &orphan.name, false).await?;
+                }
             }
+            tracing::warn!(kind = orphan.kind, name = %orphan.name, environment = %orphan.environment_id, "removed an orphan");
         }
         Ok(orphans)
     }
+}
+
+/// The objects of `owned` that no live environment explains (the report of a sweep).
+pub fn orphans(owned: &[Orphan], live: &HashSet<String>) -> Vec<Orphan> {
+    owned.iter().filter(|o| !live.contains(&o.environment_id)).cloned().collect()
 }
 
 impl Backend for Kubernetes {
