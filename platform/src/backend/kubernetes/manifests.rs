@@ -12,7 +12,6 @@ use std::collections::BTreeMap;
 
 use berth_domain::catalog::Offering;
 use berth_domain::mig::{MigInstance, MigLayout, MigProfile, mig_parted_config};
-use berth_domain::placement::Shape;
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
 use serde_json::{Value, json};
@@ -786,9 +785,4 @@ pub fn kubeconfig(api_server_url: &str, ca_base64: &str, token: &str, namespace:
          users:\n- name: {namespace}\n  user:\n    token: {token}\ncontexts:\n- name: {namespace}\n  context:\n    cluster: berth\n    user: {namespace}\n    namespace: {namespace}\n\
          current-context: {namespace}\n"
     )
-}
-
-/// Whether a shape is partitioned with MIG.
-pub fn is_mig(w: &Workload) -> bool {
-    matches!(w.shape, Shape::MigSlice { .. })
 }
