@@ -13,13 +13,17 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Action, EnvState, Phase, Progress, Step, next_action};
+use berth_domain::mig::MigProfile;
+use berth_domain::policy::Role;
+use berth_domain::tenancy::Isolation;
 use sqlx::Row;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::backend::{Backend, PlacedUnit, StepOutput, Workload};
+use crate::backend::{Backend, PlacedUnit, StepOutput, TenantScope, Workload};
 use crate::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row, held_units};
 use crate::{Error, Platform, RequestMeta, lock, now_ms};
 
@@ -313,6 +317,11 @@ impl Reconciler {
             image: env.image.clone(),
             command: env.command.clone(),
             units,
+            vcpus: env.size.vcpus,
+            memory_gb: env.size.memory_gb,
+            ends_at: env.ends_at,
+            tenant: tenant_scope(&mut conn, env.tenant_id).await?,
+            mig_neighbours: mig_neighbours(&mut conn, &env.id).await?,
         })
     }
 
@@ -417,4 +426,55 @@ impl Reconciler {
         tracing::warn!(environment = %env.id, step = step.as_str(), error = message, "step failed");
         Ok(())
     }
+}
+
+async fn tenant_scope(conn: &mut sqlx::SqliteConnection, tenant_id: Option<i64>) -> Result<TenantScope, Error> {
+    let Some(tenant_id) = tenant_id else {
+        return Ok(TenantScope { slug: None, isolation: Isolation::Soft, members: Vec::new() });
+    };
+    let (slug, isolation): (String, String) = sqlx::query_as("SELECT slug, isolation FROM tenants WHERE id = ?")
+        .bind(tenant_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    let rows: Vec<(String, String)> =
+        sqlx::query_as("SELECT email, role FROM users WHERE tenant_id = ? AND status = 'active' ORDER BY email")
+            .bind(tenant_id)
+            .fetch_all(&mut *conn)
+            .await?;
+    Ok(TenantScope {
+        slug: Some(slug),
+        isolation: Isolation::parse(&isolation).map_err(|_| Error::internal("unknown isolation"))?,
+        members: rows.into_iter().filter_map(|(email, role)| Some((email, Role::parse(&role)?))).collect(),
+    })
+}
+
+/// MIG slices of other environments on the nodes where this one holds MIG slices, from
+/// reservations that have started and are not released (their instances exist now).
+async fn mig_neighbours(conn: &mut sqlx::SqliteConnection, environment_id: &str) -> Result<Vec<PlacedUnit>, Error> {
+    let rows: Vec<(String, String, i64, String, i64, i64, String)> = sqlx::query_as(
+        "SELECT s.name, n.name, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile
+         FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id JOIN sites s ON s.id = n.site_id
+         WHERE r.environment_id <> ?1 AND r.released_at IS NULL AND r.mig_profile IS NOT NULL AND r.starts_at <= ?2
+           AND n.id IN (SELECT g2.node_id FROM reservations r2 JOIN gpus g2 ON g2.id = r2.gpu_id
+                        WHERE r2.environment_id = ?1 AND r2.mig_profile IS NOT NULL)
+         ORDER BY n.name, g.idx, r.slice_start",
+    )
+    .bind(environment_id)
+    .bind(now_ms())
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(site, node, gpu_index, model, slice_start, slice_size, key)| PlacedUnit {
+            site,
+            node,
+            gpu_index,
+            slice_start,
+            slice_size,
+            // Stored model-independent (`3g`); backends get the model's name (`3g.40gb`).
+            mig_profile: Some(
+                GpuModel::parse(&model).zip(MigProfile::from_key(&key)).and_then(|(m, p)| p.name(m)).unwrap_or(key),
+            ),
+        })
+        .collect())
 }

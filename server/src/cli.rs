@@ -8,6 +8,9 @@ use std::time::Duration;
 use berth_domain::booking::{BookingPolicy, DAY_MS, HOUR_MS, MINUTE_MS};
 use berth_domain::fabric::{FabricConfig, GIB, IdentifierKind, NetworkSegment, Pool};
 use berth_domain::fleet::FleetSpec;
+use berth_platform::backend::Backend;
+use berth_platform::backend::kubernetes::manifests::ClusterSettings;
+use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
 use berth_platform::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
 use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
 use berth_platform::{Platform, store};
@@ -36,6 +39,9 @@ pub enum LogFormat {
 pub enum BackendKind {
     /// An in-process fleet with realistic delays (and faults on request).
     Simulated,
+    /// A Kubernetes cluster with the NVIDIA GPU Operator (and Kueue), reached through the
+    /// kubeconfig or, inside a pod, its service account.
+    Kubernetes,
 }
 
 #[derive(Debug, Subcommand)]
@@ -84,6 +90,23 @@ pub struct ServeArgs {
     /// Simulated backend: injected faults, e.g. `start_workload=fail@0.2,pull_image=hang`.
     #[arg(long, env = "BERTH_SIM_FAULTS", value_delimiter = ',')]
     pub sim_faults: Vec<FaultRule>,
+    /// Kubernetes backend: the GPU Operator's namespace, where the mig-parted ConfigMap lives.
+    #[arg(long, env = "BERTH_KUBE_GPU_OPERATOR_NAMESPACE", default_value = "gpu-operator")]
+    pub kube_gpu_operator_namespace: String,
+    /// Kubernetes backend: the mig-parted ConfigMap Berth writes (point the ClusterPolicy's
+    /// `migManager.config.name` at it).
+    #[arg(long, env = "BERTH_KUBE_MIG_CONFIG_MAP", default_value = "berth-mig-parted-config")]
+    pub kube_mig_config_map: String,
+    /// Kubernetes backend: the Kueue ResourceFlavor of the environments' ClusterQueues.
+    #[arg(long, env = "BERTH_KUBE_QUEUE_FLAVOR", default_value = "default-flavor")]
+    pub kube_queue_flavor: String,
+    /// Kubernetes backend: prefix of member user names (the API server's OIDC username prefix).
+    #[arg(long, env = "BERTH_KUBE_USER_PREFIX", default_value = "")]
+    pub kube_user_prefix: String,
+    /// Kubernetes backend: the API server address for dedicated clusters' kubeconfigs
+    /// (defaults to the address Berth uses).
+    #[arg(long, env = "BERTH_KUBE_API_URL")]
+    pub kube_api_url: Option<String>,
     /// A provisioning step that runs longer than this many seconds has failed.
     #[arg(long, env = "BERTH_STEP_TIMEOUT", default_value_t = 120)]
     pub step_timeout: u64,
@@ -166,6 +189,28 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let fleet_text = std::fs::read_to_string(&args.fleet)
         .map_err(|e| format!("cannot read the fleet description {}: {e}", args.fleet.display()))?;
     let fleet = FleetSpec::parse(&fleet_text).map_err(|e| format!("{}: {e}", args.fleet.display()))?;
+    // The cluster first: an unreachable one should stop Berth before it touches anything.
+    let backend: Arc<dyn Backend> = match args.backend {
+        BackendKind::Simulated => Arc::new(Simulated::new(SimulatedConfig {
+            speed: args.sim_speed.max(0.0),
+            faults: args.sim_faults.clone(),
+        })),
+        BackendKind::Kubernetes => Arc::new(
+            Kubernetes::connect(KubernetesConfig {
+                cluster: ClusterSettings {
+                    gpu_operator_namespace: args.kube_gpu_operator_namespace.clone(),
+                    mig_config_map: args.kube_mig_config_map.clone(),
+                    queue_flavor: args.kube_queue_flavor.clone(),
+                    user_prefix: args.kube_user_prefix.clone(),
+                    ..ClusterSettings::default()
+                },
+                api_server_url: args.kube_api_url.clone(),
+                ..KubernetesConfig::default()
+            })
+            .await
+            .map_err(|e| format!("--backend kubernetes: {e}"))?,
+        ),
+    };
     let pool = open_database(&args.db.database).await?;
     let policy = BookingPolicy {
         cleaning_gap_ms: i64::from(args.cleaning_gap) * MINUTE_MS,
@@ -192,12 +237,6 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot configure the platform's OpenID provider: {e}"))?;
     }
 
-    let backend = match args.backend {
-        BackendKind::Simulated => Arc::new(Simulated::new(SimulatedConfig {
-            speed: args.sim_speed.max(0.0),
-            faults: args.sim_faults.clone(),
-        })),
-    };
     let reconciler = Reconciler::new(
         platform.clone(),
         backend,

@@ -2,6 +2,7 @@
 //! for one workload; every step must be safe to repeat, because after a crash the
 //! reconciler runs the interrupted step again.
 
+pub mod kubernetes;
 pub mod simulated;
 
 use std::future::Future;
@@ -10,6 +11,8 @@ use std::pin::Pin;
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::Step;
 use berth_domain::placement::Shape;
+use berth_domain::policy::Role;
+use berth_domain::tenancy::Isolation;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -23,6 +26,26 @@ pub struct Workload {
     pub image: Option<String>,
     pub command: Option<String>,
     pub units: Vec<PlacedUnit>,
+    /// vCPUs and memory of the booked size (a backend's namespace quota holds exactly these).
+    pub vcpus: u32,
+    pub memory_gb: u32,
+    /// The environment's window end (ms since the epoch): dedicated nodes say until when.
+    pub ends_at: i64,
+    /// Whose environment this is: namespaces, labels, access and isolation follow from it.
+    pub tenant: TenantScope,
+    /// MIG slices that other live environments hold on this workload's nodes. A node has
+    /// one MIG layout, so a backend that sets it must keep theirs in it.
+    pub mig_neighbours: Vec<PlacedUnit>,
+}
+
+/// The tenant an environment belongs to, as a backend needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantScope {
+    /// `None` for platform staff's own environments.
+    pub slug: Option<String>,
+    pub isolation: Isolation,
+    /// Active members and their tenant roles, for access to the environment's resources.
+    pub members: Vec<(String, Role)>,
 }
 
 /// One reserved GPU or MIG slice, named as the backend knows it.

@@ -1,0 +1,788 @@
+//! What Berth asks a Kubernetes cluster for, as pure functions of the workload: the
+//! environment's namespace bundle (Pod Security, quota, limits, network policy, access,
+//! Kueue queues), its workload and endpoint, node labels and taints, MIG layouts and the
+//! dedicated cluster's kubeconfig. No I/O here, so every manifest can be golden-tested.
+//!
+//! Each environment gets its own namespace, labelled with its tenant: its quota then equals
+//! exactly what the environment booked, environments never race each other for a shared
+//! quota object, and teardown is one namespace deletion. The tenant's environments share a
+//! Kueue cohort, so their queues lend each other unused quota.
+
+use std::collections::BTreeMap;
+
+use berth_domain::catalog::Offering;
+use berth_domain::mig::{MigInstance, MigLayout, MigProfile, mig_parted_config};
+use berth_domain::policy::Role;
+use berth_domain::tenancy::Isolation;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::backend::{PlacedUnit, Workload};
+
+pub const FIELD_MANAGER: &str = "berth";
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const ENVIRONMENT_LABEL: &str = "berth.dev/environment";
+pub const TENANT_LABEL: &str = "berth.dev/tenant";
+pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
+pub const MIG_CONFIG_LABEL: &str = "nvidia.com/mig.config";
+pub const MIG_STATE_LABEL: &str = "nvidia.com/mig.config.state";
+pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
+/// The mig-parted config that disables MIG; the GPU Operator knows it by this name.
+pub const MIG_DISABLED: &str = "all-disabled";
+/// The ConfigMap key the GPU Operator's MIG manager reads.
+pub const MIG_CONFIG_KEY: &str = "config.yaml";
+/// Tenant label of platform staff's own environments (they belong to no tenant).
+pub const STAFF_TENANT: &str = "platform-staff";
+/// Jupyter's user (jovyan) and group (users): restricted Pod Security needs a non-root uid.
+const RUN_AS_USER: i64 = 1000;
+const RUN_AS_GROUP: i64 = 100;
+const NOTEBOOK_PORT: i64 = 8888;
+const INFERENCE_PORT: i64 = 8000;
+
+/// Cluster settings the manifests depend on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterSettings {
+    /// Where the GPU Operator runs and reads its mig-parted ConfigMap.
+    pub gpu_operator_namespace: String,
+    /// The mig-parted ConfigMap Berth writes (the ClusterPolicy's `migManager.config.name`).
+    pub mig_config_map: String,
+    /// The Kueue ResourceFlavor the environments' ClusterQueues use.
+    pub queue_flavor: String,
+    /// Prefix of Kubernetes user names for Berth members (e.g. `oidc:` as the API server's
+    /// `--oidc-username-prefix`); the member's email follows it.
+    pub user_prefix: String,
+    /// Persistent storage an environment may claim.
+    pub storage_gb: u32,
+}
+
+impl Default for ClusterSettings {
+    fn default() -> ClusterSettings {
+        ClusterSettings {
+            gpu_operator_namespace: "gpu-operator".into(),
+            mig_config_map: "berth-mig-parted-config".into(),
+            queue_flavor: "default-flavor".into(),
+            user_prefix: String::new(),
+            storage_gb: 100,
+        }
+    }
+}
+
+/// A kind of object, enough to address it through the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kind {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+    pub namespaced: bool,
+}
+
+impl Kind {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() { self.version.to_owned() } else { format!("{}/{}", self.group, self.version) }
+    }
+}
+
+const fn kind(
+    group: &'static str,
+    version: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+) -> Kind {
+    Kind { group, version, kind, plural, namespaced }
+}
+
+pub const NAMESPACE: Kind = kind("", "v1", "Namespace", "namespaces", false);
+pub const NODE: Kind = kind("", "v1", "Node", "nodes", false);
+pub const RESOURCE_QUOTA: Kind = kind("", "v1", "ResourceQuota", "resourcequotas", true);
+pub const LIMIT_RANGE: Kind = kind("", "v1", "LimitRange", "limitranges", true);
+pub const SERVICE: Kind = kind("", "v1", "Service", "services", true);
+pub const SECRET: Kind = kind("", "v1", "Secret", "secrets", true);
+pub const SERVICE_ACCOUNT: Kind = kind("", "v1", "ServiceAccount", "serviceaccounts", true);
+pub const CONFIG_MAP: Kind = kind("", "v1", "ConfigMap", "configmaps", true);
+pub const NETWORK_POLICY: Kind = kind("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", true);
+pub const ROLE: Kind = kind("rbac.authorization.k8s.io", "v1", "Role", "roles", true);
+pub const ROLE_BINDING: Kind = kind("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true);
+pub const STATEFUL_SET: Kind = kind("apps", "v1", "StatefulSet", "statefulsets", true);
+pub const DEPLOYMENT: Kind = kind("apps", "v1", "Deployment", "deployments", true);
+pub const JOB: Kind = kind("batch", "v1", "Job", "jobs", true);
+pub const CLUSTER_QUEUE: Kind = kind("kueue.x-k8s.io", "v1beta1", "ClusterQueue", "clusterqueues", false);
+pub const LOCAL_QUEUE: Kind = kind("kueue.x-k8s.io", "v1beta1", "LocalQueue", "localqueues", true);
+
+/// One object Berth wants to exist, as the API takes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Manifest {
+    pub kind: Kind,
+    pub object: Value,
+}
+
+impl Manifest {
+    fn new(kind: Kind, object: Value) -> Manifest {
+        Manifest { kind, object }
+    }
+
+    pub fn name(&self) -> &str {
+        self.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> Option<&str> {
+        self.object.pointer("/metadata/namespace").and_then(Value::as_str)
+    }
+}
+
+/// The names of an environment's objects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    pub tenant: String,
+    /// The environment's namespace; also its ClusterQueue's name (cluster-wide unique).
+    pub namespace: String,
+    pub cohort: String,
+    pub local_queue: String,
+    /// The StatefulSet, Job or Deployment, and its Service.
+    pub workload: &'static str,
+    /// The notebook token or inference API key.
+    pub credential: &'static str,
+    /// The dedicated cluster's ServiceAccount and its token Secret.
+    pub service_account: &'static str,
+    pub service_account_token: &'static str,
+}
+
+impl Names {
+    pub fn of(w: &Workload) -> Names {
+        let tenant = w.tenant.slug.clone().unwrap_or_else(|| STAFF_TENANT.to_owned());
+        // 12 hex digits of the environment's id keep `berth-<40-char slug>-<id>` within the
+        // 63 characters of a namespace name while two environments practically never collide.
+        let short: String = w.environment_id.chars().filter(char::is_ascii_alphanumeric).take(12).collect();
+        Names {
+            namespace: format!("berth-{tenant}-{}", short.to_ascii_lowercase()),
+            cohort: format!("berth-{tenant}"),
+            tenant,
+            local_queue: "berth".into(),
+            workload: match w.offering {
+                Offering::Notebook => "notebook",
+                Offering::TrainingJob => "training",
+                Offering::InferenceEndpoint => "inference",
+                Offering::DedicatedCluster => "cluster",
+            },
+            credential: match w.offering {
+                Offering::InferenceEndpoint => "inference-api-key",
+                _ => "notebook-token",
+            },
+            service_account: "tenant",
+            service_account_token: "tenant-token",
+        }
+    }
+}
+
+/// `managed-by`, environment and tenant: on everything Berth creates.
+pub fn owner_labels(w: &Workload) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY_LABEL.to_owned(), FIELD_MANAGER.to_owned()),
+        (ENVIRONMENT_LABEL.to_owned(), w.environment_id.clone()),
+        (TENANT_LABEL.to_owned(), Names::of(w).tenant),
+    ])
+}
+
+fn metadata(w: &Workload, name: &str, namespace: Option<&str>) -> Value {
+    let mut meta = json!({ "name": name, "labels": owner_labels(w) });
+    if let Some(ns) = namespace {
+        meta["namespace"] = json!(ns);
+    }
+    meta
+}
+
+/// Whether the environment gets whole nodes to itself: a dedicated cluster always, any
+/// environment of a hard-isolated tenant too.
+pub fn dedicates_nodes(w: &Workload) -> bool {
+    w.offering == Offering::DedicatedCluster || w.tenant.isolation == Isolation::Hard
+}
+
+/// The booked nodes, in order, each once.
+pub fn nodes_of(w: &Workload) -> Vec<String> {
+    let mut nodes: Vec<String> = w.units.iter().map(|u| u.node.clone()).collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes
+}
+
+/// The extended resources the booked units are, with their counts: `nvidia.com/gpu` for
+/// whole GPUs, `nvidia.com/mig-<profile>` for MIG slices (the device plugin's mixed strategy).
+pub fn gpu_resources(w: &Workload) -> BTreeMap<String, i64> {
+    let mut counts = BTreeMap::new();
+    for u in &w.units {
+        let resource = match &u.mig_profile {
+            Some(profile) => format!("nvidia.com/mig-{profile}"),
+            None => "nvidia.com/gpu".to_owned(),
+        };
+        *counts.entry(resource).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// The namespace bundle: everything an environment's namespace holds before a workload runs.
+pub fn namespace_bundle(w: &Workload, settings: &ClusterSettings) -> Vec<Manifest> {
+    let names = Names::of(w);
+    let ns = names.namespace.as_str();
+    let mut bundle = vec![
+        namespace(w, &names),
+        resource_quota(w, ns, settings),
+        limit_range(w, ns, settings),
+        network_policy(w, ns),
+    ];
+    for (role, rules) in [("berth-admin", admin_rules()), ("berth-edit", edit_rules()), ("berth-view", view_rules())] {
+        bundle.push(Manifest::new(
+            ROLE,
+            json!({ "apiVersion": ROLE.api_version(), "kind": "Role", "metadata": metadata(w, role, Some(ns)), "rules": rules }),
+        ));
+    }
+    for (binding, berth_role, role) in [
+        ("berth-tenant-admins", Role::TenantAdmin, "berth-admin"),
+        ("berth-members", Role::Member, "berth-edit"),
+        ("berth-viewers", Role::Viewer, "berth-view"),
+    ] {
+        let subjects: Vec<Value> = w
+            .tenant
+            .members
+            .iter()
+            .filter(|(_, r)| *r == berth_role)
+            .map(|(email, _)| {
+                json!({ "kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": format!("{}{email}", settings.user_prefix) })
+            })
+            .collect();
+        bundle.push(role_binding(w, ns, binding, role, subjects));
+    }
+    bundle.push(cluster_queue(w, &names, settings));
+    bundle.push(Manifest::new(
+        LOCAL_QUEUE,
+        json!({
+            "apiVersion": LOCAL_QUEUE.api_version(), "kind": "LocalQueue",
+            "metadata": metadata(w, &names.local_queue, Some(ns)),
+            "spec": { "clusterQueue": names.namespace },
+        }),
+    ));
+    bundle
+}
+
+fn namespace(w: &Workload, names: &Names) -> Manifest {
+    let mut meta = metadata(w, &names.namespace, None);
+    for mode in ["enforce", "audit", "warn"] {
+        meta["labels"][format!("pod-security.kubernetes.io/{mode}")] = json!("restricted");
+        meta["labels"][format!("pod-security.kubernetes.io/{mode}-version")] = json!("latest");
+    }
+    meta["annotations"] = json!({ "berth.dev/name": w.name });
+    if dedicates_nodes(w) {
+        // With the PodNodeSelector and PodTolerationRestriction admission plugins, even pods
+        // the tenant creates itself land only on its dedicated nodes.
+        meta["annotations"]["scheduler.alpha.kubernetes.io/node-selector"] =
+            json!(format!("{TENANT_LABEL}={}", names.tenant));
+        meta["annotations"]["scheduler.alpha.kubernetes.io/defaultTolerations"] =
+            json!(json!([dedicated_toleration(&names.tenant)]).to_string());
+    }
+    Manifest::new(NAMESPACE, json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": meta }))
+}
+
+fn resource_quota(w: &Workload, ns: &str, settings: &ClusterSettings) -> Manifest {
+    let cpu = w.vcpus.to_string();
+    let memory = format!("{}Gi", w.memory_gb);
+    let mut hard = json!({
+        "requests.cpu": cpu, "limits.cpu": cpu,
+        "requests.memory": memory, "limits.memory": memory,
+        "requests.storage": format!("{}Gi", settings.storage_gb),
+        "persistentvolumeclaims": "4",
+        "pods": "16",
+        "services": "4",
+        "secrets": "16",
+        "configmaps": "16",
+        "services.nodeports": "0",
+        "services.loadbalancers": "0",
+    });
+    for (resource, count) in gpu_resources(w) {
+        hard[format!("requests.{resource}")] = json!(count.to_string());
+    }
+    Manifest::new(
+        RESOURCE_QUOTA,
+        json!({ "apiVersion": "v1", "kind": "ResourceQuota", "metadata": metadata(w, "berth", Some(ns)), "spec": { "hard": hard } }),
+    )
+}
+
+fn limit_range(w: &Workload, ns: &str, settings: &ClusterSettings) -> Manifest {
+    Manifest::new(
+        LIMIT_RANGE,
+        json!({
+            "apiVersion": "v1", "kind": "LimitRange", "metadata": metadata(w, "berth", Some(ns)),
+            "spec": { "limits": [
+                {
+                    "type": "Container",
+                    "default": { "cpu": "1", "memory": "2Gi" },
+                    "defaultRequest": { "cpu": "250m", "memory": "512Mi" },
+                    "max": { "cpu": w.vcpus.to_string(), "memory": format!("{}Gi", w.memory_gb) },
+                },
+                { "type": "PersistentVolumeClaim", "max": { "storage": format!("{}Gi", settings.storage_gb) } },
+            ] },
+        }),
+    )
+}
+
+fn network_policy(w: &Workload, ns: &str) -> Manifest {
+    Manifest::new(
+        NETWORK_POLICY,
+        json!({
+            "apiVersion": NETWORK_POLICY.api_version(), "kind": "NetworkPolicy",
+            "metadata": metadata(w, "berth-default-deny", Some(ns)),
+            "spec": {
+                "podSelector": {},
+                "policyTypes": ["Ingress", "Egress"],
+                "ingress": [{ "from": [{ "podSelector": {} }] }],
+                "egress": [
+                    { "to": [{ "podSelector": {} }] },
+                    {
+                        "to": [{
+                            "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": "kube-system" } },
+                            "podSelector": { "matchLabels": { "k8s-app": "kube-dns" } },
+                        }],
+                        "ports": [{ "protocol": "UDP", "port": 53 }, { "protocol": "TCP", "port": 53 }],
+                    },
+                ],
+            },
+        }),
+    )
+}
+
+const READ: [&str; 3] = ["get", "list", "watch"];
+const WRITE: [&str; 7] = ["get", "list", "watch", "create", "update", "patch", "delete"];
+
+/// Berth's own namespaced Roles rather than the built-in `admin`/`edit`/`view` ClusterRoles:
+/// `edit` lets its holders impersonate service accounts and rewrite network policies, which
+/// the tenant-namespace checklist forbids.
+fn view_rules() -> Value {
+    json!([
+        { "apiGroups": [""], "resources": ["pods", "pods/log", "services", "endpoints", "configmaps", "persistentvolumeclaims",
+            "events", "resourcequotas", "limitranges", "serviceaccounts"], "verbs": READ },
+        { "apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "replicasets"], "verbs": READ },
+        { "apiGroups": ["batch"], "resources": ["jobs"], "verbs": READ },
+        { "apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"], "verbs": READ },
+        { "apiGroups": ["kueue.x-k8s.io"], "resources": ["localqueues", "workloads"], "verbs": READ },
+    ])
+}
+
+fn edit_rules() -> Value {
+    let mut rules = view_rules();
+    if let Some(list) = rules.as_array_mut() {
+        list.extend([
+            json!({ "apiGroups": [""], "resources": ["pods", "services", "configmaps", "persistentvolumeclaims", "secrets"], "verbs": WRITE }),
+            json!({ "apiGroups": [""], "resources": ["pods/exec", "pods/portforward", "pods/attach"], "verbs": ["get", "create"] }),
+            json!({ "apiGroups": ["apps"], "resources": ["deployments", "statefulsets"], "verbs": WRITE }),
+            json!({ "apiGroups": ["apps"], "resources": ["deployments/scale", "statefulsets/scale"], "verbs": ["get", "update", "patch"] }),
+            json!({ "apiGroups": ["batch"], "resources": ["jobs"], "verbs": WRITE }),
+        ]);
+    }
+    rules
+}
+
+fn admin_rules() -> Value {
+    let mut rules = edit_rules();
+    if let Some(list) = rules.as_array_mut() {
+        list.push(json!({ "apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": READ }));
+    }
+    rules
+}
+
+fn role_binding(w: &Workload, ns: &str, name: &str, role: &str, subjects: Vec<Value>) -> Manifest {
+    Manifest::new(
+        ROLE_BINDING,
+        json!({
+            "apiVersion": ROLE_BINDING.api_version(), "kind": "RoleBinding", "metadata": metadata(w, name, Some(ns)),
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role },
+            "subjects": subjects,
+        }),
+    )
+}
+
+fn cluster_queue(w: &Workload, names: &Names, settings: &ClusterSettings) -> Manifest {
+    let mut resources = vec![
+        json!({ "name": "cpu", "nominalQuota": w.vcpus.to_string() }),
+        json!({ "name": "memory", "nominalQuota": format!("{}Gi", w.memory_gb) }),
+    ];
+    let mut covered = vec![json!("cpu"), json!("memory")];
+    for (resource, count) in gpu_resources(w) {
+        covered.push(json!(resource));
+        resources.push(json!({ "name": resource, "nominalQuota": count.to_string() }));
+    }
+    Manifest::new(
+        CLUSTER_QUEUE,
+        json!({
+            "apiVersion": CLUSTER_QUEUE.api_version(), "kind": "ClusterQueue", "metadata": metadata(w, &names.namespace, None),
+            "spec": {
+                "cohort": names.cohort,
+                "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": names.namespace } },
+                "resourceGroups": [{
+                    "coveredResources": covered,
+                    "flavors": [{ "name": settings.queue_flavor, "resources": resources }],
+                }],
+                "preemption": { "reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority" },
+            },
+        }),
+    )
+}
+
+fn dedicated_toleration(tenant: &str) -> Value {
+    json!({ "key": TENANT_LABEL, "operator": "Equal", "value": tenant, "effect": "NoSchedule" })
+}
+
+fn component_labels(w: &Workload, names: &Names) -> BTreeMap<String, String> {
+    let mut labels = owner_labels(w);
+    labels.insert(COMPONENT_LABEL.to_owned(), names.workload.to_owned());
+    labels
+}
+
+/// The pod of a notebook, training job or inference endpoint: restricted Pod Security,
+/// pinned to the booked nodes, requesting exactly the booked CPUs, memory and GPUs.
+fn pod_template(w: &Workload, names: &Names, container: Value) -> Value {
+    let mut limits = json!({ "cpu": w.vcpus.to_string(), "memory": format!("{}Gi", w.memory_gb) });
+    for (resource, count) in gpu_resources(w) {
+        limits[resource] = json!(count.to_string());
+    }
+    let mut container = container;
+    container["resources"] = json!({ "requests": limits, "limits": limits });
+    container["securityContext"] = json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": { "drop": ["ALL"] },
+        "runAsNonRoot": true,
+        "seccompProfile": { "type": "RuntimeDefault" },
+    });
+    // GPU nodes usually carry the GPU Operator's `nvidia.com/gpu` taint.
+    let mut tolerations = vec![json!({ "key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule" })];
+    let mut spec = json!({
+        "automountServiceAccountToken": false,
+        "securityContext": {
+            "runAsNonRoot": true, "runAsUser": RUN_AS_USER, "runAsGroup": RUN_AS_GROUP, "fsGroup": RUN_AS_GROUP,
+            "seccompProfile": { "type": "RuntimeDefault" },
+        },
+        "affinity": { "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": [
+            { "matchExpressions": [{ "key": HOSTNAME_LABEL, "operator": "In", "values": nodes_of(w) }] },
+        ] } } },
+        "containers": [container],
+    });
+    if dedicates_nodes(w) {
+        spec["nodeSelector"] = json!({ TENANT_LABEL: names.tenant });
+        tolerations.push(dedicated_toleration(&names.tenant));
+    }
+    spec["tolerations"] = json!(tolerations);
+    json!({ "metadata": { "labels": component_labels(w, names) }, "spec": spec })
+}
+
+fn credential_env(names: &Names, variable: &str) -> Value {
+    json!({ "name": variable, "valueFrom": { "secretKeyRef": { "name": names.credential, "key": "value" } } })
+}
+
+/// The workload's objects: StatefulSet, Job or Deployment; for a dedicated cluster the
+/// tenant's ServiceAccount, its token Secret and its RoleBinding.
+pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
+    let names = Names::of(w);
+    let ns = names.namespace.as_str();
+    let selector = json!({ "matchLabels": { ENVIRONMENT_LABEL: w.environment_id, COMPONENT_LABEL: names.workload } });
+    let image = w.image.clone().unwrap_or_default();
+    match w.offering {
+        Offering::Notebook => {
+            let container = json!({
+                "name": "notebook", "image": image,
+                "ports": [{ "name": "http", "containerPort": NOTEBOOK_PORT }],
+                "env": [credential_env(&names, "JUPYTER_TOKEN")],
+                "volumeMounts": [{ "name": "work", "mountPath": "/home/jovyan/work" }],
+            });
+            vec![Manifest::new(
+                STATEFUL_SET,
+                json!({
+                    "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata(w, names.workload, Some(ns)),
+                    "spec": {
+                        "replicas": 1, "serviceName": names.workload, "selector": selector,
+                        "template": pod_template(w, &names, container),
+                        "persistentVolumeClaimRetentionPolicy": { "whenDeleted": "Delete", "whenScaled": "Retain" },
+                        "volumeClaimTemplates": [{
+                            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                            "metadata": { "name": "work", "labels": owner_labels(w) },
+                            "spec": { "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": "20Gi" } } },
+                        }],
+                    },
+                }),
+            )]
+        }
+        Offering::TrainingJob => {
+            let mut container = json!({ "name": "training", "image": image });
+            if let Some(command) = &w.command {
+                container["command"] = json!(["/bin/sh", "-c", command]);
+            }
+            let mut template = pod_template(w, &names, container);
+            template["spec"]["restartPolicy"] = json!("Never");
+            // Kueue admits the Job through the environment's LocalQueue. `suspend` is left
+            // to Kueue's webhook: applying `suspend: true` again would stop a running job.
+            let mut meta = metadata(w, names.workload, Some(ns));
+            meta["labels"]["kueue.x-k8s.io/queue-name"] = json!(names.local_queue);
+            vec![Manifest::new(
+                JOB,
+                json!({
+                    "apiVersion": "batch/v1", "kind": "Job", "metadata": meta,
+                    "spec": { "backoffLimit": 0, "completions": 1, "parallelism": 1, "template": template },
+                }),
+            )]
+        }
+        Offering::InferenceEndpoint => {
+            let mut container = json!({
+                "name": "inference", "image": image,
+                "ports": [{ "name": "http", "containerPort": INFERENCE_PORT }],
+                "env": [credential_env(&names, "BERTH_API_KEY")],
+            });
+            if let Some(command) = &w.command {
+                container["command"] = json!(["/bin/sh", "-c", command]);
+            }
+            vec![Manifest::new(
+                DEPLOYMENT,
+                json!({
+                    "apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(w, names.workload, Some(ns)),
+                    "spec": { "replicas": 1, "selector": selector, "template": pod_template(w, &names, container) },
+                }),
+            )]
+        }
+        Offering::DedicatedCluster => {
+            let mut token_meta = metadata(w, names.service_account_token, Some(ns));
+            token_meta["annotations"] = json!({ "kubernetes.io/service-account.name": names.service_account });
+            let subjects = vec![json!({ "kind": "ServiceAccount", "name": names.service_account, "namespace": ns })];
+            vec![
+                Manifest::new(
+                    SERVICE_ACCOUNT,
+                    json!({
+                        "apiVersion": "v1", "kind": "ServiceAccount",
+                        "metadata": metadata(w, names.service_account, Some(ns)),
+                        "automountServiceAccountToken": false,
+                    }),
+                ),
+                Manifest::new(
+                    SECRET,
+                    json!({ "apiVersion": "v1", "kind": "Secret", "metadata": token_meta, "type": "kubernetes.io/service-account-token" }),
+                ),
+                role_binding(w, ns, "berth-cluster-user", "berth-edit", subjects),
+            ]
+        }
+    }
+}
+
+/// The Service in front of a notebook or an inference endpoint.
+pub fn endpoint_manifest(w: &Workload) -> Option<Manifest> {
+    let names = Names::of(w);
+    let port = match w.offering {
+        Offering::Notebook => NOTEBOOK_PORT,
+        Offering::InferenceEndpoint => INFERENCE_PORT,
+        Offering::TrainingJob | Offering::DedicatedCluster => return None,
+    };
+    Some(Manifest::new(
+        SERVICE,
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": metadata(w, names.workload, Some(&names.namespace)),
+            "spec": {
+                "type": "ClusterIP",
+                "selector": { ENVIRONMENT_LABEL: w.environment_id, COMPONENT_LABEL: names.workload },
+                "ports": [{ "name": "http", "port": port, "targetPort": "http", "protocol": "TCP" }],
+            },
+        }),
+    ))
+}
+
+/// The Secret holding a notebook token or an inference API key, created once (a random
+/// value cannot be re-applied without changing it).
+pub fn credential_manifest(w: &Workload, value: &str) -> Option<Manifest> {
+    let names = Names::of(w);
+    matches!(w.offering, Offering::Notebook | Offering::InferenceEndpoint).then(|| {
+        Manifest::new(
+            SECRET,
+            json!({
+                "apiVersion": "v1", "kind": "Secret", "metadata": metadata(w, names.credential, Some(&names.namespace)),
+                "type": "Opaque", "stringData": { "value": value },
+            }),
+        )
+    })
+}
+
+/// Where a node's Berth-owned labels and taint stand in a lifecycle step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeStage {
+    /// Configure and start: the environment's MIG layout, and the node dedicated if it is.
+    Held,
+    /// After clearing the partition: MIG layout cleared, still dedicated.
+    Cleared,
+    /// After the window: nothing of this environment left on the node.
+    Released,
+}
+
+/// The node fields Berth owns for this environment at `stage`, as one server-side apply
+/// (every field Berth wants on the node must be in each apply: fields of the `berth`
+/// manager that an apply leaves out are removed). `None` when Berth has nothing to do
+/// on the node at this stage.
+pub fn node_manifest(w: &Workload, node: &str, stage: NodeStage) -> Result<Option<Manifest>, String> {
+    let names = Names::of(w);
+    let owns_mig = w.units.iter().any(|u| u.node == node && u.mig_profile.is_some());
+    let mig = match (owns_mig, stage) {
+        (false, _) => None,
+        (true, NodeStage::Held) => Some(node_mig_layout(w, node)?.name),
+        (true, NodeStage::Cleared | NodeStage::Released) => Some(cleared_mig_config(w, node)?),
+    };
+    let dedicated = dedicates_nodes(w) && stage != NodeStage::Released;
+    let touches = match stage {
+        NodeStage::Held => mig.is_some() || dedicated,
+        NodeStage::Cleared => owns_mig,
+        NodeStage::Released => dedicates_nodes(w),
+    };
+    if !touches {
+        return Ok(None);
+    }
+    let mut meta = json!({ "name": node });
+    let mut labels = BTreeMap::new();
+    if let Some(config) = mig {
+        labels.insert(MIG_CONFIG_LABEL.to_owned(), config);
+    }
+    if dedicated {
+        labels.insert(TENANT_LABEL.to_owned(), names.tenant.clone());
+        labels.insert(ENVIRONMENT_LABEL.to_owned(), w.environment_id.clone());
+        let until = chrono::DateTime::from_timestamp_millis(w.ends_at).map(|t| t.to_rfc3339()).unwrap_or_default();
+        meta["annotations"] = json!({ "berth.dev/dedicated-until": until });
+    }
+    if !labels.is_empty() {
+        meta["labels"] = json!(labels);
+    }
+    let mut object = json!({ "apiVersion": "v1", "kind": "Node", "metadata": meta });
+    if dedicated {
+        object["spec"] = json!({ "taints": [dedicated_toleration_taint(&names.tenant)] });
+    }
+    Ok(Some(Manifest::new(NODE, object)))
+}
+
+fn dedicated_toleration_taint(tenant: &str) -> Value {
+    json!({ "key": TENANT_LABEL, "value": tenant, "effect": "NoSchedule" })
+}
+
+/// A node's MIG layout as a named mig-parted config entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeMigLayout {
+    /// `berth-<hash>`: named by content, so equal layouts share one entry and writing an
+    /// entry twice changes nothing.
+    pub name: String,
+    /// The entry's lines under `mig-configs:`, starting with `  <name>:`.
+    pub entry: String,
+}
+
+fn units_on<'a>(units: &'a [PlacedUnit], node: &'a str) -> impl Iterator<Item = &'a PlacedUnit> + 'a {
+    units.iter().filter(move |u| u.node == node && u.mig_profile.is_some())
+}
+
+/// The MIG layout of `node` holding this environment's slices and its neighbours'.
+pub fn node_mig_layout(w: &Workload, node: &str) -> Result<NodeMigLayout, String> {
+    let model = w.shape.model();
+    let mut gpus: BTreeMap<u32, Vec<MigInstance>> = BTreeMap::new();
+    for u in units_on(&w.units, node).chain(units_on(&w.mig_neighbours, node)) {
+        let name = u.mig_profile.as_deref().unwrap_or_default();
+        let profile =
+            MigProfile::parse(model, name).ok_or_else(|| format!("{name} is no MIG profile of {}", model.name()))?;
+        let gpu = u32::try_from(u.gpu_index).map_err(|_| format!("GPU index {} on {node}", u.gpu_index))?;
+        let start = u8::try_from(u.slice_start).map_err(|_| format!("slice start {} on {node}", u.slice_start))?;
+        gpus.entry(gpu).or_default().push(MigInstance { profile, start });
+    }
+    // GPUs with the same instances share one device list, as mig-parted configs are written.
+    let mut groups: BTreeMap<Vec<(u8, MigProfile)>, Vec<u32>> = BTreeMap::new();
+    for (gpu, instances) in &gpus {
+        let mut key: Vec<(u8, MigProfile)> = instances.iter().map(|i| (i.start, i.profile)).collect();
+        key.sort();
+        groups.entry(key).or_default().push(*gpu);
+    }
+    let mut devices: Vec<(Vec<u32>, MigLayout)> = groups
+        .into_iter()
+        .map(|(key, gpus)| {
+            (gpus, MigLayout::new(key.into_iter().map(|(start, profile)| MigInstance { profile, start }).collect()))
+        })
+        .collect();
+    devices.sort_by_key(|(gpus, _)| gpus.first().copied());
+    // Rendered under a placeholder first: the name is the hash of the rest.
+    const PLACEHOLDER: &str = "berth-layout";
+    let document = mig_parted_config(PLACEHOLDER, model, &devices).map_err(|e| e.to_string())?;
+    let body = document
+        .split_once(&format!("  {PLACEHOLDER}:\n"))
+        .map(|(_, body)| body.to_owned())
+        .ok_or("mig-parted config without its entry")?;
+    let digest = Sha256::digest(format!("{}\n{body}", model.name()).as_bytes());
+    let name = format!("berth-{}", &hex::encode(digest)[..12]);
+    Ok(NodeMigLayout { entry: format!("  {name}:\n{body}"), name })
+}
+
+/// The MIG config a node gets once this environment's slices are cleared. With no other
+/// environment's slice on the node, MIG is disabled; otherwise the layout stays as it is,
+/// because the MIG manager repartitions whole GPUs and would destroy the instances the
+/// neighbours are using (the idle instance is simply there for the next booking).
+pub fn cleared_mig_config(w: &Workload, node: &str) -> Result<String, String> {
+    if units_on(&w.mig_neighbours, node).next().is_none() {
+        Ok(MIG_DISABLED.to_owned())
+    } else {
+        Ok(node_mig_layout(w, node)?.name)
+    }
+}
+
+/// The mig-parted document of the ConfigMap from its entries (key: config name, value:
+/// entry lines): `all-disabled` first, then every entry in name order.
+pub fn mig_parted_document(entries: &BTreeMap<String, String>) -> String {
+    let mut document =
+        String::from("version: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n");
+    for entry in entries.values() {
+        document.push_str(entry);
+    }
+    document
+}
+
+/// How the owner of an environment connects, given its credential.
+pub fn connection(
+    w: &Workload,
+    credential: Option<&str>,
+    api_server_url: &str,
+    kubeconfig: Option<String>,
+) -> crate::backend::Connection {
+    let names = Names::of(w);
+    let ns = &names.namespace;
+    match w.offering {
+        Offering::Notebook => crate::backend::Connection {
+            url: format!("http://{}.{ns}.svc:{NOTEBOOK_PORT}/lab", names.workload),
+            secret_label: Some("Token".into()),
+            secret: credential.map(str::to_owned),
+            example: format!(
+                "kubectl port-forward -n {ns} svc/{} {NOTEBOOK_PORT}:{NOTEBOOK_PORT}, then open http://127.0.0.1:{NOTEBOOK_PORT}/lab?token=<token>",
+                names.workload
+            ),
+        },
+        Offering::TrainingJob => crate::backend::Connection {
+            url: format!("{api_server_url}/apis/batch/v1/namespaces/{ns}/jobs/{}", names.workload),
+            secret_label: None,
+            secret: None,
+            example: format!("kubectl logs -n {ns} -f job/{}", names.workload),
+        },
+        Offering::InferenceEndpoint => crate::backend::Connection {
+            url: format!("http://{}.{ns}.svc:{INFERENCE_PORT}/v1", names.workload),
+            secret_label: Some("API key".into()),
+            secret: credential.map(str::to_owned),
+            example: format!(
+                "kubectl port-forward -n {ns} svc/{} {INFERENCE_PORT}:{INFERENCE_PORT}, then curl -H \"Authorization: Bearer <api key>\" http://127.0.0.1:{INFERENCE_PORT}/v1/models",
+                names.workload
+            ),
+        },
+        Offering::DedicatedCluster => crate::backend::Connection {
+            url: api_server_url.to_owned(),
+            secret_label: Some("Kubeconfig".into()),
+            secret: kubeconfig,
+            example: format!("kubectl --kubeconfig berth-{ns}.yaml get pods -n {ns}"),
+        },
+    }
+}
+
+/// A kubeconfig for the dedicated cluster's ServiceAccount, limited to its namespace.
+pub fn kubeconfig(api_server_url: &str, ca_base64: &str, token: &str, namespace: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: berth\n  cluster:\n    server: {api_server_url}\n    certificate-authority-data: {ca_base64}\n\
+         users:\n- name: {namespace}\n  user:\n    token: {token}\ncontexts:\n- name: {namespace}\n  context:\n    cluster: berth\n    user: {namespace}\n    namespace: {namespace}\n\
+         current-context: {namespace}\n"
+    )
+}

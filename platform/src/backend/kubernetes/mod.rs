@@ -1,0 +1,510 @@
+//! The Kubernetes backend: each lifecycle step becomes a few calls to the API server, all
+//! server-side applies with the one field manager `berth`, or deletes that count a missing
+//! object as done, so every step is safe to repeat.
+//!
+//! | step | Kubernetes |
+//! |---|---|
+//! | configure partition (MIG) | namespace bundle; MIG layout into the mig-parted ConfigMap, node label `nvidia.com/mig.config`, wait for `nvidia.com/mig.config.state=success` |
+//! | pull image | nothing: the kubelet pulls it when the pod starts |
+//! | start workload | namespace bundle; dedicated nodes labelled and tainted; credential Secret; StatefulSet / Job / Deployment, or the dedicated cluster's ServiceAccount |
+//! | wait healthy | read the workload's status (dedicated: the nodes' `Ready`) |
+//! | expose endpoint | Service; connection details (dedicated: a kubeconfig) |
+//! | remove endpoint | delete the Service |
+//! | stop workload | delete the workload and wait until its pods are gone |
+//! | clear partition | node's MIG config cleared |
+//! | release capacity | delete the namespace and ClusterQueue; node labels and taint removed |
+//!
+//! Kubernetes errors go to the log; the step fails with an operational message.
+
+pub mod manifests;
+
+use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
+
+use berth_domain::catalog::Offering;
+use berth_domain::lifecycle::Step;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::{ApiResource, ObjectMeta};
+use kube::{Client, ResourceExt};
+use rand::Rng;
+
+use self::manifests::{
+    CLUSTER_QUEUE, ClusterSettings, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind, MANAGED_BY_LABEL, MIG_CONFIG_KEY,
+    MIG_CONFIG_LABEL, MIG_STATE_LABEL, Manifest, NAMESPACE, NodeStage, TENANT_LABEL,
+};
+use super::{Backend, BackendError, StepFuture, StepOutput, Workload};
+
+/// How the backend reaches and uses the cluster.
+#[derive(Debug, Clone)]
+pub struct KubernetesConfig {
+    pub cluster: ClusterSettings,
+    /// The API server address written into dedicated clusters' kubeconfigs; defaults to
+    /// the address Berth itself uses.
+    pub api_server_url: Option<String>,
+    /// Pause between two reads while waiting for a MIG layout, a workload or a token.
+    pub poll_interval: Duration,
+}
+
+impl Default for KubernetesConfig {
+    fn default() -> KubernetesConfig {
+        KubernetesConfig {
+            cluster: ClusterSettings::default(),
+            api_server_url: None,
+            poll_interval: Duration::from_secs(2),
+        }
+    }
+}
+
+pub struct Kubernetes {
+    client: Client,
+    config: KubernetesConfig,
+    api_server_url: String,
+}
+
+/// An object Berth labelled for an environment that is no longer live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Orphan {
+    pub kind: &'static str,
+    pub name: String,
+    pub environment_id: String,
+}
+
+impl Kubernetes {
+    /// Connects with the kubeconfig (`KUBECONFIG`, `~/.kube/config`) or, inside a pod, the
+    /// service account, and checks that the API server answers.
+    pub async fn connect(config: KubernetesConfig) -> Result<Kubernetes, String> {
+        let inferred = kube::Config::infer().await.map_err(|e| {
+            format!(
+                "no Kubernetes cluster configured: neither a kubeconfig nor in-cluster credentials were found ({e})"
+            )
+        })?;
+        Kubernetes::connect_with(inferred, config).await
+    }
+
+    /// Connects with explicit client settings and checks that the API server answers.
+    pub async fn connect_with(client: kube::Config, config: KubernetesConfig) -> Result<Kubernetes, String> {
+        let url = client.cluster_url.to_string().trim_end_matches('/').to_owned();
+        let client =
+            Client::try_from(client).map_err(|e| format!("cannot set up a Kubernetes client for {url}: {e}"))?;
+        let version = client
+            .apiserver_version()
+            .await
+            .map_err(|e| format!("the Kubernetes API server at {url} does not answer: {e}"))?;
+        tracing::info!(api_server = %url, version = %version.git_version, "connected to Kubernetes");
+        Ok(Kubernetes::with_client(client, config, &url))
+    }
+
+    /// A backend over an existing client (tests hand it a mock API server).
+    pub fn with_client(client: Client, config: KubernetesConfig, cluster_url: &str) -> Kubernetes {
+        let api_server_url = config.api_server_url.clone().unwrap_or_else(|| cluster_url.to_owned());
+        Kubernetes { client, config, api_server_url }
+    }
+
+    async fn step(&self, w: &Workload, step: Step) -> Result<StepOutput, BackendError> {
+        let names = manifests::Names::of(w);
+        let mut output = StepOutput::default();
+        match step {
+            Step::ConfigurePartition => {
+                self.apply_all(&manifests::namespace_bundle(w, &self.config.cluster)).await?;
+                let mut layouts = Vec::new();
+                for node in manifests::nodes_of(w) {
+                    let layout = manifests::node_mig_layout(w, &node).map_err(|e| invalid(w, &e))?;
+                    self.store_mig_layout(&layout).await?;
+                    self.apply_node(w, &node, NodeStage::Held).await?;
+                    self.wait_mig_success(&node, &layout.name).await?;
+                    layouts.push(format!("{} on {node}", layout.name));
+                }
+                output.detail =
+                    Some(format!("namespace {} ready; MIG layout {} applied", names.namespace, layouts.join(", ")));
+            }
+            Step::PullImage => {
+                output.detail = w.image.as_ref().map(|i| format!("{i} is pulled by the node when the workload starts"));
+            }
+            Step::StartWorkload => {
+                self.apply_all(&manifests::namespace_bundle(w, &self.config.cluster)).await?;
+                if manifests::dedicates_nodes(w) {
+                    for node in manifests::nodes_of(w) {
+                        self.apply_node(w, &node, NodeStage::Held).await?;
+                    }
+                }
+                self.credential(w).await?;
+                let workload = manifests::workload_manifests(w);
+                self.apply_all(&workload).await?;
+                let kinds: Vec<String> = workload.iter().map(|m| format!("{} {}", m.kind.kind, m.name())).collect();
+                output.detail = Some(format!("{} applied in {}", kinds.join(", "), names.namespace));
+            }
+            Step::WaitHealthy => output.detail = Some(self.wait_healthy(w).await?),
+            Step::ExposeEndpoint => {
+                if let Some(service) = manifests::endpoint_manifest(w) {
+                    self.apply(&service).await?;
+                }
+                let credential = self.credential(w).await?;
+                let kubeconfig = match w.offering {
+                    Offering::DedicatedCluster => Some(self.kubeconfig(w).await?),
+                    _ => None,
+                };
+                output.connection =
+                    Some(manifests::connection(w, credential.as_deref(), &self.api_server_url, kubeconfig));
+            }
+            Step::RemoveEndpoint => {
+                if let Some(service) = manifests::endpoint_manifest(w) {
+                    self.delete(&service.kind, service.namespace(), service.name(), false).await?;
+                }
+            }
+            Step::StopWorkload => {
+                for m in manifests::workload_manifests(w) {
+                    // Foreground: the object goes only after its pods, so once it is gone the
+                    // GPUs are free and releasing the capacity tells the truth.
+                    if self.delete(&m.kind, m.namespace(), m.name(), true).await? {
+                        self.wait_gone(&m).await?;
+                    }
+                }
+            }
+            Step::ClearPartition => {
+                for node in manifests::nodes_of(w) {
+                    self.apply_node(w, &node, NodeStage::Cleared).await?;
+                }
+            }
+            Step::ReleaseCapacity => {
+                self.delete(&NAMESPACE, None, &names.namespace, false).await?;
+                self.delete(&CLUSTER_QUEUE, None, &names.namespace, false).await?;
+                for node in manifests::nodes_of(w) {
+                    self.apply_node(w, &node, NodeStage::Released).await?;
+                }
+            }
+        }
+        Ok(output)
+    }
+
+    fn api(&self, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
+        let resource = ApiResource {
+            group: kind.group.to_owned(),
+            version: kind.version.to_owned(),
+            api_version: kind.api_version(),
+            kind: kind.kind.to_owned(),
+            plural: kind.plural.to_owned(),
+        };
+        match namespace {
+            Some(ns) if kind.namespaced => Api::namespaced_with(self.client.clone(), ns, &resource),
+            _ => Api::all_with(self.client.clone(), &resource),
+        }
+    }
+
+    async fn apply(&self, m: &Manifest) -> Result<(), BackendError> {
+        // Forced: Berth is the one owner of these fields, also against a manager that set
+        // them before (the GPU Operator's default `nvidia.com/mig.config`, for one).
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        self.api(&m.kind, m.namespace())
+            .patch(m.name(), &params, &Patch::Apply(&m.object))
+            .await
+            .map_err(|e| api_failure(&format!("apply {} {}", m.kind.kind, m.name()), e))?;
+        Ok(())
+    }
+
+    async fn apply_all(&self, manifests: &[Manifest]) -> Result<(), BackendError> {
+        for m in manifests {
+            self.apply(m).await?;
+        }
+        Ok(())
+    }
+
+    /// Deletes an object; `false` when it was already gone.
+    async fn delete(
+        &self,
+        kind: &Kind,
+        namespace: Option<&str>,
+        name: &str,
+        foreground: bool,
+    ) -> Result<bool, BackendError> {
+        let params = if foreground { DeleteParams::foreground() } else { DeleteParams::background() };
+        match self.api(kind, namespace).delete(name, &params).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+            // A namespace already being deleted answers 409: it is on its way out.
+            Err(kube::Error::Api(status)) if status.code == 409 && kind.kind == "Namespace" => Ok(true),
+            Err(e) => Err(api_failure(&format!("delete {} {name}", kind.kind), e)),
+        }
+    }
+
+    async fn wait_gone(&self, m: &Manifest) -> Result<(), BackendError> {
+        let api = self.api(&m.kind, m.namespace());
+        loop {
+            match api.get_opt(m.name()).await {
+                Ok(None) => return Ok(()),
+                Ok(Some(_)) => tokio::time::sleep(self.config.poll_interval).await,
+                Err(e) => return Err(api_failure(&format!("read {} {}", m.kind.kind, m.name()), e)),
+            }
+        }
+    }
+
+    async fn apply_node(&self, w: &Workload, node: &str, stage: NodeStage) -> Result<(), BackendError> {
+        match manifests::node_manifest(w, node, stage).map_err(|e| invalid(w, &e))? {
+            Some(m) => self.apply(&m).await,
+            None => Ok(()),
+        }
+    }
+
+    /// Adds a layout to the mig-parted ConfigMap. The file is shared by every node, so it
+    /// is read, extended and written back with its resourceVersion; a concurrent writer
+    /// makes the write fail with a conflict and it is tried again. Entries are named by
+    /// content, so one already present is left alone.
+    async fn store_mig_layout(&self, layout: &manifests::NodeMigLayout) -> Result<(), BackendError> {
+        let cluster = &self.config.cluster;
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &cluster.gpu_operator_namespace);
+        let doing = format!("write MIG layout {} into ConfigMap {}", layout.name, cluster.mig_config_map);
+        for _ in 0..5 {
+            let current = api.get_opt(&cluster.mig_config_map).await.map_err(|e| api_failure(&doing, e))?;
+            let mut data: BTreeMap<String, String> = current.as_ref().and_then(|c| c.data.clone()).unwrap_or_default();
+            let mut entries: BTreeMap<String, String> = data
+                .iter()
+                .filter(|(k, _)| k.as_str() != MIG_CONFIG_KEY)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            entries.insert(layout.name.clone(), layout.entry.clone());
+            let document = manifests::mig_parted_document(&entries);
+            if data.get(&layout.name) == Some(&layout.entry) && data.get(MIG_CONFIG_KEY) == Some(&document) {
+                return Ok(());
+            }
+            data.insert(layout.name.clone(), layout.entry.clone());
+            data.insert(MIG_CONFIG_KEY.to_owned(), document);
+            let result = match current {
+                Some(mut map) => {
+                    map.data = Some(data);
+                    api.replace(&cluster.mig_config_map, &PostParams::default(), &map).await
+                }
+                None => {
+                    let map = ConfigMap {
+                        metadata: ObjectMeta {
+                            name: Some(cluster.mig_config_map.clone()),
+                            namespace: Some(cluster.gpu_operator_namespace.clone()),
+                            labels: Some(BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), FIELD_MANAGER.to_owned())])),
+                            ..ObjectMeta::default()
+                        },
+                        data: Some(data),
+                        ..ConfigMap::default()
+                    };
+                    api.create(&PostParams::default(), &map).await
+                }
+            };
+            match result {
+                Ok(_) => return Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                Err(e) => return Err(api_failure(&doing, e)),
+            }
+        }
+        Err(BackendError(format!("could not {doing}: other writers kept changing it; the step is retried")))
+    }
+
+    /// Waits until the GPU Operator's MIG manager reports the layout applied on the node.
+    async fn wait_mig_success(&self, node: &str, config: &str) -> Result<(), BackendError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        loop {
+            let found = api.get_opt(node).await.map_err(|e| api_failure(&format!("read node {node}"), e))?;
+            let Some(found) = found else {
+                return Err(BackendError(format!("node {node} is not in the Kubernetes cluster")));
+            };
+            let labels = found.metadata.labels.unwrap_or_default();
+            let applied = labels.get(MIG_CONFIG_LABEL).map(String::as_str) == Some(config);
+            match labels.get(MIG_STATE_LABEL).map(String::as_str) {
+                Some("success") if applied => return Ok(()),
+                Some("failed") if applied => {
+                    return Err(BackendError(format!(
+                        "the GPU Operator could not apply MIG layout {config} on node {node}"
+                    )));
+                }
+                _ => tokio::time::sleep(self.config.poll_interval).await,
+            }
+        }
+    }
+
+    /// The notebook token or inference API key: created once with a random value, then
+    /// read back on every later call.
+    async fn credential(&self, w: &Workload) -> Result<Option<String>, BackendError> {
+        let Some(fresh) = manifests::credential_manifest(w, &random_secret()) else {
+            return Ok(None);
+        };
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), fresh.namespace().unwrap_or_default());
+        let doing = format!("read Secret {}", fresh.name());
+        if let Some(value) = api.get_opt(fresh.name()).await.map_err(|e| api_failure(&doing, e))?.and_then(secret_value)
+        {
+            return Ok(Some(value));
+        }
+        let secret: Secret = serde_json::from_value(fresh.object.clone()).map_err(|e| invalid(w, &e.to_string()))?;
+        match api.create(&PostParams::default(), &secret).await {
+            Ok(_) => {}
+            // Someone else created it first: theirs counts.
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(e) => return Err(api_failure(&format!("create Secret {}", fresh.name()), e)),
+        }
+        let stored = api.get(fresh.name()).await.map_err(|e| api_failure(&doing, e))?;
+        secret_value(stored).map(Some).ok_or_else(|| BackendError(format!("Secret {} holds no value", fresh.name())))
+    }
+
+    async fn kubeconfig(&self, w: &Workload) -> Result<String, BackendError> {
+        let names = manifests::Names::of(w);
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &names.namespace);
+        loop {
+            let secret = api
+                .get_opt(names.service_account_token)
+                .await
+                .map_err(|e| api_failure("read the service account token", e))?;
+            let data = secret.and_then(|s| s.data).unwrap_or_default();
+            // The token controller fills the Secret shortly after it is created.
+            if let (Some(token), Some(ca)) = (data.get("token"), data.get("ca.crt")) {
+                let token = String::from_utf8_lossy(&token.0).into_owned();
+                let ca = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &ca.0);
+                return Ok(manifests::kubeconfig(&self.api_server_url, &ca, &token, &names.namespace));
+            }
+            tokio::time::sleep(self.config.poll_interval).await;
+        }
+    }
+
+    async fn wait_healthy(&self, w: &Workload) -> Result<String, BackendError> {
+        let names = manifests::Names::of(w);
+        let ns = names.namespace.as_str();
+        let name = names.workload;
+        loop {
+            let ready = match w.offering {
+                Offering::Notebook => {
+                    let api: Api<StatefulSet> = Api::namespaced(self.client.clone(), ns);
+                    let found = api.get_opt(name).await.map_err(|e| api_failure("read the notebook", e))?;
+                    let found = found.ok_or_else(|| BackendError("the notebook's StatefulSet is missing".into()))?;
+                    found.status.and_then(|s| s.ready_replicas).unwrap_or(0) >= 1
+                }
+                Offering::InferenceEndpoint => {
+                    let api: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
+                    let found = api.get_opt(name).await.map_err(|e| api_failure("read the inference endpoint", e))?;
+                    let found = found.ok_or_else(|| BackendError("the inference Deployment is missing".into()))?;
+                    found.status.and_then(|s| s.ready_replicas).unwrap_or(0) >= 1
+                }
+                Offering::TrainingJob => {
+                    let api: Api<Job> = Api::namespaced(self.client.clone(), ns);
+                    let found = api.get_opt(name).await.map_err(|e| api_failure("read the training job", e))?;
+                    let status = found.ok_or_else(|| BackendError("the training Job is missing".into()))?.status;
+                    let status = status.unwrap_or_default();
+                    if status.failed.unwrap_or(0) > 0 {
+                        return Err(BackendError(format!(
+                            "the training job failed; its logs: kubectl logs -n {ns} job/{name}"
+                        )));
+                    }
+                    status.active.unwrap_or(0) > 0 || status.succeeded.unwrap_or(0) > 0
+                }
+                Offering::DedicatedCluster => {
+                    let api: Api<Node> = Api::all(self.client.clone());
+                    let mut all_ready = true;
+                    for node in manifests::nodes_of(w) {
+                        let found =
+                            api.get_opt(&node).await.map_err(|e| api_failure(&format!("read node {node}"), e))?;
+                        let found = found.ok_or_else(|| BackendError(format!("node {node} is not in the cluster")))?;
+                        let conditions = found.status.and_then(|s| s.conditions).unwrap_or_default();
+                        all_ready &= conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True");
+                    }
+                    all_ready
+                }
+            };
+            if ready {
+                return Ok(format!("{name} in {ns} is ready"));
+            }
+            tokio::time::sleep(self.config.poll_interval).await;
+        }
+    }
+
+    /// Everything Berth labelled for an environment: namespaces (everything in them goes
+    /// with them), ClusterQueues and dedicated nodes. The orphan sweep is two phases: list
+    /// these first, then read which environments are live, then [`Kubernetes::remove_orphans`].
+    /// In that order an environment created between the two reads counts as live, so
+    /// nothing it has just created is swept.
+    pub async fn owned_objects(&self) -> Result<Vec<Orphan>, BackendError> {
+        let mut owned = Vec::new();
+        let labelled = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER},{ENVIRONMENT_LABEL}"));
+        for kind in [NAMESPACE, CLUSTER_QUEUE] {
+            let found =
+                self.api(&kind, None).list(&labelled).await.map_err(|e| api_failure("list Berth's objects", e))?;
+            owned.extend(found.iter().map(|object| Orphan {
+                kind: kind.kind,
+                name: object.name_any(),
+                environment_id: object.labels().get(ENVIRONMENT_LABEL).cloned().unwrap_or_default(),
+            }));
+        }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let dedicated = ListParams::default().labels(&format!("{ENVIRONMENT_LABEL},{TENANT_LABEL}"));
+        let found = nodes.list(&dedicated).await.map_err(|e| api_failure("list dedicated nodes", e))?;
+        owned.extend(found.iter().map(|node| Orphan {
+            kind: "Node",
+            name: node.name_any(),
+            environment_id: node.labels().get(ENVIRONMENT_LABEL).cloned().unwrap_or_default(),
+        }));
+        Ok(owned)
+    }
+
+    /// Removes the objects of `owned` whose environment is not in `live` and returns them:
+    /// namespaces and queues are deleted, nodes lose Berth's labels and taint.
+    pub async fn remove_orphans(&self, owned: &[Orphan], live: &HashSet<String>) -> Result<Vec<Orphan>, BackendError> {
+        let orphans: Vec<Orphan> = orphans(owned, live);
+        for orphan in &orphans {
+            match orphan.kind {
+                "Node" => {
+                    // An apply without fields gives back every label and taint Berth set.
+                    let release = Manifest {
+                        kind: manifests::NODE,
+                        object: serde_json::json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": orphan.name } }),
+                    };
+                    self.apply(&release).await?;
+                }
+                "Namespace" => {
+                    self.delete(&NAMESPACE, None, &orphan.name, false).await?;
+                }
+                _ => {
+                    self.delete(&CLUSTER_QUEUE, None, &orphan.name, false).await?;
+                }
+            }
+            tracing::warn!(kind = orphan.kind, name = %orphan.name, environment = %orphan.environment_id, "removed an orphan");
+        }
+        Ok(orphans)
+    }
+}
+
+/// The objects of `owned` that no live environment explains (the report of a sweep).
+pub fn orphans(owned: &[Orphan], live: &HashSet<String>) -> Vec<Orphan> {
+    owned.iter().filter(|o| !live.contains(&o.environment_id)).cloned().collect()
+}
+
+impl Backend for Kubernetes {
+    fn name(&self) -> &'static str {
+        "kubernetes"
+    }
+
+    fn run<'a>(&'a self, workload: &'a Workload, step: Step) -> StepFuture<'a> {
+        Box::pin(self.step(workload, step))
+    }
+}
+
+fn secret_value(secret: Secret) -> Option<String> {
+    let data = secret.data?;
+    data.get("value").map(|v| String::from_utf8_lossy(&v.0).into_owned())
+}
+
+fn random_secret() -> String {
+    let mut rng = rand::rng();
+    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
+}
+
+/// The cause goes to the log; the owner sees what Berth was doing.
+fn api_failure(doing: &str, error: kube::Error) -> BackendError {
+    tracing::warn!(error = %error, "Kubernetes API call failed: {doing}");
+    let why = match &error {
+        kube::Error::Api(status) if status.code == 403 => "Berth is not allowed to",
+        kube::Error::Api(status) if status.code == 422 || status.code == 400 => "the cluster refused to",
+        kube::Error::Api(_) => "the Kubernetes API failed to",
+        _ => "the Kubernetes API server could not be reached to",
+    };
+    BackendError(format!("{why} {doing}; the platform team has the details in Berth's log"))
+}
+
+fn invalid(w: &Workload, why: &str) -> BackendError {
+    tracing::error!(environment = %w.environment_id, error = why, "cannot describe the environment to Kubernetes");
+    BackendError(format!("Berth cannot describe this environment to Kubernetes: {why}"))
+}

@@ -1,0 +1,868 @@
+//! The Kubernetes backend against a mock API server: the exact requests of every step of
+//! every offering, golden manifests, the tenant-namespace security checklist, full
+//! provision/teardown, a second pass over a converged environment, crashes after each
+//! step, MIG layouts shared with neighbours, and the orphan sweep.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation stops the test with its message
+
+mod kubernetes_api;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use berth_domain::catalog::Offering;
+use berth_domain::lifecycle::{Step, provision_plan, teardown_plan};
+use berth_domain::policy::Role;
+use berth_domain::tenancy::Isolation;
+use berth_platform::backend::kubernetes::manifests::{
+    self, ClusterSettings, Manifest, NodeStage, endpoint_manifest, namespace_bundle, node_manifest, workload_manifests,
+};
+use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig, orphans};
+use berth_platform::backend::{Backend, PlacedUnit, TenantScope, Workload};
+use kubernetes_api::FakeCluster;
+use serde_json::{Value, json};
+
+const ENV_ID: &str = "0f1e2d3c-4b5a-4978-8a9b-0c1d2e3f4a5b";
+const OTHER_ENV_ID: &str = "99999999-8888-4777-8666-555555555555";
+
+fn acme() -> TenantScope {
+    TenantScope {
+        slug: Some("acme".into()),
+        isolation: Isolation::Soft,
+        members: vec![
+            ("ada@acme.test".into(), Role::TenantAdmin),
+            ("bob@acme.test".into(), Role::Member),
+            ("cy@acme.test".into(), Role::Viewer),
+        ],
+    }
+}
+
+fn vault() -> TenantScope {
+    TenantScope {
+        slug: Some("vault".into()),
+        isolation: Isolation::Hard,
+        members: vec![("dee@vault.test".into(), Role::TenantAdmin)],
+    }
+}
+
+fn mig_unit(node: &str, gpu: i64, start: i64, profile: &str) -> PlacedUnit {
+    PlacedUnit {
+        site: "test-1".into(),
+        node: node.into(),
+        gpu_index: gpu,
+        slice_start: start,
+        slice_size: 1,
+        mig_profile: Some(profile.into()),
+    }
+}
+
+fn gpu_unit(node: &str, gpu: i64) -> PlacedUnit {
+    PlacedUnit {
+        site: "test-1".into(),
+        node: node.into(),
+        gpu_index: gpu,
+        slice_start: 0,
+        slice_size: 8,
+        mig_profile: None,
+    }
+}
+
+fn workload(offering: Offering, size: &str, tenant: TenantScope, units: Vec<PlacedUnit>) -> Workload {
+    let size = offering.size(size).expect("size in the catalog");
+    Workload {
+        environment_id: ENV_ID.into(),
+        name: format!("my-{}", offering.id()),
+        offering,
+        shape: size.shape,
+        image: match offering {
+            Offering::Notebook => Some("quay.io/jupyter/pytorch-notebook:cuda12-latest".into()),
+            Offering::TrainingJob => Some("ghcr.io/acme/train:1.4".into()),
+            Offering::InferenceEndpoint => Some("vllm/vllm-openai:v0.6.3".into()),
+            Offering::DedicatedCluster => None,
+        },
+        command: match offering {
+            Offering::TrainingJob => Some("python train.py --epochs 3".into()),
+            _ => None,
+        },
+        units,
+        vcpus: size.vcpus,
+        memory_gb: size.memory_gb,
+        ends_at: 1_800_000_000_000,
+        tenant,
+        mig_neighbours: Vec::new(),
+    }
+}
+
+/// One case per offering: a MIG notebook of a soft tenant, a 4-GPU training job of a hard
+/// tenant, a whole-GPU inference endpoint, and a two-node dedicated cluster.
+fn cases() -> Vec<(&'static str, Workload)> {
+    vec![
+        (
+            "notebook-mig-soft",
+            workload(Offering::Notebook, "h100-1g.10gb", acme(), vec![mig_unit("h100-1", 0, 0, "1g.10gb")]),
+        ),
+        (
+            "training-gpus-hard",
+            workload(Offering::TrainingJob, "h100-4", vault(), (0..4).map(|g| gpu_unit("h100-2", g)).collect()),
+        ),
+        ("inference-gpu-soft", workload(Offering::InferenceEndpoint, "l40s-1", acme(), vec![gpu_unit("l40s-1", 1)])),
+        (
+            "dedicated-cluster",
+            workload(
+                Offering::DedicatedCluster,
+                "h100-node-2",
+                acme(),
+                ["h100-1", "h100-2"].iter().flat_map(|n| (0..8).map(move |g| gpu_unit(n, g))).collect(),
+            ),
+        ),
+    ]
+}
+
+fn settings() -> ClusterSettings {
+    ClusterSettings::default()
+}
+
+fn backend(client: kube::Client) -> Kubernetes {
+    let config = KubernetesConfig { poll_interval: Duration::from_millis(1), ..KubernetesConfig::default() };
+    Kubernetes::with_client(client, config, "https://k8s.test:6443")
+}
+
+fn ns(w: &Workload) -> String {
+    manifests::Names::of(w).namespace
+}
+
+fn all_steps(w: &Workload) -> Vec<Step> {
+    let mut steps = provision_plan(w.offering, w.shape);
+    steps.extend(teardown_plan(w.shape));
+    steps
+}
+
+// ---------------------------------------------------------------------------------------
+// Golden manifests
+
+fn golden_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/kubernetes").join(format!("{name}.json"))
+}
+
+fn objects(manifests: &[Manifest]) -> Value {
+    json!(manifests.iter().map(|m| m.object.clone()).collect::<Vec<_>>())
+}
+
+fn everything(w: &Workload) -> Value {
+    let nodes = manifests::nodes_of(w);
+    let at = |stage| {
+        json!(nodes.iter().filter_map(|n| node_manifest(w, n, stage).unwrap().map(|m| m.object)).collect::<Vec<_>>())
+    };
+    let mig: Vec<Value> = nodes
+        .iter()
+        .filter(|n| w.units.iter().any(|u| &u.node == *n && u.mig_profile.is_some()))
+        .map(|n| {
+            let layout = manifests::node_mig_layout(w, n).unwrap();
+            json!({ "node": n, "name": layout.name, "document": manifests::mig_parted_document(&BTreeMap::from([(layout.name.clone(), layout.entry)])) })
+        })
+        .collect();
+    json!({
+        "namespace_bundle": objects(&namespace_bundle(w, &settings())),
+        "workload": objects(&workload_manifests(w)),
+        "credential": manifests::credential_manifest(w, "<random>").map(|m| m.object),
+        "endpoint": endpoint_manifest(w).map(|m| m.object),
+        "nodes": { "held": at(NodeStage::Held), "cleared": at(NodeStage::Cleared), "released": at(NodeStage::Released) },
+        "mig_layouts": mig,
+    })
+}
+
+#[test]
+fn manifests_match_the_golden_files() {
+    let bless = std::env::var_os("BLESS").is_some();
+    let mut stale = Vec::new();
+    for (name, w) in cases() {
+        let path = golden_path(name);
+        let actual = serde_json::to_string_pretty(&everything(&w)).unwrap() + "\n";
+        if bless {
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, &actual).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&path).unwrap_or_default();
+        if expected != actual {
+            stale.push(name);
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "manifests differ from tests/golden/kubernetes/ for {stale:?}; review and run with BLESS=1"
+    );
+}
+
+/// Every core manifest survives a round trip through k8s-openapi's types unchanged, so
+/// no field is misspelt or misplaced (an unknown field would be dropped).
+#[test]
+fn manifests_are_valid_kubernetes_objects() {
+    use k8s_openapi::api::{apps, batch, core, networking, rbac};
+    fn round_trip<T: serde::de::DeserializeOwned + serde::Serialize>(m: &Manifest) {
+        let typed: T =
+            serde_json::from_value(m.object.clone()).unwrap_or_else(|e| panic!("{} {}: {e}", m.kind.kind, m.name()));
+        let back = serde_json::to_value(&typed).unwrap();
+        assert_eq!(back, m.object, "{} {} changed in a round trip", m.kind.kind, m.name());
+    }
+    for (_, w) in cases() {
+        let mut all = namespace_bundle(&w, &settings());
+        all.extend(workload_manifests(&w));
+        all.extend(endpoint_manifest(&w));
+        all.extend(manifests::credential_manifest(&w, "x"));
+        for node in manifests::nodes_of(&w) {
+            for stage in [NodeStage::Held, NodeStage::Cleared, NodeStage::Released] {
+                all.extend(node_manifest(&w, &node, stage).unwrap());
+            }
+        }
+        for m in &all {
+            match m.kind.kind {
+                "Namespace" => round_trip::<core::v1::Namespace>(m),
+                "Node" => round_trip::<core::v1::Node>(m),
+                "ResourceQuota" => round_trip::<core::v1::ResourceQuota>(m),
+                "LimitRange" => round_trip::<core::v1::LimitRange>(m),
+                "Service" => round_trip::<core::v1::Service>(m),
+                "Secret" => round_trip::<core::v1::Secret>(m),
+                "ServiceAccount" => round_trip::<core::v1::ServiceAccount>(m),
+                "NetworkPolicy" => round_trip::<networking::v1::NetworkPolicy>(m),
+                "Role" => round_trip::<rbac::v1::Role>(m),
+                "RoleBinding" => round_trip::<rbac::v1::RoleBinding>(m),
+                "StatefulSet" => round_trip::<apps::v1::StatefulSet>(m),
+                "Deployment" => round_trip::<apps::v1::Deployment>(m),
+                "Job" => round_trip::<batch::v1::Job>(m),
+                "ClusterQueue" | "LocalQueue" => {}
+                other => panic!("no check for {other}"),
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The security checklist's "Tenant namespaces on Kubernetes", item by item
+
+fn of_kind<'a>(all: &'a [Manifest], kind: &str) -> Vec<&'a Value> {
+    all.iter().filter(|m| m.kind.kind == kind).map(|m| &m.object).collect()
+}
+
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array().map(|a| a.iter().filter_map(Value::as_str).collect()).unwrap_or_default()
+}
+
+#[test]
+fn every_tenant_namespace_meets_the_security_checklist() {
+    for (name, w) in cases() {
+        let mut all = namespace_bundle(&w, &settings());
+        all.extend(workload_manifests(&w));
+        all.extend(endpoint_manifest(&w));
+
+        // 1. Pod Security `restricted`, and pods that pass it.
+        let namespace = of_kind(&all, "Namespace");
+        assert_eq!(namespace.len(), 1, "{name}");
+        for mode in ["enforce", "audit", "warn"] {
+            assert_eq!(
+                namespace[0]["metadata"]["labels"][format!("pod-security.kubernetes.io/{mode}")],
+                "restricted",
+                "{name}: {mode}"
+            );
+        }
+        for m in all.iter().filter(|m| ["StatefulSet", "Deployment", "Job"].contains(&m.kind.kind)) {
+            let pod = &m.object["spec"]["template"]["spec"];
+            assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{name}");
+            assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault", "{name}");
+            for key in ["hostNetwork", "hostPID", "hostIPC"] {
+                assert!(pod.get(key).is_none_or(|v| v == false), "{name}: {key}");
+            }
+            assert!(
+                pod["volumes"].as_array().is_none_or(|v| v.iter().all(|v| v.get("hostPath").is_none())),
+                "{name}: hostPath"
+            );
+            for c in pod["containers"].as_array().unwrap() {
+                let sc = &c["securityContext"];
+                assert_eq!(sc["allowPrivilegeEscalation"], false, "{name}");
+                assert_eq!(strings(&sc["capabilities"]["drop"]), ["ALL"], "{name}");
+                assert!(sc.get("privileged").is_none_or(|v| v == false), "{name}");
+                assert!(
+                    c["ports"].as_array().is_none_or(|p| p.iter().all(|p| p.get("hostPort").is_none())),
+                    "{name}: hostPort"
+                );
+            }
+        }
+
+        // 2. ResourceQuota: CPU, memory, storage, object counts, no NodePorts or
+        // LoadBalancers, and the booked GPU resources.
+        let quota = of_kind(&all, "ResourceQuota");
+        assert_eq!(quota.len(), 1, "{name}");
+        let hard = &quota[0]["spec"]["hard"];
+        for key in [
+            "requests.cpu",
+            "limits.cpu",
+            "requests.memory",
+            "limits.memory",
+            "requests.storage",
+            "pods",
+            "services",
+            "persistentvolumeclaims",
+        ] {
+            assert!(hard.get(key).is_some(), "{name}: quota lacks {key}");
+        }
+        assert_eq!(hard["services.nodeports"], "0", "{name}");
+        assert_eq!(hard["services.loadbalancers"], "0", "{name}");
+        assert_eq!(hard["requests.cpu"], w.vcpus.to_string(), "{name}");
+        let gpu_keys: BTreeMap<String, String> = hard
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with("requests.nvidia.com/"))
+            .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
+            .collect();
+        let booked: BTreeMap<String, String> =
+            manifests::gpu_resources(&w).into_iter().map(|(k, v)| (format!("requests.{k}"), v.to_string())).collect();
+        assert_eq!(gpu_keys, booked, "{name}: GPU quota equals the booking");
+        assert!(!booked.is_empty(), "{name}");
+
+        // 3. LimitRange with defaults; default-deny NetworkPolicy allowing the namespace and DNS.
+        let limits = of_kind(&all, "LimitRange");
+        assert_eq!(limits.len(), 1, "{name}");
+        let container =
+            limits[0]["spec"]["limits"].as_array().unwrap().iter().find(|l| l["type"] == "Container").unwrap();
+        assert!(container.get("default").is_some() && container.get("defaultRequest").is_some(), "{name}");
+        let policies = of_kind(&all, "NetworkPolicy");
+        assert_eq!(policies.len(), 1, "{name}");
+        let spec = &policies[0]["spec"];
+        assert_eq!(spec["podSelector"], json!({}), "{name}: applies to every pod");
+        assert_eq!(strings(&spec["policyTypes"]), ["Ingress", "Egress"], "{name}");
+        assert_eq!(
+            spec["ingress"],
+            json!([{ "from": [{ "podSelector": {} }] }]),
+            "{name}: only the namespace may connect"
+        );
+        for rule in spec["egress"].as_array().unwrap() {
+            let same_namespace = rule["to"] == json!([{ "podSelector": {} }]) && rule.get("ports").is_none();
+            let dns = rule["to"][0]["podSelector"]["matchLabels"]["k8s-app"] == "kube-dns"
+                && rule["ports"].as_array().unwrap().iter().all(|p| p["port"] == 53);
+            assert!(same_namespace || dns, "{name}: egress beyond the namespace and DNS: {rule}");
+        }
+
+        // 4. RoleBindings: no escalate, bind, impersonate; no writes to quotas, limits or
+        // network policies; nothing cluster-scoped.
+        assert!(of_kind(&all, "ClusterRole").is_empty() && of_kind(&all, "ClusterRoleBinding").is_empty(), "{name}");
+        let roles: BTreeMap<&str, &Value> =
+            of_kind(&all, "Role").into_iter().map(|r| (r["metadata"]["name"].as_str().unwrap(), r)).collect();
+        for binding in of_kind(&all, "RoleBinding") {
+            assert_eq!(binding["roleRef"]["kind"], "Role", "{name}: bindings grant namespaced Roles only");
+            let role = roles.get(binding["roleRef"]["name"].as_str().unwrap()).expect("bound role in the bundle");
+            for rule in role["rules"].as_array().unwrap() {
+                let verbs = strings(&rule["verbs"]);
+                let resources = strings(&rule["resources"]);
+                assert!(!verbs.iter().any(|v| ["escalate", "bind", "impersonate", "*"].contains(v)), "{name}: {rule}");
+                assert!(!resources.contains(&"*") && !strings(&rule["apiGroups"]).contains(&"*"), "{name}: {rule}");
+                if resources.iter().any(|r| ["resourcequotas", "limitranges", "networkpolicies"].contains(r)) {
+                    assert!(verbs.iter().all(|v| ["get", "list", "watch"].contains(v)), "{name}: {rule}");
+                }
+                assert!(rule.get("nonResourceURLs").is_none(), "{name}");
+            }
+        }
+        // Berth roles map to Berth's Roles.
+        let bound: BTreeMap<&str, &str> = of_kind(&all, "RoleBinding")
+            .into_iter()
+            .map(|b| (b["metadata"]["name"].as_str().unwrap(), b["roleRef"]["name"].as_str().unwrap()))
+            .collect();
+        assert_eq!(bound.get("berth-tenant-admins"), Some(&"berth-admin"), "{name}");
+        assert_eq!(bound.get("berth-members"), Some(&"berth-edit"), "{name}");
+        assert_eq!(bound.get("berth-viewers"), Some(&"berth-view"), "{name}");
+
+        // Owner labels on everything.
+        for m in &all {
+            let labels = &m.object["metadata"]["labels"];
+            assert_eq!(labels["app.kubernetes.io/managed-by"], "berth", "{name}: {}", m.name());
+            assert_eq!(labels["berth.dev/environment"], ENV_ID, "{name}: {}", m.name());
+            assert!(labels["berth.dev/tenant"].is_string(), "{name}: {}", m.name());
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Named scenarios: the exact requests of each step of each offering
+
+fn bundle_calls(ns: &str) -> Vec<String> {
+    let rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces";
+    vec![
+        format!("PATCH /api/v1/namespaces/{ns}"),
+        format!("PATCH /api/v1/namespaces/{ns}/resourcequotas/berth"),
+        format!("PATCH /api/v1/namespaces/{ns}/limitranges/berth"),
+        format!("PATCH /apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/berth-default-deny"),
+        format!("PATCH {rbac}/{ns}/roles/berth-admin"),
+        format!("PATCH {rbac}/{ns}/roles/berth-edit"),
+        format!("PATCH {rbac}/{ns}/roles/berth-view"),
+        format!("PATCH {rbac}/{ns}/rolebindings/berth-tenant-admins"),
+        format!("PATCH {rbac}/{ns}/rolebindings/berth-members"),
+        format!("PATCH {rbac}/{ns}/rolebindings/berth-viewers"),
+        format!("PATCH /apis/kueue.x-k8s.io/v1beta1/clusterqueues/{ns}"),
+        format!("PATCH /apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/localqueues/berth"),
+    ]
+}
+
+fn with(mut calls: Vec<String>, more: &[String]) -> Vec<String> {
+    calls.extend_from_slice(more);
+    calls
+}
+
+const MIG_MAP: &str = "/api/v1/namespaces/gpu-operator/configmaps";
+
+/// What each step of a case sends to the API server, first time round.
+fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
+    let ns = ns(w);
+    let secret = |name: &str| format!("/api/v1/namespaces/{ns}/secrets/{name}");
+    let release = vec![
+        format!("DELETE /api/v1/namespaces/{ns}"),
+        format!("DELETE /apis/kueue.x-k8s.io/v1beta1/clusterqueues/{ns}"),
+    ];
+    match (case, step) {
+        (_, Step::PullImage) => vec![],
+        ("notebook-mig-soft", Step::ConfigurePartition) => with(
+            bundle_calls(&ns),
+            &[
+                format!("GET {MIG_MAP}/berth-mig-parted-config"),
+                format!("POST {MIG_MAP}"),
+                "PATCH /api/v1/nodes/h100-1".into(),
+                "GET /api/v1/nodes/h100-1".into(),
+            ],
+        ),
+        ("notebook-mig-soft", Step::StartWorkload) => with(
+            bundle_calls(&ns),
+            &[
+                format!("GET {}", secret("notebook-token")),
+                format!("POST /api/v1/namespaces/{ns}/secrets"),
+                format!("GET {}", secret("notebook-token")),
+                format!("PATCH /apis/apps/v1/namespaces/{ns}/statefulsets/notebook"),
+            ],
+        ),
+        ("notebook-mig-soft", Step::WaitHealthy) => {
+            vec![format!("GET /apis/apps/v1/namespaces/{ns}/statefulsets/notebook")]
+        }
+        ("notebook-mig-soft", Step::ExposeEndpoint) => {
+            vec![
+                format!("PATCH /api/v1/namespaces/{ns}/services/notebook"),
+                format!("GET {}", secret("notebook-token")),
+            ]
+        }
+        ("notebook-mig-soft", Step::RemoveEndpoint) => {
+            vec![format!("DELETE /api/v1/namespaces/{ns}/services/notebook")]
+        }
+        ("notebook-mig-soft", Step::StopWorkload) => vec![
+            format!("DELETE /apis/apps/v1/namespaces/{ns}/statefulsets/notebook"),
+            format!("GET /apis/apps/v1/namespaces/{ns}/statefulsets/notebook"),
+        ],
+        ("notebook-mig-soft", Step::ClearPartition) => vec!["PATCH /api/v1/nodes/h100-1".into()],
+        ("notebook-mig-soft", Step::ReleaseCapacity) => release,
+
+        ("training-gpus-hard", Step::StartWorkload) => with(
+            bundle_calls(&ns),
+            &["PATCH /api/v1/nodes/h100-2".into(), format!("PATCH /apis/batch/v1/namespaces/{ns}/jobs/training")],
+        ),
+        ("training-gpus-hard", Step::WaitHealthy) => vec![format!("GET /apis/batch/v1/namespaces/{ns}/jobs/training")],
+        ("training-gpus-hard", Step::ExposeEndpoint | Step::RemoveEndpoint) => vec![],
+        ("training-gpus-hard", Step::StopWorkload) => vec![
+            format!("DELETE /apis/batch/v1/namespaces/{ns}/jobs/training"),
+            format!("GET /apis/batch/v1/namespaces/{ns}/jobs/training"),
+        ],
+        ("training-gpus-hard", Step::ReleaseCapacity) => with(release, &["PATCH /api/v1/nodes/h100-2".into()]),
+
+        ("inference-gpu-soft", Step::StartWorkload) => with(
+            bundle_calls(&ns),
+            &[
+                format!("GET {}", secret("inference-api-key")),
+                format!("POST /api/v1/namespaces/{ns}/secrets"),
+                format!("GET {}", secret("inference-api-key")),
+                format!("PATCH /apis/apps/v1/namespaces/{ns}/deployments/inference"),
+            ],
+        ),
+        ("inference-gpu-soft", Step::WaitHealthy) => {
+            vec![format!("GET /apis/apps/v1/namespaces/{ns}/deployments/inference")]
+        }
+        ("inference-gpu-soft", Step::ExposeEndpoint) => {
+            vec![
+                format!("PATCH /api/v1/namespaces/{ns}/services/inference"),
+                format!("GET {}", secret("inference-api-key")),
+            ]
+        }
+        ("inference-gpu-soft", Step::RemoveEndpoint) => {
+            vec![format!("DELETE /api/v1/namespaces/{ns}/services/inference")]
+        }
+        ("inference-gpu-soft", Step::StopWorkload) => vec![
+            format!("DELETE /apis/apps/v1/namespaces/{ns}/deployments/inference"),
+            format!("GET /apis/apps/v1/namespaces/{ns}/deployments/inference"),
+        ],
+        ("inference-gpu-soft", Step::ReleaseCapacity) => release,
+
+        ("dedicated-cluster", Step::StartWorkload) => with(
+            bundle_calls(&ns),
+            &[
+                "PATCH /api/v1/nodes/h100-1".into(),
+                "PATCH /api/v1/nodes/h100-2".into(),
+                format!("PATCH /api/v1/namespaces/{ns}/serviceaccounts/tenant"),
+                format!("PATCH {}", secret("tenant-token")),
+                format!("PATCH /apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/berth-cluster-user"),
+            ],
+        ),
+        ("dedicated-cluster", Step::WaitHealthy) => {
+            vec!["GET /api/v1/nodes/h100-1".into(), "GET /api/v1/nodes/h100-2".into()]
+        }
+        ("dedicated-cluster", Step::ExposeEndpoint) => vec![format!("GET {}", secret("tenant-token"))],
+        ("dedicated-cluster", Step::RemoveEndpoint) => vec![],
+        ("dedicated-cluster", Step::StopWorkload) => vec![
+            format!("DELETE /api/v1/namespaces/{ns}/serviceaccounts/tenant"),
+            format!("GET /api/v1/namespaces/{ns}/serviceaccounts/tenant"),
+            format!("DELETE {}", secret("tenant-token")),
+            format!("GET {}", secret("tenant-token")),
+            format!("DELETE /apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/berth-cluster-user"),
+            format!("GET /apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/berth-cluster-user"),
+        ],
+        ("dedicated-cluster", Step::ReleaseCapacity) => {
+            with(release, &["PATCH /api/v1/nodes/h100-1".into(), "PATCH /api/v1/nodes/h100-2".into()])
+        }
+        (case, step) => panic!("no scenario for {case} {}", step.as_str()),
+    }
+}
+
+/// Runs one step and returns its requests.
+async fn run(k8s: &Kubernetes, cluster: &FakeCluster, w: &Workload, step: Step) -> Vec<kubernetes_api::Call> {
+    k8s.run(w, step).await.unwrap_or_else(|e| panic!("{}: {e}", step.as_str()));
+    cluster.take_calls()
+}
+
+fn body_of<'a>(calls: &'a [kubernetes_api::Call], line: &str) -> &'a Value {
+    calls
+        .iter()
+        .find(|c| c.line() == line)
+        .and_then(|c| c.body.as_ref())
+        .unwrap_or_else(|| panic!("no body for {line}"))
+}
+
+#[tokio::test]
+async fn every_step_of_every_offering_makes_exactly_the_expected_requests() {
+    for (case, w) in cases() {
+        let (cluster, client) = FakeCluster::start();
+        let k8s = backend(client);
+        for step in all_steps(&w) {
+            let calls = run(&k8s, &cluster, &w, step).await;
+            let lines: Vec<String> = calls.iter().map(kubernetes_api::Call::line).collect();
+            assert_eq!(lines, scenario(case, &w, step), "scenario {case}/{}", step.as_str());
+
+            // The applied bodies of the important requests are the manifests, exactly.
+            let ns = ns(&w);
+            match step {
+                Step::StartWorkload => {
+                    for m in workload_manifests(&w) {
+                        let path = match m.kind.group {
+                            "" => format!("/api/v1/namespaces/{ns}/{}/{}", m.kind.plural, m.name()),
+                            g => format!("/apis/{g}/{}/namespaces/{ns}/{}/{}", m.kind.version, m.kind.plural, m.name()),
+                        };
+                        assert_eq!(
+                            body_of(&calls, &format!("PATCH {path}")),
+                            &m.object,
+                            "{case}: applied {}",
+                            m.name()
+                        );
+                    }
+                    assert_eq!(
+                        body_of(&calls, &format!("PATCH /api/v1/namespaces/{ns}")),
+                        &namespace_bundle(&w, &settings())[0].object,
+                        "{case}"
+                    );
+                }
+                Step::ConfigurePartition => {
+                    let node = node_manifest(&w, "h100-1", NodeStage::Held).unwrap().unwrap();
+                    assert_eq!(body_of(&calls, "PATCH /api/v1/nodes/h100-1"), &node.object, "{case}");
+                    let layout = manifests::node_mig_layout(&w, "h100-1").unwrap();
+                    assert_eq!(node.object["metadata"]["labels"]["nvidia.com/mig.config"], json!(layout.name));
+                    let map = body_of(&calls, &format!("POST {MIG_MAP}"));
+                    assert_eq!(map["data"][&layout.name], json!(layout.entry), "{case}");
+                    let document = map["data"]["config.yaml"].as_str().unwrap();
+                    assert!(document.contains(&layout.entry) && document.contains("all-disabled"), "{document}");
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn connections_tell_the_owner_how_to_reach_each_offering() {
+    for (case, w) in cases() {
+        let (cluster, client) = FakeCluster::start();
+        let k8s = backend(client);
+        let mut connection = None;
+        for step in provision_plan(w.offering, w.shape) {
+            connection = k8s.run(&w, step).await.unwrap().connection.or(connection);
+        }
+        let c = connection.unwrap_or_else(|| panic!("{case}: a connection once exposed"));
+        let ns = ns(&w);
+        match w.offering {
+            Offering::Notebook | Offering::InferenceEndpoint => {
+                let secret = c.secret.expect("token or API key");
+                assert_eq!(secret.len(), 32, "{case}");
+                // The token is the one the workload reads from its Secret.
+                let name = manifests::Names::of(&w).credential;
+                let stored = cluster.lock().objects[&format!("/api/v1/namespaces/{ns}/secrets/{name}")].clone();
+                assert_eq!(
+                    stored["data"]["value"],
+                    json!(base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &secret))
+                );
+                assert!(c.example.contains(&format!("kubectl port-forward -n {ns}")), "{case}: {}", c.example);
+            }
+            Offering::TrainingJob => assert!(c.example.contains(&format!("kubectl logs -n {ns}")), "{}", c.example),
+            Offering::DedicatedCluster => {
+                let kubeconfig = c.secret.expect("kubeconfig");
+                assert!(kubeconfig.contains("server: https://k8s.test:6443"), "{kubeconfig}");
+                assert!(kubeconfig.contains("token: sa-token"), "{kubeconfig}");
+                assert!(kubeconfig.contains(&format!("namespace: {ns}")), "{kubeconfig}");
+                assert_eq!(c.secret_label.as_deref(), Some("Kubeconfig"));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Whole lifecycles
+
+fn assert_nothing_left(cluster: &FakeCluster, case: &str) {
+    assert_eq!(cluster.environment_objects(), Vec::<String>::new(), "{case}: objects left behind");
+    for node in kubernetes_api::NODES {
+        let n = cluster.node(node);
+        let labels = &n["metadata"]["labels"];
+        assert!(
+            labels.get("berth.dev/tenant").is_none() && labels.get("berth.dev/environment").is_none(),
+            "{case}: {n}"
+        );
+        assert!(n.pointer("/spec/taints").is_none_or(|t| t == &json!([])), "{case}: taint left on {node}");
+        assert!(
+            labels.get("nvidia.com/mig.config").is_none_or(|v| v == "all-disabled"),
+            "{case}: MIG layout left on {node}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn each_offering_provisions_and_tears_down_leaving_nothing_behind() {
+    for (case, w) in cases() {
+        let (cluster, client) = FakeCluster::start();
+        let k8s = backend(client);
+        for step in provision_plan(w.offering, w.shape) {
+            k8s.run(&w, step).await.unwrap();
+        }
+        assert!(!cluster.environment_objects().is_empty(), "{case}");
+        if manifests::dedicates_nodes(&w) {
+            for node in manifests::nodes_of(&w) {
+                let n = cluster.node(&node);
+                assert_eq!(
+                    n["metadata"]["labels"]["berth.dev/tenant"],
+                    json!(manifests::Names::of(&w).tenant),
+                    "{case}"
+                );
+                assert_eq!(n["spec"]["taints"][0]["key"], "berth.dev/tenant", "{case}");
+            }
+        }
+        for step in teardown_plan(w.shape) {
+            k8s.run(&w, step).await.unwrap();
+        }
+        assert_nothing_left(&cluster, case);
+    }
+}
+
+#[tokio::test]
+async fn a_second_pass_over_a_converged_environment_creates_and_deletes_nothing() {
+    for (case, w) in cases() {
+        let (cluster, client) = FakeCluster::start();
+        let k8s = backend(client);
+        let plan = provision_plan(w.offering, w.shape);
+        for &step in &plan {
+            k8s.run(&w, step).await.unwrap();
+        }
+        cluster.take_calls();
+        let converged = cluster.snapshot();
+        for &step in &plan {
+            k8s.run(&w, step).await.unwrap();
+        }
+        let calls = cluster.take_calls();
+        let writes: Vec<String> =
+            calls.iter().filter(|c| c.method != "GET" && c.method != "PATCH").map(|c| c.line()).collect();
+        assert_eq!(writes, Vec::<String>::new(), "{case}: only applies and reads");
+        assert_eq!(cluster.snapshot(), converged, "{case}: a second pass changed the cluster");
+    }
+}
+
+#[tokio::test]
+async fn a_crash_after_any_step_converges_when_the_step_runs_again() {
+    for (case, w) in cases() {
+        let steps = all_steps(&w);
+        // The cluster after a clean run up to each step.
+        let mut clean = Vec::new();
+        {
+            let (cluster, client) = FakeCluster::start();
+            let k8s = backend(client);
+            for &step in &steps {
+                k8s.run(&w, step).await.unwrap();
+                clean.push(cluster.snapshot());
+            }
+        }
+        for crash_after in 0..steps.len() {
+            let (cluster, client) = FakeCluster::start();
+            let k8s = backend(client);
+            for &step in &steps[..=crash_after] {
+                k8s.run(&w, step).await.unwrap();
+            }
+            // The journal never heard of the last step: the reconciler runs it again.
+            k8s.run(&w, steps[crash_after])
+                .await
+                .unwrap_or_else(|e| panic!("{case}: repeating {}: {e}", steps[crash_after].as_str()));
+            assert_eq!(cluster.snapshot(), clean[crash_after], "{case}: repeat of {}", steps[crash_after].as_str());
+            for &step in &steps[crash_after + 1..] {
+                k8s.run(&w, step).await.unwrap();
+            }
+            assert_nothing_left(&cluster, case);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// MIG layouts shared by environments on one node
+
+#[tokio::test]
+async fn a_mig_layout_keeps_the_neighbours_slices_and_is_cleared_only_by_the_last() {
+    let mut mine = workload(Offering::Notebook, "h100-1g.10gb", acme(), vec![mig_unit("h100-1", 0, 0, "1g.10gb")]);
+    mine.mig_neighbours = vec![mig_unit("h100-1", 0, 1, "1g.10gb"), mig_unit("h100-1", 1, 0, "3g.40gb")];
+    let layout = manifests::node_mig_layout(&mine, "h100-1").unwrap();
+    assert!(layout.entry.contains("devices: [0]") && layout.entry.contains("\"1g.10gb\": 2"), "{}", layout.entry);
+    assert!(layout.entry.contains("devices: [1]") && layout.entry.contains("\"3g.40gb\": 1"), "{}", layout.entry);
+
+    // The same slices booked the other way round give the same layout name.
+    let mut theirs = mine.clone();
+    theirs.environment_id = OTHER_ENV_ID.into();
+    theirs.units = vec![mig_unit("h100-1", 0, 1, "1g.10gb")];
+    theirs.mig_neighbours = vec![mig_unit("h100-1", 0, 0, "1g.10gb"), mig_unit("h100-1", 1, 0, "3g.40gb")];
+    assert_eq!(manifests::node_mig_layout(&theirs, "h100-1").unwrap(), layout);
+
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    k8s.run(&mine, Step::ConfigurePartition).await.unwrap();
+    k8s.run(&theirs, Step::ConfigurePartition).await.unwrap();
+    let calls = cluster.take_lines();
+    assert_eq!(
+        calls.iter().filter(|l| l.starts_with("POST") || l.starts_with("PUT")).count(),
+        1,
+        "one write of the shared entry: {calls:?}"
+    );
+    assert_eq!(cluster.node("h100-1")["metadata"]["labels"]["nvidia.com/mig.config"], json!(layout.name));
+
+    // Clearing mine while theirs runs leaves the layout alone...
+    k8s.run(&mine, Step::ClearPartition).await.unwrap();
+    assert_eq!(cluster.node("h100-1")["metadata"]["labels"]["nvidia.com/mig.config"], json!(layout.name));
+    // ...and the last one out disables MIG.
+    theirs.mig_neighbours.clear();
+    k8s.run(&theirs, Step::ClearPartition).await.unwrap();
+    assert_eq!(cluster.node("h100-1")["metadata"]["labels"]["nvidia.com/mig.config"], "all-disabled");
+
+    // A second layout lands next to the first in the shared document.
+    let mut other = workload(Offering::Notebook, "h100-3g.40gb", acme(), vec![mig_unit("h100-2", 0, 4, "3g.40gb")]);
+    other.environment_id = OTHER_ENV_ID.into();
+    k8s.run(&other, Step::ConfigurePartition).await.unwrap();
+    let map = cluster.lock().objects[&format!("{MIG_MAP}/berth-mig-parted-config")].clone();
+    let document = map["data"]["config.yaml"].as_str().unwrap();
+    let second = manifests::node_mig_layout(&other, "h100-2").unwrap();
+    assert!(document.contains(&layout.entry) && document.contains(&second.entry), "{document}");
+    assert!(document.starts_with("version: v1\nmig-configs:\n  all-disabled:\n"), "{document}");
+}
+
+#[tokio::test]
+async fn a_failed_mig_layout_fails_the_step_with_a_clear_message() {
+    let w = workload(Offering::Notebook, "h100-1g.10gb", acme(), vec![mig_unit("h100-1", 0, 0, "1g.10gb")]);
+    let (cluster, client) = FakeCluster::start();
+    cluster.lock().mig_state = "failed".into();
+    let k8s = backend(client);
+    let error = k8s.run(&w, Step::ConfigurePartition).await.unwrap_err();
+    assert!(error.0.starts_with("the GPU Operator could not apply MIG layout berth-"), "{error}");
+    assert!(error.0.ends_with("on node h100-1"), "{error}");
+}
+
+#[tokio::test]
+async fn kubernetes_errors_reach_the_owner_as_operational_messages_only() {
+    let w = workload(Offering::InferenceEndpoint, "l40s-1", acme(), vec![gpu_unit("l40s-1", 1)]);
+    let (cluster, client) = FakeCluster::start();
+    let ns = ns(&w);
+    cluster.lock().failing.insert(format!("/api/v1/namespaces/{ns}/resourcequotas/berth"), 403);
+    let error = backend(client).run(&w, Step::StartWorkload).await.unwrap_err();
+    assert_eq!(
+        error.0,
+        "Berth is not allowed to apply ResourceQuota berth; the platform team has the details in Berth's log"
+    );
+    assert!(!error.0.contains("secret internal detail"));
+}
+
+#[tokio::test]
+async fn steps_repeat_safely_after_objects_vanished() {
+    // Teardown of an environment whose provisioning never ran: every delete finds nothing.
+    for (case, w) in cases() {
+        let (cluster, client) = FakeCluster::start();
+        let k8s = backend(client);
+        for step in teardown_plan(w.shape) {
+            k8s.run(&w, step).await.unwrap_or_else(|e| panic!("{case} {}: {e}", step.as_str()));
+        }
+        assert_nothing_left(&cluster, case);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Orphans
+
+#[tokio::test]
+async fn the_orphan_sweep_finds_and_removes_what_no_live_environment_explains() {
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    let cases = cases();
+    let live = &cases[0].1; // the notebook stays
+    let mut dead = cases[1].1.clone(); // a hard-isolated training job whose environment is gone
+    dead.environment_id = OTHER_ENV_ID.into();
+    for w in [live, &dead] {
+        for step in provision_plan(w.offering, w.shape) {
+            k8s.run(w, step).await.unwrap();
+        }
+    }
+    cluster.take_calls();
+    let live_ids = HashSet::from([ENV_ID.to_owned()]);
+
+    let owned = k8s.owned_objects().await.unwrap();
+    assert_eq!(owned.len(), 5, "two namespaces, two queues, one dedicated node: {owned:?}");
+    let reported = orphans(&owned, &live_ids);
+    let found: Vec<(&str, String)> = reported.iter().map(|o| (o.kind, o.name.clone())).collect();
+    assert_eq!(
+        found,
+        [("Namespace", ns(&dead)), ("ClusterQueue", ns(&dead)), ("Node", "h100-2".to_owned())],
+        "only the dead environment's objects"
+    );
+    assert!(reported.iter().all(|o| o.environment_id == OTHER_ENV_ID));
+    let calls = cluster.take_calls();
+    assert!(calls.iter().all(|c| c.method == "GET"), "listing changes nothing");
+    let selector = calls.iter().map(|c| c.query.clone()).next().unwrap_or_default();
+    assert!(selector.contains("managed-by"), "lists only Berth's objects: {selector}");
+
+    let removed = k8s.remove_orphans(&owned, &live_ids).await.unwrap();
+    assert_eq!(removed, reported);
+    let paths = cluster.environment_objects();
+    assert!(paths.iter().all(|p| !p.contains(&ns(&dead))), "{paths:?}");
+    assert!(paths.iter().any(|p| p.contains(&ns(live))), "the live environment keeps its objects");
+    let node = cluster.node("h100-2");
+    assert!(node["metadata"]["labels"].get("berth.dev/tenant").is_none(), "{node}");
+    let owned = k8s.owned_objects().await.unwrap();
+    assert_eq!(orphans(&owned, &live_ids), vec![], "a second sweep finds nothing");
+    // Removing again what is already gone is fine.
+    assert_eq!(k8s.remove_orphans(&reported, &live_ids).await.unwrap(), reported);
+}
+
+#[tokio::test]
+async fn an_unreachable_cluster_is_refused_at_start_up_with_a_clear_message() {
+    // Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
+    let client = kube::Config::new("https://127.0.0.1:9".parse().unwrap());
+    let error = Kubernetes::connect_with(client, KubernetesConfig::default()).await.err().expect("no cluster");
+    assert!(error.starts_with("the Kubernetes API server at https://127.0.0.1:9 does not answer"), "{error}");
+}

@@ -1,0 +1,335 @@
+//! A mock Kubernetes API server behind `tower-test`: it records every request and answers
+//! like a small cluster would (server-side apply, create, replace, get, list, delete with
+//! 404s and conflicts), with three nodes, a GPU Operator that applies MIG layouts at once,
+//! and workloads that become ready at once. Tests compare the recorded requests with the
+//! exact list a scenario expects, so a missing or an extra call fails.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use http::{Request, Response, StatusCode};
+use kube::Client;
+use kube::client::Body;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+/// One request as the API server received it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub content_type: String,
+    pub body: Option<Value>,
+}
+
+impl Call {
+    /// `METHOD /path`, the form scenarios list.
+    pub fn line(&self) -> String {
+        format!("{} {}", self.method, self.path)
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct State {
+    /// Objects by their path, as stored.
+    pub objects: BTreeMap<String, Value>,
+    /// Nodes as the cluster knows them (status, discovery labels).
+    pub nodes: BTreeMap<String, Value>,
+    /// What Berth applied to each node (its field manager's fields).
+    pub node_applied: BTreeMap<String, Value>,
+    pub calls: Vec<Call>,
+    /// Paths whose requests fail with this status code.
+    pub failing: BTreeMap<String, u16>,
+    /// The MIG manager's answer for new layouts.
+    pub mig_state: String,
+    revision: u64,
+}
+
+pub struct FakeCluster {
+    pub state: Arc<Mutex<State>>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for FakeCluster {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub const NODES: [&str; 4] = ["h100-1", "h100-2", "l40s-1", "a100-1"];
+
+impl FakeCluster {
+    pub fn start() -> (FakeCluster, Client) {
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let mut state = State { mig_state: "success".into(), ..State::default() };
+        for node in NODES {
+            state.nodes.insert(
+                node.to_owned(),
+                json!({
+                    "apiVersion": "v1", "kind": "Node",
+                    "metadata": { "name": node, "labels": { "kubernetes.io/hostname": node, "nvidia.com/mig.capable": "true" } },
+                    "status": { "conditions": [{ "type": "Ready", "status": "True" }] },
+                }),
+            );
+        }
+        let state = Arc::new(Mutex::new(state));
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            while let Some((request, respond)) = handle.next_request().await {
+                let (parts, body) = request.into_parts();
+                let bytes = body.collect_bytes().await.expect("request body");
+                let body: Option<Value> =
+                    if bytes.is_empty() { None } else { Some(serde_json::from_slice(&bytes).expect("JSON body")) };
+                let call = Call {
+                    method: parts.method.to_string(),
+                    path: parts.uri.path().to_owned(),
+                    query: parts.uri.query().unwrap_or_default().to_owned(),
+                    content_type: parts
+                        .headers
+                        .get(http::header::CONTENT_TYPE)
+                        .and_then(|v| v.to_str().ok())
+                        .unwrap_or_default()
+                        .to_owned(),
+                    body,
+                };
+                let (status, answer) = shared.lock().unwrap().answer(call);
+                let response = Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                    .unwrap();
+                respond.send_response(response);
+            }
+        });
+        (FakeCluster { state, task }, Client::new(service, "default"))
+    }
+
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+
+    /// The requests since the last call, as `METHOD /path` lines.
+    pub fn take_lines(&self) -> Vec<String> {
+        self.take_calls().iter().map(Call::line).collect()
+    }
+
+    pub fn take_calls(&self) -> Vec<Call> {
+        std::mem::take(&mut self.lock().calls)
+    }
+
+    /// Objects that carry an environment label, by path.
+    pub fn environment_objects(&self) -> Vec<String> {
+        let state = self.lock();
+        state
+            .objects
+            .iter()
+            .filter(|(_, o)| o.pointer("/metadata/labels/berth.dev~1environment").is_some())
+            .map(|(path, _)| path.clone())
+            .collect()
+    }
+
+    /// A node as a GET answers it.
+    pub fn node(&self, name: &str) -> Value {
+        self.lock().node_view(name).expect("node exists")
+    }
+
+    /// A comparable picture of the cluster: stored objects (without revisions) and nodes.
+    pub fn snapshot(&self) -> Value {
+        let state = self.lock();
+        let mut objects = serde_json::Map::new();
+        for (path, o) in &state.objects {
+            let mut o = o.clone();
+            if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("resourceVersion");
+            }
+            // Credentials are random; that one exists is what counts.
+            if o.get("type") == Some(&json!("Opaque")) {
+                o["data"] = json!("<random>");
+            }
+            objects.insert(path.clone(), o);
+        }
+        let nodes: serde_json::Map<String, Value> =
+            NODES.iter().map(|n| (n.to_string(), state.node_view(n).unwrap_or(Value::Null))).collect();
+        json!({ "objects": objects, "nodes": nodes })
+    }
+}
+
+fn status(code: u16, reason: &str, message: &str) -> (StatusCode, Value) {
+    (
+        StatusCode::from_u16(code).unwrap(),
+        json!({ "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "code": code, "reason": reason, "message": message }),
+    )
+}
+
+/// Splits `/api/v1/...` or `/apis/<group>/<version>/...` into its prefix and the segments.
+fn segments(path: &str) -> (String, Vec<String>) {
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let prefix_len = if parts.first() == Some(&"api") { 2 } else { 3 };
+    (format!("/{}", parts[..prefix_len].join("/")), parts[prefix_len..].iter().map(|s| s.to_string()).collect())
+}
+
+fn matches_selector(object: &Value, selector: &str) -> bool {
+    let labels = object.pointer("/metadata/labels").cloned().unwrap_or(json!({}));
+    selector.split(',').filter(|t| !t.is_empty()).all(|term| match term.split_once('=') {
+        Some((k, v)) => labels.get(k).and_then(Value::as_str) == Some(v),
+        None => labels.get(term).is_some(),
+    })
+}
+
+fn query_value(query: &str, key: &str) -> Option<String> {
+    query.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=')?;
+        (k == key).then(|| v.replace("%3D", "=").replace("%2C", ",").replace("%2F", "/"))
+    })
+}
+
+impl State {
+    fn answer(&mut self, call: Call) -> (StatusCode, Value) {
+        self.calls.push(call.clone());
+        if let Some(&code) = self.failing.get(&call.path) {
+            return status(code, "Forbidden", "injected failure: secret internal detail");
+        }
+        let (_, segs) = segments(&call.path);
+        let is_collection = segs.len() % 2 == 1;
+        let is_node = segs.first().map(String::as_str) == Some("nodes") && segs.len() == 2;
+        match call.method.as_str() {
+            "PATCH" => {
+                assert_eq!(call.content_type, "application/apply-patch+yaml", "{}: only server-side apply", call.path);
+                assert!(
+                    call.query.contains("fieldManager=berth") && call.query.contains("force=true"),
+                    "{}: apply must use the one field manager, forced: {}",
+                    call.path,
+                    call.query
+                );
+                let body = call.body.clone().expect("apply body");
+                assert_eq!(
+                    body.pointer("/metadata/name").and_then(Value::as_str),
+                    segs.last().map(String::as_str),
+                    "applied name matches the path"
+                );
+                if is_node {
+                    let name = &segs[1];
+                    if !self.nodes.contains_key(name) {
+                        return status(404, "NotFound", "no such node");
+                    }
+                    self.node_applied.insert(name.clone(), body);
+                    return (StatusCode::OK, self.node_view(name).unwrap());
+                }
+                self.revision += 1;
+                let mut stored = body;
+                stored["metadata"]["resourceVersion"] = json!(self.revision.to_string());
+                self.objects.insert(call.path.clone(), stored);
+                (StatusCode::OK, self.view(&call.path).unwrap())
+            }
+            "POST" => {
+                let mut body = call.body.clone().expect("create body");
+                let name = body.pointer("/metadata/name").and_then(Value::as_str).expect("name").to_owned();
+                let path = format!("{}/{name}", call.path);
+                if self.objects.contains_key(&path) {
+                    return status(409, "AlreadyExists", "already exists");
+                }
+                if let Some(string_data) = body.as_object_mut().and_then(|o| o.remove("stringData")) {
+                    let data: serde_json::Map<String, Value> = string_data
+                        .as_object()
+                        .unwrap()
+                        .iter()
+                        .map(|(k, v)| (k.clone(), json!(STANDARD.encode(v.as_str().unwrap()))))
+                        .collect();
+                    body["data"] = Value::Object(data);
+                }
+                self.revision += 1;
+                body["metadata"]["resourceVersion"] = json!(self.revision.to_string());
+                self.objects.insert(path.clone(), body);
+                (StatusCode::CREATED, self.view(&path).unwrap())
+            }
+            "PUT" => {
+                let mut body = call.body.clone().expect("replace body");
+                let Some(current) = self.objects.get(&call.path) else {
+                    return status(404, "NotFound", "not found");
+                };
+                if current.pointer("/metadata/resourceVersion") != body.pointer("/metadata/resourceVersion") {
+                    return status(409, "Conflict", "the object has been modified");
+                }
+                self.revision += 1;
+                body["metadata"]["resourceVersion"] = json!(self.revision.to_string());
+                self.objects.insert(call.path.clone(), body);
+                (StatusCode::OK, self.view(&call.path).unwrap())
+            }
+            "GET" if is_collection => {
+                let selector = query_value(&call.query, "labelSelector").unwrap_or_default();
+                let items: Vec<Value> = if segs == ["nodes"] {
+                    NODES.iter().filter_map(|n| self.node_view(n)).filter(|o| matches_selector(o, &selector)).collect()
+                } else {
+                    self.objects
+                        .keys()
+                        .filter(|p| {
+                            p.starts_with(&format!("{}/", call.path)) && !p[call.path.len() + 1..].contains('/')
+                        })
+                        .filter_map(|p| self.view(p))
+                        .filter(|o| matches_selector(o, &selector))
+                        .collect()
+                };
+                (
+                    StatusCode::OK,
+                    json!({ "kind": "List", "apiVersion": "v1", "metadata": { "resourceVersion": "1" }, "items": items }),
+                )
+            }
+            "GET" => {
+                let found = if is_node { self.node_view(&segs[1]) } else { self.view(&call.path) };
+                match found {
+                    Some(o) => (StatusCode::OK, o),
+                    None => status(404, "NotFound", "not found"),
+                }
+            }
+            "DELETE" => match self.objects.remove(&call.path) {
+                Some(o) => {
+                    if segs.len() == 2 && segs[0] == "namespaces" {
+                        let ns = &segs[1];
+                        self.objects.retain(|p, _| !p.contains(&format!("/namespaces/{ns}/")));
+                    }
+                    (StatusCode::OK, o)
+                }
+                None => status(404, "NotFound", "not found"),
+            },
+            other => panic!("unexpected method {other}"),
+        }
+    }
+
+    /// An object as the API answers: with the status the cluster would have filled in.
+    fn view(&self, path: &str) -> Option<Value> {
+        let mut o = self.objects.get(path)?.clone();
+        match o.get("kind").and_then(Value::as_str) {
+            Some("StatefulSet" | "Deployment") => o["status"] = json!({ "replicas": 1, "readyReplicas": 1 }),
+            Some("Job") => o["status"] = json!({ "active": 1 }),
+            Some("Secret") if o.get("type") == Some(&json!("kubernetes.io/service-account-token")) => {
+                o["data"] = json!({ "token": STANDARD.encode("sa-token"), "ca.crt": STANDARD.encode("cluster-ca") });
+            }
+            _ => {}
+        }
+        Some(o)
+    }
+
+    fn node_view(&self, name: &str) -> Option<Value> {
+        let mut node = self.nodes.get(name)?.clone();
+        if let Some(applied) = self.node_applied.get(name) {
+            if let Some(labels) = applied.pointer("/metadata/labels").and_then(Value::as_object) {
+                for (k, v) in labels {
+                    node["metadata"]["labels"][k] = v.clone();
+                }
+                if labels.contains_key("nvidia.com/mig.config") {
+                    node["metadata"]["labels"]["nvidia.com/mig.config.state"] = json!(self.mig_state);
+                }
+            }
+            if let Some(annotations) = applied.pointer("/metadata/annotations") {
+                node["metadata"]["annotations"] = annotations.clone();
+            }
+            if let Some(taints) = applied.pointer("/spec/taints") {
+                node["spec"] = json!({ "taints": taints });
+            }
+        }
+        Some(node)
+    }
+}
