@@ -194,6 +194,14 @@ fn manifests_match_the_golden_files() {
     );
 }
 
+#[test]
+fn a_development_share_asks_for_a_time_sliced_gpu_never_a_whole_one() {
+    let share = PlacedUnit { slice_start: 2, slice_size: 2, ..gpu_unit("l40s-dev-01", 0) };
+    let w = workload(Offering::Notebook, "l40s-dev", acme(), vec![share]);
+    let resources = manifests::gpu_resources(&w);
+    assert_eq!(resources.into_iter().collect::<Vec<_>>(), [("nvidia.com/gpu.shared".to_owned(), 1)]);
+}
+
 /// Every core manifest survives a round trip through k8s-openapi's types unchanged, so
 /// no field is misspelt or misplaced (an unknown field would be dropped).
 #[test]

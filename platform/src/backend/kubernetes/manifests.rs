@@ -207,12 +207,15 @@ pub fn nodes_of(w: &Workload) -> Vec<String> {
 }
 
 /// The extended resources the booked units are, with their counts: `nvidia.com/gpu` for
-/// whole GPUs, `nvidia.com/mig-<profile>` for MIG slices (the device plugin's mixed strategy).
+/// whole GPUs, `nvidia.com/mig-<profile>` for MIG slices (the device plugin's mixed strategy),
+/// `nvidia.com/gpu.shared` for a development share (the device plugin's time-slicing with
+/// `renameByDefault`, so a share can never be mistaken for a whole GPU).
 pub fn gpu_resources(w: &Workload) -> BTreeMap<String, i64> {
     let mut counts = BTreeMap::new();
     for u in &w.units {
         let resource = match &u.mig_profile {
             Some(profile) => format!("nvidia.com/mig-{profile}"),
+            None if u.slice_size < i64::from(berth_domain::mig::MEMORY_SLICES) => "nvidia.com/gpu.shared".to_owned(),
             None => "nvidia.com/gpu".to_owned(),
         };
         *counts.entry(resource).or_insert(0) += 1;
