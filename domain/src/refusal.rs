@@ -97,4 +97,6 @@ pub enum Refusal {
     InvalidReason(&'static str),
     #[error("fleet description: {0}")]
     InvalidFleet(String),
+    #[error("node report refused: {0}")]
+    InvalidReport(String),
 }
