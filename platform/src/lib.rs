@@ -15,6 +15,7 @@ pub mod environments;
 mod error;
 pub mod fleet;
 pub mod maintenance;
+pub mod node_agents;
 pub mod oidc;
 pub mod quotas;
 pub mod reconciler;
