@@ -48,6 +48,8 @@ enum Aim {
     Tenant,
     /// An API token by id, owned by a member of a tenant.
     Token,
+    /// A node token by id: a platform object.
+    NodeToken,
 }
 
 /// Whose object a call names.
@@ -63,7 +65,7 @@ impl Aim {
     fn cases(self) -> &'static [Case] {
         match self {
             Aim::CallersTenant | Aim::CallersOwn | Aim::Platform => &[Case::OwnTenant],
-            Aim::Maintenance => &[Case::OwnTenant, Case::Missing],
+            Aim::Maintenance | Aim::NodeToken => &[Case::OwnTenant, Case::Missing],
             Aim::Environment | Aim::Tenant | Aim::Token => &[Case::OwnTenant, Case::OtherTenant, Case::Missing],
         }
     }
@@ -173,6 +175,9 @@ fn routes() -> Vec<Route> {
         ),
         sf("/api/set_gpu_health", Some((FleetManage, Aim::Platform)), "node=l40s-01&gpu=1&health=healthy&note="),
         sf("/api/cancel_maintenance", Some((FleetManage, Aim::Maintenance)), "id={id}"),
+        sf("/api/node_agents", Some((FleetRead, Aim::Platform)), ""),
+        sf("/api/create_node_token", Some((FleetManage, Aim::Platform)), "node=l40s-01"),
+        sf("/api/revoke_node_token", Some((FleetManage, Aim::NodeToken)), "id={id}"),
         sf(
             "/api/set_quota",
             Some((QuotaManage, Aim::Platform)),
@@ -209,6 +214,7 @@ struct Objects {
     environments: [String; 2],
     spare_tokens: [i64; 2],
     maintenance: i64,
+    node_token: i64,
     /// Strings only tenant B's data contains: its slug, people and environment.
     tenant_b_marks: Vec<String>,
 }
@@ -223,6 +229,7 @@ impl Objects {
             (Aim::Tenant, _) => self.tenants[i].to_string(),
             (Aim::Token, _) => self.spare_tokens[i].to_string(),
             (Aim::Maintenance, _) => self.maintenance.to_string(),
+            (Aim::NodeToken, _) => self.node_token.to_string(),
             (Aim::CallersTenant | Aim::CallersOwn | Aim::Platform, _) => String::new(),
         }
     }
@@ -235,7 +242,7 @@ impl Objects {
             (_, Case::Missing) => None,
             (Aim::CallersTenant, _) => Some(who.tenant_id.map_or(Target::Platform, Target::Tenant)),
             (Aim::CallersOwn, _) => Some(Target::Owned { tenant_id: who.tenant_id, owner_id: who.user_id }),
-            (Aim::Platform | Aim::Maintenance, _) => Some(Target::Platform),
+            (Aim::Platform | Aim::Maintenance | Aim::NodeToken, _) => Some(Target::Platform),
             (Aim::Environment | Aim::Token, _) => Some(owned),
             (Aim::Tenant, _) => Some(Target::Tenant(self.tenants[i])),
         }
@@ -301,6 +308,7 @@ async fn seed(berth: &Berth) -> (Objects, Vec<Person>) {
         .schedule_maintenance(&admin.caller(super::meta()), "l40s-01", Some(0), &in_days(30), &in_days(31), "seed")
         .await
         .expect("maintenance window");
+    let (node_token, _) = p.create_node_token(&admin.caller(super::meta()), "l40s-01").await.expect("node token");
     let environments = [berth.launch(&member_a, "env-a").await, berth.launch(&member_b, "env-b").await];
     let tenant_b_marks = vec!["tenant-b".to_owned(), ".b@example.com".to_owned(), environments[1].clone()];
     let objects = Objects {
@@ -309,6 +317,7 @@ async fn seed(berth: &Berth) -> (Objects, Vec<Person>) {
         environments,
         spare_tokens: [spare_a.id, spare_b.id],
         maintenance: window.id,
+        node_token: node_token.id,
         tenant_b_marks,
     };
 
