@@ -29,6 +29,8 @@ enum Via {
     Api(Method),
     /// A plain browser GET with the session cookie.
     Page,
+    /// The JSON API for `berth agent`, with a node token: every person's token is refused.
+    NodeAgent(Method),
 }
 
 /// What a route's action is about.
@@ -178,6 +180,13 @@ fn routes() -> Vec<Route> {
         sf("/api/node_agents", Some((FleetRead, Aim::Platform)), ""),
         sf("/api/create_node_token", Some((FleetManage, Aim::Platform)), "node=l40s-01"),
         sf("/api/revoke_node_token", Some((FleetManage, Aim::NodeToken)), "id={id}"),
+        Route {
+            via: Via::NodeAgent(M::POST),
+            path: "/api/v1/agent/report",
+            needs: None,
+            body: r#"{"agent_version": "matrix", "gpus": []}"#,
+            names_missing: false,
+        },
         sf(
             "/api/set_quota",
             Some((QuotaManage, Aim::Platform)),
@@ -352,7 +361,7 @@ fn assert_lists_every_route(table: &[Route]) {
     let api_listed: BTreeSet<(String, String)> = table
         .iter()
         .filter_map(|r| match &r.via {
-            Via::Api(method) => Some((method.to_string(), r.path.to_owned())),
+            Via::Api(method) | Via::NodeAgent(method) => Some((method.to_string(), r.path.to_owned())),
             _ => None,
         })
         .collect();
@@ -380,7 +389,9 @@ async fn call(berth: &Berth, route: &Route, person: Option<&Person>, id: &str, o
     let cookie = person.map(|p| p.cookie.as_str());
     match &route.via {
         Via::ServerFn => berth.call(&path, &body, cookie).await,
-        Via::Api(method) => berth.api(method.clone(), &path, &body, person.map(|p| p.token.as_str())).await,
+        Via::Api(method) | Via::NodeAgent(method) => {
+            berth.api(method.clone(), &path, &body, person.map(|p| p.token.as_str())).await
+        }
         Via::Page => berth.get(&path, cookie).await,
         Via::SessionFn => unreachable!("the session tests call these"),
     }
@@ -397,6 +408,16 @@ async fn every_route_answers_every_role_as_the_policy_says() {
     let mut calls = 0;
     for route in table.iter().filter(|r| r.via != Via::SessionFn) {
         for person in &people {
+            // A person's token is no node token, whatever their role.
+            if matches!(route.via, Via::NodeAgent(_)) {
+                calls += 1;
+                let reply = call(&berth, route, Some(person), "", "0", calls).await;
+                if reply.status != StatusCode::UNAUTHORIZED {
+                    failures
+                        .push(format!("{} as {} answered {}: {}", route.path, person.label, reply.status, reply.body));
+                }
+                continue;
+            }
             let principal = person.principal(&route.via);
             let aim = route.needs.map(|(_, aim)| aim);
             let mut answers: HashMap<Case, Reply> = HashMap::new();
@@ -446,7 +467,8 @@ async fn every_route_answers_every_role_as_the_policy_says() {
         }
     }
     // Nobody signed in, no token: everything that needs a permission asks for a sign-in.
-    for route in table.iter().filter(|r| r.needs.is_some() && r.via != Via::SessionFn) {
+    let needs_credentials = |r: &&Route| r.needs.is_some() || matches!(r.via, Via::NodeAgent(_));
+    for route in table.iter().filter(needs_credentials).filter(|r| r.via != Via::SessionFn) {
         calls += 1;
         let id = route.needs.map(|(_, aim)| objects.id(aim, Case::OwnTenant)).unwrap_or_default();
         let reply = call(&berth, route, None, &id, "0", calls).await;
