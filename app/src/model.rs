@@ -449,3 +449,32 @@ pub struct PoolView {
     pub quarantined: i64,
     pub free: String,
 }
+
+/// The fleet page's node agents: each node's last report and working tokens, and a node
+/// token just made (its secret, once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAgentsView {
+    pub nodes: Vec<NodeAgentView>,
+    pub new_token: Option<NewNodeTokenView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAgentView {
+    pub node: String,
+    pub site: String,
+    /// "2026-11-23 14:05 UTC", or "never".
+    pub last_report: String,
+    /// "0.1.0", or empty before the first report.
+    pub agent_version: String,
+    /// (id, "made 2026-11-23 14:00 UTC, last used 2026-11-23 14:05 UTC").
+    pub tokens: Vec<(i64, String)>,
+}
+
+/// A node token right after creation; Berth keeps only a hash of the secret.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewNodeTokenView {
+    pub node: String,
+    pub secret: String,
+    /// The command to run on the node, against this Berth.
+    pub command: String,
+}

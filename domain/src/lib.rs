@@ -1,6 +1,7 @@
 //! Berth's pure rules: no I/O, no async, compiles to wasm so the UI can share them.
 //!
 //! - [`gpu`]: the GPU models Berth knows.
+//! - [`agent`]: what a node's agent reports, and the GPU health it leads to.
 //! - [`mig`]: MIG slice geometry (profiles, placements, layout validity).
 //! - [`catalog`]: what users can launch, in which sizes, at what price.
 //! - [`fabric`]: fabric isolation identifiers for hard tenants, their pools and quarantine,
@@ -12,6 +13,7 @@
 //! - [`launch`]: validating a launch request before anything is written.
 //! - [`lifecycle`]: the environment state machine and its step plans.
 
+pub mod agent;
 pub mod booking;
 pub mod catalog;
 pub mod fabric;

@@ -111,4 +111,6 @@ pub enum Refusal {
     PortGuidInUse { guid: String, tenant: String },
     #[error("this tenant has no InfiniBand partition; only hard and hybrid tenants get a P_Key")]
     NoInfinibandPartition,
+    #[error("node report refused: {0}")]
+    InvalidReport(String),
 }

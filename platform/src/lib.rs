@@ -16,6 +16,7 @@ mod error;
 pub mod fabric;
 pub mod fleet;
 pub mod maintenance;
+pub mod node_agents;
 pub mod oidc;
 pub mod quotas;
 pub mod reconciler;

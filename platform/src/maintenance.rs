@@ -209,7 +209,8 @@ impl Platform {
         .fetch_optional(&mut *tx)
         .await?
         .ok_or_else(|| Refusal::UnknownGpu { node: node.to_owned(), index })?;
-        sqlx::query("UPDATE gpus SET health = ?, health_note = ? WHERE id = ?")
+        // Marked as the admin's, so the node's agent does not overrule a degraded or failed.
+        sqlx::query("UPDATE gpus SET health = ?, health_note = ?, health_by = 'admin' WHERE id = ?")
             .bind(health)
             .bind((!note.is_empty()).then_some(note))
             .bind(gpu_id)

@@ -1,13 +1,15 @@
 //! The JSON API under `/api/v1`, for scripts and CI: `Authorization: Bearer berth_…` with a
 //! personal API token. Each route is one platform call; the platform authorizes it.
+//! `POST /api/v1/agent/report` is the exception: `berth agent` calls it with a node token.
 //!
 //! Errors are `{"error": "...", "request_id": "..."}` with the status saying whose fault it
 //! is; internal causes are logged with the request id and never sent.
 
 use axum::Json;
-use axum::extract::{ConnectInfo, FromRequestParts, Path, Query};
+use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use berth_domain::agent::NodeReport;
 use berth_domain::launch::LaunchRequest;
 use berth_platform::audit::AuditFilter;
 use berth_platform::environments::Environment;
@@ -33,6 +35,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("GET", "/api/v1/tokens"),
     ("POST", "/api/v1/tokens/{id}/revoke"),
     ("GET", "/api/v1/audit"),
+    ("POST", "/api/v1/agent/report"),
 ];
 
 pub fn routes() -> axum::Router<AppState> {
@@ -47,6 +50,7 @@ pub fn routes() -> axum::Router<AppState> {
         .route("/api/v1/tokens", get(tokens))
         .route("/api/v1/tokens/{id}/revoke", post(revoke_token))
         .route("/api/v1/audit", get(audit))
+        .route("/api/v1/agent/report", post(agent_report))
 }
 
 /// A failed API call, answered as JSON.
@@ -75,6 +79,36 @@ impl IntoResponse for ApiError {
         }
         response
     }
+}
+
+/// The secret of a node token (`berth agent`), not a person's: the platform checks it.
+pub struct NodeSecret(String, RequestMeta);
+
+impl FromRequestParts<AppState> for NodeSecret {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<NodeSecret, Response> {
+        let meta = request_meta(parts);
+        let secret = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::to_owned);
+        match secret {
+            Some(secret) => Ok(NodeSecret(secret, meta)),
+            None => Err(node_unauthenticated(&meta.request_id)),
+        }
+    }
+}
+
+/// A 401 that tells an agent's operator which token is wanted.
+fn node_unauthenticated(request_id: &str) -> Response {
+    let message = "a valid node token is needed: Authorization: Bearer berth_node_… (made on the fleet page)";
+    let mut response =
+        (StatusCode::UNAUTHORIZED, Json(json!({ "error": message, "request_id": request_id }))).into_response();
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+    response
 }
 
 /// The caller behind the request's bearer token.
@@ -231,4 +265,23 @@ async fn audit(TokenCaller(platform, caller): TokenCaller, Query(filter): Query<
         })
         .collect();
     Ok(Json(json!({ "events": rows })))
+}
+
+/// A node's agent reports its GPUs; the answer says which GPUs changed health.
+async fn agent_report(
+    State(state): State<AppState>,
+    NodeSecret(secret, meta): NodeSecret,
+    Json(report): Json<NodeReport>,
+) -> Result<Json<Value>, Response> {
+    let request_id = meta.request_id.clone();
+    match state.platform.report_node(&secret, &report, meta).await {
+        Ok(receipt) => Ok(Json(json!({
+            "node": receipt.node,
+            "gpus": report.gpus.len(),
+            "changes": receipt.changes,
+            "unexpected_gpus": receipt.unexpected,
+        }))),
+        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
+        Err(error) => Err(ApiError { error, request_id }.into_response()),
+    }
 }

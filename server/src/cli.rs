@@ -51,6 +51,22 @@ pub enum Command {
     Serve(Box<ServeArgs>),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
+    /// Run on a bare-metal GPU node: report its GPUs (NVML) to the portal, every interval.
+    Agent(AgentArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub struct AgentArgs {
+    /// The portal's URL, e.g. `https://berth.example.com`.
+    #[arg(long, env = "BERTH_PORTAL")]
+    pub portal: String,
+    /// The node token a platform admin made for this node on the fleet page
+    /// (`berth_node_…`). Prefer the variable: arguments show in `ps`.
+    #[arg(long, env = "BERTH_NODE_TOKEN", hide_env_values = true)]
+    pub token: String,
+    /// How often to report: `30s`, `2m`, `1h`.
+    #[arg(long, env = "BERTH_AGENT_INTERVAL", default_value = "30s", value_parser = crate::agent::parse_interval)]
+    pub interval: Duration,
 }
 
 #[derive(Debug, clap::Args)]
@@ -175,7 +191,25 @@ pub async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
         Command::Serve(args) => serve(*args).await,
+        Command::Agent(args) => agent(args).await,
     }
+}
+
+async fn agent(args: AgentArgs) -> Result<(), String> {
+    let (probe, no_nvml) = crate::agent::open_probe();
+    if let Some(message) = no_nvml {
+        tracing::warn!("{message}");
+    }
+    let agent = crate::agent::Agent::new(&args.portal, &args.token, args.interval, probe)?;
+    tracing::info!(portal = %args.portal, interval = ?args.interval, "berth agent is reporting");
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(shutdown_signal(stop_tx));
+    agent
+        .run(async move {
+            let _ = stop_rx.wait_for(|stop| *stop).await;
+        })
+        .await;
+    Ok(())
 }
 
 async fn open_database(url: &str) -> Result<sqlx::SqlitePool, String> {
@@ -370,7 +404,7 @@ mod tests {
         let argv = ["berth", "serve"].into_iter().chain(extra.iter().copied());
         match Cli::try_parse_from(argv).expect("arguments").command {
             Command::Serve(args) => *args,
-            Command::Migrate(_) => panic!("not the serve command"),
+            Command::Migrate(_) | Command::Agent(_) => panic!("not the serve command"),
         }
     }
 

@@ -1,5 +1,6 @@
 //! `berth`: the portal and control plane in one binary.
 
+mod agent;
 mod api;
 mod cli;
 mod http;

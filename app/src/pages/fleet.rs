@@ -3,8 +3,10 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::{ErrorAlert, RequireUser};
-use crate::model::{Bar, FleetNode, FleetView};
-use crate::serverfns::{CancelMaintenance, ScheduleMaintenance, SetGpuHealth, fleet_schedule};
+use crate::model::{Bar, FleetNode, FleetView, NewNodeTokenView, NodeAgentsView};
+use crate::serverfns::{
+    CancelMaintenance, CreateNodeToken, RevokeNodeToken, ScheduleMaintenance, SetGpuHealth, fleet_schedule, node_agents,
+};
 
 const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
 const LABEL: &str = "block text-xs font-medium text-slate-600";
@@ -36,7 +38,95 @@ pub fn FleetPage() -> impl IntoView {
                     }
                 })}
             </Transition>
+            <NodeAgentsSection/>
         </RequireUser>
+    }
+}
+
+/// The nodes' agents (`berth agent`): when each last reported, with which version, and the
+/// node tokens they report with.
+#[component]
+fn NodeAgentsSection() -> impl IntoView {
+    let create = ServerAction::<CreateNodeToken>::new();
+    let revoke = ServerAction::<RevokeNodeToken>::new();
+    let data = Resource::new(move || (create.version().get(), revoke.version().get()), |_| node_agents());
+    view! {
+        <Transition fallback=|| ()>
+            {move || Suspend::new(async move {
+                match data.await {
+                    Ok(view) => view! { <NodeAgents view create revoke/> }.into_any(),
+                    Err(error) => view! { <ErrorAlert error/> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+fn NodeAgents(
+    view: NodeAgentsView,
+    create: ServerAction<CreateNodeToken>,
+    revoke: ServerAction<RevokeNodeToken>,
+) -> impl IntoView {
+    let created = create.value();
+    let revoke_result = revoke.value();
+    view! {
+        <section class="mt-6 rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="node-agents">
+            <h2 id="node-agents" class="text-sm font-semibold text-slate-900">"Node agents"</h2>
+            <p class="mt-1 text-xs text-slate-500">"On a bare-metal GPU node, " <code>"berth agent"</code> " reports its GPUs and their health with a node token. A GPU the node does not report, or reports with ECC errors, is marked failed."</p>
+            // Made with the WASM running: the secret came back as the action's answer.
+            {move || created.get().and_then(Result::ok).flatten().map(|token| view! { <NewNodeTokenBox token/> })}
+            // Made by a plain form post (no WASM yet): the secret waited in the session.
+            {view.new_token.clone().map(|token| view! { <NewNodeTokenBox token/> })}
+            {move || created.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+            {move || revoke_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+            <table class="mt-3 w-full text-left text-sm">
+                <thead class="text-xs text-slate-500">
+                    <tr><th class="py-1 font-medium">"Node"</th><th class="py-1 font-medium">"Last report"</th><th class="py-1 font-medium">"Agent"</th><th class="py-1 font-medium">"Tokens"</th><th></th></tr>
+                </thead>
+                <tbody class="divide-y divide-slate-100">
+                    {view.nodes.into_iter().map(|n| { let node = n.node.clone(); view! {
+                        <tr data-agent-node=n.node.clone()>
+                            <td class="py-2 font-medium text-slate-900">{n.node.clone()} <span class="text-xs font-normal text-slate-500">" · " {n.site.clone()}</span></td>
+                            <td class="py-2 text-slate-700" data-last-report="">{n.last_report.clone()}</td>
+                            <td class="py-2 text-slate-700">{n.agent_version.clone()}</td>
+                            <td class="py-2">
+                                <ul class="space-y-1">
+                                    {n.tokens.into_iter().map(|(id, label)| view! {
+                                        <li class="flex items-center gap-2 text-xs text-slate-600">
+                                            {label}
+                                            <ActionForm action=revoke>
+                                                <input type="hidden" name="id" value=id/>
+                                                <button type="submit" class="rounded-md px-2 py-0.5 text-xs font-medium text-red-700 ring-1 ring-red-200 hover:bg-red-50">"Revoke"</button>
+                                            </ActionForm>
+                                        </li>
+                                    }).collect_view()}
+                                </ul>
+                            </td>
+                            <td class="py-2 text-right">
+                                <ActionForm action=create>
+                                    <input type="hidden" name="node" value=node.clone()/>
+                                    <button type="submit" class="rounded-md px-2 py-1 text-xs font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"New token"</button>
+                                </ActionForm>
+                            </td>
+                        </tr>
+                    }}).collect_view()}
+                </tbody>
+            </table>
+        </section>
+    }
+}
+
+/// The node token's secret, once: Berth keeps only its hash.
+#[component]
+fn NewNodeTokenBox(token: NewNodeTokenView) -> impl IntoView {
+    view! {
+        <div class="mt-3 rounded-lg bg-amber-50 p-3 text-sm text-amber-900 ring-1 ring-amber-200" role="status">
+            <p class="font-medium">"Node token for " {token.node.clone()} ": copy it now, it is not shown again."</p>
+            <code data-node-secret="" class="mt-2 block select-all break-all rounded bg-white px-2 py-1 font-mono text-xs text-slate-900 ring-1 ring-amber-200">{token.secret.clone()}</code>
+            <p class="mt-2 text-xs">"On the node:"</p>
+            <code class="mt-1 block select-all break-all rounded bg-white px-2 py-1 font-mono text-xs text-slate-900 ring-1 ring-amber-200">{token.command.clone()}</code>
+        </div>
     }
 }
 

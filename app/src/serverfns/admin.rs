@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 
 use crate::error::AppError;
-use crate::model::FleetView;
+use crate::model::{FleetView, NewNodeTokenView, NodeAgentsView};
 
 /// Every node and GPU over `days` days from `from` (`YYYY-MM-DD`, UTC; empty for today).
 /// Platform admins only.
@@ -310,4 +310,92 @@ pub async fn remove_quota(id: i64) -> Result<(), AppError> {
     platform.remove_quota(&caller, id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     leptos_axum::redirect("/admin/quotas");
     Ok(())
+}
+
+/// Every node with its agent's last report and working node tokens, and a node token made
+/// by a plain form post just before (its secret waited in the session). Platform staff only.
+#[server(endpoint = "node_agents")]
+pub async fn node_agents() -> Result<NodeAgentsView, AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let agents =
+        platform.node_agents(&caller).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    let session = super::ssr::session(&caller.meta).await?;
+    // The session holds one new secret at a time; a person's API token is shown by its page.
+    let new_token = crate::session::show_new_token(&session, &caller.meta)
+        .await?
+        .and_then(|t| t.name.strip_prefix(agents::NODE_TOKEN_NAME).map(|node| (node.to_owned(), t.secret)))
+        .map(|(node, secret)| agents::new_token(&node, &secret, platform.public_url()));
+    Ok(NodeAgentsView { nodes: agents.iter().map(agents::node).collect(), new_token })
+}
+
+/// Makes a token for a node's agent and answers its secret, which Berth does not keep. A
+/// plain form post cannot carry the answer back, so there the secret waits in the session
+/// for the next render of the fleet page. Platform admins only.
+#[server(endpoint = "create_node_token")]
+pub async fn create_node_token(node: String) -> Result<Option<NewNodeTokenView>, AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let (token, secret) = platform
+        .create_node_token(&caller, &node)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    if super::ssr::plain_form_post() {
+        let held = crate::session::NewToken {
+            name: format!("{}{}", agents::NODE_TOKEN_NAME, token.node),
+            secret,
+            created_at: token.created_at,
+            expires_at: token.created_at,
+            shown_in: None,
+        };
+        let session = super::ssr::session(&caller.meta).await?;
+        crate::session::hold_new_token(&session, &caller.meta, &held).await?;
+        leptos_axum::redirect("/admin/fleet");
+        return Ok(None);
+    }
+    Ok(Some(agents::new_token(&token.node, &secret, platform.public_url())))
+}
+
+/// Stops a node token at once. Platform admins only.
+#[server(endpoint = "revoke_node_token")]
+pub async fn revoke_node_token(id: i64) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform.revoke_node_token(&caller, id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect("/admin/fleet");
+    Ok(())
+}
+
+#[cfg(feature = "ssr")]
+mod agents {
+    use berth_platform::node_agents::NodeAgent;
+
+    use crate::components::time::utc;
+    use crate::model::{NewNodeTokenView, NodeAgentView};
+
+    /// How a node token's secret is named while it waits in the session.
+    pub const NODE_TOKEN_NAME: &str = "node:";
+
+    pub fn node(agent: &NodeAgent) -> NodeAgentView {
+        NodeAgentView {
+            node: agent.node.clone(),
+            site: agent.site.clone(),
+            last_report: agent.last_seen_at.map_or_else(|| "never".to_owned(), utc),
+            agent_version: agent.agent_version.clone().unwrap_or_default(),
+            tokens: agent
+                .tokens
+                .iter()
+                .map(|t| {
+                    let used =
+                        t.last_used_at.map_or_else(|| "never used".to_owned(), |at| format!("last used {}", utc(at)));
+                    (t.id, format!("made {}, {used}", utc(t.created_at)))
+                })
+                .collect(),
+        }
+    }
+
+    pub fn new_token(node: &str, secret: &str, origin: &str) -> NewNodeTokenView {
+        NewNodeTokenView {
+            node: node.to_owned(),
+            secret: secret.to_owned(),
+            command: format!("BERTH_NODE_TOKEN={secret} berth agent --portal {origin}"),
+        }
+    }
 }

@@ -29,6 +29,8 @@ enum Via {
     Api(Method),
     /// A plain browser GET with the session cookie.
     Page,
+    /// The JSON API for `berth agent`, with a node token: every person's token is refused.
+    NodeAgent(Method),
 }
 
 /// What a route's action is about.
@@ -48,6 +50,8 @@ enum Aim {
     Tenant,
     /// An API token by id, owned by a member of a tenant.
     Token,
+    /// A node token by id: a platform object.
+    NodeToken,
 }
 
 /// Whose object a call names.
@@ -63,7 +67,7 @@ impl Aim {
     fn cases(self) -> &'static [Case] {
         match self {
             Aim::CallersTenant | Aim::CallersOwn | Aim::Platform => &[Case::OwnTenant],
-            Aim::Maintenance => &[Case::OwnTenant, Case::Missing],
+            Aim::Maintenance | Aim::NodeToken => &[Case::OwnTenant, Case::Missing],
             Aim::Environment | Aim::Tenant | Aim::Token => &[Case::OwnTenant, Case::OtherTenant, Case::Missing],
         }
     }
@@ -180,6 +184,16 @@ fn routes() -> Vec<Route> {
             "tenant_id=999999&guids=0x0002c9030001e3f1",
         ),
         sf("/api/cancel_maintenance", Some((FleetManage, Aim::Maintenance)), "id={id}"),
+        sf("/api/node_agents", Some((FleetRead, Aim::Platform)), ""),
+        sf("/api/create_node_token", Some((FleetManage, Aim::Platform)), "node=l40s-01"),
+        sf("/api/revoke_node_token", Some((FleetManage, Aim::NodeToken)), "id={id}"),
+        Route {
+            via: Via::NodeAgent(M::POST),
+            path: "/api/v1/agent/report",
+            needs: None,
+            body: r#"{"agent_version": "matrix", "gpus": []}"#,
+            names_missing: false,
+        },
         sf(
             "/api/set_quota",
             Some((QuotaManage, Aim::Platform)),
@@ -216,6 +230,7 @@ struct Objects {
     environments: [String; 2],
     spare_tokens: [i64; 2],
     maintenance: i64,
+    node_token: i64,
     /// Strings only tenant B's data contains: its slug, people and environment.
     tenant_b_marks: Vec<String>,
 }
@@ -230,6 +245,7 @@ impl Objects {
             (Aim::Tenant, _) => self.tenants[i].to_string(),
             (Aim::Token, _) => self.spare_tokens[i].to_string(),
             (Aim::Maintenance, _) => self.maintenance.to_string(),
+            (Aim::NodeToken, _) => self.node_token.to_string(),
             (Aim::CallersTenant | Aim::CallersOwn | Aim::Platform, _) => String::new(),
         }
     }
@@ -242,7 +258,7 @@ impl Objects {
             (_, Case::Missing) => None,
             (Aim::CallersTenant, _) => Some(who.tenant_id.map_or(Target::Platform, Target::Tenant)),
             (Aim::CallersOwn, _) => Some(Target::Owned { tenant_id: who.tenant_id, owner_id: who.user_id }),
-            (Aim::Platform | Aim::Maintenance, _) => Some(Target::Platform),
+            (Aim::Platform | Aim::Maintenance | Aim::NodeToken, _) => Some(Target::Platform),
             (Aim::Environment | Aim::Token, _) => Some(owned),
             (Aim::Tenant, _) => Some(Target::Tenant(self.tenants[i])),
         }
@@ -308,6 +324,7 @@ async fn seed(berth: &Berth) -> (Objects, Vec<Person>) {
         .schedule_maintenance(&admin.caller(super::meta()), "l40s-01", Some(0), &in_days(30), &in_days(31), "seed")
         .await
         .expect("maintenance window");
+    let (node_token, _) = p.create_node_token(&admin.caller(super::meta()), "l40s-01").await.expect("node token");
     let environments = [berth.launch(&member_a, "env-a").await, berth.launch(&member_b, "env-b").await];
     let tenant_b_marks = vec!["tenant-b".to_owned(), ".b@example.com".to_owned(), environments[1].clone()];
     let objects = Objects {
@@ -316,6 +333,7 @@ async fn seed(berth: &Berth) -> (Objects, Vec<Person>) {
         environments,
         spare_tokens: [spare_a.id, spare_b.id],
         maintenance: window.id,
+        node_token: node_token.id,
         tenant_b_marks,
     };
 
@@ -350,7 +368,7 @@ fn assert_lists_every_route(table: &[Route]) {
     let api_listed: BTreeSet<(String, String)> = table
         .iter()
         .filter_map(|r| match &r.via {
-            Via::Api(method) => Some((method.to_string(), r.path.to_owned())),
+            Via::Api(method) | Via::NodeAgent(method) => Some((method.to_string(), r.path.to_owned())),
             _ => None,
         })
         .collect();
@@ -378,7 +396,9 @@ async fn call(berth: &Berth, route: &Route, person: Option<&Person>, id: &str, o
     let cookie = person.map(|p| p.cookie.as_str());
     match &route.via {
         Via::ServerFn => berth.call(&path, &body, cookie).await,
-        Via::Api(method) => berth.api(method.clone(), &path, &body, person.map(|p| p.token.as_str())).await,
+        Via::Api(method) | Via::NodeAgent(method) => {
+            berth.api(method.clone(), &path, &body, person.map(|p| p.token.as_str())).await
+        }
         Via::Page => berth.get(&path, cookie).await,
         Via::SessionFn => unreachable!("the session tests call these"),
     }
@@ -395,6 +415,16 @@ async fn every_route_answers_every_role_as_the_policy_says() {
     let mut calls = 0;
     for route in table.iter().filter(|r| r.via != Via::SessionFn) {
         for person in &people {
+            // A person's token is no node token, whatever their role.
+            if matches!(route.via, Via::NodeAgent(_)) {
+                calls += 1;
+                let reply = call(&berth, route, Some(person), "", "0", calls).await;
+                if reply.status != StatusCode::UNAUTHORIZED {
+                    failures
+                        .push(format!("{} as {} answered {}: {}", route.path, person.label, reply.status, reply.body));
+                }
+                continue;
+            }
             let principal = person.principal(&route.via);
             let aim = route.needs.map(|(_, aim)| aim);
             let mut answers: HashMap<Case, Reply> = HashMap::new();
@@ -444,7 +474,8 @@ async fn every_route_answers_every_role_as_the_policy_says() {
         }
     }
     // Nobody signed in, no token: everything that needs a permission asks for a sign-in.
-    for route in table.iter().filter(|r| r.needs.is_some() && r.via != Via::SessionFn) {
+    let needs_credentials = |r: &&Route| r.needs.is_some() || matches!(r.via, Via::NodeAgent(_));
+    for route in table.iter().filter(needs_credentials).filter(|r| r.via != Via::SessionFn) {
         calls += 1;
         let id = route.needs.map(|(_, aim)| objects.id(aim, Case::OwnTenant)).unwrap_or_default();
         let reply = call(&berth, route, None, &id, "0", calls).await;

@@ -1,6 +1,7 @@
 //! The whole of Berth, the real router on a fresh SQLite database, driven one request at a
 //! time: the authorization matrix and the session tests.
 
+mod agent;
 mod fabric;
 mod matrix;
 mod sessions;
@@ -100,6 +101,15 @@ impl Berth {
         platform.sync_fleet(&FleetSpec::parse(FLEET).expect("test fleet")).await.expect("fleet");
         let router = crate::http::router(platform.clone(), pool, &args, &public).await.expect("router");
         Berth { platform, router, _dir: dir }
+    }
+
+    /// Serves this Berth on a free loopback port, as `berth serve` does; its URL.
+    pub async fn serve_on_loopback(&self) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("listen");
+        let address = listener.local_addr().expect("address");
+        let service = self.router.clone().into_make_service_with_connect_info::<std::net::SocketAddr>();
+        tokio::spawn(async move { axum::serve(listener, service).await });
+        format!("http://{address}")
     }
 
     pub async fn send(&self, request: Request<Body>) -> Reply {

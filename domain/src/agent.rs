@@ -1,0 +1,290 @@
+//! What `berth agent` on a GPU node reports, and how a report becomes GPU health.
+//!
+//! The agent reads NVML and sends a [`NodeReport`]; the portal checks it against the fleet
+//! file ([`assess`], [`MISSING_NOTE`]) and decides, with [`next_health`], whether the GPU's
+//! recorded health changes. Only healthy GPUs take new bookings.
+
+use serde::{Deserialize, Serialize};
+
+use crate::Refusal;
+use crate::gpu::GpuModel;
+
+/// One node's inventory and health, as its agent read it from NVML.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeReport {
+    /// The `berth` version the agent runs, shown to platform admins.
+    pub agent_version: String,
+    /// Every GPU NVML sees; empty when NVML is not available on the node.
+    pub gpus: Vec<GpuReport>,
+}
+
+/// One GPU as NVML sees it. Readings a GPU does not support are `None`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct GpuReport {
+    /// NVML's device index, the same numbering as the fleet file's GPUs.
+    pub index: i64,
+    /// `GPU-…`, stable across reboots and slots.
+    pub uuid: String,
+    /// NVML's product name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    pub memory_mib: i64,
+    /// MIG mode currently in effect (not the one pending a reset).
+    pub mig_enabled: bool,
+    /// MIG instances on the GPU, when the agent could count them.
+    #[serde(default)]
+    pub mig_instances: Option<i64>,
+    /// Uncorrected ECC errors since the driver loaded (NVML's volatile counter).
+    #[serde(default)]
+    pub ecc_uncorrected: Option<i64>,
+    #[serde(default)]
+    pub temperature_c: Option<i64>,
+    #[serde(default)]
+    pub power_w: Option<i64>,
+    /// GPU utilization over NVML's last sample period, 0 to 100.
+    #[serde(default)]
+    pub utilization_pct: Option<i64>,
+}
+
+/// The most GPUs one node can report; more is a broken or hostile agent.
+pub const MAX_GPUS_PER_REPORT: usize = 64;
+const MAX_TEXT: usize = 128;
+
+impl NodeReport {
+    /// Refuses a report the portal should not store: too many GPUs, an index twice,
+    /// negative indices or readings, or oversized text.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        if self.gpus.len() > MAX_GPUS_PER_REPORT {
+            return Err(Refusal::InvalidReport(format!("more than {MAX_GPUS_PER_REPORT} GPUs")));
+        }
+        if self.agent_version.chars().count() > MAX_TEXT {
+            return Err(Refusal::InvalidReport("agent version is too long".into()));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for gpu in &self.gpus {
+            if gpu.index < 0 || !seen.insert(gpu.index) {
+                return Err(Refusal::InvalidReport(format!("GPU index {} is negative or repeated", gpu.index)));
+            }
+            if gpu.uuid.chars().count() > MAX_TEXT || gpu.name.chars().count() > MAX_TEXT {
+                return Err(Refusal::InvalidReport(format!("GPU {}: uuid or name is too long", gpu.index)));
+            }
+            let readings =
+                [gpu.mig_instances, gpu.ecc_uncorrected, gpu.temperature_c, gpu.power_w, gpu.utilization_pct];
+            if gpu.memory_mib < 0 || readings.iter().flatten().any(|r| *r < 0) {
+                return Err(Refusal::InvalidReport(format!("GPU {}: a reading is negative", gpu.index)));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A GPU's recorded health. Only `Healthy` takes new bookings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GpuHealth {
+    Healthy,
+    Degraded,
+    Failed,
+}
+
+impl GpuHealth {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuHealth::Healthy => "healthy",
+            GpuHealth::Degraded => "degraded",
+            GpuHealth::Failed => "failed",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<GpuHealth> {
+        [GpuHealth::Healthy, GpuHealth::Degraded, GpuHealth::Failed].into_iter().find(|h| h.as_str() == text)
+    }
+}
+
+/// Who recorded a GPU's current health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthSource {
+    /// A platform admin on the fleet page (also every GPU's starting `healthy`).
+    Admin,
+    /// The node's agent, through [`next_health`].
+    Agent,
+}
+
+impl HealthSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HealthSource::Admin => "admin",
+            HealthSource::Agent => "agent",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<HealthSource> {
+        [HealthSource::Admin, HealthSource::Agent].into_iter().find(|s| s.as_str() == text)
+    }
+}
+
+/// A health with the reason an operator reads next to it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    pub health: GpuHealth,
+    /// Empty for healthy.
+    pub note: String,
+}
+
+/// Above this a GPU throttles and errors grow likelier: keep new work off it.
+pub const HOT_GPU_C: i64 = 87;
+
+/// The note on a GPU the fleet file names but the node's agent does not report.
+pub const MISSING_NOTE: &str = "not reported by the node's agent";
+
+/// The model an NVML product name stands for (`NVIDIA H100 80GB HBM3` is an H100-80GB),
+/// using the memory where the name alone is ambiguous.
+pub fn model_of(product_name: &str, memory_mib: i64) -> Option<GpuModel> {
+    let name = product_name.to_ascii_uppercase();
+    let has = |part: &str| name.contains(part);
+    if has("B200") {
+        Some(GpuModel::B200)
+    } else if has("H200") {
+        Some(GpuModel::H200)
+    } else if has("H100") && has("NVL") {
+        Some(GpuModel::H100_NVL)
+    } else if has("H100") {
+        Some(GpuModel::H100_80GB)
+    } else if has("A100") {
+        // The 40 GB A100 reports about 40 536 MiB, the 80 GB one about 81 920 MiB.
+        Some(if has("80GB") || memory_mib > 60 * 1024 { GpuModel::A100_80GB } else { GpuModel::A100_40GB })
+    } else if has("L40S") {
+        Some(GpuModel::L40S)
+    } else {
+        None
+    }
+}
+
+/// What one reported GPU's readings say about its health, against the model the fleet
+/// file gives it. A different model or any uncorrected ECC error fails it; running hot
+/// degrades it.
+pub fn assess(gpu: &GpuReport, expected: GpuModel) -> Verdict {
+    let reported = model_of(&gpu.name, gpu.memory_mib);
+    if reported != Some(expected) {
+        let what = reported.map_or_else(|| format!("\"{}\"", gpu.name), |m| m.name().to_owned());
+        return Verdict {
+            health: GpuHealth::Failed,
+            note: format!("the agent reports {what}, the fleet file says {expected}"),
+        };
+    }
+    if let Some(errors) = gpu.ecc_uncorrected.filter(|e| *e > 0) {
+        return Verdict { health: GpuHealth::Failed, note: format!("{errors} uncorrected ECC errors") };
+    }
+    if let Some(t) = gpu.temperature_c.filter(|t| *t > HOT_GPU_C) {
+        return Verdict { health: GpuHealth::Degraded, note: format!("{t} °C, above {HOT_GPU_C} °C") };
+    }
+    Verdict { health: GpuHealth::Healthy, note: String::new() }
+}
+
+/// The verdict for a GPU the fleet file names and the report leaves out.
+pub fn missing() -> Verdict {
+    Verdict { health: GpuHealth::Failed, note: MISSING_NOTE.to_owned() }
+}
+
+/// The health to record after a report, or `None` to leave it as it is.
+///
+/// The rule: the agent's verdict replaces whatever the agent said before, in both
+/// directions (a GPU it failed for ECC errors is healthy again once the counter resets).
+/// A `degraded` or `failed` recorded by an admin stays until an admin changes it: the admin
+/// may know what NVML cannot (a bad cable, a vendor ticket), and such a GPU takes no new
+/// bookings anyway. An admin's `healthy` is no such judgement, so the agent may overrule it.
+pub fn next_health(current: GpuHealth, note: &str, source: HealthSource, verdict: &Verdict) -> Option<Verdict> {
+    let admin_judgement = source == HealthSource::Admin && current != GpuHealth::Healthy;
+    let same = current == verdict.health && note == verdict.note;
+    (!admin_judgement && !same).then(|| verdict.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h100(index: i64) -> GpuReport {
+        GpuReport {
+            index,
+            uuid: format!("GPU-{index}"),
+            name: "NVIDIA H100 80GB HBM3".into(),
+            memory_mib: 81_559,
+            ecc_uncorrected: Some(0),
+            temperature_c: Some(40),
+            ..GpuReport::default()
+        }
+    }
+
+    #[test]
+    fn nvml_names_map_to_fleet_models() {
+        assert_eq!(model_of("NVIDIA H100 80GB HBM3", 81_559), Some(GpuModel::H100_80GB));
+        assert_eq!(model_of("NVIDIA H100 NVL", 95_830), Some(GpuModel::H100_NVL));
+        assert_eq!(model_of("NVIDIA A100-SXM4-40GB", 40_536), Some(GpuModel::A100_40GB));
+        assert_eq!(model_of("NVIDIA A100-SXM4-80GB", 81_920), Some(GpuModel::A100_80GB));
+        assert_eq!(model_of("NVIDIA L40S", 46_068), Some(GpuModel::L40S));
+        assert_eq!(model_of("NVIDIA H200", 143_771), Some(GpuModel::H200));
+        assert_eq!(model_of("NVIDIA B200", 183_359), Some(GpuModel::B200));
+        assert_eq!(model_of("Tesla T4", 15_360), None);
+    }
+
+    #[test]
+    fn ecc_errors_fail_heat_degrades_and_a_quiet_gpu_is_healthy() {
+        assert_eq!(assess(&h100(0), GpuModel::H100_80GB), Verdict { health: GpuHealth::Healthy, note: String::new() });
+        let ecc = GpuReport { ecc_uncorrected: Some(3), ..h100(1) };
+        assert_eq!(
+            assess(&ecc, GpuModel::H100_80GB),
+            Verdict { health: GpuHealth::Failed, note: "3 uncorrected ECC errors".into() }
+        );
+        let hot = GpuReport { temperature_c: Some(HOT_GPU_C + 1), ..h100(2) };
+        assert_eq!(assess(&hot, GpuModel::H100_80GB).health, GpuHealth::Degraded);
+        let warm = GpuReport { temperature_c: Some(HOT_GPU_C), ..h100(2) };
+        assert_eq!(assess(&warm, GpuModel::H100_80GB).health, GpuHealth::Healthy);
+        // Readings the GPU does not support say nothing against it.
+        let silent = GpuReport { ecc_uncorrected: None, temperature_c: None, ..h100(3) };
+        assert_eq!(assess(&silent, GpuModel::H100_80GB).health, GpuHealth::Healthy);
+    }
+
+    #[test]
+    fn a_model_other_than_the_fleet_files_fails_naming_both() {
+        let verdict = assess(&h100(0), GpuModel::A100_80GB);
+        assert_eq!(verdict.health, GpuHealth::Failed);
+        assert_eq!(verdict.note, "the agent reports H100-80GB, the fleet file says A100-80GB");
+        let unknown = GpuReport { name: "Tesla T4".into(), ..h100(0) };
+        assert_eq!(assess(&unknown, GpuModel::L40S).note, "the agent reports \"Tesla T4\", the fleet file says L40S");
+    }
+
+    #[test]
+    fn the_agent_replaces_its_own_verdicts_but_not_an_admins() {
+        let failed = missing();
+        let healthy = Verdict { health: GpuHealth::Healthy, note: String::new() };
+        // Fresh GPUs start as the admin's healthy: the agent may fail them.
+        assert_eq!(next_health(GpuHealth::Healthy, "", HealthSource::Admin, &failed), Some(failed.clone()));
+        // Nothing new: no write, no audit row.
+        assert_eq!(next_health(GpuHealth::Healthy, "", HealthSource::Admin, &healthy), None);
+        assert_eq!(next_health(GpuHealth::Failed, MISSING_NOTE, HealthSource::Agent, &failed), None);
+        // The agent clears what it said itself.
+        assert_eq!(next_health(GpuHealth::Failed, MISSING_NOTE, HealthSource::Agent, &healthy), Some(healthy.clone()));
+        // An admin's failed or degraded stays, whatever the agent says.
+        assert_eq!(next_health(GpuHealth::Failed, "XID 79", HealthSource::Admin, &healthy), None);
+        assert_eq!(next_health(GpuHealth::Degraded, "fan", HealthSource::Admin, &failed), None);
+    }
+
+    #[test]
+    fn reports_with_repeated_indices_or_negative_readings_are_refused() {
+        let ok = NodeReport { agent_version: "0.1.0".into(), gpus: vec![h100(0), h100(1)] };
+        assert_eq!(ok.validate(), Ok(()));
+        let twice = NodeReport { gpus: vec![h100(0), h100(0)], ..ok.clone() };
+        assert!(twice.validate().is_err());
+        let negative = NodeReport { gpus: vec![GpuReport { power_w: Some(-1), ..h100(0) }], ..ok.clone() };
+        assert!(negative.validate().is_err());
+        let many = NodeReport { gpus: (0..65).map(h100).collect(), ..ok };
+        assert!(many.validate().is_err());
+    }
+
+    #[test]
+    fn the_report_reads_what_older_agents_leave_out() {
+        let json = r#"{"agent_version": "0.1.0", "gpus": [{"index": 0, "uuid": "GPU-0", "name": "NVIDIA L40S",
+                       "memory_mib": 46068, "mig_enabled": false}]}"#;
+        let report: NodeReport = serde_json::from_str(json).expect("report");
+        assert_eq!(report.gpus[0].temperature_c, None);
+    }
+}

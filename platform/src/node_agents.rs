@@ -1,0 +1,270 @@
+//! Node agents: the node tokens `berth agent` reports with, and what a report changes.
+//!
+//! A node token is made by a platform admin for one node of the fleet file; its secret is
+//! shown once and only its SHA-256 is kept (256 random bits, as for API tokens). A report
+//! records the agent's readings per GPU and turns them into GPU health by the rules of
+//! `berth_domain::agent`, checked against the fleet file's model and GPU count.
+
+use berth_domain::Refusal;
+use berth_domain::agent::{self, GpuHealth, HealthSource, NodeReport, Verdict};
+use berth_domain::gpu::GpuModel;
+use berth_domain::policy::{Action, Target};
+use rand::RngCore;
+use sqlx::Row;
+
+use crate::audit::{self, Actor, Event, Outcome};
+use crate::{Caller, Error, Platform, RequestMeta, now_ms, sha256_hex};
+
+/// The prefix of node token secrets: told apart at a glance from a person's `berth_…`.
+pub const NODE_TOKEN_PREFIX: &str = "berth_node_";
+
+/// A node of the fleet file and what its agent last said; never a secret.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeAgent {
+    pub node: String,
+    pub site: String,
+    /// When its agent last reported, if ever.
+    pub last_seen_at: Option<i64>,
+    pub agent_version: Option<String>,
+    /// Its tokens that still work, oldest first.
+    pub tokens: Vec<NodeToken>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeToken {
+    pub id: i64,
+    pub node: String,
+    pub created_at: i64,
+    pub last_used_at: Option<i64>,
+}
+
+/// What a report changed, for the agent's log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportReceipt {
+    pub node: String,
+    /// `gpu 3: failed (2 uncorrected ECC errors)`, one per GPU whose health changed.
+    pub changes: Vec<String>,
+    /// Indices the node reports that the fleet file does not name; they are not booked.
+    pub unexpected: Vec<i64>,
+}
+
+impl Platform {
+    /// Makes a token for `node`'s agent; returns it with its secret, which is not kept.
+    /// Platform admins only.
+    pub async fn create_node_token(&self, caller: &Caller, node: &str) -> Result<(NodeToken, String), Error> {
+        self.authorize(caller, Action::FleetManage, Target::Platform).await?;
+        let mut bytes = [0u8; 32];
+        rand::rng().fill_bytes(&mut bytes);
+        let secret = format!("{NODE_TOKEN_PREFIX}{}", hex::encode(bytes));
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        let node_id: i64 = sqlx::query_scalar("SELECT id FROM nodes WHERE name = ? AND in_service = 1")
+            .bind(node)
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| Refusal::UnknownNode(node.to_owned()))?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO node_tokens (node_id, secret_hash, created_by, created_at) VALUES (?, ?, ?, ?) RETURNING id",
+        )
+        .bind(node_id)
+        .bind(sha256_hex(&secret))
+        .bind(caller.user_id())
+        .bind(now)
+        .fetch_one(&mut *tx)
+        .await?;
+        let target = format!("node:{node}");
+        let event =
+            Event { action: "node_token.create", target: Some(&target), outcome: Outcome::Success, detail: None };
+        audit::record(&mut tx, &caller.actor(), event).await?;
+        tx.commit().await?;
+        Ok((NodeToken { id, node: node.to_owned(), created_at: now, last_used_at: None }, secret))
+    }
+
+    /// Stops a node token at once. Platform admins only.
+    pub async fn revoke_node_token(&self, caller: &Caller, id: i64) -> Result<(), Error> {
+        self.authorize(caller, Action::FleetManage, Target::Platform).await?;
+        let mut tx = self.begin_write().await?;
+        let node: Option<String> = sqlx::query_scalar(
+            "SELECT n.name FROM node_tokens t JOIN nodes n ON n.id = t.node_id WHERE t.id = ? AND t.revoked_at IS NULL",
+        )
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let node = node.ok_or(Error::NotFound)?;
+        sqlx::query("UPDATE node_tokens SET revoked_at = ? WHERE id = ?")
+            .bind(now_ms())
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let target = format!("node:{node}");
+        let detail = format!("token {id}");
+        let event = Event {
+            action: "node_token.revoke",
+            target: Some(&target),
+            outcome: Outcome::Success,
+            detail: Some(&detail),
+        };
+        audit::record(&mut tx, &caller.actor(), event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Every node in service with its agent's last report and its working tokens.
+    /// Platform staff only.
+    pub async fn node_agents(&self, caller: &Caller) -> Result<Vec<NodeAgent>, Error> {
+        self.authorize(caller, Action::FleetRead, Target::Platform).await?;
+        let mut conn = self.db.acquire().await?;
+        let rows = sqlx::query(
+            "SELECT n.id, n.name, s.name AS site, n.agent_seen_at, n.agent_version FROM nodes n
+             JOIN sites s ON s.id = n.site_id WHERE n.in_service = 1 ORDER BY s.name, n.name",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let tokens = sqlx::query(
+            "SELECT t.id, t.node_id, n.name, t.created_at, t.last_used_at FROM node_tokens t
+             JOIN nodes n ON n.id = t.node_id WHERE t.revoked_at IS NULL ORDER BY t.created_at, t.id",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut agents = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let node_id: i64 = row.try_get("id")?;
+            let mut node_tokens = Vec::new();
+            for token in tokens.iter().filter(|t| t.try_get::<i64, _>("node_id").ok() == Some(node_id)) {
+                node_tokens.push(NodeToken {
+                    id: token.try_get("id")?,
+                    node: token.try_get("name")?,
+                    created_at: token.try_get("created_at")?,
+                    last_used_at: token.try_get("last_used_at")?,
+                });
+            }
+            agents.push(NodeAgent {
+                node: row.try_get("name")?,
+                site: row.try_get("site")?,
+                last_seen_at: row.try_get("agent_seen_at")?,
+                agent_version: row.try_get("agent_version")?,
+                tokens: node_tokens,
+            });
+        }
+        Ok(agents)
+    }
+
+    /// Records what a node's agent reports, in one transaction: when it was seen, each GPU's
+    /// readings, and each GPU's health as `berth_domain::agent` decides it (a GPU the fleet
+    /// file names but the report leaves out fails). Health changes are audited, and
+    /// placement sees them at once. An unknown or revoked token is `Unauthenticated`, and
+    /// audited as denied.
+    pub async fn report_node(
+        &self,
+        secret: &str,
+        report: &NodeReport,
+        meta: RequestMeta,
+    ) -> Result<ReportReceipt, Error> {
+        let actor = Actor { user_id: None, tenant_id: None, meta: &meta };
+        let found: Option<(i64, i64, String)> = sqlx::query_as(
+            "SELECT t.id, n.id, n.name FROM node_tokens t JOIN nodes n ON n.id = t.node_id
+             WHERE t.secret_hash = ? AND t.revoked_at IS NULL AND n.in_service = 1",
+        )
+        .bind(sha256_hex(secret.trim()))
+        .fetch_optional(&self.db)
+        .await?;
+        let Some((token_id, node_id, node)) = found else {
+            let mut conn = self.db.acquire().await?;
+            let event = Event {
+                action: "agent.report",
+                target: None,
+                outcome: Outcome::Denied,
+                detail: Some("unknown or revoked node token"),
+            };
+            audit::record(&mut conn, &actor, event).await?;
+            return Err(Error::Unauthenticated);
+        };
+        report.validate()?;
+        let now = now_ms();
+        let mut tx = self.begin_write().await?;
+        sqlx::query("UPDATE node_tokens SET last_used_at = ? WHERE id = ?")
+            .bind(now)
+            .bind(token_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("UPDATE nodes SET agent_seen_at = ?, agent_version = ? WHERE id = ?")
+            .bind(now)
+            .bind(&report.agent_version)
+            .bind(node_id)
+            .execute(&mut *tx)
+            .await?;
+        let gpus = sqlx::query(
+            "SELECT id, idx, model, health, health_note, health_by FROM gpus WHERE node_id = ? AND in_service = 1
+             ORDER BY idx",
+        )
+        .bind(node_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut changes = Vec::new();
+        let mut known = Vec::with_capacity(gpus.len());
+        for row in &gpus {
+            let (gpu_id, index): (i64, i64) = (row.try_get("id")?, row.try_get("idx")?);
+            known.push(index);
+            let model: String = row.try_get("model")?;
+            let model = GpuModel::parse(&model)
+                .ok_or_else(|| Error::internal(format!("GPU {node}/{index} has an unknown model {model}")))?;
+            let verdict = match report.gpus.iter().find(|g| g.index == index) {
+                Some(gpu) => {
+                    sqlx::query(
+                        "UPDATE gpus SET uuid = ?, memory_mib = ?, mig_mode = ?, mig_instances = ?, ecc_uncorrected = ?,
+                                temperature_c = ?, power_w = ?, utilization_pct = ? WHERE id = ?",
+                    )
+                    .bind(&gpu.uuid)
+                    .bind(gpu.memory_mib)
+                    .bind(gpu.mig_enabled)
+                    .bind(gpu.mig_instances)
+                    .bind(gpu.ecc_uncorrected)
+                    .bind(gpu.temperature_c)
+                    .bind(gpu.power_w)
+                    .bind(gpu.utilization_pct)
+                    .bind(gpu_id)
+                    .execute(&mut *tx)
+                    .await?;
+                    agent::assess(gpu, model)
+                }
+                None => agent::missing(),
+            };
+            let health: String = row.try_get("health")?;
+            let note: Option<String> = row.try_get("health_note")?;
+            let source: String = row.try_get("health_by")?;
+            let (Some(health), Some(source)) = (GpuHealth::parse(&health), HealthSource::parse(&source)) else {
+                return Err(Error::internal(format!("GPU {node}/{index} has health {health} by {source}")));
+            };
+            let Some(Verdict { health, note }) =
+                agent::next_health(health, note.as_deref().unwrap_or_default(), source, &verdict)
+            else {
+                continue;
+            };
+            sqlx::query("UPDATE gpus SET health = ?, health_note = ?, health_by = 'agent' WHERE id = ?")
+                .bind(health.as_str())
+                .bind((!note.is_empty()).then_some(&note))
+                .bind(gpu_id)
+                .execute(&mut *tx)
+                .await?;
+            let change =
+                if note.is_empty() { health.as_str().to_owned() } else { format!("{}: {note}", health.as_str()) };
+            let target = format!("gpu:{node}/{index}");
+            let detail = format!("{change} (reported by the node's agent)");
+            let event =
+                Event { action: "gpu.health", target: Some(&target), outcome: Outcome::Success, detail: Some(&detail) };
+            audit::record(&mut tx, &actor, event).await?;
+            changes.push(format!("gpu {index}: {change}"));
+        }
+        let unexpected: Vec<i64> = report.gpus.iter().map(|g| g.index).filter(|index| !known.contains(index)).collect();
+        if !unexpected.is_empty() {
+            tracing::warn!(request_id = %meta.request_id, %node, ?unexpected, "the node reports GPUs the fleet file does not name");
+        }
+        // Placement reads the fleet from memory: read it again with the new health.
+        if changes.is_empty() {
+            tx.commit().await?;
+        } else {
+            tx.commit_and(|| self.forget_fleet()).await?;
+        }
+        Ok(ReportReceipt { node, changes, unexpected })
+    }
+}

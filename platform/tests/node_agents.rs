@@ -1,0 +1,182 @@
+//! Node agents reporting inventory and health: what the database, placement and the audit
+//! log show afterwards, and who may report at all.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // helpers of tests stop the test with their message
+
+mod common;
+
+use berth_domain::Refusal;
+use berth_domain::agent::{GpuReport, MISSING_NOTE, NodeReport};
+use berth_domain::fleet::FleetSpec;
+use berth_domain::policy::Role;
+use berth_platform::Error;
+use common::{TestBerth, test_meta};
+use sqlx::SqlitePool;
+
+/// One DGX-style node of 8 H100s, and nothing else to place on.
+const DGX_FLEET: &str = r#"
+[[site]]
+name = "test-1"
+[[site.pool]]
+prefix = "dgx"
+model = "H100-80GB"
+nodes = 1
+gpus_per_node = 8
+nvlink = true
+"#;
+
+async fn dgx_berth(pool: SqlitePool) -> TestBerth {
+    let berth = TestBerth::new(pool).await;
+    berth.platform.sync_fleet(&FleetSpec::parse(DGX_FLEET).expect("fleet")).await.expect("sync");
+    berth
+}
+
+fn h100(index: i64) -> GpuReport {
+    GpuReport {
+        index,
+        uuid: format!("GPU-8f2c-{index}"),
+        name: "NVIDIA H100 80GB HBM3".into(),
+        memory_mib: 81_559,
+        mig_enabled: false,
+        mig_instances: Some(0),
+        ecc_uncorrected: Some(0),
+        temperature_c: Some(41),
+        power_w: Some(118),
+        utilization_pct: Some(0),
+    }
+}
+
+fn report(gpus: Vec<GpuReport>) -> NodeReport {
+    NodeReport { agent_version: "0.1.0".into(), gpus }
+}
+
+/// Health and note of each GPU of dgx-01, by index.
+async fn health(berth: &TestBerth) -> Vec<(String, Option<String>)> {
+    sqlx::query_as(
+        "SELECT g.health, g.health_note FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE n.name = 'dgx-01' ORDER BY g.idx",
+    )
+    .fetch_all(berth.platform.db())
+    .await
+    .expect("health")
+}
+
+async fn audited(berth: &TestBerth, action: &str, outcome: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = ? AND outcome = ?")
+        .bind(action)
+        .bind(outcome)
+        .fetch_one(berth.platform.db())
+        .await
+        .expect("count")
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn uncorrected_ecc_errors_fail_a_gpu_and_placement_stops_using_it(pool: SqlitePool) {
+    let berth = dgx_berth(pool).await;
+    let admin = berth.admin().await;
+    let (token, secret) = berth.platform.create_node_token(&admin, "dgx-01").await.expect("node token");
+    assert!(secret.starts_with("berth_node_"));
+    let stored: String = sqlx::query_scalar("SELECT secret_hash FROM node_tokens WHERE id = ?")
+        .bind(token.id)
+        .fetch_one(berth.platform.db())
+        .await
+        .expect("token row");
+    assert!(!stored.contains(&secret[11..]), "only a hash of the secret is kept");
+
+    let mut gpus: Vec<GpuReport> = (0..8).map(h100).collect();
+    gpus[5].ecc_uncorrected = Some(2);
+    let receipt = berth.platform.report_node(&secret, &report(gpus.clone()), test_meta()).await.expect("report");
+    assert_eq!(receipt.node, "dgx-01");
+    assert_eq!(receipt.changes, ["gpu 5: failed: 2 uncorrected ECC errors"]);
+
+    let mut expected = vec![("healthy".to_owned(), None); 8];
+    expected[5] = ("failed".into(), Some("2 uncorrected ECC errors".into()));
+    assert_eq!(health(&berth).await, expected);
+    let (uuid, temperature, seen): (String, i64, Option<i64>) = sqlx::query_as(
+        "SELECT g.uuid, g.temperature_c, n.agent_seen_at FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.idx = 3",
+    )
+    .fetch_one(berth.platform.db())
+    .await
+    .expect("readings");
+    assert_eq!((uuid.as_str(), temperature), ("GPU-8f2c-3", 41));
+    assert!(seen.is_some());
+    assert_eq!(audited(&berth, "gpu.health", "success").await, 1);
+
+    // The whole node no longer fits; single GPUs go everywhere but GPU 5.
+    let whole = berth.launch("training", "h100-8", "whole-node").await;
+    assert!(matches!(whole, Err(Error::Refused(Refusal::NoCapacity { .. }))), "{whole:?}");
+    let mut used = Vec::new();
+    for n in 0..7 {
+        let env = berth.launch("training", "h100-1", &format!("single-{n}")).await.expect("a healthy GPU is free");
+        let detail = berth.platform.environment_detail(&berth.caller, &env.id).await.expect("detail");
+        used.push(detail.units[0].gpu_index);
+    }
+    used.sort_unstable();
+    assert_eq!(used, [0, 1, 2, 3, 4, 6, 7]);
+    let eighth = berth.launch("training", "h100-1", "single-7").await;
+    assert!(matches!(eighth, Err(Error::Refused(Refusal::NoCapacity { .. }))), "{eighth:?}");
+
+    // Nothing new: no change, no audit row. The counter reset: the agent clears its own verdict.
+    let again = berth.platform.report_node(&secret, &report(gpus.clone()), test_meta()).await.expect("report");
+    assert!(again.changes.is_empty());
+    assert_eq!(audited(&berth, "gpu.health", "success").await, 1);
+    gpus[5].ecc_uncorrected = Some(0);
+    let cleared = berth.platform.report_node(&secret, &report(gpus), test_meta()).await.expect("report");
+    assert_eq!(cleared.changes, ["gpu 5: healthy"]);
+    assert_eq!(health(&berth).await, vec![("healthy".to_owned(), None); 8]);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_gpu_left_out_or_of_another_model_fails_and_an_admins_verdict_stays(pool: SqlitePool) {
+    let berth = dgx_berth(pool).await;
+    let admin = berth.admin().await;
+    let (_, secret) = berth.platform.create_node_token(&admin, "dgx-01").await.expect("node token");
+    berth.platform.set_gpu_health(&admin, "dgx-01", 3, "failed", "XID 79, RMA open").await.expect("admin health");
+
+    let mut gpus: Vec<GpuReport> = (0..7).map(h100).collect();
+    gpus[0].name = "NVIDIA A100-SXM4-80GB".into();
+    gpus.push(GpuReport { index: 9, ..h100(9) });
+    let receipt = berth.platform.report_node(&secret, &report(gpus), test_meta()).await.expect("report");
+    assert_eq!(receipt.unexpected, [9]);
+
+    let health = health(&berth).await;
+    assert_eq!(health[0], ("failed".into(), Some("the agent reports A100-80GB, the fleet file says H100-80GB".into())));
+    assert_eq!(health[7], ("failed".into(), Some(MISSING_NOTE.into())));
+    // The agent finds GPU 3 fine; the admin's failed and note stay.
+    assert_eq!(health[3], ("failed".into(), Some("XID 79, RMA open".into())));
+    assert!(health[1..3].iter().chain(&health[4..7]).all(|(h, _)| h == "healthy"));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn unknown_revoked_and_personal_tokens_are_refused_and_audited(pool: SqlitePool) {
+    let berth = dgx_berth(pool).await;
+    let admin = berth.admin().await;
+    let full = report((0..8).map(h100).collect());
+
+    let unknown = berth.platform.report_node("berth_node_0000", &full, test_meta()).await;
+    assert!(matches!(unknown, Err(Error::Unauthenticated)), "{unknown:?}");
+    assert_eq!(audited(&berth, "agent.report", "denied").await, 1);
+
+    let (token, secret) = berth.platform.create_node_token(&admin, "dgx-01").await.expect("node token");
+    berth.platform.report_node(&secret, &full, test_meta()).await.expect("a fresh token reports");
+    berth.platform.revoke_node_token(&admin, token.id).await.expect("revoke");
+    let revoked = berth.platform.report_node(&secret, &full, test_meta()).await;
+    assert!(matches!(revoked, Err(Error::Unauthenticated)), "{revoked:?}");
+    assert_eq!(audited(&berth, "agent.report", "denied").await, 2);
+    assert_eq!(audited(&berth, "node_token.create", "success").await, 1);
+    assert_eq!(audited(&berth, "node_token.revoke", "success").await, 1);
+
+    // A person's API token is no node token.
+    let (_, personal) = berth.platform.create_token(&admin, "mine", "30", &[]).await.expect("api token");
+    let personal = berth.platform.report_node(&personal, &full, test_meta()).await;
+    assert!(matches!(personal, Err(Error::Unauthenticated)), "{personal:?}");
+
+    // Only platform admins make node tokens, for nodes that exist.
+    let auditor = berth.user_with("auditor@example.com", Role::PlatformAuditor).await;
+    assert!(berth.platform.create_node_token(&auditor, "dgx-01").await.is_err());
+    assert!(berth.platform.create_node_token(&berth.caller, "dgx-01").await.is_err());
+    let missing = berth.platform.create_node_token(&admin, "dgx-99").await;
+    assert!(matches!(missing, Err(Error::Refused(Refusal::UnknownNode(_)))), "{missing:?}");
+    let agents = berth.platform.node_agents(&admin).await.expect("node agents");
+    assert_eq!(agents.len(), 1);
+    assert_eq!(agents[0].agent_version.as_deref(), Some("0.1.0"));
+    assert!(agents[0].tokens.is_empty(), "the revoked token is not listed");
+}

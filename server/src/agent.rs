@@ -1,0 +1,259 @@
+//! `berth agent`: runs on a bare-metal GPU node, reads its GPUs through NVML and reports
+//! them to the portal with the node's token, again every interval.
+//!
+//! NVML sits behind [`GpuProbe`] so tests can bring a fake node. `nvml-wrapper` loads
+//! `libnvidia-ml.so` at run time: on a machine without it the agent says so once and
+//! reports zero GPUs, which the portal records as every GPU of the node missing.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use berth_domain::agent::{GpuReport, NodeReport};
+use nvml_wrapper::Nvml;
+use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
+use nvml_wrapper::error::NvmlError;
+
+/// Where the agent posts its reports, under the portal's URL.
+pub const REPORT_PATH: &str = "/api/v1/agent/report";
+
+/// Failed reports are retried sooner than the interval at first, then ever more rarely,
+/// so a portal that comes back is not met by every node at once for long.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const MAX_RETRY: Duration = Duration::from_secs(300);
+
+/// Reads the node's GPUs. NVML in production; a fixed list in tests.
+pub trait GpuProbe: Send + Sync {
+    /// Every GPU the node has, read now. An error means nothing could be read (the
+    /// driver is gone), not that a GPU is sick: a sick GPU is a reading.
+    fn gpus(&self) -> Result<Vec<GpuReport>, String>;
+}
+
+/// A node where NVML could not start: it has no GPUs Berth can use.
+pub struct NoGpus;
+
+impl GpuProbe for NoGpus {
+    fn gpus(&self) -> Result<Vec<GpuReport>, String> {
+        Ok(Vec::new())
+    }
+}
+
+/// The node's GPUs through NVML.
+pub struct NvmlProbe {
+    nvml: Nvml,
+}
+
+impl GpuProbe for NvmlProbe {
+    fn gpus(&self) -> Result<Vec<GpuReport>, String> {
+        let count = self.nvml.device_count().map_err(|e| format!("NVML cannot count the GPUs: {e}"))?;
+        let mut gpus = Vec::new();
+        for index in 0..count {
+            // A GPU NVML cannot open is left out; the portal fails it as not reported.
+            match read_gpu(&self.nvml, index) {
+                Ok(gpu) => gpus.push(gpu),
+                Err(error) => tracing::warn!(index, %error, "NVML cannot read this GPU; leaving it out of the report"),
+            }
+        }
+        Ok(gpus)
+    }
+}
+
+fn read_gpu(nvml: &Nvml, index: u32) -> Result<GpuReport, NvmlError> {
+    let device = nvml.device_by_index(index)?;
+    // Readings a GPU does not support (ECC off, no power sensor) are left empty.
+    Ok(GpuReport {
+        index: i64::from(index),
+        uuid: device.uuid()?,
+        name: device.name()?,
+        memory_mib: i64::try_from(device.memory_info()?.total / (1024 * 1024)).unwrap_or(i64::MAX),
+        mig_enabled: device.mig_mode().is_ok_and(|mode| mode.current == 1),
+        // nvml-wrapper's safe API cannot list MIG instances yet (it needs
+        // nvmlDeviceGetMigDeviceHandleByIndex); left for the nvidia-smi fallback.
+        mig_instances: None,
+        // Volatile: since the driver loaded, so a reset GPU gets a fresh start.
+        ecc_uncorrected: device
+            .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+            .ok()
+            .map(|n| i64::try_from(n).unwrap_or(i64::MAX)),
+        temperature_c: device.temperature(TemperatureSensor::Gpu).ok().map(i64::from),
+        power_w: device.power_usage().ok().map(|milliwatts| i64::from(milliwatts / 1000)),
+        utilization_pct: device.utilization_rates().ok().map(|u| i64::from(u.gpu)),
+    })
+}
+
+/// NVML's probe, or none with the one line that tells the operator why.
+pub fn open_probe() -> (Arc<dyn GpuProbe>, Option<String>) {
+    probe_or_none(Nvml::init().map(|nvml| NvmlProbe { nvml }))
+}
+
+/// The probe NVML's start gave, or [`NoGpus`] and the reason when it failed.
+pub fn probe_or_none<P: GpuProbe + 'static>(init: Result<P, NvmlError>) -> (Arc<dyn GpuProbe>, Option<String>) {
+    match init {
+        Ok(probe) => (Arc::new(probe), None),
+        Err(error) => {
+            let why = match error {
+                NvmlError::LibloadingError(_) | NvmlError::LibraryNotFound => "libnvidia-ml.so not found".to_owned(),
+                other => other.to_string(),
+            };
+            (Arc::new(NoGpus), Some(format!("NVML is not available on this machine ({why}): reporting zero GPUs")))
+        }
+    }
+}
+
+/// The node's report as `probe` reads it now.
+pub fn node_report(probe: &dyn GpuProbe) -> Result<NodeReport, String> {
+    Ok(NodeReport { agent_version: env!("CARGO_PKG_VERSION").to_owned(), gpus: probe.gpus()? })
+}
+
+/// How long to wait after `failures` failed reports in a row: 1 s, 2 s, 4 s, ... up to
+/// five minutes, and never longer than that even when the interval is.
+pub fn retry_delay(failures: u32) -> Duration {
+    FIRST_RETRY.saturating_mul(1 << failures.saturating_sub(1).min(16)).min(MAX_RETRY)
+}
+
+/// One node's agent: where it reports, with which token, how often, reading what.
+pub struct Agent {
+    client: reqwest::Client,
+    url: String,
+    token: String,
+    interval: Duration,
+    probe: Arc<dyn GpuProbe>,
+}
+
+impl Agent {
+    pub fn new(portal: &str, token: &str, interval: Duration, probe: Arc<dyn GpuProbe>) -> Result<Agent, String> {
+        let portal = portal.trim_end_matches('/');
+        if !(portal.starts_with("https://") || portal.starts_with("http://")) {
+            return Err(format!("--portal must be the portal's URL, e.g. https://berth.example.com (got {portal})"));
+        }
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .user_agent(concat!("berth-agent/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| format!("cannot set up the HTTP client: {e}"))?;
+        Ok(Agent { client, url: format!("{portal}{REPORT_PATH}"), token: token.trim().to_owned(), interval, probe })
+    }
+
+    /// Reads the GPUs and posts one report; the portal's answer (which GPUs changed
+    /// health) or why it failed.
+    pub async fn report_once(&self) -> Result<serde_json::Value, String> {
+        // NVML calls block, at times for long on a sick GPU: off the async threads.
+        let probe = self.probe.clone();
+        let report = tokio::task::spawn_blocking(move || node_report(probe.as_ref()))
+            .await
+            .map_err(|e| format!("reading the GPUs stopped: {e}"))??;
+        let body = serde_json::to_vec(&report).map_err(|e| format!("cannot encode the report: {e}"))?;
+        let response = self
+            .client
+            .post(&self.url)
+            .bearer_auth(&self.token)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await
+            .map_err(|e| format!("cannot reach the portal at {}: {e}", self.url))?;
+        let status = response.status();
+        let text = response.text().await.map_err(|e| format!("the portal's answer broke off: {e}"))?;
+        let answer: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        if !status.is_success() {
+            let message = answer["error"].as_str().map_or_else(|| text.chars().take(200).collect(), str::to_owned);
+            return Err(format!("the portal refused the report ({status}): {message}"));
+        }
+        Ok(answer)
+    }
+
+    /// Reports every interval until `stop` completes; a failed report is logged and
+    /// retried with backoff.
+    pub async fn run(&self, stop: impl Future<Output = ()>) {
+        tokio::pin!(stop);
+        let mut failures = 0u32;
+        loop {
+            let wait = match self.report_once().await {
+                Ok(answer) => {
+                    failures = 0;
+                    let gpus = answer["gpus"].as_u64().unwrap_or_default();
+                    tracing::info!(node = %answer["node"].as_str().unwrap_or_default(), gpus, "report accepted");
+                    for change in answer["changes"].as_array().into_iter().flatten() {
+                        tracing::warn!(change = %change.as_str().unwrap_or_default(), "GPU health changed");
+                    }
+                    self.interval
+                }
+                Err(error) => {
+                    failures = failures.saturating_add(1);
+                    let wait = retry_delay(failures);
+                    tracing::warn!(%error, failures, retry_in = ?wait, "report failed");
+                    wait
+                }
+            };
+            tokio::select! {
+                () = &mut stop => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
+/// `--interval`: `30s`, `2m`, `1h` or plain seconds; at least one second.
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let n: u64 = number.parse().map_err(|_| format!("\"{text}\" is not a duration like 30s, 2m or 1h"))?;
+    let seconds = match unit {
+        "" | "s" => n,
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        _ => return Err(format!("\"{text}\" is not a duration like 30s, 2m or 1h")),
+    };
+    if seconds == 0 {
+        return Err("the interval must be at least 1s".to_owned());
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_nvml_the_agent_says_so_and_reports_zero_gpus() {
+        let (probe, message) = probe_or_none::<NoGpus>(Err(NvmlError::LibraryNotFound));
+        assert_eq!(
+            message.as_deref(),
+            Some("NVML is not available on this machine (libnvidia-ml.so not found): reporting zero GPUs")
+        );
+        assert_eq!(node_report(probe.as_ref()).expect("report").gpus, []);
+        let (_, message) = probe_or_none::<NoGpus>(Err(NvmlError::DriverNotLoaded));
+        assert!(message.is_some_and(|m| m.starts_with("NVML is not available on this machine (")));
+    }
+
+    /// The real start-up path: on a machine without the NVIDIA driver (every CI machine
+    /// so far) NVML fails to load and the agent carries on with zero GPUs.
+    #[test]
+    fn on_a_machine_without_the_driver_nvml_reports_zero_gpus() {
+        let (probe, message) = open_probe();
+        if message.is_some() {
+            assert_eq!(
+                message.as_deref(),
+                Some("NVML is not available on this machine (libnvidia-ml.so not found): reporting zero GPUs")
+            );
+            assert_eq!(node_report(probe.as_ref()).expect("report").gpus, []);
+        }
+    }
+
+    #[test]
+    fn retries_back_off_to_five_minutes() {
+        let waits: Vec<u64> = (1..=10).map(|n| retry_delay(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]);
+        assert_eq!(retry_delay(u32::MAX), MAX_RETRY);
+    }
+
+    #[test]
+    fn intervals_read_like_durations() {
+        assert_eq!(parse_interval("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_interval("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_interval("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_interval("0s").is_err());
+        assert!(parse_interval("soon").is_err());
+        assert!(parse_interval("5d").is_err());
+    }
+}
