@@ -169,7 +169,9 @@ async fn contention(seconds: u64) {
 /// 3g MIG slices.
 async fn seed_bookings(pool: &SqlitePool, total: usize, now: i64) {
     let user: i64 = sqlx::query_scalar(
-        "INSERT INTO users (email, display_name, role, created_at) VALUES ('seed@bench', 'Seed', 'member', 0) RETURNING id",
+        // A platform account: it needs no tenant (members must have one).
+        "INSERT INTO users (email, display_name, role, created_at)
+         VALUES ('seed@bench', 'Seed', 'platform_admin', 0) RETURNING id",
     )
     .fetch_one(pool)
     .await
