@@ -7,6 +7,7 @@
 //! that later place the booking.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -136,44 +137,128 @@ pub struct Booking {
     pub window: Window,
 }
 
-/// The fleet's GPUs of one model with every booking on them, indexed for the questions
-/// the launch form and the calendar ask: what is free in a window, how much over time,
-/// and the earliest start that fits.
+/// The in-service GPUs of one model (or a few), grouped by node and by model: what
+/// every timeline of them shares. Built once per fleet change, not per question.
+#[derive(Debug)]
+pub struct GpuSet {
+    gpus: Vec<GpuUnit>,
+    /// In node id order.
+    nodes: Vec<NodeGpus>,
+    /// Position in `nodes` of each GPU's node.
+    node_of: Vec<usize>,
+    /// The models present, and the position in it of each GPU's model.
+    models: Vec<GpuModel>,
+    model_of: Vec<usize>,
+}
+
+#[derive(Debug)]
+struct NodeGpus {
+    /// Positions in `GpuSet::gpus`.
+    positions: Vec<usize>,
+    /// The same GPUs, for placement.
+    units: Vec<GpuUnit>,
+}
+
+impl GpuSet {
+    pub fn new(gpus: Vec<GpuUnit>) -> GpuSet {
+        let mut by_node: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+        let mut models: Vec<GpuModel> = Vec::new();
+        let mut model_of = Vec::with_capacity(gpus.len());
+        for (i, gpu) in gpus.iter().enumerate() {
+            by_node.entry(gpu.node_id).or_default().push(i);
+            let slot = models.iter().position(|&m| m == gpu.model).unwrap_or_else(|| {
+                models.push(gpu.model);
+                models.len() - 1
+            });
+            model_of.push(slot);
+        }
+        let mut node_of = vec![0; gpus.len()];
+        let nodes = by_node
+            .into_values()
+            .enumerate()
+            .map(|(n, positions)| {
+                for &i in &positions {
+                    node_of[i] = n;
+                }
+                NodeGpus { units: positions.iter().map(|&i| gpus[i]).collect(), positions }
+            })
+            .collect();
+        GpuSet { gpus, nodes, node_of, models, model_of }
+    }
+
+    pub fn gpus(&self) -> &[GpuUnit] {
+        &self.gpus
+    }
+
+    fn model_slot(&self, model: GpuModel) -> Option<usize> {
+        self.models.iter().position(|&m| m == model)
+    }
+
+    /// Whether the node at `n` holds GPUs of `model` (a node holds one model).
+    fn node_is(&self, n: usize, model: GpuModel) -> bool {
+        self.nodes[n].units.first().is_some_and(|g| g.model == model)
+    }
+}
+
+/// A set of GPUs with every booking on them, indexed for the questions the launch form
+/// and the calendar ask: what is free in a window, how much over time, and the earliest
+/// start that fits.
 #[derive(Debug, Clone)]
 pub struct Timeline {
-    gpus: Vec<GpuUnit>,
-    /// Bookings per GPU, by start.
-    bookings: Vec<Vec<Booking>>,
-    /// Position in `gpus` by GPU id.
-    index: HashMap<i64, usize>,
-    /// Indexes into `gpus` by node, in node order.
-    nodes: Vec<(i64, Vec<usize>)>,
+    set: Arc<GpuSet>,
+    /// The bookings of every GPU, those of `set.gpus[i]` at `bookings[starts[i]..starts[i + 1]]`,
+    /// each GPU's by start: one allocation however many GPUs.
+    bookings: Vec<Booking>,
+    starts: Vec<usize>,
     gap_ms: i64,
 }
 
-/// What a GPU holds during a window: all of it, or these MIG instances (none: free).
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a GPU holds during a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum GpuState {
+    /// Nothing: free for anything.
+    Free,
     Whole,
-    Slices(Vec<MigInstance>),
+    /// MIG instances, packed by `LayoutKey`.
+    Slices(LayoutKey),
+    /// MIG instances that two bookings at different times put at the same start: counted
+    /// from the instances themselves (rare, so not worth a key).
+    Overlapping,
     /// A time-sliced GPU with this many shares free.
     Shares {
         free: u8,
     },
 }
 
-/// How many more slices of a profile fit a layout, remembered per (profile, layout).
-type SliceFits = HashMap<u64, u32>;
+/// A MIG layout packed into one number: 4 bits per memory slice start, holding the
+/// profile's position in `MigProfile::ALL` plus one (0 for no instance at that start).
+/// Counting by layout lets thousands of GPUs share a handful of distinct layouts.
+type LayoutKey = u32;
 
-/// A profile and a layout (instances by start) packed into one number: 6 bits per
-/// instance, at most 7 instances, so nothing is allocated per GPU and bucket.
-fn layout_key(profile: MigProfile, instances: &[MigInstance]) -> u64 {
-    let index = |p: MigProfile| MigProfile::ALL.iter().position(|&q| q == p).unwrap_or(0) as u64;
-    instances.iter().fold(index(profile) + 1, |key, i| key << 6 | (index(i.profile) << 3 | u64::from(i.start & 7)))
+fn layout_key(instances: impl IntoIterator<Item = MigInstance>) -> Option<LayoutKey> {
+    let mut key: LayoutKey = 0;
+    for i in instances {
+        let shift = 4 * u32::from(i.start & 7);
+        if key >> shift & 0xF != 0 {
+            return None;
+        }
+        let index = MigProfile::ALL.iter().position(|&p| p == i.profile).unwrap_or(0) as LayoutKey;
+        key |= (index + 1) << shift;
+    }
+    Some(key)
 }
 
-fn slices_that_fit(profile: MigProfile, instances: &[MigInstance]) -> u32 {
-    let mut layout = MigLayout::new(instances.to_vec());
+fn layout_of(key: LayoutKey) -> Vec<MigInstance> {
+    (0..MEMORY_SLICES)
+        .filter_map(|start| match (key >> (4 * u32::from(start)) & 0xF) as usize {
+            0 => None,
+            p => Some(MigInstance { profile: MigProfile::ALL[p - 1], start }),
+        })
+        .collect()
+}
+
+fn slices_that_fit(profile: MigProfile, instances: Vec<MigInstance>) -> u32 {
+    let mut layout = MigLayout::new(instances);
     let mut fits = 0;
     while let Some(start) = layout.best_start(profile) {
         layout.instances.push(MigInstance { profile, start });
@@ -182,132 +267,195 @@ fn slices_that_fit(profile: MigProfile, instances: &[MigInstance]) -> u32 {
     fits
 }
 
+/// How many more slices of a profile fit a layout, remembered per (profile, layout).
+type SliceFits = HashMap<(MigProfile, LayoutKey), u32>;
+
+/// What the GPUs of a timeline hold during one window, summed up so that counting a size
+/// looks at nodes and distinct layouts instead of every GPU.
+#[derive(Debug, Default)]
+struct Holdings {
+    /// Per node: its exclusive GPUs with nothing on them.
+    free_by_node: Vec<u32>,
+    /// Per model slot: those of them that are MIG-capable (the empty layout, by far the
+    /// most common, counted without hashing).
+    free_mig_by_model: Vec<u32>,
+    /// MIG-capable exclusive GPUs with instances, per (model slot, layout).
+    layouts: HashMap<(usize, LayoutKey), u32>,
+    overlapping: Vec<(usize, Vec<MigInstance>)>,
+    /// Free shares of time-sliced GPUs per (model slot, ways).
+    shares: HashMap<(usize, u8), u32>,
+}
+
 impl Timeline {
+    /// A timeline of `gpus` from bookings in any order.
     pub fn new(gpus: Vec<GpuUnit>, bookings: impl IntoIterator<Item = Booking>, gap_ms: i64) -> Timeline {
         let mut by_gpu: HashMap<i64, Vec<Booking>> = HashMap::new();
         for b in bookings {
             by_gpu.entry(b.hold.gpu_id).or_default().push(b);
         }
-        for list in by_gpu.values_mut() {
-            list.sort_by_key(|b| b.window.starts_at);
+        Timeline::on(Arc::new(GpuSet::new(gpus)), gap_ms, |gpu, out| {
+            out.extend(by_gpu.remove(&gpu.id).into_iter().flatten());
+        })
+    }
+
+    /// A timeline of `set` where `bookings_of(gpu, out)` appends the bookings on each GPU.
+    pub fn on(set: Arc<GpuSet>, gap_ms: i64, mut bookings_of: impl FnMut(&GpuUnit, &mut Vec<Booking>)) -> Timeline {
+        let mut bookings = Vec::new();
+        let mut starts = Vec::with_capacity(set.gpus.len() + 1);
+        for gpu in &set.gpus {
+            let first = bookings.len();
+            starts.push(first);
+            bookings_of(gpu, &mut bookings);
+            bookings[first..].sort_by_key(|b: &Booking| b.window.starts_at);
         }
-        let mut nodes: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
-        for (i, gpu) in gpus.iter().enumerate() {
-            nodes.entry(gpu.node_id).or_default().push(i);
-        }
-        let index: HashMap<i64, usize> = gpus.iter().enumerate().map(|(i, g)| (g.id, i)).collect();
-        let bookings = gpus.iter().map(|g| by_gpu.remove(&g.id).unwrap_or_default()).collect();
-        Timeline { gpus, bookings, index, nodes: nodes.into_iter().collect(), gap_ms }
+        starts.push(bookings.len());
+        Timeline { set, bookings, starts, gap_ms }
     }
 
     pub fn gpus(&self) -> &[GpuUnit] {
-        &self.gpus
+        &self.set.gpus
+    }
+
+    pub fn set(&self) -> &Arc<GpuSet> {
+        &self.set
     }
 
     /// The bookings of the GPU at `index` that hold it at any time during `window`
     /// (cleaning gap included). They are sorted by start, so the scan stops early.
     fn during(&self, index: usize, window: Window) -> impl Iterator<Item = &Booking> {
-        self.bookings[index]
+        self.bookings[self.starts[index]..self.starts[index + 1]]
             .iter()
             .take_while(move |b| b.window.starts_at < window.ends_at + self.gap_ms)
             .filter(move |b| b.window.conflicts(window, self.gap_ms))
     }
 
-    /// What is held on `gpus` at any time during `window` (cleaning gap included).
-    fn holds_on(&self, gpus: &[GpuUnit], window: Window) -> Vec<Hold> {
-        gpus.iter()
-            .filter_map(|gpu| self.index.get(&gpu.id))
-            .flat_map(|&i| self.during(i, window))
-            .map(|b| b.hold)
-            .collect()
+    /// What is held on the GPUs at `positions` at any time during `window`.
+    fn holds_on(&self, positions: impl IntoIterator<Item = usize>, window: Window) -> Vec<Hold> {
+        positions.into_iter().flat_map(|i| self.during(i, window)).map(|b| b.hold).collect()
     }
 
     /// Concrete capacity for `shape` during `window`, by the same rules as a launch now.
     pub fn place(&self, shape: Shape, window: Window) -> Result<Vec<Assignment>, Refusal> {
-        let holds = self.holds_on(&self.gpus, window);
-        placement::place(shape, &self.gpus, &holds)
+        let holds = self.holds_on(0..self.set.gpus.len(), window);
+        placement::place(shape, &self.set.gpus, &holds)
     }
 
     /// How many more bookings of `shape` fit during all of `window`.
     pub fn free_count(&self, shape: Shape, window: Window) -> u32 {
-        self.free_counts(&[shape], window, &mut HashMap::new())[0]
+        self.heatmaps(&[shape], window.starts_at, window.ends_at - window.starts_at, 1)[0][0]
     }
 
     /// `free_count` of each of `shapes` for `buckets` consecutive windows of `bucket_ms`
     /// from `from`: the rows of the calendar's heatmap, one per shape.
     ///
-    /// What each GPU holds is worked out once per bucket and shared by every shape, and
-    /// how many slices fit a MIG layout once per layout: the fleet has thousands of GPUs
-    /// but only a handful of distinct layouts.
+    /// Each GPU's bookings are read once for all buckets and summed per bucket into
+    /// `Holdings` (free GPUs per node, GPUs per MIG layout), which every shape then counts.
     pub fn heatmaps(&self, shapes: &[Shape], from: i64, bucket_ms: i64, buckets: usize) -> Vec<Vec<u32>> {
+        let set = &self.set;
+        let mut holdings: Vec<Holdings> = (0..buckets)
+            .map(|_| Holdings {
+                free_by_node: vec![0; set.nodes.len()],
+                free_mig_by_model: vec![0; set.models.len()],
+                ..Holdings::default()
+            })
+            .collect();
+        for (i, gpu) in set.gpus.iter().enumerate() {
+            for (b, holding) in holdings.iter_mut().enumerate() {
+                let starts_at = from + b as i64 * bucket_ms;
+                let window = Window { starts_at, ends_at: starts_at + bucket_ms };
+                let slot = set.model_of[i];
+                match self.state(i, window) {
+                    GpuState::Free => {
+                        holding.free_by_node[set.node_of[i]] += 1;
+                        if gpu.mig_capable {
+                            holding.free_mig_by_model[slot] += 1;
+                        }
+                    }
+                    GpuState::Whole => {}
+                    GpuState::Slices(key) => {
+                        if gpu.mig_capable {
+                            *holding.layouts.entry((slot, key)).or_default() += 1;
+                        }
+                    }
+                    GpuState::Overlapping => {
+                        if gpu.mig_capable {
+                            let mut instances: Vec<MigInstance> =
+                                self.during(i, window).filter_map(mig_instance).collect();
+                            instances.sort_by_key(|i| i.start);
+                            holding.overlapping.push((slot, instances));
+                        }
+                    }
+                    GpuState::Shares { free } => {
+                        *holding.shares.entry((slot, gpu.time_slices)).or_default() += u32::from(free);
+                    }
+                }
+            }
+        }
+        let mut fits = SliceFits::new();
         let mut rows = vec![Vec::with_capacity(buckets); shapes.len()];
-        let mut fits = HashMap::new();
-        for i in 0..buckets as i64 {
-            let starts_at = from + i * bucket_ms;
-            let counts = self.free_counts(shapes, Window { starts_at, ends_at: starts_at + bucket_ms }, &mut fits);
-            for (row, count) in rows.iter_mut().zip(counts) {
-                row.push(count);
+        for holding in &holdings {
+            for (row, &shape) in rows.iter_mut().zip(shapes) {
+                row.push(self.count(shape, holding, &mut fits));
             }
         }
         rows
     }
 
-    fn free_counts(&self, shapes: &[Shape], window: Window, fits: &mut SliceFits) -> Vec<u32> {
-        let states: Vec<GpuState> = (0..self.gpus.len()).map(|i| self.state(i, window)).collect();
-        shapes.iter().map(|&shape| self.count(shape, &states, fits)).collect()
-    }
-
     /// What the GPU at `index` holds at any time during `window` (cleaning gap included).
     fn state(&self, index: usize, window: Window) -> GpuState {
-        let gpu = &self.gpus[index];
+        let gpu = &self.set.gpus[index];
         if gpu.is_shared() {
             let width = MEMORY_SLICES / gpu.time_slices;
             let taken: u8 = self.during(index, window).map(|b| b.hold.slices.size).sum();
             return GpuState::Shares { free: MEMORY_SLICES.saturating_sub(taken) / width };
         }
+        let mut during = self.during(index, window).peekable();
+        if during.peek().is_none() {
+            return GpuState::Free;
+        }
         let mut instances = Vec::new();
-        for b in self.during(index, window) {
-            match b.hold.profile {
+        for b in during {
+            match mig_instance(b) {
                 None => return GpuState::Whole,
-                Some(profile) => instances.push(MigInstance { profile, start: b.hold.slices.start }),
+                Some(instance) => instances.push(instance),
             }
         }
-        instances.sort_by_key(|i| i.start);
-        GpuState::Slices(instances)
+        layout_key(instances).map_or(GpuState::Overlapping, GpuState::Slices)
     }
 
-    fn count(&self, shape: Shape, states: &[GpuState], fits: &mut SliceFits) -> u32 {
-        let model = shape.model();
-        let free = |i: usize| {
-            self.gpus[i].model == model && !self.gpus[i].is_shared() && states[i] == GpuState::Slices(Vec::new())
-        };
-        let total = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+    fn count(&self, shape: Shape, holding: &Holdings, fits: &mut SliceFits) -> u32 {
+        let set = &self.set;
+        let Some(slot) = set.model_slot(shape.model()) else { return 0 };
+        let nodes = || (0..set.nodes.len()).filter(|&n| set.node_is(n, shape.model()));
         match shape {
-            Shape::MigSlice { profile, .. } => (0..self.gpus.len())
-                .filter(|&i| self.gpus[i].model == model && self.gpus[i].mig_capable)
-                .map(|i| match &states[i] {
-                    GpuState::Whole | GpuState::Shares { .. } => 0,
-                    GpuState::Slices(instances) => *fits
-                        .entry(layout_key(profile, instances))
-                        .or_insert_with(|| slices_that_fit(profile, instances)),
-                })
-                .sum(),
-            Shape::Gpus { count, .. } => {
-                self.nodes.iter().map(|(_, gpus)| total(gpus.iter().filter(|&&i| free(i)).count()) / count.max(1)).sum()
+            Shape::MigSlice { profile, .. } => {
+                let regular: u32 = holding
+                    .layouts
+                    .iter()
+                    .filter(|((s, _), _)| *s == slot)
+                    .map(|(&(_, key), &gpus)| {
+                        gpus * *fits.entry((profile, key)).or_insert_with(|| slices_that_fit(profile, layout_of(key)))
+                    })
+                    .sum();
+                let overlapping: u32 = holding
+                    .overlapping
+                    .iter()
+                    .filter(|(s, _)| *s == slot)
+                    .map(|(_, instances)| slices_that_fit(profile, instances.clone()))
+                    .sum();
+                let free = holding.free_mig_by_model[slot]
+                    * *fits.entry((profile, 0)).or_insert_with(|| slices_that_fit(profile, Vec::new()));
+                free + regular + overlapping
             }
-            Shape::Share { ways, .. } => (0..self.gpus.len())
-                .filter(|&i| self.gpus[i].model == model && self.gpus[i].time_slices == ways)
-                .map(|i| match states[i] {
-                    GpuState::Shares { free } => u32::from(free),
-                    _ => 0,
-                })
-                .sum(),
+            Shape::Gpus { count, .. } => nodes().map(|n| holding.free_by_node[n] / count.max(1)).sum(),
+            Shape::Share { ways, .. } => holding.shares.get(&(slot, ways)).copied().unwrap_or(0),
             Shape::Nodes { count, .. } => {
                 // A multi-node request stays inside one span (NVLink domain or site fabric).
                 let mut free_by_span: BTreeMap<Span, u32> = BTreeMap::new();
-                for (_, gpus) in self.nodes.iter().filter(|(_, gpus)| gpus.iter().all(|&i| free(i))) {
-                    if let Some(&first) = gpus.first() {
-                        *free_by_span.entry(self.gpus[first].span()).or_default() += 1;
+                for n in nodes() {
+                    let node = &set.nodes[n];
+                    if holding.free_by_node[n] as usize == node.positions.len() {
+                        *free_by_span.entry(node.units[0].span()).or_default() += 1;
                     }
                 }
                 free_by_span.values().map(|free| free / count.max(1)).sum()
@@ -322,28 +470,36 @@ impl Timeline {
     /// for GPUs of a node, every node for several nodes) is tried at `not_before` and at
     /// the moments its bookings end; the first start where placement succeeds wins.
     pub fn earliest_start(&self, shape: Shape, duration_ms: i64, not_before: i64, latest_end: i64) -> Option<i64> {
+        let set = &self.set;
         let model = shape.model();
-        let groups: Vec<Vec<GpuUnit>> = match shape {
-            Shape::MigSlice { .. } => {
-                self.gpus.iter().filter(|g| g.model == model && g.mig_capable).map(|g| vec![*g]).collect()
-            }
-            Shape::Share { ways, .. } => {
-                self.gpus.iter().filter(|g| g.model == model && g.time_slices == ways).map(|g| vec![*g]).collect()
-            }
-            Shape::Gpus { .. } | Shape::Nodes { count: 1, .. } => self
-                .nodes
-                .iter()
-                .filter(|(_, gpus)| gpus.iter().any(|&i| self.gpus[i].model == model))
-                .map(|(_, gpus)| gpus.iter().map(|&i| self.gpus[i]).collect())
+        let single = |i: usize| (i..i + 1, std::slice::from_ref(&set.gpus[i]));
+        // (positions in the set, the same GPUs)
+        let groups: Vec<(std::ops::Range<usize>, &[GpuUnit])> = match shape {
+            Shape::MigSlice { .. } => (0..set.gpus.len())
+                .filter(|&i| set.gpus[i].model == model && set.gpus[i].mig_capable && !set.gpus[i].is_shared())
+                .map(single)
                 .collect(),
-            Shape::Nodes { .. } => vec![self.gpus.clone()],
+            Shape::Share { ways, .. } => (0..set.gpus.len())
+                .filter(|&i| set.gpus[i].model == model && set.gpus[i].time_slices == ways)
+                .map(single)
+                .collect(),
+            Shape::Gpus { .. } | Shape::Nodes { count: 1, .. } => (0..set.nodes.len())
+                .filter(|&n| set.node_is(n, model))
+                .map(|n| (n..n + 1, set.nodes[n].units.as_slice()))
+                .collect(),
+            Shape::Nodes { .. } => vec![(0..set.nodes.len(), set.gpus.as_slice())],
+        };
+        // Node groups hold node positions; the others GPU positions.
+        let by_node = matches!(shape, Shape::Gpus { .. } | Shape::Nodes { .. });
+        let positions = |range: std::ops::Range<usize>| -> Vec<usize> {
+            if by_node { range.flat_map(|n| set.nodes[n].positions.iter().copied()).collect() } else { range.collect() }
         };
         let mut best: Option<i64> = None;
-        for group in &groups {
-            let mut candidates: Vec<i64> = group
+        for (range, units) in groups {
+            let positions = positions(range);
+            let mut candidates: Vec<i64> = positions
                 .iter()
-                .filter_map(|g| self.index.get(&g.id).map(|&i| &self.bookings[i]))
-                .flatten()
+                .flat_map(|&i| &self.bookings[self.starts[i]..self.starts[i + 1]])
                 .map(|b| b.window.ends_at + self.gap_ms)
                 .filter(|&t| t > not_before)
                 .collect();
@@ -355,14 +511,22 @@ impl Timeline {
                     break;
                 }
                 let window = Window { starts_at: t, ends_at: t + duration_ms };
-                if placement::place(shape, group, &self.holds_on(group, window)).is_ok() {
+                if placement::place(shape, units, &self.holds_on(positions.iter().copied(), window)).is_ok() {
                     best = Some(t);
                     break;
                 }
             }
+            if best == Some(not_before) {
+                break; // nothing starts earlier
+            }
         }
         best
     }
+}
+
+/// A booking's MIG instance; `None` for a whole GPU or a share.
+fn mig_instance(b: &Booking) -> Option<MigInstance> {
+    b.hold.profile.map(|profile| MigInstance { profile, start: b.hold.slices.start })
 }
 
 /// GPU-equivalents of held capacity: a whole GPU is 1, a MIG slice its share of the
@@ -834,6 +998,44 @@ mod tests {
                             proptest::prop_assert!(timeline.place(shape, later).is_ok());
                         }
                     }
+                }
+            }
+        }
+
+        /// The heatmap counts each bucket as `free_count` does for that window alone, and
+        /// that count is exactly how many bookings placement then takes one after another.
+        #[test]
+        fn heatmap_buckets_count_what_placement_takes(
+            held in proptest::collection::vec((0usize..5, 0i64..48, 1i64..12), 0..30)
+        ) {
+            let shapes = [
+                Shape::MigSlice { model: H100, profile: MigProfile::G1 },
+                Shape::MigSlice { model: H100, profile: MigProfile::G3 },
+                Shape::Gpus { model: H100, count: 1 },
+                Shape::Gpus { model: H100, count: 2 },
+                Shape::Nodes { model: H100, count: 1 },
+            ];
+            let gap = 15 * MINUTE_MS;
+            let mut bookings: Vec<Booking> = Vec::new();
+            for (shape, from, hours) in held {
+                let window = at(from, from + hours);
+                if let Ok(assignments) = Timeline::new(gpus(), bookings.clone(), gap).place(shapes[shape], window) {
+                    bookings.extend(assignments.into_iter().map(|hold| Booking { hold, window }));
+                }
+            }
+            let timeline = Timeline::new(gpus(), bookings.clone(), gap);
+            let rows = timeline.heatmaps(&shapes, NOW, 8 * HOUR_MS, 6);
+            for (shape, row) in shapes.iter().zip(&rows) {
+                for (b, &free) in row.iter().enumerate() {
+                    let window = at(8 * b as i64, 8 * (b as i64 + 1));
+                    proptest::prop_assert_eq!(free, timeline.free_count(*shape, window));
+                    let mut taken = bookings.clone();
+                    let mut placed = 0;
+                    while let Ok(assignments) = Timeline::new(gpus(), taken.clone(), gap).place(*shape, window) {
+                        taken.extend(assignments.into_iter().map(|hold| Booking { hold, window }));
+                        placed += 1;
+                    }
+                    proptest::prop_assert_eq!(free, placed, "{:?} in bucket {}", shape, b);
                 }
             }
         }

@@ -11,7 +11,6 @@
 use std::time::{Duration, Instant};
 
 use berth_domain::booking::{DAY_MS, HOUR_MS};
-use berth_domain::fleet::FleetSpec;
 use berth_domain::gpu::GpuModel;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::mig::MigProfile;
@@ -22,20 +21,12 @@ use berth_platform::{Caller, Error, Platform, RequestMeta, now_ms, store};
 use rand::{Rng, SeedableRng};
 use sqlx::SqlitePool;
 
-const SITES: usize = 5;
-const NODES_PER_SITE: usize = 250;
-const GPUS_PER_NODE: usize = 8;
-const CLIENTS: usize = 64;
+#[path = "seed/mod.rs"]
+mod seed;
 
-fn fleet() -> FleetSpec {
-    let mut toml = String::new();
-    for s in 0..SITES {
-        toml += &format!(
-            "[[site]]\nname = \"site-{s}\"\n[[site.pool]]\nprefix = \"s{s}-h100\"\nmodel = \"H100-80GB\"\nnodes = {NODES_PER_SITE}\ngpus_per_node = {GPUS_PER_NODE}\nnvlink = true\n"
-        );
-    }
-    FleetSpec::parse(&toml).expect("fleet")
-}
+use seed::{GPUS, fleet, seed_bookings};
+
+const CLIENTS: usize = 64;
 
 async fn fresh_platform(name: &str) -> (Platform, SqlitePool, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("berth-bench-{name}-{}", std::process::id()));
@@ -147,10 +138,7 @@ async fn contention(seconds: u64) {
     let elapsed = started.elapsed().as_secs_f64();
     latencies.sort();
     let found = overlaps(&pool).await;
-    println!(
-        "== booking under contention: {} GPUs, {CLIENTS} clients, {seconds} s",
-        SITES * NODES_PER_SITE * GPUS_PER_NODE
-    );
+    println!("== booking under contention: {} GPUs, {CLIENTS} clients, {seconds} s", GPUS);
     println!("bookings confirmed: {ok} ({:.1}/s); refused (no capacity): {refused}", ok as f64 / elapsed);
     println!(
         "latency per booking: p50 {}  p99 {}  max {}",
@@ -162,78 +150,6 @@ async fn contention(seconds: u64) {
     assert_eq!(found, 0, "double booking");
     pool.close().await;
     let _ = std::fs::remove_dir_all(dir);
-}
-
-/// 100,000 bookings over 90 days written straight into the tables (through `launch` it
-/// would take far longer): ten per GPU with random gaps between them, a fifth of them
-/// 3g MIG slices.
-async fn seed_bookings(pool: &SqlitePool, total: usize, now: i64) {
-    let user: i64 = sqlx::query_scalar(
-        // A platform account: it needs no tenant (members must have one).
-        "INSERT INTO users (email, display_name, role, created_at)
-         VALUES ('seed@bench', 'Seed', 'platform_admin', 0) RETURNING id",
-    )
-    .fetch_one(pool)
-    .await
-    .expect("user");
-    let gpus: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus ORDER BY id").fetch_all(pool).await.expect("gpus");
-    let mut rng = rand::rngs::StdRng::seed_from_u64(7);
-    let horizon = now + 90 * DAY_MS;
-    // Round robin over the GPUs, each with its own next free time, so every GPU gets about
-    // ten bookings and all of them end within 90 days.
-    let mut next_free: Vec<i64> = gpus.iter().map(|_| now + rng.random_range(0..48) * HOUR_MS).collect();
-    let mut tx = pool.begin().await.expect("tx");
-    let mut written = 0;
-    let mut turn = 0;
-    while written < total {
-        let slot = turn % gpus.len();
-        turn += 1;
-        let gpu = gpus[slot];
-        {
-            // About 66 h booked, then about 4 days free.
-            let hours = rng.random_range(12..120);
-            let (start, end) = (next_free[slot], next_free[slot] + hours * HOUR_MS);
-            if end > horizon {
-                assert!(turn < 100 * total, "the seed cannot fit {total} bookings in 90 days");
-                continue;
-            }
-            next_free[slot] = end + rng.random_range(24..160) * HOUR_MS;
-            let id = format!("seed-{written}");
-            let mig = rng.random_bool(0.2);
-            sqlx::query(
-                "INSERT INTO environments (id, owner_id, name, offering, size_id, cents_per_hour, state, desired,
-                     created_at, starts_at, ends_at, state_changed_at)
-                 VALUES (?, ?, ?, 'training', 'h100-1', 320, 'requested', 'running', ?, ?, ?, ?)",
-            )
-            .bind(&id)
-            .bind(user)
-            .bind(&id)
-            .bind(now)
-            .bind(start)
-            .bind(end)
-            .bind(now)
-            .execute(&mut *tx)
-            .await
-            .expect("environment");
-            let (slice_start, slice_size, profile) = if mig { (0, 4, Some("3g")) } else { (0, 8, None) };
-            sqlx::query(
-                "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&id)
-            .bind(gpu)
-            .bind(slice_start)
-            .bind(slice_size)
-            .bind(profile)
-            .bind(start)
-            .bind(end)
-            .execute(&mut *tx)
-            .await
-            .expect("reservation");
-            written += 1;
-        }
-    }
-    tx.commit().await.expect("commit");
 }
 
 async fn time<F, Fut, T>(runs: usize, mut f: F) -> Vec<Duration>
@@ -260,7 +176,7 @@ async fn calendar_speed() {
     let last: i64 = sqlx::query_scalar("SELECT max(ends_at) FROM reservations").fetch_one(&pool).await.expect("max");
     println!(
         "== calendar speed: {} GPUs, {count} bookings over {} days (seeded in {:.1} s)",
-        SITES * NODES_PER_SITE * GPUS_PER_NODE,
+        GPUS,
         (last - now) / DAY_MS,
         seeding.elapsed().as_secs_f64()
     );

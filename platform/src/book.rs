@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use berth_domain::booking::{Booking, Timeline, Window};
+use berth_domain::booking::{Booking, GpuSet, Timeline, Window};
 use berth_domain::gpu::GpuModel;
 use berth_domain::mig::{MigProfile, SliceRange};
 use berth_domain::placement::{GpuUnit, Hold};
@@ -138,27 +138,40 @@ impl BookingBook {
     }
 
     /// Bookings on `gpus` that overlap `range` (any with `None`), optionally only those
-    /// counted against one user, project or tenant. One held past its end (teardown still
-    /// running) holds its unit until `now`.
+    /// counted against one user, project or tenant.
     fn bookings(&self, gpus: &[GpuUnit], now: i64, holder: Option<Holder>, range: Option<Window>) -> Vec<BookedBy> {
         let mut out = Vec::new();
         for gpu in gpus {
-            for held in self.by_gpu.get(&gpu.id).into_iter().flatten() {
-                let end = held.booking.window.ends_at;
-                let window =
-                    Window { ends_at: if held.until_released { end.max(now) } else { end }, ..held.booking.window };
-                if holder.is_some_and(|h| !held.booker.counts_for(h)) || range.is_some_and(|r| !window.conflicts(r, 0))
-                {
-                    continue;
+            for held in self.held_on(gpu.id, now, range) {
+                if holder.is_none_or(|h| held.booker.counts_for(h)) {
+                    out.push(BookedBy {
+                        environment_id: held.environment_id.clone(),
+                        booking: held.booking_until(now),
+                        spot: held.spot,
+                    });
                 }
-                out.push(BookedBy {
-                    environment_id: held.environment_id.clone(),
-                    booking: Booking { window, ..held.booking },
-                    spot: held.spot,
-                });
             }
         }
         out
+    }
+
+    /// What is held on `gpu_id` that overlaps `range` (everything with `None`).
+    fn held_on(&self, gpu_id: i64, now: i64, range: Option<Window>) -> impl Iterator<Item = &Held> {
+        self.by_gpu
+            .get(&gpu_id)
+            .into_iter()
+            .flatten()
+            .filter(move |held| range.is_none_or(|r| held.booking_until(now).window.conflicts(r, 0)))
+    }
+}
+
+impl Held {
+    /// The booking as it holds its unit now: one held past its end (teardown still
+    /// running) holds it until `now`.
+    fn booking_until(&self, now: i64) -> Booking {
+        let end = self.booking.window.ends_at;
+        let ends_at = if self.until_released { end.max(now) } else { end };
+        Booking { window: Window { ends_at, ..self.booking.window }, ..self.booking }
     }
 }
 
@@ -221,12 +234,17 @@ impl Platform {
         Ok(self.timeline_of(&gpus, now, range, true))
     }
 
-    /// The timeline of `gpus`; without spot bookings it shows what a guaranteed booking
-    /// could have by reclaiming them.
-    pub(crate) fn timeline_of(&self, gpus: &[GpuUnit], now: i64, range: Option<Window>, with_spot: bool) -> Timeline {
+    /// The timeline of `gpus` with the bookings that could matter during `range`; without
+    /// spot bookings it shows what a guaranteed booking could have by reclaiming them.
+    pub(crate) fn timeline_of(&self, gpus: &Arc<GpuSet>, now: i64, range: Option<Window>, with_spot: bool) -> Timeline {
         let gap = self.policy.cleaning_gap_ms;
         let range = range.map(|r| r.widened(gap));
-        let bookings = self.book_bookings(gpus, now, None, range).into_iter().filter(|b| with_spot || !b.spot);
-        Timeline::new(gpus.to_vec(), bookings.map(|b| b.booking), gap)
+        let book = read(&self.book);
+        Timeline::on(gpus.clone(), gap, |gpu, out| {
+            if let Some(book) = book.as_ref() {
+                let held = book.held_on(gpu.id, now, range).filter(|h| with_spot || !h.spot);
+                out.extend(held.map(|h| h.booking_until(now)));
+            }
+        })
     }
 }

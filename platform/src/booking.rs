@@ -2,13 +2,14 @@
 //! changing a booking's end, and what a refusal suggests instead.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use berth_domain::Refusal;
-use berth_domain::booking::{self, Timeline, Window};
+use berth_domain::booking::{self, GpuSet, Timeline, Window};
 use berth_domain::catalog::{Offering, Size};
 use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Desired, EnvState};
-use berth_domain::placement::{GpuUnit, Hold, Shape};
+use berth_domain::placement::{Hold, Shape};
 use berth_domain::policy::Action;
 
 use sqlx::SqliteConnection;
@@ -87,7 +88,7 @@ impl Platform {
             if timeline.gpus().is_empty() {
                 continue;
             }
-            let empty = Timeline::new(timeline.gpus().to_vec(), [], 0);
+            let empty = Timeline::on(timeline.set().clone(), 0, |_, _| {});
             let shapes: Vec<Shape> = all_shapes.iter().copied().filter(|s| s.model() == model).collect();
             let capacities = empty.heatmaps(&shapes, from, bucket_ms, 1);
             let free = timeline.heatmaps(&shapes, from, bucket_ms, buckets);
@@ -118,7 +119,7 @@ impl Platform {
             let earliest_start = if free_now > 0 {
                 Some(now)
             } else {
-                self.earliest_start_on(timeline.gpus(), size.shape, hours, now, now)
+                self.earliest_start_on(timeline.set(), size.shape, hours, now, now)
             };
             out.push(SizeAvailability { size, free_now, earliest_start });
         }
@@ -158,7 +159,7 @@ impl Platform {
             self.load_book(&mut tx).await?;
             let gpus = self.gpus_of_model(&mut tx, model).await?;
             // Only bookings near the new window can stand in its way.
-            let all = self.book_bookings(&gpus, now, None, Some(window.widened(self.policy.cleaning_gap_ms)));
+            let all = self.book_bookings(gpus.gpus(), now, None, Some(window.widened(self.policy.cleaning_gap_ms)));
             let (own, others): (Vec<_>, Vec<_>) =
                 all.into_iter().map(|b| (b.environment_id, b.booking)).partition(|(env_id, _)| &**env_id == id);
             let blocking = others
@@ -242,7 +243,7 @@ impl Platform {
             "right now".to_owned()
         };
         let mut hints = Vec::new();
-        if let Some(t) = self.earliest_start_on(timeline.gpus(), size.shape, hours, window.starts_at, now) {
+        if let Some(t) = self.earliest_start_on(timeline.set(), size.shape, hours, window.starts_at, now) {
             hints.push(format!("the earliest start for {hours} h is {}", utc_short(t)));
         }
         let mut others: Vec<&str> = Vec::new();
@@ -269,7 +270,14 @@ impl Platform {
     /// The earliest start at or after `not_before` for `shape` held `hours` on `gpus`,
     /// ending within the horizon. Searched a week at a time (then two, four, ...), so the
     /// common answer, something soon, looks at few bookings.
-    fn earliest_start_on(&self, gpus: &[GpuUnit], shape: Shape, hours: u32, not_before: i64, now: i64) -> Option<i64> {
+    fn earliest_start_on(
+        &self,
+        gpus: &Arc<GpuSet>,
+        shape: Shape,
+        hours: u32,
+        not_before: i64,
+        now: i64,
+    ) -> Option<i64> {
         let duration = i64::from(hours) * booking::HOUR_MS;
         let last_start = now + self.policy.horizon_ms - duration;
         let (mut from, mut chunk) = (not_before, 7 * booking::DAY_MS);

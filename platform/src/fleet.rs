@@ -1,5 +1,6 @@
 //! The GPU inventory in the database, kept in step with the fleet description.
 
+use berth_domain::booking::GpuSet;
 use berth_domain::fleet::FleetSpec;
 use berth_domain::gpu::GpuModel;
 use berth_domain::placement::GpuUnit;
@@ -100,12 +101,12 @@ impl Platform {
         &self,
         conn: &mut SqliteConnection,
         model: GpuModel,
-    ) -> Result<Arc<Vec<GpuUnit>>, Error> {
+    ) -> Result<Arc<GpuSet>, Error> {
         let cached = read(&self.fleet).get(&model).cloned();
         if let Some(gpus) = cached {
             return Ok(gpus);
         }
-        let gpus = Arc::new(read_gpus_of_model(conn, model).await?);
+        let gpus = Arc::new(GpuSet::new(read_gpus_of_model(conn, model).await?));
         write(&self.fleet).insert(model, gpus.clone());
         Ok(gpus)
     }

@@ -34,7 +34,6 @@ use std::sync::Arc;
 use berth_domain::booking::BookingPolicy;
 use berth_domain::fabric::FabricConfig;
 use berth_domain::gpu::GpuModel;
-use berth_domain::placement::GpuUnit;
 use berth_domain::policy::Principal;
 use sqlx::SqlitePool;
 use tokio::sync::Notify;
@@ -55,7 +54,7 @@ pub struct Platform {
     writer: Arc<tokio::sync::Mutex<()>>,
     /// In-service GPUs per model, read once: the fleet changes only through `sync_fleet`,
     /// and every booking and calendar query needs it.
-    fleet: Arc<std::sync::RwLock<HashMap<GpuModel, Arc<Vec<GpuUnit>>>>>,
+    fleet: Arc<std::sync::RwLock<HashMap<GpuModel, Arc<berth_domain::booking::GpuSet>>>>,
     /// Every unreleased reservation, once loaded; see `book::BookingBook`.
     book: Arc<std::sync::RwLock<Option<book::BookingBook>>>,
     /// Where users reach Berth, without a trailing slash (for sign-in callbacks).

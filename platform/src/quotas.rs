@@ -316,7 +316,7 @@ impl Platform {
         let gpus = self.gpus_of_model(conn, model).await?;
         let mut by_env: BTreeMap<Arc<str>, (Window, Vec<Hold>)> = BTreeMap::new();
         // Spot bookings are beyond the quota: they do not use it up.
-        for b in self.book_bookings(&gpus, now, Some(holder), Some(window)).into_iter().filter(|b| !b.spot) {
+        for b in self.book_bookings(gpus.gpus(), now, Some(holder), Some(window)).into_iter().filter(|b| !b.spot) {
             if Some(&*b.environment_id) != except {
                 by_env.entry(b.environment_id).or_insert((b.booking.window, Vec::new())).1.push(b.booking.hold);
             }

@@ -27,11 +27,11 @@ impl Platform {
         if tier == Tier::Spot {
             return None;
         }
-        let gpus = nearby.gpus();
+        let gpus = nearby.set();
         let assignments = self.timeline_of(gpus, now, Some(window), false).place(shape, window).ok()?;
         let gap = self.policy.cleaning_gap_ms;
         let victims: BTreeSet<Arc<str>> = self
-            .book_bookings(gpus, now, None, Some(window.widened(gap)))
+            .book_bookings(gpus.gpus(), now, None, Some(window.widened(gap)))
             .into_iter()
             .filter(|b| {
                 b.spot
