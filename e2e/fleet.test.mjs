@@ -37,6 +37,30 @@ test('the fleet chart shows a booking on the GPUs it holds', async () => {
   await page.getByText('GPU 3 · MIG · rail 3').first().waitFor();
 });
 
+test('the chart is filtered by site and name, over a month, and keeps the filter', async () => {
+  const filter = page.getByRole('form', { name: 'Filter nodes' });
+  await filter.getByLabel('Site').selectOption('ams-1');
+  await filter.getByLabel('Range').selectOption({ label: 'Month' });
+  await filter.getByRole('button', { name: 'Show' }).click();
+  await page.waitForURL(/site=ams-1/);
+  await page.locator('[data-nodes-shown]').getByText('Nodes 1-3 of 3').waitFor();
+  assert.equal(await page.locator('[data-node]').count(), 3);
+  // A month is thirty day columns, and moving in time keeps the site.
+  await page.getByRole('link', { name: 'Later →' }).click();
+  await page.waitForURL(/days=30&site=ams-1/);
+  assert.equal(await page.locator('[data-node]').count(), 3);
+  await filter.getByLabel('Site').selectOption('');
+  await filter.getByLabel('Node name contains').fill('h100-0');
+  await filter.getByRole('button', { name: 'Show' }).click();
+  await page.locator('[data-nodes-shown]').getByText('Nodes 1-4 of 4').waitFor();
+  // The agents section lists the same nodes as the chart.
+  assert.equal(await page.locator('[data-agent-node]').count(), 4);
+  await filter.getByLabel('Node name contains').fill('no-such-node');
+  await filter.getByRole('button', { name: 'Show' }).click();
+  await page.locator('[data-nodes-shown]').getByText('No node matches (of 9 in service)').waitFor();
+  await page.goto(`${berth.url}/admin/fleet`);
+});
+
 test('maintenance on that node lists the booking to rebook, and can be ended', async () => {
   // The node row is followed by its GPU rows; find the node whose GPU rows hold the bar.
   const nodeName = await page.evaluate(() => {
@@ -47,7 +71,7 @@ test('maintenance on that node lists the booking to rebook, and can be ended', a
   });
   assert.ok(nodeName, 'the slice is drawn under a node');
   const form = page.getByRole('region', { name: 'Schedule maintenance' });
-  await form.getByLabel('Node', { exact: true }).selectOption(nodeName);
+  await form.getByLabel('Node', { exact: true }).fill(nodeName);
   await form.getByLabel('Reason').fill('firmware update');
   await form.getByLabel('Start (UTC, empty for now)').fill(`${tomorrow}T06:00`);
   await form.getByLabel('End (UTC)').fill(`${tomorrow}T12:00`);
@@ -64,14 +88,14 @@ test('maintenance on that node lists the booking to rebook, and can be ended', a
 
 test('a GPU marked failed shows on the chart and can be put back in service', async () => {
   const health = page.getByRole('region', { name: 'GPU health' });
-  await health.getByLabel('Node', { exact: true }).selectOption('fra1-a100-02');
+  await health.getByLabel('Node', { exact: true }).fill('fra1-a100-02');
   await health.getByLabel('GPU index').fill('3');
   await health.getByLabel('Health').selectOption('failed');
   await health.getByLabel('Note').fill('XID 79');
   await health.getByRole('button', { name: 'Record health' }).click();
   await page.locator('[data-gpu-health="failed"]').getByText('GPU 3 · MIG').waitFor();
   assert.equal(await page.locator('[data-gpu-health="failed"]').getAttribute('title'), 'XID 79');
-  await health.getByLabel('Node', { exact: true }).selectOption('fra1-a100-02');
+  await health.getByLabel('Node', { exact: true }).fill('fra1-a100-02');
   await health.getByLabel('GPU index').fill('15');
   await health.getByRole('button', { name: 'Record health' }).click();
   await health.getByRole('alert').getByText('node fra1-a100-02 has no GPU 15').waitFor();

@@ -160,8 +160,27 @@ pub struct FleetView {
     pub columns: Vec<String>,
     pub nodes: Vec<FleetNode>,
     pub windows: Vec<MaintenanceView>,
-    /// Node names, for the maintenance form.
+    /// Every node's name, for the maintenance and health forms.
     pub node_names: Vec<String>,
+    pub pager: FleetPager,
+}
+
+/// Which page of the fleet's nodes the chart shows, and the filter that chose them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetPager {
+    /// "Nodes 17-32 of 1,250"
+    pub shown: String,
+    pub page: usize,
+    pub pages: usize,
+    pub prev_href: Option<String>,
+    pub next_href: Option<String>,
+    /// The range and filter, for the filter form to keep.
+    pub from: String,
+    pub days: i64,
+    pub sites: Vec<String>,
+    /// Empty for every site.
+    pub site: String,
+    pub search: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

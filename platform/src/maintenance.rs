@@ -1,6 +1,6 @@
 //! Maintenance windows, and the schedule of every node and GPU that platform admins see.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use berth_domain::Refusal;
 use berth_domain::booking::{self, Window};
@@ -76,6 +76,67 @@ pub struct ScheduledBooking {
     pub mig_profile: Option<String>,
     pub starts_at: i64,
     pub ends_at: i64,
+}
+
+/// Nodes on one page of the fleet chart: 128 GPU rows of eight-GPU nodes.
+pub const NODES_PER_PAGE: usize = 16;
+
+/// Which nodes the fleet chart shows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFilter {
+    /// One site, or all of them.
+    pub site: Option<String>,
+    /// Part of a node's name; empty for every node.
+    pub search: String,
+    /// From 1; a page past the last shows the last.
+    pub page: usize,
+}
+
+/// One page of the fleet chart.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetSchedule {
+    /// By site and name.
+    pub nodes: Vec<NodeSchedule>,
+    pub page: usize,
+    pub pages: usize,
+    /// Nodes the filter matches, on every page.
+    pub total_nodes: usize,
+    /// Every site with nodes in service, for the filter.
+    pub sites: Vec<String>,
+    /// Every node in service, by site and name, for the maintenance and health forms.
+    pub node_names: Vec<String>,
+}
+
+/// The nodes `filter` picks for its page, by site and name.
+pub(crate) struct NodePage {
+    pub node_ids: Vec<i64>,
+    /// The page shown: the asked one, within 1..=pages.
+    pub page: usize,
+    pub pages: usize,
+    pub total_nodes: usize,
+}
+
+pub(crate) async fn nodes_on_page(conn: &mut SqliteConnection, filter: &NodeFilter) -> Result<NodePage, Error> {
+    let site = filter.site.as_deref().map(str::trim).filter(|s| !s.is_empty());
+    let search = filter.search.trim();
+    let matching = "FROM nodes n JOIN sites s ON s.id = n.site_id
+         WHERE n.in_service = 1 AND (?1 IS NULL OR s.name = ?1) AND instr(n.name, ?2) > 0";
+    let total_nodes: i64 = sqlx::query_scalar(&format!("SELECT count(*) {matching}"))
+        .bind(site)
+        .bind(search)
+        .fetch_one(&mut *conn)
+        .await?;
+    let total_nodes = usize::try_from(total_nodes).unwrap_or(0);
+    let pages = total_nodes.div_ceil(NODES_PER_PAGE).max(1);
+    let page = filter.page.clamp(1, pages);
+    let node_ids = sqlx::query_scalar(&format!("SELECT n.id {matching} ORDER BY s.name, n.name LIMIT ?3 OFFSET ?4"))
+        .bind(site)
+        .bind(search)
+        .bind(NODES_PER_PAGE as i64)
+        .bind(((page - 1) * NODES_PER_PAGE) as i64)
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(NodePage { node_ids, page, pages, total_nodes })
 }
 
 /// The booking book's name for a maintenance window's hold.
@@ -250,34 +311,47 @@ impl Platform {
         Ok(())
     }
 
-    /// Every node in service with its GPUs, what is booked on each and its maintenance
-    /// windows, between `from` and `to`. Platform admins only.
-    pub async fn fleet_schedule(&self, caller: &Caller, from: i64, to: i64) -> Result<Vec<NodeSchedule>, Error> {
+    /// One page of the nodes in service that `filter` picks, with their GPUs, what is
+    /// booked on each and their maintenance windows, between `from` and `to`. Platform
+    /// admins only. Paged because a fleet of thousands of GPUs is one chart nobody reads
+    /// (and one page nobody waits for).
+    pub async fn fleet_schedule(
+        &self,
+        caller: &Caller,
+        from: i64,
+        to: i64,
+        filter: &NodeFilter,
+    ) -> Result<FleetSchedule, Error> {
         self.authorize(caller, Action::FleetRead, Target::Platform).await?;
         let now = now_ms();
         let mut conn = self.db.acquire().await?;
-        let mut nodes: BTreeMap<i64, NodeSchedule> = BTreeMap::new();
-        let mut gpu_at: BTreeMap<i64, (i64, usize)> = BTreeMap::new();
+        let NodePage { node_ids, page, pages, total_nodes } = nodes_on_page(&mut conn, filter).await?;
+        let node_ids = serde_json::to_string(&node_ids).map_err(Error::internal)?;
+        let mut nodes: BTreeMap<(String, String), NodeSchedule> = BTreeMap::new();
+        let mut gpu_at: HashMap<i64, ((String, String), usize)> = HashMap::new();
+        let mut node_key: HashMap<i64, (String, String)> = HashMap::new();
         let rows = sqlx::query(
             "SELECT n.id, s.name, n.name, n.gpu_model, g.id, g.idx, g.mig_enabled, g.health, g.health_note,
                     CASE WHEN n.nvlink_domain != n.name THEN n.nvlink_domain END, n.ib_unit, g.ib_rail, g.time_slices
              FROM nodes n JOIN sites s ON s.id = n.site_id JOIN gpus g ON g.node_id = n.id
-             WHERE n.in_service = 1 AND g.in_service = 1 ORDER BY s.name, n.name, g.idx",
+             WHERE n.id IN (SELECT value FROM json_each(?)) AND g.in_service = 1 ORDER BY g.idx",
         )
+        .bind(&node_ids)
         .fetch_all(&mut *conn)
         .await?;
         for row in &rows {
-            let node_id: i64 = row.try_get(0)?;
-            let node = nodes.entry(node_id).or_insert(NodeSchedule {
-                site: row.try_get(1)?,
-                node: row.try_get(2)?,
+            let key: (String, String) = (row.try_get(1)?, row.try_get(2)?);
+            node_key.insert(row.try_get(0)?, key.clone());
+            let node = nodes.entry(key.clone()).or_insert(NodeSchedule {
+                site: key.0.clone(),
+                node: key.1.clone(),
                 model: row.try_get(3)?,
                 nvlink_domain: row.try_get(9)?,
                 ib_unit: row.try_get(10)?,
                 gpus: Vec::new(),
                 maintenance: Vec::new(),
             });
-            gpu_at.insert(row.try_get(4)?, (node_id, node.gpus.len()));
+            gpu_at.insert(row.try_get(4)?, (key, node.gpus.len()));
             node.gpus.push(GpuSchedule {
                 index: row.try_get(5)?,
                 mig_capable: row.try_get(6)?,
@@ -293,23 +367,25 @@ impl Platform {
                     max(r.ends_at, ?1), g.model
              FROM reservations r JOIN environments e ON e.id = r.environment_id JOIN users u ON u.id = e.owner_id
              JOIN gpus g ON g.id = r.gpu_id
-             WHERE r.released_at IS NULL AND r.starts_at < ?3 AND max(r.ends_at, ?1) > ?2
+             WHERE r.gpu_id IN (SELECT g.id FROM gpus g WHERE g.node_id IN (SELECT value FROM json_each(?4)))
+               AND r.released_at IS NULL AND r.starts_at < ?3 AND max(r.ends_at, ?1) > ?2
              ORDER BY r.starts_at",
         )
         .bind(now)
         .bind(from)
         .bind(to)
+        .bind(&node_ids)
         .fetch_all(&mut *conn)
         .await?;
         for row in &bookings {
-            let Some(&(node_id, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
+            let Some((node_key, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
             let model: String = row.try_get(10)?;
-            let key: Option<String> = row.try_get(7)?;
-            let mig_profile = key.map(|k| {
+            let profile_key: Option<String> = row.try_get(7)?;
+            let mig_profile = profile_key.map(|k| {
                 GpuModel::parse(&model).zip(MigProfile::from_key(&k)).and_then(|(m, p)| p.name(m)).unwrap_or(k)
             });
-            if let Some(node) = nodes.get_mut(&node_id) {
-                node.gpus[i].bookings.push(ScheduledBooking {
+            if let Some(node) = nodes.get_mut(node_key) {
+                node.gpus[*i].bookings.push(ScheduledBooking {
                     environment_id: row.try_get(1)?,
                     name: row.try_get(2)?,
                     owner_email: row.try_get(3)?,
@@ -325,14 +401,17 @@ impl Platform {
         let windows = sqlx::query(
             "SELECT m.id, m.node_id, m.starts_at, m.ends_at, m.reason, g.idx FROM maintenance_windows m
              LEFT JOIN gpus g ON g.id = m.gpu_id
-             WHERE m.cancelled_at IS NULL AND m.starts_at < ? AND m.ends_at > ? ORDER BY m.starts_at",
+             WHERE m.node_id IN (SELECT value FROM json_each(?3))
+               AND m.cancelled_at IS NULL AND m.starts_at < ?1 AND m.ends_at > ?2 ORDER BY m.starts_at",
         )
         .bind(to)
         .bind(from)
+        .bind(&node_ids)
         .fetch_all(&mut *conn)
         .await?;
         for row in &windows {
-            if let Some(node) = nodes.get_mut(&row.try_get::<i64, _>(1)?) {
+            let key = node_key.get(&row.try_get::<i64, _>(1)?);
+            if let Some(node) = key.and_then(|key| nodes.get_mut(key)) {
                 node.maintenance.push(MaintenanceWindow {
                     id: row.try_get(0)?,
                     site: node.site.clone(),
@@ -344,7 +423,17 @@ impl Platform {
                 });
             }
         }
-        Ok(nodes.into_values().collect())
+        let sites = sqlx::query_scalar(
+            "SELECT DISTINCT s.name FROM sites s JOIN nodes n ON n.site_id = s.id WHERE n.in_service = 1 ORDER BY s.name",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let node_names = sqlx::query_scalar(
+            "SELECT n.name FROM nodes n JOIN sites s ON s.id = n.site_id WHERE n.in_service = 1 ORDER BY s.name, n.name",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        Ok(FleetSchedule { nodes: nodes.into_values().collect(), page, pages, total_nodes, sites, node_names })
     }
 }
 

@@ -13,6 +13,7 @@ use rand::RngCore;
 use sqlx::Row;
 
 use crate::audit::{self, Actor, Event, Outcome};
+use crate::maintenance::{NodeFilter, nodes_on_page};
 use crate::{Caller, Error, Platform, RequestMeta, now_ms, sha256_hex};
 
 /// The prefix of node token secrets: told apart at a glance from a person's `berth_…`.
@@ -109,21 +110,26 @@ impl Platform {
         Ok(())
     }
 
-    /// Every node in service with its agent's last report and its working tokens.
-    /// Platform staff only.
-    pub async fn node_agents(&self, caller: &Caller) -> Result<Vec<NodeAgent>, Error> {
+    /// The nodes in service that `filter` picks (the fleet chart's page) with their agents'
+    /// last reports and working tokens. Platform staff only.
+    pub async fn node_agents(&self, caller: &Caller, filter: &NodeFilter) -> Result<Vec<NodeAgent>, Error> {
         self.authorize(caller, Action::FleetRead, Target::Platform).await?;
         let mut conn = self.db.acquire().await?;
+        let page = nodes_on_page(&mut conn, filter).await?;
+        let node_ids = serde_json::to_string(&page.node_ids).map_err(Error::internal)?;
         let rows = sqlx::query(
             "SELECT n.id, n.name, s.name AS site, n.agent_seen_at, n.agent_version FROM nodes n
-             JOIN sites s ON s.id = n.site_id WHERE n.in_service = 1 ORDER BY s.name, n.name",
+             JOIN sites s ON s.id = n.site_id WHERE n.id IN (SELECT value FROM json_each(?)) ORDER BY s.name, n.name",
         )
+        .bind(&node_ids)
         .fetch_all(&mut *conn)
         .await?;
         let tokens = sqlx::query(
             "SELECT t.id, t.node_id, n.name, t.created_at, t.last_used_at FROM node_tokens t
-             JOIN nodes n ON n.id = t.node_id WHERE t.revoked_at IS NULL ORDER BY t.created_at, t.id",
+             JOIN nodes n ON n.id = t.node_id
+             WHERE t.revoked_at IS NULL AND t.node_id IN (SELECT value FROM json_each(?)) ORDER BY t.created_at, t.id",
         )
+        .bind(&node_ids)
         .fetch_all(&mut *conn)
         .await?;
         let mut agents = Vec::with_capacity(rows.len());

@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use berth_domain::Refusal;
 use berth_domain::booking::{DAY_MS, HOUR_MS, MINUTE_MS, Quota};
+use berth_domain::fleet::FleetSpec;
 use berth_domain::gpu::GpuModel;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::lifecycle::EnvState;
 use berth_domain::placement::Shape;
 use berth_domain::policy::Role;
 use berth_platform::environments::Environment;
+use berth_platform::maintenance::NodeFilter;
 use berth_platform::quotas::{QuotaRow, QuotaSubject};
 use berth_platform::{Error, now_ms};
 use common::TestBerth;
@@ -272,7 +274,11 @@ async fn maintenance_blocks_new_bookings_and_lists_the_ones_in_the_way(pool: Sql
 
     // A restart reloads the window from the database.
     let restarted = berth_platform::Platform::new(common::production_pool(berth.platform.db()).await);
-    let schedule = restarted.fleet_schedule(&admin, t0 - DAY_MS, t0 + DAY_MS).await.expect("schedule");
+    let schedule = restarted
+        .fleet_schedule(&admin, t0 - DAY_MS, t0 + DAY_MS, &NodeFilter::default())
+        .await
+        .expect("schedule")
+        .nodes;
     let in_maintenance = schedule.iter().find(|n| n.node == node).expect("node");
     assert_eq!(in_maintenance.maintenance.len(), 1);
     assert!(in_maintenance.gpus.iter().any(|g| g.bookings.iter().any(|b| b.name == "in-the-way")));
@@ -584,7 +590,12 @@ async fn a_gpu_marked_failed_takes_no_new_bookings(pool: SqlitePool) {
     }
     let refused = book(&berth, "h100-1", "later-3", Some(later), 1).await;
     assert!(matches!(refused, Err(Error::Refused(Refusal::NoCapacity { .. }))), "{refused:?}");
-    let schedule = berth.platform.fleet_schedule(&admin, later - DAY_MS, later + DAY_MS).await.expect("schedule");
+    let schedule = berth
+        .platform
+        .fleet_schedule(&admin, later - DAY_MS, later + DAY_MS, &NodeFilter::default())
+        .await
+        .expect("schedule")
+        .nodes;
     let gpu = schedule.iter().find(|n| n.node == node).and_then(|n| n.gpus.iter().find(|g| g.index == index));
     assert_eq!(gpu.map(|g| (g.health.as_str(), g.health_note.as_deref())), Some(("failed", Some("ECC errors"))));
 
@@ -608,8 +619,62 @@ async fn maintenance_on_one_gpu_leaves_the_rest_of_its_node_bookable(pool: Sqlit
         book(&berth, "h100-1", &format!("one-{i}"), Some(t0), 2).await.expect("a GPU outside maintenance");
     }
     assert!(book(&berth, "h100-1", "one-3", Some(t0), 2).await.is_err());
-    let schedule = berth.platform.fleet_schedule(&admin, t0 - DAY_MS, t0 + DAY_MS).await.expect("schedule");
+    let schedule = berth
+        .platform
+        .fleet_schedule(&admin, t0 - DAY_MS, t0 + DAY_MS, &NodeFilter::default())
+        .await
+        .expect("schedule")
+        .nodes;
     let node = schedule.iter().find(|n| n.node == "h100-01").expect("node");
     assert_eq!(node.maintenance.iter().map(|m| m.gpu_index).collect::<Vec<_>>(), [Some(0)]);
     assert!(node.gpus.iter().find(|g| g.index == 0).is_some_and(|g| g.bookings.is_empty()));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_fleet_chart_is_read_a_page_of_nodes_at_a_time(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    // 40 nodes besides the small fleet's: three pages of sixteen.
+    let big = format!(
+        "{}\n[[site]]\nname = \"zrh-1\"\n[[site.pool]]\nprefix = \"zrh1-h100\"\nmodel = \"H100-80GB\"\nnodes = 40\ngpus_per_node = 8\n",
+        common::SMALL_FLEET
+    );
+    berth.platform.sync_fleet(&FleetSpec::parse(&big).expect("fleet")).await.expect("sync");
+    let t0 = now_ms();
+    let schedule = |filter: NodeFilter| {
+        let (platform, admin) = (berth.platform.clone(), admin.clone());
+        async move { platform.fleet_schedule(&admin, t0, t0 + DAY_MS, &filter).await.expect("schedule") }
+    };
+    let zrh = |page| NodeFilter { site: Some("zrh-1".into()), search: String::new(), page };
+    let first = schedule(zrh(1)).await;
+    assert_eq!((first.page, first.pages, first.total_nodes, first.nodes.len()), (1, 3, 40, 16));
+    assert_eq!(first.nodes[0].node, "zrh1-h100-01");
+    assert!(first.nodes.iter().all(|n| n.gpus.len() == 8));
+    let last = schedule(zrh(99)).await;
+    assert_eq!((last.page, last.nodes.len()), (3, 8), "a page past the last shows the last");
+    assert_eq!(last.nodes.last().map(|n| n.node.as_str()), Some("zrh1-h100-40"));
+    let found = schedule(NodeFilter { site: None, search: "h100-3".into(), page: 1 }).await;
+    let names: Vec<&str> = found.nodes.iter().map(|n| n.node.as_str()).collect();
+    assert_eq!(names.len(), 10, "zrh1-h100-30 to -39: {names:?}");
+    assert!(names.iter().all(|n| n.starts_with("zrh1-h100-3")), "{names:?}");
+    assert!(found.sites.contains(&"zrh-1".to_owned()) && found.node_names.len() > 40);
+    let none = schedule(NodeFilter { site: Some("nowhere".into()), search: String::new(), page: 1 }).await;
+    assert_eq!((none.total_nodes, none.nodes.len(), none.pages), (0, 0, 1));
+
+    // A booking shows on its node's page only, and the agents list follows the same page.
+    let env = book(&berth, "h100-node-1", "whole-node", None, 2).await.expect("a node");
+    let node = sqlx::query_scalar::<_, String>(
+        "SELECT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ? LIMIT 1",
+    )
+    .bind(&env.id)
+    .fetch_one(berth.platform.db())
+    .await
+    .expect("node");
+    let page = schedule(NodeFilter { site: None, search: node.clone(), page: 1 }).await;
+    let shown = page.nodes.iter().find(|n| n.node == node).expect("the node");
+    assert!(shown.gpus.iter().all(|g| g.bookings.iter().any(|b| b.name == "whole-node")));
+    let agents = berth.platform.node_agents(&admin, &zrh(2)).await.expect("agents");
+    assert_eq!(agents.iter().map(|a| a.node.as_str()).next(), Some("zrh1-h100-17"));
+    assert_eq!(agents.len(), 16);
 }

@@ -175,7 +175,11 @@ async fn unknown_revoked_and_personal_tokens_are_refused_and_audited(pool: Sqlit
     assert!(berth.platform.create_node_token(&berth.caller, "dgx-01").await.is_err());
     let missing = berth.platform.create_node_token(&admin, "dgx-99").await;
     assert!(matches!(missing, Err(Error::Refused(Refusal::UnknownNode(_)))), "{missing:?}");
-    let agents = berth.platform.node_agents(&admin).await.expect("node agents");
+    let agents = berth
+        .platform
+        .node_agents(&admin, &berth_platform::maintenance::NodeFilter::default())
+        .await
+        .expect("node agents");
     assert_eq!(agents.len(), 1);
     assert_eq!(agents[0].agent_version.as_deref(), Some("0.1.0"));
     assert!(agents[0].tokens.is_empty(), "the revoked token is not listed");

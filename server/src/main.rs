@@ -1,14 +1,6 @@
 //! `berth`: the portal and control plane in one binary.
 
-mod agent;
-mod api;
-mod cli;
-mod http;
-mod metrics;
-#[cfg(test)]
-mod tests;
-mod web;
-
+use berth_server::cli;
 use clap::Parser;
 
 #[tokio::main]

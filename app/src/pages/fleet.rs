@@ -3,7 +3,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::{ErrorAlert, RequireUser};
-use crate::model::{Bar, FleetNode, FleetView, NewNodeTokenView, NodeAgentsView};
+use crate::model::{Bar, FleetNode, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
 use crate::serverfns::{
     CancelMaintenance, CreateNodeToken, RevokeNodeToken, ScheduleMaintenance, SetGpuHealth, fleet_schedule, node_agents,
 };
@@ -23,9 +23,10 @@ pub fn FleetPage() -> impl IntoView {
         move || {
             let q = query.read();
             let versions = (schedule.version().get(), cancel.version().get(), health.version().get());
-            (q.get("from").unwrap_or_default(), q.get("days").unwrap_or_default(), versions)
+            let get = |key: &str| q.get(key).unwrap_or_default();
+            ((get("from"), get("days"), get("site"), get("search"), get("page")), versions)
         },
-        |(from, days, _)| fleet_schedule(from, days),
+        |((from, days, site, search, page), _)| fleet_schedule(from, days, site, search, page),
     );
     view! {
         <Title text="Fleet"/>
@@ -49,7 +50,15 @@ pub fn FleetPage() -> impl IntoView {
 fn NodeAgentsSection() -> impl IntoView {
     let create = ServerAction::<CreateNodeToken>::new();
     let revoke = ServerAction::<RevokeNodeToken>::new();
-    let data = Resource::new(move || (create.version().get(), revoke.version().get()), |_| node_agents());
+    let query = use_query_map();
+    let data = Resource::new(
+        move || {
+            let q = query.read();
+            let get = |key: &str| q.get(key).unwrap_or_default();
+            ((get("site"), get("search"), get("page")), create.version().get(), revoke.version().get())
+        },
+        |((site, search, page), _, _)| node_agents(site, search, page),
+    );
     view! {
         <Transition fallback=|| ()>
             {move || Suspend::new(async move {
@@ -73,7 +82,7 @@ fn NodeAgents(
     view! {
         <section class="mt-6 rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="node-agents">
             <h2 id="node-agents" class="text-sm font-semibold text-slate-900">"Node agents"</h2>
-            <p class="mt-1 text-xs text-slate-500">"On a bare-metal GPU node, " <code>"berth agent"</code> " reports its GPUs and their health with a node token. A GPU the node does not report, or reports with ECC errors, is marked failed."</p>
+            <p class="mt-1 text-xs text-slate-500">"The nodes of the chart's page. On a bare-metal GPU node, " <code>"berth agent"</code> " reports its GPUs and their health with a node token. A GPU the node does not report, or reports with ECC errors, is marked failed."</p>
             // Made with the WASM running: the secret came back as the action's answer.
             {move || created.get().and_then(Result::ok).flatten().map(|token| view! { <NewNodeTokenBox token/> })}
             // Made by a plain form post (no WASM yet): the secret waited in the session.
@@ -138,7 +147,6 @@ fn Fleet(
     health: ServerAction<SetGpuHealth>,
 ) -> impl IntoView {
     let health_result = health.value();
-    let (health_nodes, maintenance_nodes) = (view.node_names.clone(), view.node_names.clone());
     let schedule_result = schedule.value();
     let cancel_result = cancel.value();
     let columns = view.columns.len();
@@ -155,7 +163,8 @@ fn Fleet(
                 <a href=view.next_href.clone() class="rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"Later →"</a>
             </nav>
         </div>
-        <div class="mt-6 overflow-x-auto rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
+        <NodePager pager=view.pager.clone()/>
+        <div class="mt-3 overflow-x-auto rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
             <div class="min-w-[56rem]">
                 <div class="flex text-xs text-slate-500">
                     <div class="w-44 shrink-0"></div>
@@ -172,6 +181,10 @@ fn Fleet(
                 <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-amber-300"></span>"maintenance"</span>
             </p>
         </div>
+        // One list of every node's name for both forms: typing picks from thousands.
+        <datalist id="fleet-node-names">
+            {view.node_names.iter().map(|n| view! { <option value=n.clone()></option> }).collect_view()}
+        </datalist>
         <div class="mt-6 grid gap-6 lg:grid-cols-2">
             <section class="rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="schedule-maintenance">
                 <h2 id="schedule-maintenance" class="text-sm font-semibold text-slate-900">"Schedule maintenance"</h2>
@@ -179,9 +192,7 @@ fn Fleet(
                 <ActionForm action=schedule attr:class="mt-3 grid gap-3 sm:grid-cols-2">
                     <div>
                         <label for="m-node" class=LABEL>"Node"</label>
-                        <select id="m-node" name="node" class=INPUT>
-                            {health_nodes.into_iter().map(|n| { let label = n.clone(); view! { <option value=n>{label}</option> } }).collect_view()}
-                        </select>
+                        <input id="m-node" name="node" list="fleet-node-names" required autocomplete="off" placeholder="node name" class=INPUT/>
                     </div>
                     <div>
                         <label for="m-gpu" class=LABEL>"GPU index (empty for the whole node)"</label>
@@ -211,9 +222,7 @@ fn Fleet(
                 <ActionForm action=health attr:class="mt-3 grid gap-3 sm:grid-cols-5">
                     <div>
                         <label for="h-node" class=LABEL>"Node"</label>
-                        <select id="h-node" name="node" class=INPUT>
-                            {maintenance_nodes.into_iter().map(|n| { let label = n.clone(); view! { <option value=n>{label}</option> } }).collect_view()}
-                        </select>
+                        <input id="h-node" name="node" list="fleet-node-names" required autocomplete="off" placeholder="node name" class=INPUT/>
                     </div>
                     <div>
                         <label for="h-gpu" class=LABEL>"GPU index"</label>
@@ -273,6 +282,47 @@ fn Fleet(
                     }.into_any()
                 }}
             </section>
+        </div>
+    }
+}
+
+/// Which nodes the chart shows: a plain GET form (site, part of a name, range) and the
+/// pages of nodes, so a fleet of thousands of nodes is read a page at a time.
+#[component]
+fn NodePager(pager: FleetPager) -> impl IntoView {
+    let link = "rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50";
+    let days = pager.days;
+    view! {
+        <div class="mt-6 flex flex-wrap items-end justify-between gap-4">
+            <form method="get" action="/admin/fleet" class="flex flex-wrap items-end gap-3" aria-label="Filter nodes">
+                <input type="hidden" name="from" value=pager.from.clone()/>
+                <div>
+                    <label for="f-site" class=LABEL>"Site"</label>
+                    <select id="f-site" name="site" class=INPUT>
+                        <option value="" selected=pager.site.is_empty()>"All sites"</option>
+                        {pager.sites.iter().map(|s| view! { <option value=s.clone() selected=*s == pager.site>{s.clone()}</option> }).collect_view()}
+                    </select>
+                </div>
+                <div>
+                    <label for="f-search" class=LABEL>"Node name contains"</label>
+                    <input id="f-search" name="search" value=pager.search.clone() placeholder="h100-01" maxlength="100" class=INPUT/>
+                </div>
+                <div>
+                    <label for="f-days" class=LABEL>"Range"</label>
+                    <select id="f-days" name="days" class=INPUT>
+                        {[(1, "Day"), (7, "Week"), (14, "Two weeks"), (30, "Month")].into_iter().map(|(d, label)| view! {
+                            <option value=d.to_string() selected=d == days>{label}</option>
+                        }).collect_view()}
+                    </select>
+                </div>
+                <button type="submit" class="rounded-lg bg-slate-800 px-4 py-2 text-sm font-semibold text-white hover:bg-slate-700">"Show"</button>
+            </form>
+            <nav aria-label="Pages of nodes" class="flex items-center gap-2 text-sm text-slate-600">
+                <span data-nodes-shown="">{pager.shown.clone()}</span>
+                {pager.prev_href.clone().map(|href| view! { <a href=href class=link rel="prev">"← Previous nodes"</a> })}
+                <span>{format!("Page {} of {}", pager.page, pager.pages)}</span>
+                {pager.next_href.clone().map(|href| view! { <a href=href class=link rel="next">"Next nodes →"</a> })}
+            </nav>
         </div>
     }
 }

@@ -6,20 +6,39 @@ use leptos::prelude::*;
 use crate::error::AppError;
 use crate::model::{FleetView, NewNodeTokenView, NodeAgentsView};
 
-/// Every node and GPU over `days` days from `from` (`YYYY-MM-DD`, UTC; empty for today).
+/// One page of the fleet's nodes and GPUs over `days` days from `from` (`YYYY-MM-DD`, UTC;
+/// empty for today), of one `site` (empty for all) and with `search` in their name.
 /// Platform admins only.
 #[server(endpoint = "fleet_schedule")]
-pub async fn fleet_schedule(from: String, days: String) -> Result<FleetView, AppError> {
+pub async fn fleet_schedule(
+    from: String,
+    days: String,
+    site: String,
+    search: String,
+    page: String,
+) -> Result<FleetView, AppError> {
     let (platform, caller) = super::ssr::caller().await?;
     let now = berth_platform::now_ms();
     let days = days.parse::<i64>().ok().filter(|d| (1..=31).contains(d)).unwrap_or(7);
     let from = crate::components::time::day_start(&from, now);
     let to = from + days * berth_domain::booking::DAY_MS;
-    let nodes = platform
-        .fleet_schedule(&caller, from, to)
+    let filter = node_filter(site, search, &page);
+    let schedule = platform
+        .fleet_schedule(&caller, from, to, &filter)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    Ok(chart::fleet(&nodes, from, days, now))
+    Ok(chart::fleet(&schedule, &filter, from, days, now))
+}
+
+/// The fleet page's node filter as its query string gives it.
+#[cfg(feature = "ssr")]
+fn node_filter(site: String, search: String, page: &str) -> berth_platform::maintenance::NodeFilter {
+    let site = Some(site.trim().to_owned()).filter(|s| !s.is_empty());
+    berth_platform::maintenance::NodeFilter {
+        site,
+        search: search.trim().to_owned(),
+        page: page.trim().parse().unwrap_or(1),
+    }
 }
 
 /// Takes a node out of booking for a window. Platform admins only.
@@ -72,13 +91,15 @@ pub async fn cancel_maintenance(id: i64) -> Result<(), AppError> {
 #[cfg(feature = "ssr")]
 mod chart {
     use berth_domain::booking::DAY_MS;
-    use berth_platform::maintenance::NodeSchedule;
+    use berth_platform::maintenance::{FleetSchedule, NodeFilter};
     use chrono::DateTime;
 
     use crate::components::time::{date, utc};
-    use crate::model::{Bar, FleetGpu, FleetNode, FleetView, MaintenanceView};
+    use crate::components::urlencode;
+    use crate::model::{Bar, FleetGpu, FleetNode, FleetPager, FleetView, MaintenanceView};
 
-    pub fn fleet(nodes: &[NodeSchedule], from: i64, days: i64, now: i64) -> FleetView {
+    pub fn fleet(schedule: &FleetSchedule, filter: &NodeFilter, from: i64, days: i64, now: i64) -> FleetView {
+        let nodes = &schedule.nodes;
         let to = from + days * DAY_MS;
         let span = (to - from) as f64;
         // Left and width in percent of the row, clipped to the range.
@@ -217,14 +238,41 @@ mod chart {
                 .map(|t| t.format("%a %-d %b").to_string())
                 .unwrap_or_default()
         });
+        // Every link keeps the other choices: range, site, search, page.
+        let site = filter.site.clone().unwrap_or_default();
+        let href = |from: i64, page: usize| {
+            format!(
+                "/admin/fleet?from={}&days={days}&site={}&search={}&page={page}",
+                date(from),
+                urlencode(&site),
+                urlencode(&filter.search)
+            )
+        };
+        let first = (schedule.page - 1) * berth_platform::maintenance::NODES_PER_PAGE;
         FleetView {
             title: format!("{} to {}", date(from), date(to - DAY_MS)),
-            prev_href: format!("/admin/fleet?from={}&days={days}", date(from - days * DAY_MS)),
-            next_href: format!("/admin/fleet?from={}&days={days}", date(to)),
+            prev_href: href(from - days * DAY_MS, schedule.page),
+            next_href: href(to, schedule.page),
             columns: columns.collect(),
             nodes: fleet_nodes,
             windows,
-            node_names: nodes.iter().map(|n| n.node.clone()).collect(),
+            node_names: schedule.node_names.clone(),
+            pager: FleetPager {
+                shown: if nodes.is_empty() {
+                    format!("No node matches (of {} in service)", schedule.node_names.len())
+                } else {
+                    format!("Nodes {}-{} of {}", first + 1, first + nodes.len(), schedule.total_nodes)
+                },
+                page: schedule.page,
+                pages: schedule.pages,
+                prev_href: (schedule.page > 1).then(|| href(from, schedule.page - 1)),
+                next_href: (schedule.page < schedule.pages).then(|| href(from, schedule.page + 1)),
+                from: date(from),
+                days,
+                sites: schedule.sites.clone(),
+                site,
+                search: filter.search.clone(),
+            },
         }
     }
 }
@@ -312,13 +360,17 @@ pub async fn remove_quota(id: i64) -> Result<(), AppError> {
     Ok(())
 }
 
-/// Every node with its agent's last report and working node tokens, and a node token made
-/// by a plain form post just before (its secret waited in the session). Platform staff only.
+/// The nodes on the fleet chart's page (same `site`, `search` and `page`) with their agents'
+/// last reports and working node tokens, and a node token made by a plain form post just
+/// before (its secret waited in the session). Platform staff only.
 #[server(endpoint = "node_agents")]
-pub async fn node_agents() -> Result<NodeAgentsView, AppError> {
+pub async fn node_agents(site: String, search: String, page: String) -> Result<NodeAgentsView, AppError> {
     let (platform, caller) = super::ssr::caller().await?;
-    let agents =
-        platform.node_agents(&caller).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    let filter = node_filter(site, search, &page);
+    let agents = platform
+        .node_agents(&caller, &filter)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     let session = super::ssr::session(&caller.meta).await?;
     // The session holds one new secret at a time; a person's API token is shown by its page.
     let new_token = crate::session::show_new_token(&session, &caller.meta)

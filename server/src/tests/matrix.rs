@@ -135,7 +135,7 @@ fn routes() -> Vec<Route> {
         sf("/api/account", Some((TokenRead, Aim::CallersOwn)), ""),
         sf("/api/tenants_overview", Some((TenantRead, Aim::CallersTenant)), ""),
         sf("/api/tenant_detail", tenant(MemberRead), "id={id}"),
-        sf("/api/fleet_schedule", Some((FleetRead, Aim::Platform)), "from=&days=7"),
+        sf("/api/fleet_schedule", Some((FleetRead, Aim::Platform)), "from=&days=7&site=&search=&page="),
         sf("/api/fabric_overview", Some((FleetRead, Aim::Platform)), ""),
         sf("/api/quotas", Some((QuotaRead, Aim::CallersTenant)), ""),
         sf("/api/bookable_projects", launch, ""),
@@ -184,7 +184,7 @@ fn routes() -> Vec<Route> {
             "tenant_id=999999&guids=0x0002c9030001e3f1",
         ),
         sf("/api/cancel_maintenance", Some((FleetManage, Aim::Maintenance)), "id={id}"),
-        sf("/api/node_agents", Some((FleetRead, Aim::Platform)), ""),
+        sf("/api/node_agents", Some((FleetRead, Aim::Platform)), "site=&search=&page="),
         sf("/api/create_node_token", Some((FleetManage, Aim::Platform)), "node=l40s-01"),
         sf("/api/revoke_node_token", Some((FleetManage, Aim::NodeToken)), "id={id}"),
         Route {

@@ -1,0 +1,126 @@
+//! The month Gantt page of BENCHMARKS.md: `GET /admin/fleet?days=30&page=N` through the
+//! real router `berth serve` builds (session, authorization, server function, chart and
+//! HTML), signed in as a platform admin, on 10,000 GPUs with 100,000 bookings.
+//!
+//! `cargo bench -p berth-server --bench fleet_page`
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)] // a benchmark's output is its point
+
+#[path = "../../platform/benches/seed/mod.rs"]
+mod seed;
+
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Body;
+use berth_domain::policy::Role;
+use berth_platform::{Platform, now_ms, store};
+use berth_server::cli::{Cli, Command};
+use clap::Parser;
+use http::{Request, StatusCode, header};
+use rand::{Rng, SeedableRng};
+use tower::ServiceExt;
+
+const PASSWORD: &str = "bench password, not a secret";
+
+/// Status, the cookie the answer sets (`name=value`) and the body.
+async fn send(router: &Router, request: Request<Body>) -> (StatusCode, Option<String>, String) {
+    let response = router.clone().oneshot(request).await.expect("the router always answers");
+    let (parts, body) = response.into_parts();
+    let bytes = axum::body::to_bytes(body, usize::MAX).await.expect("body");
+    let cookie = parts
+        .headers
+        .get(header::SET_COOKIE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|c| c.split(';').next())
+        .map(str::to_owned);
+    (parts.status, cookie, String::from_utf8_lossy(&bytes).into_owned())
+}
+
+async fn post(router: &Router, path: &str, form: String, cookie: Option<&str>) -> (StatusCode, Option<String>, String) {
+    let mut request = Request::post(path).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    if let Some(cookie) = cookie {
+        request = request.header(header::COOKIE, cookie);
+    }
+    send(router, request.body(Body::from(form)).expect("request")).await
+}
+
+/// Password, then the authenticator a platform admin sets up at the first sign-in.
+async fn sign_in(router: &Router, email: &str) -> String {
+    let (status, cookie, body) = post(router, "/api/sign_in", format!("email={email}&password={PASSWORD}"), None).await;
+    assert!(status.is_success(), "sign-in: {status} {body}");
+    let cookie = cookie.expect("session cookie");
+    let (_, _, step) = post(router, "/api/second_factor", String::new(), Some(&cookie)).await;
+    let view: serde_json::Value = serde_json::from_str(&step).expect("second factor view");
+    let secret = view["secret"].as_str().expect("authenticator secret");
+    let code = berth_platform::totp::code_at(secret, now_ms() / 30_000).expect("code");
+    let (status, renewed, body) = post(router, "/api/verify_code", format!("code={code}"), Some(&cookie)).await;
+    assert!(status.is_success(), "one-time code: {status} {body}");
+    renewed.unwrap_or(cookie)
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    runtime.block_on(async {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let database = format!("sqlite://{}", dir.path().join("berth.db").display());
+        let site_root = dir.path().join("site");
+        std::fs::create_dir_all(&site_root).expect("site root");
+        let site_root = site_root.display().to_string();
+        let argv = ["berth", "serve", "--database", &database, "--site-root", &site_root];
+        let Command::Serve(args) = Cli::try_parse_from(argv).expect("serve arguments").command else {
+            panic!("not the serve command")
+        };
+        let public = args.public().expect("public url");
+        let pool = store::connect(&database).await.expect("database");
+        store::migrate(&pool).await.expect("migrations");
+        let platform = Platform::new(pool.clone()).with_public_url(&public.url);
+        platform.sync_fleet(&seed::fleet()).await.expect("fleet");
+        let seeding = Instant::now();
+        seed::seed_bookings(&pool, 100_000, now_ms()).await;
+        println!(
+            "== month Gantt page: {} GPUs, 100,000 bookings (seeded in {:.1} s)",
+            seed::GPUS,
+            seeding.elapsed().as_secs_f64()
+        );
+        let router = berth_server::http::router(platform.clone(), pool, &args, &public).await.expect("router");
+        platform
+            .create_user("fleet@bench", "Fleet admin", PASSWORD, Role::PlatformAdmin, None)
+            .await
+            .expect("platform admin");
+        let cookie = sign_in(&router, "fleet%40bench").await;
+
+        let nodes = seed::SITES * seed::NODES_PER_SITE;
+        let pages = nodes.div_ceil(berth_platform::maintenance::NODES_PER_PAGE);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let (mut times, mut bytes, mut bars) = (Vec::new(), 0, 0);
+        let runs = 50;
+        for run in 0..=runs {
+            let page = rng.random_range(1..=pages);
+            let request = Request::get(format!("/admin/fleet?days=30&page={page}"))
+                .header(header::COOKIE, &cookie)
+                .body(Body::empty())
+                .expect("request");
+            let t = Instant::now();
+            let (status, _, body) = send(&router, request).await;
+            let took = t.elapsed();
+            assert!(status.is_success(), "page {page}: {status}");
+            assert!(body.contains(&format!("Page {page} of {pages}")), "page {page} is not the chart page asked for");
+            if run > 0 {
+                // The first request warms the booking book and the fleet cache.
+                times.push(took);
+                bytes += body.len();
+                bars += body.matches("data-bar=").count();
+            }
+        }
+        times.sort();
+        let at = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
+        let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
+        println!(
+            "GET /admin/fleet?days=30&page=N (16 nodes, 128 GPU rows; {} KB and {} bars a page): p50 {}  p99 {}  ({runs} runs)",
+            bytes / runs / 1024,
+            bars / runs,
+            ms(at(0.5)),
+            ms(at(0.99)),
+        );
+    });
+}
