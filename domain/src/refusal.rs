@@ -121,12 +121,17 @@ pub enum Refusal {
     NotReady(&'static str),
     #[error("{0} has no API key; only inference endpoints have one")]
     NoApiKey(&'static str),
+    #[error("an inference endpoint answers requests that carry its API key: Authorization: Bearer <key>")]
+    ApiKeyRequired,
     #[error("the API key was shown once already and Berth keeps only its hash; replace it to get a new one")]
     ApiKeyAlreadyShown,
     #[error("this endpoint's API key is made when it is first ready")]
     ApiKeyNotYetMade,
     #[error("{0} writes no logs here; only training jobs do")]
     NoJobLogs(&'static str),
+    /// The backend could not answer; the text is its operational message.
+    #[error("the workload cannot be reached right now: {0}")]
+    WorkloadUnreachable(String),
     #[error("node report refused: {0}")]
     InvalidReport(String),
 }
