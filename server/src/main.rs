@@ -5,6 +5,7 @@ mod api;
 mod cli;
 mod http;
 mod metrics;
+mod proxy;
 #[cfg(test)]
 mod tests;
 mod web;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Request, State};
+use axum::extract::{OriginalUri, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -175,7 +175,7 @@ async fn echo_socket(mut socket: WebSocket, mut stopped: watch::Receiver<bool>) 
 }
 
 /// What reached the workload, so one can see what the proxy forwards (and what it keeps).
-async fn echo(request: Request) -> axum::Json<Value> {
+async fn echo(OriginalUri(uri): OriginalUri, request: Request) -> axum::Json<Value> {
     let headers: serde_json::Map<String, Value> = request
         .headers()
         .iter()
@@ -183,8 +183,8 @@ async fn echo(request: Request) -> axum::Json<Value> {
         .collect();
     axum::Json(json!({
         "method": request.method().as_str(),
-        "path": request.uri().path(),
-        "query": request.uri().query().unwrap_or_default(),
+        "path": uri.path(),
+        "query": uri.query().unwrap_or_default(),
         "headers": headers,
     }))
 }
