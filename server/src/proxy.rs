@@ -62,7 +62,12 @@ impl Proxy {
 
 pub fn routes() -> Router<AppState> {
     Router::new()
-        .route(ROUTES[0], any(|Path(id): Path<String>| async move { Redirect::to(&format!("{}/", proxy_prefix(&id))) }))
+        .route(
+            ROUTES[0],
+            any(|State(state): State<AppState>, Path(id): Path<String>, session: Session, request: Request| {
+                proxy(state, id, session, request)
+            }),
+        )
         .route(
             ROUTES[1],
             any(|State(state): State<AppState>, Path(id): Path<String>, session: Session, request: Request| {

@@ -88,7 +88,7 @@ async fn the_owner_and_their_tenant_admin_open_the_notebook_everyone_else_gets_t
     assert_eq!(status.status, StatusCode::OK, "{}", status.body);
     assert_eq!(opened(&berth, &id).await, 1, "the page's own requests are not");
     let root = berth.get(&format!("/env/{id}"), Some(&owners)).await;
-    assert_eq!(root.header("location"), Some(format!("/env/{id}/").as_str()));
+    assert_eq!(root.header("location"), Some(format!("/env/{id}/lab").as_str()), "Jupyter's own redirect");
 
     let admins = berth.sign_in(&admin.email, None).await;
     assert_eq!(open(&berth, &lab, Some(&admins)).await.status, StatusCode::OK, "their tenant admin opens it");
