@@ -111,11 +111,10 @@ impl Platform {
     /// key of another endpoint and an id that names nothing all answer `Unauthenticated`.
     pub async fn endpoint_upstream(&self, id: &str, key: &str) -> Result<Upstream, Error> {
         let mut conn = self.db.acquire().await?;
-        let stored: Option<String> =
-            sqlx::query_scalar("SELECT key_hash FROM endpoint_keys WHERE environment_id = ?")
-                .bind(id)
-                .fetch_optional(&mut *conn)
-                .await?;
+        let stored: Option<String> = sqlx::query_scalar("SELECT key_hash FROM endpoint_keys WHERE environment_id = ?")
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?;
         // Compared in constant time, so the answer's timing says nothing about the hash.
         let given = sha256_hex(key);
         let matches = stored.is_some_and(|h| bool::from(h.as_bytes().ct_eq(given.as_bytes())));
@@ -262,7 +261,10 @@ pub(crate) async fn issue_endpoint_key(conn: &mut SqliteConnection, environment_
 }
 
 /// An inference endpoint's key and replicas; `None` for other offerings.
-pub(crate) async fn endpoint_state(conn: &mut SqliteConnection, env: &Environment) -> Result<Option<EndpointState>, Error> {
+pub(crate) async fn endpoint_state(
+    conn: &mut SqliteConnection,
+    env: &Environment,
+) -> Result<Option<EndpointState>, Error> {
     if env.offering != Offering::InferenceEndpoint {
         return Ok(None);
     }
@@ -282,10 +284,5 @@ pub(crate) async fn endpoint_state(conn: &mut SqliteConnection, env: &Environmen
         Some((false, at)) => KeyState::Shown { at: at.unwrap_or(0) },
     };
     let count = |n: i64| u32::try_from(n).unwrap_or(1);
-    Ok(Some(EndpointState {
-        key,
-        replicas: count(replicas),
-        replicas_applied: count(replicas_applied),
-        scale_error,
-    }))
+    Ok(Some(EndpointState { key, replicas: count(replicas), replicas_applied: count(replicas_applied), scale_error }))
 }

@@ -50,10 +50,8 @@ impl Platform {
         if env.state != EnvState::Ready {
             return Err(Refusal::NotScalable(env.state.as_str()).into());
         }
-        let asked: i64 = sqlx::query_scalar("SELECT replicas FROM environments WHERE id = ?")
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?;
+        let asked: i64 =
+            sqlx::query_scalar("SELECT replicas FROM environments WHERE id = ?").bind(id).fetch_one(&mut *tx).await?;
         // Replicas still holding capacity: 0..held (a scale-down not yet applied keeps its own).
         let held: i64 = sqlx::query_scalar(
             "SELECT coalesce(max(replica) + 1, 0) FROM reservations WHERE environment_id = ? AND released_at IS NULL",
@@ -71,8 +69,11 @@ impl Platform {
             self.load_book(&mut tx).await?;
             let gpus = self.gpus_of_model(&mut tx, model).await?;
             let gap = self.policy.cleaning_gap_ms;
-            let nearby: Vec<Booking> =
-                self.book_bookings(&gpus, now, None, Some(window.widened(gap))).into_iter().map(|b| b.booking).collect();
+            let nearby: Vec<Booking> = self
+                .book_bookings(&gpus, now, None, Some(window.widened(gap)))
+                .into_iter()
+                .map(|b| b.booking)
+                .collect();
             for replica in held..i64::from(wanted) {
                 let taken = placed.iter().flat_map(|(_, holds)| holds.iter().map(|&hold| Booking { hold, window }));
                 let timeline = Timeline::new(gpus.to_vec(), nearby.iter().copied().chain(taken), gap);
@@ -115,7 +116,8 @@ impl Platform {
             .execute(&mut *tx)
             .await?;
         let detail = format!("replicas {asked} -> {wanted}");
-        let event = Event { action: "endpoint.scale", target: Some(id), outcome: Outcome::Success, detail: Some(&detail) };
+        let event =
+            Event { action: "endpoint.scale", target: Some(id), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &caller.actor(), event).await?;
         let (booker, spot) = (env.booker(), env.tier == rules::Tier::Spot);
         tx.commit_and(|| {
@@ -241,10 +243,7 @@ impl Platform {
 }
 
 /// An environment's unreleased reservations as the booking book holds them, by window.
-async fn unreleased_bookings(
-    conn: &mut sqlx::SqliteConnection,
-    id: &str,
-) -> Result<Vec<(Window, Vec<Hold>)>, Error> {
+async fn unreleased_bookings(conn: &mut sqlx::SqliteConnection, id: &str) -> Result<Vec<(Window, Vec<Hold>)>, Error> {
     let rows: Vec<(i64, i64, i64, Option<String>, i64, i64)> = sqlx::query_as(
         "SELECT gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at FROM reservations
          WHERE environment_id = ? AND released_at IS NULL ORDER BY starts_at, id",
@@ -257,7 +256,10 @@ async fn unreleased_bookings(
         let bad = || Error::internal(format!("reservation of {id} has an impossible slice range"));
         let hold = Hold {
             gpu_id,
-            slices: SliceRange { start: u8::try_from(start).map_err(|_| bad())?, size: u8::try_from(size).map_err(|_| bad())? },
+            slices: SliceRange {
+                start: u8::try_from(start).map_err(|_| bad())?,
+                size: u8::try_from(size).map_err(|_| bad())?,
+            },
             profile: profile.map(|k| MigProfile::from_key(&k).ok_or_else(bad)).transpose()?,
         };
         let window = Window { starts_at, ends_at };

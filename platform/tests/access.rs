@@ -175,7 +175,10 @@ async fn replicas_book_capacity_within_quota_and_give_it_back(pool: SqlitePool) 
     assert_eq!(endpoint_state(&berth, &berth.caller, &id).await.replicas, 1);
 
     berth.platform.set_quota(&admin, dana, &Quota::default()).await.expect("no quota");
-    assert!(matches!(refusal(berth.platform.set_replicas(&berth.caller, &id, "9").await), Refusal::InvalidReplicas { .. }));
+    assert!(matches!(
+        refusal(berth.platform.set_replicas(&berth.caller, &id, "9").await),
+        Refusal::InvalidReplicas { .. }
+    ));
     // The small fleet has two whole L40S GPUs: a third replica finds no capacity.
     let none = refusal(berth.platform.set_replicas(&berth.caller, &id, "3").await);
     assert!(matches!(none, Refusal::NoCapacity { .. }), "{none:?}");

@@ -935,7 +935,11 @@ async fn the_proxy_reaches_notebooks_and_endpoints_by_their_service_names() {
                 let name = manifests::Names::of(&w);
                 assert_eq!(calls, [format!("GET /api/v1/namespaces/{ns}/secrets/{}", name.credential)], "{case}");
                 let (port, scheme) = if w.offering == Offering::Notebook { (8888, "token") } else { (8000, "Bearer") };
-                assert_eq!(upstream.base_url, format!("http://{}.{ns}.svc.cluster.local:{port}", name.workload), "{case}");
+                assert_eq!(
+                    upstream.base_url,
+                    format!("http://{}.{ns}.svc.cluster.local:{port}", name.workload),
+                    "{case}"
+                );
                 assert_eq!(upstream.keeps_prefix, w.offering == Offering::Notebook, "{case}");
                 let secret = stored_secret(&cluster, &w);
                 assert_eq!(upstream.headers, [("authorization".to_owned(), format!("{scheme} {secret}"))], "{case}");
@@ -990,8 +994,15 @@ async fn training_logs_and_exit_status_come_from_the_job_and_its_pod() {
     assert_eq!(logs.status, JobStatus::Running);
     assert_eq!(logs.lines, ["epoch 1/3 loss 0.9", "epoch 2/3 loss 0.5"]);
     let calls = cluster.take_calls();
-    assert_eq!(calls.iter().map(kubernetes_api::Call::line).collect::<Vec<_>>(), [job.clone(), pods.clone(), log.clone()]);
-    assert!(calls[2].query.contains("container=training") && calls[2].query.contains("tailLines=200"), "{}", calls[2].query);
+    assert_eq!(
+        calls.iter().map(kubernetes_api::Call::line).collect::<Vec<_>>(),
+        [job.clone(), pods.clone(), log.clone()]
+    );
+    assert!(
+        calls[2].query.contains("container=training") && calls[2].query.contains("tailLines=200"),
+        "{}",
+        calls[2].query
+    );
 
     // Failed: the container's exit code and reason.
     let ended = json!({ "terminated": { "exitCode": 3, "reason": "Error", "finishedAt": "2026-05-01T10:09:00Z" } });
@@ -1025,14 +1036,21 @@ async fn scaling_an_endpoint_sizes_quota_and_queue_for_every_replica() {
     assert_eq!(two.replicas(), 2);
     k8s.scale(&two, &[]).await.unwrap();
     let calls = cluster.take_calls();
-    assert_eq!(calls.iter().map(kubernetes_api::Call::line).collect::<Vec<_>>(), [quota.clone(), queue.clone(), deployment.clone()]);
+    assert_eq!(
+        calls.iter().map(kubernetes_api::Call::line).collect::<Vec<_>>(),
+        [quota.clone(), queue.clone(), deployment.clone()]
+    );
     let hard = &body_of(&calls, &quota)["spec"]["hard"];
     assert_eq!((hard["requests.nvidia.com/gpu"].as_str(), hard["requests.cpu"].as_str()), (Some("2"), Some("32")));
     assert_eq!(hard["requests.memory"], "256Gi");
     let spec = &body_of(&calls, &deployment)["spec"];
     assert_eq!(spec["replicas"], 2);
     let limits = &spec["template"]["spec"]["containers"][0]["resources"]["limits"];
-    assert_eq!((limits["nvidia.com/gpu"].as_str(), limits["cpu"].as_str()), (Some("1"), Some("16")), "each replica its size");
+    assert_eq!(
+        (limits["nvidia.com/gpu"].as_str(), limits["cpu"].as_str()),
+        (Some("1"), Some("16")),
+        "each replica its size"
+    );
     let queued = &body_of(&calls, &queue)["spec"]["resourceGroups"][0]["flavors"][0]["resources"];
     assert!(queued.as_array().unwrap().contains(&json!({ "name": "nvidia.com/gpu", "nominalQuota": "2" })), "{queued}");
 
@@ -1068,8 +1086,7 @@ async fn scaling_an_endpoint_sizes_quota_and_queue_for_every_replica() {
 
 #[tokio::test]
 async fn a_mig_endpoint_scaled_onto_another_node_partitions_it_and_clears_it_when_it_leaves() {
-    let one =
-        workload(Offering::InferenceEndpoint, "h100-1g.10gb", acme(), vec![mig_unit("h100-1", 0, 0, "1g.10gb")]);
+    let one = workload(Offering::InferenceEndpoint, "h100-1g.10gb", acme(), vec![mig_unit("h100-1", 0, 0, "1g.10gb")]);
     let (cluster, k8s) = provisioned(&one).await;
     let ns = ns(&one);
     let second = mig_unit("h100-2", 1, 0, "1g.10gb");
@@ -1098,5 +1115,8 @@ async fn a_mig_endpoint_scaled_onto_another_node_partitions_it_and_clears_it_whe
     let lines = cluster.take_lines();
     assert_eq!(lines.last().map(String::as_str), Some("PATCH /api/v1/nodes/h100-2"), "{lines:?}");
     assert_eq!(cluster.node("h100-2")["metadata"]["labels"]["nvidia.com/mig.config"], "all-disabled");
-    assert_eq!(cluster.node("h100-1")["metadata"]["labels"]["nvidia.com/mig.config"], json!(manifests::node_mig_layout(&one, "h100-1").unwrap().name));
+    assert_eq!(
+        cluster.node("h100-1")["metadata"]["labels"]["nvidia.com/mig.config"],
+        json!(manifests::node_mig_layout(&one, "h100-1").unwrap().name)
+    );
 }

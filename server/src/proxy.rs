@@ -77,9 +77,10 @@ pub fn routes() -> Router<AppState> {
         .route(
             ROUTES[2],
             any(
-                |State(state): State<AppState>, Path((id, _)): Path<(String, String)>, session: Session, request: Request| {
-                    proxy(state, id, session, request)
-                },
+                |State(state): State<AppState>,
+                 Path((id, _)): Path<(String, String)>,
+                 session: Session,
+                 request: Request| { proxy(state, id, session, request) },
             ),
         )
 }
@@ -146,7 +147,9 @@ fn is_page_load(parts: &Parts) -> bool {
     }
     match parts.headers.get("sec-fetch-dest").and_then(|v| v.to_str().ok()) {
         Some(dest) => dest == "document",
-        None => parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html")),
+        None => {
+            parts.headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("text/html"))
+        }
     }
 }
 
@@ -189,7 +192,11 @@ fn refused(error: Error, parts: &Parts, meta: &RequestMeta) -> Response {
                 "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><meta http-equiv=\"refresh\" content=\"5\">\
                  <title>Starting · Berth</title></head><body><p>{refusal}. This page tries again every few seconds.</p></body></html>"
             );
-            (StatusCode::SERVICE_UNAVAILABLE, [(header::RETRY_AFTER, "5"), (header::CONTENT_TYPE, "text/html; charset=utf-8")], page)
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "5"), (header::CONTENT_TYPE, "text/html; charset=utf-8")],
+                page,
+            )
                 .into_response()
         }
         Error::Refused(refusal @ Refusal::NotReady(_)) => {
@@ -210,8 +217,16 @@ fn refused(error: Error, parts: &Parts, meta: &RequestMeta) -> Response {
 }
 
 /// Headers that describe one connection, never forwarded (RFC 9110 section 7.6.1).
-const HOP_BY_HOP: [&str; 8] =
-    ["connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade"];
+const HOP_BY_HOP: [&str; 8] = [
+    "connection",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+];
 
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
     let named: Vec<HeaderName> = headers
@@ -288,10 +303,10 @@ async fn forward(
         headers.insert("x-forwarded-host", host.clone());
     }
     headers.insert("x-forwarded-proto", HeaderValue::from_static(if proxy.tls { "https" } else { "http" }));
-    if let Some(peer) = parts.extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>() {
-        if let Ok(value) = HeaderValue::from_str(&peer.0.ip().to_string()) {
-            headers.insert("x-forwarded-for", value);
-        }
+    if let Some(peer) = parts.extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        && let Ok(value) = HeaderValue::from_str(&peer.0.ip().to_string())
+    {
+        headers.insert("x-forwarded-for", value);
     }
     if upgrade && let Some(to) = upgrade_to {
         headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));

@@ -128,8 +128,6 @@ pub async fn set_replicas(id: String, replicas: String) -> Result<(), AppError> 
     Ok(())
 }
 
-
-
 #[server(endpoint = "stop_environment")]
 pub async fn stop_environment(id: String) -> Result<(), AppError> {
     let (platform, caller) = super::ssr::caller().await?;
@@ -149,9 +147,9 @@ pub async fn change_end(id: String, end: String) -> Result<(), AppError> {
 
 #[cfg(feature = "ssr")]
 pub(crate) mod views {
+    use berth_domain::catalog::Offering;
     use berth_domain::catalog::format_cents;
     use berth_domain::lifecycle::{Desired, EnvState, Phase, provision_plan, teardown_plan};
-    use berth_domain::catalog::Offering;
     use berth_platform::backend::{JobLogs, JobStatus, proxy_prefix};
     use berth_platform::connect::KeyState;
     use berth_platform::environments::{Environment, EnvironmentDetail};
@@ -175,7 +173,9 @@ pub(crate) mod views {
             JobStatus::Pending => ("pending", "Waiting to start".to_owned()),
             JobStatus::Running => ("running", "Running".to_owned()),
             JobStatus::Succeeded => ("succeeded", "Succeeded (exit code 0)".to_owned()),
-            JobStatus::Failed { exit_code: Some(code), reason } => ("failed", format!("Failed (exit code {code}): {reason}")),
+            JobStatus::Failed { exit_code: Some(code), reason } => {
+                ("failed", format!("Failed (exit code {code}): {reason}"))
+            }
             JobStatus::Failed { exit_code: None, reason } => ("failed", format!("Failed: {reason}")),
         };
         JobLogsView { state: state.to_owned(), label, lines: logs.lines.clone() }

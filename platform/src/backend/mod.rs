@@ -95,7 +95,9 @@ pub trait Backend: Send + Sync + 'static {
     /// request arrives (the platform caches the answer briefly), so it should be cheap.
     fn upstream<'a>(&'a self, workload: &'a Workload) -> UpstreamFuture<'a> {
         let _ = workload;
-        Box::pin(async { Err(BackendError("this backend cannot serve notebooks or endpoints through Berth yet".into())) })
+        Box::pin(async {
+            Err(BackendError("this backend cannot serve notebooks or endpoints through Berth yet".into()))
+        })
     }
 
     /// The last `tail` lines of a training job's log, and its status.
@@ -142,7 +144,10 @@ pub enum JobStatus {
     Pending,
     Running,
     Succeeded,
-    Failed { exit_code: Option<i32>, reason: String },
+    Failed {
+        exit_code: Option<i32>,
+        reason: String,
+    },
 }
 
 /// The end of a training job's log and its status.

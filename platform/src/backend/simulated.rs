@@ -212,7 +212,8 @@ impl Simulated {
             }
             Step::ExposeEndpoint => {
                 let port = world.serving.get(&id).copied();
-                let connection = world.endpoints.entry(id).or_insert_with(|| connection_for(w, port, credential)).clone();
+                let connection =
+                    world.endpoints.entry(id).or_insert_with(|| connection_for(w, port, credential)).clone();
                 output.connection = Some(connection);
             }
             Step::RemoveEndpoint => {
@@ -402,7 +403,10 @@ fn connection_for(w: &Workload, port: Option<u16>, credential: Option<String>) -
             url: format!("http://{local}{}/lab", proxy_prefix(&w.environment_id)),
             secret_label: Some("Token".into()),
             secret: credential,
-            example: format!("curl -H \"Authorization: token <token>\" http://{local}{}/api/status", proxy_prefix(&w.environment_id)),
+            example: format!(
+                "curl -H \"Authorization: token <token>\" http://{local}{}/api/status",
+                proxy_prefix(&w.environment_id)
+            ),
         },
         Offering::TrainingJob => Connection {
             url: format!("https://{host}/logs"),

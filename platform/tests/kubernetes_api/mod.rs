@@ -106,8 +106,11 @@ impl FakeCluster {
                     Value::String(text) if log && status == StatusCode::OK => ("text/plain", text.into_bytes()),
                     answer => ("application/json", serde_json::to_vec(&answer).unwrap()),
                 };
-                let response =
-                    Response::builder().status(status).header("content-type", content_type).body(Body::from(body)).unwrap();
+                let response = Response::builder()
+                    .status(status)
+                    .header("content-type", content_type)
+                    .body(Body::from(body))
+                    .unwrap();
                 respond.send_response(response);
             }
         });

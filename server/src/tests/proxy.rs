@@ -90,12 +90,20 @@ async fn the_owner_and_their_tenant_admin_open_the_notebook_everyone_else_gets_t
     let root = berth.get(&format!("/env/{id}"), Some(&owners)).await;
     assert_eq!(root.header("location"), Some(format!("/env/{id}/lab").as_str()), "Jupyter's own redirect");
 
+    // The JSON API names the Berth URL and keeps the notebook's own token to itself.
+    let (_, token) = berth.token(&owner, &["environment.read"]).await;
+    let listed = berth.api(http::Method::GET, &format!("/api/v1/environments/{id}"), "", Some(&token)).await;
+    let listed: Value = serde_json::from_str(&listed.body).expect("JSON");
+    assert_eq!(listed["url"], format!("http://127.0.0.1:3000/env/{id}/lab"));
+    assert_eq!(listed["connection"], Value::Null, "{listed}");
+
     let admins = berth.sign_in(&admin.email, None).await;
     assert_eq!(open(&berth, &lab, Some(&admins)).await.status, StatusCode::OK, "their tenant admin opens it");
 
     let missing = open(&berth, "/env/00000000-0000-4000-8000-000000000000/lab", Some(&owners)).await;
     assert_eq!(missing.status, StatusCode::NOT_FOUND);
-    for (who, user) in [("a colleague", &colleague), ("another tenant's member", &stranger), ("platform staff", &staff)] {
+    for (who, user) in [("a colleague", &colleague), ("another tenant's member", &stranger), ("platform staff", &staff)]
+    {
         let cookie = berth.sign_in(&user.email, None).await;
         let denials = berth.denials_by(user.id).await;
         let reply = open(&berth, &lab, Some(&cookie)).await;
@@ -171,7 +179,8 @@ async fn kernel_websockets_pass_through_the_proxy_for_the_owner_only() {
     let connect = |cookie: String, origin: String| {
         let (host, id) = (host.clone(), id.clone());
         async move {
-            let mut request = format!("ws://{host}/env/{id}/api/kernels/k1/channels").into_client_request().expect("ws");
+            let mut request =
+                format!("ws://{host}/env/{id}/api/kernels/k1/channels").into_client_request().expect("ws");
             request.headers_mut().insert(header::COOKIE, cookie.parse().expect("cookie"));
             request.headers_mut().insert(header::ORIGIN, origin.parse().expect("origin"));
             let stream = tokio::net::TcpStream::connect(&host).await.expect("connect");

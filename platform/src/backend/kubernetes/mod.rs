@@ -44,12 +44,12 @@ use kube::{Client, ResourceExt};
 use rand::Rng;
 
 use self::manifests::{
-    CLUSTER_QUEUE, COMPONENT_LABEL, ClusterSettings, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind, MANAGED_BY_LABEL, MIG_CONFIG_KEY,
-    MIG_CONFIG_LABEL, MIG_STATE_LABEL, Manifest, NAMESPACE, NodeStage, TENANT_LABEL,
+    CLUSTER_QUEUE, COMPONENT_LABEL, ClusterSettings, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind, MANAGED_BY_LABEL,
+    MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_STATE_LABEL, Manifest, NAMESPACE, NodeStage, TENANT_LABEL,
 };
 use super::{
-    Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, PlacedUnit, ScaleFuture, StepFuture, StepOutput, Upstream,
-    UpstreamFuture, Workload,
+    Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, PlacedUnit, ScaleFuture, StepFuture, StepOutput,
+    Upstream, UpstreamFuture, Workload,
 };
 
 /// How the backend reaches and uses the cluster.
@@ -223,7 +223,9 @@ impl Kubernetes {
             .await
             .map_err(|e| api_failure(&doing, e))?
             .and_then(secret_value)
-            .ok_or_else(|| BackendError(format!("the workload's credential (Secret {}) is missing", names.credential)))?;
+            .ok_or_else(|| {
+                BackendError(format!("the workload's credential (Secret {}) is missing", names.credential))
+            })?;
         let notebook = w.offering == Offering::Notebook;
         let authorization = if notebook { format!("token {credential}") } else { format!("Bearer {credential}") };
         Ok(Upstream { base_url, keeps_prefix: notebook, headers: vec![("authorization".to_owned(), authorization)] })
@@ -269,9 +271,7 @@ impl Kubernetes {
             JobStatus::Succeeded
         } else if status.failed.unwrap_or(0) > 0 {
             let exit_code = terminated.as_ref().map(|t| t.exit_code);
-            let reason = terminated
-                .and_then(|t| t.reason)
-                .unwrap_or_else(|| "the job failed".to_owned());
+            let reason = terminated.and_then(|t| t.reason).unwrap_or_else(|| "the job failed".to_owned());
             JobStatus::Failed { exit_code, reason }
         } else if started {
             JobStatus::Running
@@ -287,7 +287,10 @@ impl Kubernetes {
                     ..LogParams::default()
                 };
                 let name = pod.name_any();
-                let text = api.logs(&name, &params).await.map_err(|e| api_failure(&format!("read the log of pod {name}"), e))?;
+                let text = api
+                    .logs(&name, &params)
+                    .await
+                    .map_err(|e| api_failure(&format!("read the log of pod {name}"), e))?;
                 text.lines().map(str::to_owned).collect()
             }
             None => Vec::new(),
@@ -317,7 +320,8 @@ impl Kubernetes {
             tokio::time::sleep(self.config.poll_interval).await;
         }
         let kept = manifests::nodes_of(w);
-        let mut left: Vec<&str> = dropped.iter().map(|u| u.node.as_str()).filter(|n| !kept.iter().any(|k| k == n)).collect();
+        let mut left: Vec<&str> =
+            dropped.iter().map(|u| u.node.as_str()).filter(|n| !kept.iter().any(|k| k == n)).collect();
         left.sort();
         left.dedup();
         for node in left {

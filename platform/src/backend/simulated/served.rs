@@ -80,7 +80,10 @@ async fn until_stopped(stopped: &mut watch::Receiver<bool>) {
 
 fn notebook_routes() -> Router<Arc<Shared>> {
     Router::new()
-        .route("/", get(|State(s): State<Arc<Shared>>| async move { Redirect::to(&format!("{}/lab", s.server.prefix)) }))
+        .route(
+            "/",
+            get(|State(s): State<Arc<Shared>>| async move { Redirect::to(&format!("{}/lab", s.server.prefix)) }),
+        )
         .route("/lab", get(lab))
         .route("/lab/{*rest}", get(lab))
         .route("/api/status", get(status))
@@ -215,7 +218,9 @@ async fn completion(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Stri
     let prompt = asked["prompt"]
         .as_str()
         .map(str::to_owned)
-        .or_else(|| asked["messages"].as_array().and_then(|m| m.last()).and_then(|m| m["content"].as_str()).map(str::to_owned))
+        .or_else(|| {
+            asked["messages"].as_array().and_then(|m| m.last()).and_then(|m| m["content"].as_str()).map(str::to_owned)
+        })
         .unwrap_or_default();
     let body = json!({
         "object": "text_completion",
@@ -229,12 +234,7 @@ async fn completion(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Stri
 
 /// A training job: its command echoed, a few epochs, then its exit status. A command that
 /// ends with `exit N` ends with N (a way to try a failing job on the simulated fleet).
-pub(super) async fn run_job(
-    world: Arc<Mutex<World>>,
-    w: Workload,
-    speed: f64,
-    mut stopped: watch::Receiver<bool>,
-) {
+pub(super) async fn run_job(world: Arc<Mutex<World>>, w: Workload, speed: f64, mut stopped: watch::Receiver<bool>) {
     let id = w.environment_id.clone();
     let write = |line: String| {
         if let Some(job) = lock(&world).jobs.get_mut(&id) {
@@ -256,7 +256,11 @@ pub(super) async fn run_job(
         write(format!("epoch {epoch}/{EPOCHS}: loss {loss:.4}"));
     }
     let exit_code = exit_code_of(&command);
-    write(if exit_code == 0 { "training finished".to_owned() } else { format!("process exited with code {exit_code}") });
+    write(if exit_code == 0 {
+        "training finished".to_owned()
+    } else {
+        format!("process exited with code {exit_code}")
+    });
     if let Some(job) = lock(&world).jobs.get_mut(&id) {
         job.exit_code = Some(exit_code);
     }
