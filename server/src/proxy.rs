@@ -344,6 +344,10 @@ async fn forward(
     let set_cookies: Vec<HeaderValue> = parts.headers.get_all(header::SET_COOKIE).iter().cloned().collect();
     parts.headers.remove(header::SET_COOKIE);
     if via == Via::Session {
+        // JupyterLab frames its own pages (file viewers); Berth's default would deny that.
+        if !parts.headers.contains_key(header::X_FRAME_OPTIONS) {
+            parts.headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("SAMEORIGIN"));
+        }
         for cookie in set_cookies {
             // The notebook may set its own cookies, never Berth's session.
             if !cookie.to_str().is_ok_and(|c| c.trim_start().starts_with(&session_cookie)) {
