@@ -196,7 +196,9 @@ async fn me(TokenCaller(_, caller): TokenCaller) -> ApiResult {
 
 async fn environments(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
     let envs = platform.environments_in_reach(&caller).await.map_err(fail(&caller))?;
-    Ok(Json(json!({ "environments": envs.iter().map(|e| environment_json(&platform, &caller, e)).collect::<Vec<_>>() })))
+    Ok(Json(
+        json!({ "environments": envs.iter().map(|e| environment_json(&platform, &caller, e)).collect::<Vec<_>>() }),
+    ))
 }
 
 async fn launch(
