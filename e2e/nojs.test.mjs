@@ -44,7 +44,28 @@ test('sign in, a refused launch, a launch and a stop, all without JavaScript', a
   await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
   // No polling without WASM: the page's own Refresh link shows the progress.
   await untilState('ready');
-  assert.match(await page.locator('[data-connection-url]').innerText(), /^https:\/\/plain-html-/);
+  const url = await page.locator('[data-endpoint-url]').innerText();
+  assert.match(url, /^http:\/\/127\.0\.0\.1:\d+\/env\/[0-9a-f-]{36}\/v1$/);
+  // The key is shown once, through the session, after a plain form post.
+  await page.getByRole('button', { name: 'Show API key (once)' }).click();
+  const key = (await page.getByTestId('api-key').innerText()).trim();
+  assert.match(key, /^berth_ep_[0-9a-f]{64}$/);
+  await page.getByRole('link', { name: 'Refresh' }).click();
+  assert.equal(await page.getByTestId('api-key').count(), 0, 'shown once');
+  await page.getByRole('button', { name: 'Replace API key' }).waitFor();
+  const models = await fetch(`${url}/models`, { headers: { authorization: `Bearer ${key}` } });
+  assert.equal(models.status, 200);
+  assert.equal((await fetch(`${url}/models`)).status, 401);
+  // Two replicas, by a plain form too: the second books the other L40S.
+  await page.getByLabel('Replicas', { exact: true }).fill('2');
+  await page.getByRole('button', { name: 'Apply' }).click();
+  for (let i = 0; i < 40 && !(await page.getByTestId('replicas').innerText()).startsWith('2 running'); i++) {
+    await new Promise((r) => setTimeout(r, 250));
+    await page.getByRole('link', { name: 'Refresh' }).click();
+  }
+  assert.equal(await page.getByTestId('replicas').innerText(), '2 running');
+  const listed = await (await fetch(`${url}/models`, { headers: { authorization: `Bearer ${key}` } })).json();
+  assert.equal(listed.replicas, 2);
 
   await page.getByRole('button', { name: 'Stop and release' }).click();
   await untilState('released');

@@ -94,6 +94,44 @@ pub struct EnvironmentView {
     pub steps: Vec<StepView>,
     pub units: Vec<UnitView>,
     pub timeline: Vec<(String, String)>,
+    /// A ready notebook the caller may open: its path on Berth (`/env/<id>/lab`).
+    pub open_url: Option<String>,
+    /// An inference endpoint's URL, key and replicas.
+    pub endpoint: Option<EndpointView>,
+    /// A running training job's log and status.
+    pub logs: Option<JobLogsView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EndpointView {
+    /// Where programs call it, e.g. `https://berth.example.com/env/<id>/v1`.
+    pub url: String,
+    pub example: String,
+    /// Whether the caller may see and replace the key.
+    pub may_connect: bool,
+    /// `pending` (not made yet), `unrevealed` (waiting to be shown once) or `shown`.
+    pub key_state: String,
+    /// "Shown 14:05 UTC" once shown.
+    pub key_note: Option<String>,
+    /// The key itself, only in the render right after a plain form revealed or replaced it.
+    pub shown_key: Option<String>,
+    pub replicas: u32,
+    pub replicas_applied: u32,
+    pub max_replicas: u32,
+    /// Why applying the replica count failed last time.
+    pub scale_error: Option<String>,
+    /// The caller may change the replica count now (ready, and allowed to).
+    pub can_scale: bool,
+}
+
+/// A training job's log and how it stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobLogsView {
+    /// `pending`, `running`, `succeeded`, `failed`, or `unavailable` (the backend did not say).
+    pub state: String,
+    /// "Running", "Succeeded (exit code 0)", "Failed (exit code 3): ...".
+    pub label: String,
+    pub lines: Vec<String>,
 }
 
 /// The availability calendar: a heatmap of free capacity per size over time, with the

@@ -140,33 +140,95 @@ pub async fn hold_new_token(session: &Session, meta: &RequestMeta, token: &NewTo
 
 /// The waiting secret, for this request's render only: a later request finds nothing.
 pub async fn show_new_token(session: &Session, meta: &RequestMeta) -> Result<Option<NewToken>, AppError> {
-    let Some(mut token) = session.get::<NewToken>(NEW_TOKEN_KEY).await.map_err(store_failed(meta))? else {
-        return Ok(None);
-    };
-    let fresh = berth_platform::now_ms() - token.created_at <= NEW_TOKEN_TTL_MS;
-    match token.shown_in.as_deref() {
-        Some(request) if request == meta.request_id && fresh => Ok(Some(token)),
-        None if fresh => {
-            token.shown_in = Some(meta.request_id.clone());
-            session.insert(NEW_TOKEN_KEY, &token).await.map_err(store_failed(meta))?;
-            Ok(Some(token))
-        }
-        _ => {
-            session.remove::<NewToken>(NEW_TOKEN_KEY).await.map_err(store_failed(meta))?;
-            Ok(None)
-        }
-    }
+    show_once(session, meta, NEW_TOKEN_KEY).await
 }
 
 /// Drops a secret that an earlier request already showed (or that waited too long), so it
 /// leaves the session store at the browser's next request, whatever page that is.
 async fn forget_shown_token(session: &Session, meta: &RequestMeta) -> Result<(), AppError> {
-    let Some(token) = session.get::<NewToken>(NEW_TOKEN_KEY).await.map_err(store_failed(meta))? else {
+    forget_shown::<NewToken>(session, meta, NEW_TOKEN_KEY).await?;
+    forget_shown::<NewEndpointKey>(session, meta, NEW_ENDPOINT_KEY).await
+}
+
+/// An endpoint's API key waiting to be shown once, after a plain (pre-WASM) form post.
+const NEW_ENDPOINT_KEY: &str = "new_endpoint_key";
+
+/// An endpoint's API key, as it travels from the reveal or replace form to the page.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct NewEndpointKey {
+    pub environment_id: String,
+    pub key: String,
+    pub created_at: i64,
+    #[serde(default)]
+    pub shown_in: Option<String>,
+}
+
+/// Keeps an endpoint's key in this browser's session until the next render of its page.
+pub async fn hold_endpoint_key(session: &Session, meta: &RequestMeta, key: &NewEndpointKey) -> Result<(), AppError> {
+    session.insert(NEW_ENDPOINT_KEY, key).await.map_err(store_failed(meta))
+}
+
+/// The waiting key of `environment_id`, for this request's render only.
+pub async fn show_endpoint_key(
+    session: &Session,
+    meta: &RequestMeta,
+    environment_id: &str,
+) -> Result<Option<String>, AppError> {
+    let shown: Option<NewEndpointKey> = show_once(session, meta, NEW_ENDPOINT_KEY).await?;
+    Ok(shown.filter(|k| k.environment_id == environment_id).map(|k| k.key))
+}
+
+/// A secret kept in the session to be shown in one render.
+trait ShownOnce: serde::Serialize + serde::de::DeserializeOwned + Send + Sync {
+    fn created_at(&self) -> i64;
+    fn shown_in(&mut self) -> &mut Option<String>;
+}
+
+impl ShownOnce for NewToken {
+    fn created_at(&self) -> i64 {
+        self.created_at
+    }
+    fn shown_in(&mut self) -> &mut Option<String> {
+        &mut self.shown_in
+    }
+}
+
+impl ShownOnce for NewEndpointKey {
+    fn created_at(&self) -> i64 {
+        self.created_at
+    }
+    fn shown_in(&mut self) -> &mut Option<String> {
+        &mut self.shown_in
+    }
+}
+
+/// The secret under `slot`, for this request's render only: a later request finds nothing.
+async fn show_once<T: ShownOnce>(session: &Session, meta: &RequestMeta, slot: &str) -> Result<Option<T>, AppError> {
+    let Some(mut secret) = session.get::<T>(slot).await.map_err(store_failed(meta))? else {
+        return Ok(None);
+    };
+    let fresh = berth_platform::now_ms() - secret.created_at() <= NEW_TOKEN_TTL_MS;
+    match secret.shown_in().clone() {
+        Some(request) if request == meta.request_id && fresh => Ok(Some(secret)),
+        None if fresh => {
+            *secret.shown_in() = Some(meta.request_id.clone());
+            session.insert(slot, &secret).await.map_err(store_failed(meta))?;
+            Ok(Some(secret))
+        }
+        _ => {
+            session.remove::<T>(slot).await.map_err(store_failed(meta))?;
+            Ok(None)
+        }
+    }
+}
+
+async fn forget_shown<T: ShownOnce>(session: &Session, meta: &RequestMeta, slot: &str) -> Result<(), AppError> {
+    let Some(mut secret) = session.get::<T>(slot).await.map_err(store_failed(meta))? else {
         return Ok(());
     };
-    let stale = berth_platform::now_ms() - token.created_at > NEW_TOKEN_TTL_MS;
-    if stale || token.shown_in.is_some_and(|request| request != meta.request_id) {
-        session.remove::<NewToken>(NEW_TOKEN_KEY).await.map_err(store_failed(meta))?;
+    let stale = berth_platform::now_ms() - secret.created_at() > NEW_TOKEN_TTL_MS;
+    if stale || secret.shown_in().as_ref().is_some_and(|request| *request != meta.request_id) {
+        session.remove::<T>(slot).await.map_err(store_failed(meta))?;
     }
     Ok(())
 }

@@ -90,6 +90,18 @@ pub fn validate(req: &LaunchRequest) -> Result<LaunchSpec, Refusal> {
 }
 
 /// Names become Kubernetes object names later: DNS labels, short enough to add suffixes.
+/// The most replicas an inference endpoint may run; each books its size again.
+pub const MAX_REPLICAS: u32 = 8;
+
+/// A replica count as the environment page sends it.
+pub fn validate_replicas(text: &str) -> Result<u32, Refusal> {
+    text.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=MAX_REPLICAS).contains(n))
+        .ok_or(Refusal::InvalidReplicas { max: MAX_REPLICAS })
+}
+
 fn validate_name(name: &str) -> Result<String, Refusal> {
     if name.is_empty() {
         return Err(Refusal::InvalidName("is required"));
@@ -127,6 +139,15 @@ fn validate_image(offering: Offering, image: &str) -> Result<String, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replicas_are_a_whole_number_within_the_limit() {
+        assert_eq!(validate_replicas(" 3 "), Ok(3));
+        assert_eq!(validate_replicas("8"), Ok(MAX_REPLICAS));
+        for bad in ["0", "9", "-1", "two", "", "1.5"] {
+            assert_eq!(validate_replicas(bad), Err(Refusal::InvalidReplicas { max: MAX_REPLICAS }), "{bad}");
+        }
+    }
 
     fn request(offering: &str, size: &str) -> LaunchRequest {
         LaunchRequest {

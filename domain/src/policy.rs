@@ -63,6 +63,10 @@ pub enum Action {
     EnvironmentLaunch,
     /// Stop, cancel, change the end of a booking.
     EnvironmentChange,
+    /// Act inside a running environment as its owner: open its notebook, see or replace its
+    /// endpoint's API key. Only the owner and their tenant admins: a viewer may watch an
+    /// environment, and platform staff run the fleet, not their tenants' code.
+    EnvironmentConnect,
     FleetRead,
     FleetManage,
     QuotaRead,
@@ -82,12 +86,13 @@ pub enum Action {
 }
 
 impl Action {
-    pub const ALL: [Action; 20] = [
+    pub const ALL: [Action; 21] = [
         Action::CatalogRead,
         Action::CalendarRead,
         Action::EnvironmentRead,
         Action::EnvironmentLaunch,
         Action::EnvironmentChange,
+        Action::EnvironmentConnect,
         Action::FleetRead,
         Action::FleetManage,
         Action::QuotaRead,
@@ -112,6 +117,7 @@ impl Action {
             Action::EnvironmentRead => "environment.read",
             Action::EnvironmentLaunch => "environment.launch",
             Action::EnvironmentChange => "environment.change",
+            Action::EnvironmentConnect => "environment.connect",
             Action::FleetRead => "fleet.read",
             Action::FleetManage => "fleet.manage",
             Action::QuotaRead => "quota.read",
@@ -163,7 +169,11 @@ pub enum Reach {
 pub fn reach(role: Role, action: Action) -> Option<Reach> {
     use Action::*;
     match role {
-        Role::PlatformAdmin => Some(Reach::All),
+        Role::PlatformAdmin => match action {
+            // Their own environments only: a tenant's notebook runs the tenant's code.
+            EnvironmentConnect => Some(Reach::Own),
+            _ => Some(Reach::All),
+        },
         Role::PlatformAuditor => action.is_read().then_some(Reach::All),
         Role::TenantAdmin => match action {
             CatalogRead => Some(Reach::All),
@@ -175,7 +185,7 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
         Role::Member => match action {
             CatalogRead => Some(Reach::All),
             CalendarRead | EnvironmentLaunch | ProjectRead | MemberRead | QuotaRead => Some(Reach::Tenant),
-            EnvironmentRead | EnvironmentChange | TokenRead | TokenManage => Some(Reach::Own),
+            EnvironmentRead | EnvironmentChange | EnvironmentConnect | TokenRead | TokenManage => Some(Reach::Own),
             _ => None,
         },
         Role::Viewer => match action {
@@ -335,6 +345,25 @@ mod tests {
         assert_eq!(admin.authorize(Action::MemberManage, Target::Tenant(2)), Err(Denied::OutOfReach));
         assert_eq!(admin.authorize(Action::TenantManage, Target::Tenant(1)), Err(Denied::NotPermitted));
         assert_eq!(admin.authorize(Action::FleetManage, Target::Platform), Err(Denied::NotPermitted));
+    }
+
+    #[test]
+    fn only_the_owner_and_their_tenant_admin_connect_to_an_environment() {
+        let own = Target::Owned { tenant_id: Some(1), owner_id: 10 };
+        let colleague = Target::Owned { tenant_id: Some(1), owner_id: 11 };
+        let elsewhere = Target::Owned { tenant_id: Some(2), owner_id: 12 };
+        let connect = |role, tenant, target| principal(role, tenant).authorize(Action::EnvironmentConnect, target);
+        assert_eq!(connect(Role::Member, Some(1), own), Ok(()));
+        assert_eq!(connect(Role::Member, Some(1), colleague), Err(Denied::OutOfReach));
+        assert_eq!(connect(Role::TenantAdmin, Some(1), colleague), Ok(()));
+        assert_eq!(connect(Role::TenantAdmin, Some(1), elsewhere), Err(Denied::OutOfReach));
+        assert_eq!(connect(Role::Viewer, Some(1), colleague), Err(Denied::NotPermitted));
+        assert_eq!(connect(Role::PlatformAuditor, None, colleague), Err(Denied::NotPermitted));
+        assert_eq!(connect(Role::PlatformAdmin, None, colleague), Err(Denied::OutOfReach));
+        // Platform staff's own environments belong to no tenant.
+        let staff_own = Target::Owned { tenant_id: None, owner_id: 10 };
+        assert_eq!(connect(Role::PlatformAdmin, None, staff_own), Ok(()));
+        assert_eq!(Action::EnvironmentConnect.read(), Action::EnvironmentRead);
     }
 
     #[test]

@@ -111,6 +111,27 @@ pub enum Refusal {
     PortGuidInUse { guid: String, tenant: String },
     #[error("this tenant has no InfiniBand partition; only hard and hybrid tenants get a P_Key")]
     NoInfinibandPartition,
+    #[error("{0} has no replicas; only inference endpoints scale")]
+    NoReplicas(&'static str),
+    #[error("replicas must be a whole number between 1 and {max}")]
+    InvalidReplicas { max: u32 },
+    #[error("this endpoint is {0}; its replicas can change while it is ready")]
+    NotScalable(&'static str),
+    #[error("this environment is {0}; it can be opened once it is ready")]
+    NotReady(&'static str),
+    #[error("{0} has no API key; only inference endpoints have one")]
+    NoApiKey(&'static str),
+    #[error("an inference endpoint answers requests that carry its API key: Authorization: Bearer <key>")]
+    ApiKeyRequired,
+    #[error("the API key was shown once already and Berth keeps only its hash; replace it to get a new one")]
+    ApiKeyAlreadyShown,
+    #[error("this endpoint's API key is made when it is first ready")]
+    ApiKeyNotYetMade,
+    #[error("{0} writes no logs here; only training jobs do")]
+    NoJobLogs(&'static str),
+    /// The backend could not answer; the text is its operational message.
+    #[error("the workload cannot be reached right now: {0}")]
+    WorkloadUnreachable(String),
     #[error("node report refused: {0}")]
     InvalidReport(String),
 }

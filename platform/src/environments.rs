@@ -70,6 +70,8 @@ pub struct HeldUnit {
     pub slice_size: i64,
     pub mig_profile: Option<String>,
     pub released_at: Option<i64>,
+    /// Which replica of an inference endpoint holds it (0 for everything else).
+    pub replica: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +79,10 @@ pub struct EnvironmentDetail {
     pub environment: Environment,
     pub steps: Vec<StepRecord>,
     pub units: Vec<HeldUnit>,
+    /// Whether the caller may act inside it (open the notebook, see the endpoint's key).
+    pub may_connect: bool,
+    /// An inference endpoint's key and replicas.
+    pub endpoint: Option<crate::connect::EndpointState>,
 }
 
 impl Environment {
@@ -373,7 +379,9 @@ impl Platform {
         })
         .collect::<Result<Vec<_>, Error>>()?;
         let units = held_units(&mut conn, id).await?;
-        Ok(EnvironmentDetail { environment, steps, units })
+        let endpoint = crate::connect::endpoint_state(&mut conn, &environment).await?;
+        let may_connect = self.may_connect(caller, &environment);
+        Ok(EnvironmentDetail { environment, steps, units, may_connect, endpoint })
     }
 
     /// Environments per state, for `/metrics`.
@@ -400,7 +408,8 @@ pub(crate) async fn environment_in(conn: &mut SqliteConnection, id: &str) -> Res
 
 pub(crate) async fn held_units(conn: &mut SqliteConnection, environment_id: &str) -> Result<Vec<HeldUnit>, Error> {
     let rows = sqlx::query(
-        "SELECT s.name AS site, n.name AS node, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile, r.released_at
+        "SELECT s.name AS site, n.name AS node, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile, r.released_at,
+                r.replica
          FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id JOIN sites s ON s.id = n.site_id
          WHERE r.environment_id = ? ORDER BY n.name, g.idx, r.slice_start",
     )
@@ -424,6 +433,7 @@ pub(crate) async fn held_units(conn: &mut SqliteConnection, environment_id: &str
                 slice_size: row.try_get("slice_size")?,
                 mig_profile,
                 released_at: row.try_get("released_at")?,
+                replica: row.try_get("replica")?,
             })
         })
         .collect()

@@ -10,6 +10,7 @@ pub mod audit;
 pub mod backend;
 mod book;
 pub mod booking;
+pub mod connect;
 pub mod demo;
 pub mod environments;
 mod error;
@@ -20,6 +21,7 @@ pub mod node_agents;
 pub mod oidc;
 pub mod quotas;
 pub mod reconciler;
+pub mod replicas;
 mod spot;
 pub mod sso;
 pub mod store;
@@ -63,6 +65,8 @@ pub struct Platform {
     oidc_clients: Arc<sso::ClientCache>,
     /// Failed password sign-ins, for lockouts.
     throttle: Arc<throttle::Throttle>,
+    /// The backend behind the proxy, logs and replicas; see `connect`.
+    access: Arc<connect::AccessState>,
 }
 
 impl Platform {
@@ -78,6 +82,7 @@ impl Platform {
             public_url: "http://127.0.0.1:3000".into(),
             oidc_clients: Default::default(),
             throttle: Default::default(),
+            access: Default::default(),
         }
     }
 

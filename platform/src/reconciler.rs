@@ -153,6 +153,8 @@ impl Reconciler {
                 }
             }
         }
+        // Endpoints whose owner changed their replica count (see `replicas`).
+        self.platform.scale_endpoints(&self.backend, self.config.step_timeout, tasks).await?;
         Ok(())
     }
 
@@ -297,32 +299,7 @@ impl Reconciler {
 
     async fn workload(&self, env: &Environment) -> Result<Workload, Error> {
         let mut conn = self.platform.db.acquire().await?;
-        let units = held_units(&mut conn, &env.id)
-            .await?
-            .into_iter()
-            .map(|u| PlacedUnit {
-                site: u.site,
-                node: u.node,
-                gpu_index: u.gpu_index,
-                slice_start: u.slice_start,
-                slice_size: u.slice_size,
-                mig_profile: u.mig_profile,
-            })
-            .collect();
-        Ok(Workload {
-            environment_id: env.id.clone(),
-            name: env.name.clone(),
-            offering: env.offering,
-            shape: env.size.shape,
-            image: env.image.clone(),
-            command: env.command.clone(),
-            units,
-            vcpus: env.size.vcpus,
-            memory_gb: env.size.memory_gb,
-            ends_at: env.ends_at,
-            tenant: tenant_scope(&mut conn, env.tenant_id).await?,
-            mig_neighbours: mig_neighbours(&mut conn, &env.id).await?,
-        })
+        workload_of(&mut conn, env, |_| true).await
     }
 
     async fn step_succeeded(
@@ -353,6 +330,10 @@ impl Reconciler {
                 .bind(&env.id)
                 .execute(&mut *tx)
                 .await?;
+        }
+        // An endpoint's API key is made once, when it is first exposed (see `connect`).
+        if step == Step::ExposeEndpoint && env.offering == berth_domain::catalog::Offering::InferenceEndpoint {
+            crate::connect::issue_endpoint_key(&mut tx, &env.id).await?;
         }
         match step {
             // Connection secrets are of no use once the endpoint is gone.
@@ -426,6 +407,42 @@ impl Reconciler {
         tracing::warn!(environment = %env.id, step = step.as_str(), error = message, "step failed");
         Ok(())
     }
+}
+
+/// The workload of `env` as a backend needs it: its unreleased units that `keep` keeps
+/// (all of them but while an endpoint scales down), its tenant and MIG neighbours.
+pub(crate) async fn workload_of(
+    conn: &mut sqlx::SqliteConnection,
+    env: &Environment,
+    keep: impl Fn(&crate::environments::HeldUnit) -> bool,
+) -> Result<Workload, Error> {
+    let units = held_units(&mut *conn, &env.id)
+        .await?
+        .into_iter()
+        .filter(|u| u.released_at.is_none() && keep(u))
+        .map(|u| PlacedUnit {
+            site: u.site,
+            node: u.node,
+            gpu_index: u.gpu_index,
+            slice_start: u.slice_start,
+            slice_size: u.slice_size,
+            mig_profile: u.mig_profile,
+        })
+        .collect();
+    Ok(Workload {
+        environment_id: env.id.clone(),
+        name: env.name.clone(),
+        offering: env.offering,
+        shape: env.size.shape,
+        image: env.image.clone(),
+        command: env.command.clone(),
+        units,
+        vcpus: env.size.vcpus,
+        memory_gb: env.size.memory_gb,
+        ends_at: env.ends_at,
+        tenant: tenant_scope(&mut *conn, env.tenant_id).await?,
+        mig_neighbours: mig_neighbours(&mut *conn, &env.id).await?,
+    })
 }
 
 async fn tenant_scope(conn: &mut sqlx::SqliteConnection, tenant_id: Option<i64>) -> Result<TenantScope, Error> {

@@ -10,6 +10,7 @@ use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use berth_domain::agent::NodeReport;
+use berth_domain::catalog::Offering;
 use berth_domain::launch::LaunchRequest;
 use berth_platform::audit::AuditFilter;
 use berth_platform::environments::Environment;
@@ -147,7 +148,19 @@ fn fail(caller: &Caller) -> impl Fn(Error) -> ApiError + '_ {
     move |error| ApiError { error, request_id: caller.meta.request_id.clone() }
 }
 
-fn environment_json(env: &Environment) -> Value {
+/// An environment as the API shows it. Notebooks and endpoints are reached at their Berth
+/// URL; a dedicated cluster's kubeconfig only by those who may act in it.
+fn environment_json(platform: &Platform, caller: &Caller, env: &Environment) -> Value {
+    let prefix = berth_platform::backend::proxy_prefix(&env.id);
+    let url = match env.offering {
+        Offering::Notebook => Some(format!("{}{prefix}/lab", platform.public_url())),
+        Offering::InferenceEndpoint => Some(format!("{}{prefix}/v1", platform.public_url())),
+        Offering::TrainingJob | Offering::DedicatedCluster => None,
+    };
+    let connection = env
+        .connection
+        .as_ref()
+        .filter(|_| env.offering == Offering::DedicatedCluster && platform.may_connect(caller, env));
     json!({
         "id": env.id,
         "name": env.name,
@@ -159,7 +172,8 @@ fn environment_json(env: &Environment) -> Value {
         "ends_at": rfc3339(env.ends_at),
         "created_at": rfc3339(env.created_at),
         "failure_reason": env.failure_reason,
-        "connection": env.connection,
+        "url": url,
+        "connection": connection,
     })
 }
 
@@ -182,7 +196,9 @@ async fn me(TokenCaller(_, caller): TokenCaller) -> ApiResult {
 
 async fn environments(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
     let envs = platform.environments_in_reach(&caller).await.map_err(fail(&caller))?;
-    Ok(Json(json!({ "environments": envs.iter().map(environment_json).collect::<Vec<_>>() })))
+    Ok(Json(
+        json!({ "environments": envs.iter().map(|e| environment_json(&platform, &caller, e)).collect::<Vec<_>>() }),
+    ))
 }
 
 async fn launch(
@@ -190,17 +206,17 @@ async fn launch(
     Json(request): Json<LaunchRequest>,
 ) -> Result<Response, ApiError> {
     let env = platform.launch(&caller, &request).await.map_err(fail(&caller))?;
-    Ok((StatusCode::CREATED, Json(environment_json(&env))).into_response())
+    Ok((StatusCode::CREATED, Json(environment_json(&platform, &caller, &env))).into_response())
 }
 
 async fn environment(TokenCaller(platform, caller): TokenCaller, Path(id): Path<String>) -> ApiResult {
     let env = platform.environment_of(&caller, &id).await.map_err(fail(&caller))?;
-    Ok(Json(environment_json(&env)))
+    Ok(Json(environment_json(&platform, &caller, &env)))
 }
 
 async fn stop(TokenCaller(platform, caller): TokenCaller, Path(id): Path<String>) -> ApiResult {
     let env = platform.stop(&caller, &id).await.map_err(fail(&caller))?;
-    Ok(Json(environment_json(&env)))
+    Ok(Json(environment_json(&platform, &caller, &env)))
 }
 
 #[derive(Deserialize)]
@@ -214,7 +230,7 @@ async fn change_end(
     Json(end): Json<NewEnd>,
 ) -> ApiResult {
     let env = platform.change_end(&caller, &id, &end.ends_at).await.map_err(fail(&caller))?;
-    Ok(Json(environment_json(&env)))
+    Ok(Json(environment_json(&platform, &caller, &env)))
 }
 
 async fn tenants(TokenCaller(platform, caller): TokenCaller) -> ApiResult {

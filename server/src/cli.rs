@@ -119,6 +119,14 @@ pub struct ServeArgs {
     /// Kubernetes backend: prefix of member user names (the API server's OIDC username prefix).
     #[arg(long, env = "BERTH_KUBE_USER_PREFIX", default_value = "")]
     pub kube_user_prefix: String,
+    /// Kubernetes backend: the namespace Berth runs in. Berth's proxy reaches notebooks and
+    /// endpoints at their Services' cluster DNS names, so Berth runs inside the cluster; each
+    /// environment's network policy lets this namespace in to the workload's port.
+    #[arg(long, env = "BERTH_KUBE_BERTH_NAMESPACE", default_value = "berth")]
+    pub kube_berth_namespace: String,
+    /// Kubernetes backend: the cluster's DNS domain (`<service>.<namespace>.svc.<domain>`).
+    #[arg(long, env = "BERTH_KUBE_CLUSTER_DOMAIN", default_value = "cluster.local")]
+    pub kube_cluster_domain: String,
     /// Kubernetes backend: the API server address for dedicated clusters' kubeconfigs
     /// (defaults to the address Berth uses).
     #[arg(long, env = "BERTH_KUBE_API_URL")]
@@ -236,6 +244,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
                     mig_config_map: args.kube_mig_config_map.clone(),
                     queue_flavor: args.kube_queue_flavor.clone(),
                     user_prefix: args.kube_user_prefix.clone(),
+                    berth_namespace: args.kube_berth_namespace.clone(),
+                    cluster_domain: args.kube_cluster_domain.clone(),
                     ..ClusterSettings::default()
                 },
                 api_server_url: args.kube_api_url.clone(),
@@ -251,8 +261,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         horizon_ms: i64::from(args.horizon_days) * DAY_MS,
         ..BookingPolicy::default()
     };
-    let platform =
-        Platform::new(pool.clone()).with_policy(policy).with_public_url(&public.url).with_fabric(args.fabric()?);
+    let platform = Platform::new(pool.clone())
+        .with_policy(policy)
+        .with_public_url(&public.url)
+        .with_fabric(args.fabric()?)
+        .with_backend(backend.clone());
     platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
     let admin = platform.bootstrap_admin().await.map_err(|e| format!("cannot create the administrator: {e}"))?;
     if args.demo {

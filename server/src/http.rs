@@ -29,6 +29,7 @@ pub struct AppState {
     pub leptos_options: LeptosOptions,
     pub platform: Platform,
     pub metrics: Arc<HttpMetrics>,
+    pub proxy: Arc<crate::proxy::Proxy>,
 }
 
 pub async fn router(
@@ -44,14 +45,20 @@ pub async fn router(
         .site_addr(args.listen)
         .env(leptos_config::Env::PROD)
         .build();
-    let state = AppState { leptos_options, platform: platform.clone(), metrics: Arc::new(HttpMetrics::default()) };
+    // `__Host-` binds the cookie to this exact origin (Secure, no Domain, Path=/); plain
+    // http on loopback cannot carry it, and gets a plain name.
+    let session_cookie = if public.tls { "__Host-berth_session" } else { "berth_session" };
+    let state = AppState {
+        leptos_options,
+        platform: platform.clone(),
+        metrics: Arc::new(HttpMetrics::default()),
+        proxy: crate::proxy::state(session_cookie, public.tls),
+    };
 
     let sessions = SqliteStore::new(pool);
     sessions.migrate().await.map_err(|e| format!("cannot prepare the session table: {e}"))?;
-    // `__Host-` binds the cookie to this exact origin (Secure, no Domain, Path=/); plain
-    // http on loopback cannot carry it, and gets a plain name.
     let session_layer = SessionManagerLayer::new(sessions)
-        .with_name(if public.tls { "__Host-berth_session" } else { "berth_session" })
+        .with_name(session_cookie)
         .with_path("/")
         .with_http_only(true)
         .with_same_site(SameSite::Lax)
@@ -66,6 +73,7 @@ pub async fn router(
         .route("/metrics", get(metrics))
         .merge(crate::api::routes())
         .merge(crate::web::routes())
+        .merge(crate::proxy::routes())
         .leptos_routes_with_context(&state, routes, move || provide_context(context_platform.clone()), {
             let options = state.leptos_options.clone();
             move || shell(options.clone())

@@ -3,8 +3,21 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
 use crate::components::{ErrorAlert, RequireUser, StateBadge, poll_every};
-use crate::model::{ConnectionView, EnvironmentView, StepView};
-use crate::serverfns::{ChangeEnd, StopEnvironment, environment};
+use crate::model::{ConnectionView, EndpointView, EnvironmentView, JobLogsView, StepView};
+use crate::serverfns::{ChangeEnd, ReplaceApiKey, RevealApiKey, SetReplicas, StopEnvironment, environment};
+
+/// The forms of an environment's page, held above its body so their answers (an API key
+/// shown once) survive the body's refreshes.
+#[derive(Clone, Copy)]
+struct Actions {
+    stop: ServerAction<StopEnvironment>,
+    change: ServerAction<ChangeEnd>,
+    reveal: ServerAction<RevealApiKey>,
+    replace: ServerAction<ReplaceApiKey>,
+    scale: ServerAction<SetReplicas>,
+    /// The endpoint key the last reveal or replace answered.
+    shown_key: RwSignal<Option<String>>,
+}
 
 /// One environment: its state, connection details, every step with its timing, and
 /// the GPUs it holds. Refreshes itself until the environment is finished.
@@ -23,9 +36,27 @@ fn EnvironmentDetail() -> impl IntoView {
     let id = move || params.read().get("id").unwrap_or_default();
     let stop = ServerAction::<StopEnvironment>::new();
     let change = ServerAction::<ChangeEnd>::new();
+    let reveal = ServerAction::<RevealApiKey>::new();
+    let replace = ServerAction::<ReplaceApiKey>::new();
+    let scale = ServerAction::<SetReplicas>::new();
+    let shown_key = RwSignal::new(None);
+    Effect::new(move |_| {
+        if let Some(Ok(Some(key))) = reveal.value().get() {
+            shown_key.set(Some(key));
+        }
+    });
+    Effect::new(move |_| {
+        if let Some(Ok(Some(key))) = replace.value().get() {
+            shown_key.set(Some(key));
+        }
+    });
+    let actions = Actions { stop, change, reveal, replace, scale, shown_key };
     let tick = RwSignal::new(0u64);
     let env = Resource::new(
-        move || (id(), tick.get(), stop.version().get(), change.version().get()),
+        move || {
+            let versions = (reveal.version().get(), replace.version().get(), scale.version().get());
+            (id(), tick.get(), stop.version().get(), change.version().get(), versions)
+        },
         |(id, ..)| environment(id),
     );
     poll_every(1000, move || {
@@ -39,7 +70,7 @@ fn EnvironmentDetail() -> impl IntoView {
         <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
             {move || Suspend::new(async move {
                 match env.await {
-                    Ok(view) => view! { <EnvironmentBody view stop change/> }.into_any(),
+                    Ok(view) => view! { <EnvironmentBody view actions/> }.into_any(),
                     Err(error) => view! { <ErrorAlert error/> }.into_any(),
                 }
             })}
@@ -48,15 +79,13 @@ fn EnvironmentDetail() -> impl IntoView {
 }
 
 #[component]
-fn EnvironmentBody(
-    view: EnvironmentView,
-    stop: ServerAction<StopEnvironment>,
-    change: ServerAction<ChangeEnd>,
-) -> impl IntoView {
+fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
+    let Actions { stop, change, .. } = actions;
     let s = view.summary.clone();
     let stop_error = stop.value();
     let change_error = change.value();
     let id_for_change = s.id.clone();
+    let id_for_endpoint = s.id.clone();
     let stop_label = if s.state == "scheduled" { "Cancel booking" } else { "Stop and release" };
     view! {
         <Title text=s.name.clone()/>
@@ -114,6 +143,9 @@ fn EnvironmentBody(
         </div>
         <div class="mt-6 grid gap-6 lg:grid-cols-3">
             <div class="space-y-6 lg:col-span-2">
+                {view.open_url.clone().map(|url| view! { <NotebookCard url/> })}
+                {view.endpoint.clone().map(|endpoint| view! { <EndpointCard id=id_for_endpoint.clone() endpoint actions/> })}
+                {view.logs.clone().map(|logs| view! { <JobLogsCard logs/> })}
                 {view.connection.clone().map(|c| view! { <ConnectionCard connection=c/> })}
                 <section class="rounded-xl border border-slate-200 bg-white shadow-sm" aria-labelledby="steps-title">
                     <h2 id="steps-title" class="border-b border-slate-100 px-5 py-3 font-semibold text-slate-900">"Progress"</h2>
@@ -146,6 +178,134 @@ fn EnvironmentBody(
                 </section>
             </div>
         </div>
+    }
+}
+
+const CARD: &str = "rounded-xl border border-emerald-200 bg-emerald-50 p-5";
+const SMALL_BUTTON: &str =
+    "rounded-lg bg-white px-3 py-1.5 text-sm font-semibold text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50";
+
+/// A ready notebook, opened through Berth: a full page load of `/env/<id>/lab` (not the
+/// app's router), in a tab of its own.
+#[component]
+fn NotebookCard(url: String) -> impl IntoView {
+    view! {
+        <section class=CARD aria-labelledby="open-title">
+            <h2 id="open-title" class="font-semibold text-emerald-900">"Connect"</h2>
+            <p class="mt-2 text-sm text-emerald-900">
+                "JupyterLab opens through Berth with your session: only you and your tenant admins can open it, and no token is needed."
+            </p>
+            <a href=url.clone() target="_blank" rel="noopener external" data-testid="open-notebook"
+                class="mt-3 inline-block rounded-lg bg-emerald-700 px-4 py-2 text-sm font-semibold text-white hover:bg-emerald-600">
+                "Open JupyterLab"
+            </a>
+            <p class="mt-2 break-all font-mono text-xs text-emerald-800">{url}</p>
+        </section>
+    }
+}
+
+/// An inference endpoint: its URL, its API key (shown once), an example, its replicas.
+#[component]
+fn EndpointCard(id: String, endpoint: EndpointView, actions: Actions) -> impl IntoView {
+    let Actions { reveal, replace, scale, shown_key, .. } = actions;
+    let key_from_form = endpoint.shown_key.clone();
+    let key_error = move || {
+        let failed = |v: Option<Result<Option<String>, crate::error::AppError>>| v.and_then(Result::err);
+        failed(reveal.value().get()).or_else(|| failed(replace.value().get()))
+    };
+    let scale_error = scale.value();
+    let replicas_note = if endpoint.replicas == endpoint.replicas_applied {
+        format!("{} running", endpoint.replicas)
+    } else {
+        format!("{} asked, {} running; applying", endpoint.replicas, endpoint.replicas_applied)
+    };
+    let (id_reveal, id_replace, id_scale) = (id.clone(), id.clone(), id);
+    view! {
+        <section class=CARD aria-labelledby="endpoint-title" data-testid="endpoint">
+            <h2 id="endpoint-title" class="font-semibold text-emerald-900">"Call the endpoint"</h2>
+            <dl class="mt-3 space-y-3 text-sm">
+                <div>
+                    <dt class="text-emerald-800">"URL"</dt>
+                    <dd class="break-all font-mono text-emerald-900" data-endpoint-url="">{endpoint.url.clone()}</dd>
+                </div>
+                <div>
+                    <dt class="text-emerald-800">"API key"</dt>
+                    <dd>
+                        {move || shown_key.get().or_else(|| key_from_form.clone()).map(|key| view! {
+                            <div role="status" class="mt-1 rounded-lg border-2 border-amber-300 bg-amber-50 p-3">
+                                <p class="text-xs font-medium text-amber-900">"Copy it now: Berth keeps only its hash and will not show it again."</p>
+                                <code data-testid="api-key" class="mt-1 block select-all break-all rounded bg-white px-2 py-1 font-mono text-xs text-slate-900">{key}</code>
+                            </div>
+                        })}
+                        {match (endpoint.may_connect, endpoint.key_state.as_str()) {
+                            (false, _) => view! { <p class="text-emerald-900">"Only its owner and their tenant admins see the key."</p> }.into_any(),
+                            (true, "pending") => view! { <p class="text-emerald-900">"Made when the endpoint is first ready."</p> }.into_any(),
+                            (true, "unrevealed") => view! {
+                                <ActionForm action=reveal attr:class="mt-1">
+                                    <input type="hidden" name="id" value=id_reveal/>
+                                    <button type="submit" class=SMALL_BUTTON>"Show API key (once)"</button>
+                                </ActionForm>
+                            }.into_any(),
+                            _ => view! {
+                                <ActionForm action=replace attr:class="mt-1 flex flex-wrap items-center gap-2">
+                                    <input type="hidden" name="id" value=id_replace/>
+                                    <span class="text-emerald-900">{format!("Shown once ({}).", endpoint.key_note.clone().unwrap_or_default())}</span>
+                                    <button type="submit" class=SMALL_BUTTON>"Replace API key"</button>
+                                </ActionForm>
+                            }.into_any(),
+                        }}
+                        {move || key_error().map(|error| view! { <ErrorAlert error/> })}
+                    </dd>
+                </div>
+                <div>
+                    <dt class="text-emerald-800">"Example"</dt>
+                    <dd><code class="block break-all rounded bg-white px-2 py-1 font-mono text-xs text-slate-900">{endpoint.example.clone()}</code></dd>
+                </div>
+                <div>
+                    <dt class="text-emerald-800">"Replicas"</dt>
+                    <dd>
+                        <span class="text-emerald-900" data-testid="replicas">{replicas_note}</span>
+                        <span class="text-xs text-emerald-800">" · each replica books the endpoint's size until its end, within your quota"</span>
+                        {endpoint.scale_error.clone().map(|why| view! {
+                            <p role="alert" class="mt-1 text-sm text-red-800">{format!("Applying the replicas failed (Berth keeps trying): {why}")}</p>
+                        })}
+                        {endpoint.can_scale.then(|| view! {
+                            <ActionForm action=scale attr:class="mt-2 flex flex-wrap items-end gap-2">
+                                <input type="hidden" name="id" value=id_scale/>
+                                <div>
+                                    <label for="replicas" class="block text-xs font-medium text-emerald-800">"Replicas"</label>
+                                    <input id="replicas" name="replicas" type="number" min="1" max=endpoint.max_replicas.to_string()
+                                        value=endpoint.replicas.to_string() required
+                                        class="mt-1 w-24 rounded-lg border border-slate-300 px-3 py-1.5 text-sm"/>
+                                </div>
+                                <button type="submit" class=SMALL_BUTTON>"Apply"</button>
+                            </ActionForm>
+                        })}
+                        {move || scale_error.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+                    </dd>
+                </div>
+            </dl>
+        </section>
+    }
+}
+
+/// A training job's log (its last lines) and status, refreshed with the page.
+#[component]
+fn JobLogsCard(logs: JobLogsView) -> impl IntoView {
+    let tone = match logs.state.as_str() {
+        "succeeded" => "bg-emerald-100 text-emerald-800",
+        "failed" | "unavailable" => "bg-red-100 text-red-800",
+        _ => "bg-amber-100 text-amber-800",
+    };
+    let text = if logs.lines.is_empty() { "(no output yet)".to_owned() } else { logs.lines.join("\n") };
+    view! {
+        <section class="rounded-xl border border-slate-200 bg-white shadow-sm" aria-labelledby="logs-title">
+            <div class="flex items-center justify-between gap-2 border-b border-slate-100 px-5 py-3">
+                <h2 id="logs-title" class="font-semibold text-slate-900">"Training log"</h2>
+                <span data-job-state=logs.state.clone() class=format!("rounded-full px-2.5 py-0.5 text-xs font-medium {tone}")>{logs.label.clone()}</span>
+            </div>
+            <pre data-testid="job-logs" class="max-h-96 overflow-auto whitespace-pre-wrap break-all bg-slate-950 px-5 py-3 font-mono text-xs text-slate-100">{text}</pre>
+        </section>
     }
 }
 

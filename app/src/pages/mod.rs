@@ -35,6 +35,14 @@ pub fn NotFound() -> impl IntoView {
     if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
         response.set_status(http::StatusCode::NOT_FOUND);
     }
+    // Environments are served by Berth's proxy, not the app: a client-side navigation there
+    // (after signing in, say) loads the page from the server instead.
+    #[cfg(feature = "hydrate")]
+    if leptos_router::hooks::use_location().pathname.get_untracked().starts_with("/env/") {
+        Effect::new(move |_| {
+            let _ = window().location().reload();
+        });
+    }
     view! {
         <Title text="Not found"/>
         <div class="py-24 text-center">

@@ -125,6 +125,7 @@ pub(crate) mod views {
             Action::EnvironmentRead => "See environments",
             Action::EnvironmentLaunch => "Launch environments",
             Action::EnvironmentChange => "Stop environments and change their end",
+            Action::EnvironmentConnect => "Open notebooks and see endpoint API keys",
             Action::FleetRead => "See the fleet",
             Action::FleetManage => "Manage the fleet",
             Action::QuotaRead => "See quotas",

@@ -41,7 +41,91 @@ pub async fn environment(id: String) -> Result<EnvironmentView, AppError> {
         .environment_detail(&caller, &id)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    Ok(views::environment(&detail, berth_platform::now_ms()))
+    // A key revealed or replaced by a plain form post waited in the session for this render.
+    let shown_key = if detail.endpoint.is_some() {
+        let session = super::ssr::session(&caller.meta).await?;
+        crate::session::show_endpoint_key(&session, &caller.meta, &id).await?
+    } else {
+        None
+    };
+    if shown_key.is_some()
+        && let Some(response) = use_context::<leptos_axum::ResponseOptions>()
+    {
+        // The page holds a secret: keep it out of the browser's cache and back button.
+        response.insert_header(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
+    }
+    let may_change = {
+        let e = &detail.environment;
+        let target = berth_domain::policy::Target::Owned { tenant_id: e.tenant_id, owner_id: e.owner_id };
+        caller.principal.authorize(berth_domain::policy::Action::EnvironmentChange, target).is_ok()
+    };
+    let access = views::Access { public_url: platform.public_url(), may_change, shown_key };
+    let mut view = views::environment(&detail, &access, berth_platform::now_ms());
+    // A running training job's log comes with every refresh of the page.
+    if view.logs.is_some() {
+        view.logs = Some(match platform.job_logs(&caller, &id).await {
+            Ok(logs) => views::job_logs(&logs),
+            Err(e) => crate::model::JobLogsView {
+                state: "unavailable".into(),
+                label: AppError::from_platform_quiet(e, &caller.meta.request_id).to_string(),
+                lines: Vec::new(),
+            },
+        });
+    }
+    Ok(view)
+}
+
+/// Shows an inference endpoint's API key, once (Berth keeps only its hash afterwards).
+#[server(endpoint = "reveal_api_key")]
+pub async fn reveal_api_key(id: String) -> Result<Option<String>, AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let key = platform
+        .reveal_endpoint_key(&caller, &id)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    hand_over_key(&caller, &id, key).await
+}
+
+/// Gives an inference endpoint a new API key (the old one stops at once) and shows it once.
+#[server(endpoint = "replace_api_key")]
+pub async fn replace_api_key(id: String) -> Result<Option<String>, AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let key = platform
+        .replace_endpoint_key(&caller, &id)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    hand_over_key(&caller, &id, key).await
+}
+
+/// The key as the action's answer; a plain form post cannot carry it back, so there it
+/// waits in the session for the page's next render.
+#[cfg(feature = "ssr")]
+async fn hand_over_key(caller: &berth_platform::Caller, id: &str, key: String) -> Result<Option<String>, AppError> {
+    if super::ssr::plain_form_post() {
+        let session = super::ssr::session(&caller.meta).await?;
+        let held = crate::session::NewEndpointKey {
+            environment_id: id.to_owned(),
+            key,
+            created_at: berth_platform::now_ms(),
+            shown_in: None,
+        };
+        crate::session::hold_endpoint_key(&session, &caller.meta, &held).await?;
+        leptos_axum::redirect(&format!("/environments/{id}"));
+        return Ok(None);
+    }
+    Ok(Some(key))
+}
+
+/// Sets how many replicas an inference endpoint runs; each books the endpoint's size.
+#[server(endpoint = "set_replicas")]
+pub async fn set_replicas(id: String, replicas: String) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform
+        .set_replicas(&caller, &id, &replicas)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect(&format!("/environments/{id}"));
+    Ok(())
 }
 
 #[server(endpoint = "stop_environment")]
@@ -63,12 +147,39 @@ pub async fn change_end(id: String, end: String) -> Result<(), AppError> {
 
 #[cfg(feature = "ssr")]
 pub(crate) mod views {
+    use berth_domain::catalog::Offering;
     use berth_domain::catalog::format_cents;
     use berth_domain::lifecycle::{Desired, EnvState, Phase, provision_plan, teardown_plan};
+    use berth_platform::backend::{JobLogs, JobStatus, proxy_prefix};
+    use berth_platform::connect::KeyState;
     use berth_platform::environments::{Environment, EnvironmentDetail};
 
     use crate::components::time::{duration_words, input_value, utc};
-    use crate::model::{ConnectionView, EnvironmentSummary, EnvironmentView, StepView, UnitView};
+    use crate::model::{
+        ConnectionView, EndpointView, EnvironmentSummary, EnvironmentView, JobLogsView, StepView, UnitView,
+    };
+
+    /// What the environment page needs beyond the environment itself.
+    pub struct Access<'a> {
+        pub public_url: &'a str,
+        /// The caller may change the environment (stop, resize, scale).
+        pub may_change: bool,
+        /// An endpoint key to show in this render.
+        pub shown_key: Option<String>,
+    }
+
+    pub fn job_logs(logs: &JobLogs) -> JobLogsView {
+        let (state, label) = match &logs.status {
+            JobStatus::Pending => ("pending", "Waiting to start".to_owned()),
+            JobStatus::Running => ("running", "Running".to_owned()),
+            JobStatus::Succeeded => ("succeeded", "Succeeded (exit code 0)".to_owned()),
+            JobStatus::Failed { exit_code: Some(code), reason } => {
+                ("failed", format!("Failed (exit code {code}): {reason}"))
+            }
+            JobStatus::Failed { exit_code: None, reason } => ("failed", format!("Failed: {reason}")),
+        };
+        JobLogsView { state: state.to_owned(), label, lines: logs.lines.clone() }
+    }
 
     pub fn summary(e: &Environment, now: i64) -> EnvironmentSummary {
         let scheduled = e.state == EnvState::Requested && e.starts_at > now;
@@ -97,8 +208,9 @@ pub(crate) mod views {
         }
     }
 
-    pub fn environment(d: &EnvironmentDetail, now: i64) -> EnvironmentView {
+    pub fn environment(d: &EnvironmentDetail, access: &Access<'_>, now: i64) -> EnvironmentView {
         let e = &d.environment;
+        let ready = e.state == EnvState::Ready && e.desired == Desired::Running;
         let mut plans = vec![(Phase::Provision, provision_plan(e.offering, e.size.shape))];
         if matches!(e.state, EnvState::TearingDown | EnvState::Released | EnvState::Failed) {
             plans.push((Phase::Teardown, teardown_plan(e.size.shape)));
@@ -159,15 +271,50 @@ pub(crate) mod views {
             image: e.image.clone(),
             command: e.command.clone(),
             failure_reason: e.failure_reason.clone(),
-            connection: e.connection.as_ref().filter(|_| e.state == EnvState::Ready).map(|c| ConnectionView {
-                url: c.url.clone(),
-                secret_label: c.secret_label.clone(),
-                secret: c.secret.clone(),
-                example: c.example.clone(),
-            }),
+            // Notebooks and endpoints are reached through Berth (below), training jobs show
+            // their log; a dedicated cluster's kubeconfig is for those who may act in it.
+            connection: e
+                .connection
+                .as_ref()
+                .filter(|_| e.state == EnvState::Ready && e.offering == Offering::DedicatedCluster && d.may_connect)
+                .map(|c| ConnectionView {
+                    url: c.url.clone(),
+                    secret_label: c.secret_label.clone(),
+                    secret: c.secret.clone(),
+                    example: c.example.clone(),
+                }),
             steps,
             units,
             timeline,
+            open_url: (ready && d.may_connect && e.offering == Offering::Notebook)
+                .then(|| format!("{}/lab", proxy_prefix(&e.id))),
+            endpoint: d.endpoint.as_ref().map(|state| {
+                let url = format!("{}{}/v1", access.public_url, proxy_prefix(&e.id));
+                let (key_state, key_note) = match state.key {
+                    KeyState::NotYetMade => ("pending", None),
+                    KeyState::Unrevealed => ("unrevealed", None),
+                    KeyState::Shown { at } => ("shown", Some(format!("shown {}", utc(at)))),
+                };
+                EndpointView {
+                    example: format!("curl -H \"Authorization: Bearer $BERTH_ENDPOINT_KEY\" {url}/models"),
+                    url,
+                    may_connect: d.may_connect,
+                    key_state: key_state.to_owned(),
+                    key_note,
+                    shown_key: access.shown_key.clone().filter(|_| d.may_connect),
+                    replicas: state.replicas,
+                    replicas_applied: state.replicas_applied,
+                    max_replicas: berth_domain::launch::MAX_REPLICAS,
+                    scale_error: state.scale_error.clone(),
+                    can_scale: ready && access.may_change,
+                }
+            }),
+            // Filled in by the server function, which asks the backend.
+            logs: (e.offering == Offering::TrainingJob && ready).then(|| JobLogsView {
+                state: "pending".into(),
+                label: "Waiting to start".into(),
+                lines: Vec::new(),
+            }),
         }
     }
 }

@@ -87,4 +87,92 @@ pub type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<StepOutput, Backend
 pub trait Backend: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     fn run<'a>(&'a self, workload: &'a Workload, step: Step) -> StepFuture<'a>;
+
+    // What a ready environment offers its owner beyond the lifecycle steps. The defaults
+    // say plainly that a backend does not support a part yet.
+
+    /// Where the proxy reaches a ready notebook or inference endpoint. Called when a
+    /// request arrives (the platform caches the answer briefly), so it should be cheap.
+    fn upstream<'a>(&'a self, workload: &'a Workload) -> UpstreamFuture<'a> {
+        let _ = workload;
+        Box::pin(async {
+            Err(BackendError("this backend cannot serve notebooks or endpoints through Berth yet".into()))
+        })
+    }
+
+    /// The last `tail` lines of a training job's log, and its status.
+    fn job_logs<'a>(&'a self, workload: &'a Workload, tail: usize) -> JobLogsFuture<'a> {
+        let _ = (workload, tail);
+        Box::pin(async { Err(BackendError("this backend cannot show training logs yet".into())) })
+    }
+
+    /// Runs an inference endpoint at [`Workload::replicas`], on the workload's units.
+    /// `dropped` are units the endpoint no longer uses (scaling down): once this returns,
+    /// nothing runs on them any more and their capacity may be released. Safe to repeat.
+    fn scale<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> ScaleFuture<'a> {
+        let _ = (workload, dropped);
+        Box::pin(async { Err(BackendError("this backend cannot change an endpoint's replicas yet".into())) })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Reaching and running what was booked: the proxy's upstream, training logs, replicas.
+
+/// The path under which Berth's proxy serves an environment: `/env/<id>`. Notebooks are
+/// told to serve under it (Jupyter's `base_url`), so their links work through the proxy.
+pub fn proxy_prefix(environment_id: &str) -> String {
+    format!("/env/{environment_id}")
+}
+
+/// Where Berth's proxy sends a ready notebook's or inference endpoint's requests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upstream {
+    /// `http://host:port`, without a trailing slash.
+    pub base_url: String,
+    /// The workload serves under [`proxy_prefix`] (notebooks), so paths are forwarded whole;
+    /// otherwise the prefix is taken off (an inference server answers at `/v1/...`).
+    pub keeps_prefix: bool,
+    /// Headers the proxy sets on every forwarded request: the workload's own credential
+    /// (the Jupyter token, the model server's key). Never shown to anyone.
+    pub headers: Vec<(String, String)>,
+}
+
+/// How a training job stands.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobStatus {
+    /// Not started yet (waiting for its pod, its image, the queue).
+    Pending,
+    Running,
+    Succeeded,
+    Failed {
+        exit_code: Option<i32>,
+        reason: String,
+    },
+}
+
+/// The end of a training job's log and its status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobLogs {
+    pub status: JobStatus,
+    /// The last lines, oldest first.
+    pub lines: Vec<String>,
+}
+
+pub type UpstreamFuture<'a> = Pin<Box<dyn Future<Output = Result<Upstream, BackendError>> + Send + 'a>>;
+pub type JobLogsFuture<'a> = Pin<Box<dyn Future<Output = Result<JobLogs, BackendError>> + Send + 'a>>;
+pub type ScaleFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + 'a>>;
+
+impl Workload {
+    /// How many replicas the workload's units make: each replica of an inference endpoint
+    /// holds the booked size again (one GPU or slice per replica for today's sizes).
+    pub fn replicas(&self) -> u32 {
+        let per_replica = match self.shape {
+            Shape::Gpus { count, .. } => count.max(1) as usize,
+            Shape::MigSlice { .. } | Shape::Share { .. } | Shape::Nodes { .. } => 1,
+        };
+        match self.offering {
+            Offering::InferenceEndpoint => u32::try_from((self.units.len() / per_replica).max(1)).unwrap_or(1),
+            _ => 1,
+        }
+    }
 }

@@ -1,16 +1,26 @@
 //! The simulated backend: an in-process fleet with realistic step delays and faults that
 //! can be injected, so `berth serve` works on a laptop and tests can break things.
+//!
+//! What it runs is real enough to use: a notebook or an inference endpoint is a small HTTP
+//! server on loopback (started by the start step, stopped by the stop step) that Berth's
+//! proxy reaches like any other upstream, and a training job writes log lines over time
+//! and ends with an exit status. See [`served`] for what those servers answer.
 
-use std::collections::{HashMap, HashSet};
+mod served;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::Step;
 use rand::Rng;
 
-use super::{Backend, BackendError, Connection, StepFuture, StepOutput, Workload};
+use super::{
+    Backend, BackendError, Connection, JobLogs, JobLogsFuture, JobStatus, PlacedUnit, ScaleFuture, StepFuture,
+    StepOutput, Upstream, UpstreamFuture, Workload, proxy_prefix,
+};
 use crate::lock;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -77,6 +87,19 @@ pub struct World {
     pub images: HashSet<String>,
     pub workloads: HashSet<String>,
     pub endpoints: HashMap<String, Connection>,
+    /// Notebooks' and inference endpoints' servers: environment -> loopback port.
+    pub serving: BTreeMap<String, u16>,
+    /// Training jobs: their log so far and, once they ended, their exit status.
+    pub jobs: HashMap<String, SimulatedJob>,
+    /// Inference endpoints' replica counts, as last scaled.
+    pub replicas: HashMap<String, u32>,
+}
+
+/// A simulated training job's output.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SimulatedJob {
+    pub lines: Vec<String>,
+    pub exit_code: Option<i32>,
 }
 
 impl World {
@@ -85,17 +108,32 @@ impl World {
         usize::from(self.partitions.contains(environment_id))
             + usize::from(self.workloads.contains(environment_id))
             + usize::from(self.endpoints.contains_key(environment_id))
+            + usize::from(self.serving.contains_key(environment_id))
+            + usize::from(self.jobs.contains_key(environment_id))
     }
+}
+
+/// A running server or job, with what stops it.
+struct Running {
+    stop: tokio::sync::watch::Sender<bool>,
+    /// The workload's own credential (Jupyter token, model server key); the proxy sends it.
+    credential: String,
+    replicas: Arc<std::sync::atomic::AtomicU32>,
 }
 
 pub struct Simulated {
     config: Mutex<SimulatedConfig>,
-    world: Mutex<World>,
+    world: Arc<Mutex<World>>,
+    running: Mutex<HashMap<String, Running>>,
 }
 
 impl Simulated {
     pub fn new(config: SimulatedConfig) -> Simulated {
-        Simulated { config: Mutex::new(config), world: Mutex::new(World::default()) }
+        Simulated {
+            config: Mutex::new(config),
+            world: Arc::new(Mutex::new(World::default())),
+            running: Mutex::new(HashMap::new()),
+        }
     }
 
     /// Replaces the fault rules (tests change them between phases of a scenario).
@@ -131,6 +169,15 @@ impl Simulated {
     }
 
     fn apply(&self, w: &Workload, step: Step) -> Result<StepOutput, BackendError> {
+        // Locks in one order everywhere: `running`, then `world`.
+        let credential = lock(&self.running).get(&w.environment_id).map(|r| r.credential.clone());
+        let stopped = match step {
+            Step::StopWorkload => lock(&self.running).remove(&w.environment_id),
+            _ => None,
+        };
+        if let Some(running) = stopped {
+            let _ = running.stop.send(true);
+        }
         let mut world = lock(&self.world);
         let id = w.environment_id.clone();
         let mut output = StepOutput::default();
@@ -149,8 +196,14 @@ impl Simulated {
                 }
             }
             Step::StartWorkload => {
+                drop(world);
+                let detail = self.start(w)?;
+                let mut world = lock(&self.world);
                 world.workloads.insert(id);
-                output.detail = Some(describe_units(w));
+                output.detail = Some(match detail {
+                    Some(more) => format!("{}; {more}", describe_units(w)),
+                    None => describe_units(w),
+                });
             }
             Step::WaitHealthy => {
                 if !world.workloads.contains(&id) {
@@ -158,7 +211,9 @@ impl Simulated {
                 }
             }
             Step::ExposeEndpoint => {
-                let connection = world.endpoints.entry(id).or_insert_with(|| connection_for(w)).clone();
+                let port = world.serving.get(&id).copied();
+                let connection =
+                    world.endpoints.entry(id).or_insert_with(|| connection_for(w, port, credential)).clone();
                 output.connection = Some(connection);
             }
             Step::RemoveEndpoint => {
@@ -166,6 +221,9 @@ impl Simulated {
             }
             Step::StopWorkload => {
                 world.workloads.remove(&id);
+                world.serving.remove(&id);
+                world.jobs.remove(&id);
+                world.replicas.remove(&id);
             }
             Step::ClearPartition => {
                 world.partitions.remove(&id);
@@ -173,6 +231,111 @@ impl Simulated {
             Step::ReleaseCapacity => {}
         }
         Ok(output)
+    }
+}
+
+impl Simulated {
+    /// Starts what the workload runs, unless it runs already: a server for a notebook or
+    /// an endpoint, the job for a training job. Says what it started.
+    fn start(&self, w: &Workload) -> Result<Option<String>, BackendError> {
+        let id = &w.environment_id;
+        // Held throughout, so two callers never start two servers for one environment.
+        let mut running = lock(&self.running);
+        if running.contains_key(id) {
+            return Ok(None);
+        }
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let credential = secret();
+        let replicas = Arc::new(std::sync::atomic::AtomicU32::new(w.replicas()));
+        let detail = match w.offering {
+            Offering::Notebook | Offering::InferenceEndpoint => {
+                let server = served::Server {
+                    offering: w.offering,
+                    prefix: proxy_prefix(id),
+                    name: w.name.clone(),
+                    image: w.image.clone().unwrap_or_default(),
+                    units: describe_units(w),
+                    credential: credential.clone(),
+                    replicas: replicas.clone(),
+                    stopped,
+                };
+                let port = served::start(server).map_err(|e| {
+                    tracing::error!(environment = %id, error = %e, "cannot start a simulated server");
+                    BackendError("the simulated node could not start the workload's server".into())
+                })?;
+                let mut world = lock(&self.world);
+                world.serving.insert(id.clone(), port);
+                world.replicas.insert(id.clone(), w.replicas());
+                Some(format!("serving on 127.0.0.1:{port}"))
+            }
+            Offering::TrainingJob => {
+                lock(&self.world).jobs.insert(id.clone(), SimulatedJob::default());
+                let speed = lock(&self.config).speed;
+                tokio::spawn(served::run_job(self.world.clone(), w.clone(), speed, stopped));
+                Some("job started".to_owned())
+            }
+            Offering::DedicatedCluster => None,
+        };
+        running.insert(id.clone(), Running { stop, credential, replicas });
+        Ok(detail)
+    }
+
+    fn upstream_of(&self, w: &Workload) -> Result<Upstream, BackendError> {
+        if !matches!(w.offering, Offering::Notebook | Offering::InferenceEndpoint) {
+            return Err(BackendError(format!("a {} serves nothing through Berth", w.offering.title())));
+        }
+        // The simulated fleet lives in Berth's process: after a restart the first request
+        // starts the server again, as if the node had kept it running.
+        self.start(w)?;
+        let port = lock(&self.world)
+            .serving
+            .get(&w.environment_id)
+            .copied()
+            .ok_or_else(|| BackendError("the simulated server is not running".into()))?;
+        let credential = lock(&self.running).get(&w.environment_id).map(|r| r.credential.clone()).unwrap_or_default();
+        let notebook = w.offering == Offering::Notebook;
+        Ok(Upstream {
+            base_url: format!("http://127.0.0.1:{port}"),
+            keeps_prefix: notebook,
+            headers: vec![(
+                "authorization".to_owned(),
+                if notebook { format!("token {credential}") } else { format!("Bearer {credential}") },
+            )],
+        })
+    }
+
+    fn job_logs_of(&self, w: &Workload, tail: usize) -> Result<JobLogs, BackendError> {
+        let world = lock(&self.world);
+        let Some(job) = world.jobs.get(&w.environment_id) else {
+            return Ok(JobLogs {
+                status: JobStatus::Failed {
+                    exit_code: None,
+                    reason: "the simulated job ended when Berth restarted (the simulated fleet lives in its process)"
+                        .into(),
+                },
+                lines: Vec::new(),
+            });
+        };
+        let status = match job.exit_code {
+            None => JobStatus::Running,
+            Some(0) => JobStatus::Succeeded,
+            Some(code) => JobStatus::Failed { exit_code: Some(code), reason: format!("exited with code {code}") },
+        };
+        let skip = job.lines.len().saturating_sub(tail);
+        Ok(JobLogs { status, lines: job.lines[skip..].to_vec() })
+    }
+
+    fn scale_to(&self, w: &Workload) -> Result<(), BackendError> {
+        if w.offering != Offering::InferenceEndpoint {
+            return Err(BackendError("only inference endpoints have replicas".into()));
+        }
+        self.start(w)?;
+        let replicas = w.replicas();
+        if let Some(running) = lock(&self.running).get(&w.environment_id) {
+            running.replicas.store(replicas, std::sync::atomic::Ordering::Relaxed);
+        }
+        lock(&self.world).replicas.insert(w.environment_id.clone(), replicas);
+        Ok(())
     }
 }
 
@@ -189,6 +352,23 @@ impl Backend for Simulated {
                 Some(Fault::Hang) => std::future::pending().await,
                 None => self.apply(workload, step),
             }
+        })
+    }
+
+    fn upstream<'a>(&'a self, workload: &'a Workload) -> UpstreamFuture<'a> {
+        Box::pin(async move { self.upstream_of(workload) })
+    }
+
+    fn job_logs<'a>(&'a self, workload: &'a Workload, tail: usize) -> JobLogsFuture<'a> {
+        Box::pin(async move { self.job_logs_of(workload, tail) })
+    }
+
+    fn scale<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> ScaleFuture<'a> {
+        let _ = dropped; // the simulated replicas share one server; nothing runs on the units
+        Box::pin(async move {
+            // As long as exposing an endpoint takes: a rollout of new pods.
+            tokio::time::sleep(self.delay(Step::ExposeEndpoint)).await;
+            self.scale_to(workload)
         })
     }
 }
@@ -211,28 +391,34 @@ fn secret() -> String {
     (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
 }
 
-fn connection_for(w: &Workload) -> Connection {
+/// The workload's own address on the simulated node (owners reach notebooks and endpoints
+/// through Berth's proxy instead; this is what the proxy talks to).
+fn connection_for(w: &Workload, port: Option<u16>, credential: Option<String>) -> Connection {
     let short = w.environment_id.get(..8).unwrap_or(&w.environment_id);
     let site = w.units.first().map(|u| u.site.as_str()).unwrap_or("site");
     let host = format!("{}-{short}.{site}.berth.example", w.name);
+    let local = format!("127.0.0.1:{}", port.unwrap_or_default());
     match w.offering {
         Offering::Notebook => Connection {
-            url: format!("https://{host}/lab"),
+            url: format!("http://{local}{}/lab", proxy_prefix(&w.environment_id)),
             secret_label: Some("Token".into()),
-            secret: Some(secret()),
-            example: format!("open https://{host}/lab?token=<token>"),
+            secret: credential,
+            example: format!(
+                "curl -H \"Authorization: token <token>\" http://{local}{}/api/status",
+                proxy_prefix(&w.environment_id)
+            ),
         },
         Offering::TrainingJob => Connection {
             url: format!("https://{host}/logs"),
             secret_label: None,
             secret: None,
-            example: format!("curl -N https://{host}/logs"),
+            example: "its log and exit status are on the environment page".to_owned(),
         },
         Offering::InferenceEndpoint => Connection {
-            url: format!("https://{host}/v1"),
-            secret_label: Some("API key".into()),
-            secret: Some(secret()),
-            example: format!("curl -H \"Authorization: Bearer <api key>\" https://{host}/v1/models"),
+            url: format!("http://{local}/v1"),
+            secret_label: Some("Upstream key".into()),
+            secret: credential,
+            example: format!("curl -H \"Authorization: Bearer <upstream key>\" http://{local}/v1/models"),
         },
         Offering::DedicatedCluster => {
             let node = w.units.first().map(|u| u.node.as_str()).unwrap_or("node");

@@ -81,6 +81,7 @@ impl TestBerth {
             .await
             .expect("user");
         let backend = Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults }));
+        let platform = platform.with_backend(backend.clone());
         let caller = user.caller(test_meta());
         let mut berth = TestBerth { platform, backend, caller, reconciler: None };
         berth.start_reconciler();
@@ -116,7 +117,7 @@ impl TestBerth {
             task.abort();
             let _ = task.await;
         }
-        let fresh = Platform::new(production_pool(self.platform.db()).await);
+        let fresh = Platform::new(production_pool(self.platform.db()).await).with_backend(self.backend.clone());
         let crashed = std::mem::replace(&mut self.platform, fresh);
         crashed.db().close().await;
     }

@@ -45,6 +45,10 @@ pub struct State {
     pub failing: BTreeMap<String, u16>,
     /// The MIG manager's answer for new layouts.
     pub mig_state: String,
+    /// What the Job controller reports (`{"active": 1}` unless set).
+    pub job_status: Option<Value>,
+    /// Pods' logs by pod name.
+    pub pod_logs: BTreeMap<String, String>,
     revision: u64,
 }
 
@@ -95,11 +99,17 @@ impl FakeCluster {
                         .to_owned(),
                     body,
                 };
+                let log = call.path.ends_with("/log");
                 let (status, answer) = shared.lock().unwrap().answer(call);
+                // A pod's log is plain text, as the API server sends it.
+                let (content_type, body) = match answer {
+                    Value::String(text) if log && status == StatusCode::OK => ("text/plain", text.into_bytes()),
+                    answer => ("application/json", serde_json::to_vec(&answer).unwrap()),
+                };
                 let response = Response::builder()
                     .status(status)
-                    .header("content-type", "application/json")
-                    .body(Body::from(serde_json::to_vec(&answer).unwrap()))
+                    .header("content-type", content_type)
+                    .body(Body::from(body))
                     .unwrap();
                 respond.send_response(response);
             }
@@ -195,6 +205,13 @@ impl State {
         let (_, segs) = segments(&call.path);
         let is_collection = segs.len() % 2 == 1;
         let is_node = segs.first().map(String::as_str) == Some("nodes") && segs.len() == 2;
+        if call.method == "GET" && call.path.ends_with("/log") {
+            let pod = &segs[segs.len() - 2];
+            return match self.pod_logs.get(pod) {
+                Some(text) => (StatusCode::OK, Value::String(text.clone())),
+                None => status(404, "NotFound", "no such pod"),
+            };
+        }
         match call.method.as_str() {
             "PATCH" => {
                 assert_eq!(call.content_type, "application/apply-patch+yaml", "{}: only server-side apply", call.path);
@@ -302,8 +319,11 @@ impl State {
     fn view(&self, path: &str) -> Option<Value> {
         let mut o = self.objects.get(path)?.clone();
         match o.get("kind").and_then(Value::as_str) {
-            Some("StatefulSet" | "Deployment") => o["status"] = json!({ "replicas": 1, "readyReplicas": 1 }),
-            Some("Job") => o["status"] = json!({ "active": 1 }),
+            Some("StatefulSet" | "Deployment") => {
+                let replicas = o.pointer("/spec/replicas").cloned().unwrap_or(json!(1));
+                o["status"] = json!({ "replicas": replicas, "readyReplicas": replicas });
+            }
+            Some("Job") => o["status"] = self.job_status.clone().unwrap_or(json!({ "active": 1 })),
             Some("Secret") if o.get("type") == Some(&json!("kubernetes.io/service-account-token")) => {
                 o["data"] = json!({ "token": STANDARD.encode("sa-token"), "ca.crt": STANDARD.encode("cluster-ca") });
             }

@@ -29,6 +29,9 @@ enum Via {
     Api(Method),
     /// A plain browser GET with the session cookie.
     Page,
+    /// Berth's proxy to an environment, with the session cookie. The test environments
+    /// are not ready, so a caller who may open one is told so (503).
+    Proxy,
     /// The JSON API for `berth agent`, with a node token: every person's token is refused.
     NodeAgent(Method),
 }
@@ -103,6 +106,8 @@ fn routes() -> Vec<Route> {
     let environment = Some((EnvironmentRead, Aim::Environment));
     let change = Some((EnvironmentChange, Aim::Environment));
     let launch = Some((EnvironmentLaunch, Aim::CallersTenant));
+    let connect = Some((EnvironmentConnect, Aim::Environment));
+    let proxy = |path| Route { via: Via::Proxy, path, needs: connect, body: "", names_missing: false };
     vec![
         session("/api/sign_in"),
         session("/api/sign_out"),
@@ -141,6 +146,12 @@ fn routes() -> Vec<Route> {
         sf("/api/bookable_projects", launch, ""),
         sf("/api/change_end", change, "id={id}&end={end}"),
         api(M::POST, "/api/v1/environments/{id}/end", change, r#"{"ends_at": "{end}"}"#),
+        sf("/api/set_replicas", change, "id={id}&replicas=2"),
+        sf("/api/reveal_api_key", connect, "id={id}"),
+        sf("/api/replace_api_key", connect, "id={id}"),
+        proxy("/env/{id}"),
+        proxy("/env/{id}/"),
+        proxy("/env/{id}/lab"),
         sf("/api/stop_environment", change, "id={id}"),
         api(M::POST, "/api/v1/environments/{id}/stop", change, ""),
         sf("/api/launch", launch, LAUNCH_FORM),
@@ -275,11 +286,15 @@ enum Expect {
 }
 
 /// Why the answer breaks the policy, if it does.
-fn judge(expect: Expect, reply: &Reply, new_denials: i64, names_missing: bool) -> Option<String> {
-    let status = reply.status;
+fn judge(expect: Expect, reply: &Reply, new_denials: i64, route: &Route) -> Option<String> {
+    let (status, names_missing) = (reply.status, route.names_missing);
     let refused = matches!(status, StatusCode::FORBIDDEN | StatusCode::NOT_FOUND);
     match expect {
         Expect::Allowed if names_missing && status == StatusCode::NOT_FOUND && new_denials == 0 => None,
+        // The proxy's rule refusal: the environment is not ready yet.
+        Expect::Allowed if route.via == Via::Proxy && status == StatusCode::SERVICE_UNAVAILABLE && new_denials == 0 => {
+            None
+        }
         // A rule may still refuse (422: already stopping, no capacity); access may not.
         Expect::Allowed if !(status.is_success() || status == StatusCode::UNPROCESSABLE_ENTITY) => {
             Some(format!("refused although the policy allows it: {status} {}", reply.body))
@@ -373,6 +388,17 @@ fn assert_lists_every_route(table: &[Route]) {
         })
         .collect();
     assert_eq!(api_routes, api_listed, "API routes in api::ROUTES (left) and in the matrix (right)");
+    // The proxy's patterns, each called once (the catch-all through a notebook's `lab`).
+    let proxied: BTreeSet<String> = table
+        .iter()
+        .filter(|r| r.via == Via::Proxy)
+        .map(|r| match r.path.strip_prefix("/env/{id}/") {
+            Some(rest) if !rest.is_empty() => "/env/{id}/{*rest}".to_owned(),
+            _ => r.path.to_owned(),
+        })
+        .collect();
+    let routes: BTreeSet<String> = crate::proxy::ROUTES.iter().map(|p| (*p).to_owned()).collect();
+    assert_eq!(routes, proxied, "proxy routes (left) and in the matrix (right)");
 }
 
 /// A UTC time `days` from now.
@@ -399,7 +425,7 @@ async fn call(berth: &Berth, route: &Route, person: Option<&Person>, id: &str, o
         Via::Api(method) | Via::NodeAgent(method) => {
             berth.api(method.clone(), &path, &body, person.map(|p| p.token.as_str())).await
         }
-        Via::Page => berth.get(&path, cookie).await,
+        Via::Page | Via::Proxy => berth.get(&path, cookie).await,
         Via::SessionFn => unreachable!("the session tests call these"),
     }
 }
@@ -443,7 +469,7 @@ async fn every_route_answers_every_role_as_the_policy_says() {
                 let owner = objects.owners[usize::from(case == Case::OtherTenant)].to_string();
                 let reply = call(&berth, route, Some(person), &id, &owner, calls).await;
                 let new_denials = berth.denials_by(person.user.id).await - before;
-                if let Some(why) = judge(expect, &reply, new_denials, route.names_missing) {
+                if let Some(why) = judge(expect, &reply, new_denials, route) {
                     failures.push(format!("{} as {} on {case:?} ({expect:?}): {why}", route.path, person.label));
                 }
                 // Nothing tenant A's people can reach (lists, the audit log) shows tenant B.

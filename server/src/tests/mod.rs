@@ -4,6 +4,7 @@
 mod agent;
 mod fabric;
 mod matrix;
+mod proxy;
 mod sessions;
 
 use axum::Router;
@@ -12,6 +13,8 @@ use berth_domain::fleet::FleetSpec;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::policy::Role;
 use berth_platform::accounts::User;
+use berth_platform::backend::simulated::{Simulated, SimulatedConfig};
+use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
 use berth_platform::{Platform, RequestMeta, store};
 use clap::Parser;
 use http::{HeaderMap, Method, Request, StatusCode, header};
@@ -43,6 +46,8 @@ const PASSWORD: &str = "correct horse battery staple";
 pub struct Berth {
     pub platform: Platform,
     router: Router,
+    /// The simulated fleet, when the reconciler runs (`start_running`).
+    pub fleet: Option<std::sync::Arc<Simulated>>,
     _dir: tempfile::TempDir,
 }
 
@@ -81,6 +86,17 @@ impl Berth {
     /// Berth as `berth serve [--public-url URL]` builds it, on a database of its own with
     /// the test fleet and no users.
     pub async fn start(public_url: Option<&str>) -> Berth {
+        Berth::start_with(public_url, None).await
+    }
+
+    /// Berth with its reconciler driving an instant simulated fleet, so environments
+    /// become ready and serve.
+    pub async fn start_running() -> Berth {
+        let fleet = std::sync::Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults: Vec::new() }));
+        Berth::start_with(None, Some(fleet)).await
+    }
+
+    async fn start_with(public_url: Option<&str>, fleet: Option<std::sync::Arc<Simulated>>) -> Berth {
         let dir = tempfile::tempdir().expect("temp dir");
         let database = format!("sqlite://{}", dir.path().join("berth.db").display());
         let site_root = dir.path().join("site");
@@ -97,10 +113,16 @@ impl Berth {
         let pool = store::connect(&database).await.expect("database");
         store::migrate(&pool).await.expect("migrations");
         let fabric = args.fabric().expect("fabric flags");
-        let platform = Platform::new(pool.clone()).with_public_url(&public.url).with_fabric(fabric);
+        let mut platform = Platform::new(pool.clone()).with_public_url(&public.url).with_fabric(fabric);
         platform.sync_fleet(&FleetSpec::parse(FLEET).expect("test fleet")).await.expect("fleet");
+        if let Some(fleet) = &fleet {
+            platform = platform.with_backend(fleet.clone());
+            let config = ReconcilerConfig { tick: std::time::Duration::from_millis(20), ..ReconcilerConfig::default() };
+            let reconciler = Reconciler::new(platform.clone(), fleet.clone(), config);
+            tokio::spawn(reconciler.run(std::future::pending()));
+        }
         let router = crate::http::router(platform.clone(), pool, &args, &public).await.expect("router");
-        Berth { platform, router, _dir: dir }
+        Berth { platform, router, fleet, _dir: dir }
     }
 
     /// Serves this Berth on a free loopback port, as `berth serve` does; its URL.
@@ -189,6 +211,24 @@ impl Berth {
             ..LaunchRequest::default()
         };
         self.platform.launch(&user.caller(meta()), &request).await.expect("launch").id
+    }
+
+    /// Launches `request` as `user` and waits until it is ready (with `start_running`).
+    pub async fn launch_ready(&self, user: &User, request: LaunchRequest) -> String {
+        let id = self.platform.launch(&user.caller(meta()), &request).await.expect("launch").id;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let state: String = sqlx::query_scalar("SELECT state FROM environments WHERE id = ?")
+                .bind(&id)
+                .fetch_one(self.platform.db())
+                .await
+                .expect("state");
+            if state == "ready" {
+                return id;
+            }
+            assert!(std::time::Instant::now() < deadline, "{} stuck in {state}", request.name);
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 
     /// Audit rows with outcome `denied` that name `user_id` as the actor.

@@ -53,6 +53,10 @@ pub struct ClusterSettings {
     pub user_prefix: String,
     /// Persistent storage an environment may claim.
     pub storage_gb: u32,
+    /// The namespace Berth runs in: its proxy may reach notebooks and endpoints from there.
+    pub berth_namespace: String,
+    /// The cluster's DNS domain, for Services' names (`<svc>.<ns>.svc.<domain>`).
+    pub cluster_domain: String,
 }
 
 impl Default for ClusterSettings {
@@ -63,6 +67,8 @@ impl Default for ClusterSettings {
             queue_flavor: "default-flavor".into(),
             user_prefix: String::new(),
             storage_gb: 100,
+            berth_namespace: "berth".into(),
+            cluster_domain: "cluster.local".into(),
         }
     }
 }
@@ -285,9 +291,14 @@ fn namespace(w: &Workload, names: &Names) -> Manifest {
     Manifest::new(NAMESPACE, json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": meta }))
 }
 
+/// The CPUs and memory of every replica together (one replica but for scaled endpoints).
+fn total_cpu_memory(w: &Workload) -> (String, String) {
+    let replicas = w.replicas();
+    ((w.vcpus * replicas).to_string(), format!("{}Gi", w.memory_gb * replicas))
+}
+
 fn resource_quota(w: &Workload, ns: &str, settings: &ClusterSettings) -> Manifest {
-    let cpu = w.vcpus.to_string();
-    let memory = format!("{}Gi", w.memory_gb);
+    let (cpu, memory) = total_cpu_memory(w);
     let mut hard = json!({
         "requests.cpu": cpu, "limits.cpu": cpu,
         "requests.memory": memory, "limits.memory": memory,
@@ -403,10 +414,9 @@ fn role_binding(w: &Workload, ns: &str, name: &str, role: &str, subjects: Vec<Va
 }
 
 fn cluster_queue(w: &Workload, names: &Names, settings: &ClusterSettings) -> Manifest {
-    let mut resources = vec![
-        json!({ "name": "cpu", "nominalQuota": w.vcpus.to_string() }),
-        json!({ "name": "memory", "nominalQuota": format!("{}Gi", w.memory_gb) }),
-    ];
+    let (cpu, memory) = total_cpu_memory(w);
+    let mut resources =
+        vec![json!({ "name": "cpu", "nominalQuota": cpu }), json!({ "name": "memory", "nominalQuota": memory })];
     let mut covered = vec![json!("cpu"), json!("memory")];
     for (resource, count) in gpu_resources(w) {
         covered.push(json!(resource));
@@ -443,8 +453,10 @@ fn component_labels(w: &Workload, names: &Names) -> BTreeMap<String, String> {
 /// pinned to the booked nodes, requesting exactly the booked CPUs, memory and GPUs.
 fn pod_template(w: &Workload, names: &Names, container: Value) -> Value {
     let mut limits = json!({ "cpu": w.vcpus.to_string(), "memory": format!("{}Gi", w.memory_gb) });
+    // Each replica asks for its share: the booked size (the units hold every replica's).
+    let replicas = i64::from(w.replicas());
     for (resource, count) in gpu_resources(w) {
-        limits[resource] = json!(count.to_string());
+        limits[resource] = json!((count / replicas).to_string());
     }
     let mut container = container;
     container["resources"] = json!({ "requests": limits, "limits": limits });
@@ -488,10 +500,16 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
     let image = w.image.clone().unwrap_or_default();
     match w.offering {
         Offering::Notebook => {
+            // Jupyter serves under Berth's proxy path, so its links and WebSockets work through
+            // the proxy (which keeps the browser's Host, as Jupyter's origin check wants).
+            let notebook_args = format!(
+                "--ServerApp.base_url={}/ --ServerApp.trust_xheaders=True",
+                crate::backend::proxy_prefix(&w.environment_id)
+            );
             let container = json!({
                 "name": "notebook", "image": image,
                 "ports": [{ "name": "http", "containerPort": NOTEBOOK_PORT }],
-                "env": [credential_env(&names, "JUPYTER_TOKEN")],
+                "env": [credential_env(&names, "JUPYTER_TOKEN"), { "name": "NOTEBOOK_ARGS", "value": notebook_args }],
                 "volumeMounts": [{ "name": "work", "mountPath": "/home/jovyan/work" }],
             });
             vec![Manifest::new(
@@ -543,7 +561,7 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
                 DEPLOYMENT,
                 json!({
                     "apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(w, names.workload, Some(ns)),
-                    "spec": { "replicas": 1, "selector": selector, "template": pod_template(w, &names, container) },
+                    "spec": { "replicas": w.replicas(), "selector": selector, "template": pod_template(w, &names, container) },
                 }),
             )]
         }
@@ -589,6 +607,42 @@ pub fn endpoint_manifest(w: &Workload) -> Option<Manifest> {
             },
         }),
     ))
+}
+
+/// Lets Berth's proxy (pods in Berth's namespace) reach the notebook or endpoint's port,
+/// the one way in besides the namespace itself: applied with the Service, removed with it.
+pub fn proxy_access_manifest(w: &Workload, settings: &ClusterSettings) -> Option<Manifest> {
+    endpoint_manifest(w)?;
+    let names = Names::of(w);
+    Some(Manifest::new(
+        NETWORK_POLICY,
+        json!({
+            "apiVersion": NETWORK_POLICY.api_version(), "kind": "NetworkPolicy",
+            "metadata": metadata(w, PROXY_POLICY, Some(&names.namespace)),
+            "spec": {
+                "podSelector": { "matchLabels": { ENVIRONMENT_LABEL: w.environment_id, COMPONENT_LABEL: names.workload } },
+                "policyTypes": ["Ingress"],
+                "ingress": [{
+                    "from": [{ "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": settings.berth_namespace } } }],
+                    "ports": [{ "protocol": "TCP", "port": "http" }],
+                }],
+            },
+        }),
+    ))
+}
+
+/// The NetworkPolicy that lets Berth's proxy in.
+pub const PROXY_POLICY: &str = "berth-proxy";
+
+/// Where Berth's proxy reaches a notebook or an endpoint: its Service's cluster DNS name.
+pub fn upstream_base_url(w: &Workload, settings: &ClusterSettings) -> Option<String> {
+    let names = Names::of(w);
+    let port = match w.offering {
+        Offering::Notebook => NOTEBOOK_PORT,
+        Offering::InferenceEndpoint => INFERENCE_PORT,
+        Offering::TrainingJob | Offering::DedicatedCluster => return None,
+    };
+    Some(format!("http://{}.{}.svc.{}:{port}", names.workload, names.namespace, settings.cluster_domain))
 }
 
 /// The Secret holding a notebook token or an inference API key, created once (a random

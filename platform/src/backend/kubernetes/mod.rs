@@ -8,13 +8,25 @@
 //! | pull image | nothing: the kubelet pulls it when the pod starts |
 //! | start workload | namespace bundle; dedicated nodes labelled and tainted; credential Secret; StatefulSet / Job / Deployment, or the dedicated cluster's ServiceAccount |
 //! | wait healthy | read the workload's status (dedicated: the nodes' `Ready`) |
-//! | expose endpoint | Service; connection details (dedicated: a kubeconfig) |
-//! | remove endpoint | delete the Service |
+//! | expose endpoint | Service and the NetworkPolicy that lets Berth's proxy in; connection details (dedicated: a kubeconfig) |
+//! | remove endpoint | delete the Service and that NetworkPolicy |
 //! | stop workload | delete the workload and wait until its pods are gone |
 //! | clear partition | node's MIG config cleared |
 //! | release capacity | delete the namespace and ClusterQueue; node labels and taint removed |
 //!
 //! Kubernetes errors go to the log; the step fails with an operational message.
+//!
+//! Owners reach notebooks and endpoints through Berth's proxy, which talks to the
+//! workload's Service by its cluster DNS name (`notebook.<ns>.svc.cluster.local:8888`).
+//! That needs Berth to run inside the cluster (its Dockerfile is made for that) or on a
+//! host that routes to Services. The API server's service proxy would work from anywhere,
+//! but it sends every notebook byte and long-lived kernel WebSocket through the control
+//! plane, and needs `services/proxy`, which reaches every Service in the cluster; the
+//! data plane should not depend on either.
+//!
+//! Training logs come from the Job's newest pod (`pods/log`), its exit status from the
+//! container's terminated state. An endpoint's replicas are the Deployment's `replicas`,
+//! applied with its namespace's quota and queue sized for all of them.
 
 pub mod manifests;
 
@@ -25,17 +37,20 @@ use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::Step;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Secret};
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, ObjectMeta};
 use kube::{Client, ResourceExt};
 use rand::Rng;
 
 use self::manifests::{
-    CLUSTER_QUEUE, ClusterSettings, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind, MANAGED_BY_LABEL, MIG_CONFIG_KEY,
-    MIG_CONFIG_LABEL, MIG_STATE_LABEL, Manifest, NAMESPACE, NodeStage, TENANT_LABEL,
+    CLUSTER_QUEUE, COMPONENT_LABEL, ClusterSettings, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind, MANAGED_BY_LABEL,
+    MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_STATE_LABEL, Manifest, NAMESPACE, NodeStage, TENANT_LABEL,
 };
-use super::{Backend, BackendError, StepFuture, StepOutput, Workload};
+use super::{
+    Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, PlacedUnit, ScaleFuture, StepFuture, StepOutput,
+    Upstream, UpstreamFuture, Workload,
+};
 
 /// How the backend reaches and uses the cluster.
 #[derive(Debug, Clone)]
@@ -109,14 +124,7 @@ impl Kubernetes {
         match step {
             Step::ConfigurePartition => {
                 self.apply_all(&manifests::namespace_bundle(w, &self.config.cluster)).await?;
-                let mut layouts = Vec::new();
-                for node in manifests::nodes_of(w) {
-                    let layout = manifests::node_mig_layout(w, &node).map_err(|e| invalid(w, &e))?;
-                    self.store_mig_layout(&layout).await?;
-                    self.apply_node(w, &node, NodeStage::Held).await?;
-                    self.wait_mig_success(&node, &layout.name).await?;
-                    layouts.push(format!("{} on {node}", layout.name));
-                }
+                let layouts = self.configure_mig(w).await?;
                 output.detail =
                     Some(format!("namespace {} ready; MIG layout {} applied", names.namespace, layouts.join(", ")));
             }
@@ -141,6 +149,9 @@ impl Kubernetes {
                 if let Some(service) = manifests::endpoint_manifest(w) {
                     self.apply(&service).await?;
                 }
+                if let Some(policy) = manifests::proxy_access_manifest(w, &self.config.cluster) {
+                    self.apply(&policy).await?;
+                }
                 let credential = self.credential(w).await?;
                 let kubeconfig = match w.offering {
                     Offering::DedicatedCluster => Some(self.kubeconfig(w).await?),
@@ -152,6 +163,9 @@ impl Kubernetes {
             Step::RemoveEndpoint => {
                 if let Some(service) = manifests::endpoint_manifest(w) {
                     self.delete(&service.kind, service.namespace(), service.name(), false).await?;
+                }
+                if let Some(policy) = manifests::proxy_access_manifest(w, &self.config.cluster) {
+                    self.delete(&policy.kind, policy.namespace(), policy.name(), false).await?;
                 }
             }
             Step::StopWorkload => {
@@ -177,6 +191,145 @@ impl Kubernetes {
             }
         }
         Ok(output)
+    }
+
+    /// The MIG layout of every node where the workload holds slices, applied and confirmed
+    /// by the GPU Operator. Says which layout went where.
+    async fn configure_mig(&self, w: &Workload) -> Result<Vec<String>, BackendError> {
+        let mut layouts = Vec::new();
+        for node in manifests::nodes_of(w) {
+            if !w.units.iter().any(|u| u.node == node && u.mig_profile.is_some()) {
+                // Nothing to partition; a dedicated node is still held for the tenant.
+                self.apply_node(w, &node, NodeStage::Held).await?;
+                continue;
+            }
+            let layout = manifests::node_mig_layout(w, &node).map_err(|e| invalid(w, &e))?;
+            self.store_mig_layout(&layout).await?;
+            self.apply_node(w, &node, NodeStage::Held).await?;
+            self.wait_mig_success(&node, &layout.name).await?;
+            layouts.push(format!("{} on {node}", layout.name));
+        }
+        Ok(layouts)
+    }
+
+    async fn upstream_of(&self, w: &Workload) -> Result<Upstream, BackendError> {
+        let base_url = manifests::upstream_base_url(w, &self.config.cluster)
+            .ok_or_else(|| BackendError(format!("a {} serves nothing through Berth", w.offering.title())))?;
+        let names = manifests::Names::of(w);
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), &names.namespace);
+        let doing = format!("read Secret {}", names.credential);
+        let credential = api
+            .get_opt(names.credential)
+            .await
+            .map_err(|e| api_failure(&doing, e))?
+            .and_then(secret_value)
+            .ok_or_else(|| {
+                BackendError(format!("the workload's credential (Secret {}) is missing", names.credential))
+            })?;
+        let notebook = w.offering == Offering::Notebook;
+        let authorization = if notebook { format!("token {credential}") } else { format!("Bearer {credential}") };
+        Ok(Upstream { base_url, keeps_prefix: notebook, headers: vec![("authorization".to_owned(), authorization)] })
+    }
+
+    /// The pods of the workload, by the labels its template gives them.
+    async fn workload_pods(&self, w: &Workload) -> Result<Vec<Pod>, BackendError> {
+        let names = manifests::Names::of(w);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &names.namespace);
+        let selector = format!("{ENVIRONMENT_LABEL}={},{COMPONENT_LABEL}={}", w.environment_id, names.workload);
+        let pods = api
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| api_failure(&format!("list the pods of {}", names.workload), e))?;
+        Ok(pods.items)
+    }
+
+    async fn job_logs_of(&self, w: &Workload, tail: usize) -> Result<JobLogs, BackendError> {
+        if w.offering != Offering::TrainingJob {
+            return Err(BackendError("only training jobs have logs".into()));
+        }
+        let names = manifests::Names::of(w);
+        let jobs: Api<Job> = Api::namespaced(self.client.clone(), &names.namespace);
+        let job = jobs
+            .get_opt(names.workload)
+            .await
+            .map_err(|e| api_failure("read the training job", e))?
+            .ok_or_else(|| BackendError("the training Job is missing".into()))?;
+        let mut pods = self.workload_pods(w).await?;
+        // The newest pod is the one that ran last (with backoffLimit 0 there is one).
+        pods.sort_by_key(|p| p.metadata.creation_timestamp.clone());
+        let pod = pods.pop();
+        let container = pod
+            .as_ref()
+            .and_then(|p| p.status.as_ref())
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.iter().find(|c| c.name == "training").cloned());
+        let state = container.as_ref().and_then(|c| c.state.clone());
+        let started = state.as_ref().is_some_and(|s| s.running.is_some() || s.terminated.is_some());
+        let status = job.status.unwrap_or_default();
+        let terminated = state.and_then(|s| s.terminated);
+        let status = if status.succeeded.unwrap_or(0) > 0 {
+            JobStatus::Succeeded
+        } else if status.failed.unwrap_or(0) > 0 {
+            let exit_code = terminated.as_ref().map(|t| t.exit_code);
+            let reason = terminated.and_then(|t| t.reason).unwrap_or_else(|| "the job failed".to_owned());
+            JobStatus::Failed { exit_code, reason }
+        } else if started {
+            JobStatus::Running
+        } else {
+            JobStatus::Pending
+        };
+        let lines = match pod.filter(|_| started) {
+            Some(pod) => {
+                let api: Api<Pod> = Api::namespaced(self.client.clone(), &names.namespace);
+                let params = LogParams {
+                    container: Some("training".to_owned()),
+                    tail_lines: Some(i64::try_from(tail).unwrap_or(i64::MAX)),
+                    ..LogParams::default()
+                };
+                let name = pod.name_any();
+                let text = api
+                    .logs(&name, &params)
+                    .await
+                    .map_err(|e| api_failure(&format!("read the log of pod {name}"), e))?;
+                text.lines().map(str::to_owned).collect()
+            }
+            None => Vec::new(),
+        };
+        Ok(JobLogs { status, lines })
+    }
+
+    /// Scales an endpoint: MIG layouts (and dedication) on the nodes it now uses, quota and
+    /// queue for every replica, the Deployment's replicas; when scaling down, waits until
+    /// the surplus pods are gone and gives back the nodes the endpoint left.
+    async fn scale_to(&self, w: &Workload, dropped: &[PlacedUnit]) -> Result<(), BackendError> {
+        if w.offering != Offering::InferenceEndpoint {
+            return Err(BackendError("only inference endpoints have replicas".into()));
+        }
+        self.configure_mig(w).await?;
+        for m in manifests::namespace_bundle(w, &self.config.cluster) {
+            if m.kind == manifests::RESOURCE_QUOTA || m.kind == CLUSTER_QUEUE {
+                self.apply(&m).await?;
+            }
+        }
+        self.apply_all(&manifests::workload_manifests(w)).await?;
+        if dropped.is_empty() {
+            return Ok(());
+        }
+        let replicas = usize::try_from(w.replicas()).unwrap_or(usize::MAX);
+        while self.workload_pods(w).await?.len() > replicas {
+            tokio::time::sleep(self.config.poll_interval).await;
+        }
+        let kept = manifests::nodes_of(w);
+        let mut left: Vec<&str> =
+            dropped.iter().map(|u| u.node.as_str()).filter(|n| !kept.iter().any(|k| k == n)).collect();
+        left.sort();
+        left.dedup();
+        for node in left {
+            let gone = Workload { units: dropped.iter().filter(|u| u.node == node).cloned().collect(), ..w.clone() };
+            self.apply_node(&gone, node, NodeStage::Cleared).await?;
+            self.apply_node(&gone, node, NodeStage::Released).await?;
+        }
+        Ok(())
     }
 
     fn api(&self, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -479,6 +632,18 @@ impl Backend for Kubernetes {
 
     fn run<'a>(&'a self, workload: &'a Workload, step: Step) -> StepFuture<'a> {
         Box::pin(self.step(workload, step))
+    }
+
+    fn upstream<'a>(&'a self, workload: &'a Workload) -> UpstreamFuture<'a> {
+        Box::pin(self.upstream_of(workload))
+    }
+
+    fn job_logs<'a>(&'a self, workload: &'a Workload, tail: usize) -> JobLogsFuture<'a> {
+        Box::pin(self.job_logs_of(workload, tail))
+    }
+
+    fn scale<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> ScaleFuture<'a> {
+        Box::pin(self.scale_to(workload, dropped))
     }
 }
 

@@ -1,0 +1,286 @@
+//! What the simulated fleet serves: for a notebook, a small JupyterLab stand-in under
+//! Berth's proxy prefix (its page, `api/status`, a kernel WebSocket that echoes); for an
+//! inference endpoint, an OpenAI-style API (`/v1/models`, `/v1/completions`) that says
+//! which replica answered. Both demand the workload's own credential, as Jupyter and a
+//! model server would, so only Berth's proxy (which holds it) gets through. And a training
+//! job that writes log lines over time and ends with an exit status.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{OriginalUri, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use axum::routing::{any, get, post};
+use berth_domain::catalog::Offering;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::World;
+use crate::backend::Workload;
+use crate::lock;
+
+/// One workload's server.
+pub(super) struct Server {
+    pub offering: Offering,
+    /// `/env/<id>`: where a notebook serves (Jupyter's `base_url`).
+    pub prefix: String,
+    pub name: String,
+    pub image: String,
+    pub units: String,
+    /// What a request must carry: `token <credential>` for a notebook, `Bearer <credential>`
+    /// for an endpoint.
+    pub credential: String,
+    pub replicas: Arc<AtomicU32>,
+    /// Becomes true (or its sender goes) when the workload stops.
+    pub stopped: watch::Receiver<bool>,
+}
+
+struct Shared {
+    server: Server,
+    /// Requests answered, to spread them over the replicas.
+    answered: AtomicU64,
+}
+
+/// Starts `server` on a free loopback port and returns the port. It stops when its
+/// `stopped` says so: no new connections, idle ones closed, WebSockets closed.
+pub(super) fn start(server: Server) -> std::io::Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let port = listener.local_addr()?.port();
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let mut stopped = server.stopped.clone();
+    let offering = server.offering;
+    let prefix = server.prefix.clone();
+    let shared = Arc::new(Shared { server, answered: AtomicU64::new(0) });
+    let router = match offering {
+        Offering::Notebook => Router::new().nest(&prefix, notebook_routes()),
+        _ => inference_routes(),
+    }
+    .layer(middleware::from_fn_with_state(shared.clone(), require_credential))
+    .with_state(shared);
+    tokio::spawn(async move {
+        let shutdown = async move { until_stopped(&mut stopped).await };
+        if let Err(e) = axum::serve(listener, router).with_graceful_shutdown(shutdown).await {
+            tracing::warn!(error = %e, port, "a simulated server stopped with an error");
+        }
+    });
+    Ok(port)
+}
+
+/// Resolves once the workload is stopped (or whoever could stop it is gone).
+async fn until_stopped(stopped: &mut watch::Receiver<bool>) {
+    // The guard `wait_for` returns is dropped here, before anything else awaits.
+    let _ = stopped.wait_for(|stop| *stop).await.is_ok();
+}
+
+fn notebook_routes() -> Router<Arc<Shared>> {
+    Router::new()
+        .route(
+            "/",
+            get(|State(s): State<Arc<Shared>>| async move { Redirect::to(&format!("{}/lab", s.server.prefix)) }),
+        )
+        .route("/lab", get(lab))
+        .route("/lab/{*rest}", get(lab))
+        .route("/api/status", get(status))
+        .route("/api/kernels/{kernel}/channels", get(kernel_channels))
+        .route("/api/berth/echo", any(echo))
+}
+
+fn inference_routes() -> Router<Arc<Shared>> {
+    Router::new()
+        .route("/health", get(|| async { "ok" }))
+        .route("/v1/models", get(models))
+        .route("/v1/completions", post(completion))
+        .route("/v1/chat/completions", post(completion))
+        .route("/berth/echo", any(echo))
+}
+
+/// Jupyter answers 403 without its token; a model server started with `--api-key` 401.
+async fn require_credential(State(s): State<Arc<Shared>>, request: Request, next: Next) -> Response {
+    let (scheme, refusal) = match s.server.offering {
+        Offering::Notebook => ("token", StatusCode::FORBIDDEN),
+        _ => ("Bearer", StatusCode::UNAUTHORIZED),
+    };
+    let expected = format!("{scheme} {}", s.server.credential);
+    let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    if given != Some(expected.as_str()) {
+        return (refusal, axum::Json(json!({ "message": "the workload's credential is missing or wrong" })))
+            .into_response();
+    }
+    next.run(request).await
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+async fn lab(State(s): State<Arc<Shared>>) -> Html<String> {
+    let server = &s.server;
+    let (name, image, units) = (escape(&server.name), escape(&server.image), escape(&server.units));
+    let channels = format!("{}/api/kernels/simulated/channels", server.prefix);
+    Html(format!(
+        r#"<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>JupyterLab · {name}</title></head>
+<body>
+<h1>JupyterLab</h1>
+<p>Notebook <strong>{name}</strong> on the simulated fleet.</p>
+<p>Image <code>{image}</code> · GPUs: <span data-testid="notebook-gpus">{units}</span></p>
+<p id="kernel" data-testid="kernel-status">Kernel: connecting…</p>
+<script>
+const ws = new WebSocket((location.protocol === "https:" ? "wss://" : "ws://") + location.host + "{channels}");
+const status = document.getElementById("kernel");
+ws.onopen = () => ws.send("print('hello from Berth')");
+ws.onmessage = (e) => {{ status.textContent = "Kernel: connected (echo: " + e.data + ")"; }};
+ws.onerror = () => {{ status.textContent = "Kernel: could not connect"; }};
+</script>
+</body></html>"#
+    ))
+}
+
+async fn status(State(s): State<Arc<Shared>>) -> axum::Json<Value> {
+    axum::Json(json!({ "name": s.server.name, "kernels": 1, "started": true }))
+}
+
+/// A kernel's channels: every message comes back, until the client or the workload stops.
+async fn kernel_channels(State(s): State<Arc<Shared>>, upgrade: WebSocketUpgrade) -> Response {
+    let stopped = s.server.stopped.clone();
+    upgrade.on_upgrade(move |socket| echo_socket(socket, stopped))
+}
+
+async fn echo_socket(mut socket: WebSocket, mut stopped: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = until_stopped(&mut stopped) => {
+                let _ = socket.send(Message::Close(None)).await;
+                return;
+            }
+            message = socket.recv() => match message {
+                Some(Ok(Message::Text(text))) => {
+                    if socket.send(Message::Text(text)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Ok(Message::Binary(bytes))) => {
+                    if socket.send(Message::Binary(bytes)).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
+                Some(Ok(_)) => {}
+            },
+        }
+    }
+}
+
+/// What reached the workload, so one can see what the proxy forwards (and what it keeps).
+async fn echo(OriginalUri(uri): OriginalUri, request: Request) -> axum::Json<Value> {
+    let headers: serde_json::Map<String, Value> = request
+        .headers()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_owned(), json!(v.to_str().unwrap_or("<binary>"))))
+        .collect();
+    axum::Json(json!({
+        "method": request.method().as_str(),
+        "path": uri.path(),
+        "query": uri.query().unwrap_or_default(),
+        "headers": headers,
+    }))
+}
+
+/// Which replica answers: requests go round the replicas in turn.
+fn replica(s: &Shared) -> (u32, u32) {
+    let replicas = s.server.replicas.load(Ordering::Relaxed).max(1);
+    let n = s.answered.fetch_add(1, Ordering::Relaxed);
+    (u32::try_from(n % u64::from(replicas)).unwrap_or(0), replicas)
+}
+
+async fn models(State(s): State<Arc<Shared>>) -> Response {
+    let (answering, replicas) = replica(&s);
+    let body = json!({
+        "object": "list",
+        "data": [{ "id": s.server.image, "object": "model", "owned_by": "berth-simulated" }],
+        "replicas": replicas,
+    });
+    ([("x-berth-replica", answering.to_string())], axum::Json(body)).into_response()
+}
+
+async fn completion(State(s): State<Arc<Shared>>, headers: HeaderMap, body: String) -> Response {
+    let (answering, replicas) = replica(&s);
+    let asked: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    if headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) != Some("application/json") || asked.is_null() {
+        return (StatusCode::BAD_REQUEST, axum::Json(json!({ "error": "send a JSON body" }))).into_response();
+    }
+    let prompt = asked["prompt"]
+        .as_str()
+        .map(str::to_owned)
+        .or_else(|| {
+            asked["messages"].as_array().and_then(|m| m.last()).and_then(|m| m["content"].as_str()).map(str::to_owned)
+        })
+        .unwrap_or_default();
+    let body = json!({
+        "object": "text_completion",
+        "model": s.server.image,
+        "choices": [{ "index": 0, "text": format!("(simulated) you said: {prompt}"), "finish_reason": "stop" }],
+        "replica": answering,
+        "replicas": replicas,
+    });
+    ([("x-berth-replica", answering.to_string())], axum::Json(body)).into_response()
+}
+
+/// A training job: its command echoed, a few epochs, then its exit status. A command that
+/// ends with `exit N` ends with N (a way to try a failing job on the simulated fleet).
+pub(super) async fn run_job(world: Arc<Mutex<World>>, w: Workload, speed: f64, mut stopped: watch::Receiver<bool>) {
+    let id = w.environment_id.clone();
+    let write = |line: String| {
+        if let Some(job) = lock(&world).jobs.get_mut(&id) {
+            job.lines.push(line);
+        }
+    };
+    let command = w.command.clone().unwrap_or_default();
+    write(format!("$ {command}"));
+    write(format!("[berth] image {} on {}", w.image.as_deref().unwrap_or("?"), super::describe_units(&w)));
+    const EPOCHS: u32 = 5;
+    let mut loss = 2.5_f64;
+    for epoch in 1..=EPOCHS {
+        let pause = Duration::from_secs_f64((1.5 * speed).max(0.0));
+        tokio::select! {
+            _ = until_stopped(&mut stopped) => return,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        loss *= 0.55;
+        write(format!("epoch {epoch}/{EPOCHS}: loss {loss:.4}"));
+    }
+    let exit_code = exit_code_of(&command);
+    write(if exit_code == 0 {
+        "training finished".to_owned()
+    } else {
+        format!("process exited with code {exit_code}")
+    });
+    if let Some(job) = lock(&world).jobs.get_mut(&id) {
+        job.exit_code = Some(exit_code);
+    }
+}
+
+/// `... exit 3` -> 3; anything else succeeds.
+fn exit_code_of(command: &str) -> i32 {
+    let last = command.rsplit([';', '&', '|']).next().unwrap_or_default().trim();
+    last.strip_prefix("exit").and_then(|n| n.trim().parse().ok()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::exit_code_of;
+
+    #[test]
+    fn a_command_ending_in_exit_sets_the_status() {
+        assert_eq!(exit_code_of("python train.py"), 0);
+        assert_eq!(exit_code_of("python train.py; exit 3"), 3);
+        assert_eq!(exit_code_of("python train.py && exit 17"), 17);
+        assert_eq!(exit_code_of("exit"), 0);
+    }
+}

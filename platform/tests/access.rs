@@ -1,0 +1,273 @@
+//! Reaching what was booked, on the simulated fleet: who may open a notebook, endpoint API
+//! keys (shown once, kept hashed), replicas booked and released within quota, and training
+//! logs with their exit status.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // helpers of tests stop the test with their message
+
+mod common;
+
+use std::time::Duration;
+
+use berth_domain::Refusal;
+use berth_domain::booking::Quota;
+use berth_domain::launch::LaunchRequest;
+use berth_domain::lifecycle::EnvState;
+use berth_domain::policy::Role;
+use berth_platform::backend::JobStatus;
+use berth_platform::connect::{ENDPOINT_KEY_PREFIX, KeyState};
+use berth_platform::quotas::QuotaSubject;
+use berth_platform::{Caller, Error};
+use common::TestBerth;
+use sqlx::SqlitePool;
+
+fn refusal(result: Result<impl std::fmt::Debug, Error>) -> Refusal {
+    match result {
+        Err(Error::Refused(refusal)) => refusal,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+async fn audited(berth: &TestBerth, action: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = ? AND outcome = 'success'")
+        .bind(action)
+        .fetch_one(berth.platform.db())
+        .await
+        .unwrap()
+}
+
+async fn get(url: &str, authorization: Option<&str>) -> (u16, String) {
+    let mut request = reqwest::Client::new().get(url);
+    if let Some(value) = authorization {
+        request = request.header("authorization", value);
+    }
+    let response = request.send().await.expect("request");
+    (response.status().as_u16(), response.text().await.unwrap_or_default())
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn only_the_owner_and_their_tenant_admin_open_a_ready_notebook(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let env = berth.launch("notebook", "h100-1g.10gb", "lab").await.expect("launch");
+    let early = berth.platform.notebook_upstream(&berth.caller, &env.id, true).await;
+    assert!(matches!(refusal(early), Refusal::NotReady(_)), "not before it is ready");
+    berth.wait_for(&env.id, EnvState::Ready).await;
+
+    let upstream = berth.platform.notebook_upstream(&berth.caller, &env.id, true).await.expect("the owner opens it");
+    assert!(upstream.keeps_prefix, "Jupyter serves under Berth's path");
+    assert_eq!(audited(&berth, "environment.open").await, 1, "opening is audited");
+    berth.platform.notebook_upstream(&berth.caller, &env.id, false).await.expect("its other requests");
+    assert_eq!(audited(&berth, "environment.open").await, 1, "requests within the page are not");
+
+    // The upstream is real: it answers with the notebook's token, and refuses without it.
+    let (_, token) = upstream.headers.iter().find(|(k, _)| k == "authorization").expect("credential header");
+    let status = format!("{}/env/{}/api/status", upstream.base_url, env.id);
+    assert_eq!(get(&status, Some(token)).await.0, 200);
+    assert_eq!(get(&status, None).await.0, 403);
+
+    let admin = berth.user_with("ada@example.com", Role::TenantAdmin).await;
+    berth.platform.notebook_upstream(&admin, &env.id, true).await.expect("their tenant admin opens it");
+    let colleague = berth.user_with("cy@example.com", Role::Member).await;
+    let viewer = berth.user_with("vi@example.com", Role::Viewer).await;
+    let staff = berth.admin().await;
+    for (who, caller) in [("a colleague", &colleague), ("a viewer", &viewer), ("platform staff", &staff)] {
+        let denied = berth.platform.notebook_upstream(caller, &env.id, true).await;
+        assert!(matches!(denied, Err(Error::NotFound | Error::Forbidden)), "{who}: {denied:?}");
+    }
+    assert_eq!(audited(&berth, "environment.open").await, 2);
+
+    // Stopping the notebook stops its server.
+    berth.platform.stop(&berth.caller, &env.id).await.expect("stop");
+    berth.wait_for(&env.id, EnvState::Released).await;
+    assert!(reqwest::get(&status).await.is_err(), "the simulated server is gone");
+    assert_eq!(berth.backend.world().objects_of(&env.id), 0);
+}
+
+async fn ready_endpoint(berth: &TestBerth, name: &str) -> String {
+    let env = berth.launch("inference", "l40s-1", name).await.expect("launch");
+    berth.wait_for(&env.id, EnvState::Ready).await;
+    env.id
+}
+
+async fn endpoint_state(berth: &TestBerth, caller: &Caller, id: &str) -> berth_platform::connect::EndpointState {
+    berth.platform.environment_detail(caller, id).await.expect("detail").endpoint.expect("an endpoint")
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn an_endpoint_key_is_shown_once_kept_hashed_and_replaceable(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let id = ready_endpoint(&berth, "serve").await;
+    assert_eq!(endpoint_state(&berth, &berth.caller, &id).await.key, KeyState::Unrevealed);
+
+    let colleague = berth.user_with("cy@example.com", Role::Member).await;
+    assert!(matches!(berth.platform.reveal_endpoint_key(&colleague, &id).await, Err(Error::NotFound)));
+    let key = berth.platform.reveal_endpoint_key(&berth.caller, &id).await.expect("shown once");
+    assert!(key.starts_with(ENDPOINT_KEY_PREFIX) && key.len() > 60, "{key}");
+    assert_eq!(refusal(berth.platform.reveal_endpoint_key(&berth.caller, &id).await), Refusal::ApiKeyAlreadyShown);
+    assert!(matches!(endpoint_state(&berth, &berth.caller, &id).await.key, KeyState::Shown { .. }));
+    let (stored, unrevealed): (String, Option<String>) =
+        sqlx::query_as("SELECT key_hash, unrevealed FROM endpoint_keys WHERE environment_id = ?")
+            .bind(&id)
+            .fetch_one(berth.platform.db())
+            .await
+            .unwrap();
+    assert_eq!(unrevealed, None, "the key itself is gone once shown");
+    assert!(!stored.contains(&key) && stored.len() == 64, "only a hash is kept");
+
+    let upstream = berth.platform.endpoint_upstream(&id, &key).await.expect("the key opens it");
+    assert!(!upstream.keeps_prefix, "a model server answers at /v1");
+    assert!(matches!(berth.platform.endpoint_upstream(&id, "berth_ep_wrong").await, Err(Error::Unauthenticated)));
+    let other = ready_endpoint(&berth, "other").await;
+    assert!(
+        matches!(berth.platform.endpoint_upstream(&other, &key).await, Err(Error::Unauthenticated)),
+        "a key opens its own endpoint only"
+    );
+    assert!(matches!(berth.platform.endpoint_upstream("no-such-id", &key).await, Err(Error::Unauthenticated)));
+
+    let new = berth.platform.replace_endpoint_key(&berth.caller, &id).await.expect("replace");
+    assert_ne!(new, key);
+    assert!(matches!(berth.platform.endpoint_upstream(&id, &key).await, Err(Error::Unauthenticated)), "old key dead");
+    berth.platform.endpoint_upstream(&id, &new).await.expect("new key works");
+    assert_eq!(audited(&berth, "endpoint.key_reveal").await, 1);
+    assert_eq!(audited(&berth, "endpoint.key_replace").await, 1);
+
+    let notebook = berth.launch("notebook", "h100-1g.10gb", "nb").await.expect("launch");
+    assert_eq!(
+        refusal(berth.platform.reveal_endpoint_key(&berth.caller, &notebook.id).await),
+        Refusal::NoApiKey("Jupyter notebook")
+    );
+}
+
+/// Waits until the endpoint runs the replicas its owner asked for.
+async fn wait_applied(berth: &TestBerth, id: &str, replicas: u32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = endpoint_state(berth, &berth.caller, id).await;
+        if state.replicas_applied == replicas && state.replicas == replicas {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "replicas stuck at {state:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn held_by(berth: &TestBerth, id: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM reservations WHERE environment_id = ? AND released_at IS NULL")
+        .bind(id)
+        .fetch_one(berth.platform.db())
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn replicas_book_capacity_within_quota_and_give_it_back(pool: SqlitePool) {
+    let berth = TestBerth::new(pool.clone()).await;
+    let id = ready_endpoint(&berth, "serve").await;
+    let key = berth.platform.reveal_endpoint_key(&berth.caller, &id).await.expect("key");
+    assert_eq!(held_by(&berth, &id).await, 1);
+
+    // A personal quota of one L40S: a second replica does not fit, and nothing is written.
+    let admin = berth.admin().await;
+    let one = Quota { max_gpus: Some(1.0), ..Quota::default() };
+    let dana = QuotaSubject::User(berth.caller.user_id());
+    berth.platform.set_quota(&admin, dana, &one).await.expect("quota");
+    let refused = refusal(berth.platform.set_replicas(&berth.caller, &id, "2").await);
+    assert!(matches!(refused, Refusal::QuotaExceeded(_)), "{refused:?}");
+    assert_eq!(held_by(&berth, &id).await, 1);
+    assert_eq!(endpoint_state(&berth, &berth.caller, &id).await.replicas, 1);
+
+    berth.platform.set_quota(&admin, dana, &Quota::default()).await.expect("no quota");
+    assert!(matches!(
+        refusal(berth.platform.set_replicas(&berth.caller, &id, "9").await),
+        Refusal::InvalidReplicas { .. }
+    ));
+    // The small fleet has two whole L40S GPUs: a third replica finds no capacity.
+    let none = refusal(berth.platform.set_replicas(&berth.caller, &id, "3").await);
+    assert!(matches!(none, Refusal::NoCapacity { .. }), "{none:?}");
+    assert_eq!(held_by(&berth, &id).await, 1, "all or nothing");
+
+    berth.platform.set_replicas(&berth.caller, &id, "2").await.expect("scale up");
+    assert_eq!(held_by(&berth, &id).await, 2, "the new replica books its GPU at once");
+    wait_applied(&berth, &id, 2).await;
+    assert_eq!(berth.backend.world().replicas.get(&id), Some(&2));
+    let upstream = berth.platform.endpoint_upstream(&id, &key).await.expect("upstream");
+    let (_, credential) = upstream.headers[0].clone();
+    let (status, body) = get(&format!("{}/v1/models", upstream.base_url), Some(&credential)).await;
+    assert_eq!(status, 200);
+    assert!(body.contains("\"replicas\":2"), "the endpoint serves two replicas: {body}");
+
+    berth.platform.set_replicas(&berth.caller, &id, "1").await.expect("scale down");
+    wait_applied(&berth, &id, 1).await;
+    assert_eq!(held_by(&berth, &id).await, 1, "the surplus replica's GPU is released once it stopped");
+    assert_eq!(common::overlapping_reservations(&pool).await, 0);
+    let (_, body) = get(&format!("{}/v1/models", upstream.base_url), Some(&credential)).await;
+    assert!(body.contains("\"replicas\":1"), "{body}");
+    // The released GPU can be booked again right away.
+    let again = berth.launch("inference", "l40s-1", "second").await.expect("the freed GPU books again");
+    berth.wait_for(&again.id, EnvState::Ready).await;
+
+    let notebook = berth.launch("notebook", "h100-1g.10gb", "nb").await.expect("launch");
+    assert_eq!(
+        refusal(berth.platform.set_replicas(&berth.caller, &notebook.id, "2").await),
+        Refusal::NoReplicas("Jupyter notebook")
+    );
+    berth.platform.stop(&berth.caller, &id).await.expect("stop");
+    berth.wait_for(&id, EnvState::Released).await;
+    assert_eq!(held_by(&berth, &id).await, 0);
+    assert_eq!(berth.backend.world().objects_of(&id), 0);
+}
+
+async fn train(berth: &TestBerth, name: &str, command: &str) -> String {
+    let request = LaunchRequest {
+        offering: "training".into(),
+        size: "h100-1".into(),
+        name: name.into(),
+        hours: "2".into(),
+        image: "ghcr.io/acme/train:1".into(),
+        command: command.into(),
+        ..LaunchRequest::default()
+    };
+    let env = berth.platform.launch(&berth.caller, &request).await.expect("launch");
+    berth.wait_for(&env.id, EnvState::Ready).await;
+    env.id
+}
+
+async fn finished_logs(berth: &TestBerth, id: &str) -> berth_platform::backend::JobLogs {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let logs = berth.platform.job_logs(&berth.caller, id).await.expect("logs");
+        if logs.status != JobStatus::Running {
+            return logs;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the job never ended: {logs:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_training_job_shows_its_log_and_exit_status(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let ok = train(&berth, "good", "python train.py --epochs 5").await;
+    let logs = finished_logs(&berth, &ok).await;
+    assert_eq!(logs.status, JobStatus::Succeeded);
+    assert_eq!(logs.lines.first().map(String::as_str), Some("$ python train.py --epochs 5"));
+    assert!(logs.lines.iter().any(|l| l.starts_with("epoch 5/5")), "{:?}", logs.lines);
+    assert_eq!(logs.lines.last().map(String::as_str), Some("training finished"));
+
+    let bad = train(&berth, "bad", "python train.py; exit 3").await;
+    let logs = finished_logs(&berth, &bad).await;
+    assert_eq!(logs.status, JobStatus::Failed { exit_code: Some(3), reason: "exited with code 3".into() });
+    assert_eq!(logs.lines.last().map(String::as_str), Some("process exited with code 3"));
+
+    // Whoever may see the job may read its log; others get nothing.
+    let viewer = berth.user_with("vi@example.com", Role::Viewer).await;
+    berth.platform.job_logs(&viewer, &ok).await.expect("a viewer of the tenant reads it");
+    let colleague = berth.user_with("cy@example.com", Role::Member).await;
+    assert!(matches!(berth.platform.job_logs(&colleague, &ok).await, Err(Error::NotFound)));
+    let notebook = berth.launch("notebook", "h100-1g.10gb", "nb").await.expect("launch");
+    assert_eq!(
+        refusal(berth.platform.job_logs(&berth.caller, &notebook.id).await),
+        Refusal::NoJobLogs("Jupyter notebook")
+    );
+    berth.platform.stop(&berth.caller, &ok).await.expect("stop");
+    berth.wait_for(&ok, EnvState::Released).await;
+    assert_eq!(berth.backend.world().objects_of(&ok), 0, "the job's record goes with it");
+}
