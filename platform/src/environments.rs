@@ -146,6 +146,9 @@ impl Platform {
         let model = spec.size.gpu_model();
 
         let mut tx = self.begin_write().await?;
+        if let Some(tenant_id) = caller.tenant_id() {
+            crate::tenants::ensure_tenant_active(&mut tx, tenant_id).await?;
+        }
         let booker = Booker {
             user_id: caller.user_id(),
             tenant_id: caller.tenant_id(),

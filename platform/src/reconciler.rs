@@ -9,7 +9,7 @@
 //! await, but the bookkeeping after it runs to the end, so no database transaction is
 //! ever cut in half inside a running process.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +23,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::backend::{Backend, PlacedUnit, StepOutput, TenantScope, Workload};
+use crate::backend::{Backend, OwnedObject, PlacedUnit, StepOutput, TenantScope, Workload, orphans};
 use crate::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row, held_units};
 use crate::{Error, Platform, RequestMeta, lock, now_ms};
 
@@ -36,6 +36,9 @@ pub struct ReconcilerConfig {
     /// First wait before retrying a failed teardown step; doubles up to `max_backoff`.
     pub retry_backoff: Duration,
     pub max_backoff: Duration,
+    /// How often to sweep the backend for objects no live environment explains (orphans);
+    /// the first sweep runs at start.
+    pub sweep_interval: Duration,
 }
 
 impl Default for ReconcilerConfig {
@@ -45,6 +48,7 @@ impl Default for ReconcilerConfig {
             step_timeout: Duration::from_secs(120),
             retry_backoff: Duration::from_secs(2),
             max_backoff: Duration::from_secs(60),
+            sweep_interval: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -82,11 +86,30 @@ pub struct Reconciler {
     in_flight: Arc<Mutex<HashMap<String, InFlight>>>,
     /// Environment id -> (failed teardown attempts, not before this time).
     backoff: Arc<Mutex<HashMap<String, (u32, i64)>>>,
+    /// Stops the running orphan sweep, if one runs.
+    sweeping: Arc<Mutex<Option<oneshot::Sender<()>>>>,
+}
+
+/// What one orphan sweep found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Objects the backend holds for environments.
+    pub owned: usize,
+    pub removed: Vec<OwnedObject>,
+    /// Orphans whose removal failed, with the backend's message; the next sweep tries again.
+    pub failed: Vec<(OwnedObject, String)>,
 }
 
 impl Reconciler {
     pub fn new(platform: Platform, backend: Arc<dyn Backend>, config: ReconcilerConfig) -> Reconciler {
-        Reconciler { platform, backend, config, in_flight: Default::default(), backoff: Default::default() }
+        Reconciler {
+            platform,
+            backend,
+            config,
+            in_flight: Default::default(),
+            backoff: Default::default(),
+            sweeping: Default::default(),
+        }
     }
 
     /// Runs until `shutdown` completes. Backend calls still running then are abandoned
@@ -96,9 +119,14 @@ impl Reconciler {
         tracing::info!(backend = self.backend.name(), "reconciler started");
         let mut tasks = JoinSet::new();
         tokio::pin!(shutdown);
+        let mut next_sweep = tokio::time::Instant::now();
         loop {
             if let Err(e) = self.pass(&mut tasks).await {
                 tracing::error!(error = %e, "reconciler pass failed; retrying");
+            }
+            if tokio::time::Instant::now() >= next_sweep && lock(&self.sweeping).is_none() {
+                next_sweep = tokio::time::Instant::now() + self.config.sweep_interval;
+                self.start_sweep(&mut tasks);
             }
             tokio::select! {
                 _ = &mut shutdown => break,
@@ -111,6 +139,9 @@ impl Reconciler {
             if let Some(interrupt) = in_flight.interrupt.take() {
                 let _ = interrupt.send(Interrupt::Shutdown);
             }
+        }
+        if let Some(stop) = lock(&self.sweeping).take() {
+            let _ = stop.send(());
         }
         while tasks.join_next().await.is_some() {}
         tracing::info!("reconciler stopped");
@@ -154,6 +185,107 @@ impl Reconciler {
             }
         }
         Ok(())
+    }
+
+    fn start_sweep(&self, tasks: &mut JoinSet<()>) {
+        let (stop, stopped) = oneshot::channel();
+        *lock(&self.sweeping) = Some(stop);
+        let this = self.clone();
+        tasks.spawn(async move {
+            match this.sweep_until(stopped).await {
+                Ok(report) if report.removed.is_empty() && report.failed.is_empty() => {
+                    tracing::debug!(owned = report.owned, "orphan sweep found nothing to remove");
+                }
+                Ok(report) => tracing::info!(
+                    owned = report.owned,
+                    removed = report.removed.len(),
+                    failed = report.failed.len(),
+                    "orphan sweep done"
+                ),
+                Err(e) => tracing::error!(error = %e, "orphan sweep failed; trying again at the next one"),
+            }
+            *lock(&this.sweeping) = None;
+        });
+    }
+
+    /// One orphan sweep now: removes what the backend holds for environments that are not
+    /// live. Each removal is logged and audited.
+    pub async fn sweep(&self) -> Result<SweepReport, Error> {
+        let (_running, stopped) = oneshot::channel();
+        self.sweep_until(stopped).await
+    }
+
+    /// The sweep in two phases: list what the backend holds FIRST, then read which
+    /// environments are live. An environment created in between counts as live, so what
+    /// it has just made is never swept; an environment that was live at the listing and
+    /// is over by the read has had its teardown, so what is left of it is an orphan.
+    async fn sweep_until(&self, mut stop: oneshot::Receiver<()>) -> Result<SweepReport, Error> {
+        let timeout = self.config.step_timeout;
+        let owned = tokio::select! {
+            listed = tokio::time::timeout(timeout, self.backend.owned_objects()) => match listed {
+                Ok(Ok(owned)) => owned,
+                Ok(Err(e)) => return Err(Error::internal(format!("listing the backend's objects failed: {e}"))),
+                Err(_) => return Err(Error::internal(format!("listing the backend's objects took over {} s", timeout.as_secs()))),
+            },
+            _ = &mut stop => return Ok(SweepReport::default()),
+        };
+        let live: HashSet<String> =
+            sqlx::query_scalar("SELECT id FROM environments WHERE state NOT IN ('released', 'failed')")
+                .fetch_all(&self.platform.db)
+                .await?
+                .into_iter()
+                .collect();
+        let mut report = SweepReport { owned: owned.len(), ..SweepReport::default() };
+        for orphan in orphans(&owned, &live) {
+            let removed = tokio::select! {
+                removed = tokio::time::timeout(timeout, self.backend.remove_owned(&orphan)) => match removed {
+                    Ok(result) => result.map_err(|e| e.0),
+                    Err(_) => Err(format!("did not finish within {} s", timeout.as_secs())),
+                },
+                // Interrupted between two objects: each removal is whole, and audited.
+                _ = &mut stop => break,
+            };
+            match removed {
+                Ok(false) => {}
+                Ok(true) => {
+                    tracing::warn!(kind = orphan.kind, name = %orphan.name, environments = ?orphan.environments, "removed an orphan");
+                    self.audit_orphan(&orphan, Outcome::Success, None).await?;
+                    report.removed.push(orphan);
+                }
+                Err(message) => {
+                    tracing::warn!(kind = orphan.kind, name = %orphan.name, error = %message, "could not remove an orphan");
+                    self.audit_orphan(&orphan, Outcome::Failure, Some(&message)).await?;
+                    report.failed.push((orphan, message));
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// An orphan's removal in the audit log, in the tenant of the environment it was for.
+    async fn audit_orphan(&self, orphan: &OwnedObject, outcome: Outcome, error: Option<&str>) -> Result<(), Error> {
+        let mut tx = self.platform.begin_write().await?;
+        let mut tenant_id = None;
+        for environment in &orphan.environments {
+            let tenant: Option<Option<i64>> = sqlx::query_scalar("SELECT tenant_id FROM environments WHERE id = ?")
+                .bind(environment)
+                .fetch_optional(&mut *tx)
+                .await?;
+            tenant_id = tenant_id.or(tenant.flatten());
+        }
+        let target = format!("{} {}", orphan.kind, orphan.name);
+        let environments =
+            if orphan.environments.is_empty() { "no environment".to_owned() } else { orphan.environments.join(", ") };
+        let detail = match error {
+            None => format!(
+                "made for {environments}, none of them live; removed by the orphan sweep ({} backend)",
+                self.backend.name()
+            ),
+            Some(error) => format!("could not remove it ({error}); the next sweep tries again"),
+        };
+        let event = Event { action: "orphan.remove", target: Some(&target), outcome, detail: Some(&detail) };
+        audit::record(&mut tx, &Actor::background(tenant_id), event).await?;
+        tx.commit().await
     }
 
     /// Unfinished environments with how many steps of their current phase succeeded.
@@ -449,12 +581,17 @@ async fn tenant_scope(conn: &mut sqlx::SqliteConnection, tenant_id: Option<i64>)
 }
 
 /// MIG slices of other environments on the nodes where this one holds MIG slices, from
-/// reservations that have started and are not released (their instances exist now).
+/// reservations that have started and are not released (their instances exist now),
+/// except those of environments whose workload teardown has stopped: their slices are
+/// about to go, and two of them clearing at once must each leave the other out, or the
+/// last layout written would keep a slice nobody holds.
 async fn mig_neighbours(conn: &mut sqlx::SqliteConnection, environment_id: &str) -> Result<Vec<PlacedUnit>, Error> {
     let rows: Vec<(String, String, i64, String, i64, i64, String)> = sqlx::query_as(
         "SELECT s.name, n.name, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile
          FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id JOIN sites s ON s.id = n.site_id
          WHERE r.environment_id <> ?1 AND r.released_at IS NULL AND r.mig_profile IS NOT NULL AND r.starts_at <= ?2
+           AND NOT EXISTS (SELECT 1 FROM environment_steps s WHERE s.environment_id = r.environment_id
+                           AND s.phase = 'teardown' AND s.step = 'stop_workload' AND s.status = 'succeeded')
            AND n.id IN (SELECT g2.node_id FROM reservations r2 JOIN gpus g2 ON g2.id = r2.gpu_id
                         WHERE r2.environment_id = ?1 AND r2.mig_profile IS NOT NULL)
          ORDER BY n.name, g.idx, r.slice_start",

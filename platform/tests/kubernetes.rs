@@ -17,8 +17,8 @@ use berth_domain::tenancy::Isolation;
 use berth_platform::backend::kubernetes::manifests::{
     self, ClusterSettings, Manifest, NodeStage, endpoint_manifest, namespace_bundle, node_manifest, workload_manifests,
 };
-use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig, orphans};
-use berth_platform::backend::{Backend, PlacedUnit, TenantScope, Workload};
+use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
+use berth_platform::backend::{Backend, PlacedUnit, TenantScope, Workload, orphans};
 use kubernetes_api::FakeCluster;
 use serde_json::{Value, json};
 
@@ -848,23 +848,48 @@ async fn the_orphan_sweep_finds_and_removes_what_no_live_environment_explains() 
         [("Namespace", ns(&dead)), ("ClusterQueue", ns(&dead)), ("Node", "h100-2".to_owned())],
         "only the dead environment's objects"
     );
-    assert!(reported.iter().all(|o| o.environment_id == OTHER_ENV_ID));
+    assert!(reported.iter().all(|o| o.environments == [OTHER_ENV_ID]));
     let calls = cluster.take_calls();
     assert!(calls.iter().all(|c| c.method == "GET"), "listing changes nothing");
     let selector = calls.iter().map(|c| c.query.clone()).next().unwrap_or_default();
     assert!(selector.contains("managed-by"), "lists only Berth's objects: {selector}");
 
-    let removed = k8s.remove_orphans(&owned, &live_ids).await.unwrap();
-    assert_eq!(removed, reported);
+    for orphan in &reported {
+        assert!(k8s.remove_owned(orphan).await.unwrap(), "{orphan:?} removed");
+    }
     let paths = cluster.environment_objects();
     assert!(paths.iter().all(|p| !p.contains(&ns(&dead))), "{paths:?}");
     assert!(paths.iter().any(|p| p.contains(&ns(live))), "the live environment keeps its objects");
     let node = cluster.node("h100-2");
     assert!(node["metadata"]["labels"].get("berth.dev/tenant").is_none(), "{node}");
+    assert!(node.pointer("/spec/taints").is_none(), "{node}");
     let owned = k8s.owned_objects().await.unwrap();
     assert_eq!(orphans(&owned, &live_ids), vec![], "a second sweep finds nothing");
-    // Removing again what is already gone is fine.
-    assert_eq!(k8s.remove_orphans(&reported, &live_ids).await.unwrap(), reported);
+    // Removing again what is already gone does nothing, and says so.
+    for orphan in &reported {
+        assert!(!k8s.remove_owned(orphan).await.unwrap(), "{orphan:?} was gone already");
+    }
+}
+
+#[tokio::test]
+async fn the_sweep_leaves_a_node_alone_that_another_environment_took_since_the_listing() {
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    let mut dead = cases()[1].1.clone(); // a hard tenant's training job on h100-2
+    dead.environment_id = OTHER_ENV_ID.into();
+    k8s.run(&dead, Step::StartWorkload).await.unwrap();
+    let owned = k8s.owned_objects().await.unwrap();
+    let node = owned.iter().find(|o| o.kind == "Node").expect("dedicated node listed").clone();
+    // Between the listing and the removal the dead one is torn down and a new
+    // environment takes the node.
+    for step in teardown_plan(dead.shape) {
+        k8s.run(&dead, step).await.unwrap();
+    }
+    let newcomer = cases()[1].1.clone();
+    k8s.run(&newcomer, Step::StartWorkload).await.unwrap();
+    assert!(!k8s.remove_owned(&node).await.unwrap(), "not the listed environment's any more");
+    let labels = cluster.node("h100-2")["metadata"]["labels"].clone();
+    assert_eq!(labels["berth.dev/environment"], ENV_ID, "{labels}");
 }
 
 #[tokio::test]

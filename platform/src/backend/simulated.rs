@@ -3,14 +3,16 @@
 
 use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::Step;
 use rand::Rng;
 
-use super::{Backend, BackendError, Connection, StepFuture, StepOutput, Workload};
+use super::{
+    Backend, BackendError, Connection, OwnedFuture, OwnedObject, RemoveFuture, StepFuture, StepOutput, Workload,
+};
 use crate::lock;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -19,9 +21,16 @@ pub enum Fault {
     Fail,
     /// The step never returns (the reconciler's step timeout must catch it).
     Hang,
+    /// The answer is lost: the step reports an error, yet what it did lands a moment
+    /// later ([`LATE_BY`] after its usual delay), as with a real backend that timed out
+    /// after all. What lands after the environment's teardown is an orphan for the sweep.
+    Late,
 }
 
-/// `STEP=fail`, `STEP=hang`, optionally with a probability: `start_workload=fail@0.2`.
+/// How much later than its usual delay a step with a lost answer takes effect.
+pub const LATE_BY: Duration = Duration::from_millis(250);
+
+/// `STEP=fail`, `STEP=hang`, `STEP=late`, optionally with a probability: `start_workload=fail@0.2`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FaultRule {
     pub step: Step,
@@ -51,7 +60,8 @@ impl FromStr for FaultRule {
         let fault = match fault.trim() {
             "fail" => Fault::Fail,
             "hang" => Fault::Hang,
-            other => return Err(format!("unknown fault \"{other}\" (fail or hang)")),
+            "late" => Fault::Late,
+            other => return Err(format!("unknown fault \"{other}\" (fail, hang or late)")),
         };
         Ok(FaultRule { step, fault, probability })
     }
@@ -86,16 +96,36 @@ impl World {
             + usize::from(self.workloads.contains(environment_id))
             + usize::from(self.endpoints.contains_key(environment_id))
     }
+
+    /// Everything that belongs to an environment (the image cache belongs to the nodes).
+    pub fn owned(&self) -> Vec<OwnedObject> {
+        let object = |kind, id: &String| OwnedObject { kind, name: id.clone(), environments: vec![id.clone()] };
+        let mut owned: Vec<OwnedObject> = self
+            .partitions
+            .iter()
+            .map(|id| object(PARTITION, id))
+            .chain(self.workloads.iter().map(|id| object(WORKLOAD, id)))
+            .chain(self.endpoints.keys().map(|id| object(ENDPOINT, id)))
+            .collect();
+        owned.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+        owned
+    }
 }
+
+/// The kinds of simulated objects, named by the environment they belong to.
+pub const PARTITION: &str = "partition";
+pub const WORKLOAD: &str = "workload";
+pub const ENDPOINT: &str = "endpoint";
 
 pub struct Simulated {
     config: Mutex<SimulatedConfig>,
-    world: Mutex<World>,
+    /// Shared with steps whose answer was lost and that land later.
+    world: Arc<Mutex<World>>,
 }
 
 impl Simulated {
     pub fn new(config: SimulatedConfig) -> Simulated {
-        Simulated { config: Mutex::new(config), world: Mutex::new(World::default()) }
+        Simulated { config: Mutex::new(config), world: Arc::default() }
     }
 
     /// Replaces the fault rules (tests change them between phases of a scenario).
@@ -129,51 +159,51 @@ impl Simulated {
         let mut rng = rand::rng();
         config.faults.iter().find(|r| r.step == step && rng.random_bool(r.probability)).map(|r| r.fault)
     }
+}
 
-    fn apply(&self, w: &Workload, step: Step) -> Result<StepOutput, BackendError> {
-        let mut world = lock(&self.world);
-        let id = w.environment_id.clone();
-        let mut output = StepOutput::default();
-        match step {
-            Step::ConfigurePartition => {
-                world.partitions.insert(id);
-                output.detail = Some(describe_units(w));
-            }
-            Step::PullImage => {
-                if let Some(image) = &w.image {
-                    output.detail = Some(if world.images.insert(image.clone()) {
-                        format!("pulled {image}")
-                    } else {
-                        format!("{image} already cached")
-                    });
-                }
-            }
-            Step::StartWorkload => {
-                world.workloads.insert(id);
-                output.detail = Some(describe_units(w));
-            }
-            Step::WaitHealthy => {
-                if !world.workloads.contains(&id) {
-                    return Err(BackendError("the workload is not running".into()));
-                }
-            }
-            Step::ExposeEndpoint => {
-                let connection = world.endpoints.entry(id).or_insert_with(|| connection_for(w)).clone();
-                output.connection = Some(connection);
-            }
-            Step::RemoveEndpoint => {
-                world.endpoints.remove(&id);
-            }
-            Step::StopWorkload => {
-                world.workloads.remove(&id);
-            }
-            Step::ClearPartition => {
-                world.partitions.remove(&id);
-            }
-            Step::ReleaseCapacity => {}
+fn apply(world: &Mutex<World>, w: &Workload, step: Step) -> Result<StepOutput, BackendError> {
+    let mut world = lock(world);
+    let id = w.environment_id.clone();
+    let mut output = StepOutput::default();
+    match step {
+        Step::ConfigurePartition => {
+            world.partitions.insert(id);
+            output.detail = Some(describe_units(w));
         }
-        Ok(output)
+        Step::PullImage => {
+            if let Some(image) = &w.image {
+                output.detail = Some(if world.images.insert(image.clone()) {
+                    format!("pulled {image}")
+                } else {
+                    format!("{image} already cached")
+                });
+            }
+        }
+        Step::StartWorkload => {
+            world.workloads.insert(id);
+            output.detail = Some(describe_units(w));
+        }
+        Step::WaitHealthy => {
+            if !world.workloads.contains(&id) {
+                return Err(BackendError("the workload is not running".into()));
+            }
+        }
+        Step::ExposeEndpoint => {
+            let connection = world.endpoints.entry(id).or_insert_with(|| connection_for(w)).clone();
+            output.connection = Some(connection);
+        }
+        Step::RemoveEndpoint => {
+            world.endpoints.remove(&id);
+        }
+        Step::StopWorkload => {
+            world.workloads.remove(&id);
+        }
+        Step::ClearPartition => {
+            world.partitions.remove(&id);
+        }
+        Step::ReleaseCapacity => {}
     }
+    Ok(output)
 }
 
 impl Backend for Simulated {
@@ -183,12 +213,38 @@ impl Backend for Simulated {
 
     fn run<'a>(&'a self, workload: &'a Workload, step: Step) -> StepFuture<'a> {
         Box::pin(async move {
-            tokio::time::sleep(self.delay(step)).await;
+            let delay = self.delay(step);
+            tokio::time::sleep(delay).await;
             match self.fault_for(step) {
                 Some(Fault::Fail) => Err(BackendError(format!("simulated fault in {}", step.as_str()))),
                 Some(Fault::Hang) => std::future::pending().await,
-                None => self.apply(workload, step),
+                Some(Fault::Late) => {
+                    let (world, workload) = (self.world.clone(), workload.clone());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay + LATE_BY).await;
+                        let _ = apply(&world, &workload, step);
+                    });
+                    Err(BackendError(format!("simulated lost answer from {}", step.as_str())))
+                }
+                None => apply(&self.world, workload, step),
             }
+        })
+    }
+
+    fn owned_objects(&self) -> OwnedFuture<'_> {
+        Box::pin(async move { Ok(lock(&self.world).owned()) })
+    }
+
+    fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a> {
+        Box::pin(async move {
+            let mut world = lock(&self.world);
+            let removed = match object.kind {
+                PARTITION => world.partitions.remove(&object.name),
+                WORKLOAD => world.workloads.remove(&object.name),
+                ENDPOINT => world.endpoints.remove(&object.name).is_some(),
+                other => return Err(BackendError(format!("the simulated backend has no {other} objects"))),
+            };
+            Ok(removed)
         })
     }
 }
@@ -259,6 +315,7 @@ mod tests {
         assert_eq!("pull_image=hang@0.5".parse::<FaultRule>().map(|r| r.probability), Ok(0.5));
         assert!("boot=fail".parse::<FaultRule>().unwrap_err().contains("unknown step"));
         assert!("pull_image=explode".parse::<FaultRule>().unwrap_err().contains("unknown fault"));
+        assert_eq!("start_workload=late@0.1".parse::<FaultRule>().map(|r| r.fault), Ok(Fault::Late));
         assert!("pull_image=fail@2".parse::<FaultRule>().unwrap_err().contains("between 0 and 1"));
     }
 }

@@ -18,7 +18,7 @@
 
 pub mod manifests;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use berth_domain::catalog::Offering;
@@ -33,9 +33,9 @@ use rand::Rng;
 
 use self::manifests::{
     CLUSTER_QUEUE, ClusterSettings, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind, MANAGED_BY_LABEL, MIG_CONFIG_KEY,
-    MIG_CONFIG_LABEL, MIG_STATE_LABEL, Manifest, NAMESPACE, NodeStage, TENANT_LABEL,
+    MIG_CONFIG_LABEL, MIG_DISABLED, MIG_STATE_LABEL, Manifest, NAMESPACE, NODE, NodeStage, TENANT_LABEL,
 };
-use super::{Backend, BackendError, StepFuture, StepOutput, Workload};
+use super::{Backend, BackendError, OwnedFuture, OwnedObject, RemoveFuture, StepFuture, StepOutput, Workload};
 
 /// How the backend reaches and uses the cluster.
 #[derive(Debug, Clone)]
@@ -62,14 +62,6 @@ pub struct Kubernetes {
     client: Client,
     config: KubernetesConfig,
     api_server_url: String,
-}
-
-/// An object Berth labelled for an environment that is no longer live.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Orphan {
-    pub kind: &'static str,
-    pub name: String,
-    pub environment_id: String,
 }
 
 impl Kubernetes {
@@ -194,13 +186,14 @@ impl Kubernetes {
     }
 
     async fn apply(&self, m: &Manifest) -> Result<(), BackendError> {
+        self.apply_answer(m).await.map_err(|e| api_failure(&format!("apply {} {}", m.kind.kind, m.name()), e))
+    }
+
+    async fn apply_answer(&self, m: &Manifest) -> Result<(), kube::Error> {
         // Forced: Berth is the one owner of these fields, also against a manager that set
         // them before (the GPU Operator's default `nvidia.com/mig.config`, for one).
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        self.api(&m.kind, m.namespace())
-            .patch(m.name(), &params, &Patch::Apply(&m.object))
-            .await
-            .map_err(|e| api_failure(&format!("apply {} {}", m.kind.kind, m.name()), e))?;
+        self.api(&m.kind, m.namespace()).patch(m.name(), &params, &Patch::Apply(&m.object)).await?;
         Ok(())
     }
 
@@ -413,63 +406,73 @@ impl Kubernetes {
     }
 
     /// Everything Berth labelled for an environment: namespaces (everything in them goes
-    /// with them), ClusterQueues and dedicated nodes. The orphan sweep is two phases: list
-    /// these first, then read which environments are live, then [`Kubernetes::remove_orphans`].
-    /// In that order an environment created between the two reads counts as live, so
-    /// nothing it has just created is swept.
-    pub async fn owned_objects(&self) -> Result<Vec<Orphan>, BackendError> {
+    /// with them), ClusterQueues and dedicated nodes.
+    async fn owned(&self) -> Result<Vec<OwnedObject>, BackendError> {
         let mut owned = Vec::new();
         let labelled = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER},{ENVIRONMENT_LABEL}"));
         for kind in [NAMESPACE, CLUSTER_QUEUE] {
             let found =
                 self.api(&kind, None).list(&labelled).await.map_err(|e| api_failure("list Berth's objects", e))?;
-            owned.extend(found.iter().map(|object| Orphan {
+            owned.extend(found.iter().map(|object| OwnedObject {
                 kind: kind.kind,
                 name: object.name_any(),
-                environment_id: object.labels().get(ENVIRONMENT_LABEL).cloned().unwrap_or_default(),
+                environments: object.labels().get(ENVIRONMENT_LABEL).cloned().into_iter().collect(),
             }));
         }
         let nodes: Api<Node> = Api::all(self.client.clone());
         let dedicated = ListParams::default().labels(&format!("{ENVIRONMENT_LABEL},{TENANT_LABEL}"));
         let found = nodes.list(&dedicated).await.map_err(|e| api_failure("list dedicated nodes", e))?;
-        owned.extend(found.iter().map(|node| Orphan {
-            kind: "Node",
+        owned.extend(found.iter().map(|node| OwnedObject {
+            kind: NODE.kind,
             name: node.name_any(),
-            environment_id: node.labels().get(ENVIRONMENT_LABEL).cloned().unwrap_or_default(),
+            environments: node.labels().get(ENVIRONMENT_LABEL).cloned().into_iter().collect(),
         }));
         Ok(owned)
     }
 
-    /// Removes the objects of `owned` whose environment is not in `live` and returns them:
-    /// namespaces and queues are deleted, nodes lose Berth's labels and taint.
-    pub async fn remove_orphans(&self, owned: &[Orphan], live: &HashSet<String>) -> Result<Vec<Orphan>, BackendError> {
-        let orphans: Vec<Orphan> = orphans(owned, live);
-        for orphan in &orphans {
-            match orphan.kind {
-                "Node" => {
-                    // An apply without fields gives back every label and taint Berth set.
-                    let release = Manifest {
-                        kind: manifests::NODE,
-                        object: serde_json::json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": orphan.name } }),
-                    };
-                    self.apply(&release).await?;
-                }
-                "Namespace" => {
-                    self.delete(&NAMESPACE, None, &orphan.name, false).await?;
-                }
-                _ => {
-                    self.delete(&CLUSTER_QUEUE, None, &orphan.name, false).await?;
-                }
-            }
-            tracing::warn!(kind = orphan.kind, name = %orphan.name, environment = %orphan.environment_id, "removed an orphan");
+    /// Removes an orphan: namespaces and queues are deleted; a dedicated node loses
+    /// Berth's labels, annotation and taint.
+    async fn remove(&self, object: &OwnedObject) -> Result<bool, BackendError> {
+        match object.kind {
+            "Namespace" => self.delete(&NAMESPACE, None, &object.name, false).await,
+            "ClusterQueue" => self.delete(&CLUSTER_QUEUE, None, &object.name, false).await,
+            "Node" => self.release_dedicated_node(object).await,
+            other => Err(BackendError(format!("Berth does not sweep Kubernetes {other} objects"))),
         }
-        Ok(orphans)
     }
-}
 
-/// The objects of `owned` that no live environment explains (the report of a sweep).
-pub fn orphans(owned: &[Orphan], live: &HashSet<String>) -> Vec<Orphan> {
-    owned.iter().filter(|o| !live.contains(&o.environment_id)).cloned().collect()
+    /// Gives a node back from the environment that `object` lists, unless another
+    /// environment has taken it since the sweep listed it. The apply names the node's
+    /// resourceVersion, so a change between reading and writing fails it with a conflict
+    /// instead of undoing someone else's change; Berth's MIG layout stays as it is.
+    async fn release_dedicated_node(&self, object: &OwnedObject) -> Result<bool, BackendError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let doing = format!("read node {}", object.name);
+        let Some(node) = api.get_opt(&object.name).await.map_err(|e| api_failure(&doing, e))? else {
+            return Ok(false);
+        };
+        let labels = node.labels();
+        if labels.get(ENVIRONMENT_LABEL).is_none_or(|e| !object.environments.contains(e)) {
+            return Ok(false);
+        }
+        let mut meta = serde_json::json!({ "name": object.name });
+        if let Some(version) = node.resource_version() {
+            meta["resourceVersion"] = serde_json::json!(version);
+        }
+        // Berth's MIG layout (or its disabled state) serves the node's other environments.
+        if let Some(config) = labels.get(MIG_CONFIG_LABEL).filter(|c| c.starts_with("berth-") || *c == MIG_DISABLED) {
+            meta["labels"] = serde_json::json!({ MIG_CONFIG_LABEL: config });
+        }
+        let release = Manifest {
+            kind: NODE,
+            object: serde_json::json!({ "apiVersion": "v1", "kind": "Node", "metadata": meta }),
+        };
+        match self.apply_answer(&release).await {
+            Ok(()) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => Ok(false),
+            Err(e) => Err(api_failure(&format!("give back node {}", object.name), e)),
+        }
+    }
 }
 
 impl Backend for Kubernetes {
@@ -479,6 +482,14 @@ impl Backend for Kubernetes {
 
     fn run<'a>(&'a self, workload: &'a Workload, step: Step) -> StepFuture<'a> {
         Box::pin(self.step(workload, step))
+    }
+
+    fn owned_objects(&self) -> OwnedFuture<'_> {
+        Box::pin(self.owned())
+    }
+
+    fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a> {
+        Box::pin(self.remove(object))
     }
 }
 
