@@ -433,6 +433,7 @@ impl Reconciler {
             .await?
             .into_iter()
             .map(|u| PlacedUnit {
+                environment_id: env.id.clone(),
                 site: u.site,
                 node: u.node,
                 gpu_index: u.gpu_index,
@@ -586,8 +587,8 @@ async fn tenant_scope(conn: &mut sqlx::SqliteConnection, tenant_id: Option<i64>)
 /// about to go, and two of them clearing at once must each leave the other out, or the
 /// last layout written would keep a slice nobody holds.
 async fn mig_neighbours(conn: &mut sqlx::SqliteConnection, environment_id: &str) -> Result<Vec<PlacedUnit>, Error> {
-    let rows: Vec<(String, String, i64, String, i64, i64, String)> = sqlx::query_as(
-        "SELECT s.name, n.name, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile
+    let rows: Vec<(String, String, String, i64, String, i64, i64, String)> = sqlx::query_as(
+        "SELECT r.environment_id, s.name, n.name, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile
          FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id JOIN sites s ON s.id = n.site_id
          WHERE r.environment_id <> ?1 AND r.released_at IS NULL AND r.mig_profile IS NOT NULL AND r.starts_at <= ?2
            AND NOT EXISTS (SELECT 1 FROM environment_steps s WHERE s.environment_id = r.environment_id
@@ -602,7 +603,8 @@ async fn mig_neighbours(conn: &mut sqlx::SqliteConnection, environment_id: &str)
     .await?;
     Ok(rows
         .into_iter()
-        .map(|(site, node, gpu_index, model, slice_start, slice_size, key)| PlacedUnit {
+        .map(|(environment_id, site, node, gpu_index, model, slice_start, slice_size, key)| PlacedUnit {
+            environment_id,
             site,
             node,
             gpu_index,

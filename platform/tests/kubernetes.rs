@@ -18,7 +18,7 @@ use berth_platform::backend::kubernetes::manifests::{
     self, ClusterSettings, Manifest, NodeStage, endpoint_manifest, namespace_bundle, node_manifest, workload_manifests,
 };
 use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
-use berth_platform::backend::{Backend, PlacedUnit, TenantScope, Workload, orphans};
+use berth_platform::backend::{Backend, OwnedObject, PlacedUnit, TenantScope, Workload, orphans};
 use kubernetes_api::FakeCluster;
 use serde_json::{Value, json};
 
@@ -47,6 +47,7 @@ fn vault() -> TenantScope {
 
 fn mig_unit(node: &str, gpu: i64, start: i64, profile: &str) -> PlacedUnit {
     PlacedUnit {
+        environment_id: ENV_ID.into(),
         site: "test-1".into(),
         node: node.into(),
         gpu_index: gpu,
@@ -58,6 +59,7 @@ fn mig_unit(node: &str, gpu: i64, start: i64, profile: &str) -> PlacedUnit {
 
 fn gpu_unit(node: &str, gpu: i64) -> PlacedUnit {
     PlacedUnit {
+        environment_id: ENV_ID.into(),
         site: "test-1".into(),
         node: node.into(),
         gpu_index: gpu,
@@ -840,7 +842,9 @@ async fn the_orphan_sweep_finds_and_removes_what_no_live_environment_explains() 
     let live_ids = HashSet::from([ENV_ID.to_owned()]);
 
     let owned = k8s.owned_objects().await.unwrap();
-    assert_eq!(owned.len(), 5, "two namespaces, two queues, one dedicated node: {owned:?}");
+    assert_eq!(owned.len(), 6, "two namespaces, two queues, one dedicated node, one MIG layout: {owned:?}");
+    let layout = owned.iter().find(|o| o.kind == "MigLayout").expect("the notebook's MIG layout");
+    assert_eq!((layout.name.as_str(), layout.environments.as_slice()), ("h100-1", [ENV_ID.to_owned()].as_slice()));
     let reported = orphans(&owned, &live_ids);
     let found: Vec<(&str, String)> = reported.iter().map(|o| (o.kind, o.name.clone())).collect();
     assert_eq!(
@@ -872,6 +876,40 @@ async fn the_orphan_sweep_finds_and_removes_what_no_live_environment_explains() 
 }
 
 #[tokio::test]
+async fn a_mig_layout_no_live_environment_holds_is_disabled_by_the_sweep() {
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    // Two notebooks share h100-1's layout; the second's MIG step landed after both had
+    // gone (an answer lost in a timeout), so the node keeps a layout nobody holds.
+    let mut first = cases()[0].1.clone();
+    let mut second = first.clone();
+    second.environment_id = OTHER_ENV_ID.into();
+    second.units = vec![PlacedUnit { environment_id: OTHER_ENV_ID.into(), ..mig_unit("h100-1", 0, 1, "1g.10gb") }];
+    second.mig_neighbours = first.units.clone();
+    first.mig_neighbours = second.units.clone();
+    k8s.run(&second, Step::ConfigurePartition).await.unwrap();
+    let labels = cluster.node("h100-1")["metadata"].clone();
+    assert_eq!(labels["annotations"]["berth.dev/mig-environments"], format!("{ENV_ID},{OTHER_ENV_ID}"), "{labels}");
+
+    let owned = k8s.owned_objects().await.unwrap();
+    let layout = owned.iter().find(|o| o.kind == "MigLayout").expect("listed").clone();
+    assert_eq!(layout.environments, [ENV_ID, OTHER_ENV_ID]);
+    // Either environment alive explains it; with both gone it is an orphan.
+    let layouts = |found: Vec<OwnedObject>| found.into_iter().filter(|o| o.kind == "MigLayout").collect::<Vec<_>>();
+    assert!(layouts(orphans(&owned, &HashSet::from([OTHER_ENV_ID.to_owned()]))).is_empty());
+    assert_eq!(layouts(orphans(&owned, &HashSet::new())), [layout.clone()]);
+    cluster.take_calls();
+    assert!(k8s.remove_owned(&layout).await.unwrap());
+    let node = cluster.node("h100-1");
+    assert_eq!(node["metadata"]["labels"]["nvidia.com/mig.config"], "all-disabled", "{node}");
+    assert!(node["metadata"].get("annotations").is_none(), "{node}");
+    let apply = cluster.take_calls().into_iter().find(|c| c.method == "PATCH").expect("one apply");
+    assert!(apply.body.unwrap()["metadata"]["resourceVersion"].is_string(), "the apply is conditional");
+    assert!(layouts(k8s.owned_objects().await.unwrap()).is_empty(), "no MIG layout of Berth's left");
+    assert!(!k8s.remove_owned(&layout).await.unwrap(), "a second removal finds nothing to do");
+}
+
+#[tokio::test]
 async fn the_sweep_leaves_a_node_alone_that_another_environment_took_since_the_listing() {
     let (cluster, client) = FakeCluster::start();
     let k8s = backend(client);
@@ -890,6 +928,15 @@ async fn the_sweep_leaves_a_node_alone_that_another_environment_took_since_the_l
     assert!(!k8s.remove_owned(&node).await.unwrap(), "not the listed environment's any more");
     let labels = cluster.node("h100-2")["metadata"]["labels"].clone();
     assert_eq!(labels["berth.dev/environment"], ENV_ID, "{labels}");
+
+    // The same when the node changes between the sweep's read and its write: the
+    // conditional apply is refused and nothing is undone.
+    let taken = OwnedObject { environments: vec![ENV_ID.into()], ..node };
+    cluster.lock().bump_node_on_next_read = Some("h100-2".into());
+    assert!(!k8s.remove_owned(&taken).await.unwrap(), "changed between read and write");
+    assert_eq!(cluster.node("h100-2")["metadata"]["labels"]["berth.dev/environment"], ENV_ID);
+    assert!(k8s.remove_owned(&taken).await.unwrap(), "removed once it holds still");
+    assert!(cluster.node("h100-2")["metadata"]["labels"].get("berth.dev/environment").is_none());
 }
 
 #[tokio::test]

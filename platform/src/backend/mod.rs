@@ -52,6 +52,8 @@ pub struct TenantScope {
 /// One reserved GPU or MIG slice, named as the backend knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlacedUnit {
+    /// The environment that holds it (a neighbour's, among `mig_neighbours`).
+    pub environment_id: String,
     pub site: String,
     pub node: String,
     pub gpu_index: i64,

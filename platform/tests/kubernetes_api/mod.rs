@@ -59,6 +59,8 @@ pub struct State {
     pub faults: Faults,
     /// The resourceVersion of each node, changed by every apply to it.
     node_revisions: BTreeMap<String, u64>,
+    /// A node that someone else changes right after the next GET of it (a race, on cue).
+    pub bump_node_on_next_read: Option<String>,
     revision: u64,
 }
 
@@ -408,6 +410,11 @@ impl State {
             }
             "GET" => {
                 let found = if is_node { self.node_view(&segs[1]) } else { self.view(&call.path) };
+                if is_node && self.bump_node_on_next_read.as_ref() == Some(&segs[1]) {
+                    self.bump_node_on_next_read = None;
+                    self.revision += 1;
+                    self.node_revisions.insert(segs[1].clone(), self.revision);
+                }
                 match found {
                     Some(o) => (StatusCode::OK, o),
                     None => status(404, "NotFound", "not found"),

@@ -13,6 +13,7 @@
 //! | stop workload | delete the workload and wait until its pods are gone |
 //! | clear partition | node's MIG config cleared |
 //! | release capacity | delete the namespace and ClusterQueue; node labels and taint removed |
+//! | orphan sweep | list labelled namespaces, ClusterQueues, dedicated nodes and nodes with a Berth MIG layout (annotated with the environments holding it); delete, give back or disable what no live environment explains |
 //!
 //! Kubernetes errors go to the log; the step fails with an operational message.
 
@@ -32,8 +33,9 @@ use kube::{Client, ResourceExt};
 use rand::Rng;
 
 use self::manifests::{
-    CLUSTER_QUEUE, ClusterSettings, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind, MANAGED_BY_LABEL, MIG_CONFIG_KEY,
-    MIG_CONFIG_LABEL, MIG_DISABLED, MIG_STATE_LABEL, Manifest, NAMESPACE, NODE, NodeStage, TENANT_LABEL,
+    CLUSTER_QUEUE, ClusterSettings, DEDICATED_UNTIL_ANNOTATION, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind,
+    MANAGED_BY_LABEL, MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_DISABLED, MIG_ENVIRONMENTS_ANNOTATION, MIG_STATE_LABEL,
+    Manifest, NAMESPACE, NODE, NodeStage, TENANT_LABEL,
 };
 use super::{Backend, BackendError, OwnedFuture, OwnedObject, RemoveFuture, StepFuture, StepOutput, Workload};
 
@@ -406,7 +408,8 @@ impl Kubernetes {
     }
 
     /// Everything Berth labelled for an environment: namespaces (everything in them goes
-    /// with them), ClusterQueues and dedicated nodes.
+    /// with them), ClusterQueues, dedicated nodes, and nodes' MIG layouts with the
+    /// environments that keep each in place.
     async fn owned(&self) -> Result<Vec<OwnedObject>, BackendError> {
         let mut owned = Vec::new();
         let labelled = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER},{ENVIRONMENT_LABEL}"));
@@ -427,52 +430,110 @@ impl Kubernetes {
             name: node.name_any(),
             environments: node.labels().get(ENVIRONMENT_LABEL).cloned().into_iter().collect(),
         }));
+        let with_mig = ListParams::default().labels(MIG_CONFIG_LABEL);
+        let found = nodes.list(&with_mig).await.map_err(|e| api_failure("list nodes with MIG layouts", e))?;
+        owned.extend(found.iter().filter_map(|node| {
+            Some(OwnedObject { kind: MIG_LAYOUT, name: node.name_any(), environments: mig_holders(node)? })
+        }));
         Ok(owned)
     }
 
     /// Removes an orphan: namespaces and queues are deleted; a dedicated node loses
-    /// Berth's labels, annotation and taint.
+    /// Berth's labels, annotation and taint; a MIG layout nobody holds is disabled.
     async fn remove(&self, object: &OwnedObject) -> Result<bool, BackendError> {
         match object.kind {
             "Namespace" => self.delete(&NAMESPACE, None, &object.name, false).await,
             "ClusterQueue" => self.delete(&CLUSTER_QUEUE, None, &object.name, false).await,
-            "Node" => self.release_dedicated_node(object).await,
+            "Node" | MIG_LAYOUT => self.release_node_part(object).await,
             other => Err(BackendError(format!("Berth does not sweep Kubernetes {other} objects"))),
         }
     }
 
-    /// Gives a node back from the environment that `object` lists, unless another
-    /// environment has taken it since the sweep listed it. The apply names the node's
-    /// resourceVersion, so a change between reading and writing fails it with a conflict
-    /// instead of undoing someone else's change; Berth's MIG layout stays as it is.
-    async fn release_dedicated_node(&self, object: &OwnedObject) -> Result<bool, BackendError> {
+    /// Takes the orphaned part (dedication or MIG layout) off a node, unless the node has
+    /// changed hands since the sweep listed it. The apply keeps the rest of what Berth
+    /// set and names the node's resourceVersion, so a change between reading and writing
+    /// fails it with a conflict instead of undoing someone else's step.
+    async fn release_node_part(&self, object: &OwnedObject) -> Result<bool, BackendError> {
         let api: Api<Node> = Api::all(self.client.clone());
         let doing = format!("read node {}", object.name);
         let Some(node) = api.get_opt(&object.name).await.map_err(|e| api_failure(&doing, e))? else {
             return Ok(false);
         };
         let labels = node.labels();
-        if labels.get(ENVIRONMENT_LABEL).is_none_or(|e| !object.environments.contains(e)) {
-            return Ok(false);
-        }
+        let annotations = node.annotations();
+        let mig = labels.get(MIG_CONFIG_LABEL).filter(|c| c.starts_with("berth-") || *c == MIG_DISABLED);
+        let mig_holders = mig_holders(&node);
+        let dedication = labels.get(ENVIRONMENT_LABEL);
+        let (keep_dedication, keep_mig) = if object.kind == MIG_LAYOUT {
+            if mig_holders.as_ref() != Some(&object.environments) {
+                return Ok(false);
+            }
+            (true, false)
+        } else {
+            if dedication.is_none_or(|e| !object.environments.contains(e)) {
+                return Ok(false);
+            }
+            (false, true)
+        };
         let mut meta = serde_json::json!({ "name": object.name });
         if let Some(version) = node.resource_version() {
             meta["resourceVersion"] = serde_json::json!(version);
         }
-        // Berth's MIG layout (or its disabled state) serves the node's other environments.
-        if let Some(config) = labels.get(MIG_CONFIG_LABEL).filter(|c| c.starts_with("berth-") || *c == MIG_DISABLED) {
-            meta["labels"] = serde_json::json!({ MIG_CONFIG_LABEL: config });
+        let (mut kept_labels, mut kept_annotations) = (serde_json::Map::new(), serde_json::Map::new());
+        let mut taints = Vec::new();
+        if keep_dedication && dedication.is_some() {
+            for key in [TENANT_LABEL, ENVIRONMENT_LABEL] {
+                if let Some(value) = labels.get(key) {
+                    kept_labels.insert(key.to_owned(), value.clone().into());
+                }
+            }
+            if let Some(until) = annotations.get(DEDICATED_UNTIL_ANNOTATION) {
+                kept_annotations.insert(DEDICATED_UNTIL_ANNOTATION.to_owned(), until.clone().into());
+            }
+            let spec_taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+            taints.extend(spec_taints.into_iter().filter(|t| t.key == TENANT_LABEL));
         }
-        let release = Manifest {
-            kind: NODE,
-            object: serde_json::json!({ "apiVersion": "v1", "kind": "Node", "metadata": meta }),
-        };
-        match self.apply_answer(&release).await {
+        if keep_mig {
+            if let Some(config) = mig {
+                kept_labels.insert(MIG_CONFIG_LABEL.to_owned(), config.clone().into());
+            }
+            if let Some(holders) = annotations.get(MIG_ENVIRONMENTS_ANNOTATION) {
+                kept_annotations.insert(MIG_ENVIRONMENTS_ANNOTATION.to_owned(), holders.clone().into());
+            }
+        } else {
+            // Disabled rather than dropped: the MIG manager acts on the label's value.
+            kept_labels.insert(MIG_CONFIG_LABEL.to_owned(), MIG_DISABLED.into());
+        }
+        if !kept_labels.is_empty() {
+            meta["labels"] = kept_labels.into();
+        }
+        if !kept_annotations.is_empty() {
+            meta["annotations"] = kept_annotations.into();
+        }
+        let mut release = serde_json::json!({ "apiVersion": "v1", "kind": "Node", "metadata": meta });
+        if !taints.is_empty() {
+            release["spec"] = serde_json::json!({ "taints": taints });
+        }
+        match self.apply_answer(&Manifest { kind: NODE, object: release }).await {
             Ok(()) => Ok(true),
             Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => Ok(false),
             Err(e) => Err(api_failure(&format!("give back node {}", object.name), e)),
         }
     }
+}
+
+/// What the orphan sweep calls a node's MIG layout set by Berth.
+pub const MIG_LAYOUT: &str = "MigLayout";
+
+/// The environments keeping the node's Berth MIG layout in place; `None` when Berth set
+/// no layout there (or only disabled MIG).
+fn mig_holders(node: &Node) -> Option<Vec<String>> {
+    let config = node.labels().get(MIG_CONFIG_LABEL)?;
+    if config == MIG_DISABLED {
+        return None;
+    }
+    let holders = node.annotations().get(MIG_ENVIRONMENTS_ANNOTATION)?;
+    Some(holders.split(',').filter(|e| !e.is_empty()).map(str::to_owned).collect())
 }
 
 impl Backend for Kubernetes {
