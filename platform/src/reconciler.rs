@@ -150,9 +150,14 @@ impl Reconciler {
     /// Looks at every unfinished environment once and starts what is due.
     pub async fn pass(&self, tasks: &mut JoinSet<()>) -> Result<(), Error> {
         let now = now_ms();
+        // Taken before the journal is read: a step that ends after this may have been read
+        // as not done yet, and must not run a second time from that stale read (after
+        // `release capacity` it would act on GPUs that are someone else's by then). Its
+        // environment waits for the next pass, which the step's end wakes.
+        let busy: HashSet<String> = lock(&self.in_flight).keys().cloned().collect();
         for (env, steps_done) in self.unfinished().await? {
             self.interrupt_if_stopped(&env);
-            if lock(&self.in_flight).contains_key(&env.id) {
+            if busy.contains(&env.id) || lock(&self.in_flight).contains_key(&env.id) {
                 continue;
             }
             if lock(&self.backoff).get(&env.id).is_some_and(|&(_, until)| until > now) {
@@ -378,11 +383,15 @@ impl Reconciler {
         interrupted: oneshot::Receiver<Interrupt>,
     ) -> Result<(), Error> {
         let started = now_ms();
-        sqlx::query(
+        // A step that succeeded stays succeeded: the journal only moves forward, also
+        // against a write that arrives late (from a reconciler that died mid-request) or a
+        // pass that read the journal just before the step's end. Such a step is not run again.
+        let started_now = sqlx::query(
             "INSERT INTO environment_steps (environment_id, phase, idx, step, status, attempts, started_at)
              VALUES (?, ?, ?, ?, 'running', 1, ?)
              ON CONFLICT (environment_id, phase, idx) DO UPDATE SET
-                status = 'running', attempts = attempts + 1, started_at = excluded.started_at, finished_at = NULL",
+                status = 'running', attempts = attempts + 1, started_at = excluded.started_at, finished_at = NULL
+             WHERE environment_steps.status <> 'succeeded'",
         )
         .bind(&env.id)
         .bind(phase.as_str())
@@ -390,7 +399,12 @@ impl Reconciler {
         .bind(step.as_str())
         .bind(started)
         .execute(&self.platform.db)
-        .await?;
+        .await?
+        .rows_affected();
+        if started_now == 0 {
+            tracing::debug!(environment = %env.id, step = step.as_str(), "step already succeeded; not run again");
+            return Ok(());
+        }
 
         let workload = self.workload(env).await?;
         let call = tokio::time::timeout(self.config.step_timeout, self.backend.run(&workload, step));
@@ -527,9 +541,9 @@ impl Reconciler {
     ) -> Result<(), Error> {
         let now = now_ms();
         let mut tx = self.platform.begin_write().await?;
-        sqlx::query(
+        let failed = sqlx::query(
             "UPDATE environment_steps SET status = 'failed', finished_at = ?, detail = ?
-             WHERE environment_id = ? AND phase = ? AND idx = ?",
+             WHERE environment_id = ? AND phase = ? AND idx = ? AND status <> 'succeeded'",
         )
         .bind(now)
         .bind(message)
@@ -537,7 +551,12 @@ impl Reconciler {
         .bind(phase.as_str())
         .bind(index as i64)
         .execute(&mut *tx)
-        .await?;
+        .await?
+        .rows_affected();
+        if failed == 0 {
+            // Another run of the same step succeeded meanwhile; that is the one that counts.
+            return Ok(());
+        }
         match phase {
             // A provisioning failure ends the environment: it is torn down and ends `failed`.
             Phase::Provision => {
