@@ -3,7 +3,12 @@
 //!
 //! All state lives in the database; the reconciler keeps only which environments it is
 //! working on right now. Killing it at any point is safe: on the next start it finds each
-//! environment where the journal left it and repeats the interrupted step.
+//! environment where the journal left it and repeats the interrupted step. The journal
+//! only moves forward: a step that succeeded is never run again.
+//!
+//! Every `sweep_interval` it also sweeps the backend for orphans, objects Berth made that
+//! no live environment explains (an answer lost in a timeout whose effect landed after
+//! the teardown, say), and removes them, each logged and written to the audit log.
 //!
 //! Step tasks are interrupted, never aborted: a backend call can be abandoned at any
 //! await, but the bookkeeping after it runs to the end, so no database transaction is
@@ -606,12 +611,12 @@ async fn tenant_scope(conn: &mut sqlx::SqliteConnection, tenant_id: Option<i64>)
 /// about to go, and two of them clearing at once must each leave the other out, or the
 /// last layout written would keep a slice nobody holds.
 async fn mig_neighbours(conn: &mut sqlx::SqliteConnection, environment_id: &str) -> Result<Vec<PlacedUnit>, Error> {
-    let rows: Vec<(String, String, String, i64, String, i64, i64, String)> = sqlx::query_as(
-        "SELECT r.environment_id, s.name, n.name, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile
+    let rows = sqlx::query(
+        "SELECT r.environment_id, s.name AS site, n.name AS node, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile
          FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id JOIN sites s ON s.id = n.site_id
          WHERE r.environment_id <> ?1 AND r.released_at IS NULL AND r.mig_profile IS NOT NULL AND r.starts_at <= ?2
-           AND NOT EXISTS (SELECT 1 FROM environment_steps s WHERE s.environment_id = r.environment_id
-                           AND s.phase = 'teardown' AND s.step = 'stop_workload' AND s.status = 'succeeded')
+           AND NOT EXISTS (SELECT 1 FROM environment_steps st WHERE st.environment_id = r.environment_id
+                           AND st.phase = 'teardown' AND st.step = 'stop_workload' AND st.status = 'succeeded')
            AND n.id IN (SELECT g2.node_id FROM reservations r2 JOIN gpus g2 ON g2.id = r2.gpu_id
                         WHERE r2.environment_id = ?1 AND r2.mig_profile IS NOT NULL)
          ORDER BY n.name, g.idx, r.slice_start",
@@ -620,19 +625,22 @@ async fn mig_neighbours(conn: &mut sqlx::SqliteConnection, environment_id: &str)
     .bind(now_ms())
     .fetch_all(&mut *conn)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(environment_id, site, node, gpu_index, model, slice_start, slice_size, key)| PlacedUnit {
-            environment_id,
-            site,
-            node,
-            gpu_index,
-            slice_start,
-            slice_size,
-            // Stored model-independent (`3g`); backends get the model's name (`3g.40gb`).
-            mig_profile: Some(
-                GpuModel::parse(&model).zip(MigProfile::from_key(&key)).and_then(|(m, p)| p.name(m)).unwrap_or(key),
-            ),
+    rows.iter()
+        .map(|row| {
+            let model: String = row.try_get("model")?;
+            let key: String = row.try_get("mig_profile")?;
+            Ok(PlacedUnit {
+                environment_id: row.try_get("environment_id")?,
+                site: row.try_get("site")?,
+                node: row.try_get("node")?,
+                gpu_index: row.try_get("idx")?,
+                slice_start: row.try_get("slice_start")?,
+                slice_size: row.try_get("slice_size")?,
+                // Stored model-independent (`3g`); backends get the model's name (`3g.40gb`).
+                mig_profile: Some(
+                    GpuModel::parse(&model).zip(MigProfile::from_key(&key)).and_then(|(m, p)| p.name(m)).unwrap_or(key),
+                ),
+            })
         })
-        .collect())
+        .collect()
 }

@@ -897,7 +897,7 @@ async fn a_mig_layout_no_live_environment_holds_is_disabled_by_the_sweep() {
     // Either environment alive explains it; with both gone it is an orphan.
     let layouts = |found: Vec<OwnedObject>| found.into_iter().filter(|o| o.kind == "MigLayout").collect::<Vec<_>>();
     assert!(layouts(orphans(&owned, &HashSet::from([OTHER_ENV_ID.to_owned()]))).is_empty());
-    assert_eq!(layouts(orphans(&owned, &HashSet::new())), [layout.clone()]);
+    assert_eq!(layouts(orphans(&owned, &HashSet::new())), std::slice::from_ref(&layout));
     cluster.take_calls();
     assert!(k8s.remove_owned(&layout).await.unwrap());
     let node = cluster.node("h100-1");

@@ -553,6 +553,9 @@ fn notebook(name: &str) -> LaunchRequest {
 // ---------------------------------------------------------------------------------------
 // Deleting a tenant
 
+/// A fabric lease's id, release, end of quarantine and retirement.
+type Lease = (i64, Option<i64>, Option<i64>, Option<i64>);
+
 /// A hard tenant with one environment of each offering and a neighbour tenant's
 /// environment; the platform admin deletes the tenant.
 async fn a_deleted_tenant_leaves_nothing_behind(site: Site) {
@@ -614,7 +617,7 @@ async fn a_deleted_tenant_leaves_nothing_behind(site: Site) {
     }
 
     // The fabric identifiers went into quarantine, once.
-    let released: Vec<(i64, Option<i64>, Option<i64>, Option<i64>)> = sqlx::query_as(
+    let released: Vec<Lease> = sqlx::query_as(
         "SELECT id, released_at, quarantine_until, retired_at FROM fabric_leases WHERE tenant_id = ? ORDER BY id",
     )
     .bind(vault)
@@ -654,7 +657,7 @@ async fn a_deleted_tenant_leaves_nothing_behind(site: Site) {
     // Deleting again finds nothing and releases nothing twice; the members cannot book.
     let again = site.platform().change_tenant(&site.admin, vault, TenantChange::Delete).await;
     assert!(matches!(again, Err(Error::NotFound)), "{again:?}");
-    let after: Vec<(i64, Option<i64>, Option<i64>, Option<i64>)> = sqlx::query_as(
+    let after: Vec<Lease> = sqlx::query_as(
         "SELECT id, released_at, quarantine_until, retired_at FROM fabric_leases WHERE tenant_id = ? ORDER BY id",
     )
     .bind(vault)
