@@ -167,7 +167,16 @@ struct Site {
 }
 
 impl Site {
-    async fn new(pool: SqlitePool, (world, backend): (World, Arc<dyn Backend>)) -> Site {
+    async fn new(pool: SqlitePool, world: (World, Arc<dyn Backend>)) -> Site {
+        let config = ReconcilerConfig { step_timeout: Duration::from_millis(300), ..fast_reconciler() };
+        Site::with_config(pool, world, config).await
+    }
+
+    async fn with_config(
+        pool: SqlitePool,
+        (world, backend): (World, Arc<dyn Backend>),
+        config: ReconcilerConfig,
+    ) -> Site {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new("berth_platform=info,sqlx=warn"))
             .with_test_writer()
@@ -179,7 +188,6 @@ impl Site {
             .await
             .expect("admin")
             .caller(test_meta());
-        let config = ReconcilerConfig { step_timeout: Duration::from_millis(300), ..fast_reconciler() };
         let site =
             Site { pool, platform: Mutex::new(platform), world, backend, config, reconciler: Mutex::new(None), admin };
         site.start_reconciler();
@@ -681,6 +689,47 @@ async fn a_deleted_tenant_leaves_nothing_behind_on_the_simulated_backend(pool: S
 #[sqlx::test(migrations = "../migrations")]
 async fn a_deleted_tenant_leaves_nothing_behind_on_kubernetes(pool: SqlitePool) {
     a_deleted_tenant_leaves_nothing_behind(Site::new(pool, World::kubernetes()).await).await;
+}
+
+/// Three MIG notebooks on one GPU stopped together: each clears the node's layout with the
+/// others left out once their workloads are gone, so the last layout written is MIG
+/// disabled, without waiting for a sweep (sweeps are off here).
+#[sqlx::test(migrations = "../migrations")]
+async fn neighbours_stopping_together_leave_no_mig_layout_without_a_sweep(pool: SqlitePool) {
+    let config = ReconcilerConfig {
+        step_timeout: Duration::from_millis(300),
+        sweep_interval: Duration::from_secs(3600),
+        ..fast_reconciler()
+    };
+    let site = Site::with_config(pool, World::kubernetes(), config).await;
+    let (_, members) = site.tenant("acme", Isolation::Soft, 1).await;
+    for round in 0..5 {
+        let mut ids = Vec::new();
+        for n in 0..3 {
+            let name = format!("r{round}-{n}");
+            ids.push(site.launch(&members[0], "notebook", "h100-1g.10gb", &name).await.expect("launch").id);
+        }
+        for id in &ids {
+            assert_eq!(site.wait_for(id, &[EnvState::Ready], Duration::from_secs(10)).await, Some(EnvState::Ready));
+        }
+        let gpus = site.count("SELECT count(DISTINCT gpu_id) FROM reservations WHERE released_at IS NULL").await;
+        assert_eq!(gpus, 1, "the slices share one GPU, so its layout is shared");
+        let stops: Vec<_> = ids
+            .iter()
+            .map(|id| {
+                let (platform, owner, id) = (site.platform(), members[0].clone(), id.clone());
+                tokio::spawn(async move { platform.stop(&owner, &id).await.map(|_| ()) })
+            })
+            .collect();
+        for stop in stops {
+            stop.await.expect("task").expect("stop");
+        }
+        for id in &ids {
+            let state = site.wait_for(id, &[EnvState::Released], Duration::from_secs(10)).await;
+            assert_eq!(state, Some(EnvState::Released));
+        }
+        assert_eq!(site.world.leftovers(), Vec::<String>::new(), "round {round}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------
