@@ -74,6 +74,21 @@ pub struct HeldUnit {
     pub replica: i64,
 }
 
+impl HeldUnit {
+    /// The unit as a backend is told of it, held by `environment_id`.
+    pub(crate) fn placed(self, environment_id: &str) -> crate::backend::PlacedUnit {
+        crate::backend::PlacedUnit {
+            environment_id: environment_id.to_owned(),
+            site: self.site,
+            node: self.node,
+            gpu_index: self.gpu_index,
+            slice_start: self.slice_start,
+            slice_size: self.slice_size,
+            mig_profile: self.mig_profile,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvironmentDetail {
     pub environment: Environment,
@@ -152,6 +167,9 @@ impl Platform {
         let model = spec.size.gpu_model();
 
         let mut tx = self.begin_write().await?;
+        if let Some(tenant_id) = caller.tenant_id() {
+            crate::tenants::ensure_tenant_active(&mut tx, tenant_id).await?;
+        }
         let booker = Booker {
             user_id: caller.user_id(),
             tenant_id: caller.tenant_id(),

@@ -3,13 +3,18 @@
 //!
 //! All state lives in the database; the reconciler keeps only which environments it is
 //! working on right now. Killing it at any point is safe: on the next start it finds each
-//! environment where the journal left it and repeats the interrupted step.
+//! environment where the journal left it and repeats the interrupted step. The journal
+//! only moves forward: a step that succeeded is never run again.
+//!
+//! Every `sweep_interval` it also sweeps the backend for orphans, objects Berth made that
+//! no live environment explains (an answer lost in a timeout whose effect landed after
+//! the teardown, say), and removes them, each logged and written to the audit log.
 //!
 //! Step tasks are interrupted, never aborted: a backend call can be abandoned at any
 //! await, but the bookkeeping after it runs to the end, so no database transaction is
 //! ever cut in half inside a running process.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,7 +28,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::backend::{Backend, PlacedUnit, StepOutput, TenantScope, Workload};
+use crate::backend::{Backend, OwnedObject, PlacedUnit, StepOutput, TenantScope, Workload, orphans};
 use crate::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row, held_units};
 use crate::{Error, Platform, RequestMeta, lock, now_ms};
 
@@ -36,6 +41,9 @@ pub struct ReconcilerConfig {
     /// First wait before retrying a failed teardown step; doubles up to `max_backoff`.
     pub retry_backoff: Duration,
     pub max_backoff: Duration,
+    /// How often to sweep the backend for objects no live environment explains (orphans);
+    /// the first sweep runs at start.
+    pub sweep_interval: Duration,
 }
 
 impl Default for ReconcilerConfig {
@@ -45,6 +53,7 @@ impl Default for ReconcilerConfig {
             step_timeout: Duration::from_secs(120),
             retry_backoff: Duration::from_secs(2),
             max_backoff: Duration::from_secs(60),
+            sweep_interval: Duration::from_secs(5 * 60),
         }
     }
 }
@@ -82,11 +91,30 @@ pub struct Reconciler {
     in_flight: Arc<Mutex<HashMap<String, InFlight>>>,
     /// Environment id -> (failed teardown attempts, not before this time).
     backoff: Arc<Mutex<HashMap<String, (u32, i64)>>>,
+    /// Stops the running orphan sweep, if one runs.
+    sweeping: Arc<Mutex<Option<oneshot::Sender<()>>>>,
+}
+
+/// What one orphan sweep found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Objects the backend holds for environments.
+    pub owned: usize,
+    pub removed: Vec<OwnedObject>,
+    /// Orphans whose removal failed, with the backend's message; the next sweep tries again.
+    pub failed: Vec<(OwnedObject, String)>,
 }
 
 impl Reconciler {
     pub fn new(platform: Platform, backend: Arc<dyn Backend>, config: ReconcilerConfig) -> Reconciler {
-        Reconciler { platform, backend, config, in_flight: Default::default(), backoff: Default::default() }
+        Reconciler {
+            platform,
+            backend,
+            config,
+            in_flight: Default::default(),
+            backoff: Default::default(),
+            sweeping: Default::default(),
+        }
     }
 
     /// Runs until `shutdown` completes. Backend calls still running then are abandoned
@@ -96,9 +124,14 @@ impl Reconciler {
         tracing::info!(backend = self.backend.name(), "reconciler started");
         let mut tasks = JoinSet::new();
         tokio::pin!(shutdown);
+        let mut next_sweep = tokio::time::Instant::now();
         loop {
             if let Err(e) = self.pass(&mut tasks).await {
                 tracing::error!(error = %e, "reconciler pass failed; retrying");
+            }
+            if tokio::time::Instant::now() >= next_sweep && lock(&self.sweeping).is_none() {
+                next_sweep = tokio::time::Instant::now() + self.config.sweep_interval;
+                self.start_sweep(&mut tasks);
             }
             tokio::select! {
                 _ = &mut shutdown => break,
@@ -112,6 +145,9 @@ impl Reconciler {
                 let _ = interrupt.send(Interrupt::Shutdown);
             }
         }
+        if let Some(stop) = lock(&self.sweeping).take() {
+            let _ = stop.send(());
+        }
         while tasks.join_next().await.is_some() {}
         tracing::info!("reconciler stopped");
     }
@@ -119,9 +155,14 @@ impl Reconciler {
     /// Looks at every unfinished environment once and starts what is due.
     pub async fn pass(&self, tasks: &mut JoinSet<()>) -> Result<(), Error> {
         let now = now_ms();
+        // Taken before the journal is read: a step that ends after this may have been read
+        // as not done yet, and must not run a second time from that stale read (after
+        // `release capacity` it would act on GPUs that are someone else's by then). Its
+        // environment waits for the next pass, which the step's end wakes.
+        let busy: HashSet<String> = lock(&self.in_flight).keys().cloned().collect();
         for (env, steps_done) in self.unfinished().await? {
             self.interrupt_if_stopped(&env);
-            if lock(&self.in_flight).contains_key(&env.id) {
+            if busy.contains(&env.id) || lock(&self.in_flight).contains_key(&env.id) {
                 continue;
             }
             if lock(&self.backoff).get(&env.id).is_some_and(|&(_, until)| until > now) {
@@ -156,6 +197,107 @@ impl Reconciler {
         // Endpoints whose owner changed their replica count (see `replicas`).
         self.platform.scale_endpoints(&self.backend, self.config.step_timeout, tasks).await?;
         Ok(())
+    }
+
+    fn start_sweep(&self, tasks: &mut JoinSet<()>) {
+        let (stop, stopped) = oneshot::channel();
+        *lock(&self.sweeping) = Some(stop);
+        let this = self.clone();
+        tasks.spawn(async move {
+            match this.sweep_until(stopped).await {
+                Ok(report) if report.removed.is_empty() && report.failed.is_empty() => {
+                    tracing::debug!(owned = report.owned, "orphan sweep found nothing to remove");
+                }
+                Ok(report) => tracing::info!(
+                    owned = report.owned,
+                    removed = report.removed.len(),
+                    failed = report.failed.len(),
+                    "orphan sweep done"
+                ),
+                Err(e) => tracing::error!(error = %e, "orphan sweep failed; trying again at the next one"),
+            }
+            *lock(&this.sweeping) = None;
+        });
+    }
+
+    /// One orphan sweep now: removes what the backend holds for environments that are not
+    /// live. Each removal is logged and audited.
+    pub async fn sweep(&self) -> Result<SweepReport, Error> {
+        let (_running, stopped) = oneshot::channel();
+        self.sweep_until(stopped).await
+    }
+
+    /// The sweep in two phases: list what the backend holds FIRST, then read which
+    /// environments are live. An environment created in between counts as live, so what
+    /// it has just made is never swept; an environment that was live at the listing and
+    /// is over by the read has had its teardown, so what is left of it is an orphan.
+    async fn sweep_until(&self, mut stop: oneshot::Receiver<()>) -> Result<SweepReport, Error> {
+        let timeout = self.config.step_timeout;
+        let owned = tokio::select! {
+            listed = tokio::time::timeout(timeout, self.backend.owned_objects()) => match listed {
+                Ok(Ok(owned)) => owned,
+                Ok(Err(e)) => return Err(Error::internal(format!("listing the backend's objects failed: {e}"))),
+                Err(_) => return Err(Error::internal(format!("listing the backend's objects took over {} s", timeout.as_secs()))),
+            },
+            _ = &mut stop => return Ok(SweepReport::default()),
+        };
+        let live: HashSet<String> =
+            sqlx::query_scalar("SELECT id FROM environments WHERE state NOT IN ('released', 'failed')")
+                .fetch_all(&self.platform.db)
+                .await?
+                .into_iter()
+                .collect();
+        let mut report = SweepReport { owned: owned.len(), ..SweepReport::default() };
+        for orphan in orphans(&owned, &live) {
+            let removed = tokio::select! {
+                removed = tokio::time::timeout(timeout, self.backend.remove_owned(&orphan)) => match removed {
+                    Ok(result) => result.map_err(|e| e.0),
+                    Err(_) => Err(format!("did not finish within {} s", timeout.as_secs())),
+                },
+                // Interrupted between two objects: each removal is whole, and audited.
+                _ = &mut stop => break,
+            };
+            match removed {
+                Ok(false) => {}
+                Ok(true) => {
+                    tracing::warn!(kind = orphan.kind, name = %orphan.name, environments = ?orphan.environments, "removed an orphan");
+                    self.audit_orphan(&orphan, Outcome::Success, None).await?;
+                    report.removed.push(orphan);
+                }
+                Err(message) => {
+                    tracing::warn!(kind = orphan.kind, name = %orphan.name, error = %message, "could not remove an orphan");
+                    self.audit_orphan(&orphan, Outcome::Failure, Some(&message)).await?;
+                    report.failed.push((orphan, message));
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// An orphan's removal in the audit log, in the tenant of the environment it was for.
+    async fn audit_orphan(&self, orphan: &OwnedObject, outcome: Outcome, error: Option<&str>) -> Result<(), Error> {
+        let mut tx = self.platform.begin_write().await?;
+        let mut tenant_id = None;
+        for environment in &orphan.environments {
+            let tenant: Option<Option<i64>> = sqlx::query_scalar("SELECT tenant_id FROM environments WHERE id = ?")
+                .bind(environment)
+                .fetch_optional(&mut *tx)
+                .await?;
+            tenant_id = tenant_id.or(tenant.flatten());
+        }
+        let target = format!("{} {}", orphan.kind, orphan.name);
+        let environments =
+            if orphan.environments.is_empty() { "no environment".to_owned() } else { orphan.environments.join(", ") };
+        let detail = match error {
+            None => format!(
+                "made for {environments}, none of them live; removed by the orphan sweep ({} backend)",
+                self.backend.name()
+            ),
+            Some(error) => format!("could not remove it ({error}); the next sweep tries again"),
+        };
+        let event = Event { action: "orphan.remove", target: Some(&target), outcome, detail: Some(&detail) };
+        audit::record(&mut tx, &Actor::background(tenant_id), event).await?;
+        tx.commit().await
     }
 
     /// Unfinished environments with how many steps of their current phase succeeded.
@@ -248,11 +390,15 @@ impl Reconciler {
         interrupted: oneshot::Receiver<Interrupt>,
     ) -> Result<(), Error> {
         let started = now_ms();
-        sqlx::query(
+        // A step that succeeded stays succeeded: the journal only moves forward, also
+        // against a write that arrives late (from a reconciler that died mid-request) or a
+        // pass that read the journal just before the step's end. Such a step is not run again.
+        let started_now = sqlx::query(
             "INSERT INTO environment_steps (environment_id, phase, idx, step, status, attempts, started_at)
              VALUES (?, ?, ?, ?, 'running', 1, ?)
              ON CONFLICT (environment_id, phase, idx) DO UPDATE SET
-                status = 'running', attempts = attempts + 1, started_at = excluded.started_at, finished_at = NULL",
+                status = 'running', attempts = attempts + 1, started_at = excluded.started_at, finished_at = NULL
+             WHERE environment_steps.status <> 'succeeded'",
         )
         .bind(&env.id)
         .bind(phase.as_str())
@@ -260,7 +406,12 @@ impl Reconciler {
         .bind(step.as_str())
         .bind(started)
         .execute(&self.platform.db)
-        .await?;
+        .await?
+        .rows_affected();
+        if started_now == 0 {
+            tracing::debug!(environment = %env.id, step = step.as_str(), "step already succeeded; not run again");
+            return Ok(());
+        }
 
         let workload = self.workload(env).await?;
         let call = tokio::time::timeout(self.config.step_timeout, self.backend.run(&workload, step));
@@ -375,9 +526,9 @@ impl Reconciler {
     ) -> Result<(), Error> {
         let now = now_ms();
         let mut tx = self.platform.begin_write().await?;
-        sqlx::query(
+        let failed = sqlx::query(
             "UPDATE environment_steps SET status = 'failed', finished_at = ?, detail = ?
-             WHERE environment_id = ? AND phase = ? AND idx = ?",
+             WHERE environment_id = ? AND phase = ? AND idx = ? AND status <> 'succeeded'",
         )
         .bind(now)
         .bind(message)
@@ -385,7 +536,12 @@ impl Reconciler {
         .bind(phase.as_str())
         .bind(index as i64)
         .execute(&mut *tx)
-        .await?;
+        .await?
+        .rows_affected();
+        if failed == 0 {
+            // Another run of the same step succeeded meanwhile; that is the one that counts.
+            return Ok(());
+        }
         match phase {
             // A provisioning failure ends the environment: it is torn down and ends `failed`.
             Phase::Provision => {
@@ -420,14 +576,7 @@ pub(crate) async fn workload_of(
         .await?
         .into_iter()
         .filter(|u| u.released_at.is_none() && keep(u))
-        .map(|u| PlacedUnit {
-            site: u.site,
-            node: u.node,
-            gpu_index: u.gpu_index,
-            slice_start: u.slice_start,
-            slice_size: u.slice_size,
-            mig_profile: u.mig_profile,
-        })
+        .map(|u| u.placed(&env.id))
         .collect();
     Ok(Workload {
         environment_id: env.id.clone(),
@@ -466,12 +615,17 @@ async fn tenant_scope(conn: &mut sqlx::SqliteConnection, tenant_id: Option<i64>)
 }
 
 /// MIG slices of other environments on the nodes where this one holds MIG slices, from
-/// reservations that have started and are not released (their instances exist now).
+/// reservations that have started and are not released (their instances exist now),
+/// except those of environments whose workload teardown has stopped: their slices are
+/// about to go, and two of them clearing at once must each leave the other out, or the
+/// last layout written would keep a slice nobody holds.
 async fn mig_neighbours(conn: &mut sqlx::SqliteConnection, environment_id: &str) -> Result<Vec<PlacedUnit>, Error> {
-    let rows: Vec<(String, String, i64, String, i64, i64, String)> = sqlx::query_as(
-        "SELECT s.name, n.name, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile
+    let rows = sqlx::query(
+        "SELECT r.environment_id, s.name AS site, n.name AS node, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile
          FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id JOIN sites s ON s.id = n.site_id
          WHERE r.environment_id <> ?1 AND r.released_at IS NULL AND r.mig_profile IS NOT NULL AND r.starts_at <= ?2
+           AND NOT EXISTS (SELECT 1 FROM environment_steps st WHERE st.environment_id = r.environment_id
+                           AND st.phase = 'teardown' AND st.step = 'stop_workload' AND st.status = 'succeeded')
            AND n.id IN (SELECT g2.node_id FROM reservations r2 JOIN gpus g2 ON g2.id = r2.gpu_id
                         WHERE r2.environment_id = ?1 AND r2.mig_profile IS NOT NULL)
          ORDER BY n.name, g.idx, r.slice_start",
@@ -480,18 +634,22 @@ async fn mig_neighbours(conn: &mut sqlx::SqliteConnection, environment_id: &str)
     .bind(now_ms())
     .fetch_all(&mut *conn)
     .await?;
-    Ok(rows
-        .into_iter()
-        .map(|(site, node, gpu_index, model, slice_start, slice_size, key)| PlacedUnit {
-            site,
-            node,
-            gpu_index,
-            slice_start,
-            slice_size,
-            // Stored model-independent (`3g`); backends get the model's name (`3g.40gb`).
-            mig_profile: Some(
-                GpuModel::parse(&model).zip(MigProfile::from_key(&key)).and_then(|(m, p)| p.name(m)).unwrap_or(key),
-            ),
+    rows.iter()
+        .map(|row| {
+            let model: String = row.try_get("model")?;
+            let key: String = row.try_get("mig_profile")?;
+            Ok(PlacedUnit {
+                environment_id: row.try_get("environment_id")?,
+                site: row.try_get("site")?,
+                node: row.try_get("node")?,
+                gpu_index: row.try_get("idx")?,
+                slice_start: row.try_get("slice_start")?,
+                slice_size: row.try_get("slice_size")?,
+                // Stored model-independent (`3g`); backends get the model's name (`3g.40gb`).
+                mig_profile: Some(
+                    GpuModel::parse(&model).zip(MigProfile::from_key(&key)).and_then(|(m, p)| p.name(m)).unwrap_or(key),
+                ),
+            })
         })
-        .collect())
+        .collect()
 }

@@ -176,14 +176,7 @@ impl Platform {
             .await?
             .into_iter()
             .filter(|u| u.released_at.is_none() && u.replica >= wanted)
-            .map(|u| PlacedUnit {
-                site: u.site,
-                node: u.node,
-                gpu_index: u.gpu_index,
-                slice_start: u.slice_start,
-                slice_size: u.slice_size,
-                mig_profile: u.mig_profile,
-            })
+            .map(|u| u.placed(id))
             .collect();
         drop(conn);
         let result = match tokio::time::timeout(timeout, backend.scale(&workload, &dropped)).await {

@@ -46,7 +46,8 @@ pub struct Project {
 pub enum TenantChange {
     Suspend,
     Resume,
-    /// Stops its environments, ends its sessions and tokens; its history stays.
+    /// Stops its environments (the reconciler tears them down), ends its sessions and
+    /// tokens, releases its fabric identifiers into quarantine; its history stays.
     Delete,
 }
 
@@ -179,13 +180,25 @@ impl Platform {
         sqlx::query("UPDATE tenants SET status = ? WHERE id = ?").bind(new_status).bind(id).execute(&mut *tx).await?;
         let mut detail = None;
         if change == TenantChange::Delete {
-            let stopped = sqlx::query(
-                "UPDATE environments SET desired = 'released' WHERE tenant_id = ? AND state NOT IN ('released', 'failed')",
+            // Every live environment is stopped like its owner would stop it, each audited;
+            // the reconciler tears them down. Those already stopping keep going as they are.
+            let stopped: Vec<String> = sqlx::query_scalar(
+                "UPDATE environments SET desired = 'released'
+                 WHERE tenant_id = ? AND state NOT IN ('released', 'failed') AND desired <> 'released' RETURNING id",
             )
             .bind(id)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+            .fetch_all(&mut *tx)
+            .await?;
+            for environment in &stopped {
+                let event = Event {
+                    action: "environment.stop",
+                    target: Some(environment),
+                    outcome: Outcome::Success,
+                    detail: Some("its tenant was deleted"),
+                };
+                audit::record(&mut tx, &Actor { tenant_id: Some(id), ..caller.actor() }, event).await?;
+            }
+            let stopped = stopped.len();
             sqlx::query("UPDATE api_tokens SET revoked_at = ? WHERE revoked_at IS NULL AND user_id IN (SELECT id FROM users WHERE tenant_id = ?)")
                 .bind(now_ms())
                 .bind(id)
@@ -464,6 +477,19 @@ async fn insert_tenant(
     .bind(now_ms())
     .fetch_one(conn)
     .await?)
+}
+
+/// Refuses when the tenant is suspended or deleted. Inside a write transaction this holds
+/// against a tenant change committed a moment before, which the caller's session did not
+/// see yet: nothing is launched into a deleted tenant.
+pub(crate) async fn ensure_tenant_active(conn: &mut SqliteConnection, tenant_id: i64) -> Result<(), Error> {
+    let status: Option<String> =
+        sqlx::query_scalar("SELECT status FROM tenants WHERE id = ?").bind(tenant_id).fetch_optional(conn).await?;
+    match status.as_deref() {
+        Some("active") => Ok(()),
+        Some("suspended") => Err(Refusal::TenantNotActive("suspended").into()),
+        _ => Err(Refusal::TenantNotActive("deleted").into()),
+    }
 }
 
 async fn active_tenant(conn: &mut SqliteConnection, tenant_id: i64) -> Result<(), Error> {

@@ -17,8 +17,8 @@ use berth_domain::tenancy::Isolation;
 use berth_platform::backend::kubernetes::manifests::{
     self, ClusterSettings, Manifest, NodeStage, endpoint_manifest, namespace_bundle, node_manifest, workload_manifests,
 };
-use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig, orphans};
-use berth_platform::backend::{Backend, JobStatus, PlacedUnit, TenantScope, Workload};
+use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
+use berth_platform::backend::{Backend, JobStatus, OwnedObject, PlacedUnit, TenantScope, Workload, orphans};
 use kubernetes_api::FakeCluster;
 use serde_json::{Value, json};
 
@@ -47,6 +47,7 @@ fn vault() -> TenantScope {
 
 fn mig_unit(node: &str, gpu: i64, start: i64, profile: &str) -> PlacedUnit {
     PlacedUnit {
+        environment_id: ENV_ID.into(),
         site: "test-1".into(),
         node: node.into(),
         gpu_index: gpu,
@@ -58,6 +59,7 @@ fn mig_unit(node: &str, gpu: i64, start: i64, profile: &str) -> PlacedUnit {
 
 fn gpu_unit(node: &str, gpu: i64) -> PlacedUnit {
     PlacedUnit {
+        environment_id: ENV_ID.into(),
         site: "test-1".into(),
         node: node.into(),
         gpu_index: gpu,
@@ -867,7 +869,9 @@ async fn the_orphan_sweep_finds_and_removes_what_no_live_environment_explains() 
     let live_ids = HashSet::from([ENV_ID.to_owned()]);
 
     let owned = k8s.owned_objects().await.unwrap();
-    assert_eq!(owned.len(), 5, "two namespaces, two queues, one dedicated node: {owned:?}");
+    assert_eq!(owned.len(), 6, "two namespaces, two queues, one dedicated node, one MIG layout: {owned:?}");
+    let layout = owned.iter().find(|o| o.kind == "MigLayout").expect("the notebook's MIG layout");
+    assert_eq!((layout.name.as_str(), layout.environments.as_slice()), ("h100-1", [ENV_ID.to_owned()].as_slice()));
     let reported = orphans(&owned, &live_ids);
     let found: Vec<(&str, String)> = reported.iter().map(|o| (o.kind, o.name.clone())).collect();
     assert_eq!(
@@ -875,23 +879,91 @@ async fn the_orphan_sweep_finds_and_removes_what_no_live_environment_explains() 
         [("Namespace", ns(&dead)), ("ClusterQueue", ns(&dead)), ("Node", "h100-2".to_owned())],
         "only the dead environment's objects"
     );
-    assert!(reported.iter().all(|o| o.environment_id == OTHER_ENV_ID));
+    assert!(reported.iter().all(|o| o.environments == [OTHER_ENV_ID]));
     let calls = cluster.take_calls();
     assert!(calls.iter().all(|c| c.method == "GET"), "listing changes nothing");
     let selector = calls.iter().map(|c| c.query.clone()).next().unwrap_or_default();
     assert!(selector.contains("managed-by"), "lists only Berth's objects: {selector}");
 
-    let removed = k8s.remove_orphans(&owned, &live_ids).await.unwrap();
-    assert_eq!(removed, reported);
+    for orphan in &reported {
+        assert!(k8s.remove_owned(orphan).await.unwrap(), "{orphan:?} removed");
+    }
     let paths = cluster.environment_objects();
     assert!(paths.iter().all(|p| !p.contains(&ns(&dead))), "{paths:?}");
     assert!(paths.iter().any(|p| p.contains(&ns(live))), "the live environment keeps its objects");
     let node = cluster.node("h100-2");
     assert!(node["metadata"]["labels"].get("berth.dev/tenant").is_none(), "{node}");
+    assert!(node.pointer("/spec/taints").is_none(), "{node}");
     let owned = k8s.owned_objects().await.unwrap();
     assert_eq!(orphans(&owned, &live_ids), vec![], "a second sweep finds nothing");
-    // Removing again what is already gone is fine.
-    assert_eq!(k8s.remove_orphans(&reported, &live_ids).await.unwrap(), reported);
+    // Removing again what is already gone does nothing, and says so.
+    for orphan in &reported {
+        assert!(!k8s.remove_owned(orphan).await.unwrap(), "{orphan:?} was gone already");
+    }
+}
+
+#[tokio::test]
+async fn a_mig_layout_no_live_environment_holds_is_disabled_by_the_sweep() {
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    // Two notebooks share h100-1's layout; the second's MIG step landed after both had
+    // gone (an answer lost in a timeout), so the node keeps a layout nobody holds.
+    let mut first = cases()[0].1.clone();
+    let mut second = first.clone();
+    second.environment_id = OTHER_ENV_ID.into();
+    second.units = vec![PlacedUnit { environment_id: OTHER_ENV_ID.into(), ..mig_unit("h100-1", 0, 1, "1g.10gb") }];
+    second.mig_neighbours = first.units.clone();
+    first.mig_neighbours = second.units.clone();
+    k8s.run(&second, Step::ConfigurePartition).await.unwrap();
+    let labels = cluster.node("h100-1")["metadata"].clone();
+    assert_eq!(labels["annotations"]["berth.dev/mig-environments"], format!("{ENV_ID},{OTHER_ENV_ID}"), "{labels}");
+
+    let owned = k8s.owned_objects().await.unwrap();
+    let layout = owned.iter().find(|o| o.kind == "MigLayout").expect("listed").clone();
+    assert_eq!(layout.environments, [ENV_ID, OTHER_ENV_ID]);
+    // Either environment alive explains it; with both gone it is an orphan.
+    let layouts = |found: Vec<OwnedObject>| found.into_iter().filter(|o| o.kind == "MigLayout").collect::<Vec<_>>();
+    assert!(layouts(orphans(&owned, &HashSet::from([OTHER_ENV_ID.to_owned()]))).is_empty());
+    assert_eq!(layouts(orphans(&owned, &HashSet::new())), std::slice::from_ref(&layout));
+    cluster.take_calls();
+    assert!(k8s.remove_owned(&layout).await.unwrap());
+    let node = cluster.node("h100-1");
+    assert_eq!(node["metadata"]["labels"]["nvidia.com/mig.config"], "all-disabled", "{node}");
+    assert!(node["metadata"].get("annotations").is_none(), "{node}");
+    let apply = cluster.take_calls().into_iter().find(|c| c.method == "PATCH").expect("one apply");
+    assert!(apply.body.unwrap()["metadata"]["resourceVersion"].is_string(), "the apply is conditional");
+    assert!(layouts(k8s.owned_objects().await.unwrap()).is_empty(), "no MIG layout of Berth's left");
+    assert!(!k8s.remove_owned(&layout).await.unwrap(), "a second removal finds nothing to do");
+}
+
+#[tokio::test]
+async fn the_sweep_leaves_a_node_alone_that_another_environment_took_since_the_listing() {
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    let mut dead = cases()[1].1.clone(); // a hard tenant's training job on h100-2
+    dead.environment_id = OTHER_ENV_ID.into();
+    k8s.run(&dead, Step::StartWorkload).await.unwrap();
+    let owned = k8s.owned_objects().await.unwrap();
+    let node = owned.iter().find(|o| o.kind == "Node").expect("dedicated node listed").clone();
+    // Between the listing and the removal the dead one is torn down and a new
+    // environment takes the node.
+    for step in teardown_plan(dead.shape) {
+        k8s.run(&dead, step).await.unwrap();
+    }
+    let newcomer = cases()[1].1.clone();
+    k8s.run(&newcomer, Step::StartWorkload).await.unwrap();
+    assert!(!k8s.remove_owned(&node).await.unwrap(), "not the listed environment's any more");
+    let labels = cluster.node("h100-2")["metadata"]["labels"].clone();
+    assert_eq!(labels["berth.dev/environment"], ENV_ID, "{labels}");
+
+    // The same when the node changes between the sweep's read and its write: the
+    // conditional apply is refused and nothing is undone.
+    let taken = OwnedObject { environments: vec![ENV_ID.into()], ..node };
+    cluster.lock().bump_node_on_next_read = Some("h100-2".into());
+    assert!(!k8s.remove_owned(&taken).await.unwrap(), "changed between read and write");
+    assert_eq!(cluster.node("h100-2")["metadata"]["labels"]["berth.dev/environment"], ENV_ID);
+    assert!(k8s.remove_owned(&taken).await.unwrap(), "removed once it holds still");
+    assert!(cluster.node("h100-2")["metadata"]["labels"].get("berth.dev/environment").is_none());
 }
 
 #[tokio::test]

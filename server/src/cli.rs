@@ -103,7 +103,7 @@ pub struct ServeArgs {
     /// Simulated backend: multiplies its step delays (1 realistic, 0 instant).
     #[arg(long, env = "BERTH_SIM_SPEED", default_value_t = 1.0)]
     pub sim_speed: f64,
-    /// Simulated backend: injected faults, e.g. `start_workload=fail@0.2,pull_image=hang`.
+    /// Simulated backend: injected faults, e.g. `start_workload=fail@0.2,pull_image=hang,expose_endpoint=late@0.1`.
     #[arg(long, env = "BERTH_SIM_FAULTS", value_delimiter = ',')]
     pub sim_faults: Vec<FaultRule>,
     /// Kubernetes backend: the GPU Operator's namespace, where the mig-parted ConfigMap lives.
@@ -134,6 +134,10 @@ pub struct ServeArgs {
     /// A provisioning step that runs longer than this many seconds has failed.
     #[arg(long, env = "BERTH_STEP_TIMEOUT", default_value_t = 120)]
     pub step_timeout: u64,
+    /// How often to look for objects Berth owns on the backend that no live environment
+    /// explains (orphans) and remove them, each written to the audit log: `5m`, `30s`, `1h`.
+    #[arg(long, env = "BERTH_SWEEP_INTERVAL", default_value = "5m", value_parser = crate::agent::parse_interval)]
+    pub sweep_interval: Duration,
     /// Minutes a GPU stays free between two bookings, for scrubbing and health checks.
     #[arg(long, env = "BERTH_CLEANING_GAP", default_value_t = 15)]
     pub cleaning_gap: u32,
@@ -287,7 +291,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let reconciler = Reconciler::new(
         platform.clone(),
         backend,
-        ReconcilerConfig { step_timeout: Duration::from_secs(args.step_timeout), ..ReconcilerConfig::default() },
+        ReconcilerConfig {
+            step_timeout: Duration::from_secs(args.step_timeout),
+            sweep_interval: args.sweep_interval,
+            ..ReconcilerConfig::default()
+        },
     );
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut reconciler_stop = stop_rx.clone();

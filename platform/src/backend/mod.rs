@@ -5,6 +5,7 @@
 pub mod kubernetes;
 pub mod simulated;
 
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -51,6 +52,8 @@ pub struct TenantScope {
 /// One reserved GPU or MIG slice, named as the backend knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PlacedUnit {
+    /// The environment that holds it (a neighbour's, among `mig_neighbours`).
+    pub environment_id: String,
     pub site: String,
     pub node: String,
     pub gpu_index: i64,
@@ -83,10 +86,44 @@ pub struct StepOutput {
 pub struct BackendError(pub String);
 
 pub type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<StepOutput, BackendError>> + Send + 'a>>;
+pub type OwnedFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<OwnedObject>, BackendError>> + Send + 'a>>;
+pub type RemoveFuture<'a> = Pin<Box<dyn Future<Output = Result<bool, BackendError>> + Send + 'a>>;
+
+/// Something a backend made for environments, as the orphan sweep finds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedObject {
+    /// What it is to the backend, e.g. `Namespace`, `Node`, `workload`.
+    pub kind: &'static str,
+    pub name: String,
+    /// The environments that explain it: one, or several for what neighbours share (a
+    /// node's MIG layout holds the slices of every environment on the node).
+    pub environments: Vec<String>,
+}
+
+impl OwnedObject {
+    /// No live environment explains it (an object naming none is never explained).
+    pub fn is_orphan(&self, live: &HashSet<String>) -> bool {
+        !self.environments.iter().any(|e| live.contains(e))
+    }
+}
+
+/// The objects of `owned` that no live environment explains.
+pub fn orphans(owned: &[OwnedObject], live: &HashSet<String>) -> Vec<OwnedObject> {
+    owned.iter().filter(|o| o.is_orphan(live)).cloned().collect()
+}
 
 pub trait Backend: Send + Sync + 'static {
     fn name(&self) -> &'static str;
     fn run<'a>(&'a self, workload: &'a Workload, step: Step) -> StepFuture<'a>;
+
+    /// Everything the backend made for environments and still holds, each with the
+    /// environments it belongs to. Listing changes nothing.
+    fn owned_objects(&self) -> OwnedFuture<'_>;
+
+    /// Removes one object a sweep found orphaned; `false` when there was nothing to do
+    /// (already gone, or changed since it was listed, which the next sweep looks at
+    /// again). Safe to repeat.
+    fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a>;
 
     // What a ready environment offers its owner beyond the lifecycle steps. The defaults
     // say plainly that a backend does not support a part yet.

@@ -18,8 +18,8 @@ use berth_domain::lifecycle::Step;
 use rand::Rng;
 
 use super::{
-    Backend, BackendError, Connection, JobLogs, JobLogsFuture, JobStatus, PlacedUnit, ScaleFuture, StepFuture,
-    StepOutput, Upstream, UpstreamFuture, Workload, proxy_prefix,
+    Backend, BackendError, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit,
+    RemoveFuture, ScaleFuture, StepFuture, StepOutput, Upstream, UpstreamFuture, Workload, proxy_prefix,
 };
 use crate::lock;
 
@@ -29,9 +29,16 @@ pub enum Fault {
     Fail,
     /// The step never returns (the reconciler's step timeout must catch it).
     Hang,
+    /// The answer is lost: the step reports an error, yet what it did lands a moment
+    /// later ([`LATE_BY`] after its usual delay), as with a real backend that timed out
+    /// after all. What lands after the environment's teardown is an orphan for the sweep.
+    Late,
 }
 
-/// `STEP=fail`, `STEP=hang`, optionally with a probability: `start_workload=fail@0.2`.
+/// How much later than its usual delay a step with a lost answer takes effect.
+pub const LATE_BY: Duration = Duration::from_millis(250);
+
+/// `STEP=fail`, `STEP=hang`, `STEP=late`, optionally with a probability: `start_workload=fail@0.2`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FaultRule {
     pub step: Step,
@@ -61,7 +68,8 @@ impl FromStr for FaultRule {
         let fault = match fault.trim() {
             "fail" => Fault::Fail,
             "hang" => Fault::Hang,
-            other => return Err(format!("unknown fault \"{other}\" (fail or hang)")),
+            "late" => Fault::Late,
+            other => return Err(format!("unknown fault \"{other}\" (fail, hang or late)")),
         };
         Ok(FaultRule { step, fault, probability })
     }
@@ -103,6 +111,28 @@ pub struct SimulatedJob {
 }
 
 impl World {
+    /// Everything of a stopped workload: its server's port, job output and replicas.
+    fn forget_workload(&mut self, id: &str) {
+        self.workloads.remove(id);
+        self.serving.remove(id);
+        self.jobs.remove(id);
+        self.replicas.remove(id);
+    }
+
+    /// Everything that belongs to an environment (the image cache belongs to the nodes).
+    pub fn owned(&self) -> Vec<OwnedObject> {
+        let object = |kind, id: &String| OwnedObject { kind, name: id.clone(), environments: vec![id.clone()] };
+        let mut owned: Vec<OwnedObject> = self
+            .partitions
+            .iter()
+            .map(|id| object(PARTITION, id))
+            .chain(self.workloads.iter().map(|id| object(WORKLOAD, id)))
+            .chain(self.endpoints.keys().map(|id| object(ENDPOINT, id)))
+            .collect();
+        owned.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
+        owned
+    }
+
     /// Objects an environment left behind.
     pub fn objects_of(&self, environment_id: &str) -> usize {
         usize::from(self.partitions.contains(environment_id))
@@ -120,6 +150,11 @@ struct Running {
     credential: String,
     replicas: Arc<std::sync::atomic::AtomicU32>,
 }
+
+/// The kinds of simulated objects, named by the environment they belong to.
+pub const PARTITION: &str = "partition";
+pub const WORKLOAD: &str = "workload";
+pub const ENDPOINT: &str = "endpoint";
 
 pub struct Simulated {
     config: Mutex<SimulatedConfig>,
@@ -169,69 +204,80 @@ impl Simulated {
     }
 
     fn apply(&self, w: &Workload, step: Step) -> Result<StepOutput, BackendError> {
+        // The servers and jobs a step starts or stops first, then what the world records.
         // Locks in one order everywhere: `running`, then `world`.
         let credential = lock(&self.running).get(&w.environment_id).map(|r| r.credential.clone());
-        let stopped = match step {
-            Step::StopWorkload => lock(&self.running).remove(&w.environment_id),
+        let started = match step {
+            Step::StartWorkload => self.start(w)?,
+            Step::StopWorkload => {
+                self.stop(&w.environment_id);
+                None
+            }
             _ => None,
         };
-        if let Some(running) = stopped {
+        record(&mut lock(&self.world), w, step, started, credential)
+    }
+
+    /// Stops an environment's server or job, if one runs.
+    fn stop(&self, environment_id: &str) {
+        if let Some(running) = lock(&self.running).remove(environment_id) {
             let _ = running.stop.send(true);
         }
-        let mut world = lock(&self.world);
-        let id = w.environment_id.clone();
-        let mut output = StepOutput::default();
-        match step {
-            Step::ConfigurePartition => {
-                world.partitions.insert(id);
-                output.detail = Some(describe_units(w));
-            }
-            Step::PullImage => {
-                if let Some(image) = &w.image {
-                    output.detail = Some(if world.images.insert(image.clone()) {
-                        format!("pulled {image}")
-                    } else {
-                        format!("{image} already cached")
-                    });
-                }
-            }
-            Step::StartWorkload => {
-                drop(world);
-                let detail = self.start(w)?;
-                let mut world = lock(&self.world);
-                world.workloads.insert(id);
-                output.detail = Some(match detail {
-                    Some(more) => format!("{}; {more}", describe_units(w)),
-                    None => describe_units(w),
+    }
+}
+
+/// What a step leaves in the simulated world; `started` says what its start step started.
+/// A step whose answer was lost lands here alone, later, starting nothing.
+fn record(
+    world: &mut World,
+    w: &Workload,
+    step: Step,
+    started: Option<String>,
+    credential: Option<String>,
+) -> Result<StepOutput, BackendError> {
+    let id = w.environment_id.clone();
+    let mut output = StepOutput::default();
+    match step {
+        Step::ConfigurePartition => {
+            world.partitions.insert(id);
+            output.detail = Some(describe_units(w));
+        }
+        Step::PullImage => {
+            if let Some(image) = &w.image {
+                output.detail = Some(if world.images.insert(image.clone()) {
+                    format!("pulled {image}")
+                } else {
+                    format!("{image} already cached")
                 });
             }
-            Step::WaitHealthy => {
-                if !world.workloads.contains(&id) {
-                    return Err(BackendError("the workload is not running".into()));
-                }
-            }
-            Step::ExposeEndpoint => {
-                let port = world.serving.get(&id).copied();
-                let connection =
-                    world.endpoints.entry(id).or_insert_with(|| connection_for(w, port, credential)).clone();
-                output.connection = Some(connection);
-            }
-            Step::RemoveEndpoint => {
-                world.endpoints.remove(&id);
-            }
-            Step::StopWorkload => {
-                world.workloads.remove(&id);
-                world.serving.remove(&id);
-                world.jobs.remove(&id);
-                world.replicas.remove(&id);
-            }
-            Step::ClearPartition => {
-                world.partitions.remove(&id);
-            }
-            Step::ReleaseCapacity => {}
         }
-        Ok(output)
+        Step::StartWorkload => {
+            world.workloads.insert(id);
+            output.detail = Some(match started {
+                Some(more) => format!("{}; {more}", describe_units(w)),
+                None => describe_units(w),
+            });
+        }
+        Step::WaitHealthy => {
+            if !world.workloads.contains(&id) {
+                return Err(BackendError("the workload is not running".into()));
+            }
+        }
+        Step::ExposeEndpoint => {
+            let port = world.serving.get(&id).copied();
+            let connection = world.endpoints.entry(id).or_insert_with(|| connection_for(w, port, credential)).clone();
+            output.connection = Some(connection);
+        }
+        Step::RemoveEndpoint => {
+            world.endpoints.remove(&id);
+        }
+        Step::StopWorkload => world.forget_workload(&id),
+        Step::ClearPartition => {
+            world.partitions.remove(&id);
+        }
+        Step::ReleaseCapacity => {}
     }
+    Ok(output)
 }
 
 impl Simulated {
@@ -346,12 +392,45 @@ impl Backend for Simulated {
 
     fn run<'a>(&'a self, workload: &'a Workload, step: Step) -> StepFuture<'a> {
         Box::pin(async move {
-            tokio::time::sleep(self.delay(step)).await;
+            let delay = self.delay(step);
+            tokio::time::sleep(delay).await;
             match self.fault_for(step) {
                 Some(Fault::Fail) => Err(BackendError(format!("simulated fault in {}", step.as_str()))),
                 Some(Fault::Hang) => std::future::pending().await,
+                Some(Fault::Late) => {
+                    let (world, workload) = (self.world.clone(), workload.clone());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(delay + LATE_BY).await;
+                        let _ = record(&mut lock(&world), &workload, step, None, None);
+                    });
+                    Err(BackendError(format!("simulated lost answer from {}", step.as_str())))
+                }
                 None => self.apply(workload, step),
             }
+        })
+    }
+
+    fn owned_objects(&self) -> OwnedFuture<'_> {
+        Box::pin(async move { Ok(lock(&self.world).owned()) })
+    }
+
+    fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a> {
+        Box::pin(async move {
+            if object.kind == WORKLOAD {
+                self.stop(&object.name);
+            }
+            let mut world = lock(&self.world);
+            let removed = match object.kind {
+                PARTITION => world.partitions.remove(&object.name),
+                WORKLOAD => {
+                    let was = world.workloads.contains(&object.name);
+                    world.forget_workload(&object.name);
+                    was
+                }
+                ENDPOINT => world.endpoints.remove(&object.name).is_some(),
+                other => return Err(BackendError(format!("the simulated backend has no {other} objects"))),
+            };
+            Ok(removed)
         })
     }
 
@@ -445,6 +524,7 @@ mod tests {
         assert_eq!("pull_image=hang@0.5".parse::<FaultRule>().map(|r| r.probability), Ok(0.5));
         assert!("boot=fail".parse::<FaultRule>().unwrap_err().contains("unknown step"));
         assert!("pull_image=explode".parse::<FaultRule>().unwrap_err().contains("unknown fault"));
+        assert_eq!("start_workload=late@0.1".parse::<FaultRule>().map(|r| r.fault), Ok(Fault::Late));
         assert!("pull_image=fail@2".parse::<FaultRule>().unwrap_err().contains("between 0 and 1"));
     }
 }

@@ -50,6 +50,8 @@ pub fn fast_reconciler() -> ReconcilerConfig {
         step_timeout: Duration::from_millis(400),
         retry_backoff: Duration::from_millis(10),
         max_backoff: Duration::from_millis(50),
+        // Sweeping often in every test shows it never takes what a live environment holds.
+        sweep_interval: Duration::from_millis(100),
     }
 }
 

@@ -1,11 +1,19 @@
 //! A mock Kubernetes API server behind `tower-test`: it records every request and answers
 //! like a small cluster would (server-side apply, create, replace, get, list, delete with
-//! 404s and conflicts), with three nodes, a GPU Operator that applies MIG layouts at once,
+//! 404s and conflicts), with four nodes, a GPU Operator that applies MIG layouts at once,
 //! and workloads that become ready at once. Tests compare the recorded requests with the
 //! exact list a scenario expects, so a missing or an extra call fails.
+//!
+//! The same server is the stateful fake for random runs ([`FakeCluster::stateful`]): the
+//! fleet's nodes, no recording (exact requests cannot follow a random run), and injected
+//! faults ([`Faults`]): errors, requests that never get an answer, and writes whose
+//! answer is a timeout but that land a moment later, as an overloaded API server does.
+#![allow(dead_code)] // shared by several test binaries, each using a part
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -49,11 +57,35 @@ pub struct State {
     pub job_status: Option<Value>,
     /// Pods' logs by pod name.
     pub pod_logs: BTreeMap<String, String>,
+    /// Whether requests are kept in `calls`.
+    pub record: bool,
+    /// Chances of injected faults per request.
+    pub faults: Faults,
+    /// The resourceVersion of each node, changed by every apply to it.
+    node_revisions: BTreeMap<String, u64>,
+    /// A node that someone else changes right after the next GET of it (a race, on cue).
+    pub bump_node_on_next_read: Option<String>,
     revision: u64,
 }
 
+/// Chances (0 to 1) per request of an injected fault.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Faults {
+    /// Answered 503 without doing anything.
+    pub error: f64,
+    /// Never answered (the reconciler's step timeout must end the step).
+    pub hang: f64,
+    /// A write answered 504 at once, yet done [`LATE_BY`] later.
+    pub late: f64,
+}
+
+/// How long after its timeout answer a late write lands.
+pub const LATE_BY: Duration = Duration::from_millis(150);
+
 pub struct FakeCluster {
     pub state: Arc<Mutex<State>>,
+    /// Late writes not yet landed.
+    pending: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -66,10 +98,20 @@ impl Drop for FakeCluster {
 pub const NODES: [&str; 4] = ["h100-1", "h100-2", "l40s-1", "a100-1"];
 
 impl FakeCluster {
+    /// The recording mock with [`NODES`], for exact-request scenarios.
     pub fn start() -> (FakeCluster, Client) {
+        FakeCluster::serve(&NODES.map(str::to_owned), true)
+    }
+
+    /// The fake for random runs: `nodes` (the fleet's), no recording, faults as set later.
+    pub fn stateful(nodes: &[String]) -> (FakeCluster, Client) {
+        FakeCluster::serve(nodes, false)
+    }
+
+    fn serve(nodes: &[String], record: bool) -> (FakeCluster, Client) {
         let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
-        let mut state = State { mig_state: "success".into(), ..State::default() };
-        for node in NODES {
+        let mut state = State { mig_state: "success".into(), record, ..State::default() };
+        for node in nodes {
             state.nodes.insert(
                 node.to_owned(),
                 json!({
@@ -79,9 +121,17 @@ impl FakeCluster {
                 }),
             );
         }
+        // The GPU Operator's namespace exists, as in any cluster running it.
+        state.objects.insert(
+            "/api/v1/namespaces/gpu-operator".into(),
+            json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": "gpu-operator" } }),
+        );
         let state = Arc::new(Mutex::new(state));
-        let shared = state.clone();
+        let pending = Arc::new(AtomicUsize::new(0));
+        let (shared, late) = (state.clone(), pending.clone());
         let task = tokio::spawn(async move {
+            // Requests that never get an answer; dropping them would answer with an error.
+            let mut unanswered = Vec::new();
             while let Some((request, respond)) = handle.next_request().await {
                 let (parts, body) = request.into_parts();
                 let bytes = body.collect_bytes().await.expect("request body");
@@ -100,7 +150,25 @@ impl FakeCluster {
                     body,
                 };
                 let log = call.path.ends_with("/log");
-                let (status, answer) = shared.lock().unwrap().answer(call);
+                let faults = shared.lock().unwrap().faults;
+                let roll = rand::random::<f64>();
+                let (status, answer) = if roll < faults.error {
+                    status(503, "ServiceUnavailable", "injected: the server is currently unable to handle the request")
+                } else if roll < faults.error + faults.hang {
+                    unanswered.push(respond);
+                    continue;
+                } else if roll < faults.error + faults.hang + faults.late && call.method != "GET" {
+                    late.fetch_add(1, Ordering::SeqCst);
+                    let (state, late) = (shared.clone(), late.clone());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(LATE_BY).await;
+                        let _ = state.lock().unwrap().answer(call);
+                        late.fetch_sub(1, Ordering::SeqCst);
+                    });
+                    status(504, "Timeout", "injected: the request did not complete within the allowed duration")
+                } else {
+                    shared.lock().unwrap().answer(call)
+                };
                 // A pod's log is plain text, as the API server sends it.
                 let (content_type, body) = match answer {
                     Value::String(text) if log && status == StatusCode::OK => ("text/plain", text.into_bytes()),
@@ -114,7 +182,39 @@ impl FakeCluster {
                 respond.send_response(response);
             }
         });
-        (FakeCluster { state, task }, Client::new(service, "default"))
+        (FakeCluster { state, pending, task }, Client::new(service, "default"))
+    }
+
+    pub fn set_faults(&self, faults: Faults) {
+        self.lock().faults = faults;
+    }
+
+    /// Waits until every late write has landed.
+    pub async fn quiesce(&self) {
+        while self.pending.load(Ordering::SeqCst) > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Everything Berth left for environments: labelled objects (by path) and nodes that
+    /// still carry Berth's labels, taint or a MIG layout other than disabled.
+    pub fn berth_leftovers(&self) -> Vec<String> {
+        let mut left = self.environment_objects();
+        let state = self.lock();
+        for name in state.nodes.keys() {
+            let node = state.node_view(name).unwrap();
+            let labels = &node["metadata"]["labels"];
+            if labels.get("berth.dev/tenant").is_some() || labels.get("berth.dev/environment").is_some() {
+                left.push(format!("node {name}: dedicated {labels}"));
+            }
+            if node.pointer("/spec/taints").is_some_and(|t| t != &json!([])) {
+                left.push(format!("node {name}: taint {}", node["spec"]["taints"]));
+            }
+            if labels.get("nvidia.com/mig.config").is_some_and(|v| v != "all-disabled") {
+                left.push(format!("node {name}: MIG layout {}", labels["nvidia.com/mig.config"]));
+            }
+        }
+        left
     }
 
     pub fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -161,8 +261,16 @@ impl FakeCluster {
             }
             objects.insert(path.clone(), o);
         }
-        let nodes: serde_json::Map<String, Value> =
-            NODES.iter().map(|n| (n.to_string(), state.node_view(n).unwrap_or(Value::Null))).collect();
+        let nodes: serde_json::Map<String, Value> = NODES
+            .iter()
+            .map(|n| {
+                let mut node = state.node_view(n).unwrap_or(Value::Null);
+                if let Some(meta) = node.get_mut("metadata").and_then(Value::as_object_mut) {
+                    meta.remove("resourceVersion");
+                }
+                (n.to_string(), node)
+            })
+            .collect();
         json!({ "objects": objects, "nodes": nodes })
     }
 }
@@ -198,7 +306,9 @@ fn query_value(query: &str, key: &str) -> Option<String> {
 
 impl State {
     fn answer(&mut self, call: Call) -> (StatusCode, Value) {
-        self.calls.push(call.clone());
+        if self.record {
+            self.calls.push(call.clone());
+        }
         if let Some(&code) = self.failing.get(&call.path) {
             return status(code, "Forbidden", "injected failure: secret internal detail");
         }
@@ -211,6 +321,14 @@ impl State {
                 Some(text) => (StatusCode::OK, Value::String(text.clone())),
                 None => status(404, "NotFound", "no such pod"),
             };
+        }
+        // Nothing is written into a namespace that does not exist (any more).
+        let in_namespace = segs.len() >= 3 && segs[0] == "namespaces";
+        if in_namespace && call.method != "GET" && call.method != "DELETE" {
+            let namespace = format!("/api/v1/namespaces/{}", segs[1]);
+            if !self.objects.contains_key(&namespace) {
+                return status(404, "NotFound", &format!("namespaces \"{}\" not found", segs[1]));
+            }
         }
         match call.method.as_str() {
             "PATCH" => {
@@ -232,6 +350,15 @@ impl State {
                     if !self.nodes.contains_key(name) {
                         return status(404, "NotFound", "no such node");
                     }
+                    // A resourceVersion in an apply is a precondition.
+                    let current = self.node_revisions.get(name).copied().unwrap_or(0).to_string();
+                    if let Some(expected) = body.pointer("/metadata/resourceVersion").and_then(Value::as_str)
+                        && expected != current
+                    {
+                        return status(409, "Conflict", "the object has been modified");
+                    }
+                    self.revision += 1;
+                    self.node_revisions.insert(name.clone(), self.revision);
                     self.node_applied.insert(name.clone(), body);
                     return (StatusCode::OK, self.node_view(name).unwrap());
                 }
@@ -278,7 +405,11 @@ impl State {
             "GET" if is_collection => {
                 let selector = query_value(&call.query, "labelSelector").unwrap_or_default();
                 let items: Vec<Value> = if segs == ["nodes"] {
-                    NODES.iter().filter_map(|n| self.node_view(n)).filter(|o| matches_selector(o, &selector)).collect()
+                    self.nodes
+                        .keys()
+                        .filter_map(|n| self.node_view(n))
+                        .filter(|o| matches_selector(o, &selector))
+                        .collect()
                 } else {
                     self.objects
                         .keys()
@@ -296,6 +427,11 @@ impl State {
             }
             "GET" => {
                 let found = if is_node { self.node_view(&segs[1]) } else { self.view(&call.path) };
+                if is_node && self.bump_node_on_next_read.as_ref() == Some(&segs[1]) {
+                    self.bump_node_on_next_read = None;
+                    self.revision += 1;
+                    self.node_revisions.insert(segs[1].clone(), self.revision);
+                }
                 match found {
                     Some(o) => (StatusCode::OK, o),
                     None => status(404, "NotFound", "not found"),
@@ -334,6 +470,7 @@ impl State {
 
     fn node_view(&self, name: &str) -> Option<Value> {
         let mut node = self.nodes.get(name)?.clone();
+        node["metadata"]["resourceVersion"] = json!(self.node_revisions.get(name).copied().unwrap_or(0).to_string());
         if let Some(applied) = self.node_applied.get(name) {
             if let Some(labels) = applied.pointer("/metadata/labels").and_then(Value::as_object) {
                 for (k, v) in labels {

@@ -33,6 +33,11 @@ pub const MIG_DISABLED: &str = "all-disabled";
 pub const MIG_CONFIG_KEY: &str = "config.yaml";
 /// Tenant label of platform staff's own environments (they belong to no tenant).
 pub const STAFF_TENANT: &str = "platform-staff";
+/// On a node whose MIG layout Berth set: the environments that keep it in place, so the
+/// orphan sweep can tell a layout nobody needs any more.
+pub const MIG_ENVIRONMENTS_ANNOTATION: &str = "berth.dev/mig-environments";
+/// On a dedicated node: until when it is dedicated.
+pub const DEDICATED_UNTIL_ANNOTATION: &str = "berth.dev/dedicated-until";
 /// Jupyter's user (jovyan) and group (users): restricted Pod Security needs a non-root uid.
 const RUN_AS_USER: i64 = 1000;
 const RUN_AS_GROUP: i64 = 100;
@@ -694,17 +699,32 @@ pub fn node_manifest(w: &Workload, node: &str, stage: NodeStage) -> Result<Optio
     }
     let mut meta = json!({ "name": node });
     let mut labels = BTreeMap::new();
+    let mut annotations = BTreeMap::new();
     if let Some(config) = mig {
+        if config != MIG_DISABLED {
+            // Held: this environment and its neighbours; cleared: the neighbours alone,
+            // whose slices keep the layout in place until the last of them clears it.
+            let own = (stage == NodeStage::Held).then_some(&w.environment_id);
+            let mut holders: Vec<&String> =
+                own.into_iter().chain(units_on(&w.mig_neighbours, node).map(|u| &u.environment_id)).collect();
+            holders.sort();
+            holders.dedup();
+            annotations
+                .insert(MIG_ENVIRONMENTS_ANNOTATION, holders.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(","));
+        }
         labels.insert(MIG_CONFIG_LABEL.to_owned(), config);
     }
     if dedicated {
         labels.insert(TENANT_LABEL.to_owned(), names.tenant.clone());
         labels.insert(ENVIRONMENT_LABEL.to_owned(), w.environment_id.clone());
         let until = chrono::DateTime::from_timestamp_millis(w.ends_at).map(|t| t.to_rfc3339()).unwrap_or_default();
-        meta["annotations"] = json!({ "berth.dev/dedicated-until": until });
+        annotations.insert(DEDICATED_UNTIL_ANNOTATION, until);
     }
     if !labels.is_empty() {
         meta["labels"] = json!(labels);
+    }
+    if !annotations.is_empty() {
+        meta["annotations"] = json!(annotations);
     }
     let mut object = json!({ "apiVersion": "v1", "kind": "Node", "metadata": meta });
     if dedicated {

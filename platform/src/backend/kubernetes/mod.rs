@@ -13,6 +13,7 @@
 //! | stop workload | delete the workload and wait until its pods are gone |
 //! | clear partition | node's MIG config cleared |
 //! | release capacity | delete the namespace and ClusterQueue; node labels and taint removed |
+//! | orphan sweep | list labelled namespaces, ClusterQueues, dedicated nodes and nodes with a Berth MIG layout (annotated with the environments holding it); delete, give back or disable what no live environment explains |
 //!
 //! Kubernetes errors go to the log; the step fails with an operational message.
 //!
@@ -30,7 +31,7 @@
 
 pub mod manifests;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use berth_domain::catalog::Offering;
@@ -44,12 +45,13 @@ use kube::{Client, ResourceExt};
 use rand::Rng;
 
 use self::manifests::{
-    CLUSTER_QUEUE, COMPONENT_LABEL, ClusterSettings, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind, MANAGED_BY_LABEL,
-    MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_STATE_LABEL, Manifest, NAMESPACE, NodeStage, TENANT_LABEL,
+    CLUSTER_QUEUE, COMPONENT_LABEL, ClusterSettings, DEDICATED_UNTIL_ANNOTATION, ENVIRONMENT_LABEL, FIELD_MANAGER,
+    Kind, MANAGED_BY_LABEL, MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_DISABLED, MIG_ENVIRONMENTS_ANNOTATION,
+    MIG_STATE_LABEL, Manifest, NAMESPACE, NODE, NodeStage, TENANT_LABEL,
 };
 use super::{
-    Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, PlacedUnit, ScaleFuture, StepFuture, StepOutput,
-    Upstream, UpstreamFuture, Workload,
+    Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit, RemoveFuture,
+    ScaleFuture, StepFuture, StepOutput, Upstream, UpstreamFuture, Workload,
 };
 
 /// How the backend reaches and uses the cluster.
@@ -77,14 +79,6 @@ pub struct Kubernetes {
     client: Client,
     config: KubernetesConfig,
     api_server_url: String,
-}
-
-/// An object Berth labelled for an environment that is no longer live.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Orphan {
-    pub kind: &'static str,
-    pub name: String,
-    pub environment_id: String,
 }
 
 impl Kubernetes {
@@ -347,13 +341,14 @@ impl Kubernetes {
     }
 
     async fn apply(&self, m: &Manifest) -> Result<(), BackendError> {
+        self.apply_answer(m).await.map_err(|e| api_failure(&format!("apply {} {}", m.kind.kind, m.name()), e))
+    }
+
+    async fn apply_answer(&self, m: &Manifest) -> Result<(), kube::Error> {
         // Forced: Berth is the one owner of these fields, also against a manager that set
         // them before (the GPU Operator's default `nvidia.com/mig.config`, for one).
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        self.api(&m.kind, m.namespace())
-            .patch(m.name(), &params, &Patch::Apply(&m.object))
-            .await
-            .map_err(|e| api_failure(&format!("apply {} {}", m.kind.kind, m.name()), e))?;
+        self.api(&m.kind, m.namespace()).patch(m.name(), &params, &Patch::Apply(&m.object)).await?;
         Ok(())
     }
 
@@ -566,63 +561,132 @@ impl Kubernetes {
     }
 
     /// Everything Berth labelled for an environment: namespaces (everything in them goes
-    /// with them), ClusterQueues and dedicated nodes. The orphan sweep is two phases: list
-    /// these first, then read which environments are live, then [`Kubernetes::remove_orphans`].
-    /// In that order an environment created between the two reads counts as live, so
-    /// nothing it has just created is swept.
-    pub async fn owned_objects(&self) -> Result<Vec<Orphan>, BackendError> {
+    /// with them), ClusterQueues, dedicated nodes, and nodes' MIG layouts with the
+    /// environments that keep each in place.
+    async fn owned(&self) -> Result<Vec<OwnedObject>, BackendError> {
         let mut owned = Vec::new();
         let labelled = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER},{ENVIRONMENT_LABEL}"));
         for kind in [NAMESPACE, CLUSTER_QUEUE] {
             let found =
                 self.api(&kind, None).list(&labelled).await.map_err(|e| api_failure("list Berth's objects", e))?;
-            owned.extend(found.iter().map(|object| Orphan {
+            owned.extend(found.iter().map(|object| OwnedObject {
                 kind: kind.kind,
                 name: object.name_any(),
-                environment_id: object.labels().get(ENVIRONMENT_LABEL).cloned().unwrap_or_default(),
+                environments: object.labels().get(ENVIRONMENT_LABEL).cloned().into_iter().collect(),
             }));
         }
         let nodes: Api<Node> = Api::all(self.client.clone());
         let dedicated = ListParams::default().labels(&format!("{ENVIRONMENT_LABEL},{TENANT_LABEL}"));
         let found = nodes.list(&dedicated).await.map_err(|e| api_failure("list dedicated nodes", e))?;
-        owned.extend(found.iter().map(|node| Orphan {
-            kind: "Node",
+        owned.extend(found.iter().map(|node| OwnedObject {
+            kind: NODE.kind,
             name: node.name_any(),
-            environment_id: node.labels().get(ENVIRONMENT_LABEL).cloned().unwrap_or_default(),
+            environments: node.labels().get(ENVIRONMENT_LABEL).cloned().into_iter().collect(),
+        }));
+        let with_mig = ListParams::default().labels(MIG_CONFIG_LABEL);
+        let found = nodes.list(&with_mig).await.map_err(|e| api_failure("list nodes with MIG layouts", e))?;
+        owned.extend(found.iter().filter_map(|node| {
+            Some(OwnedObject { kind: MIG_LAYOUT, name: node.name_any(), environments: mig_holders(node)? })
         }));
         Ok(owned)
     }
 
-    /// Removes the objects of `owned` whose environment is not in `live` and returns them:
-    /// namespaces and queues are deleted, nodes lose Berth's labels and taint.
-    pub async fn remove_orphans(&self, owned: &[Orphan], live: &HashSet<String>) -> Result<Vec<Orphan>, BackendError> {
-        let orphans: Vec<Orphan> = orphans(owned, live);
-        for orphan in &orphans {
-            match orphan.kind {
-                "Node" => {
-                    // An apply without fields gives back every label and taint Berth set.
-                    let release = Manifest {
-                        kind: manifests::NODE,
-                        object: serde_json::json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": orphan.name } }),
-                    };
-                    self.apply(&release).await?;
-                }
-                "Namespace" => {
-                    self.delete(&NAMESPACE, None, &orphan.name, false).await?;
-                }
-                _ => {
-                    self.delete(&CLUSTER_QUEUE, None, &orphan.name, false).await?;
+    /// Removes an orphan: namespaces and queues are deleted; a dedicated node loses
+    /// Berth's labels, annotation and taint; a MIG layout nobody holds is disabled.
+    async fn remove(&self, object: &OwnedObject) -> Result<bool, BackendError> {
+        match object.kind {
+            "Namespace" => self.delete(&NAMESPACE, None, &object.name, false).await,
+            "ClusterQueue" => self.delete(&CLUSTER_QUEUE, None, &object.name, false).await,
+            "Node" | MIG_LAYOUT => self.release_node_part(object).await,
+            other => Err(BackendError(format!("Berth does not sweep Kubernetes {other} objects"))),
+        }
+    }
+
+    /// Takes the orphaned part (dedication or MIG layout) off a node, unless the node has
+    /// changed hands since the sweep listed it. The apply keeps the rest of what Berth
+    /// set and names the node's resourceVersion, so a change between reading and writing
+    /// fails it with a conflict instead of undoing someone else's step.
+    async fn release_node_part(&self, object: &OwnedObject) -> Result<bool, BackendError> {
+        let api: Api<Node> = Api::all(self.client.clone());
+        let doing = format!("read node {}", object.name);
+        let Some(node) = api.get_opt(&object.name).await.map_err(|e| api_failure(&doing, e))? else {
+            return Ok(false);
+        };
+        let labels = node.labels();
+        let annotations = node.annotations();
+        let mig = labels.get(MIG_CONFIG_LABEL).filter(|c| c.starts_with("berth-") || *c == MIG_DISABLED);
+        let mig_holders = mig_holders(&node);
+        let dedication = labels.get(ENVIRONMENT_LABEL);
+        let (keep_dedication, keep_mig) = if object.kind == MIG_LAYOUT {
+            if mig_holders.as_ref() != Some(&object.environments) {
+                return Ok(false);
+            }
+            (true, false)
+        } else {
+            if dedication.is_none_or(|e| !object.environments.contains(e)) {
+                return Ok(false);
+            }
+            (false, true)
+        };
+        let mut meta = serde_json::json!({ "name": object.name });
+        if let Some(version) = node.resource_version() {
+            meta["resourceVersion"] = serde_json::json!(version);
+        }
+        let (mut kept_labels, mut kept_annotations) = (serde_json::Map::new(), serde_json::Map::new());
+        let mut taints = Vec::new();
+        if keep_dedication && dedication.is_some() {
+            for key in [TENANT_LABEL, ENVIRONMENT_LABEL] {
+                if let Some(value) = labels.get(key) {
+                    kept_labels.insert(key.to_owned(), value.clone().into());
                 }
             }
-            tracing::warn!(kind = orphan.kind, name = %orphan.name, environment = %orphan.environment_id, "removed an orphan");
+            if let Some(until) = annotations.get(DEDICATED_UNTIL_ANNOTATION) {
+                kept_annotations.insert(DEDICATED_UNTIL_ANNOTATION.to_owned(), until.clone().into());
+            }
+            let spec_taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
+            taints.extend(spec_taints.into_iter().filter(|t| t.key == TENANT_LABEL));
         }
-        Ok(orphans)
+        if keep_mig {
+            if let Some(config) = mig {
+                kept_labels.insert(MIG_CONFIG_LABEL.to_owned(), config.clone().into());
+            }
+            if let Some(holders) = annotations.get(MIG_ENVIRONMENTS_ANNOTATION) {
+                kept_annotations.insert(MIG_ENVIRONMENTS_ANNOTATION.to_owned(), holders.clone().into());
+            }
+        } else {
+            // Disabled rather than dropped: the MIG manager acts on the label's value.
+            kept_labels.insert(MIG_CONFIG_LABEL.to_owned(), MIG_DISABLED.into());
+        }
+        if !kept_labels.is_empty() {
+            meta["labels"] = kept_labels.into();
+        }
+        if !kept_annotations.is_empty() {
+            meta["annotations"] = kept_annotations.into();
+        }
+        let mut release = serde_json::json!({ "apiVersion": "v1", "kind": "Node", "metadata": meta });
+        if !taints.is_empty() {
+            release["spec"] = serde_json::json!({ "taints": taints });
+        }
+        match self.apply_answer(&Manifest { kind: NODE, object: release }).await {
+            Ok(()) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => Ok(false),
+            Err(e) => Err(api_failure(&format!("give back node {}", object.name), e)),
+        }
     }
 }
 
-/// The objects of `owned` that no live environment explains (the report of a sweep).
-pub fn orphans(owned: &[Orphan], live: &HashSet<String>) -> Vec<Orphan> {
-    owned.iter().filter(|o| !live.contains(&o.environment_id)).cloned().collect()
+/// What the orphan sweep calls a node's MIG layout set by Berth.
+pub const MIG_LAYOUT: &str = "MigLayout";
+
+/// The environments keeping the node's Berth MIG layout in place; `None` when Berth set
+/// no layout there (or only disabled MIG).
+fn mig_holders(node: &Node) -> Option<Vec<String>> {
+    let config = node.labels().get(MIG_CONFIG_LABEL)?;
+    if config == MIG_DISABLED {
+        return None;
+    }
+    let holders = node.annotations().get(MIG_ENVIRONMENTS_ANNOTATION)?;
+    Some(holders.split(',').filter(|e| !e.is_empty()).map(str::to_owned).collect())
 }
 
 impl Backend for Kubernetes {
@@ -632,6 +696,14 @@ impl Backend for Kubernetes {
 
     fn run<'a>(&'a self, workload: &'a Workload, step: Step) -> StepFuture<'a> {
         Box::pin(self.step(workload, step))
+    }
+
+    fn owned_objects(&self) -> OwnedFuture<'_> {
+        Box::pin(self.owned())
+    }
+
+    fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a> {
+        Box::pin(self.remove(object))
     }
 
     fn upstream<'a>(&'a self, workload: &'a Workload) -> UpstreamFuture<'a> {
