@@ -113,4 +113,6 @@ pub enum Refusal {
     NoInfinibandPartition,
     #[error("node report refused: {0}")]
     InvalidReport(String),
+    #[error("host network: {0}")]
+    InvalidHostNetwork(String),
 }
