@@ -22,6 +22,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
+use crate::agent::Command;
 use crate::fabric::IdentifierKind;
 
 /// The UDP port of VXLAN (IANA), on the wire between nodes.
@@ -156,8 +157,19 @@ pub struct Link {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum LinkKind {
     Bridge,
-    Vxlan { vni: u32, local: Ipv4Addr, parent: String, port: u16 },
-    Vlan { id: u16, parent: String },
+    Vxlan {
+        vni: u32,
+        local: Ipv4Addr,
+        parent: String,
+        port: u16,
+    },
+    Vlan {
+        id: u16,
+        parent: String,
+    },
+    /// A device with one of Berth's names but of another kind (`dummy`, `veth`, ...): never
+    /// planned, so it is deleted and made again.
+    Other(String),
 }
 
 /// An IPv4 address on one of Berth's devices.
@@ -466,26 +478,6 @@ pub enum Change {
     DeleteRuleset,
 }
 
-/// A command line, with what goes to its standard input.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Command {
-    pub program: &'static str,
-    pub args: Vec<String>,
-    pub stdin: Option<String>,
-}
-
-impl Command {
-    fn new(program: &'static str, args: &[&str]) -> Command {
-        Command { program, args: args.iter().map(|a| (*a).to_owned()).collect(), stdin: None }
-    }
-}
-
-impl std::fmt::Display for Command {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} {}", self.program, self.args.join(" "))
-    }
-}
-
 const ZERO_MAC: &str = "00:00:00:00:00:00";
 
 impl Change {
@@ -512,6 +504,7 @@ impl Change {
                         // Peers are listed, not learned: a forged packet teaches nothing.
                         "nolearning".into(),
                     ]),
+                    LinkKind::Other(kind) => add.args.extend([link.name.clone(), "type".into(), kind.clone()]),
                     LinkKind::Vlan { id, parent } => add.args.extend([
                         "link".into(),
                         parent.clone(),

@@ -3,6 +3,7 @@
 
 mod agent;
 mod fabric;
+mod host_network;
 mod matrix;
 mod sessions;
 
