@@ -8,6 +8,7 @@
 //!   InfiniBand port GUIDs and the OpenSM partitions.conf fragment.
 //! - [`host_network`]: a bare-metal node's tenant networks (VXLAN/VLAN devices, bridges,
 //!   nftables isolation) and the changes that bring a node to them.
+//! - [`node_plan`]: what the portal asks of a bare-metal node's agent, and its answer.
 //! - [`fleet`]: the fleet description file an operator writes.
 //! - [`placement`]: choosing concrete GPUs and MIG slices for a size.
 //! - [`booking`]: windows in time, availability over time, earliest fits and quotas.
@@ -25,6 +26,7 @@ pub mod host_network;
 pub mod launch;
 pub mod lifecycle;
 pub mod mig;
+pub mod node_plan;
 pub mod placement;
 pub mod policy;
 mod refusal;

@@ -5,8 +5,6 @@ mod api;
 mod cli;
 mod http;
 mod metrics;
-// The agent loop applies the portal's plans through it from the bare-metal backend on.
-#[allow(dead_code)]
 mod node;
 #[cfg(test)]
 mod tests;

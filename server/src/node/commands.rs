@@ -57,6 +57,8 @@ impl SystemRunner {
         SystemRunner { namespace: None, timeout: COMMAND_TIMEOUT }
     }
 
+    /// Only the network namespace tests run commands elsewhere than on the node itself.
+    #[cfg(test)]
     pub fn in_namespace(namespace: &str) -> SystemRunner {
         SystemRunner { namespace: Some(namespace.to_owned()), timeout: COMMAND_TIMEOUT }
     }
@@ -148,7 +150,7 @@ pub mod recording {
 
     use super::*;
 
-    /// Answers a command line starting with one of the prefixes with its answer; every
+    /// Answers a command line with the answer of the longest prefix it starts with; every
     /// other command succeeds with no output.
     #[derive(Default)]
     pub struct Recording {
@@ -179,8 +181,15 @@ pub mod recording {
             let line = command.to_string();
             self.log.lock().expect("log").push(line.clone());
             let answers = self.answers.lock().expect("answers");
-            // The latest matching answer wins, so a test can change the node's state.
-            match answers.iter().rev().find(|(prefix, _)| line.starts_with(prefix.as_str())) {
+            // The longest matching prefix wins, then the latest, so a test can change the
+            // node's state.
+            let answer = answers
+                .iter()
+                .enumerate()
+                .filter(|(_, (prefix, _))| line.starts_with(prefix.as_str()))
+                .max_by_key(|(i, (prefix, _))| (prefix.len(), *i))
+                .map(|(_, answer)| answer);
+            match answer {
                 Some((_, Ok(output))) => Ok(output.clone()),
                 Some((_, Err(error))) => Err(CommandError { command: line, failure: error.failure.clone() }),
                 None => Ok(String::new()),

@@ -2,6 +2,7 @@
 //! time: the authorization matrix and the session tests.
 
 mod agent;
+mod baremetal;
 mod fabric;
 mod host_network;
 mod matrix;
@@ -82,6 +83,11 @@ impl Berth {
     /// Berth as `berth serve [--public-url URL]` builds it, on a database of its own with
     /// the test fleet and no users.
     pub async fn start(public_url: Option<&str>) -> Berth {
+        Berth::start_with_fleet(public_url, FLEET).await
+    }
+
+    /// As [`Berth::start`], on the fleet described by `fleet`.
+    pub async fn start_with_fleet(public_url: Option<&str>, fleet: &str) -> Berth {
         let dir = tempfile::tempdir().expect("temp dir");
         let database = format!("sqlite://{}", dir.path().join("berth.db").display());
         let site_root = dir.path().join("site");
@@ -99,7 +105,7 @@ impl Berth {
         store::migrate(&pool).await.expect("migrations");
         let fabric = args.fabric().expect("fabric flags");
         let platform = Platform::new(pool.clone()).with_public_url(&public.url).with_fabric(fabric);
-        platform.sync_fleet(&FleetSpec::parse(FLEET).expect("test fleet")).await.expect("fleet");
+        platform.sync_fleet(&FleetSpec::parse(fleet).expect("test fleet")).await.expect("fleet");
         let router = crate::http::router(platform.clone(), pool, &args, &public).await.expect("router");
         Berth { platform, router, _dir: dir }
     }
