@@ -140,6 +140,8 @@ pub fn run_command(runtime: Runtime, w: &NodeWorkload, uuids: &[String]) -> Comm
     let mut args: Vec<String> = ["run", "--detach", "--name", &name, "--label"].map(str::to_owned).to_vec();
     args.push(format!("berth.environment={}", w.environment_id));
     args.extend(["--env-file".into(), "/dev/stdin".into()]);
+    // As Kubernetes' restricted pods: no capabilities, no way to gain privileges.
+    args.extend(["--cap-drop".into(), "ALL".into(), "--security-opt".into(), "no-new-privileges".into()]);
     if !uuids.is_empty() {
         match runtime {
             Runtime::Podman => {
@@ -234,7 +236,7 @@ mod tests {
         assert_eq!(
             command.to_string(),
             "podman run --detach --name berth-e1 --label berth.environment=e1 --env-file /dev/stdin \
-             --device nvidia.com/gpu=GPU-1 --cpus 4 --memory 32g --publish 30000:8888 quay.io/jupyter/pytorch-notebook:cuda12-latest"
+             --cap-drop ALL --security-opt no-new-privileges --device nvidia.com/gpu=GPU-1 --cpus 4 --memory 32g --publish 30000:8888 quay.io/jupyter/pytorch-notebook:cuda12-latest"
         );
         assert_eq!(command.stdin.as_deref(), Some("CUDA_VISIBLE_DEVICES=GPU-1\nJUPYTER_TOKEN=s3cret\n"));
         node.answer("podman image inspect", "sha256:1");
