@@ -20,7 +20,7 @@ BERTH := $(CARGO_TARGET_DIR)/debug/berth
 WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p;}' Cargo.lock)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: idp run test build tools rust-tools node-tools browser site server unit e2e lint fmt clean bench
+.PHONY: idp run test build tools rust-tools node-tools browser host-tools site server unit e2e lint fmt clean bench
 
 ## run: install what is missing, build, and start Berth on http://127.0.0.1:3000
 run: build
@@ -58,6 +58,11 @@ node-tools:
 browser:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
+# iproute2, nftables and ping for the tenant network test (berth-server), which builds hosts in network
+# namespaces and sets them up with the agent's own code.
+host-tools:
+	@command -v ip >/dev/null && command -v nft >/dev/null && command -v ping >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 nftables iputils-ping; }
+
 ## site: the browser side: hydration WASM, its JS glue, CSS and static files in target/site
 site: rust-tools node-tools
 	cargo build -p berth-app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate
@@ -70,7 +75,7 @@ server:
 	cargo build -p berth-server
 
 # Each package on its own, so `ssr` and `hydrate` are never switched on together.
-unit:
+unit: host-tools
 	cargo test -p berth-domain
 	cargo test -p berth-platform
 	cargo test -p berth-app --features ssr

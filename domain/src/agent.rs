@@ -198,6 +198,27 @@ pub fn next_health(current: GpuHealth, note: &str, source: HealthSource, verdict
     (!admin_judgement && !same).then(|| verdict.clone())
 }
 
+/// A command line the agent runs on its node (`ip`, `nft`, `nvidia-smi`), with what goes
+/// to its standard input. Planned here, run by the agent through its command runner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Command {
+    pub program: &'static str,
+    pub args: Vec<String>,
+    pub stdin: Option<String>,
+}
+
+impl Command {
+    pub fn new(program: &'static str, args: &[&str]) -> Command {
+        Command { program, args: args.iter().map(|a| (*a).to_owned()).collect(), stdin: None }
+    }
+}
+
+impl std::fmt::Display for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.program, self.args.join(" "))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,9 @@
 //! - [`catalog`]: what users can launch, in which sizes, at what price.
 //! - [`fabric`]: fabric isolation identifiers for hard tenants, their pools and quarantine,
 //!   InfiniBand port GUIDs and the OpenSM partitions.conf fragment.
+//! - [`host_network`]: a bare-metal node's tenant networks (VXLAN/VLAN devices, bridges,
+//!   nftables isolation) and the changes that bring a node to them.
+//! - [`node_plan`]: what the portal asks of a bare-metal node's agent, and its answer.
 //! - [`fleet`]: the fleet description file an operator writes.
 //! - [`placement`]: choosing concrete GPUs and MIG slices for a size.
 //! - [`booking`]: windows in time, availability over time, earliest fits and quotas.
@@ -19,9 +22,11 @@ pub mod catalog;
 pub mod fabric;
 pub mod fleet;
 pub mod gpu;
+pub mod host_network;
 pub mod launch;
 pub mod lifecycle;
 pub mod mig;
+pub mod node_plan;
 pub mod placement;
 pub mod policy;
 mod refusal;

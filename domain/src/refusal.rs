@@ -134,4 +134,6 @@ pub enum Refusal {
     WorkloadUnreachable(String),
     #[error("node report refused: {0}")]
     InvalidReport(String),
+    #[error("host network: {0}")]
+    InvalidHostNetwork(String),
 }

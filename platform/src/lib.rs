@@ -18,6 +18,7 @@ pub mod fabric;
 pub mod fleet;
 pub mod maintenance;
 pub mod node_agents;
+pub mod node_plans;
 pub mod oidc;
 pub mod quotas;
 pub mod reconciler;

@@ -448,6 +448,17 @@ impl Reconciler {
         Ok(())
     }
 
+    /// What the backend is told about environment `environment_id` now (tests drive a
+    /// backend's steps one by one with it).
+    pub async fn workload_of(&self, environment_id: &str) -> Result<Workload, Error> {
+        let row = sqlx::query(&format!("SELECT {ENVIRONMENT_COLUMNS} FROM environments e WHERE e.id = ?"))
+            .bind(environment_id)
+            .fetch_optional(&self.platform.db)
+            .await?
+            .ok_or(Error::NotFound)?;
+        self.workload(&environment_from_row(&row)?).await
+    }
+
     async fn workload(&self, env: &Environment) -> Result<Workload, Error> {
         let mut conn = self.platform.db.acquire().await?;
         workload_of(&mut conn, env, |_| true).await

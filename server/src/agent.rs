@@ -1,5 +1,7 @@
 //! `berth agent`: runs on a bare-metal GPU node, reads its GPUs through NVML and reports
-//! them to the portal with the node's token, again every interval.
+//! them to the portal with the node's token, again every interval. With a node host
+//! (`--backend baremetal` portals), it also fetches its node's plan, applies it and reports
+//! the generation it applied or why it could not.
 //!
 //! NVML sits behind [`GpuProbe`] so tests can bring a fake node. `nvml-wrapper` loads
 //! `libnvidia-ml.so` at run time: on a machine without it the agent says so once and
@@ -10,12 +12,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use berth_domain::agent::{GpuReport, NodeReport};
+use berth_domain::node_plan::{NodePlan, PlanReport};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
 
+use crate::node::NodeHost;
+
 /// Where the agent posts its reports, under the portal's URL.
 pub const REPORT_PATH: &str = "/api/v1/agent/report";
+/// Where the agent fetches its node's plan and reports on it.
+pub const PLAN_PATH: &str = "/api/v1/agent/plan";
 
 /// Failed reports are retried sooner than the interval at first, then ever more rarely,
 /// so a portal that comes back is not met by every node at once for long.
@@ -114,10 +121,12 @@ pub fn retry_delay(failures: u32) -> Duration {
 /// One node's agent: where it reports, with which token, how often, reading what.
 pub struct Agent {
     client: reqwest::Client,
-    url: String,
+    portal: String,
     token: String,
     interval: Duration,
     probe: Arc<dyn GpuProbe>,
+    /// The node the plans are applied to, and how often to ask for the plan.
+    host: Option<(Arc<dyn NodeHost>, Duration)>,
 }
 
 impl Agent {
@@ -131,7 +140,67 @@ impl Agent {
             .user_agent(concat!("berth-agent/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("cannot set up the HTTP client: {e}"))?;
-        Ok(Agent { client, url: format!("{portal}{REPORT_PATH}"), token: token.trim().to_owned(), interval, probe })
+        Ok(Agent { client, portal: portal.to_owned(), token: token.trim().to_owned(), interval, probe, host: None })
+    }
+
+    /// The agent also applies the node plans of a `--backend baremetal` portal to `host`,
+    /// asking for the plan every `plan_interval`.
+    pub fn with_host(self, host: Arc<dyn NodeHost>, plan_interval: Duration) -> Agent {
+        Agent { host: Some((host, plan_interval)), ..self }
+    }
+
+    /// Sends `body` (or nothing) to `path` with the node token; the portal's JSON answer or
+    /// why it failed, in words for the agent's log.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<serde_json::Value, String> {
+        let url = format!("{}{path}", self.portal);
+        let mut request = self.client.request(method, &url).bearer_auth(&self.token);
+        if let Some(body) = body {
+            request = request.header(reqwest::header::CONTENT_TYPE, "application/json").body(body);
+        }
+        let response = request.send().await.map_err(|e| format!("cannot reach the portal at {url}: {e}"))?;
+        let status = response.status();
+        let text = response.text().await.map_err(|e| format!("the portal's answer broke off: {e}"))?;
+        let answer: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
+        if !status.is_success() {
+            let message = answer["error"].as_str().map_or_else(|| text.chars().take(200).collect(), str::to_owned);
+            let what = if path == REPORT_PATH { "the report" } else { "the plan" };
+            return Err(format!("the portal refused {what} ({status}): {message}"));
+        }
+        Ok(answer)
+    }
+
+    /// Fetches the node's plan, applies it and reports the outcome: the generation worked
+    /// on, `None` when nothing was ever planned for the node (it is left as it is), and
+    /// `Err` only when the portal could not be asked or told.
+    pub async fn sync_plan(&self) -> Result<Option<i64>, String> {
+        let Some((host, _)) = &self.host else { return Ok(None) };
+        let plan: NodePlan = serde_json::from_value(self.call(reqwest::Method::GET, PLAN_PATH, None).await?)
+            .map_err(|e| format!("cannot read the portal's plan: {e}"))?;
+        if plan.generation == 0 {
+            return Ok(None);
+        }
+        let generation = plan.generation;
+        // `ip`, `nft`, `nvidia-smi` and the container runtime block: off the async threads.
+        let node = host.clone();
+        let (outcome, underlay_address) =
+            tokio::task::spawn_blocking(move || (node.apply(&plan), node.underlay_address()))
+                .await
+                .map_err(|e| format!("applying the plan stopped: {e}"))?;
+        let report = match outcome {
+            Ok(workloads) => PlanReport { generation, error: None, underlay_address, workloads },
+            Err(error) => {
+                tracing::warn!(generation, %error, "cannot apply the node's plan");
+                PlanReport { generation, error: Some(error), underlay_address, workloads: Vec::new() }
+            }
+        };
+        let body = serde_json::to_vec(&report).map_err(|e| format!("cannot encode the plan report: {e}"))?;
+        self.call(reqwest::Method::POST, PLAN_PATH, Some(body)).await?;
+        Ok(Some(generation))
     }
 
     /// Reads the GPUs and posts one report; the portal's answer (which GPUs changed
@@ -143,51 +212,59 @@ impl Agent {
             .await
             .map_err(|e| format!("reading the GPUs stopped: {e}"))??;
         let body = serde_json::to_vec(&report).map_err(|e| format!("cannot encode the report: {e}"))?;
-        let response = self
-            .client
-            .post(&self.url)
-            .bearer_auth(&self.token)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| format!("cannot reach the portal at {}: {e}", self.url))?;
-        let status = response.status();
-        let text = response.text().await.map_err(|e| format!("the portal's answer broke off: {e}"))?;
-        let answer: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
-        if !status.is_success() {
-            let message = answer["error"].as_str().map_or_else(|| text.chars().take(200).collect(), str::to_owned);
-            return Err(format!("the portal refused the report ({status}): {message}"));
-        }
-        Ok(answer)
+        self.call(reqwest::Method::POST, REPORT_PATH, Some(body)).await
     }
 
-    /// Reports every interval until `stop` completes; a failed report is logged and
-    /// retried with backoff.
+    /// Reports every interval (and syncs the node's plan every plan interval) until `stop`
+    /// completes; a failed report is logged and retried with backoff.
     pub async fn run(&self, stop: impl Future<Output = ()>) {
         tokio::pin!(stop);
         let mut failures = 0u32;
+        let mut next_report = tokio::time::Instant::now();
+        let mut next_plan = tokio::time::Instant::now();
+        let mut last_generation = None;
         loop {
-            let wait = match self.report_once().await {
-                Ok(answer) => {
-                    failures = 0;
-                    let gpus = answer["gpus"].as_u64().unwrap_or_default();
-                    tracing::info!(node = %answer["node"].as_str().unwrap_or_default(), gpus, "report accepted");
-                    for change in answer["changes"].as_array().into_iter().flatten() {
-                        tracing::warn!(change = %change.as_str().unwrap_or_default(), "GPU health changed");
+            let now = tokio::time::Instant::now();
+            if now >= next_report {
+                next_report = now
+                    + match self.report_once().await {
+                        Ok(answer) => {
+                            failures = 0;
+                            let gpus = answer["gpus"].as_u64().unwrap_or_default();
+                            tracing::info!(node = %answer["node"].as_str().unwrap_or_default(), gpus, "report accepted");
+                            for change in answer["changes"].as_array().into_iter().flatten() {
+                                tracing::warn!(change = %change.as_str().unwrap_or_default(), "GPU health changed");
+                            }
+                            self.interval
+                        }
+                        Err(error) => {
+                            failures = failures.saturating_add(1);
+                            let wait = retry_delay(failures);
+                            tracing::warn!(%error, failures, retry_in = ?wait, "report failed");
+                            wait
+                        }
+                    };
+            }
+            if let Some((_, plan_interval)) = &self.host
+                && now >= next_plan
+            {
+                match self.sync_plan().await {
+                    Ok(generation) if generation != last_generation => {
+                        tracing::info!(?generation, "node plan synced");
+                        last_generation = generation;
                     }
-                    self.interval
+                    Ok(_) => {}
+                    Err(error) => tracing::warn!(%error, "node plan sync failed"),
                 }
-                Err(error) => {
-                    failures = failures.saturating_add(1);
-                    let wait = retry_delay(failures);
-                    tracing::warn!(%error, failures, retry_in = ?wait, "report failed");
-                    wait
-                }
+                next_plan = tokio::time::Instant::now() + *plan_interval;
+            }
+            let wake = match &self.host {
+                Some(_) => next_report.min(next_plan),
+                None => next_report,
             };
             tokio::select! {
                 () = &mut stop => return,
-                () = tokio::time::sleep(wait) => {}
+                () = tokio::time::sleep_until(wake) => {}
             }
         }
     }

@@ -1,6 +1,6 @@
 //! The JSON API under `/api/v1`, for scripts and CI: `Authorization: Bearer berth_…` with a
 //! personal API token. Each route is one platform call; the platform authorizes it.
-//! `POST /api/v1/agent/report` is the exception: `berth agent` calls it with a node token.
+//! `/api/v1/agent/...` is the exception: `berth agent` calls it with a node token.
 //!
 //! Errors are `{"error": "...", "request_id": "..."}` with the status saying whose fault it
 //! is; internal causes are logged with the request id and never sent.
@@ -12,6 +12,7 @@ use axum::routing::{get, post};
 use berth_domain::agent::NodeReport;
 use berth_domain::catalog::Offering;
 use berth_domain::launch::LaunchRequest;
+use berth_domain::node_plan::PlanReport;
 use berth_platform::audit::AuditFilter;
 use berth_platform::environments::Environment;
 use berth_platform::{Caller, Error, Platform, RequestMeta};
@@ -37,6 +38,8 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("POST", "/api/v1/tokens/{id}/revoke"),
     ("GET", "/api/v1/audit"),
     ("POST", "/api/v1/agent/report"),
+    ("GET", "/api/v1/agent/plan"),
+    ("POST", "/api/v1/agent/plan"),
 ];
 
 pub fn routes() -> axum::Router<AppState> {
@@ -52,6 +55,7 @@ pub fn routes() -> axum::Router<AppState> {
         .route("/api/v1/tokens/{id}/revoke", post(revoke_token))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/agent/report", post(agent_report))
+        .route("/api/v1/agent/plan", get(agent_plan).post(agent_plan_report))
 }
 
 /// A failed API call, answered as JSON.
@@ -297,6 +301,42 @@ async fn agent_report(
             "changes": receipt.changes,
             "unexpected_gpus": receipt.unexpected,
         }))),
+        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
+        Err(error) => Err(ApiError { error, request_id }.into_response()),
+    }
+}
+
+/// A bare-metal node's agent fetches what its node should hold (`--backend baremetal`).
+async fn agent_plan(
+    State(state): State<AppState>,
+    NodeSecret(secret, meta): NodeSecret,
+) -> Result<Json<Value>, Response> {
+    let request_id = meta.request_id.clone();
+    match state.platform.node_plan(&secret, meta).await {
+        Ok(plan) => Ok(Json(
+            serde_json::to_value(plan)
+                .map_err(|e| ApiError { error: Error::internal(e), request_id: request_id.clone() }.into_response())?,
+        )),
+        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
+        Err(error) => Err(ApiError { error, request_id }.into_response()),
+    }
+}
+
+/// A bare-metal node's agent says which plan generation it applied, or why it could not.
+async fn agent_plan_report(
+    State(state): State<AppState>,
+    NodeSecret(secret, meta): NodeSecret,
+    Json(report): Json<PlanReport>,
+) -> Result<Json<Value>, Response> {
+    let request_id = meta.request_id.clone();
+    let generation = report.generation;
+    // Its own task: an agent that hangs up must not cut the write transaction short.
+    let platform = state.platform.clone();
+    let outcome = tokio::spawn(async move { platform.report_node_plan(&secret, &report, meta).await })
+        .await
+        .unwrap_or_else(|e| Err(Error::internal(e)));
+    match outcome {
+        Ok(()) => Ok(Json(json!({ "generation": generation }))),
         Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
         Err(error) => Err(ApiError { error, request_id }.into_response()),
     }

@@ -9,6 +9,7 @@ use berth_domain::booking::{BookingPolicy, DAY_MS, HOUR_MS, MINUTE_MS};
 use berth_domain::fabric::{FabricConfig, GIB, IdentifierKind, NetworkSegment, Pool};
 use berth_domain::fleet::FleetSpec;
 use berth_platform::backend::Backend;
+use berth_platform::backend::baremetal::{BareMetal, BareMetalConfig};
 use berth_platform::backend::kubernetes::manifests::ClusterSettings;
 use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
 use berth_platform::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
@@ -42,6 +43,8 @@ pub enum BackendKind {
     /// A Kubernetes cluster with the NVIDIA GPU Operator (and Kueue), reached through the
     /// kubeconfig or, inside a pod, its service account.
     Kubernetes,
+    /// Bare-metal GPU nodes running `berth agent`, which fetch and apply their node's plan.
+    Baremetal,
 }
 
 #[derive(Debug, Subcommand)]
@@ -67,6 +70,23 @@ pub struct AgentArgs {
     /// How often to report: `30s`, `2m`, `1h`.
     #[arg(long, env = "BERTH_AGENT_INTERVAL", default_value = "30s", value_parser = crate::agent::parse_interval)]
     pub interval: Duration,
+    /// How often to fetch and apply the node's plan (`--backend baremetal` portals).
+    #[arg(long, env = "BERTH_AGENT_PLAN_INTERVAL", default_value = "5s", value_parser = crate::agent::parse_interval)]
+    pub plan_interval: Duration,
+    /// The interface hard and hybrid tenants' networks run over (VXLAN leaves through it,
+    /// VLANs sit on it), e.g. `bond0`. Without it the node takes no tenant networks.
+    #[arg(long, env = "BERTH_UNDERLAY_INTERFACE")]
+    pub underlay_interface: Option<String>,
+    /// The node's address on the underlay; defaults to the interface's first IPv4 address.
+    #[arg(long, env = "BERTH_UNDERLAY_ADDRESS")]
+    pub underlay_address: Option<std::net::Ipv4Addr>,
+    /// More of the node's addresses tenants must not reach (the underlay address is
+    /// always protected), e.g. a BMC or management VLAN address.
+    #[arg(long, env = "BERTH_MANAGEMENT_ADDRESSES", value_delimiter = ',')]
+    pub management_address: Vec<std::net::IpAddr>,
+    /// Where workloads run: `auto` (podman when installed, else docker), `podman`, `docker`.
+    #[arg(long, env = "BERTH_CONTAINER_RUNTIME", default_value = "auto")]
+    pub container_runtime: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -212,7 +232,8 @@ async fn agent(args: AgentArgs) -> Result<(), String> {
     if let Some(message) = no_nvml {
         tracing::warn!("{message}");
     }
-    let agent = crate::agent::Agent::new(&args.portal, &args.token, args.interval, probe)?;
+    let agent = crate::agent::Agent::new(&args.portal, &args.token, args.interval, probe)?
+        .with_host(machine(&args)?, args.plan_interval);
     tracing::info!(portal = %args.portal, interval = ?args.interval, "berth agent is reporting");
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(shutdown_signal(stop_tx));
@@ -222,6 +243,29 @@ async fn agent(args: AgentArgs) -> Result<(), String> {
         })
         .await;
     Ok(())
+}
+
+/// This node as the agent applies plans to it, from the agent's flags.
+fn machine(args: &AgentArgs) -> Result<Arc<dyn crate::node::NodeHost>, String> {
+    use crate::node::commands::{CommandRunner, SystemRunner};
+    let runner: Arc<dyn CommandRunner> = Arc::new(SystemRunner::new());
+    let network = match &args.underlay_interface {
+        Some(interface) => {
+            let address = match args.underlay_address {
+                Some(address) => address,
+                None => crate::node::interface_address(runner.as_ref(), interface)?,
+            };
+            let underlay = berth_domain::host_network::Underlay { interface: interface.clone(), address };
+            tracing::info!(%interface, %address, "tenant networks run over the underlay");
+            Some(crate::node::network::NodeNetwork { underlay, management: args.management_address.clone() })
+        }
+        None => None,
+    };
+    let runtime = crate::node::workloads::Runtime::choose(&args.container_runtime, runner.as_ref())?;
+    if runtime.is_none() {
+        tracing::warn!("neither podman nor docker is installed: this node can take no workloads");
+    }
+    Ok(Arc::new(crate::node::Machine::new(runner, network, runtime)))
 }
 
 async fn open_database(url: &str) -> Result<sqlx::SqlitePool, String> {
@@ -236,12 +280,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("cannot read the fleet description {}: {e}", args.fleet.display()))?;
     let fleet = FleetSpec::parse(&fleet_text).map_err(|e| format!("{}: {e}", args.fleet.display()))?;
     // The cluster first: an unreachable one should stop Berth before it touches anything.
-    let backend: Arc<dyn Backend> = match args.backend {
-        BackendKind::Simulated => Arc::new(Simulated::new(SimulatedConfig {
-            speed: args.sim_speed.max(0.0),
-            faults: args.sim_faults.clone(),
-        })),
-        BackendKind::Kubernetes => Arc::new(
+    let kubernetes = match args.backend {
+        BackendKind::Kubernetes => Some(Arc::new(
             Kubernetes::connect(KubernetesConfig {
                 cluster: ClusterSettings {
                     gpu_operator_namespace: args.kube_gpu_operator_namespace.clone(),
@@ -257,7 +297,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             })
             .await
             .map_err(|e| format!("--backend kubernetes: {e}"))?,
-        ),
+        )),
+        BackendKind::Simulated | BackendKind::Baremetal => None,
     };
     let pool = open_database(&args.db.database).await?;
     let policy = BookingPolicy {
@@ -265,12 +306,19 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         horizon_ms: i64::from(args.horizon_days) * DAY_MS,
         ..BookingPolicy::default()
     };
-    let platform = Platform::new(pool.clone())
-        .with_policy(policy)
-        .with_public_url(&public.url)
-        .with_fabric(args.fabric()?)
-        .with_backend(backend.clone());
+    let platform =
+        Platform::new(pool.clone()).with_policy(policy).with_public_url(&public.url).with_fabric(args.fabric()?);
     platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
+    let backend: Arc<dyn Backend> = match (args.backend, kubernetes) {
+        (BackendKind::Kubernetes, Some(kubernetes)) => kubernetes,
+        (BackendKind::Baremetal, _) => Arc::new(BareMetal::new(platform.clone(), BareMetalConfig::default())),
+        _ => Arc::new(Simulated::new(SimulatedConfig {
+            speed: args.sim_speed.max(0.0),
+            faults: args.sim_faults.clone(),
+        })),
+    };
+    // The proxy, logs and replicas ask the same backend the reconciler drives.
+    let platform = platform.with_backend(backend.clone());
     let admin = platform.bootstrap_admin().await.map_err(|e| format!("cannot create the administrator: {e}"))?;
     if args.demo {
         platform.seed_demo().await.map_err(|e| format!("cannot seed demo data: {e}"))?;

@@ -6,6 +6,7 @@ pub mod api;
 pub mod cli;
 pub mod http;
 pub mod metrics;
+pub mod node;
 pub mod proxy;
 #[cfg(test)]
 mod tests;

@@ -2,6 +2,7 @@
 //! for one workload; every step must be safe to repeat, because after a crash the
 //! reconciler runs the interrupted step again.
 
+pub mod baremetal;
 pub mod kubernetes;
 pub mod simulated;
 

@@ -205,6 +205,14 @@ fn routes() -> Vec<Route> {
             body: r#"{"agent_version": "matrix", "gpus": []}"#,
             names_missing: false,
         },
+        Route { via: Via::NodeAgent(M::GET), path: "/api/v1/agent/plan", needs: None, body: "", names_missing: false },
+        Route {
+            via: Via::NodeAgent(M::POST),
+            path: "/api/v1/agent/plan",
+            needs: None,
+            body: r#"{"generation": 0}"#,
+            names_missing: false,
+        },
         sf(
             "/api/set_quota",
             Some((QuotaManage, Aim::Platform)),

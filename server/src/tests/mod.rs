@@ -2,7 +2,9 @@
 //! time: the authorization matrix and the session tests.
 
 mod agent;
+mod baremetal;
 mod fabric;
+mod host_network;
 mod matrix;
 mod proxy;
 mod sessions;
@@ -86,17 +88,22 @@ impl Berth {
     /// Berth as `berth serve [--public-url URL]` builds it, on a database of its own with
     /// the test fleet and no users.
     pub async fn start(public_url: Option<&str>) -> Berth {
-        Berth::start_with(public_url, None).await
+        Berth::start_with(public_url, FLEET, None).await
+    }
+
+    /// As [`Berth::start`], on the fleet described by `fleet`.
+    pub async fn start_with_fleet(public_url: Option<&str>, fleet: &str) -> Berth {
+        Berth::start_with(public_url, fleet, None).await
     }
 
     /// Berth with its reconciler driving an instant simulated fleet, so environments
     /// become ready and serve.
     pub async fn start_running() -> Berth {
         let fleet = std::sync::Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults: Vec::new() }));
-        Berth::start_with(None, Some(fleet)).await
+        Berth::start_with(None, FLEET, Some(fleet)).await
     }
 
-    async fn start_with(public_url: Option<&str>, fleet: Option<std::sync::Arc<Simulated>>) -> Berth {
+    async fn start_with(public_url: Option<&str>, fleet_spec: &str, fleet: Option<std::sync::Arc<Simulated>>) -> Berth {
         let dir = tempfile::tempdir().expect("temp dir");
         let database = format!("sqlite://{}", dir.path().join("berth.db").display());
         let site_root = dir.path().join("site");
@@ -114,7 +121,7 @@ impl Berth {
         store::migrate(&pool).await.expect("migrations");
         let fabric = args.fabric().expect("fabric flags");
         let mut platform = Platform::new(pool.clone()).with_public_url(&public.url).with_fabric(fabric);
-        platform.sync_fleet(&FleetSpec::parse(FLEET).expect("test fleet")).await.expect("fleet");
+        platform.sync_fleet(&FleetSpec::parse(fleet_spec).expect("test fleet")).await.expect("fleet");
         if let Some(fleet) = &fleet {
             platform = platform.with_backend(fleet.clone());
             let config = ReconcilerConfig { tick: std::time::Duration::from_millis(20), ..ReconcilerConfig::default() };

@@ -1,0 +1,999 @@
+//! Host network isolation on a bare-metal node: from the tenants attached to the node, the
+//! Linux configuration `berth agent` keeps on it, and the changes that bring a node's
+//! current configuration to it.
+//!
+//! Each hard or hybrid tenant on the node gets its network segment (a VXLAN device over the
+//! node's underlay interface, or an 802.1Q VLAN device on it) enslaved to a bridge that
+//! carries the node's address on the tenant network. An nftables table of Berth's own
+//! (`inet berth`) keeps the segments apart: a tenant's bridge exchanges routed traffic with
+//! nothing else on the node, reaches none of the node's own addresses but its own on that
+//! segment (so not the management address), and VXLAN is accepted only from the tenants'
+//! peer nodes.
+//!
+//! Everything here is data: [`plan`] says what should exist, [`changes`] compares it with
+//! what the agent observed and lists the smallest set of [`Change`]s, and each change
+//! knows its `ip`, `bridge` or `nft` commands. A second pass over an applied plan finds no
+//! change; a tenant that leaves takes exactly its own devices, addresses and rules along.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr};
+
+use serde::{Deserialize, Serialize};
+
+use crate::Refusal;
+use crate::agent::Command;
+use crate::fabric::IdentifierKind;
+
+/// The UDP port of VXLAN (IANA), on the wire between nodes.
+pub const VXLAN_PORT: u16 = 4789;
+/// Berth's own nftables table (family `inet`); nothing else in the ruleset is touched.
+pub const NFT_TABLE: &str = "berth";
+/// Tenant networks live in the shared address space of RFC 6598, which sites rarely route,
+/// so they do not shadow a site's own networks.
+pub const TENANT_NETWORKS: Ipv4Addr = Ipv4Addr::new(100, 64, 0, 0);
+/// Each tenant segment is a /22 of [`TENANT_NETWORKS`] (a /10): 4096 segments of 1022 nodes.
+pub const TENANT_PREFIX_LEN: u8 = 22;
+const TENANT_SUBNETS: u32 = 1 << (TENANT_PREFIX_LEN - 10);
+const HOSTS_PER_SUBNET: u32 = (1 << (32 - TENANT_PREFIX_LEN)) - 2;
+/// The comment on Berth's table starts with this; the plan's fingerprint follows.
+const FINGERPRINT_MARK: &str = "berth host network ";
+/// Linux's limit on interface names (IFNAMSIZ less the terminating zero).
+const MAX_INTERFACE_NAME: usize = 15;
+
+/// A tenant's network segment, from its fabric lease.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "kind", content = "id")]
+pub enum TenantSegment {
+    /// An 802.1Q VLAN id: the site's switches carry it to the tenant's nodes.
+    Vlan(u16),
+    /// A VXLAN network identifier: the nodes tunnel it over the underlay themselves.
+    Vxlan(u32),
+}
+
+impl TenantSegment {
+    /// The segment a lease of `kind` with `value` stands for; `None` for the other kinds
+    /// (P_Keys, NVLink partitions and volumes are not host networking).
+    pub fn from_lease(kind: IdentifierKind, value: u32) -> Option<TenantSegment> {
+        match kind {
+            IdentifierKind::Vlan => u16::try_from(value).ok().map(TenantSegment::Vlan),
+            IdentifierKind::Vni => Some(TenantSegment::Vxlan(value)),
+            _ => None,
+        }
+    }
+
+    fn kind(self) -> IdentifierKind {
+        match self {
+            TenantSegment::Vlan(_) => IdentifierKind::Vlan,
+            TenantSegment::Vxlan(_) => IdentifierKind::Vni,
+        }
+    }
+
+    fn value(self) -> u32 {
+        match self {
+            TenantSegment::Vlan(id) => u32::from(id),
+            TenantSegment::Vxlan(vni) => vni,
+        }
+    }
+
+    /// `VLAN 100` or `VXLAN VNI 5000`, as operators read it.
+    pub fn describe(self) -> String {
+        match self {
+            TenantSegment::Vlan(id) => format!("VLAN {id}"),
+            TenantSegment::Vxlan(vni) => format!("VXLAN VNI {vni}"),
+        }
+    }
+
+    /// The device that carries the segment: `bvl100` or `bvx5000` (at most 11 characters).
+    pub fn device_name(self) -> String {
+        match self {
+            TenantSegment::Vlan(id) => format!("bvl{id}"),
+            TenantSegment::Vxlan(vni) => format!("bvx{vni}"),
+        }
+    }
+
+    /// The bridge the node's address and the tenant's workloads sit on: `bbr-vl100` or
+    /// `bbr-vx5000` (at most 14 characters).
+    pub fn bridge_name(self) -> String {
+        format!("bbr-{}", &self.device_name()[1..])
+    }
+
+    /// The tenant network's first address: `100.64.0.0/10` cut into /22s, the segment's
+    /// id picking one (VLAN ids never share one; VNIs 4096 apart do, see [`plan`]).
+    pub fn subnet(self) -> Ipv4Addr {
+        let index = self.value() % TENANT_SUBNETS;
+        Ipv4Addr::from(u32::from(TENANT_NETWORKS) + (index << (32 - TENANT_PREFIX_LEN)))
+    }
+
+    fn contains(self, address: Ipv4Addr) -> bool {
+        let mask = u32::MAX << (32 - TENANT_PREFIX_LEN);
+        u32::from(address) & mask == u32::from(self.subnet())
+    }
+}
+
+/// The node's address on a tenant's network: the segment's subnet, host part the node's
+/// number in the fleet (stable for the node's life, unlike its rank among the tenant's
+/// nodes, which would renumber running nodes when one joins).
+pub fn tenant_address(segment: TenantSegment, node_number: i64) -> Result<Ipv4Addr, Refusal> {
+    match u32::try_from(node_number) {
+        Ok(host @ 1..) if host <= HOSTS_PER_SUBNET => Ok(Ipv4Addr::from(u32::from(segment.subnet()) + host)),
+        _ => Err(Refusal::InvalidHostNetwork(format!(
+            "node number {node_number} has no address on a tenant network (1 to {HOSTS_PER_SUBNET})"
+        ))),
+    }
+}
+
+/// The node's own network the segments run over.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Underlay {
+    /// e.g. `eth0` or `bond0`: VXLAN leaves through it, VLAN devices sit on it.
+    pub interface: String,
+    /// The node's address on it: VXLAN's source, and what peers send the tenant's VXLAN to.
+    pub address: Ipv4Addr,
+}
+
+/// One tenant attached to the node, as the portal plans it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantAttachment {
+    /// The tenant's short name (for comments and logs; never a security decision).
+    pub tenant: String,
+    pub segment: TenantSegment,
+    /// The node's address on the tenant network ([`tenant_address`]).
+    pub address: Ipv4Addr,
+    /// The underlay addresses of the tenant's other nodes (VXLAN floods to them).
+    pub peers: Vec<Ipv4Addr>,
+}
+
+/// A network device Berth keeps on the node.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct Link {
+    pub name: String,
+    pub kind: LinkKind,
+    /// The bridge a segment device is enslaved to.
+    pub master: Option<String>,
+    pub up: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum LinkKind {
+    Bridge,
+    Vxlan {
+        vni: u32,
+        local: Ipv4Addr,
+        parent: String,
+        port: u16,
+    },
+    Vlan {
+        id: u16,
+        parent: String,
+    },
+    /// A device with one of Berth's names but of another kind (`dummy`, `veth`, ...): never
+    /// planned, so it is deleted and made again.
+    Other(String),
+}
+
+/// An IPv4 address on one of Berth's devices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct LinkAddress {
+    pub address: Ipv4Addr,
+    pub prefix_len: u8,
+}
+
+/// VXLAN head-end replication: broadcast and unknown traffic of the device goes to `peer`
+/// (an all-zero MAC entry of the device's forwarding database).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct FloodEntry {
+    pub device: String,
+    pub peer: Ipv4Addr,
+}
+
+/// What the node's network should look like.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct HostNetworkPlan {
+    /// Bridges first, then the segment devices that are their ports.
+    pub links: Vec<Link>,
+    /// Device name and address.
+    pub addresses: Vec<(String, LinkAddress)>,
+    pub flood: Vec<FloodEntry>,
+    /// The `nft -f` script that replaces Berth's table atomically; `None` when no tenant
+    /// is attached (the table should then not exist).
+    pub ruleset: Option<String>,
+    /// Names the ruleset; the table's comment carries it, so the agent can tell whether the
+    /// table in the kernel is this plan's.
+    pub fingerprint: Option<String>,
+}
+
+/// The node's network as the agent found it: only Berth's devices (see [`is_berth_link`]),
+/// their addresses and flood entries, and the fingerprint in Berth's table if it exists.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ObservedNetwork {
+    pub links: Vec<Link>,
+    pub addresses: Vec<(String, LinkAddress)>,
+    pub flood: Vec<FloodEntry>,
+    /// `None`: no table. `Some("")`: a table without Berth's fingerprint.
+    pub table_fingerprint: Option<String>,
+}
+
+impl ObservedNetwork {
+    /// The state a node is in once `plan` is applied.
+    pub fn applied(plan: &HostNetworkPlan) -> ObservedNetwork {
+        ObservedNetwork {
+            links: plan.links.clone(),
+            addresses: plan.addresses.clone(),
+            flood: plan.flood.clone(),
+            table_fingerprint: plan.fingerprint.clone(),
+        }
+    }
+}
+
+/// Whether a device name is one Berth makes (`bvx…`, `bvl…`, `bbr-vx…`, `bbr-vl…` with a
+/// number): the agent changes or deletes no other device.
+pub fn is_berth_link(name: &str) -> bool {
+    let rest = name.strip_prefix("bbr-v").or_else(|| name.strip_prefix("bv"));
+    rest.and_then(|r| r.strip_prefix('x').or_else(|| r.strip_prefix('l')))
+        .is_some_and(|n| !n.is_empty() && n.len() <= 8 && n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0'))
+}
+
+/// The node's network for `attachments`: one segment device and one bridge per tenant,
+/// the node's address on each bridge, VXLAN flood entries for the peers and the nftables
+/// table that keeps the tenants apart and away from `management` (the node's own
+/// addresses for operators and the portal; the underlay address is one of them whether
+/// listed or not).
+///
+/// Refused: a malformed underlay interface, a tenant or segment attached twice, two
+/// tenants whose networks would share a subnet on this node, or an address outside its
+/// segment's subnet.
+pub fn plan(
+    underlay: &Underlay,
+    management: &[IpAddr],
+    attachments: &[TenantAttachment],
+) -> Result<HostNetworkPlan, Refusal> {
+    validate_interface(&underlay.interface)?;
+    if underlay.address.is_unspecified() || underlay.address.is_broadcast() || underlay.address.is_multicast() {
+        return Err(Refusal::InvalidHostNetwork(format!("{} is not a usable underlay address", underlay.address)));
+    }
+    let mut attachments: Vec<&TenantAttachment> = attachments.iter().collect();
+    attachments.sort_by_key(|a| a.segment);
+    let mut tenants = BTreeSet::new();
+    let mut subnets: BTreeMap<Ipv4Addr, &TenantAttachment> = BTreeMap::new();
+    for a in &attachments {
+        validate_attachment(a)?;
+        if !tenants.insert(a.tenant.as_str()) {
+            return Err(Refusal::InvalidHostNetwork(format!("tenant {} is attached twice", a.tenant)));
+        }
+        if let Some(other) = subnets.insert(a.segment.subnet(), a) {
+            let what = if other.segment == a.segment { "share" } else { "would share the subnet of" };
+            return Err(Refusal::InvalidHostNetwork(format!(
+                "tenants {} and {} {what} {} on this node",
+                other.tenant,
+                a.tenant,
+                a.segment.describe()
+            )));
+        }
+    }
+
+    let mut result = HostNetworkPlan::default();
+    for a in &attachments {
+        let bridge = a.segment.bridge_name();
+        result.links.push(Link { name: bridge.clone(), kind: LinkKind::Bridge, master: None, up: true });
+        result.addresses.push((bridge, LinkAddress { address: a.address, prefix_len: TENANT_PREFIX_LEN }));
+    }
+    for a in &attachments {
+        let device = a.segment.device_name();
+        let kind = match a.segment {
+            TenantSegment::Vlan(id) => LinkKind::Vlan { id, parent: underlay.interface.clone() },
+            TenantSegment::Vxlan(vni) => {
+                let peers: BTreeSet<Ipv4Addr> = a.peers.iter().copied().filter(|p| *p != underlay.address).collect();
+                result.flood.extend(peers.into_iter().map(|peer| FloodEntry { device: device.clone(), peer }));
+                LinkKind::Vxlan { vni, local: underlay.address, parent: underlay.interface.clone(), port: VXLAN_PORT }
+            }
+        };
+        result.links.push(Link { name: device, kind, master: Some(a.segment.bridge_name()), up: true });
+    }
+    if !attachments.is_empty() {
+        let (ruleset, fingerprint) = ruleset(underlay, management, &attachments);
+        result.ruleset = Some(ruleset);
+        result.fingerprint = Some(fingerprint);
+    }
+    Ok(result)
+}
+
+fn validate_interface(name: &str) -> Result<(), Refusal> {
+    let fine = !name.is_empty()
+        && name.len() <= MAX_INTERFACE_NAME
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'@' | b':'));
+    if !fine {
+        return Err(Refusal::InvalidHostNetwork(format!(
+            "\"{name}\" is not a network interface name (1 to 15 letters, digits, - _ . : @)"
+        )));
+    }
+    if is_berth_link(name) {
+        return Err(Refusal::InvalidHostNetwork(format!(
+            "the underlay interface {name} is named like one of Berth's tenant devices"
+        )));
+    }
+    Ok(())
+}
+
+fn validate_attachment(a: &TenantAttachment) -> Result<(), Refusal> {
+    crate::tenancy::validate_slug(&a.tenant)
+        .map_err(|_| Refusal::InvalidHostNetwork(format!("\"{}\" is not a tenant's short name", a.tenant)))?;
+    if !a.segment.kind().valid().contains(&a.segment.value()) {
+        return Err(Refusal::InvalidHostNetwork(format!(
+            "{} of tenant {} is outside {}",
+            a.segment.describe(),
+            a.tenant,
+            crate::fabric::Pool::whole(a.segment.kind()).range()
+        )));
+    }
+    let host = u32::from(a.address).wrapping_sub(u32::from(a.segment.subnet()));
+    if !a.segment.contains(a.address) || host == 0 || host > HOSTS_PER_SUBNET {
+        return Err(Refusal::InvalidHostNetwork(format!(
+            "{} is not a host address of tenant {}'s network {}/{TENANT_PREFIX_LEN}",
+            a.address,
+            a.tenant,
+            a.segment.subnet()
+        )));
+    }
+    Ok(())
+}
+
+/// The `nft -f` script for Berth's table and its fingerprint.
+///
+/// Declaring, deleting and redefining the table in one script replaces it atomically: the
+/// kernel never holds a half-written table, and rules of tenants that left are gone.
+fn ruleset(underlay: &Underlay, management: &[IpAddr], attachments: &[&TenantAttachment]) -> (String, String) {
+    let mut management: BTreeSet<IpAddr> = management.iter().copied().collect();
+    management.insert(IpAddr::V4(underlay.address));
+    let v4: Vec<String> = management.iter().filter(|a| a.is_ipv4()).map(ToString::to_string).collect();
+    let v6: Vec<String> = management.iter().filter(|a| a.is_ipv6()).map(ToString::to_string).collect();
+    let peers: BTreeSet<Ipv4Addr> = attachments
+        .iter()
+        .filter(|a| matches!(a.segment, TenantSegment::Vxlan(_)))
+        .flat_map(|a| a.peers.iter().copied())
+        .filter(|p| *p != underlay.address)
+        .collect();
+    let any_vxlan = attachments.iter().any(|a| matches!(a.segment, TenantSegment::Vxlan(_)));
+
+    // `writeln!` into a String cannot fail.
+    let mut body = String::new();
+    if any_vxlan {
+        let _ = writeln!(body, "\tset vxlan_peers {{\n\t\ttype ipv4_addr");
+        if !peers.is_empty() {
+            let list: Vec<String> = peers.iter().map(ToString::to_string).collect();
+            let _ = writeln!(body, "\t\telements = {{ {} }}", list.join(", "));
+        }
+        let _ = writeln!(body, "\t}}");
+    }
+    let _ = writeln!(body, "\tchain input {{\n\t\ttype filter hook input priority filter; policy accept;");
+    if any_vxlan {
+        let _ = writeln!(
+            body,
+            "\t\tiifname \"{}\" udp dport {VXLAN_PORT} ip saddr != @vxlan_peers drop comment \"VXLAN only from the tenants' nodes\"",
+            underlay.interface
+        );
+    }
+    for a in attachments {
+        let bridge = a.segment.bridge_name();
+        let tenant = &a.tenant;
+        if !v4.is_empty() {
+            let _ = writeln!(
+                body,
+                "\t\tiifname \"{bridge}\" ip daddr {{ {} }} drop comment \"{tenant}: not the node's management address\"",
+                v4.join(", ")
+            );
+        }
+        if !v6.is_empty() {
+            let _ = writeln!(
+                body,
+                "\t\tiifname \"{bridge}\" ip6 daddr {{ {} }} drop comment \"{tenant}: not the node's management address\"",
+                v6.join(", ")
+            );
+        }
+        // Linux answers for any of its addresses on any interface: without this a tenant
+        // reaches the node's addresses on other tenants' networks through its own.
+        let _ = writeln!(
+            body,
+            "\t\tiifname \"{bridge}\" ip daddr != {} fib daddr type local drop comment \"{tenant}: only its own address on this node\"",
+            a.address
+        );
+        let _ = writeln!(
+            body,
+            "\t\tiifname \"{bridge}\" meta nfproto ipv6 fib daddr type local drop comment \"{tenant}: no IPv6 to the node\""
+        );
+    }
+    let _ = writeln!(body, "\t}}\n\tchain forward {{\n\t\ttype filter hook forward priority filter; policy accept;");
+    for a in attachments {
+        let bridge = a.segment.bridge_name();
+        let tenant = &a.tenant;
+        // The node routes nothing between a tenant's segment and anything else: not other
+        // tenants' bridges, not the underlay where every node's management address lives.
+        let _ = writeln!(
+            body,
+            "\t\tiifname \"{bridge}\" oifname != \"{bridge}\" drop comment \"{tenant}: routed nowhere\""
+        );
+        let _ = writeln!(
+            body,
+            "\t\toifname \"{bridge}\" iifname != \"{bridge}\" drop comment \"{tenant}: nothing routed in\""
+        );
+    }
+    let _ = writeln!(body, "\t}}");
+    let fingerprint = format!("{:016x}", fnv1a(body.as_bytes()));
+    let script = format!(
+        "table inet {NFT_TABLE}\ndelete table inet {NFT_TABLE}\ntable inet {NFT_TABLE} {{\n\tcomment \"{FINGERPRINT_MARK}{fingerprint}\"\n{body}}}\n"
+    );
+    (script, fingerprint)
+}
+
+/// 64-bit FNV-1a: a stable fingerprint (not a security measure: only Berth and root write
+/// the table).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The fingerprint in `nft list table inet berth`'s output: `Some("")` when the table
+/// carries none (made by hand, or by an older agent).
+pub fn fingerprint_in(listing: &str) -> String {
+    listing
+        .split_once(&format!("comment \"{FINGERPRINT_MARK}"))
+        .and_then(|(_, rest)| rest.split_once('"'))
+        .map(|(fingerprint, _)| fingerprint.to_owned())
+        .unwrap_or_default()
+}
+
+/// One step from the observed network towards the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    DeleteLink {
+        name: String,
+    },
+    /// Creates the device, enslaves it and brings it up.
+    AddLink {
+        link: Link,
+    },
+    SetMaster {
+        name: String,
+        master: String,
+    },
+    SetUp {
+        name: String,
+    },
+    DeleteAddress {
+        device: String,
+        address: LinkAddress,
+    },
+    AddAddress {
+        device: String,
+        address: LinkAddress,
+    },
+    DeleteFlood {
+        entry: FloodEntry,
+    },
+    AddFlood {
+        entry: FloodEntry,
+    },
+    ReplaceRuleset {
+        script: String,
+    },
+    DeleteRuleset,
+}
+
+const ZERO_MAC: &str = "00:00:00:00:00:00";
+
+impl Change {
+    /// The commands that make the change, in order.
+    pub fn commands(&self) -> Vec<Command> {
+        match self {
+            Change::DeleteLink { name } => vec![Command::new("ip", &["link", "delete", name])],
+            Change::AddLink { link } => {
+                let mut add = Command::new("ip", &["link", "add"]);
+                match &link.kind {
+                    LinkKind::Bridge => add.args.extend([link.name.clone(), "type".into(), "bridge".into()]),
+                    LinkKind::Vxlan { vni, local, parent, port } => add.args.extend([
+                        link.name.clone(),
+                        "type".into(),
+                        "vxlan".into(),
+                        "id".into(),
+                        vni.to_string(),
+                        "local".into(),
+                        local.to_string(),
+                        "dev".into(),
+                        parent.clone(),
+                        "dstport".into(),
+                        port.to_string(),
+                        // Peers are listed, not learned: a forged packet teaches nothing.
+                        "nolearning".into(),
+                    ]),
+                    LinkKind::Other(kind) => add.args.extend([link.name.clone(), "type".into(), kind.clone()]),
+                    LinkKind::Vlan { id, parent } => add.args.extend([
+                        "link".into(),
+                        parent.clone(),
+                        "name".into(),
+                        link.name.clone(),
+                        "type".into(),
+                        "vlan".into(),
+                        "id".into(),
+                        id.to_string(),
+                    ]),
+                }
+                let mut commands = vec![add];
+                if let Some(master) = &link.master {
+                    commands.push(Command::new("ip", &["link", "set", "dev", &link.name, "master", master]));
+                }
+                if link.up {
+                    commands.push(Command::new("ip", &["link", "set", "dev", &link.name, "up"]));
+                }
+                commands
+            }
+            Change::SetMaster { name, master } => {
+                vec![Command::new("ip", &["link", "set", "dev", name, "master", master])]
+            }
+            Change::SetUp { name } => vec![Command::new("ip", &["link", "set", "dev", name, "up"])],
+            Change::DeleteAddress { device, address } => {
+                vec![Command::new("ip", &["address", "delete", &cidr(address), "dev", device])]
+            }
+            Change::AddAddress { device, address } => {
+                vec![Command::new("ip", &["address", "add", &cidr(address), "dev", device])]
+            }
+            Change::DeleteFlood { entry } => vec![Command::new(
+                "bridge",
+                &["fdb", "delete", ZERO_MAC, "dev", &entry.device, "dst", &entry.peer.to_string()],
+            )],
+            Change::AddFlood { entry } => vec![Command::new(
+                "bridge",
+                &["fdb", "append", ZERO_MAC, "dev", &entry.device, "dst", &entry.peer.to_string()],
+            )],
+            Change::ReplaceRuleset { script } => {
+                vec![Command { program: "nft", args: vec!["-f".into(), "-".into()], stdin: Some(script.clone()) }]
+            }
+            Change::DeleteRuleset => vec![Command::new("nft", &["delete", "table", "inet", NFT_TABLE])],
+        }
+    }
+}
+
+fn cidr(address: &LinkAddress) -> String {
+    format!("{}/{}", address.address, address.prefix_len)
+}
+
+/// The changes that turn `observed` into `plan`, in a safe order: devices of tenants that
+/// left go first, then the new table (so a new tenant's bridge is never up without its
+/// rules), then devices, addresses and flood entries. Empty when the node already matches.
+pub fn changes(observed: &ObservedNetwork, plan: &HostNetworkPlan) -> Vec<Change> {
+    let wanted: BTreeMap<&str, &Link> = plan.links.iter().map(|l| (l.name.as_str(), l)).collect();
+    let present: BTreeMap<&str, &Link> =
+        observed.links.iter().filter(|l| is_berth_link(&l.name)).map(|l| (l.name.as_str(), l)).collect();
+    let mut result = Vec::new();
+
+    // A device of the wrong kind or settings is made again: a VXLAN's id, source or port
+    // cannot be changed in place.
+    let mut recreated = BTreeSet::new();
+    for (name, link) in &present {
+        match wanted.get(name) {
+            Some(want) if want.kind == link.kind => {}
+            Some(_) => {
+                recreated.insert(*name);
+                result.push(Change::DeleteLink { name: (*name).to_owned() });
+            }
+            None => result.push(Change::DeleteLink { name: (*name).to_owned() }),
+        }
+    }
+    if plan.ruleset.is_some() && observed.table_fingerprint != plan.fingerprint {
+        result.push(Change::ReplaceRuleset { script: plan.ruleset.clone().unwrap_or_default() });
+    }
+    // Bridges come first in a plan, so a port's master exists when it is enslaved.
+    for want in &plan.links {
+        match present.get(want.name.as_str()) {
+            Some(link) if !recreated.contains(want.name.as_str()) => {
+                if let Some(master) = want.master.as_ref().filter(|m| link.master.as_ref() != Some(*m)) {
+                    result.push(Change::SetMaster { name: want.name.clone(), master: master.clone() });
+                }
+                if want.up && !link.up {
+                    result.push(Change::SetUp { name: want.name.clone() });
+                }
+            }
+            _ => result.push(Change::AddLink { link: want.clone() }),
+        }
+    }
+    // What was on a device that is deleted went with it.
+    let kept =
+        |device: &str| present.contains_key(device) && wanted.contains_key(device) && !recreated.contains(device);
+    let have_addresses: BTreeSet<&(String, LinkAddress)> =
+        observed.addresses.iter().filter(|(device, _)| kept(device)).collect();
+    let want_addresses: BTreeSet<&(String, LinkAddress)> = plan.addresses.iter().collect();
+    for (device, address) in have_addresses.difference(&want_addresses) {
+        result.push(Change::DeleteAddress { device: device.clone(), address: *address });
+    }
+    for (device, address) in want_addresses.difference(&have_addresses) {
+        result.push(Change::AddAddress { device: device.clone(), address: *address });
+    }
+    let have_flood: BTreeSet<&FloodEntry> = observed.flood.iter().filter(|e| kept(&e.device)).collect();
+    let want_flood: BTreeSet<&FloodEntry> = plan.flood.iter().collect();
+    for entry in have_flood.difference(&want_flood) {
+        result.push(Change::DeleteFlood { entry: (*entry).clone() });
+    }
+    for entry in want_flood.difference(&have_flood) {
+        result.push(Change::AddFlood { entry: (*entry).clone() });
+    }
+    if plan.ruleset.is_none() && observed.table_fingerprint.is_some() {
+        result.push(Change::DeleteRuleset);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn underlay(last: u8) -> Underlay {
+        Underlay { interface: "eth0".into(), address: Ipv4Addr::new(10, 0, 0, last) }
+    }
+
+    fn vxlan(tenant: &str, vni: u32, node: i64, peers: &[u8]) -> TenantAttachment {
+        let segment = TenantSegment::Vxlan(vni);
+        TenantAttachment {
+            tenant: tenant.into(),
+            segment,
+            address: tenant_address(segment, node).expect("address"),
+            peers: peers.iter().map(|p| Ipv4Addr::new(10, 0, 0, *p)).collect(),
+        }
+    }
+
+    fn vlan(tenant: &str, id: u16, node: i64) -> TenantAttachment {
+        let segment = TenantSegment::Vlan(id);
+        TenantAttachment {
+            tenant: tenant.into(),
+            segment,
+            address: tenant_address(segment, node).expect("address"),
+            peers: Vec::new(),
+        }
+    }
+
+    /// What the kernel would hold after `change`: the model the properties run against.
+    fn apply(state: &mut ObservedNetwork, change: &Change) {
+        match change {
+            Change::DeleteLink { name } => {
+                state.links.retain(|l| &l.name != name);
+                state.addresses.retain(|(d, _)| d != name);
+                state.flood.retain(|e| &e.device != name);
+                // Deleting a bridge frees its ports.
+                for l in &mut state.links {
+                    if l.master.as_ref() == Some(name) {
+                        l.master = None;
+                    }
+                }
+            }
+            Change::AddLink { link } => {
+                assert!(state.links.iter().all(|l| l.name != link.name), "{} added twice", link.name);
+                if let Some(master) = &link.master {
+                    assert!(state.links.iter().any(|l| &l.name == master), "{master} missing for {}", link.name);
+                }
+                state.links.push(link.clone());
+            }
+            Change::SetMaster { name, master } => {
+                state.links.iter_mut().filter(|l| &l.name == name).for_each(|l| l.master = Some(master.clone()))
+            }
+            Change::SetUp { name } => state.links.iter_mut().filter(|l| &l.name == name).for_each(|l| l.up = true),
+            Change::DeleteAddress { device, address } => state.addresses.retain(|a| a != &(device.clone(), *address)),
+            Change::AddAddress { device, address } => {
+                assert!(state.links.iter().any(|l| &l.name == device));
+                state.addresses.push((device.clone(), *address));
+            }
+            Change::DeleteFlood { entry } => state.flood.retain(|e| e != entry),
+            Change::AddFlood { entry } => {
+                assert!(state.links.iter().any(|l| l.name == entry.device));
+                state.flood.push(entry.clone());
+            }
+            Change::ReplaceRuleset { script } => state.table_fingerprint = Some(fingerprint_in(script)),
+            Change::DeleteRuleset => state.table_fingerprint = None,
+        }
+    }
+
+    fn converge(state: &mut ObservedNetwork, plan: &HostNetworkPlan) -> Vec<Change> {
+        let changes = changes(state, plan);
+        for change in &changes {
+            apply(state, change);
+        }
+        changes
+    }
+
+    fn sorted(mut state: ObservedNetwork) -> ObservedNetwork {
+        state.links.sort();
+        state.addresses.sort();
+        state.flood.sort();
+        state
+    }
+
+    #[test]
+    fn a_vxlan_tenant_gets_a_device_a_bridge_an_address_and_its_peers() {
+        let plan = plan(&underlay(1), &[], &[vxlan("acme", 5000, 1, &[2, 3, 1])]).expect("plan");
+        let mut empty = ObservedNetwork::default();
+        let commands: Vec<String> =
+            converge(&mut empty, &plan).iter().flat_map(Change::commands).map(|c| c.to_string()).collect();
+        let subnet = TenantSegment::Vxlan(5000).subnet();
+        assert_eq!(subnet, Ipv4Addr::new(100, 78, 32, 0));
+        assert_eq!(
+            commands,
+            [
+                "nft -f -",
+                "ip link add bbr-vx5000 type bridge",
+                "ip link set dev bbr-vx5000 up",
+                "ip link add bvx5000 type vxlan id 5000 local 10.0.0.1 dev eth0 dstport 4789 nolearning",
+                "ip link set dev bvx5000 master bbr-vx5000",
+                "ip link set dev bvx5000 up",
+                "ip address add 100.78.32.1/22 dev bbr-vx5000",
+                // The node itself (10.0.0.1) is no peer of its own.
+                "bridge fdb append 00:00:00:00:00:00 dev bvx5000 dst 10.0.0.2",
+                "bridge fdb append 00:00:00:00:00:00 dev bvx5000 dst 10.0.0.3",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_ruleset_keeps_tenants_apart_and_off_the_management_address() {
+        let management = [IpAddr::V4(Ipv4Addr::new(192, 168, 1, 5)), "fd00::5".parse().expect("ip")];
+        let plan = plan(&underlay(1), &management, &[vxlan("acme", 100, 1, &[2]), vxlan("globex", 200, 1, &[3])])
+            .expect("plan");
+        let script = plan.ruleset.expect("ruleset");
+        let fingerprint = plan.fingerprint.expect("fingerprint");
+        assert_eq!(
+            script,
+            format!(
+                r#"table inet berth
+delete table inet berth
+table inet berth {{
+	comment "berth host network {fingerprint}"
+	set vxlan_peers {{
+		type ipv4_addr
+		elements = {{ 10.0.0.2, 10.0.0.3 }}
+	}}
+	chain input {{
+		type filter hook input priority filter; policy accept;
+		iifname "eth0" udp dport 4789 ip saddr != @vxlan_peers drop comment "VXLAN only from the tenants' nodes"
+		iifname "bbr-vx100" ip daddr {{ 10.0.0.1, 192.168.1.5 }} drop comment "acme: not the node's management address"
+		iifname "bbr-vx100" ip6 daddr {{ fd00::5 }} drop comment "acme: not the node's management address"
+		iifname "bbr-vx100" ip daddr != 100.65.144.1 fib daddr type local drop comment "acme: only its own address on this node"
+		iifname "bbr-vx100" meta nfproto ipv6 fib daddr type local drop comment "acme: no IPv6 to the node"
+		iifname "bbr-vx200" ip daddr {{ 10.0.0.1, 192.168.1.5 }} drop comment "globex: not the node's management address"
+		iifname "bbr-vx200" ip6 daddr {{ fd00::5 }} drop comment "globex: not the node's management address"
+		iifname "bbr-vx200" ip daddr != 100.67.32.1 fib daddr type local drop comment "globex: only its own address on this node"
+		iifname "bbr-vx200" meta nfproto ipv6 fib daddr type local drop comment "globex: no IPv6 to the node"
+	}}
+	chain forward {{
+		type filter hook forward priority filter; policy accept;
+		iifname "bbr-vx100" oifname != "bbr-vx100" drop comment "acme: routed nowhere"
+		oifname "bbr-vx100" iifname != "bbr-vx100" drop comment "acme: nothing routed in"
+		iifname "bbr-vx200" oifname != "bbr-vx200" drop comment "globex: routed nowhere"
+		oifname "bbr-vx200" iifname != "bbr-vx200" drop comment "globex: nothing routed in"
+	}}
+}}
+"#
+            )
+        );
+        assert_eq!(fingerprint_in(&script), fingerprint);
+        assert_eq!(fingerprint_in("table inet berth {\n}"), "");
+    }
+
+    #[test]
+    fn a_vlan_tenant_sits_on_the_underlay_without_tunnel_rules() {
+        let plan = plan(&underlay(1), &[], &[vlan("acme", 100, 7)]).expect("plan");
+        assert_eq!(
+            plan.links[1],
+            Link {
+                name: "bvl100".into(),
+                kind: LinkKind::Vlan { id: 100, parent: "eth0".into() },
+                master: Some("bbr-vl100".into()),
+                up: true,
+            }
+        );
+        assert_eq!(
+            plan.addresses,
+            [("bbr-vl100".into(), LinkAddress { address: Ipv4Addr::new(100, 65, 144, 7), prefix_len: 22 })]
+        );
+        let commands: Vec<String> = changes(&ObservedNetwork::default(), &plan)
+            .iter()
+            .flat_map(Change::commands)
+            .map(|c| c.to_string())
+            .collect();
+        assert!(commands.contains(&"ip link add link eth0 name bvl100 type vlan id 100".to_owned()));
+        let script = plan.ruleset.expect("ruleset");
+        assert!(!script.contains("vxlan_peers") && !script.contains("4789"), "{script}");
+        assert!(plan.flood.is_empty());
+    }
+
+    #[test]
+    fn no_tenants_means_no_devices_and_no_table() {
+        let plan = plan(&underlay(1), &[], &[]).expect("plan");
+        assert_eq!(plan, HostNetworkPlan::default());
+        assert_eq!(changes(&ObservedNetwork::default(), &plan), []);
+        let mut stale =
+            ObservedNetwork::applied(&super::plan(&underlay(1), &[], &[vxlan("acme", 9, 1, &[2])]).expect("plan"));
+        // Devices that are not Berth's are never touched.
+        stale.links.push(Link { name: "eth0".into(), kind: LinkKind::Bridge, master: None, up: true });
+        let changes = changes(&stale, &plan);
+        assert_eq!(
+            changes,
+            [
+                Change::DeleteLink { name: "bbr-vx9".into() },
+                Change::DeleteLink { name: "bvx9".into() },
+                Change::DeleteRuleset
+            ]
+        );
+    }
+
+    #[test]
+    fn addresses_follow_the_segment_and_the_node_number() {
+        assert_eq!(tenant_address(TenantSegment::Vlan(2), 1), Ok(Ipv4Addr::new(100, 64, 8, 1)));
+        assert_eq!(tenant_address(TenantSegment::Vlan(4094), 1022), Ok(Ipv4Addr::new(100, 127, 251, 254)));
+        assert!(tenant_address(TenantSegment::Vlan(2), 0).is_err());
+        assert!(tenant_address(TenantSegment::Vlan(2), 1023).is_err());
+        // Every VLAN id has a subnet of its own.
+        let subnets: BTreeSet<Ipv4Addr> = (2..=4094).map(|id| TenantSegment::Vlan(id).subnet()).collect();
+        assert_eq!(subnets.len(), 4093);
+    }
+
+    #[test]
+    fn clashes_and_bad_input_are_refused_with_the_reason() {
+        let refusal = |underlay: &Underlay, attachments: &[TenantAttachment]| {
+            plan(underlay, &[], attachments).expect_err("refused").to_string()
+        };
+        assert_eq!(
+            refusal(&underlay(1), &[vxlan("acme", 100, 1, &[]), vxlan("globex", 100 + 4096, 1, &[])]),
+            "host network: tenants acme and globex would share the subnet of VXLAN VNI 4196 on this node"
+        );
+        assert_eq!(
+            refusal(&underlay(1), &[vxlan("acme", 100, 1, &[]), vxlan("globex", 100, 1, &[])]),
+            "host network: tenants acme and globex share VXLAN VNI 100 on this node"
+        );
+        assert_eq!(
+            refusal(&underlay(1), &[vxlan("acme", 100, 1, &[]), vxlan("acme", 200, 1, &[])]),
+            "host network: tenant acme is attached twice"
+        );
+        let wrong_address = TenantAttachment { address: Ipv4Addr::new(100, 64, 0, 1), ..vxlan("acme", 100, 1, &[]) };
+        assert_eq!(
+            refusal(&underlay(1), &[wrong_address]),
+            "host network: 100.64.0.1 is not a host address of tenant acme's network 100.65.144.0/22"
+        );
+        let bad_vlan = TenantAttachment { segment: TenantSegment::Vlan(1), ..vlan("acme", 2, 1) };
+        assert!(refusal(&underlay(1), &[bad_vlan]).contains("VLAN 1 of tenant acme is outside 2-4094"));
+        let shell = Underlay { interface: "eth0; reboot".into(), ..underlay(1) };
+        assert!(refusal(&shell, &[]).contains("is not a network interface name"));
+        let ours = Underlay { interface: "bvx7".into(), ..underlay(1) };
+        assert!(refusal(&ours, &[]).contains("named like one of Berth's tenant devices"));
+        let quoted = TenantAttachment { tenant: "a\"b".into(), ..vxlan("acme", 100, 1, &[]) };
+        assert!(refusal(&underlay(1), &[quoted]).contains("is not a tenant's short name"));
+    }
+
+    #[test]
+    fn berth_owns_exactly_its_device_names() {
+        for name in ["bvx1", "bvl4094", "bbr-vx16777215", "bbr-vl2"] {
+            assert!(is_berth_link(name), "{name}");
+        }
+        for name in ["eth0", "bvx", "bvx01", "bbr-vx", "bvxa", "bbr0", "bvx123456789", "docker0", "bvl1x"] {
+            assert!(!is_berth_link(name), "{name}");
+        }
+        assert!(is_berth_link(&TenantSegment::Vxlan(16_777_215).bridge_name()));
+        assert!(TenantSegment::Vxlan(16_777_215).bridge_name().len() <= MAX_INTERFACE_NAME);
+    }
+
+    #[test]
+    fn a_device_with_other_settings_is_made_again_with_its_address_and_peers() {
+        let plan = plan(&underlay(1), &[], &[vxlan("acme", 100, 1, &[2])]).expect("plan");
+        let mut state = ObservedNetwork::applied(&plan);
+        // The node's underlay address changed since the device was made, and the bridge
+        // was brought down by hand.
+        if let LinkKind::Vxlan { local, .. } = &mut state.links[1].kind {
+            *local = Ipv4Addr::new(10, 0, 0, 99);
+        }
+        state.links[0].up = false;
+        let changes = converge(&mut state, &plan);
+        assert_eq!(
+            changes,
+            [
+                Change::DeleteLink { name: "bvx100".into() },
+                Change::SetUp { name: "bbr-vx100".into() },
+                Change::AddLink { link: plan.links[1].clone() },
+                Change::AddFlood { entry: plan.flood[0].clone() },
+            ]
+        );
+        assert_eq!(sorted(state), sorted(ObservedNetwork::applied(&plan)));
+    }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        const TENANTS: [&str; 6] = ["acme", "globex", "initech", "umbrella", "hooli", "stark"];
+
+        /// Up to six tenants on node 1 (underlay 10.0.0.1), each VLAN or VXLAN with distinct
+        /// segments, some peers among 10.0.0.1..=10.0.0.6.
+        fn attachments() -> impl Strategy<Value = Vec<TenantAttachment>> {
+            proptest::sample::subsequence((0..TENANTS.len()).collect::<Vec<_>>(), 0..=TENANTS.len()).prop_flat_map(
+                |tenants| {
+                    let n = tenants.len();
+                    (
+                        Just(tenants),
+                        proptest::collection::vec(any::<bool>(), n),
+                        proptest::collection::vec(proptest::collection::vec(1u8..=6, 0..4), n),
+                    )
+                        .prop_map(|(tenants, vlans, peers)| {
+                            tenants
+                                .iter()
+                                .zip(vlans)
+                                .zip(peers)
+                                .map(|((t, is_vlan), peers)| {
+                                    let id = 10 + *t as u16;
+                                    if is_vlan {
+                                        vlan(TENANTS[*t], id, 1)
+                                    } else {
+                                        vxlan(TENANTS[*t], u32::from(id) + 5000, 1, &peers)
+                                    }
+                                })
+                                .collect()
+                        })
+                },
+            )
+        }
+
+        proptest! {
+            #[test]
+            fn applying_twice_changes_nothing(attachments in attachments()) {
+                let plan = plan(&underlay(1), &[], &attachments).expect("plan");
+                let mut state = ObservedNetwork::default();
+                converge(&mut state, &plan);
+                prop_assert_eq!(sorted(state.clone()), sorted(ObservedNetwork::applied(&plan)));
+                prop_assert_eq!(converge(&mut state, &plan), []);
+            }
+
+            #[test]
+            fn removing_a_tenant_removes_exactly_its_devices_and_rules(
+                attachments in attachments().prop_filter("a tenant to remove", |a| !a.is_empty()),
+                pick in any::<proptest::sample::Index>(),
+            ) {
+                let before = plan(&underlay(1), &[], &attachments).expect("plan");
+                let mut state = ObservedNetwork::applied(&before);
+                let gone = attachments[pick.index(attachments.len())].clone();
+                let rest: Vec<TenantAttachment> = attachments.iter().filter(|a| a.tenant != gone.tenant).cloned().collect();
+                let after = plan(&underlay(1), &[], &rest).expect("plan");
+                let changes = converge(&mut state, &after);
+                let (bridge, device) = (gone.segment.bridge_name(), gone.segment.device_name());
+                for change in &changes {
+                    match change {
+                        Change::DeleteLink { name } => prop_assert!(name == &bridge || name == &device),
+                        Change::ReplaceRuleset { .. } | Change::DeleteRuleset => {}
+                        other => prop_assert!(false, "{other:?} touches a tenant that stays"),
+                    }
+                }
+                prop_assert_eq!(sorted(state.clone()), sorted(ObservedNetwork::applied(&after)));
+                prop_assert!(state.links.iter().all(|l| l.name != bridge && l.name != device));
+                if let Some(script) = &after.ruleset {
+                    prop_assert!(!script.contains(&bridge) && !script.contains(&gone.tenant));
+                } else {
+                    prop_assert_eq!(state.table_fingerprint, None);
+                }
+            }
+
+            #[test]
+            fn any_state_of_berths_devices_converges_in_one_pass(
+                from in attachments(),
+                to in attachments(),
+                down in any::<bool>(),
+            ) {
+                let mut state = ObservedNetwork::applied(&plan(&underlay(2), &[], &from).expect("plan"));
+                if down {
+                    state.links.iter_mut().for_each(|l| l.up = false);
+                }
+                let target = plan(&underlay(1), &[], &to).expect("plan");
+                converge(&mut state, &target);
+                prop_assert_eq!(sorted(state.clone()), sorted(ObservedNetwork::applied(&target)));
+                prop_assert_eq!(converge(&mut state, &target), []);
+            }
+
+            #[test]
+            fn fingerprints_tell_plans_apart(a in attachments(), b in attachments()) {
+                let (pa, pb) = (plan(&underlay(1), &[], &a).expect("plan"), plan(&underlay(1), &[], &b).expect("plan"));
+                prop_assert_eq!(pa.ruleset == pb.ruleset, pa.fingerprint == pb.fingerprint);
+            }
+        }
+    }
+}

@@ -1,0 +1,218 @@
+//! What the portal asks of a bare-metal node (`GET /api/v1/agent/plan`) and what the
+//! node's agent answers (`POST /api/v1/agent/plan`).
+//!
+//! The portal keeps one [`NodePlan`] per node; every change bumps its generation. The agent
+//! applies the whole plan (MIG layout, tenant networks, workloads), each part idempotently,
+//! and reports the generation it applied or why it could not: that report is what the
+//! bare-metal backend's steps wait for.
+
+use std::net::Ipv4Addr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::Refusal;
+use crate::catalog::Offering;
+use crate::host_network::TenantAttachment;
+use crate::mig::{MigInstance, MigLayout};
+
+/// Everything the node should hold now.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodePlan {
+    /// Grows with every change; 0 is the empty plan of a node nothing was ever planned on.
+    pub generation: i64,
+    /// The node's GPUs that hold MIG slices, each with exactly the instances it should
+    /// have. Every other GPU of the node runs without MIG.
+    pub mig: Vec<GpuMig>,
+    /// The hard and hybrid tenants attached to the node.
+    pub networks: Vec<TenantAttachment>,
+    pub workloads: Vec<NodeWorkload>,
+}
+
+/// One GPU's MIG instances.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuMig {
+    pub gpu: u32,
+    pub instances: Vec<MigInstance>,
+}
+
+/// A GPU or MIG slice a workload runs on, as the node's driver numbers them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Device {
+    Gpu(u32),
+    Mig { gpu: u32, instance: MigInstance },
+}
+
+/// One environment's container on the node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeWorkload {
+    pub environment_id: String,
+    pub offering: Offering,
+    pub image: String,
+    pub command: Option<String>,
+    /// This node's share of the environment's GPUs and slices.
+    pub devices: Vec<Device>,
+    /// `false`: only pull the image (the pull step); `true`: keep it running.
+    pub run: bool,
+    /// Where the node publishes the notebook's or endpoint's port.
+    pub host_port: Option<u16>,
+    /// The notebook token or endpoint API key, handed to the container.
+    pub secret: Option<String>,
+    /// The booked size's CPUs and memory: the container's limits.
+    pub vcpus: u32,
+    pub memory_gb: u32,
+}
+
+impl NodeWorkload {
+    /// The container's name on the node: Berth owns every container named `berth-…`.
+    pub fn container_name(&self) -> String {
+        container_name(&self.environment_id)
+    }
+}
+
+pub fn container_name(environment_id: &str) -> String {
+    format!("{CONTAINER_PREFIX}{environment_id}")
+}
+
+/// The port the container serves on: a notebook's Jupyter, an endpoint's API.
+pub fn container_port(offering: Offering) -> Option<u16> {
+    match offering {
+        Offering::Notebook => Some(8888),
+        Offering::InferenceEndpoint => Some(8000),
+        Offering::TrainingJob | Offering::DedicatedCluster => None,
+    }
+}
+
+/// Containers Berth starts are named with this prefix, and only those are stopped by it.
+pub const CONTAINER_PREFIX: &str = "berth-";
+
+/// Host ports the node publishes workloads on, one per workload on the node.
+pub const HOST_PORTS: std::ops::RangeInclusive<u16> = 30_000..=30_999;
+
+/// The lowest host port no other workload of the node uses.
+pub fn free_host_port(taken: &[u16]) -> Option<u16> {
+    HOST_PORTS.into_iter().find(|p| !taken.contains(p))
+}
+
+/// How a workload is doing on the node, as the agent last saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkloadState {
+    /// The image is on the node; no container runs (the pull step's goal).
+    Pulled,
+    Running,
+    /// The container ended; a training job that ended with 0 finished its work.
+    Exited,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkloadStatus {
+    pub environment_id: String,
+    /// `None` until the image is on the node.
+    pub state: Option<WorkloadState>,
+    #[serde(default)]
+    pub exit_code: Option<i64>,
+    /// Why the agent could not pull or start it; one workload's trouble is not the node's.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// The agent's answer after applying (or failing to apply) a plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanReport {
+    /// The generation the agent worked on.
+    pub generation: i64,
+    /// `None`: the whole plan is applied. Otherwise what stopped it, for the owner.
+    #[serde(default)]
+    pub error: Option<String>,
+    /// The node's underlay address, which the tenants' other nodes tunnel to.
+    #[serde(default)]
+    pub underlay_address: Option<Ipv4Addr>,
+    #[serde(default)]
+    pub workloads: Vec<WorkloadStatus>,
+}
+
+/// The longest error the portal keeps from an agent.
+pub const MAX_REPORTED_ERROR: usize = 1000;
+
+impl PlanReport {
+    /// Refuses a report the portal should not store.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        if self.generation < 0 {
+            return Err(Refusal::InvalidReport("the generation is negative".into()));
+        }
+        if self.error.as_ref().is_some_and(|e| e.trim().is_empty()) {
+            return Err(Refusal::InvalidReport("an error must say what went wrong".into()));
+        }
+        if self.workloads.len() > 256 || self.workloads.iter().any(|w| w.environment_id.len() > 64) {
+            return Err(Refusal::InvalidReport("too many or malformed workloads".into()));
+        }
+        Ok(())
+    }
+
+    /// The report with every message cut to what the portal keeps.
+    pub fn trimmed(&self) -> PlanReport {
+        let cut = |e: &Option<String>| e.as_ref().map(|e| e.chars().take(MAX_REPORTED_ERROR).collect());
+        PlanReport {
+            error: cut(&self.error),
+            workloads: self.workloads.iter().map(|w| WorkloadStatus { error: cut(&w.error), ..w.clone() }).collect(),
+            ..self.clone()
+        }
+    }
+}
+
+impl NodePlan {
+    /// Refuses a plan whose MIG layouts could not exist (two instances sharing memory
+    /// slices, a GPU listed twice): the agent checks before it touches a GPU.
+    pub fn validate(&self) -> Result<(), Refusal> {
+        let mut seen = Vec::new();
+        for gpu in &self.mig {
+            if seen.contains(&gpu.gpu) {
+                return Err(Refusal::InvalidReport(format!("GPU {} has two MIG layouts", gpu.gpu)));
+            }
+            seen.push(gpu.gpu);
+            MigLayout::new(gpu.instances.clone())
+                .validate()
+                .map_err(|e| Refusal::InvalidReport(format!("MIG layout of GPU {}: {e}", gpu.gpu)))?;
+        }
+        Ok(())
+    }
+
+    /// The plan without its generation, to tell whether a change changes anything.
+    pub fn content_equals(&self, other: &NodePlan) -> bool {
+        NodePlan { generation: 0, ..self.clone() } == NodePlan { generation: 0, ..other.clone() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mig::MigProfile;
+
+    #[test]
+    fn plans_with_impossible_layouts_are_refused() {
+        let g3 = |start| MigInstance { profile: MigProfile::G3, start };
+        let fine = NodePlan { mig: vec![GpuMig { gpu: 0, instances: vec![g3(0), g3(4)] }], ..NodePlan::default() };
+        assert_eq!(fine.validate(), Ok(()));
+        let overlap = NodePlan { mig: vec![GpuMig { gpu: 0, instances: vec![g3(0), g3(0)] }], ..NodePlan::default() };
+        assert!(overlap.validate().is_err());
+        let twice = NodePlan { mig: [fine.mig.clone(), fine.mig.clone()].concat(), ..NodePlan::default() };
+        assert!(twice.validate().is_err());
+    }
+
+    #[test]
+    fn host_ports_are_handed_out_lowest_first() {
+        assert_eq!(free_host_port(&[]), Some(30_000));
+        assert_eq!(free_host_port(&[30_000, 30_002]), Some(30_001));
+        let all: Vec<u16> = HOST_PORTS.collect();
+        assert_eq!(free_host_port(&all), None);
+    }
+
+    #[test]
+    fn a_report_reads_as_older_agents_write_it() {
+        let report: PlanReport = serde_json::from_str(r#"{"generation": 3}"#).expect("report");
+        assert_eq!(report, PlanReport { generation: 3, error: None, underlay_address: None, workloads: vec![] });
+        assert!(PlanReport { error: Some(" ".into()), ..report.clone() }.validate().is_err());
+        let long = PlanReport { error: Some("x".repeat(5000)), ..report };
+        assert_eq!(long.trimmed().error.map(|e| e.len()), Some(MAX_REPORTED_ERROR));
+    }
+}

@@ -1,0 +1,415 @@
+//! The bare-metal backend: GPU nodes run `berth agent`, which fetches its node's plan with
+//! its node token, applies it and reports the generation it applied. Each step records the
+//! environment's part of its nodes' plans in the database and succeeds once every node's
+//! agent reports a generation that includes it (or fails with the agent's error, or on the
+//! reconciler's step timeout).
+//!
+//! | step | on the node |
+//! |---|---|
+//! | configure partition (MIG) | the environment's MIG instances join the node's layout (its neighbours' stay) |
+//! | pull image | the image is pulled (`podman pull` / `docker pull`) |
+//! | start workload | hard and hybrid tenants' network attached (VXLAN/VLAN, bridge, nftables); the container runs with `CUDA_VISIBLE_DEVICES` set to its GPUs or MIG devices |
+//! | wait healthy | the agent reports the container running (a training job: running or done) |
+//! | expose endpoint | nothing: the container's port is published on the node; the owner gets its URL |
+//! | remove endpoint | nothing on the node (the port goes with the container) |
+//! | stop workload | the container is removed, the tenant network detached |
+//! | clear partition | the environment's MIG instances leave the layout |
+//! | release capacity | whatever part of the environment is left goes |
+
+use std::time::Duration;
+
+use berth_domain::catalog::Offering;
+use berth_domain::lifecycle::Step;
+use berth_domain::mig::{MigInstance, MigProfile};
+use berth_domain::node_plan::{Device, NodeWorkload, WorkloadState, free_host_port};
+use berth_domain::tenancy::Isolation;
+use rand::Rng;
+
+use super::{
+    Backend, BackendError, Connection, OwnedFuture, OwnedObject, RemoveFuture, StepFuture, StepOutput, Workload,
+};
+use crate::Platform;
+use crate::node_plans::{MigSlice, NetworkPart, NodeTarget, PartKind, PartWrite};
+
+#[derive(Debug, Clone)]
+pub struct BareMetalConfig {
+    /// Pause between two looks at the agents' reports.
+    pub poll_interval: Duration,
+}
+
+impl Default for BareMetalConfig {
+    fn default() -> BareMetalConfig {
+        BareMetalConfig { poll_interval: Duration::from_millis(500) }
+    }
+}
+
+pub struct BareMetal {
+    platform: Platform,
+    config: BareMetalConfig,
+}
+
+impl BareMetal {
+    pub fn new(platform: Platform, config: BareMetalConfig) -> BareMetal {
+        BareMetal { platform, config }
+    }
+
+    async fn step(&self, w: &Workload, step: Step) -> Result<StepOutput, BackendError> {
+        let nodes = nodes_of(w);
+        let mut output = StepOutput::default();
+        match step {
+            Step::ConfigurePartition => {
+                let writes: Vec<(String, PartWrite)> = nodes
+                    .iter()
+                    .map(|node| Ok((node.clone(), PartWrite::Mig(mig_slices(w, node)?))))
+                    .collect::<Result<_, BackendError>>()?;
+                self.write_and_wait(w, &writes, false).await?;
+                let slices: Vec<String> = w
+                    .units
+                    .iter()
+                    .filter_map(|u| {
+                        Some(format!("{} on {}/gpu{}@{}", u.mig_profile.as_ref()?, u.node, u.gpu_index, u.slice_start))
+                    })
+                    .collect();
+                output.detail = Some(format!("MIG layout applied: {}", slices.join(", ")));
+            }
+            Step::PullImage => {
+                let Some(image) = &w.image else { return Ok(output) };
+                let mut writes = Vec::new();
+                for node in &nodes {
+                    writes.push((node.clone(), PartWrite::WorkloadIfAbsent(self.fresh_workload(w, node).await?)));
+                }
+                self.write_and_wait(w, &writes, false).await?;
+                self.wait_workloads(w, |state| state.is_some()).await?;
+                output.detail = Some(format!("{image} is on {}", nodes.join(", ")));
+            }
+            Step::StartWorkload => {
+                let mut writes = Vec::new();
+                if let Some(part) = self.network_part(w).await? {
+                    writes.extend(nodes.iter().map(|n| (n.clone(), PartWrite::Network(part.clone()))));
+                }
+                if w.image.is_some() {
+                    let existing = self.platform.environment_workloads(&w.environment_id).await.map_err(internal)?;
+                    for node in &nodes {
+                        let workload = match existing.iter().find(|(n, _)| n == node) {
+                            Some((_, workload)) => workload.clone(),
+                            None => self.fresh_workload(w, node).await?,
+                        };
+                        writes.push((node.clone(), PartWrite::Workload(NodeWorkload { run: true, ..workload })));
+                    }
+                }
+                self.write_and_wait(w, &writes, false).await?;
+                if w.image.is_some() {
+                    self.wait_workloads(w, |state| state.is_some()).await?;
+                }
+                output.detail = Some(match &w.image {
+                    Some(_) => format!("container {} on {}", container(w), nodes.join(", ")),
+                    None => format!("{} handed over", nodes.join(", ")),
+                });
+            }
+            Step::WaitHealthy => {
+                if w.image.is_some() {
+                    let training = w.offering == Offering::TrainingJob;
+                    self.wait_workloads(w, |state| {
+                        state == Some(WorkloadState::Running) || (training && state == Some(WorkloadState::Exited))
+                    })
+                    .await?;
+                    output.detail = Some(format!("container {} is running", container(w)));
+                }
+            }
+            Step::ExposeEndpoint => output.connection = Some(self.connection(w).await?),
+            Step::RemoveEndpoint => {
+                output.detail = Some("the published port goes with the container".into());
+            }
+            Step::StopWorkload => {
+                let writes: Vec<(String, PartWrite)> = nodes
+                    .iter()
+                    .flat_map(|n| {
+                        [
+                            (n.clone(), PartWrite::Delete(PartKind::Workload)),
+                            (n.clone(), PartWrite::Delete(PartKind::Network)),
+                        ]
+                    })
+                    .collect();
+                self.write_and_wait(w, &writes, false).await?;
+            }
+            Step::ClearPartition => {
+                let writes: Vec<(String, PartWrite)> =
+                    nodes.iter().map(|n| (n.clone(), PartWrite::Delete(PartKind::Mig))).collect();
+                self.write_and_wait(w, &writes, false).await?;
+            }
+            Step::ReleaseCapacity => self.write_and_wait(w, &[], true).await?,
+        }
+        Ok(output)
+    }
+
+    /// Records `writes` and waits until every node they touch has applied them.
+    async fn write_and_wait(
+        &self,
+        w: &Workload,
+        writes: &[(String, PartWrite)],
+        delete_all: bool,
+    ) -> Result<(), BackendError> {
+        // The reconciler drops a step's future when it times out or is interrupted; a write
+        // transaction dropped half-way would keep SQLite's write lock until its connection
+        // is used again. In a task of its own the write always runs to its end.
+        let (platform, environment_id, writes) = (self.platform.clone(), w.environment_id.clone(), writes.to_vec());
+        let targets =
+            tokio::spawn(async move { platform.write_node_parts(&environment_id, &writes, delete_all).await })
+                .await
+                .map_err(|e| internal(crate::Error::internal(e)))?
+                .map_err(|e| match e {
+                    crate::Error::Refused(refusal) => BackendError(refusal.to_string()),
+                    other => internal(other),
+                })?;
+        self.wait_applied(&targets).await
+    }
+
+    /// Until each node's agent reports at least its target generation; the agent's error
+    /// when it reports one for such a generation.
+    async fn wait_applied(&self, targets: &[NodeTarget]) -> Result<(), BackendError> {
+        loop {
+            let progress = self.platform.node_progress(targets).await.map_err(internal)?;
+            let mut done = true;
+            for (target, p) in targets.iter().zip(&progress) {
+                if p.reported_generation < target.generation {
+                    done = false;
+                } else if let Some(error) = &p.error {
+                    return Err(BackendError(format!("the agent on {} reports: {error}", target.node)));
+                }
+            }
+            if done {
+                return Ok(());
+            }
+            tokio::time::sleep(self.config.poll_interval).await;
+        }
+    }
+
+    /// Until `ready` holds for the environment's workload on each of its nodes; fails with
+    /// the agent's word when it could not pull or start it, or when it ended badly.
+    async fn wait_workloads(
+        &self,
+        w: &Workload,
+        ready: impl Fn(Option<WorkloadState>) -> bool,
+    ) -> Result<(), BackendError> {
+        let parts = self.platform.environment_workloads(&w.environment_id).await.map_err(internal)?;
+        let nodes = self.node_targets(&parts.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>()).await?;
+        loop {
+            let progress = self.platform.node_progress(&nodes).await.map_err(internal)?;
+            let mut all = true;
+            for p in &progress {
+                let status = p.workloads.iter().find(|s| s.environment_id == w.environment_id);
+                if let Some(error) = status.and_then(|s| s.error.as_ref()) {
+                    return Err(BackendError(format!("on {}: {error}", p.node)));
+                }
+                if let Some(status) = status
+                    && status.state == Some(WorkloadState::Exited)
+                    && status.exit_code.is_some_and(|c| c != 0)
+                {
+                    return Err(BackendError(format!(
+                        "the container on {} exited with code {}",
+                        p.node,
+                        status.exit_code.unwrap_or_default()
+                    )));
+                }
+                all &= ready(status.and_then(|s| s.state));
+            }
+            if all {
+                return Ok(());
+            }
+            tokio::time::sleep(self.config.poll_interval).await;
+        }
+    }
+
+    async fn node_targets(&self, nodes: &[String]) -> Result<Vec<NodeTarget>, BackendError> {
+        let mut targets = Vec::new();
+        for node in nodes {
+            let (node_id,): (i64,) = sqlx::query_as("SELECT id FROM nodes WHERE name = ?")
+                .bind(node)
+                .fetch_one(self.platform.db())
+                .await
+                .map_err(|e| internal(crate::Error::from(e)))?;
+            targets.push(NodeTarget { node_id, node: node.clone(), generation: 0 });
+        }
+        Ok(targets)
+    }
+
+    /// A not yet started workload of `w` on `node`, with a free host port and a new secret
+    /// for what the owner connects to.
+    async fn fresh_workload(&self, w: &Workload, node: &str) -> Result<NodeWorkload, BackendError> {
+        let image = w.image.clone().ok_or_else(|| BackendError("the environment has no image".into()))?;
+        let serves = matches!(w.offering, Offering::Notebook | Offering::InferenceEndpoint);
+        let host_port = if serves {
+            let taken = self.platform.host_ports_in_use(node, &w.environment_id).await.map_err(internal)?;
+            Some(free_host_port(&taken).ok_or_else(|| BackendError(format!("{node} has no free host port left")))?)
+        } else {
+            None
+        };
+        Ok(NodeWorkload {
+            environment_id: w.environment_id.clone(),
+            offering: w.offering,
+            image,
+            command: w.command.clone(),
+            devices: devices(w, node)?,
+            run: false,
+            host_port,
+            secret: serves.then(secret),
+            vcpus: w.vcpus,
+            memory_gb: w.memory_gb,
+        })
+    }
+
+    /// The tenant's network on its nodes: hard and hybrid tenants that hold a segment.
+    async fn network_part(&self, w: &Workload) -> Result<Option<NetworkPart>, BackendError> {
+        let Some(slug) = w.tenant.slug.as_ref().filter(|_| w.tenant.isolation != Isolation::Soft) else {
+            return Ok(None);
+        };
+        let segment = self.platform.tenant_segment(slug).await.map_err(internal)?;
+        Ok(segment.map(|segment| NetworkPart { tenant: slug.clone(), segment }))
+    }
+
+    async fn connection(&self, w: &Workload) -> Result<Connection, BackendError> {
+        let workloads = self.platform.environment_workloads(&w.environment_id).await.map_err(internal)?;
+        let first = workloads.first();
+        let node = first.map(|(n, _)| n.clone()).or_else(|| nodes_of(w).into_iter().next()).unwrap_or_default();
+        let port = first.and_then(|(_, wl)| wl.host_port).unwrap_or_default();
+        let secret = first.and_then(|(_, wl)| wl.secret.clone());
+        Ok(match w.offering {
+            Offering::Notebook => Connection {
+                url: format!("http://{node}:{port}/lab"),
+                secret_label: Some("Token".into()),
+                secret,
+                example: format!("open http://{node}:{port}/lab?token=<token>"),
+            },
+            Offering::InferenceEndpoint => Connection {
+                url: format!("http://{node}:{port}/v1"),
+                secret_label: Some("API key".into()),
+                secret,
+                example: format!("curl -H \"Authorization: Bearer <api key>\" http://{node}:{port}/v1/models"),
+            },
+            Offering::TrainingJob => Connection {
+                url: format!("baremetal://{node}/{}", container(w)),
+                secret_label: None,
+                secret: None,
+                example: format!("podman logs -f {} (on {node})", container(w)),
+            },
+            Offering::DedicatedCluster => Connection {
+                url: format!("ssh://{node}"),
+                secret_label: None,
+                secret: None,
+                example: format!("ssh {}", nodes_of(w).join(" / ssh ")),
+            },
+        })
+    }
+}
+
+impl Backend for BareMetal {
+    fn name(&self) -> &'static str {
+        "baremetal"
+    }
+
+    fn run<'a>(&'a self, workload: &'a Workload, step: Step) -> StepFuture<'a> {
+        Box::pin(self.step(workload, step))
+    }
+
+    /// Berth's objects on bare metal are the environments' parts of the node plans: a part
+    /// no live environment explains is taken out of its node's plan, and the agent then
+    /// removes the container, network or MIG instances it stood for.
+    fn owned_objects(&self) -> OwnedFuture<'_> {
+        Box::pin(async move {
+            let parts = self.platform.node_plan_parts().await.map_err(internal)?;
+            Ok(parts
+                .into_iter()
+                .map(|(node, environment_id, kind)| OwnedObject {
+                    kind: plan_part_kind(kind),
+                    name: format!("{node}/{environment_id}"),
+                    environments: vec![environment_id],
+                })
+                .collect())
+        })
+    }
+
+    fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a> {
+        Box::pin(async move {
+            let kind = PartKind::ALL
+                .into_iter()
+                .find(|&k| plan_part_kind(k) == object.kind)
+                .ok_or_else(|| BackendError(format!("the bare-metal backend has no {} objects", object.kind)))?;
+            let (Some((node, _)), [environment_id]) = (object.name.split_once('/'), object.environments.as_slice())
+            else {
+                return Err(BackendError(format!("{} is not a node plan part", object.name)));
+            };
+            let writes = [(node.to_owned(), PartWrite::Delete(kind))];
+            self.platform.write_node_parts(environment_id, &writes, false).await.map_err(internal)?;
+            Ok(true)
+        })
+    }
+}
+
+/// The sweep's name for a kind of plan part.
+fn plan_part_kind(kind: PartKind) -> &'static str {
+    match kind {
+        PartKind::Mig => "node plan MIG part",
+        PartKind::Network => "node plan network part",
+        PartKind::Workload => "node plan workload part",
+    }
+}
+
+/// The booked nodes, in order, each once.
+fn nodes_of(w: &Workload) -> Vec<String> {
+    let mut nodes: Vec<String> = w.units.iter().map(|u| u.node.clone()).collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes
+}
+
+fn container(w: &Workload) -> String {
+    berth_domain::node_plan::container_name(&w.environment_id)
+}
+
+fn mig_instance(w: &Workload, profile: &str, start: i64) -> Result<MigInstance, BackendError> {
+    let model = w.shape.model();
+    let profile = MigProfile::parse(model, profile)
+        .ok_or_else(|| BackendError(format!("{profile} is no MIG profile of {}", model.name())))?;
+    let start = u8::try_from(start).map_err(|_| BackendError(format!("slice start {start}")))?;
+    Ok(MigInstance { profile, start })
+}
+
+fn gpu_index(index: i64) -> Result<u32, BackendError> {
+    u32::try_from(index).map_err(|_| BackendError(format!("GPU index {index}")))
+}
+
+/// This environment's MIG instances on `node`.
+fn mig_slices(w: &Workload, node: &str) -> Result<Vec<MigSlice>, BackendError> {
+    w.units
+        .iter()
+        .filter(|u| u.node == node)
+        .filter_map(|u| u.mig_profile.as_ref().map(|p| (u, p)))
+        .map(|(u, p)| Ok(MigSlice { gpu: gpu_index(u.gpu_index)?, instance: mig_instance(w, p, u.slice_start)? }))
+        .collect()
+}
+
+/// The GPUs and MIG slices of `w` on `node`.
+fn devices(w: &Workload, node: &str) -> Result<Vec<Device>, BackendError> {
+    w.units
+        .iter()
+        .filter(|u| u.node == node)
+        .map(|u| {
+            let gpu = gpu_index(u.gpu_index)?;
+            Ok(match &u.mig_profile {
+                Some(p) => Device::Mig { gpu, instance: mig_instance(w, p, u.slice_start)? },
+                // A development share runs on the GPU it shares (time-sliced).
+                None => Device::Gpu(gpu),
+            })
+        })
+        .collect()
+}
+
+fn secret() -> String {
+    let mut rng = rand::rng();
+    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
+}
+
+fn internal(e: crate::Error) -> BackendError {
+    tracing::error!(error = %e, "bare-metal backend: store failure");
+    BackendError("Berth could not record the node plan; see the portal's log".into())
+}

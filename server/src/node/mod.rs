@@ -1,0 +1,131 @@
+//! What `berth agent` does to its node besides reporting: apply the plan the portal made
+//! for it (`--backend baremetal`): MIG layout, tenant networks, workloads. Everything goes
+//! through a command runner tests can replace; [`NodeHost`] is the whole of it, so the
+//! agent loop can be tested against a served portal with a fake node.
+
+pub mod commands;
+pub mod mig;
+pub mod network;
+pub mod workloads;
+
+use std::net::Ipv4Addr;
+use std::sync::Arc;
+
+use berth_domain::agent::Command;
+use berth_domain::node_plan::{NodePlan, WorkloadStatus};
+
+use self::commands::CommandRunner;
+use self::network::NodeNetwork;
+use self::workloads::Runtime;
+
+/// The node the agent runs on, as far as plans go.
+pub trait NodeHost: Send + Sync {
+    /// Brings the node to `plan`; each workload's status, or what stopped the node from
+    /// getting there (a MIG layout or network that could not be set up).
+    fn apply(&self, plan: &NodePlan) -> Result<Vec<WorkloadStatus>, String>;
+    /// The node's address on its underlay network, for the tenants' other nodes.
+    fn underlay_address(&self) -> Option<Ipv4Addr>;
+}
+
+/// This machine, through its `nvidia-smi`, `ip`, `bridge`, `nft` and container runtime.
+pub struct Machine {
+    runner: Arc<dyn CommandRunner>,
+    /// `None` when the agent was started without `--underlay-interface`: tenant networks
+    /// then cannot be set up here.
+    network: Option<NodeNetwork>,
+    runtime: Option<Runtime>,
+}
+
+impl Machine {
+    pub fn new(runner: Arc<dyn CommandRunner>, network: Option<NodeNetwork>, runtime: Option<Runtime>) -> Machine {
+        Machine { runner, network, runtime }
+    }
+}
+
+impl NodeHost for Machine {
+    fn apply(&self, plan: &NodePlan) -> Result<Vec<WorkloadStatus>, String> {
+        plan.validate().map_err(|e| format!("the plan cannot be applied: {e}"))?;
+        // MIG first (workloads run on its instances), then the networks the workloads use.
+        let changed = mig::apply(self.runner.as_ref(), &plan.mig)?;
+        for change in changed {
+            tracing::info!(%change, "MIG layout changed");
+        }
+        match &self.network {
+            Some(node) => {
+                for change in network::apply(self.runner.as_ref(), node, &plan.networks)? {
+                    tracing::info!(change = ?change, "tenant network changed");
+                }
+            }
+            None if plan.networks.is_empty() => {}
+            None => {
+                return Err("tenant networks are planned for this node, but its agent runs without \
+                            --underlay-interface"
+                    .into());
+            }
+        }
+        workloads::apply(self.runner.as_ref(), self.runtime, &plan.workloads)
+    }
+
+    fn underlay_address(&self) -> Option<Ipv4Addr> {
+        self.network.as_ref().map(|n| n.underlay.address)
+    }
+}
+
+/// The first IPv4 address of `interface`, from `ip -json -4 address show dev IFACE`.
+pub fn interface_address(runner: &dyn CommandRunner, interface: &str) -> Result<Ipv4Addr, String> {
+    let text = runner
+        .run(&Command::new("ip", &["-json", "-4", "address", "show", "dev", interface]))
+        .map_err(|e| format!("cannot read {interface}'s address: {e}"))?;
+    let json: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| format!("cannot read {interface}'s address: {e}"))?;
+    json.as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|link| link["addr_info"].as_array().into_iter().flatten())
+        .find_map(|a| a["local"].as_str().and_then(|a| a.parse().ok()))
+        .ok_or_else(|| format!("{interface} has no IPv4 address; give --underlay-address"))
+}
+
+#[cfg(test)]
+mod tests {
+    use berth_domain::host_network::{TenantAttachment, TenantSegment, Underlay};
+
+    use super::*;
+    use crate::node::commands::recording::Recording;
+
+    #[test]
+    fn networks_without_an_underlay_interface_are_refused_by_name() {
+        let machine = Machine::new(Arc::new(Recording::default()), None, None);
+        let plan = NodePlan {
+            generation: 1,
+            networks: vec![TenantAttachment {
+                tenant: "acme".into(),
+                segment: TenantSegment::Vlan(100),
+                address: Ipv4Addr::new(100, 65, 144, 1),
+                peers: vec![],
+            }],
+            ..NodePlan::default()
+        };
+        let error = machine.apply(&plan).expect_err("no underlay");
+        assert!(error.contains("without --underlay-interface"), "{error}");
+        assert_eq!(machine.apply(&NodePlan::default()), Ok(Vec::new()));
+        let network = NodeNetwork {
+            underlay: Underlay { interface: "eth0".into(), address: Ipv4Addr::new(10, 0, 0, 1) },
+            management: vec![],
+        };
+        let machine = Machine::new(Arc::new(Recording::default()), Some(network), None);
+        assert_eq!(machine.underlay_address(), Some(Ipv4Addr::new(10, 0, 0, 1)));
+    }
+
+    #[test]
+    fn the_underlay_address_is_read_from_the_interface() {
+        let node = Recording::default();
+        node.answer(
+            "ip -json -4 address show dev eth0",
+            r#"[{"ifname":"eth0","addr_info":[{"family":"inet","local":"10.0.0.7","prefixlen":24}]}]"#,
+        );
+        assert_eq!(interface_address(&node, "eth0"), Ok(Ipv4Addr::new(10, 0, 0, 7)));
+        node.answer("ip -json -4 address show dev eth0", "[]");
+        assert_eq!(interface_address(&node, "eth0"), Err("eth0 has no IPv4 address; give --underlay-address".into()));
+    }
+}

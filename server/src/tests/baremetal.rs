@@ -1,0 +1,442 @@
+//! `--backend baremetal` end to end: a served Berth whose reconciler drives the bare-metal
+//! backend, and `berth agent` (the real agent loop, over HTTP with node tokens) on three
+//! fake nodes that apply what their plans say. Each offering provisions and tears down;
+//! an agent's error reaches the owner; every step repeated after itself (a reconciler
+//! that crashed after it) changes nothing, and neither does a second pass over a
+//! converged environment.
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use berth_domain::agent::GpuReport;
+use berth_domain::host_network::TenantSegment;
+use berth_domain::launch::LaunchRequest;
+use berth_domain::lifecycle::{EnvState, provision_plan, teardown_plan};
+use berth_domain::node_plan::{Device, NodePlan, WorkloadState, WorkloadStatus};
+use berth_domain::policy::Role;
+use berth_domain::tenancy::Isolation;
+use berth_platform::accounts::User;
+use berth_platform::backend::Backend;
+use berth_platform::backend::baremetal::{BareMetal, BareMetalConfig};
+use berth_platform::environments::Environment;
+use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
+
+use super::{Berth, meta};
+use crate::agent::{Agent, GpuProbe};
+use crate::node::NodeHost;
+
+/// Three nodes of eight H100s: room for a dedicated node next to shared ones.
+const FLEET: &str = r#"
+[[site]]
+name = "metal-1"
+[[site.pool]]
+prefix = "h100"
+model = "H100-80GB"
+nodes = 3
+gpus_per_node = 8
+nvlink = true
+"#;
+
+const NODES: [&str; 3] = ["h100-01", "h100-02", "h100-03"];
+
+/// A node that holds whatever plan it last applied, answers for its GPUs like NVML, and
+/// fails when told to.
+struct FakeNode {
+    underlay: Ipv4Addr,
+    applied: Mutex<NodePlan>,
+    fail: Mutex<Option<String>>,
+}
+
+impl FakeNode {
+    fn new(n: u8) -> Arc<FakeNode> {
+        Arc::new(FakeNode {
+            underlay: Ipv4Addr::new(10, 0, 0, n),
+            applied: Mutex::new(NodePlan::default()),
+            fail: Mutex::new(None),
+        })
+    }
+
+    /// What is on the node now (its generation aside).
+    fn holds(&self) -> NodePlan {
+        NodePlan { generation: 0, ..self.applied.lock().expect("applied").clone() }
+    }
+}
+
+impl NodeHost for FakeNode {
+    fn apply(&self, plan: &NodePlan) -> Result<Vec<WorkloadStatus>, String> {
+        if let Some(error) = self.fail.lock().expect("fail").clone() {
+            return Err(error);
+        }
+        plan.validate().map_err(|e| e.to_string())?;
+        *self.applied.lock().expect("applied") = plan.clone();
+        Ok(plan
+            .workloads
+            .iter()
+            .map(|w| WorkloadStatus {
+                environment_id: w.environment_id.clone(),
+                state: Some(if w.run { WorkloadState::Running } else { WorkloadState::Pulled }),
+                exit_code: None,
+                error: None,
+            })
+            .collect())
+    }
+
+    fn underlay_address(&self) -> Option<Ipv4Addr> {
+        Some(self.underlay)
+    }
+}
+
+impl GpuProbe for FakeNode {
+    fn gpus(&self) -> Result<Vec<GpuReport>, String> {
+        Ok((0..8)
+            .map(|index| GpuReport {
+                index,
+                uuid: format!("GPU-{}-{index}", self.underlay),
+                name: "NVIDIA H100 80GB HBM3".into(),
+                memory_mib: 81_559,
+                ecc_uncorrected: Some(0),
+                temperature_c: Some(40),
+                ..GpuReport::default()
+            })
+            .collect())
+    }
+}
+
+/// A served Berth on the bare-metal backend with an agent on each fake node.
+struct Metal {
+    berth: Berth,
+    nodes: BTreeMap<&'static str, Arc<FakeNode>>,
+    backend: Arc<BareMetal>,
+    acme: User,
+    globex: User,
+    stop: tokio::sync::watch::Sender<bool>,
+}
+
+impl Metal {
+    async fn start() -> Metal {
+        let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info,sqlx=warn").try_init();
+        let berth = Berth::start_with_fleet(None, FLEET).await;
+        let p = &berth.platform;
+        let acme_id = p.ensure_tenant("acme", "Acme", Isolation::Hard).await.expect("hard tenant");
+        let globex_id = p.ensure_tenant("globex", "Globex", Isolation::Soft).await.expect("soft tenant");
+        let acme = berth.person("ada@acme.example", Role::Member, Some(acme_id)).await;
+        let globex = berth.person("gil@globex.example", Role::Member, Some(globex_id)).await;
+        let admin = berth.person("root@example.com", Role::PlatformAdmin, None).await;
+        let url = berth.serve_on_loopback().await;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let mut nodes = BTreeMap::new();
+        for (i, name) in NODES.into_iter().enumerate() {
+            let node = FakeNode::new(u8::try_from(i + 1).expect("small"));
+            let (_, secret) = p.create_node_token(&admin.caller(meta()), name).await.expect("node token");
+            let agent = Agent::new(&url, &secret, Duration::from_secs(3600), node.clone())
+                .expect("agent")
+                .with_host(node.clone(), Duration::from_millis(20));
+            let mut stopped = stopped.clone();
+            tokio::spawn(async move {
+                agent
+                    .run(async move {
+                        let _ = stopped.wait_for(|s| *s).await;
+                    })
+                    .await;
+            });
+            nodes.insert(name, node);
+        }
+        let backend = Arc::new(BareMetal::new(p.clone(), BareMetalConfig { poll_interval: Duration::from_millis(10) }));
+        Metal { berth, nodes, backend, acme, globex, stop }
+    }
+
+    fn reconciler(&self) -> Reconciler {
+        let config = ReconcilerConfig {
+            tick: Duration::from_millis(20),
+            step_timeout: Duration::from_secs(20),
+            retry_backoff: Duration::from_millis(20),
+            max_backoff: Duration::from_millis(200),
+            ..ReconcilerConfig::default()
+        };
+        Reconciler::new(self.berth.platform.clone(), self.backend.clone(), config)
+    }
+
+    /// Runs a reconciler until the returned sender is told to stop.
+    fn run_reconciler(&self) -> (tokio::sync::watch::Sender<bool>, tokio::task::JoinHandle<()>) {
+        let (stop, mut stopped) = tokio::sync::watch::channel(false);
+        let reconciler = self.reconciler();
+        let task = tokio::spawn(reconciler.run(async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }));
+        (stop, task)
+    }
+
+    async fn launch(&self, user: &User, offering: &str, size: &str, name: &str, image: &str, command: &str) -> String {
+        let request = LaunchRequest {
+            offering: offering.into(),
+            size: size.into(),
+            name: name.into(),
+            hours: "2".into(),
+            image: image.into(),
+            command: command.into(),
+            ..LaunchRequest::default()
+        };
+        self.berth.platform.launch(&user.caller(meta()), &request).await.expect("launch").id
+    }
+
+    async fn environment(&self, user: &User, id: &str) -> Environment {
+        self.berth.platform.environment_of(&user.caller(meta()), id).await.expect("environment")
+    }
+
+    async fn wait_for(&self, user: &User, id: &str, state: EnvState) -> Environment {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let env = self.environment(user, id).await;
+            if env.state == state {
+                return env;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let steps: Vec<(String, String, String, Option<String>)> = sqlx::query_as(
+                    "SELECT phase, step, status, detail FROM environment_steps WHERE environment_id = ? ORDER BY phase, idx",
+                )
+                .bind(id)
+                .fetch_all(self.berth.platform.db())
+                .await
+                .expect("steps");
+                panic!("{id} is {} ({:?}), not {state}; steps: {steps:?}", env.state, env.failure_reason);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Until every node holds its latest plan.
+    async fn settled(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let pending: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM node_plans WHERE reported_generation < generation OR reported_error IS NOT NULL",
+            )
+            .fetch_one(self.berth.platform.db())
+            .await
+            .expect("plans");
+            if pending == 0 {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{pending} nodes never applied their plan");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// What each node holds, and each node's plan generation.
+    async fn snapshot(&self) -> (BTreeMap<&'static str, NodePlan>, Vec<(i64, i64)>) {
+        let held = self.nodes.iter().map(|(name, node)| (*name, node.holds())).collect();
+        let generations = sqlx::query_as("SELECT node_id, generation FROM node_plans ORDER BY node_id")
+            .fetch_all(self.berth.platform.db())
+            .await
+            .expect("generations");
+        (held, generations)
+    }
+
+    /// Nodes hold nothing of any environment, and no part is left in the database.
+    async fn assert_nothing_left(&self) {
+        self.settled().await;
+        for (name, node) in &self.nodes {
+            assert_eq!(node.holds(), NodePlan::default(), "{name} still holds something");
+        }
+        let parts: i64 = sqlx::query_scalar("SELECT count(*) FROM node_plan_parts")
+            .fetch_one(self.berth.platform.db())
+            .await
+            .expect("parts");
+        assert_eq!(parts, 0);
+    }
+
+    /// The node whose plan holds `id`'s workload, with it.
+    fn node_running(&self, id: &str) -> (&'static str, NodePlan) {
+        self.nodes
+            .iter()
+            .map(|(name, node)| (*name, node.holds()))
+            .find(|(_, plan)| plan.workloads.iter().any(|w| w.environment_id == id))
+            .unwrap_or_else(|| panic!("no node runs {id}"))
+    }
+}
+
+impl Drop for Metal {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+#[tokio::test]
+async fn each_offering_provisions_on_the_nodes_and_tears_down_leaving_nothing() {
+    let metal = Metal::start().await;
+    let (stop, reconciler) = metal.run_reconciler();
+    let (acme, globex) = (&metal.acme, &metal.globex);
+
+    let notebook = metal
+        .launch(acme, "notebook", "h100-1g.10gb", "nb", "quay.io/jupyter/pytorch-notebook:cuda12-latest", "")
+        .await;
+    let inference = metal.launch(acme, "inference", "h100-3g.40gb", "serve", "ghcr.io/acme/llm:1", "").await;
+    let training =
+        metal.launch(globex, "training", "h100-1", "train", "ghcr.io/globex/train:2", "python train.py").await;
+    let cluster = metal.launch(acme, "cluster", "h100-node-1", "dedicated", "", "").await;
+    let ready_notebook = metal.wait_for(acme, &notebook, EnvState::Ready).await;
+    metal.wait_for(acme, &inference, EnvState::Ready).await;
+    metal.wait_for(globex, &training, EnvState::Ready).await;
+    let ready_cluster = metal.wait_for(acme, &cluster, EnvState::Ready).await;
+    metal.settled().await;
+
+    // The notebook runs on its MIG slice with its token, published on its node.
+    let (node, plan) = metal.node_running(&notebook);
+    let workload = plan.workloads.iter().find(|w| w.environment_id == notebook).expect("notebook");
+    assert!(workload.run && workload.image.starts_with("quay.io/jupyter/"));
+    let [Device::Mig { gpu, instance }] = workload.devices[..] else { panic!("{:?}", workload.devices) };
+    assert!(plan.mig.iter().any(|g| g.gpu == gpu && g.instances.contains(&instance)), "{:?}", plan.mig);
+    let connection = ready_notebook.connection.expect("connection");
+    assert_eq!(connection.url, format!("http://{node}:{}/lab", workload.host_port.expect("port")));
+    assert_eq!(connection.secret, workload.secret);
+    // acme is hard: its network is on every node of its environments, each tunnelling
+    // to the others; globex is soft and has none.
+    let acme_nodes: Vec<&str> = metal
+        .nodes
+        .iter()
+        .filter(|(_, n)| n.holds().networks.iter().any(|a| a.tenant == "acme"))
+        .map(|(name, _)| *name)
+        .collect();
+    assert!(acme_nodes.contains(&node), "{acme_nodes:?}");
+    let segment = metal.berth.platform.tenant_segment("acme").await.expect("segment").expect("a hard tenant's segment");
+    for name in &acme_nodes {
+        let held = metal.nodes[name].holds();
+        let attachment = held.networks.iter().find(|a| a.tenant == "acme").expect("acme");
+        assert_eq!(attachment.segment, segment);
+        assert_eq!(attachment.peers.len(), acme_nodes.len() - 1, "{name}: {:?}", attachment.peers);
+        assert!(held.networks.iter().all(|a| a.tenant != "globex"));
+    }
+    assert!(matches!(segment, TenantSegment::Vlan(_)), "the default segment is a VLAN");
+    // The training job runs on a whole GPU with its command; the dedicated node runs
+    // nothing but has acme's network, and its owner gets SSH.
+    let (_, plan) = metal.node_running(&training);
+    let job = plan.workloads.iter().find(|w| w.environment_id == training).expect("job");
+    assert_eq!((job.command.as_deref(), job.devices.len()), (Some("python train.py"), 1));
+    assert!(matches!(job.devices[0], Device::Gpu(_)));
+    assert!(ready_cluster.connection.expect("connection").url.starts_with("ssh://h100-0"));
+
+    for (user, id) in [(acme, &notebook), (acme, &inference), (globex, &training), (acme, &cluster)] {
+        metal.berth.platform.stop(&user.caller(meta()), id).await.expect("stop");
+    }
+    for (user, id) in [(acme, &notebook), (acme, &inference), (globex, &training), (acme, &cluster)] {
+        metal.wait_for(user, id, EnvState::Released).await;
+    }
+    metal.assert_nothing_left().await;
+    let _ = stop.send(true);
+    reconciler.await.expect("reconciler");
+}
+
+#[tokio::test]
+async fn an_agents_error_fails_the_step_with_its_words_and_teardown_finishes_once_it_recovers() {
+    let metal = Metal::start().await;
+    for node in metal.nodes.values() {
+        *node.fail.lock().expect("fail") = Some("nvidia-smi is not installed on this node".into());
+    }
+    let (stop, reconciler) = metal.run_reconciler();
+    let id =
+        metal.launch(&metal.acme, "notebook", "h100-1g.10gb", "nb", "quay.io/jupyter/scipy-notebook:latest", "").await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let failed = loop {
+        let env = metal.environment(&metal.acme, &id).await;
+        if env.failure_reason.is_some() {
+            break env;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the step did not fail");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let reason = failed.failure_reason.expect("reason");
+    assert!(
+        reason.starts_with("Configure GPU partition failed: the agent on h100-0")
+            && reason.ends_with("reports: nvidia-smi is not installed on this node"),
+        "{reason}"
+    );
+    // Teardown keeps trying while the node cannot apply anything, and ends once it can.
+    for node in metal.nodes.values() {
+        *node.fail.lock().expect("fail") = None;
+    }
+    metal.wait_for(&metal.acme, &id, EnvState::Failed).await;
+    metal.assert_nothing_left().await;
+    let _ = stop.send(true);
+    reconciler.await.expect("reconciler");
+}
+
+#[tokio::test]
+async fn every_step_repeated_after_a_crash_changes_nothing_and_neither_does_a_second_pass() {
+    let metal = Metal::start().await;
+    let reconciler = metal.reconciler();
+    let (acme, globex) = (&metal.acme, &metal.globex);
+    let cases = [
+        (acme, metal.launch(acme, "notebook", "h100-3g.40gb", "nb", "quay.io/jupyter/scipy-notebook:latest", "").await),
+        (globex, metal.launch(globex, "training", "h100-1", "train", "ghcr.io/globex/train:2", "python t.py").await),
+        (acme, metal.launch(acme, "inference", "h100-1g.10gb", "serve", "ghcr.io/acme/llm:1", "").await),
+        (acme, metal.launch(acme, "cluster", "h100-node-1", "dedicated", "", "").await),
+    ];
+    for (user, id) in &cases {
+        let env = metal.environment(user, id).await;
+        let workload = reconciler.workload_of(id).await.expect("workload");
+        let provision = provision_plan(env.offering, env.size.shape);
+        for &step in &provision {
+            metal.backend.run(&workload, step).await.unwrap_or_else(|e| panic!("{id}: {}: {e}", step.as_str()));
+            metal.settled().await;
+            let after = metal.snapshot().await;
+            // The reconciler died before journaling the step: its successor runs it again.
+            metal.backend.run(&workload, step).await.unwrap_or_else(|e| panic!("{id}: again {}: {e}", step.as_str()));
+            metal.settled().await;
+            assert_eq!(metal.snapshot().await, after, "{id}: repeating {} changed the nodes", step.as_str());
+        }
+        // A second reconcile of the converged environment: every step again, nothing moves.
+        let converged = metal.snapshot().await;
+        for &step in &provision {
+            metal.backend.run(&workload, step).await.expect("second pass");
+        }
+        assert_eq!(metal.snapshot().await, converged, "{id}: a second pass changed the nodes");
+    }
+    for (user, id) in &cases {
+        let env = metal.environment(user, id).await;
+        let workload = reconciler.workload_of(id).await.expect("workload");
+        for step in teardown_plan(env.size.shape) {
+            metal.backend.run(&workload, step).await.unwrap_or_else(|e| panic!("{id}: {}: {e}", step.as_str()));
+            metal.settled().await;
+            let after = metal.snapshot().await;
+            metal.backend.run(&workload, step).await.unwrap_or_else(|e| panic!("{id}: again {}: {e}", step.as_str()));
+            metal.settled().await;
+            assert_eq!(metal.snapshot().await, after, "{id}: repeating {} changed the nodes", step.as_str());
+        }
+    }
+    metal.assert_nothing_left().await;
+}
+
+#[tokio::test]
+async fn a_reconciler_killed_mid_provisioning_converges_after_restart() {
+    let metal = Metal::start().await;
+    let (stop, task) = metal.run_reconciler();
+    let id =
+        metal.launch(&metal.acme, "notebook", "h100-1g.10gb", "nb", "quay.io/jupyter/scipy-notebook:latest", "").await;
+    // Killed as soon as the first step is journaled.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let done: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM environment_steps WHERE environment_id = ? AND status = 'succeeded'",
+        )
+        .bind(&id)
+        .fetch_one(metal.berth.platform.db())
+        .await
+        .expect("steps");
+        if done >= 1 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no step finished");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let _ = stop.send(true);
+    task.await.expect("reconciler");
+    let (stop, task) = metal.run_reconciler();
+    metal.wait_for(&metal.acme, &id, EnvState::Ready).await;
+    metal.berth.platform.stop(&metal.acme.caller(meta()), &id).await.expect("stop");
+    metal.wait_for(&metal.acme, &id, EnvState::Released).await;
+    metal.assert_nothing_left().await;
+    let _ = stop.send(true);
+    task.await.expect("reconciler");
+}
