@@ -440,3 +440,39 @@ async fn a_reconciler_killed_mid_provisioning_converges_after_restart() {
     let _ = stop.send(true);
     task.await.expect("reconciler");
 }
+
+#[tokio::test]
+async fn the_sweep_takes_a_part_no_live_environment_explains_off_its_node() {
+    let metal = Metal::start().await;
+    let (stop, task) = metal.run_reconciler();
+    let id =
+        metal.launch(&metal.acme, "notebook", "h100-1g.10gb", "nb", "quay.io/jupyter/scipy-notebook:latest", "").await;
+    metal.wait_for(&metal.acme, &id, EnvState::Ready).await;
+    metal.settled().await;
+    let (node, running) = metal.node_running(&id);
+    metal.berth.platform.stop(&metal.acme.caller(meta()), &id).await.expect("stop");
+    metal.wait_for(&metal.acme, &id, EnvState::Released).await;
+    let _ = stop.send(true);
+    task.await.expect("reconciler");
+    metal.assert_nothing_left().await;
+
+    // A step whose write landed after teardown (its answer lost): the released notebook's
+    // container is back in its node's plan, and the node runs it again.
+    let workload = running.workloads.iter().find(|w| w.environment_id == id).expect("workload").clone();
+    let writes = [(node.to_owned(), berth_platform::node_plans::PartWrite::Workload(workload))];
+    metal.berth.platform.write_node_parts(&id, &writes, false).await.expect("late write");
+    metal.settled().await;
+    assert_eq!(metal.node_running(&id).0, node);
+
+    let report = metal.reconciler().sweep().await.expect("sweep");
+    assert_eq!(report.removed.len(), 1, "{report:?}");
+    assert_eq!(report.removed[0].name, format!("{node}/{id}"));
+    metal.assert_nothing_left().await;
+    let audited: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'orphan.remove'")
+        .fetch_one(metal.berth.platform.db())
+        .await
+        .expect("audit");
+    assert_eq!(audited, 1);
+    // A second sweep finds nothing.
+    assert!(metal.reconciler().sweep().await.expect("sweep").removed.is_empty());
+}
