@@ -955,6 +955,15 @@ mod tests {
         assert!((gpu_equivalents(&[g3]) - 3.0 / 7.0).abs() < 1e-9);
     }
 
+    /// The sizes the property tests book, from a MIG slice to a node.
+    const PROPERTY_SHAPES: [Shape; 5] = [
+        Shape::MigSlice { model: H100, profile: MigProfile::G1 },
+        Shape::MigSlice { model: H100, profile: MigProfile::G3 },
+        Shape::Gpus { model: H100, count: 1 },
+        Shape::Gpus { model: H100, count: 2 },
+        Shape::Nodes { model: H100, count: 1 },
+    ];
+
     proptest::proptest! {
         /// Random bookings of random shapes in random windows: whatever the timeline
         /// accepts never conflicts with what it holds, what it counts as free can be
@@ -963,13 +972,7 @@ mod tests {
         fn bookings_never_conflict_and_availability_agrees_with_placement(
             asks in proptest::collection::vec((0usize..5, 0i64..48, 1i64..12), 1..40)
         ) {
-            let shapes = [
-                Shape::MigSlice { model: H100, profile: MigProfile::G1 },
-                Shape::MigSlice { model: H100, profile: MigProfile::G3 },
-                Shape::Gpus { model: H100, count: 1 },
-                Shape::Gpus { model: H100, count: 2 },
-                Shape::Nodes { model: H100, count: 1 },
-            ];
+            let shapes = PROPERTY_SHAPES;
             let gap = 15 * MINUTE_MS;
             let mut held: Vec<Booking> = Vec::new();
             for (shape, from, hours) in asks {
@@ -1008,13 +1011,7 @@ mod tests {
         fn heatmap_buckets_count_what_placement_takes(
             held in proptest::collection::vec((0usize..5, 0i64..48, 1i64..12), 0..30)
         ) {
-            let shapes = [
-                Shape::MigSlice { model: H100, profile: MigProfile::G1 },
-                Shape::MigSlice { model: H100, profile: MigProfile::G3 },
-                Shape::Gpus { model: H100, count: 1 },
-                Shape::Gpus { model: H100, count: 2 },
-                Shape::Nodes { model: H100, count: 1 },
-            ];
+            let shapes = PROPERTY_SHAPES;
             let gap = 15 * MINUTE_MS;
             let mut bookings: Vec<Booking> = Vec::new();
             for (shape, from, hours) in held {

@@ -39,6 +39,13 @@ pub struct NodeToken {
     pub last_used_at: Option<i64>,
 }
 
+/// The node behind a node token.
+pub(crate) struct AgentNode {
+    pub token_id: i64,
+    pub node_id: i64,
+    pub node: String,
+}
+
 /// What a report changed, for the agent's log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportReceipt {
@@ -50,6 +57,38 @@ pub struct ReportReceipt {
 }
 
 impl Platform {
+    /// The node behind a node token; an unknown or revoked one is `Unauthenticated`, and
+    /// audited as denied under `action`.
+    pub(crate) async fn authenticate_node(
+        &self,
+        secret: &str,
+        action: &str,
+        meta: &RequestMeta,
+    ) -> Result<AgentNode, Error> {
+        let found: Option<(i64, i64, String)> = sqlx::query_as(
+            "SELECT t.id, n.id, n.name FROM node_tokens t JOIN nodes n ON n.id = t.node_id
+             WHERE t.secret_hash = ? AND t.revoked_at IS NULL AND n.in_service = 1",
+        )
+        .bind(sha256_hex(secret.trim()))
+        .fetch_optional(&self.db)
+        .await?;
+        match found {
+            Some((token_id, node_id, node)) => Ok(AgentNode { token_id, node_id, node }),
+            None => {
+                let mut conn = self.db.acquire().await?;
+                let actor = Actor { user_id: None, tenant_id: None, meta };
+                let event = Event {
+                    action,
+                    target: None,
+                    outcome: Outcome::Denied,
+                    detail: Some("unknown or revoked node token"),
+                };
+                audit::record(&mut conn, &actor, event).await?;
+                Err(Error::Unauthenticated)
+            }
+        }
+    }
+
     /// Makes a token for `node`'s agent; returns it with its secret, which is not kept.
     /// Platform admins only.
     pub async fn create_node_token(&self, caller: &Caller, node: &str) -> Result<(NodeToken, String), Error> {
@@ -167,24 +206,7 @@ impl Platform {
         meta: RequestMeta,
     ) -> Result<ReportReceipt, Error> {
         let actor = Actor { user_id: None, tenant_id: None, meta: &meta };
-        let found: Option<(i64, i64, String)> = sqlx::query_as(
-            "SELECT t.id, n.id, n.name FROM node_tokens t JOIN nodes n ON n.id = t.node_id
-             WHERE t.secret_hash = ? AND t.revoked_at IS NULL AND n.in_service = 1",
-        )
-        .bind(sha256_hex(secret.trim()))
-        .fetch_optional(&self.db)
-        .await?;
-        let Some((token_id, node_id, node)) = found else {
-            let mut conn = self.db.acquire().await?;
-            let event = Event {
-                action: "agent.report",
-                target: None,
-                outcome: Outcome::Denied,
-                detail: Some("unknown or revoked node token"),
-            };
-            audit::record(&mut conn, &actor, event).await?;
-            return Err(Error::Unauthenticated);
-        };
+        let AgentNode { token_id, node_id, node } = self.authenticate_node(secret, "agent.report", &meta).await?;
         report.validate()?;
         let now = now_ms();
         let mut tx = self.begin_write().await?;

@@ -18,8 +18,7 @@ use berth_domain::node_plan::{GpuMig, NodePlan, NodeWorkload, PlanReport, Worklo
 use serde::{Deserialize, Serialize};
 use sqlx::SqliteConnection;
 
-use crate::audit::{self, Actor, Event, Outcome};
-use crate::{Error, Platform, RequestMeta, now_ms, sha256_hex};
+use crate::{Error, Platform, RequestMeta, now_ms};
 
 /// What a part of a node's plan is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -87,13 +86,6 @@ pub struct NodeProgress {
     pub reported_generation: i64,
     pub error: Option<String>,
     pub workloads: Vec<WorkloadStatus>,
-}
-
-/// The node behind a node token.
-struct AgentNode {
-    token_id: i64,
-    node_id: i64,
-    node: String,
 }
 
 impl Platform {
@@ -348,33 +340,6 @@ impl Platform {
             tracing::warn!(node = %agent.node, generation = report.generation, %error, "the node's agent could not apply its plan");
         }
         Ok(())
-    }
-
-    /// The node behind a node token; an unknown or revoked one is `Unauthenticated`, and
-    /// audited as denied under `action`.
-    async fn authenticate_node(&self, secret: &str, action: &str, meta: &RequestMeta) -> Result<AgentNode, Error> {
-        let found: Option<(i64, i64, String)> = sqlx::query_as(
-            "SELECT t.id, n.id, n.name FROM node_tokens t JOIN nodes n ON n.id = t.node_id
-             WHERE t.secret_hash = ? AND t.revoked_at IS NULL AND n.in_service = 1",
-        )
-        .bind(sha256_hex(secret.trim()))
-        .fetch_optional(&self.db)
-        .await?;
-        match found {
-            Some((token_id, node_id, node)) => Ok(AgentNode { token_id, node_id, node }),
-            None => {
-                let mut conn = self.db.acquire().await?;
-                let actor = Actor { user_id: None, tenant_id: None, meta };
-                let event = Event {
-                    action,
-                    target: None,
-                    outcome: Outcome::Denied,
-                    detail: Some("unknown or revoked node token"),
-                };
-                audit::record(&mut conn, &actor, event).await?;
-                Err(Error::Unauthenticated)
-            }
-        }
     }
 }
 
