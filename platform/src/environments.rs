@@ -1,12 +1,13 @@
 //! Launching, listing and stopping environments: the user-facing side of the lifecycle.
 
 use berth_domain::Refusal;
-use berth_domain::booking::{self as rules, Tier};
+use berth_domain::booking::{self as rules, Tier, Window};
 use berth_domain::catalog::{Offering, Size};
 use berth_domain::gpu::GpuModel;
 use berth_domain::launch::{self, LaunchRequest};
 use berth_domain::lifecycle::{Desired, EnvState, Phase, Step};
 use berth_domain::mig::MigProfile;
+use berth_domain::placement::Hold;
 use berth_domain::policy::{Action, Role, Target};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection};
@@ -228,19 +229,7 @@ impl Platform {
         .execute(&mut *tx)
         .await?;
         for a in &assignments {
-            sqlx::query(
-                "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&id)
-            .bind(a.gpu_id)
-            .bind(i64::from(a.slices.start))
-            .bind(i64::from(a.slices.size))
-            .bind(a.profile.map(MigProfile::key))
-            .bind(window.starts_at)
-            .bind(window.ends_at)
-            .execute(&mut *tx)
-            .await?;
+            insert_reservation(&mut tx, &id, a, window, 0).await?;
         }
         let detail = format!(
             "{} {} for {} h from {}",
@@ -455,4 +444,30 @@ pub(crate) async fn held_units(conn: &mut SqliteConnection, environment_id: &str
             })
         })
         .collect()
+}
+
+/// Reserves `hold` for `window` for the environment (its replica `replica`, 0 for all but
+/// inference endpoints' extra replicas). The database's triggers refuse an overlap.
+pub(crate) async fn insert_reservation(
+    conn: &mut SqliteConnection,
+    environment_id: &str,
+    hold: &Hold,
+    window: Window,
+    replica: i64,
+) -> Result<(), Error> {
+    sqlx::query(
+        "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at, replica)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(environment_id)
+    .bind(hold.gpu_id)
+    .bind(i64::from(hold.slices.start))
+    .bind(i64::from(hold.slices.size))
+    .bind(hold.profile.map(MigProfile::key))
+    .bind(window.starts_at)
+    .bind(window.ends_at)
+    .bind(replica)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }

@@ -93,20 +93,7 @@ impl Platform {
             self.check_quota(&mut tx, env.booker(), ask, None).await?;
             for (replica, holds) in &placed {
                 for hold in holds {
-                    sqlx::query(
-                        "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at, replica)
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    )
-                    .bind(id)
-                    .bind(hold.gpu_id)
-                    .bind(i64::from(hold.slices.start))
-                    .bind(i64::from(hold.slices.size))
-                    .bind(hold.profile.map(MigProfile::key))
-                    .bind(window.starts_at)
-                    .bind(window.ends_at)
-                    .bind(replica)
-                    .execute(&mut *tx)
-                    .await?;
+                    crate::environments::insert_reservation(&mut tx, id, hold, window, *replica).await?;
                 }
             }
         }
