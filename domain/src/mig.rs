@@ -169,6 +169,14 @@ pub struct SliceRange {
     pub size: u8,
 }
 
+/// A development share held as `size` of the memory slices from `start` (shares are
+/// reserved as slice positions): which share it is, from 1, and how many ways its GPU is
+/// time-sliced.
+pub fn time_slice_share(start: i64, size: i64) -> (i64, i64) {
+    let size = size.max(1);
+    (start / size + 1, i64::from(MEMORY_SLICES) / size)
+}
+
 impl SliceRange {
     /// All eight memory slices.
     pub const WHOLE_GPU: SliceRange = SliceRange { start: 0, size: MEMORY_SLICES };

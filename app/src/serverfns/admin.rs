@@ -91,6 +91,7 @@ pub async fn cancel_maintenance(id: i64) -> Result<(), AppError> {
 #[cfg(feature = "ssr")]
 mod chart {
     use berth_domain::booking::DAY_MS;
+    use berth_domain::mig::{MEMORY_SLICES, time_slice_share};
     use berth_platform::maintenance::{FleetSchedule, NodeFilter};
     use chrono::DateTime;
 
@@ -181,16 +182,16 @@ mod chart {
                                 let (left, width) = place(b.starts_at, b.ends_at);
                                 let what = match (&b.mig_profile, b.slice_size) {
                                     (Some(profile), _) => profile.clone(),
-                                    (None, 8) => "whole GPU".into(),
-                                    (None, size) => format!("shared 1/{}", 8 / size.max(1)),
+                                    (None, size) if size == i64::from(MEMORY_SLICES) => "whole GPU".into(),
+                                    (None, size) => format!("shared 1/{}", time_slice_share(0, size).1),
                                 };
                                 let running = b.starts_at <= now;
                                 Bar {
                                     left,
                                     width,
                                     // Memory slices 0..8 from top to bottom of the GPU's row.
-                                    top: 100.0 * b.slice_start as f64 / 8.0,
-                                    height: 100.0 * b.slice_size as f64 / 8.0,
+                                    top: 100.0 * b.slice_start as f64 / f64::from(MEMORY_SLICES),
+                                    height: 100.0 * b.slice_size as f64 / f64::from(MEMORY_SLICES),
                                     label: format!("{} · {what}", b.name),
                                     title: format!(
                                         "{} ({}) · {what} · {} to {} · {}",

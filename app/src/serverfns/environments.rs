@@ -150,6 +150,7 @@ pub(crate) mod views {
     use berth_domain::catalog::Offering;
     use berth_domain::catalog::format_cents;
     use berth_domain::lifecycle::{Desired, EnvState, Phase, provision_plan, teardown_plan};
+    use berth_domain::mig::{MEMORY_SLICES, time_slice_share};
     use berth_platform::backend::{JobLogs, JobStatus, proxy_prefix};
     use berth_platform::connect::KeyState;
     use berth_platform::environments::{Environment, EnvironmentDetail};
@@ -247,12 +248,13 @@ pub(crate) mod views {
                 model: u.model.clone(),
                 what: match (&u.mig_profile, u.slice_size) {
                     (Some(p), _) => format!("MIG {p} at memory slice {}", u.slice_start),
-                    (None, 8) => "whole GPU".to_owned(),
-                    (None, size) => format!(
-                        "share {} of {} of a time-sliced GPU (shared with others; no memory or fault isolation)",
-                        u.slice_start / size.max(1) + 1,
-                        8 / size.max(1)
-                    ),
+                    (None, size) if size == i64::from(MEMORY_SLICES) => "whole GPU".to_owned(),
+                    (None, size) => {
+                        let (share, ways) = time_slice_share(u.slice_start, size);
+                        format!(
+                            "share {share} of {ways} of a time-sliced GPU (shared with others; no memory or fault isolation)"
+                        )
+                    }
                 },
                 released: u.released_at.is_some(),
             })
