@@ -69,6 +69,9 @@ test("a training job's log and exit status show on its page", async () => {
   assert.match(text, /epoch 5\/5: loss [0-9.]+/);
   assert.match(text, /training finished$/);
   assert.equal(await page.locator('[data-job-state]').innerText(), 'Succeeded (exit code 0)');
+  // A job that ended gives its GPUs back at once; its log stays on the page.
+  await page.locator('[data-state="released"]').waitFor({ timeout: 30_000 });
+  await logs.getByText('training finished').waitFor();
   await page.screenshot({ path: join(artifacts, 'training-logs.png'), fullPage: true });
   assert.deepEqual(consoleErrors, [], 'no errors in the browser console');
 });

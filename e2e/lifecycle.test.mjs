@@ -111,7 +111,7 @@ test('a server killed mid-provisioning picks the work up after restart', async (
   await page.goto(`${berth.url}/launch/training?size=h100-1`);
   await page.getByLabel('Name').fill('crash-test');
   await page.getByLabel('Container image').fill('ghcr.io/acme/trainer:1.0');
-  await page.getByLabel('Command').fill('python train.py');
+  await page.getByLabel('Command').fill('python train.py; sleep infinity');
   await page.getByRole('button', { name: 'Launch' }).click();
   await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
   await page.locator('[data-state="provisioning"]').waitFor({ timeout: 15_000 });

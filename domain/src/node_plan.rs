@@ -114,7 +114,14 @@ pub struct WorkloadStatus {
     /// Why the agent could not pull or start it; one workload's trouble is not the node's.
     #[serde(default)]
     pub error: Option<String>,
+    /// A training job's last log lines, oldest first (the portal keeps them after the job).
+    #[serde(default)]
+    pub log_tail: Vec<String>,
 }
+
+/// How many of a job's last log lines an agent reports, and how long each may be.
+pub const LOG_TAIL_LINES: usize = 200;
+pub const MAX_LOG_LINE: usize = 1000;
 
 /// The agent's answer after applying (or failing to apply) a plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -154,10 +161,20 @@ impl PlanReport {
         let cut = |e: &Option<String>| e.as_ref().map(|e| e.chars().take(MAX_REPORTED_ERROR).collect());
         PlanReport {
             error: cut(&self.error),
-            workloads: self.workloads.iter().map(|w| WorkloadStatus { error: cut(&w.error), ..w.clone() }).collect(),
+            workloads: self
+                .workloads
+                .iter()
+                .map(|w| WorkloadStatus { error: cut(&w.error), log_tail: tail_of(&w.log_tail), ..w.clone() })
+                .collect(),
             ..self.clone()
         }
     }
+}
+
+/// The last `LOG_TAIL_LINES` lines, each cut to `MAX_LOG_LINE` characters.
+pub fn tail_of(lines: &[String]) -> Vec<String> {
+    let skip = lines.len().saturating_sub(LOG_TAIL_LINES);
+    lines[skip..].iter().map(|l| l.chars().take(MAX_LOG_LINE).collect()).collect()
 }
 
 impl NodePlan {

@@ -215,6 +215,10 @@ impl Platform {
         if env.offering != Offering::TrainingJob {
             return Err(Refusal::NoJobLogs(env.offering.title()).into());
         }
+        // Kept when the job ended or was stopped: its pods or containers may be gone.
+        if let Some(kept) = self.kept_job_log(id).await? {
+            return Ok(kept);
+        }
         ready(&env)?;
         let backend = self.backend()?;
         let workload = self.workload(&env).await?;

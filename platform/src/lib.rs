@@ -16,6 +16,7 @@ pub mod environments;
 mod error;
 pub mod fabric;
 pub mod fleet;
+mod jobs;
 pub mod maintenance;
 pub mod node_agents;
 pub mod node_plans;
@@ -68,6 +69,8 @@ pub struct Platform {
     throttle: Arc<throttle::Throttle>,
     /// The backend behind the proxy, logs and replicas; see `connect`.
     access: Arc<connect::AccessState>,
+    /// Running training jobs being watched for their end; see `jobs`.
+    jobs: Arc<jobs::JobWatch>,
 }
 
 impl Platform {
@@ -84,6 +87,7 @@ impl Platform {
             oidc_clients: Default::default(),
             throttle: Default::default(),
             access: Default::default(),
+            jobs: Default::default(),
         }
     }
 

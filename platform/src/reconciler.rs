@@ -196,6 +196,8 @@ impl Reconciler {
         }
         // Endpoints whose owner changed their replica count (see `replicas`).
         self.platform.scale_endpoints(&self.backend, self.config.step_timeout, tasks).await?;
+        // Training jobs that ended on their own (see `jobs`).
+        self.platform.watch_jobs(&self.backend, self.config.step_timeout, tasks).await?;
         Ok(())
     }
 
@@ -414,6 +416,10 @@ impl Reconciler {
         }
 
         let workload = self.workload(env).await?;
+        if step == Step::StopWorkload && env.offering == berth_domain::catalog::Offering::TrainingJob {
+            // Its log and status outlive it; the page shows them after the job is gone.
+            self.platform.keep_job_log(&self.backend, &workload, self.config.step_timeout).await;
+        }
         let call = tokio::time::timeout(self.config.step_timeout, self.backend.run(&workload, step));
         let end = tokio::select! {
             result = call => StepEnd::Finished(match result {

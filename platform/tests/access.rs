@@ -225,36 +225,37 @@ async fn train(berth: &TestBerth, name: &str, command: &str) -> String {
         command: command.into(),
         ..LaunchRequest::default()
     };
-    let env = berth.platform.launch(&berth.caller, &request).await.expect("launch");
-    berth.wait_for(&env.id, EnvState::Ready).await;
-    env.id
+    berth.platform.launch(&berth.caller, &request).await.expect("launch").id
 }
 
-async fn finished_logs(berth: &TestBerth, id: &str) -> berth_platform::backend::JobLogs {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let logs = berth.platform.job_logs(&berth.caller, id).await.expect("logs");
-        if logs.status != JobStatus::Running {
-            return logs;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "the job never ended: {logs:?}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+/// A job that ends on its own releases its capacity; its log and status are kept.
+async fn finished_logs(berth: &TestBerth, id: &str, end: EnvState) -> berth_platform::backend::JobLogs {
+    let env = berth.wait_for(id, end).await;
+    let held: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM reservations WHERE environment_id = ? AND released_at IS NULL")
+            .bind(id)
+            .fetch_one(berth.platform.db())
+            .await
+            .expect("held");
+    assert_eq!(held, 0, "{env:?}");
+    berth.platform.job_logs(&berth.caller, id).await.expect("kept logs")
 }
 
 #[sqlx::test(migrations = "../migrations")]
 async fn a_training_job_shows_its_log_and_exit_status(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
     let ok = train(&berth, "good", "python train.py --epochs 5").await;
-    let logs = finished_logs(&berth, &ok).await;
+    let logs = finished_logs(&berth, &ok, EnvState::Released).await;
     assert_eq!(logs.status, JobStatus::Succeeded);
     assert_eq!(logs.lines.first().map(String::as_str), Some("$ python train.py --epochs 5"));
     assert!(logs.lines.iter().any(|l| l.starts_with("epoch 5/5")), "{:?}", logs.lines);
     assert_eq!(logs.lines.last().map(String::as_str), Some("training finished"));
 
     let bad = train(&berth, "bad", "python train.py; exit 3").await;
-    let logs = finished_logs(&berth, &bad).await;
+    let logs = finished_logs(&berth, &bad, EnvState::Failed).await;
     assert_eq!(logs.status, JobStatus::Failed { exit_code: Some(3), reason: "exited with code 3".into() });
+    let failed = berth.platform.environment_of(&berth.caller, &bad).await.expect("bad");
+    assert_eq!(failed.failure_reason.as_deref(), Some("the training job failed with exit code 3: exited with code 3"));
     assert_eq!(logs.lines.last().map(String::as_str), Some("process exited with code 3"));
 
     // Whoever may see the job may read its log; others get nothing.
@@ -267,7 +268,10 @@ async fn a_training_job_shows_its_log_and_exit_status(pool: SqlitePool) {
         refusal(berth.platform.job_logs(&berth.caller, &notebook.id).await),
         Refusal::NoJobLogs("Jupyter notebook")
     );
-    berth.platform.stop(&berth.caller, &ok).await.expect("stop");
-    berth.wait_for(&ok, EnvState::Released).await;
     assert_eq!(berth.backend.world().objects_of(&ok), 0, "the job's record goes with it");
+    let ended: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'environment.job_end'")
+        .fetch_one(berth.platform.db())
+        .await
+        .expect("audit");
+    assert_eq!(ended, 2);
 }

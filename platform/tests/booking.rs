@@ -42,7 +42,7 @@ async fn book(
         hours: hours.to_string(),
         start: start_ms.map(rfc3339).unwrap_or_default(),
         image: if cluster { "" } else { "ghcr.io/acme/train:1" }.into(),
-        command: if cluster { "" } else { "python train.py" }.into(),
+        command: if cluster { "" } else { "python train.py; sleep infinity" }.into(),
         ..LaunchRequest::default()
     };
     berth.platform.launch(&berth.caller, &request).await
@@ -107,7 +107,7 @@ async fn bad_windows_are_refused_with_a_reason_and_write_nothing(pool: SqlitePoo
         hours: "1".into(),
         start: "next tuesday".into(),
         image: "ghcr.io/acme/train:1".into(),
-        command: "python train.py".into(),
+        command: "python train.py; sleep infinity".into(),
         ..LaunchRequest::default()
     };
     let garbled = berth.platform.launch(&berth.caller, &request).await.expect_err("garbled");
@@ -289,7 +289,7 @@ async fn maintenance_blocks_new_bookings_and_lists_the_ones_in_the_way(pool: Sql
         hours: "1".into(),
         start: rfc3339(t0 + 4 * HOUR_MS),
         image: "ghcr.io/acme/train:1".into(),
-        command: "python train.py".into(),
+        command: "python train.py; sleep infinity".into(),
         ..LaunchRequest::default()
     };
     assert!(restarted.launch(&berth.caller, &request).await.is_err(), "still blocked after a restart");
@@ -430,7 +430,7 @@ async fn tenant_and_project_quotas_add_up_their_members_bookings(pool: SqlitePoo
         name: name.into(),
         hours: "2".into(),
         image: "ghcr.io/acme/train:1".into(),
-        command: "python train.py".into(),
+        command: "python train.py; sleep infinity".into(),
         project: project.into(),
         ..LaunchRequest::default()
     };
@@ -513,7 +513,7 @@ async fn spot_bookings_go_beyond_the_quota_and_are_reclaimed_by_guaranteed_ones(
         name: "urgent".into(),
         hours: "2".into(),
         image: "ghcr.io/acme/train:1".into(),
-        command: "python train.py".into(),
+        command: "python train.py; sleep infinity".into(),
         ..LaunchRequest::default()
     };
     let urgent = berth.platform.launch(&eve, &request).await.expect("reclaims a spot node");

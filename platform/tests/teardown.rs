@@ -250,7 +250,7 @@ impl Site {
             name: name.into(),
             hours: "1".into(),
             image: if needs_image { "ghcr.io/acme/app:1".into() } else { String::new() },
-            command: if offering == "training" { "python main.py".into() } else { String::new() },
+            command: if offering == "training" { "python main.py; sleep infinity".into() } else { String::new() },
             ..LaunchRequest::default()
         };
         self.platform().launch(caller, &request).await

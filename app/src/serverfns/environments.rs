@@ -312,7 +312,8 @@ pub(crate) mod views {
                 }
             }),
             // Filled in by the server function, which asks the backend.
-            logs: (e.offering == Offering::TrainingJob && ready).then(|| JobLogsView {
+            // A job's kept log stays on its page after the job ended.
+            logs: (e.offering == Offering::TrainingJob && (ready || e.state.is_final())).then(|| JobLogsView {
                 state: "pending".into(),
                 label: "Waiting to start".into(),
                 lines: Vec::new(),

@@ -21,12 +21,13 @@ use std::time::Duration;
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::Step;
 use berth_domain::mig::{MigInstance, MigProfile};
-use berth_domain::node_plan::{Device, NodeWorkload, WorkloadState, free_host_port};
+use berth_domain::node_plan::{Device, NodeWorkload, WorkloadState, WorkloadStatus, free_host_port};
 use berth_domain::tenancy::Isolation;
 use rand::Rng;
 
 use super::{
-    Backend, BackendError, Connection, OwnedFuture, OwnedObject, RemoveFuture, StepFuture, StepOutput, Workload,
+    Backend, BackendError, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, RemoveFuture,
+    StepFuture, StepOutput, Workload,
 };
 use crate::Platform;
 use crate::node_plans::{MigSlice, NetworkPart, NodeTarget, PartKind, PartWrite};
@@ -233,6 +234,37 @@ impl BareMetal {
         Ok(targets)
     }
 
+    /// How a training job stands by its agent's last report: a job runs on one node (a
+    /// multi-node job would be one container per node; the first that failed decides).
+    async fn job_logs_of(&self, w: &Workload, tail: usize) -> Result<JobLogs, BackendError> {
+        if w.offering != Offering::TrainingJob {
+            return Err(BackendError(format!("a {} has no job log", w.offering.title())));
+        }
+        let targets = self.node_targets(&nodes_of(w)).await?;
+        let progress = self.platform.node_progress(&targets).await.map_err(internal)?;
+        let statuses: Vec<_> =
+            progress.iter().flat_map(|p| &p.workloads).filter(|s| s.environment_id == w.environment_id).collect();
+        let Some(first) = statuses.first() else {
+            return Ok(JobLogs { status: JobStatus::Pending, lines: Vec::new() });
+        };
+        let exited = |s: &WorkloadStatus| s.state == Some(WorkloadState::Exited);
+        let failed = statuses.iter().find(|s| exited(s) && s.exit_code != Some(0));
+        let status = if let Some(f) = failed {
+            let code = f.exit_code.and_then(|c| i32::try_from(c).ok());
+            let reason = code.map_or_else(|| "the container ended".to_owned(), |c| format!("exited with code {c}"));
+            JobStatus::Failed { exit_code: code, reason }
+        } else if statuses.iter().all(|s| exited(s)) {
+            JobStatus::Succeeded
+        } else if statuses.iter().any(|s| s.state == Some(WorkloadState::Running)) {
+            JobStatus::Running
+        } else {
+            JobStatus::Pending
+        };
+        let lines = failed.unwrap_or(first).log_tail.clone();
+        let skip = lines.len().saturating_sub(tail);
+        Ok(JobLogs { status, lines: lines[skip..].to_vec() })
+    }
+
     /// A not yet started workload of `w` on `node`, with a free host port and a new secret
     /// for what the owner connects to.
     async fn fresh_workload(&self, w: &Workload, node: &str) -> Result<NodeWorkload, BackendError> {
@@ -326,6 +358,10 @@ impl Backend for BareMetal {
                 })
                 .collect())
         })
+    }
+
+    fn job_logs<'a>(&'a self, workload: &'a Workload, tail: usize) -> JobLogsFuture<'a> {
+        Box::pin(self.job_logs_of(workload, tail))
     }
 
     fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a> {

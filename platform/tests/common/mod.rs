@@ -131,7 +131,7 @@ impl TestBerth {
             name: name.into(),
             hours: "2".into(),
             image: "ghcr.io/acme/app:1".into(),
-            command: "python main.py".into(),
+            command: "python main.py; sleep infinity".into(),
             ..LaunchRequest::default()
         };
         let request = if offering == "notebook" || offering == "cluster" {

@@ -9,7 +9,9 @@
 
 use berth_domain::agent::Command;
 use berth_domain::catalog::Offering;
-use berth_domain::node_plan::{CONTAINER_PREFIX, NodeWorkload, WorkloadState, WorkloadStatus, container_port};
+use berth_domain::node_plan::{
+    CONTAINER_PREFIX, LOG_TAIL_LINES, NodeWorkload, WorkloadState, WorkloadStatus, container_port, tail_of,
+};
 
 use super::commands::{CommandRunner, Failure};
 use super::mig;
@@ -97,6 +99,7 @@ pub fn apply(
                     state: Some(WorkloadState::Exited),
                     exit_code: c.exit_code,
                     error: None,
+                    log_tail: job_log(runner, program, workload),
                 });
                 continue;
             }
@@ -108,16 +111,35 @@ pub fn apply(
                 state: Some(state),
                 exit_code: None,
                 error: None,
+                log_tail: if state == WorkloadState::Running { job_log(runner, program, workload) } else { Vec::new() },
             },
             Err(error) => WorkloadStatus {
                 environment_id: workload.environment_id.clone(),
                 state: None,
                 exit_code: None,
                 error: Some(error),
+                log_tail: Vec::new(),
             },
         });
     }
     Ok(statuses)
+}
+
+/// A training job's last log lines (`podman logs --tail`), for the portal to show and keep.
+/// Best effort: a log that cannot be read is reported as none, not as the job's failure.
+fn job_log(runner: &dyn CommandRunner, program: &'static str, w: &NodeWorkload) -> Vec<String> {
+    if w.offering != Offering::TrainingJob {
+        return Vec::new();
+    }
+    let tail = LOG_TAIL_LINES.to_string();
+    let command = Command::new(program, &["logs", "--tail", &tail, &w.container_name()]);
+    match runner.run(&command) {
+        Ok(output) => tail_of(&output.lines().map(str::to_owned).collect::<Vec<_>>()),
+        Err(e) => {
+            tracing::warn!(container = %w.container_name(), error = %e, "cannot read the job's log");
+            Vec::new()
+        }
+    }
 }
 
 /// Pulls the image when the node lacks it and, when the workload should run, starts it.

@@ -47,6 +47,8 @@ struct FakeNode {
     underlay: Ipv4Addr,
     applied: Mutex<NodePlan>,
     fail: Mutex<Option<String>>,
+    /// Containers that ended: environment -> exit code and the log they wrote.
+    ended: Mutex<BTreeMap<String, (i64, Vec<String>)>>,
 }
 
 impl FakeNode {
@@ -55,6 +57,7 @@ impl FakeNode {
             underlay: Ipv4Addr::new(10, 0, 0, n),
             applied: Mutex::new(NodePlan::default()),
             fail: Mutex::new(None),
+            ended: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -71,14 +74,25 @@ impl NodeHost for FakeNode {
         }
         plan.validate().map_err(|e| e.to_string())?;
         *self.applied.lock().expect("applied") = plan.clone();
+        let ended = self.ended.lock().expect("ended");
         Ok(plan
             .workloads
             .iter()
-            .map(|w| WorkloadStatus {
-                environment_id: w.environment_id.clone(),
-                state: Some(if w.run { WorkloadState::Running } else { WorkloadState::Pulled }),
-                exit_code: None,
-                error: None,
+            .map(|w| match ended.get(&w.environment_id) {
+                Some((code, log)) if w.run => WorkloadStatus {
+                    environment_id: w.environment_id.clone(),
+                    state: Some(WorkloadState::Exited),
+                    exit_code: Some(*code),
+                    error: None,
+                    log_tail: log.clone(),
+                },
+                _ => WorkloadStatus {
+                    environment_id: w.environment_id.clone(),
+                    state: Some(if w.run { WorkloadState::Running } else { WorkloadState::Pulled }),
+                    exit_code: None,
+                    error: None,
+                    log_tail: Vec::new(),
+                },
             })
             .collect())
     }
@@ -475,4 +489,32 @@ async fn the_sweep_takes_a_part_no_live_environment_explains_off_its_node() {
     assert_eq!(audited, 1);
     // A second sweep finds nothing.
     assert!(metal.reconciler().sweep().await.expect("sweep").removed.is_empty());
+}
+
+#[tokio::test]
+async fn a_training_job_that_exits_on_a_node_releases_its_gpus_and_keeps_its_log() {
+    let metal = Metal::start().await;
+    let (stop, task) = metal.run_reconciler();
+    let globex = &metal.globex;
+    let id = metal.launch(globex, "training", "h100-1", "train", "ghcr.io/globex/train:2", "python train.py").await;
+    metal.wait_for(globex, &id, EnvState::Ready).await;
+    let (node, _) = metal.node_running(&id);
+    let log = vec!["epoch 1/1: loss 0.42".to_owned(), "Traceback: CUDA out of memory".to_owned()];
+    metal.nodes[node].ended.lock().expect("ended").insert(id.clone(), (137, log.clone()));
+
+    // The agent's next report says the container exited; the reconciler's next look ends it.
+    let failed = metal.wait_for(globex, &id, EnvState::Failed).await;
+    assert_eq!(
+        failed.failure_reason.as_deref(),
+        Some("the training job failed with exit code 137: exited with code 137")
+    );
+    let logs = metal.berth.platform.job_logs(&globex.caller(meta()), &id).await.expect("kept log");
+    assert_eq!(logs.lines, log);
+    assert_eq!(
+        logs.status,
+        berth_platform::backend::JobStatus::Failed { exit_code: Some(137), reason: "exited with code 137".into() }
+    );
+    metal.assert_nothing_left().await;
+    let _ = stop.send(true);
+    task.await.expect("reconciler");
 }

@@ -255,6 +255,12 @@ pub(super) async fn run_job(world: Arc<Mutex<World>>, w: Workload, speed: f64, m
         loss *= 0.55;
         write(format!("epoch {epoch}/{EPOCHS}: loss {loss:.4}"));
     }
+    if command.contains("sleep infinity") {
+        // A job that waits to be stopped (a service, or a test that needs one running).
+        write("sleeping until stopped".to_owned());
+        until_stopped(&mut stopped).await;
+        return;
+    }
     let exit_code = exit_code_of(&command);
     write(if exit_code == 0 {
         "training finished".to_owned()
