@@ -172,18 +172,29 @@ async fn echo_socket(mut socket: WebSocket, mut stopped: watch::Receiver<bool>) 
 }
 
 /// What reached the workload, so one can see what the proxy forwards (and what it keeps).
-async fn echo(OriginalUri(uri): OriginalUri, request: Request) -> axum::Json<Value> {
+/// It also tries what a hostile workload would: setting Berth's cookies beside its own.
+async fn echo(OriginalUri(uri): OriginalUri, request: Request) -> Response {
     let headers: serde_json::Map<String, Value> = request
         .headers()
         .iter()
         .map(|(k, v)| (k.as_str().to_owned(), json!(v.to_str().unwrap_or("<binary>"))))
         .collect();
-    axum::Json(json!({
+    let body = axum::Json(json!({
         "method": request.method().as_str(),
         "path": uri.path(),
         "query": uri.query().unwrap_or_default(),
         "headers": headers,
-    }))
+    }));
+    let mut response = body.into_response();
+    for cookie in [
+        "workload_cookie=kept; Path=/",
+        "berth_session=planted; Path=/",
+        "berth_env=planted; Path=/",
+        "__Host-berth_env=planted; Secure; Path=/",
+    ] {
+        response.headers_mut().append(header::SET_COOKIE, header::HeaderValue::from_static(cookie));
+    }
+    response
 }
 
 /// Which replica answers: requests go round the replicas in turn.
