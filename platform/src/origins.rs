@@ -54,7 +54,9 @@ impl EnvironmentOrigins {
         };
         let domain = domain.trim_end_matches('.').to_ascii_lowercase();
         if domain.is_empty() || !domain.split('.').all(valid_label) {
-            return Err(format!("the environments URL needs a DNS domain under which each environment gets a name: {url}"));
+            return Err(format!(
+                "the environments URL needs a DNS domain under which each environment gets a name: {url}"
+            ));
         }
         if domain.split('.').all(|label| label.bytes().all(|b| b.is_ascii_digit())) {
             return Err(format!(
@@ -127,7 +129,10 @@ mod tests {
         assert_eq!(origins.origin(ID), format!("https://{ID}.env.berth.example"));
         assert!(origins.secure());
         assert_eq!(origins.environment_in_host(&format!("{ID}.env.berth.example")), Some(ID.to_owned()));
-        assert_eq!(origins.environment_in_host(&format!("{}.ENV.berth.example:443", ID.to_uppercase())), Some(ID.into()));
+        assert_eq!(
+            origins.environment_in_host(&format!("{}.ENV.berth.example:443", ID.to_uppercase())),
+            Some(ID.into())
+        );
         assert_eq!(origins.environment_in_host("env.berth.example"), None, "the domain itself is no environment");
         assert_eq!(origins.environment_in_host("berth.example"), None);
         assert_eq!(origins.environment_in_host(&format!("a.{ID}.env.berth.example")), None, "one label only");

@@ -581,12 +581,15 @@ mod tests {
         let public = behind_tls.public().expect("https");
         let error = behind_tls.environment_origins(&public).expect_err("no default over TLS");
         assert!(error.contains("set --environments-url, e.g. https://env.berth.example"), "{error}");
-        let set = serve_args(&["--public-url", "https://berth.example", "--environments-url", "https://env.berth.example"]);
+        let set =
+            serve_args(&["--public-url", "https://berth.example", "--environments-url", "https://env.berth.example"]);
         assert_eq!(set.environment_origins(&public).expect("set").origin("e1"), "https://e1.env.berth.example");
 
-        let plain = serve_args(&["--public-url", "https://berth.example", "--environments-url", "http://localhost:3000"]);
+        let plain =
+            serve_args(&["--public-url", "https://berth.example", "--environments-url", "http://localhost:3000"]);
         assert!(plain.environment_origins(&public).expect_err("mixed").contains("must be https://"));
-        let swallowing = serve_args(&["--public-url", "https://berth.example.com", "--environments-url", "https://example.com"]);
+        let swallowing =
+            serve_args(&["--public-url", "https://berth.example.com", "--environments-url", "https://example.com"]);
         let public = swallowing.public().expect("https");
         let error = swallowing.environment_origins(&public).expect_err("the portal would be an environment");
         assert!(error.contains("Berth's own host berth.example.com would be taken for an environment"), "{error}");

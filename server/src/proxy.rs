@@ -21,11 +21,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::{Extension, Query, Request, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{any, get};
-use axum::Router;
 use berth_app::error::AppError;
 use berth_domain::Refusal;
 use berth_platform::backend::Upstream;
@@ -383,7 +383,8 @@ async fn forward(
     if let Some(host) = parts.headers.get(header::HOST) {
         headers.insert("x-forwarded-host", host.clone());
     }
-    headers.insert("x-forwarded-proto", HeaderValue::from_static(if proxy.origins.secure() { "https" } else { "http" }));
+    headers
+        .insert("x-forwarded-proto", HeaderValue::from_static(if proxy.origins.secure() { "https" } else { "http" }));
     if let Some(peer) = parts.extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         && let Ok(value) = HeaderValue::from_str(&peer.0.ip().to_string())
     {

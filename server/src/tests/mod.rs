@@ -124,8 +124,10 @@ impl Berth {
         store::migrate(&pool).await.expect("migrations");
         let fabric = args.fabric().expect("fabric flags");
         let origins = args.environment_origins(&public).expect("environments url");
-        let mut platform =
-            Platform::new(pool.clone()).with_public_url(&public.url).with_environment_origins(origins).with_fabric(fabric);
+        let mut platform = Platform::new(pool.clone())
+            .with_public_url(&public.url)
+            .with_environment_origins(origins)
+            .with_fabric(fabric);
         platform.sync_fleet(&FleetSpec::parse(fleet_spec).expect("test fleet")).await.expect("fleet");
         if let Some(fleet) = &fleet {
             platform = platform.with_backend(fleet.clone());

@@ -202,7 +202,10 @@ async fn the_owner_and_their_tenant_admin_open_the_notebook_on_its_origin_everyo
     let to_login = format!("/login?next=/environments/{id}/open%3Fnext%3D/lab%253Freset");
     assert_eq!(signed_out.header("location"), Some(to_login.as_str()));
     assert_eq!(fetch_on(&berth, &id, "/api/status", None).await.status, StatusCode::UNAUTHORIZED);
-    assert_eq!(request(&berth, None, &format!("/environments/{id}/open"), None, false).await.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(
+        request(&berth, None, &format!("/environments/{id}/open"), None, false).await.status,
+        StatusCode::UNAUTHORIZED
+    );
 
     // Before it is ready (booked for later), the owner is told so, and the page tries again.
     let later = LaunchRequest { start: super::in_hours(3), ..notebook("later") };
@@ -364,8 +367,7 @@ async fn kernel_websockets_work_on_the_notebooks_origin_for_its_own_pages_only()
         let address = address.clone();
         async move {
             // The browser's view: the notebook's origin; the socket goes to where Berth listens.
-            let mut request =
-                format!("ws://{}/api/kernels/k1/channels", host(&id)).into_client_request().expect("ws");
+            let mut request = format!("ws://{}/api/kernels/k1/channels", host(&id)).into_client_request().expect("ws");
             request.headers_mut().insert(header::COOKIE, cookie.parse().expect("cookie"));
             request.headers_mut().insert(header::ORIGIN, from.parse().expect("origin"));
             let stream = tokio::net::TcpStream::connect(&address).await.expect("connect");
