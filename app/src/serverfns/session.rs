@@ -126,5 +126,7 @@ mod tests {
         assert_eq!(safe_next(Some("https://evil.example")), "/environments");
         assert_eq!(safe_next(Some("/\\evil.example")), "/environments");
         assert_eq!(safe_next(None), "/environments");
+        assert_eq!(super::safe_next_or(Some("/lab?reset"), "/"), "/lab?reset");
+        assert_eq!(super::safe_next_or(Some("https://evil.example"), "/"), "/");
     }
 }
