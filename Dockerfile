@@ -24,8 +24,9 @@ COPY --from=build /src/target/cargo/debug/berth /usr/local/bin/berth
 COPY --from=build /src/target/site /app/site
 COPY config /app/config
 USER berth
-# Reached on the published port of this machine by default; behind a TLS proxy set
-# BERTH_PUBLIC_URL=https://berth.example.com (secure __Host- cookies, HSTS).
+# Reached on the published port of this machine by default (notebooks and endpoints at
+# http://<id>.localhost:3000); behind a TLS proxy set BERTH_PUBLIC_URL=https://berth.example.com
+# (secure __Host- cookies, HSTS) and BERTH_ENVIRONMENTS_URL=https://env.berth.example.
 ENV BERTH_LISTEN=0.0.0.0:3000 \
     BERTH_PUBLIC_URL=http://127.0.0.1:3000 \
     BERTH_DATABASE=sqlite:///data/berth.db \

@@ -1,6 +1,7 @@
 // Starts a real `berth serve` on a fresh database and a real Chromium for the
 // end-to-end tests. Nothing is mocked: the simulated fleet is Berth's own backend.
 import { spawn } from 'node:child_process';
+import http from 'node:http';
 import { createHmac } from 'node:crypto';
 import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -100,6 +101,34 @@ export async function browser() {
       '--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
       '--disable-component-update', '--no-first-run', '--disable-sync', '--disable-quic',
     ],
+  });
+}
+
+/**
+ * `fetch` for environments' origins beside a loopback Berth (`http://<id>.localhost:<port>`):
+ * browsers resolve `*.localhost` to loopback themselves, Node's resolver does not, so the
+ * request goes to 127.0.0.1 with the environment's Host. Answers `{ status, text(), json() }`.
+ */
+export function fetchLocal(url, { method = 'GET', headers = {}, body } = {}) {
+  const target = new URL(url);
+  return new Promise((ok, fail) => {
+    const request = http.request(
+      {
+        host: target.hostname.endsWith('.localhost') ? '127.0.0.1' : target.hostname,
+        port: target.port || 80,
+        path: target.pathname + target.search,
+        method,
+        headers: { ...headers, host: target.host },
+      },
+      (response) => {
+        let data = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk) => (data += chunk));
+        response.on('end', () => ok({ status: response.statusCode, text: async () => data, json: async () => JSON.parse(data) }));
+      },
+    );
+    request.on('error', fail);
+    request.end(body);
   });
 }
 

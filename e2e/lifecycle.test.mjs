@@ -81,9 +81,9 @@ test('a launched notebook moves to ready without a reload and shows how to conne
   await page.locator('[data-state="ready"]').waitFor({ timeout: 30_000 });
   assert.equal(await page.evaluate(() => window.__berthMark), true, 'progress arrived without reloading');
 
-  // Opened through Berth with the session: a link, no token to copy.
+  // Opened through Berth on the notebook's own origin: a link, no token to copy.
   const id = page.url().split('/').pop();
-  assert.equal(await page.getByTestId('open-notebook').getAttribute('href'), `/env/${id}/lab`);
+  assert.equal(await page.getByTestId('open-notebook').getAttribute('href'), `/environments/${id}/open`);
   await page.getByText('MIG 1g.10gb at memory slice').waitFor();
   await page.screenshot({ path: join(artifacts, 'environment-ready.png'), fullPage: true });
 

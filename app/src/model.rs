@@ -94,8 +94,11 @@ pub struct EnvironmentView {
     pub steps: Vec<StepView>,
     pub units: Vec<UnitView>,
     pub timeline: Vec<(String, String)>,
-    /// A ready notebook the caller may open: its path on Berth (`/env/<id>/lab`).
+    /// A ready notebook the caller may open: the portal's route that signs the browser in on
+    /// the notebook's own origin (`/environments/<id>/open`).
     pub open_url: Option<String>,
+    /// Where that notebook is served, e.g. `https://<id>.env.berth.example/`.
+    pub notebook_url: Option<String>,
     /// An inference endpoint's URL, key and replicas.
     pub endpoint: Option<EndpointView>,
     /// A running training job's log and status.
@@ -104,7 +107,7 @@ pub struct EnvironmentView {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EndpointView {
-    /// Where programs call it, e.g. `https://berth.example.com/env/<id>/v1`.
+    /// Where programs call it, on its own origin: `https://<id>.env.berth.example/v1`.
     pub url: String,
     pub example: String,
     /// Whether the caller may see and replace the key.

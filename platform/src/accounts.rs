@@ -205,10 +205,15 @@ impl Platform {
         }
     }
 
+    /// Records a sign-out and ends the user's sessions on environments' origins, which the
+    /// portal's session cookie does not reach.
     pub async fn record_sign_out(&self, caller: &Caller) -> Result<(), Error> {
-        let mut conn = self.db.acquire().await?;
+        let mut tx = self.begin_write().await?;
+        crate::environment_sessions::end_for_user(&mut tx, caller.user_id()).await?;
         let event = Event { action: "session.sign_out", target: None, outcome: Outcome::Success, detail: None };
-        audit::record(&mut conn, &caller.actor(), event).await
+        audit::record(&mut tx, &caller.actor(), event).await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// The user behind a session or token, if they may still act (active, in an active

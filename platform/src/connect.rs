@@ -1,6 +1,7 @@
-//! How owners reach what they booked: who may open a notebook through Berth's proxy, which
-//! key opens an inference endpoint, where the proxy sends their requests, the endpoints'
-//! API keys, and training jobs' logs.
+//! How owners reach what they booked: who may open a notebook through Berth's proxy (on the
+//! notebook's own origin, see `environment_sessions`), which key opens an inference
+//! endpoint, where the proxy sends their requests, the endpoints' API keys, and training
+//! jobs' logs.
 //!
 //! An endpoint's API key is made when the endpoint is first exposed and shown to its owner
 //! once (like Run:ai's application secrets and OpenAI's keys): only its SHA-256 is kept for
@@ -86,11 +87,11 @@ impl Platform {
         caller.principal.authorize(Action::EnvironmentConnect, target).is_ok()
     }
 
-    /// Where the proxy sends a signed-in caller's request to notebook `id`: only for its
-    /// owner and their tenant admin, and only once it is ready. Anyone else gets `NotFound`
-    /// (or `Forbidden`, which the proxy answers the same). `opening` marks a page load of
-    /// the notebook, which is audited; its many requests after that are not.
-    pub async fn notebook_upstream(&self, caller: &Caller, id: &str, opening: bool) -> Result<Upstream, Error> {
+    /// Where the proxy sends a request to notebook `id` from a caller signed in on its
+    /// origin: only for its owner and their tenant admin, and only once it is ready. Anyone
+    /// else gets `NotFound` (or `Forbidden`, which the proxy answers the same). Opening the
+    /// notebook was audited when the portal gave the ticket; its many requests are not.
+    pub async fn notebook_upstream(&self, caller: &Caller, id: &str) -> Result<Upstream, Error> {
         let env = self.environment_for(caller, id, Action::EnvironmentConnect).await?;
         match env.offering {
             Offering::Notebook => {}
@@ -99,11 +100,6 @@ impl Platform {
             Offering::TrainingJob | Offering::DedicatedCluster => return Err(Error::NotFound),
         }
         ready(&env)?;
-        if opening {
-            let mut conn = self.db.acquire().await?;
-            let event = Event { action: "environment.open", target: Some(id), outcome: Outcome::Success, detail: None };
-            audit::record(&mut conn, &caller.actor(), event).await?;
-        }
         self.upstream_for(&env).await
     }
 

@@ -12,6 +12,7 @@ mod book;
 pub mod booking;
 pub mod connect;
 pub mod demo;
+pub mod environment_sessions;
 pub mod environments;
 mod error;
 pub mod fabric;
@@ -21,6 +22,7 @@ pub mod maintenance;
 pub mod node_agents;
 pub mod node_plans;
 pub mod oidc;
+pub mod origins;
 pub mod quotas;
 pub mod reconciler;
 pub mod replicas;
@@ -71,6 +73,8 @@ pub struct Platform {
     access: Arc<connect::AccessState>,
     /// Running training jobs being watched for their end; see `jobs`.
     jobs: Arc<jobs::JobWatch>,
+    /// Where each environment is served, on an origin of its own; see `origins`.
+    environments: Arc<origins::EnvironmentOrigins>,
 }
 
 impl Platform {
@@ -88,12 +92,28 @@ impl Platform {
             throttle: Default::default(),
             access: Default::default(),
             jobs: Default::default(),
+            environments: Default::default(),
         }
     }
 
     /// The same platform reached at `url` (e.g. `https://berth.example.com`).
     pub fn with_public_url(self, url: &str) -> Platform {
         Platform { public_url: url.trim_end_matches('/').into(), ..self }
+    }
+
+    /// The same platform serving environments at `origins` (e.g. `https://<id>.env.berth.example`).
+    pub fn with_environment_origins(self, origins: origins::EnvironmentOrigins) -> Platform {
+        Platform { environments: Arc::new(origins), ..self }
+    }
+
+    /// Where environments are served.
+    pub fn environment_origins(&self) -> &origins::EnvironmentOrigins {
+        &self.environments
+    }
+
+    /// Environment `id`'s own origin, e.g. `https://<id>.env.berth.example`, no trailing slash.
+    pub fn environment_origin(&self, id: &str) -> String {
+        self.environments.origin(id)
     }
 
     /// The same platform with the operator's booking rules.

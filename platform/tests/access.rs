@@ -47,35 +47,50 @@ async fn get(url: &str, authorization: Option<&str>) -> (u16, String) {
 async fn only_the_owner_and_their_tenant_admin_open_a_ready_notebook(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
     let env = berth.launch("notebook", "h100-1g.10gb", "lab").await.expect("launch");
-    let early = berth.platform.notebook_upstream(&berth.caller, &env.id, true).await;
+    let early = berth.platform.notebook_upstream(&berth.caller, &env.id).await;
     assert!(matches!(refusal(early), Refusal::NotReady(_)), "not before it is ready");
     berth.wait_for(&env.id, EnvState::Ready).await;
 
-    let upstream = berth.platform.notebook_upstream(&berth.caller, &env.id, true).await.expect("the owner opens it");
-    assert!(upstream.keeps_prefix, "Jupyter serves under Berth's path");
-    assert_eq!(audited(&berth, "environment.open").await, 1, "opening is audited");
-    berth.platform.notebook_upstream(&berth.caller, &env.id, false).await.expect("its other requests");
-    assert_eq!(audited(&berth, "environment.open").await, 1, "requests within the page are not");
-
-    // The upstream is real: it answers with the notebook's token, and refuses without it.
+    let upstream = berth.platform.notebook_upstream(&berth.caller, &env.id).await.expect("the owner opens it");
+    // The upstream is real: it answers at its root (its origin is its own) with the
+    // notebook's token, and refuses without it.
     let (_, token) = upstream.headers.iter().find(|(k, _)| k == "authorization").expect("credential header");
-    let status = format!("{}/env/{}/api/status", upstream.base_url, env.id);
+    let status = format!("{}/api/status", upstream.base_url);
     assert_eq!(get(&status, Some(token)).await.0, 200);
     assert_eq!(get(&status, None).await.0, 403);
 
     let admin = berth.user_with("ada@example.com", Role::TenantAdmin).await;
-    berth.platform.notebook_upstream(&admin, &env.id, true).await.expect("their tenant admin opens it");
+    berth.platform.notebook_upstream(&admin, &env.id).await.expect("their tenant admin opens it");
     let colleague = berth.user_with("cy@example.com", Role::Member).await;
     let viewer = berth.user_with("vi@example.com", Role::Viewer).await;
     let staff = berth.admin().await;
     for (who, caller) in [("a colleague", &colleague), ("a viewer", &viewer), ("platform staff", &staff)] {
-        let denied = berth.platform.notebook_upstream(caller, &env.id, true).await;
+        let denied = berth.platform.notebook_upstream(caller, &env.id).await;
         assert!(matches!(denied, Err(Error::NotFound | Error::Forbidden)), "{who}: {denied:?}");
+        let ticket = berth.platform.open_notebook(caller, &env.id).await;
+        assert!(matches!(ticket, Err(Error::NotFound | Error::Forbidden)), "{who}: {ticket:?}");
     }
-    assert_eq!(audited(&berth, "environment.open").await, 2);
+    assert_eq!(audited(&berth, "environment.open").await, 0, "nothing was opened yet");
 
-    // Stopping the notebook stops its server.
+    // Opening: a ticket from the portal, redeemed once on the notebook's origin for a session.
+    let ticket = berth.platform.open_notebook(&berth.caller, &env.id).await.expect("a ticket");
+    assert_eq!(audited(&berth, "environment.open").await, 1, "opening is audited");
+    let session = berth.platform.redeem_ticket(&env.id, &ticket, &berth.caller.meta).await.expect("redeemed");
+    let again = berth.platform.redeem_ticket(&env.id, &ticket, &berth.caller.meta).await;
+    assert!(matches!(again, Err(Error::Unauthenticated)), "single use: {again:?}");
+    let user = berth.platform.environment_session_user(&env.id, &["forged", &session.secret]).await.expect("session");
+    assert_eq!(user.id, berth.caller.user_id());
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM environment_sessions WHERE secret_hash = ?")
+        .bind(&session.secret)
+        .fetch_one(berth.platform.db())
+        .await
+        .unwrap();
+    assert_eq!(stored, 0, "only a hash is kept");
+
+    // Stopping the notebook ends its sessions and stops its server.
     berth.platform.stop(&berth.caller, &env.id).await.expect("stop");
+    let ended = berth.platform.environment_session_user(&env.id, &[&session.secret]).await;
+    assert!(matches!(ended, Err(Error::Unauthenticated)), "{ended:?}");
     berth.wait_for(&env.id, EnvState::Released).await;
     assert!(reqwest::get(&status).await.is_err(), "the simulated server is gone");
     assert_eq!(berth.backend.world().objects_of(&env.id), 0);
@@ -113,7 +128,7 @@ async fn an_endpoint_key_is_shown_once_kept_hashed_and_replaceable(pool: SqliteP
     assert!(!stored.contains(&key) && stored.len() == 64, "only a hash is kept");
 
     let upstream = berth.platform.endpoint_upstream(&id, &key).await.expect("the key opens it");
-    assert!(!upstream.keeps_prefix, "a model server answers at /v1");
+    assert!(upstream.base_url.starts_with("http://127.0.0.1:"), "{}", upstream.base_url);
     assert!(matches!(berth.platform.endpoint_upstream(&id, "berth_ep_wrong").await, Err(Error::Unauthenticated)));
     let other = ready_endpoint(&berth, "other").await;
     assert!(

@@ -1012,7 +1012,6 @@ async fn the_proxy_reaches_notebooks_and_endpoints_by_their_service_names() {
                     format!("http://{}.{ns}.svc.cluster.local:{port}", name.workload),
                     "{case}"
                 );
-                assert_eq!(upstream.keeps_prefix, w.offering == Offering::Notebook, "{case}");
                 let secret = stored_secret(&cluster, &w);
                 assert_eq!(upstream.headers, [("authorization".to_owned(), format!("{scheme} {secret}"))], "{case}");
             }

@@ -152,13 +152,13 @@ fn fail(caller: &Caller) -> impl Fn(Error) -> ApiError + '_ {
     move |error| ApiError { error, request_id: caller.meta.request_id.clone() }
 }
 
-/// An environment as the API shows it. Notebooks and endpoints are reached at their Berth
-/// URL; a dedicated cluster's kubeconfig only by those who may act in it.
+/// An environment as the API shows it. Notebooks and endpoints are reached on their own
+/// origins; a dedicated cluster's kubeconfig only by those who may act in it.
 fn environment_json(platform: &Platform, caller: &Caller, env: &Environment) -> Value {
-    let prefix = berth_platform::backend::proxy_prefix(&env.id);
+    let origin = platform.environment_origin(&env.id);
     let url = match env.offering {
-        Offering::Notebook => Some(format!("{}{prefix}/lab", platform.public_url())),
-        Offering::InferenceEndpoint => Some(format!("{}{prefix}/v1", platform.public_url())),
+        Offering::Notebook => Some(format!("{origin}/lab")),
+        Offering::InferenceEndpoint => Some(format!("{origin}/v1")),
         Offering::TrainingJob | Offering::DedicatedCluster => None,
     };
     let connection = env

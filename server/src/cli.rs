@@ -13,6 +13,7 @@ use berth_platform::backend::baremetal::{BareMetal, BareMetalConfig};
 use berth_platform::backend::kubernetes::manifests::ClusterSettings;
 use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
 use berth_platform::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
+use berth_platform::origins::EnvironmentOrigins;
 use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
 use berth_platform::{Platform, store};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -108,6 +109,13 @@ pub struct ServeArgs {
     /// and secure cookies follow from it.
     #[arg(long, env = "BERTH_PUBLIC_URL")]
     pub public_url: Option<String>,
+    /// The domain each notebook and inference endpoint is served under, on an origin of its
+    /// own: `https://env.berth.example` serves environment <id> at
+    /// `https://<id>.env.berth.example` (a wildcard DNS record and certificate for
+    /// `*.env.berth.example`, pointing at Berth). Needed with an https public URL; on
+    /// loopback it defaults to `http://localhost:<port>` (`http://<id>.localhost:<port>`).
+    #[arg(long, env = "BERTH_ENVIRONMENTS_URL")]
+    pub environments_url: Option<String>,
     /// Where GPUs come from.
     #[arg(long, env = "BERTH_BACKEND", value_enum, default_value = "simulated")]
     pub backend: BackendKind,
@@ -276,6 +284,7 @@ async fn open_database(url: &str) -> Result<sqlx::SqlitePool, String> {
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
     let public = args.public()?;
+    let origins = args.environment_origins(&public)?;
     let fleet_text = std::fs::read_to_string(&args.fleet)
         .map_err(|e| format!("cannot read the fleet description {}: {e}", args.fleet.display()))?;
     let fleet = FleetSpec::parse(&fleet_text).map_err(|e| format!("{}: {e}", args.fleet.display()))?;
@@ -306,8 +315,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         horizon_ms: i64::from(args.horizon_days) * DAY_MS,
         ..BookingPolicy::default()
     };
-    let platform =
-        Platform::new(pool.clone()).with_policy(policy).with_public_url(&public.url).with_fabric(args.fabric()?);
+    let platform = Platform::new(pool.clone())
+        .with_policy(policy)
+        .with_public_url(&public.url)
+        .with_environment_origins(origins)
+        .with_fabric(args.fabric()?);
     platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
     let backend: Arc<dyn Backend> = match (args.backend, kubernetes) {
         (BackendKind::Kubernetes, Some(kubernetes)) => kubernetes,
@@ -397,6 +409,7 @@ fn print_welcome(args: &ServeArgs, public: &PublicUrl, admin: Option<&berth_plat
     println!();
     println!("  Berth is running at {url}");
     println!("  Database: {}   Fleet: {}", args.db.database, args.fleet.display());
+    println!("  Notebooks and endpoints: {}", platform_origins_example(args, public));
     match admin {
         Some(admin) => {
             println!("  First start: sign in at {url}/login as {}", admin.email);
@@ -412,6 +425,11 @@ fn print_welcome(args: &ServeArgs, public: &PublicUrl, admin: Option<&berth_plat
     println!();
 }
 
+/// `http://<id>.localhost:3000`: how an environment's address looks, for the welcome text.
+fn platform_origins_example(args: &ServeArgs, public: &PublicUrl) -> String {
+    args.environment_origins(public).map(|o| o.origin("<id>")).unwrap_or_default()
+}
+
 /// Where users reach Berth, and what follows from it for cookies and headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublicUrl {
@@ -420,6 +438,29 @@ pub struct PublicUrl {
     /// Served over TLS (directly or by a proxy in front): `Secure` cookies with the
     /// `__Host-` prefix, and HSTS.
     pub tls: bool,
+}
+
+impl PublicUrl {
+    /// `host[:port]` of the URL.
+    fn authority(&self) -> &str {
+        let rest = self.url.split_once("://").map_or(self.url.as_str(), |(_, rest)| rest);
+        rest.split('/').next().unwrap_or_default()
+    }
+
+    /// The host name, without a port.
+    pub fn host_name(&self) -> &str {
+        let authority = self.authority();
+        match authority.rsplit_once(':') {
+            Some((name, port)) if !name.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) => name,
+            _ => authority,
+        }
+    }
+
+    /// The port the URL names, if any.
+    pub fn port(&self) -> Option<u16> {
+        let authority = self.authority();
+        authority.rsplit_once(':').and_then(|(_, port)| port.parse().ok())
+    }
 }
 
 impl ServeArgs {
@@ -436,6 +477,38 @@ impl ServeArgs {
             volume_quota_bytes: i64::from(self.fabric_volume_gib) * GIB,
             ..FabricConfig::default()
         })
+    }
+
+    /// Where environments are served: `--environments-url`, or beside a loopback Berth
+    /// `http://<id>.localhost:<port>` on the same listener. Never the portal's origin, and
+    /// never a domain under which the portal's own host would pass for an environment.
+    pub fn environment_origins(&self, public: &PublicUrl) -> Result<EnvironmentOrigins, String> {
+        let origins = match &self.environments_url {
+            Some(url) => EnvironmentOrigins::parse(url).map_err(|e| format!("--environments-url: {e}"))?,
+            None if public.tls => {
+                return Err(format!(
+                    "set --environments-url, e.g. https://env.{}: each notebook and endpoint is served on an \
+                     origin of its own (<id>.env.{}), which needs a wildcard DNS record and certificate \
+                     (see the README)",
+                    public.host_name(),
+                    public.host_name()
+                ));
+            }
+            None => EnvironmentOrigins::loopback(public.port()),
+        };
+        if public.tls && !origins.secure() {
+            return Err("--environments-url must be https:// when Berth is served over TLS".to_owned());
+        }
+        if origins.environment_in_host(public.host_name()).is_some() {
+            return Err(format!(
+                "--environments-url {}: Berth's own host {} would be taken for an environment; \
+                 give environments a domain of their own, e.g. env.{}",
+                self.environments_url.as_deref().unwrap_or_default(),
+                public.host_name(),
+                public.host_name()
+            ));
+        }
+        Ok(origins)
     }
 
     /// The public URL, refusing plain http anywhere but loopback: session cookies must
@@ -496,6 +569,30 @@ mod tests {
         assert_eq!((narrowed.vnis.first, narrowed.vnis.last), (10_000, 19_999));
         assert_eq!((narrowed.pkeys.first, narrowed.pkeys.last), (0x100, 0x1ff));
         assert_eq!(narrowed.quarantine_ms, 2 * HOUR_MS);
+    }
+
+    #[test]
+    fn environments_get_origins_of_their_own() {
+        let local = serve_args(&["--listen", "127.0.0.1:4000"]);
+        let origins = local.environment_origins(&local.public().expect("loopback")).expect("default");
+        assert_eq!(origins.origin("e1"), "http://e1.localhost:4000", "beside a loopback Berth, on its listener");
+
+        let behind_tls = serve_args(&["--public-url", "https://berth.example"]);
+        let public = behind_tls.public().expect("https");
+        let error = behind_tls.environment_origins(&public).expect_err("no default over TLS");
+        assert!(error.contains("set --environments-url, e.g. https://env.berth.example"), "{error}");
+        let set =
+            serve_args(&["--public-url", "https://berth.example", "--environments-url", "https://env.berth.example"]);
+        assert_eq!(set.environment_origins(&public).expect("set").origin("e1"), "https://e1.env.berth.example");
+
+        let plain =
+            serve_args(&["--public-url", "https://berth.example", "--environments-url", "http://localhost:3000"]);
+        assert!(plain.environment_origins(&public).expect_err("mixed").contains("must be https://"));
+        let swallowing =
+            serve_args(&["--public-url", "https://berth.example.com", "--environments-url", "https://example.com"]);
+        let public = swallowing.public().expect("https");
+        let error = swallowing.environment_origins(&public).expect_err("the portal would be an environment");
+        assert!(error.contains("Berth's own host berth.example.com would be taken for an environment"), "{error}");
     }
 
     #[test]

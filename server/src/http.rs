@@ -14,6 +14,7 @@ use berth_platform::{Platform, store};
 use http::{HeaderName, HeaderValue, StatusCode, header};
 use leptos::prelude::*;
 use leptos_axum::{LeptosRoutes, generate_route_list};
+use tower::ServiceExt;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
@@ -48,11 +49,12 @@ pub async fn router(
     // `__Host-` binds the cookie to this exact origin (Secure, no Domain, Path=/); plain
     // http on loopback cannot carry it, and gets a plain name.
     let session_cookie = if public.tls { "__Host-berth_session" } else { "berth_session" };
+    let origins = platform.environment_origins().clone();
     let state = AppState {
         leptos_options,
         platform: platform.clone(),
         metrics: Arc::new(HttpMetrics::default()),
-        proxy: crate::proxy::state(session_cookie, public.tls),
+        proxy: crate::proxy::state(origins.clone()),
     };
 
     let sessions = SqliteStore::new(pool);
@@ -67,23 +69,51 @@ pub async fn router(
 
     let routes = generate_route_list(App);
     let context_platform = platform.clone();
-    let router = Router::new()
+    let portal = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .merge(crate::api::routes())
         .merge(crate::web::routes())
-        .merge(crate::proxy::routes())
         .leptos_routes_with_context(&state, routes, move || provide_context(context_platform.clone()), {
             let options = state.leptos_options.clone();
             move || shell(options.clone())
         })
         .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
-        .layer(session_layer)
+        .layer(session_layer);
+    let portal = common_layers(portal, &state, public.tls);
+    // The environments' origins know nothing of Berth's session: no session layer.
+    let environments = common_layers(crate::proxy::routes(), &state, origins.secure());
+
+    // By Host: `<id>.<environments domain>` is that environment's origin, anything else the
+    // portal's. The portal never serves an environment, nor an environment the portal.
+    let dispatch = tower::service_fn(move |mut request: Request| {
+        let host = request
+            .headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .or_else(|| request.uri().authority().map(|a| a.as_str()))
+            .and_then(|host| origins.environment_in_host(host));
+        let target = match host {
+            Some(id) => {
+                request.extensions_mut().insert(crate::proxy::EnvironmentHost(id));
+                environments.clone()
+            }
+            None => portal.clone(),
+        };
+        target.oneshot(request)
+    });
+    Ok(Router::new().fallback_service(dispatch))
+}
+
+/// What every answer gets, the portal's and the environments' alike: request ids, logs,
+/// metrics, security headers and the refusal of cross-origin writes.
+fn common_layers(router: Router<AppState>, state: &AppState, tls: bool) -> Router {
+    router
         .layer(middleware::from_fn(same_origin_writes))
         .layer(middleware::from_fn_with_state(state.clone(), record_metrics))
         .layer(security_headers())
-        .layer(tower::util::option_layer(public.tls.then(|| {
+        .layer(tower::util::option_layer(tls.then(|| {
             SetResponseHeaderLayer::if_not_present(
                 header::STRICT_TRANSPORT_SECURITY,
                 HeaderValue::from_static("max-age=31536000; includeSubDomains"),
@@ -95,8 +125,7 @@ pub async fn router(
         }))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .with_state(state);
-    Ok(router)
+        .with_state(state.clone())
 }
 
 /// A session unused this long ends (the absolute limit is in the app's session code).
@@ -164,9 +193,18 @@ async fn same_origin_writes(request: Request, next: Next) -> Response {
 async fn record_metrics(State(metrics): State<Arc<HttpMetrics>>, request: Request, next: Next) -> Response {
     let started = Instant::now();
     let method = request.method().to_string();
-    let route = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned()).unwrap_or_else(|| {
-        if request.uri().path().starts_with("/pkg/") { "/pkg/*".into() } else { "unmatched".into() }
-    });
+    let matched = request.extensions().get::<MatchedPath>().map(|p| p.as_str().to_owned());
+    let route = if request.extensions().get::<crate::proxy::EnvironmentHost>().is_some() {
+        // One series for all environments' traffic, whatever their paths.
+        match matched.as_deref() {
+            Some(crate::proxy::AUTH_PATH) => "environment:/_berth/auth".to_owned(),
+            _ => "environment".to_owned(),
+        }
+    } else {
+        matched.unwrap_or_else(|| {
+            if request.uri().path().starts_with("/pkg/") { "/pkg/*".into() } else { "unmatched".into() }
+        })
+    };
     let response = next.run(request).await;
     metrics.observe(&method, &route, response.status().as_u16(), started.elapsed());
     response

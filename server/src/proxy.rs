@@ -1,31 +1,36 @@
-//! Berth's authenticating proxy: `/env/<id>/...` on the portal's own origin reaches the
-//! environment's notebook or inference endpoint, plain HTTP and WebSockets (JupyterLab's
-//! kernels) alike, streamed both ways.
+//! Berth's authenticating proxy. Every notebook and inference endpoint is served on an origin
+//! of its own, `<id>.<environments domain>` (the router sends requests there by `Host`),
+//! plain HTTP and WebSockets (JupyterLab's kernels) alike, streamed both ways. A notebook's
+//! pages run code its owner controls: on its own origin that code cannot use the Berth
+//! session of whoever opens it, nor another notebook's cookies.
 //!
-//! - A notebook opens with the Berth session of its owner or their tenant admin. Anyone
-//!   else gets the same 404 as for an id that names nothing; a signed-out browser is sent
-//!   to sign in and brought back. Berth's session cookie never reaches the notebook, and
-//!   the notebook cannot set it.
+//! - A notebook opens with a session of its own origin: the portal's "Open JupyterLab"
+//!   (`/environments/<id>/open`, owner or their tenant admin) hands the browser a single-use
+//!   ticket, redeemed here at [`AUTH_PATH`] for a host-only cookie. Every request checks that
+//!   session and that its user may still open the notebook; anyone else gets the same 404
+//!   as for an id that names nothing, and a browser without the cookie is sent through the
+//!   portal to get one (signing in on the way if need be). Berth's cookies never reach the
+//!   notebook, and the notebook cannot set them.
 //! - An inference endpoint answers requests carrying its API key
-//!   (`Authorization: Bearer <key>`), 401 otherwise; the key stays with Berth too.
+//!   (`Authorization: Bearer <key>`), 401 otherwise; the key stays with Berth, and no
+//!   cookie goes either way.
 //!
-//! The decisions are the platform's (`berth_platform::connect`); this module moves bytes.
-//! One caveat of serving on the portal's origin: a notebook's page runs with the Berth
-//! session of whoever opened it. A deployment that lets tenant admins open members'
-//! notebooks should give environments an origin of their own (as JupyterHub's
-//! `subdomain_host` does); see the README.
+//! The decisions are the platform's (`berth_platform::connect`, `environment_sessions`);
+//! this module moves bytes.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{Path, Request, State};
+use axum::extract::{Extension, Query, Request, State};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::any;
+use axum::routing::{any, get};
 use berth_app::error::AppError;
 use berth_domain::Refusal;
-use berth_platform::backend::{Upstream, proxy_prefix};
+use berth_platform::backend::Upstream;
+use berth_platform::environment_sessions::SESSION_TTL_MS;
+use berth_platform::origins::EnvironmentOrigins;
 use berth_platform::{Error, RequestMeta};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
@@ -33,87 +38,137 @@ use http::{Method, StatusCode};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use tower_sessions::Session;
+use serde::Deserialize;
 
 use crate::api::request_meta;
 use crate::http::AppState;
 
-/// The proxy's routes, for the authorization matrix (which fails on a route it does not list).
-pub const ROUTES: &[&str] = &["/env/{id}", "/env/{id}/", "/env/{id}/{*rest}"];
+/// Where an environment's origin redeems a ticket from the portal; never forwarded.
+pub const AUTH_PATH: &str = "/_berth/auth";
 
-/// What the proxy keeps: its HTTP client and what it must not let through.
+/// The routes of an environment's origin, for the authorization matrix (which fails on a
+/// route it does not list).
+pub const ROUTES: &[&str] = &[AUTH_PATH, "/", "/{*rest}"];
+
+/// The environment a request's `Host` names; the router puts it on requests it sends here.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvironmentHost(pub String);
+
+/// What the proxy keeps: its HTTP client and where environments are served.
 pub struct Proxy {
     client: Client<HttpConnector, Body>,
-    /// Berth's session cookie: taken off forwarded requests, refused from responses.
-    session_cookie: String,
-    /// Users reach Berth over TLS (for `X-Forwarded-Proto`).
-    tls: bool,
+    origins: EnvironmentOrigins,
+    /// The cookie holding a browser's session on an environment's origin.
+    cookie: &'static str,
 }
 
 impl Proxy {
-    pub fn new(session_cookie: &str, tls: bool) -> Proxy {
+    pub fn new(origins: EnvironmentOrigins) -> Proxy {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(Duration::from_secs(10)));
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector);
-        Proxy { client, session_cookie: session_cookie.to_owned(), tls }
+        // `__Host-`: Secure, Path=/ and no Domain, so no other origin (another environment
+        // under the same domain) can plant one; plain http on loopback cannot carry it.
+        let cookie = if origins.secure() { "__Host-berth_env" } else { "berth_env" };
+        Proxy { client, origins, cookie }
     }
 }
 
 pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route(
-            ROUTES[0],
-            any(|State(state): State<AppState>, Path(id): Path<String>, session: Session, request: Request| {
-                proxy(state, id, session, request)
-            }),
-        )
-        .route(
-            ROUTES[1],
-            any(|State(state): State<AppState>, Path(id): Path<String>, session: Session, request: Request| {
-                proxy(state, id, session, request)
-            }),
-        )
-        .route(
-            ROUTES[2],
-            any(
-                |State(state): State<AppState>,
-                 Path((id, _)): Path<(String, String)>,
-                 session: Session,
-                 request: Request| { proxy(state, id, session, request) },
-            ),
-        )
+    Router::new().route(AUTH_PATH, get(sign_in)).route("/", any(proxy)).route("/{*rest}", any(proxy))
 }
 
 /// How the request is let in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Via {
-    /// A Berth session: a notebook.
+    /// A session of the notebook's origin.
     Session,
     /// An endpoint's API key.
     Key,
 }
 
-async fn proxy(state: AppState, id: String, session: Session, request: Request) -> Response {
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Ticket {
+    ticket: String,
+    next: Option<String>,
+}
+
+/// Redeems the portal's ticket for a session of this origin, then goes on to `next` (a path
+/// on this origin).
+async fn sign_in(
+    State(state): State<AppState>,
+    Extension(EnvironmentHost(id)): Extension<EnvironmentHost>,
+    Query(query): Query<Ticket>,
+    parts: Parts,
+) -> Response {
+    let meta = request_meta(&parts);
+    let proxy = &state.proxy;
+    let mut response = match state.platform.redeem_ticket(&id, &query.ticket, &meta).await {
+        Ok(session) => {
+            let max_age = (session.expires_at - berth_platform::now_ms()).clamp(0, SESSION_TTL_MS) / 1000;
+            let secure = if proxy.origins.secure() { "; Secure" } else { "" };
+            let cookie = format!(
+                "{}={}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}",
+                proxy.cookie, session.secret
+            );
+            let next = berth_app::serverfns::safe_next_or(query.next.as_deref(), "/");
+            let mut response = Redirect::to(&next).into_response();
+            if let Ok(value) = HeaderValue::from_str(&cookie) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        Err(Error::Unauthenticated) => {
+            let again = open_url(&state, &id, query.next.as_deref().unwrap_or("/"));
+            let page = format!(
+                "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Sign-in link used · Berth</title></head>\
+                 <body><p>This sign-in link was used already, has expired, or is not for this environment.</p>\
+                 <p><a href=\"{}\">Open it again from Berth</a></p></body></html>",
+                escape(&again)
+            );
+            (StatusCode::UNAUTHORIZED, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
+        }
+        Err(error) => refused(error, &parts, &meta),
+    };
+    // The ticket is in this URL: keep it out of caches and of the next page's Referer.
+    let headers = response.headers_mut();
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    response
+}
+
+/// The portal's route that opens environment `id` at `next`.
+fn open_url(state: &AppState, id: &str, next: &str) -> String {
+    format!("{}/environments/{id}/open?next={}", state.platform.public_url(), berth_app::url_encode(next))
+}
+
+async fn proxy(
+    State(state): State<AppState>,
+    Extension(EnvironmentHost(id)): Extension<EnvironmentHost>,
+    request: Request,
+) -> Response {
     let (mut parts, body) = request.into_parts();
     let meta = request_meta(&parts);
     let platform = &state.platform;
     let (granted, via) = match bearer(&parts.headers) {
         Some(key) => (platform.endpoint_upstream(&id, key).await, Via::Key),
         None => {
-            let user = match berth_app::session::signed_in_user(&session, platform, &meta).await {
-                Ok(Some(user)) => user,
-                Ok(None) => return signed_out(&parts),
-                Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+            let secrets = cookie_values(&parts.headers, state.proxy.cookie);
+            let user = match platform.environment_session_user(&id, &secrets).await {
+                Ok(user) => user,
+                Err(Error::Unauthenticated) => return signed_out(&state, &id, &parts),
+                Err(e) => return refused(e, &parts, &meta),
             };
-            // Cross-site WebSocket hijacking: a page elsewhere may open a socket here with
-            // the browser's cookies; only Berth's own pages (and the notebook's) may.
-            if is_upgrade(&parts.headers) && !same_origin(&parts.headers) {
+            // Cross-site WebSocket hijacking: a page elsewhere (another environment too) may
+            // open a socket here with the browser's cookies; only this origin's pages may.
+            let origin = state.proxy.origins.origin(&id);
+            if is_upgrade(&parts.headers) && !from_origin(&parts.headers, &origin) {
                 tracing::warn!(request_id = %meta.request_id, environment = %id, "refused a cross-origin WebSocket");
                 return (StatusCode::FORBIDDEN, "cross-origin WebSockets are refused").into_response();
             }
-            let opening = is_page_load(&parts);
-            (platform.notebook_upstream(&user.caller(meta.clone()), &id, opening).await, Via::Session)
+            (platform.notebook_upstream(&user.caller(meta.clone()), &id).await, Via::Session)
         }
     };
     let upstream = match granted {
@@ -121,7 +176,7 @@ async fn proxy(state: AppState, id: String, session: Session, request: Request) 
         Err(error) => return refused(error, &parts, &meta),
     };
     let on_upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
-    match forward(&state.proxy, &upstream, via, &id, parts, body, on_upgrade).await {
+    match forward(&state.proxy, &upstream, via, parts, body, on_upgrade).await {
         Ok(response) => response,
         Err(why) => {
             tracing::warn!(request_id = %meta.request_id, environment = %id, error = %why, "the upstream did not answer");
@@ -141,7 +196,7 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 
 /// A browser loading a page (not a script's request): these are sent to sign in, and
 /// opening a notebook this way is audited.
-fn is_page_load(parts: &Parts) -> bool {
+pub(crate) fn is_page_load(parts: &Parts) -> bool {
     if parts.method != Method::GET {
         return false;
     }
@@ -162,25 +217,31 @@ fn is_upgrade(headers: &HeaderMap) -> bool {
             .any(|v| v.split(',').any(|t| t.trim().eq_ignore_ascii_case("upgrade")))
 }
 
-/// No `Origin` (not a browser), or one naming this very host.
-fn same_origin(headers: &HeaderMap) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()) else { return true };
-    let host = headers.get(header::HOST).and_then(|v| v.to_str().ok());
-    host.is_some_and(|host| origin.split_once("://").is_some_and(|(_, rest)| rest == host))
+/// No `Origin` (not a browser), or exactly `origin`.
+fn from_origin(headers: &HeaderMap, origin: &str) -> bool {
+    headers.get(header::ORIGIN).and_then(|v| v.to_str().ok()).is_none_or(|given| given.eq_ignore_ascii_case(origin))
 }
 
-fn signed_out(parts: &Parts) -> Response {
+/// Without this origin's session: a browser loading a page goes through the portal to get
+/// one (signing in there if need be); anything else is told to.
+fn signed_out(state: &AppState, id: &str, parts: &Parts) -> Response {
     if is_page_load(parts) {
         let here = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
-        return Redirect::to(&format!("/login?next={}", berth_app::url_encode(here))).into_response();
+        return Redirect::to(&open_url(state, id, here)).into_response();
     }
-    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "sign in to continue").into_response()
+    let message = "open this notebook from Berth, or call the endpoint with its API key: Authorization: Bearer <key>";
+    (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], message).into_response()
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 /// The answer the same for another's environment and one that does not exist.
 const NOT_FOUND: &str = "there is no such environment, or it is not yours to open";
 
-fn refused(error: Error, parts: &Parts, meta: &RequestMeta) -> Response {
+/// A platform refusal as the browser or program sees it (the portal's open route too).
+pub(crate) fn refused(error: Error, parts: &Parts, meta: &RequestMeta) -> Response {
     match error {
         Error::NotFound | Error::Forbidden => (StatusCode::NOT_FOUND, NOT_FOUND).into_response(),
         Error::Unauthenticated | Error::Refused(Refusal::ApiKeyRequired) => {
@@ -244,36 +305,56 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
 }
 
-/// The `Cookie` header without Berth's session cookie (other cookies, e.g. Jupyter's
-/// `_xsrf`, belong to the notebook).
-fn without_cookie(headers: &HeaderMap, name: &str) -> Option<HeaderValue> {
-    let kept: Vec<&str> = headers
+/// Whether a cookie name is one of Berth's (the portal's session, an environment's session,
+/// any later `berth_…`): those are Berth's alone, whatever prefix they carry.
+fn is_berth_cookie(name: &str) -> bool {
+    let name = name.trim().to_ascii_lowercase();
+    let bare = name.strip_prefix("__host-").or_else(|| name.strip_prefix("__secure-")).unwrap_or(&name);
+    bare.starts_with("berth_")
+}
+
+/// Every `Cookie` pair of the request, as `(name, value)`.
+fn cookie_pairs(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
+    headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .map(str::trim)
-        .filter(|c| !c.is_empty() && c.split_once('=').map_or(*c, |(n, _)| n) != name)
-        .collect();
+        .filter(|c| !c.is_empty())
+        .map(|c| c.split_once('=').unwrap_or((c, "")))
+}
+
+/// The values of cookie `name` (a browser may send several of one name).
+fn cookie_values<'a>(headers: &'a HeaderMap, name: &str) -> Vec<&'a str> {
+    cookie_pairs(headers).filter(|(n, _)| *n == name).map(|(_, v)| v).collect()
+}
+
+/// The `Cookie` header without Berth's cookies: the rest (e.g. Jupyter's `_xsrf`) belong
+/// to the notebook.
+fn workload_cookies(headers: &HeaderMap) -> Option<HeaderValue> {
+    let kept: Vec<String> =
+        cookie_pairs(headers).filter(|(n, _)| !is_berth_cookie(n)).map(|(n, v)| format!("{n}={v}")).collect();
     if kept.is_empty() { None } else { HeaderValue::from_str(&kept.join("; ")).ok() }
+}
+
+/// Whether a `Set-Cookie` from the workload names one of Berth's cookies.
+fn sets_berth_cookie(set_cookie: &HeaderValue) -> bool {
+    let Ok(text) = set_cookie.to_str() else { return true };
+    let pair = text.split(';').next().unwrap_or_default();
+    is_berth_cookie(pair.split_once('=').map_or(pair, |(n, _)| n))
 }
 
 async fn forward(
     proxy: &Proxy,
     upstream: &Upstream,
     via: Via,
-    id: &str,
     parts: Parts,
     body: Body,
     on_upgrade: Option<hyper::upgrade::OnUpgrade>,
 ) -> Result<Response, String> {
+    // The environment's origin is its own: paths go on as the browser sent them.
     let path = parts.uri.path();
-    let path = if upstream.keeps_prefix {
-        path.to_owned()
-    } else {
-        let rest = path.strip_prefix(&proxy_prefix(id)).unwrap_or_default();
-        if rest.is_empty() { "/".to_owned() } else { rest.to_owned() }
-    };
     let query = parts.uri.query().map(|q| format!("?{q}")).unwrap_or_default();
     let uri: http::Uri =
         format!("{}{path}{query}", upstream.base_url).parse().map_err(|e| format!("upstream address: {e}"))?;
@@ -284,7 +365,7 @@ async fn forward(
     strip_hop_by_hop(&mut headers);
     headers.remove(header::AUTHORIZATION);
     let cookie = match via {
-        Via::Session => without_cookie(&parts.headers, &proxy.session_cookie),
+        Via::Session => workload_cookies(&parts.headers),
         // An endpoint's callers are programs; nothing of theirs but the request goes on.
         Via::Key => None,
     };
@@ -302,7 +383,8 @@ async fn forward(
     if let Some(host) = parts.headers.get(header::HOST) {
         headers.insert("x-forwarded-host", host.clone());
     }
-    headers.insert("x-forwarded-proto", HeaderValue::from_static(if proxy.tls { "https" } else { "http" }));
+    headers
+        .insert("x-forwarded-proto", HeaderValue::from_static(if proxy.origins.secure() { "https" } else { "http" }));
     if let Some(peer) = parts.extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         && let Ok(value) = HeaderValue::from_str(&peer.0.ip().to_string())
     {
@@ -340,7 +422,6 @@ async fn forward(
 
     let (mut parts, incoming) = response.into_parts();
     strip_hop_by_hop(&mut parts.headers);
-    let session_cookie = format!("{}=", proxy.session_cookie);
     let set_cookies: Vec<HeaderValue> = parts.headers.get_all(header::SET_COOKIE).iter().cloned().collect();
     parts.headers.remove(header::SET_COOKIE);
     if via == Via::Session {
@@ -349,21 +430,21 @@ async fn forward(
             parts.headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("SAMEORIGIN"));
         }
         for cookie in set_cookies {
-            // The notebook may set its own cookies, never Berth's session.
-            if !cookie.to_str().is_ok_and(|c| c.trim_start().starts_with(&session_cookie)) {
+            // The notebook may set its own cookies, never one of Berth's.
+            if !sets_berth_cookie(&cookie) {
                 parts.headers.append(header::SET_COOKIE, cookie);
             }
         }
     } else {
-        // An API's answers are data: no scripts on Berth's origin, whatever they claim to be.
+        // An API's answers are data: no scripts run from them, whatever they claim to be.
         parts.headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("sandbox; default-src 'none'"));
     }
     Ok(Response::from_parts(parts, Body::new(incoming)))
 }
 
 /// The proxy state for the router.
-pub fn state(session_cookie: &str, tls: bool) -> Arc<Proxy> {
-    Arc::new(Proxy::new(session_cookie, tls))
+pub fn state(origins: EnvironmentOrigins) -> Arc<Proxy> {
+    Arc::new(Proxy::new(origins))
 }
 
 #[cfg(test)]
@@ -371,14 +452,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_session_cookie_is_taken_off_and_the_rest_kept() {
+    fn berths_cookies_are_taken_off_and_the_rest_kept() {
         let mut headers = HeaderMap::new();
-        headers.append(header::COOKIE, HeaderValue::from_static("_xsrf=abc; berth_session=secret"));
-        headers.append(header::COOKIE, HeaderValue::from_static("theme=dark"));
-        assert_eq!(without_cookie(&headers, "berth_session").unwrap(), "_xsrf=abc; theme=dark");
+        headers.append(header::COOKIE, HeaderValue::from_static("_xsrf=abc; berth_session=secret; berth_env=e"));
+        headers.append(header::COOKIE, HeaderValue::from_static("theme=dark; __Host-berth_env=x; __Secure-Berth_y=1"));
+        assert_eq!(workload_cookies(&headers).unwrap(), "_xsrf=abc; theme=dark");
+        assert_eq!(cookie_values(&headers, "berth_env"), ["e"]);
         let mut only = HeaderMap::new();
-        only.insert(header::COOKIE, HeaderValue::from_static("berth_session=secret"));
-        assert_eq!(without_cookie(&only, "berth_session"), None);
+        only.insert(header::COOKIE, HeaderValue::from_static("__Host-berth_session=secret"));
+        assert_eq!(workload_cookies(&only), None);
+        assert!(sets_berth_cookie(&HeaderValue::from_static("berth_env=planted; Path=/")));
+        assert!(sets_berth_cookie(&HeaderValue::from_static("__Host-berth_session=x; Secure; Path=/")));
+        assert!(!sets_berth_cookie(&HeaderValue::from_static("_xsrf=2|abc; Path=/")));
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The few browser routes that are not Leptos pages: single sign-on redirects and the audit
-//! log download. Each is one platform call; the session rules are the app's.
+//! The few browser routes that are not Leptos pages: single sign-on redirects, the audit log
+//! download, and opening a notebook on its own origin. Each is one platform call; the
+//! session rules are the app's.
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -22,6 +23,71 @@ pub fn routes() -> axum::Router<AppState> {
         .route("/auth/oidc/{slug}/start", get(start_sign_in))
         .route(CALLBACK_PATH, get(finish_sign_in))
         .route("/audit.csv", get(audit_csv))
+        .route(OPEN_ROUTE, get(open_environment))
+        // Links from when notebooks were served on Berth's own origin.
+        .route("/env/{id}", get(old_link))
+        .route("/env/{id}/{*rest}", get(old_link))
+}
+
+/// Opens a notebook on its own origin: `/environments/<id>/open?next=<path there>`.
+pub const OPEN_ROUTE: &str = "/environments/{id}/open";
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct OpenQuery {
+    next: Option<String>,
+}
+
+/// "Open JupyterLab": for its owner or their tenant admin (audited, as is a refusal), a
+/// single-use ticket carried to the notebook's own origin, which makes it a session there.
+/// Berth's session cookie stays on this origin.
+async fn open_environment(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    Query(q): Query<OpenQuery>,
+    session: Session,
+    parts: Parts,
+) -> Response {
+    let meta = request_meta(&parts);
+    let user = match berth_app::session::signed_in_user(&session, &state.platform, &meta).await {
+        Ok(Some(user)) => user,
+        Ok(None) if crate::proxy::is_page_load(&parts) => {
+            let here = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
+            return Redirect::to(&format!("/login?next={}", berth_app::url_encode(here))).into_response();
+        }
+        Ok(None) => return (StatusCode::UNAUTHORIZED, "sign in to continue").into_response(),
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    match state.platform.open_notebook(&user.caller(meta.clone()), &id).await {
+        Ok(ticket) => {
+            let next = berth_app::serverfns::safe_next_or(q.next.as_deref(), "/");
+            let url = format!(
+                "{}{}?ticket={ticket}&next={}",
+                state.platform.environment_origin(&id),
+                crate::proxy::AUTH_PATH,
+                berth_app::url_encode(&next)
+            );
+            // The ticket is in the URL: not for caches, nor for the next page's Referer.
+            let mut response = Redirect::to(&url).into_response();
+            response.headers_mut().insert(header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
+            response.headers_mut().insert(header::REFERRER_POLICY, http::HeaderValue::from_static("no-referrer"));
+            response
+        }
+        Err(e) => crate::proxy::refused(e, &parts, &meta),
+    }
+}
+
+/// `/env/<id>/<path>` on Berth's origin, from before environments had origins of their own:
+/// on to the open route, which goes to `<path>` on the environment's origin.
+async fn old_link(Path(params): Path<Vec<(String, String)>>, parts: Parts) -> Response {
+    let id = params.iter().find(|(k, _)| k == "id").map(|(_, v)| v.as_str()).unwrap_or_default();
+    let rest = parts.uri.path().strip_prefix(&format!("/env/{id}")).unwrap_or_default();
+    let mut next = if rest.is_empty() { "/".to_owned() } else { rest.to_owned() };
+    if let Some(query) = parts.uri.query() {
+        next = format!("{next}?{query}");
+    }
+    let id = berth_app::url_encode(id);
+    Redirect::to(&format!("/environments/{id}/open?next={}", berth_app::url_encode(&next))).into_response()
 }
 
 /// Back to the sign-in page with a message it shows.

@@ -143,7 +143,7 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
         </div>
         <div class="mt-6 grid gap-6 lg:grid-cols-3">
             <div class="space-y-6 lg:col-span-2">
-                {view.open_url.clone().map(|url| view! { <NotebookCard url/> })}
+                {view.open_url.clone().zip(view.notebook_url.clone()).map(|(url, address)| view! { <NotebookCard url address/> })}
                 {view.endpoint.clone().map(|endpoint| view! { <EndpointCard id=id_for_endpoint.clone() endpoint actions/> })}
                 {view.logs.clone().map(|logs| view! { <JobLogsCard logs/> })}
                 {view.connection.clone().map(|c| view! { <ConnectionCard connection=c/> })}
@@ -185,21 +185,22 @@ const CARD: &str = "rounded-xl border border-emerald-200 bg-emerald-50 p-5";
 const SMALL_BUTTON: &str =
     "rounded-lg bg-white px-3 py-1.5 text-sm font-semibold text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50";
 
-/// A ready notebook, opened through Berth: a full page load of `/env/<id>/lab` (not the
-/// app's router), in a tab of its own.
+/// A ready notebook, opened through Berth on an origin of its own: the link is a full page
+/// load of the portal's open route (not the app's router), which signs this browser in
+/// there; in a tab of its own.
 #[component]
-fn NotebookCard(url: String) -> impl IntoView {
+fn NotebookCard(url: String, address: String) -> impl IntoView {
     view! {
         <section class=CARD aria-labelledby="open-title">
             <h2 id="open-title" class="font-semibold text-emerald-900">"Connect"</h2>
             <p class="mt-2 text-sm text-emerald-900">
-                "JupyterLab opens through Berth with your session: only you and your tenant admins can open it, and no token is needed."
+                "JupyterLab opens on an address of its own, signed in through Berth: only you and your tenant admins can open it, and no token is needed."
             </p>
-            <a href=url.clone() target="_blank" rel="noopener external" data-testid="open-notebook"
+            <a href=url target="_blank" rel="noopener external" data-testid="open-notebook"
                 class="mt-3 inline-block rounded-lg bg-emerald-700 px-4 py-2 text-sm font-semibold text-white hover:bg-emerald-600">
                 "Open JupyterLab"
             </a>
-            <p class="mt-2 break-all font-mono text-xs text-emerald-800">{url}</p>
+            <p class="mt-2 break-all font-mono text-xs text-emerald-800" data-testid="notebook-address">{address}</p>
         </section>
     }
 }

@@ -29,16 +29,26 @@ pub use tenants::{TenantPage, TenantsPage};
 use leptos::prelude::*;
 use leptos_meta::Title;
 
+/// `/environments/<id>/open` and `/env/...`: answered by the server, never by the app.
+#[cfg(feature = "hydrate")]
+fn is_server_route(path: &str) -> bool {
+    let open = path
+        .strip_prefix("/environments/")
+        .and_then(|rest| rest.strip_suffix("/open"))
+        .is_some_and(|id| !id.is_empty() && !id.contains('/'));
+    open || path.starts_with("/env/")
+}
+
 #[component]
 pub fn NotFound() -> impl IntoView {
     #[cfg(feature = "ssr")]
     if let Some(response) = use_context::<leptos_axum::ResponseOptions>() {
         response.set_status(http::StatusCode::NOT_FOUND);
     }
-    // Environments are served by Berth's proxy, not the app: a client-side navigation there
-    // (after signing in, say) loads the page from the server instead.
+    // Opening an environment (and old `/env/` links) are server routes, not the app's: a
+    // client-side navigation there (after signing in, say) loads it from the server instead.
     #[cfg(feature = "hydrate")]
-    if leptos_router::hooks::use_location().pathname.get_untracked().starts_with("/env/") {
+    if is_server_route(&leptos_router::hooks::use_location().pathname.get_untracked()) {
         Effect::new(move |_| {
             let _ = window().location().reload();
         });

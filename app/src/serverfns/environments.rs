@@ -59,7 +59,7 @@ pub async fn environment(id: String) -> Result<EnvironmentView, AppError> {
         let target = berth_domain::policy::Target::Owned { tenant_id: e.tenant_id, owner_id: e.owner_id };
         caller.principal.authorize(berth_domain::policy::Action::EnvironmentChange, target).is_ok()
     };
-    let access = views::Access { public_url: platform.public_url(), may_change, shown_key };
+    let access = views::Access { origin: platform.environment_origin(&id), may_change, shown_key };
     let mut view = views::environment(&detail, &access, berth_platform::now_ms());
     // A running training job's log comes with every refresh of the page.
     if view.logs.is_some() {
@@ -151,7 +151,7 @@ pub(crate) mod views {
     use berth_domain::catalog::format_cents;
     use berth_domain::lifecycle::{Desired, EnvState, Phase, provision_plan, teardown_plan};
     use berth_domain::mig::{MEMORY_SLICES, time_slice_share};
-    use berth_platform::backend::{JobLogs, JobStatus, proxy_prefix};
+    use berth_platform::backend::{JobLogs, JobStatus};
     use berth_platform::connect::KeyState;
     use berth_platform::environments::{Environment, EnvironmentDetail};
 
@@ -161,8 +161,9 @@ pub(crate) mod views {
     };
 
     /// What the environment page needs beyond the environment itself.
-    pub struct Access<'a> {
-        pub public_url: &'a str,
+    pub struct Access {
+        /// The environment's own origin, e.g. `https://<id>.env.berth.example`.
+        pub origin: String,
         /// The caller may change the environment (stop, resize, scale).
         pub may_change: bool,
         /// An endpoint key to show in this render.
@@ -209,7 +210,7 @@ pub(crate) mod views {
         }
     }
 
-    pub fn environment(d: &EnvironmentDetail, access: &Access<'_>, now: i64) -> EnvironmentView {
+    pub fn environment(d: &EnvironmentDetail, access: &Access, now: i64) -> EnvironmentView {
         let e = &d.environment;
         let ready = e.state == EnvState::Ready && e.desired == Desired::Running;
         let mut plans = vec![(Phase::Provision, provision_plan(e.offering, e.size.shape))];
@@ -288,10 +289,13 @@ pub(crate) mod views {
             steps,
             units,
             timeline,
+            // Through the portal, which signs the browser in on the notebook's own origin.
             open_url: (ready && d.may_connect && e.offering == Offering::Notebook)
-                .then(|| format!("{}/lab", proxy_prefix(&e.id))),
+                .then(|| format!("/environments/{}/open", e.id)),
+            notebook_url: (ready && d.may_connect && e.offering == Offering::Notebook)
+                .then(|| format!("{}/", access.origin)),
             endpoint: d.endpoint.as_ref().map(|state| {
-                let url = format!("{}{}/v1", access.public_url, proxy_prefix(&e.id));
+                let url = format!("{}/v1", access.origin);
                 let (key_state, key_note) = match state.key {
                     KeyState::NotYetMade => ("pending", None),
                     KeyState::Unrevealed => ("unrevealed", None),

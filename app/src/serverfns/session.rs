@@ -104,9 +104,14 @@ pub async fn sign_out() -> Result<(), AppError> {
 
 /// Only same-site paths, so a crafted link cannot bounce a fresh session elsewhere.
 pub fn safe_next(next: Option<&str>) -> String {
+    safe_next_or(next, "/environments")
+}
+
+/// `next` if it is a path on this site, `fallback` otherwise.
+pub fn safe_next_or(next: Option<&str>, fallback: &str) -> String {
     match next {
         Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => path.to_owned(),
-        _ => "/environments".to_owned(),
+        _ => fallback.to_owned(),
     }
 }
 
@@ -121,5 +126,7 @@ mod tests {
         assert_eq!(safe_next(Some("https://evil.example")), "/environments");
         assert_eq!(safe_next(Some("/\\evil.example")), "/environments");
         assert_eq!(safe_next(None), "/environments");
+        assert_eq!(super::safe_next_or(Some("/lab?reset"), "/"), "/lab?reset");
+        assert_eq!(super::safe_next_or(Some("https://evil.example"), "/"), "/");
     }
 }

@@ -27,7 +27,7 @@ use rand::Rng;
 
 use super::{
     Backend, BackendError, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, RemoveFuture,
-    StepFuture, StepOutput, Workload,
+    StepFuture, StepOutput, Upstream, UpstreamFuture, Workload,
 };
 use crate::Platform;
 use crate::node_plans::{MigSlice, NetworkPart, NodeTarget, PartKind, PartWrite};
@@ -299,6 +299,26 @@ impl BareMetal {
         Ok(segment.map(|segment| NetworkPart { tenant: slug.clone(), segment }))
     }
 
+    /// Where Berth's proxy reaches a notebook or endpoint: the port its node publishes,
+    /// with the workload's own token (the proxy's network must reach the nodes).
+    async fn upstream_of(&self, w: &Workload) -> Result<Upstream, BackendError> {
+        if !matches!(w.offering, Offering::Notebook | Offering::InferenceEndpoint) {
+            return Err(BackendError(format!("a {} serves nothing through Berth", w.offering.title())));
+        }
+        let workloads = self.platform.environment_workloads(&w.environment_id).await.map_err(internal)?;
+        let Some((node, workload)) = workloads.into_iter().find(|(_, wl)| wl.run && wl.host_port.is_some()) else {
+            return Err(BackendError("the workload is not running on its node yet".into()));
+        };
+        let port = workload.host_port.unwrap_or_default();
+        let secret = workload.secret.unwrap_or_default();
+        let credential =
+            if w.offering == Offering::Notebook { format!("token {secret}") } else { format!("Bearer {secret}") };
+        Ok(Upstream {
+            base_url: format!("http://{node}:{port}"),
+            headers: vec![("authorization".to_owned(), credential)],
+        })
+    }
+
     async fn connection(&self, w: &Workload) -> Result<Connection, BackendError> {
         let workloads = self.platform.environment_workloads(&w.environment_id).await.map_err(internal)?;
         let first = workloads.first();
@@ -358,6 +378,10 @@ impl Backend for BareMetal {
                 })
                 .collect())
         })
+    }
+
+    fn upstream<'a>(&'a self, workload: &'a Workload) -> UpstreamFuture<'a> {
+        Box::pin(self.upstream_of(workload))
     }
 
     fn job_logs<'a>(&'a self, workload: &'a Workload, tail: usize) -> JobLogsFuture<'a> {

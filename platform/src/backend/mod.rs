@@ -156,20 +156,12 @@ pub trait Backend: Send + Sync + 'static {
 // ---------------------------------------------------------------------------------------
 // Reaching and running what was booked: the proxy's upstream, training logs, replicas.
 
-/// The path under which Berth's proxy serves an environment: `/env/<id>`. Notebooks are
-/// told to serve under it (Jupyter's `base_url`), so their links work through the proxy.
-pub fn proxy_prefix(environment_id: &str) -> String {
-    format!("/env/{environment_id}")
-}
-
 /// Where Berth's proxy sends a ready notebook's or inference endpoint's requests.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upstream {
-    /// `http://host:port`, without a trailing slash.
+    /// `http://host:port`, without a trailing slash. Each environment has an origin of its
+    /// own, so the workload serves at `/` and paths are forwarded as the browser sent them.
     pub base_url: String,
-    /// The workload serves under [`proxy_prefix`] (notebooks), so paths are forwarded whole;
-    /// otherwise the prefix is taken off (an inference server answers at `/v1/...`).
-    pub keeps_prefix: bool,
     /// Headers the proxy sets on every forwarded request: the workload's own credential
     /// (the Jupyter token, the model server's key). Never shown to anyone.
     pub headers: Vec<(String, String)>,

@@ -19,7 +19,7 @@ use rand::Rng;
 
 use super::{
     Backend, BackendError, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit,
-    RemoveFuture, ScaleFuture, StepFuture, StepOutput, Upstream, UpstreamFuture, Workload, proxy_prefix,
+    RemoveFuture, ScaleFuture, StepFuture, StepOutput, Upstream, UpstreamFuture, Workload,
 };
 use crate::lock;
 
@@ -297,7 +297,6 @@ impl Simulated {
             Offering::Notebook | Offering::InferenceEndpoint => {
                 let server = served::Server {
                     offering: w.offering,
-                    prefix: proxy_prefix(id),
                     name: w.name.clone(),
                     image: w.image.clone().unwrap_or_default(),
                     units: describe_units(w),
@@ -342,7 +341,6 @@ impl Simulated {
         let notebook = w.offering == Offering::Notebook;
         Ok(Upstream {
             base_url: format!("http://127.0.0.1:{port}"),
-            keeps_prefix: notebook,
             headers: vec![(
                 "authorization".to_owned(),
                 if notebook { format!("token {credential}") } else { format!("Bearer {credential}") },
@@ -479,13 +477,10 @@ fn connection_for(w: &Workload, port: Option<u16>, credential: Option<String>) -
     let local = format!("127.0.0.1:{}", port.unwrap_or_default());
     match w.offering {
         Offering::Notebook => Connection {
-            url: format!("http://{local}{}/lab", proxy_prefix(&w.environment_id)),
+            url: format!("http://{local}/lab"),
             secret_label: Some("Token".into()),
             secret: credential,
-            example: format!(
-                "curl -H \"Authorization: token <token>\" http://{local}{}/api/status",
-                proxy_prefix(&w.environment_id)
-            ),
+            example: format!("curl -H \"Authorization: token <token>\" http://{local}/api/status"),
         },
         Offering::TrainingJob => Connection {
             url: format!("https://{host}/logs"),

@@ -302,6 +302,14 @@ async fn each_offering_provisions_on_the_nodes_and_tears_down_leaving_nothing() 
     assert!(workload.run && workload.image.starts_with("quay.io/jupyter/"));
     let [Device::Mig { gpu, instance }] = workload.devices[..] else { panic!("{:?}", workload.devices) };
     assert!(plan.mig.iter().any(|g| g.gpu == gpu && g.instances.contains(&instance)), "{:?}", plan.mig);
+    // Berth's proxy reaches it at the port its node publishes, with its token.
+    let workload_spec = metal.reconciler().workload_of(&notebook).await.expect("workload");
+    let upstream = metal.backend.upstream(&workload_spec).await.expect("upstream");
+    assert_eq!(upstream.base_url, format!("http://{node}:{}", workload.host_port.expect("port")));
+    assert_eq!(
+        upstream.headers,
+        [("authorization".to_owned(), format!("token {}", workload.secret.clone().expect("token")))]
+    );
     let connection = ready_notebook.connection.expect("connection");
     assert_eq!(connection.url, format!("http://{node}:{}/lab", workload.host_port.expect("port")));
     assert_eq!(connection.secret, workload.secret);

@@ -29,8 +29,12 @@ enum Via {
     Api(Method),
     /// A plain browser GET with the session cookie.
     Page,
-    /// Berth's proxy to an environment, with the session cookie. The test environments
-    /// are not ready, so a caller who may open one is told so (503).
+    /// "Open JupyterLab" on the portal, with the session cookie: a redirect to the
+    /// environment's own origin carrying a ticket.
+    Open,
+    /// Berth's proxy on an environment's own origin, signed in there the way a browser is:
+    /// the portal's open route, then its ticket redeemed. The test environments are not
+    /// ready, so a caller who may open one is told so (503).
     Proxy,
     /// The JSON API for `berth agent`, with a node token: every person's token is refused.
     NodeAgent(Method),
@@ -108,6 +112,7 @@ fn routes() -> Vec<Route> {
     let launch = Some((EnvironmentLaunch, Aim::CallersTenant));
     let connect = Some((EnvironmentConnect, Aim::Environment));
     let proxy = |path| Route { via: Via::Proxy, path, needs: connect, body: "", names_missing: false };
+    let open = |path| Route { via: Via::Open, path, needs: connect, body: "", names_missing: false };
     vec![
         session("/api/sign_in"),
         session("/api/sign_out"),
@@ -149,9 +154,9 @@ fn routes() -> Vec<Route> {
         sf("/api/set_replicas", change, "id={id}&replicas=2"),
         sf("/api/reveal_api_key", connect, "id={id}"),
         sf("/api/replace_api_key", connect, "id={id}"),
-        proxy("/env/{id}"),
-        proxy("/env/{id}/"),
-        proxy("/env/{id}/lab"),
+        open("/environments/{id}/open"),
+        proxy("/"),
+        proxy("/lab"),
         sf("/api/stop_environment", change, "id={id}"),
         api(M::POST, "/api/v1/environments/{id}/stop", change, ""),
         sf("/api/launch", launch, LAUNCH_FORM),
@@ -299,6 +304,15 @@ fn judge(expect: Expect, reply: &Reply, new_denials: i64, route: &Route) -> Opti
     let refused = matches!(status, StatusCode::FORBIDDEN | StatusCode::NOT_FOUND);
     match expect {
         Expect::Allowed if names_missing && status == StatusCode::NOT_FOUND && new_denials == 0 => None,
+        // The open route's answer: on to the environment's own origin with a ticket.
+        Expect::Allowed
+            if route.via == Via::Open
+                && status == StatusCode::SEE_OTHER
+                && reply.header("location").is_some_and(|l| l.contains(".localhost:3000/_berth/auth?ticket="))
+                && new_denials == 0 =>
+        {
+            None
+        }
         // The proxy's rule refusal: the environment is not ready yet.
         Expect::Allowed if route.via == Via::Proxy && status == StatusCode::SERVICE_UNAVAILABLE && new_denials == 0 => {
             None
@@ -396,15 +410,16 @@ fn assert_lists_every_route(table: &[Route]) {
         })
         .collect();
     assert_eq!(api_routes, api_listed, "API routes in api::ROUTES (left) and in the matrix (right)");
-    // The proxy's patterns, each called once (the catch-all through a notebook's `lab`).
-    let proxied: BTreeSet<String> = table
+    // The patterns of an environment's origin, each called (the catch-all through a
+    // notebook's `lab`, the ticket's redemption on the way to every proxied call).
+    let mut proxied: BTreeSet<String> = table
         .iter()
         .filter(|r| r.via == Via::Proxy)
-        .map(|r| match r.path.strip_prefix("/env/{id}/") {
-            Some(rest) if !rest.is_empty() => "/env/{id}/{*rest}".to_owned(),
-            _ => r.path.to_owned(),
-        })
+        .map(|r| if r.path == "/" { "/".to_owned() } else { "/{*rest}".to_owned() })
         .collect();
+    if !proxied.is_empty() {
+        proxied.insert(crate::proxy::AUTH_PATH.to_owned());
+    }
     let routes: BTreeSet<String> = crate::proxy::ROUTES.iter().map(|p| (*p).to_owned()).collect();
     assert_eq!(routes, proxied, "proxy routes (left) and in the matrix (right)");
 }
@@ -433,7 +448,18 @@ async fn call(berth: &Berth, route: &Route, person: Option<&Person>, id: &str, o
         Via::Api(method) | Via::NodeAgent(method) => {
             berth.api(method.clone(), &path, &body, person.map(|p| p.token.as_str())).await
         }
-        Via::Page | Via::Proxy => berth.get(&path, cookie).await,
+        Via::Page | Via::Open => berth.get(&path, cookie).await,
+        Via::Proxy => {
+            let opened = berth.get(&format!("/environments/{id}/open"), cookie).await;
+            let Some(location) = opened.header("location").filter(|_| opened.status == StatusCode::SEE_OTHER) else {
+                return opened;
+            };
+            let redeem = location.split_once(".localhost:3000").map(|(_, rest)| rest).unwrap_or_default().to_owned();
+            let on = format!("{id}.localhost:3000");
+            let signed_in = berth.get_on(&on, &redeem, None).await;
+            let Some(env_cookie) = signed_in.cookie() else { return signed_in };
+            berth.get_on(&on, &path, Some(&env_cookie)).await
+        }
         Via::SessionFn => unreachable!("the session tests call these"),
     }
 }

@@ -112,6 +112,9 @@ impl Berth {
         let mut argv = vec!["berth", "serve", "--database", &database, "--site-root", &site_root];
         if let Some(url) = public_url {
             argv.extend(["--public-url", url]);
+            if url.starts_with("https://") {
+                argv.extend(["--environments-url", "https://env.berth.example"]);
+            }
         }
         let Command::Serve(args) = Cli::try_parse_from(argv).expect("serve arguments").command else {
             panic!("not the serve command")
@@ -120,7 +123,11 @@ impl Berth {
         let pool = store::connect(&database).await.expect("database");
         store::migrate(&pool).await.expect("migrations");
         let fabric = args.fabric().expect("fabric flags");
-        let mut platform = Platform::new(pool.clone()).with_public_url(&public.url).with_fabric(fabric);
+        let origins = args.environment_origins(&public).expect("environments url");
+        let mut platform = Platform::new(pool.clone())
+            .with_public_url(&public.url)
+            .with_environment_origins(origins)
+            .with_fabric(fabric);
         platform.sync_fleet(&FleetSpec::parse(fleet_spec).expect("test fleet")).await.expect("fleet");
         if let Some(fleet) = &fleet {
             platform = platform.with_backend(fleet.clone());
@@ -172,6 +179,15 @@ impl Berth {
 
     pub async fn get(&self, path: &str, cookie: Option<&str>) -> Reply {
         let mut request = Request::get(path);
+        if let Some(cookie) = cookie {
+            request = request.header(header::COOKIE, cookie);
+        }
+        self.send(request.body(Body::empty()).expect("request")).await
+    }
+
+    /// A GET to `path` on host `on` (an environment's origin, say).
+    pub async fn get_on(&self, on: &str, path: &str, cookie: Option<&str>) -> Reply {
+        let mut request = Request::get(path).header(header::HOST, on);
         if let Some(cookie) = cookie {
             request = request.header(header::COOKIE, cookie);
         }

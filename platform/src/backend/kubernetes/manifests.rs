@@ -505,12 +505,10 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
     let image = w.image.clone().unwrap_or_default();
     match w.offering {
         Offering::Notebook => {
-            // Jupyter serves under Berth's proxy path, so its links and WebSockets work through
-            // the proxy (which keeps the browser's Host, as Jupyter's origin check wants).
-            let notebook_args = format!(
-                "--ServerApp.base_url={}/ --ServerApp.trust_xheaders=True",
-                crate::backend::proxy_prefix(&w.environment_id)
-            );
+            // Each environment has an origin of its own, so Jupyter serves at its root (said
+            // explicitly: some images set another base URL). The proxy keeps the browser's
+            // Host, which Jupyter's WebSocket origin check compares with the Origin.
+            let notebook_args = "--ServerApp.base_url=/ --ServerApp.trust_xheaders=True";
             let container = json!({
                 "name": "notebook", "image": image,
                 "ports": [{ "name": "http", "containerPort": NOTEBOOK_PORT }],

@@ -222,7 +222,7 @@ impl Kubernetes {
             })?;
         let notebook = w.offering == Offering::Notebook;
         let authorization = if notebook { format!("token {credential}") } else { format!("Bearer {credential}") };
-        Ok(Upstream { base_url, keeps_prefix: notebook, headers: vec![("authorization".to_owned(), authorization)] })
+        Ok(Upstream { base_url, headers: vec![("authorization".to_owned(), authorization)] })
     }
 
     /// The pods of the workload, by the labels its template gives them.

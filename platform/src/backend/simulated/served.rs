@@ -1,5 +1,5 @@
-//! What the simulated fleet serves: for a notebook, a small JupyterLab stand-in under
-//! Berth's proxy prefix (its page, `api/status`, a kernel WebSocket that echoes); for an
+//! What the simulated fleet serves: for a notebook, a small JupyterLab stand-in at `/` (its
+//! own origin's root, as Berth serves it; its page, `api/status`, a kernel WebSocket that echoes); for an
 //! inference endpoint, an OpenAI-style API (`/v1/models`, `/v1/completions`) that says
 //! which replica answered. Both demand the workload's own credential, as Jupyter and a
 //! model server would, so only Berth's proxy (which holds it) gets through. And a training
@@ -27,8 +27,6 @@ use crate::lock;
 /// One workload's server.
 pub(super) struct Server {
     pub offering: Offering,
-    /// `/env/<id>`: where a notebook serves (Jupyter's `base_url`).
-    pub prefix: String,
     pub name: String,
     pub image: String,
     pub units: String,
@@ -55,10 +53,9 @@ pub(super) fn start(server: Server) -> std::io::Result<u16> {
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let mut stopped = server.stopped.clone();
     let offering = server.offering;
-    let prefix = server.prefix.clone();
     let shared = Arc::new(Shared { server, answered: AtomicU64::new(0) });
     let router = match offering {
-        Offering::Notebook => Router::new().nest(&prefix, notebook_routes()),
+        Offering::Notebook => notebook_routes(),
         _ => inference_routes(),
     }
     .layer(middleware::from_fn_with_state(shared.clone(), require_credential))
@@ -80,10 +77,7 @@ async fn until_stopped(stopped: &mut watch::Receiver<bool>) {
 
 fn notebook_routes() -> Router<Arc<Shared>> {
     Router::new()
-        .route(
-            "/",
-            get(|State(s): State<Arc<Shared>>| async move { Redirect::to(&format!("{}/lab", s.server.prefix)) }),
-        )
+        .route("/", get(|| async { Redirect::to("/lab") }))
         .route("/lab", get(lab))
         .route("/lab/{*rest}", get(lab))
         .route("/api/status", get(status))
@@ -122,7 +116,7 @@ fn escape(text: &str) -> String {
 async fn lab(State(s): State<Arc<Shared>>) -> Html<String> {
     let server = &s.server;
     let (name, image, units) = (escape(&server.name), escape(&server.image), escape(&server.units));
-    let channels = format!("{}/api/kernels/simulated/channels", server.prefix);
+    let channels = "/api/kernels/simulated/channels";
     Html(format!(
         r#"<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>JupyterLab · {name}</title></head>
@@ -178,18 +172,29 @@ async fn echo_socket(mut socket: WebSocket, mut stopped: watch::Receiver<bool>) 
 }
 
 /// What reached the workload, so one can see what the proxy forwards (and what it keeps).
-async fn echo(OriginalUri(uri): OriginalUri, request: Request) -> axum::Json<Value> {
+/// It also tries what a hostile workload would: setting Berth's cookies beside its own.
+async fn echo(OriginalUri(uri): OriginalUri, request: Request) -> Response {
     let headers: serde_json::Map<String, Value> = request
         .headers()
         .iter()
         .map(|(k, v)| (k.as_str().to_owned(), json!(v.to_str().unwrap_or("<binary>"))))
         .collect();
-    axum::Json(json!({
+    let body = axum::Json(json!({
         "method": request.method().as_str(),
         "path": uri.path(),
         "query": uri.query().unwrap_or_default(),
         "headers": headers,
-    }))
+    }));
+    let mut response = body.into_response();
+    for cookie in [
+        "workload_cookie=kept; Path=/",
+        "berth_session=planted; Path=/",
+        "berth_env=planted; Path=/",
+        "__Host-berth_env=planted; Secure; Path=/",
+    ] {
+        response.headers_mut().append(header::SET_COOKIE, header::HeaderValue::from_static(cookie));
+    }
+    response
 }
 
 /// Which replica answers: requests go round the replicas in turn.
