@@ -98,7 +98,16 @@ async fn a_failing_teardown_step_is_retried_until_it_succeeds(pool: SqlitePool) 
     berth.backend.set_faults(vec![fault("stop_workload=fail")]);
     berth.platform.stop(&berth.caller, &env.id).await.expect("stop");
     berth.wait_for(&env.id, EnvState::TearingDown).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Until the stop step has failed at least once (no fixed sleep: a loaded machine is slow).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let detail = berth.platform.environment_detail(&berth.caller, &env.id).await.expect("detail");
+        if detail.steps.iter().any(|s| s.step == Step::StopWorkload && s.status == "failed") {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the stop step never failed: {:?}", detail.steps);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(berth.platform.environment_of(&berth.caller, &env.id).await.expect("env").state, EnvState::TearingDown);
     assert_eq!(berth.held_reservations().await, 1, "capacity stays held while the workload may still run");
     berth.backend.set_faults(vec![]);
