@@ -319,7 +319,7 @@ async fn concurrent_writes_cancelled_at_random_leave_the_database_writable() {
                 };
                 if rng.random_bool(0.2) {
                     // Dropped the way an aborted task is: wherever it happens to be.
-                    let task = tokio::spawn(async move { write.await });
+                    let task = tokio::spawn(write);
                     tokio::time::sleep(budget).await;
                     task.abort();
                     let _ = task.await;
