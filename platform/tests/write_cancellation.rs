@@ -289,8 +289,8 @@ async fn a_launch_dropped_as_its_commit_lands_leaves_the_launch_form_right() {
 }
 
 /// Many writers at once, each dropped by a timeout at a random point (some spawned and
-/// aborted instead), on the production pool of eight connections: afterwards a plain write succeeds at
-/// once, no reservations overlap and the launch form equals the table.
+/// aborted instead), on the production pool of eight connections: afterwards a plain
+/// write succeeds at once, no reservations overlap and the launch form equals the table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_writes_cancelled_at_random_leave_the_database_writable() {
     let pool = production_database().await;
