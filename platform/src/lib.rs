@@ -141,7 +141,14 @@ impl Platform {
 
     /// A write transaction, in turn with every other writer of this process.
     pub(crate) async fn begin_write(&self) -> Result<store::WriteTx, Error> {
-        store::begin_write(&self.db, &self.writer).await
+        // A COMMIT dropped in flight may have landed without the in-memory copies
+        // following: both are then loaded again at their next use.
+        let (book, fleet) = (self.book.clone(), self.fleet.clone());
+        let forget_copies = Box::new(move || {
+            *write(&book) = None;
+            write(&fleet).clear();
+        });
+        store::begin_write(&self.db, &self.writer, forget_copies).await
     }
 
     fn wake_reconciler(&self) {

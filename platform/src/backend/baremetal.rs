@@ -150,18 +150,13 @@ impl BareMetal {
         writes: &[(String, PartWrite)],
         delete_all: bool,
     ) -> Result<(), BackendError> {
-        // The reconciler drops a step's future when it times out or is interrupted; a write
-        // transaction dropped half-way would keep SQLite's write lock until its connection
-        // is used again. In a task of its own the write always runs to its end.
-        let (platform, environment_id, writes) = (self.platform.clone(), w.environment_id.clone(), writes.to_vec());
+        // Dropped by the reconciler's step timeout, the write is committed or rolled back
+        // whole, never left holding the database (see `store`); the step runs again.
         let targets =
-            tokio::spawn(async move { platform.write_node_parts(&environment_id, &writes, delete_all).await })
-                .await
-                .map_err(|e| internal(crate::Error::internal(e)))?
-                .map_err(|e| match e {
-                    crate::Error::Refused(refusal) => BackendError(refusal.to_string()),
-                    other => internal(other),
-                })?;
+            self.platform.write_node_parts(&w.environment_id, writes, delete_all).await.map_err(|e| match e {
+                crate::Error::Refused(refusal) => BackendError(refusal.to_string()),
+                other => internal(other),
+            })?;
         self.wait_applied(&targets).await
     }
 
