@@ -184,16 +184,16 @@ async fn calendar_speed() {
     let day0 = now - now.rem_euclid(DAY_MS);
     // The first query after a start loads every unreleased reservation into memory.
     let first = Instant::now();
-    platform.availability(day0, 6 * HOUR_MS, 28).await.expect("first week");
+    platform.availability(None, day0, 6 * HOUR_MS, 28).await.expect("first week");
     println!("first query after start (loads the booking book): {}", ms(first.elapsed()));
     let week = time(runs, |i| {
         let platform = platform.clone();
-        async move { platform.availability(day0 + (i as i64 % 80) * DAY_MS, 6 * HOUR_MS, 28).await.expect("week") }
+        async move { platform.availability(None, day0 + (i as i64 % 80) * DAY_MS, 6 * HOUR_MS, 28).await.expect("week") }
     })
     .await;
     let month = time(runs, |i| {
         let platform = platform.clone();
-        async move { platform.availability(day0 + (i as i64 % 60) * DAY_MS, DAY_MS, 30).await.expect("month") }
+        async move { platform.availability(None, day0 + (i as i64 % 60) * DAY_MS, DAY_MS, 30).await.expect("month") }
     })
     .await;
     let shapes = [
@@ -205,7 +205,7 @@ async fn calendar_speed() {
         time(runs, |i| {
             let platform = platform.clone();
             async move {
-                platform.earliest_start(shapes[i % shapes.len()], 24 + (i as u32 % 48), now).await.expect("earliest")
+                platform.earliest_start(None, shapes[i % shapes.len()], 24 + (i as u32 % 48), now).await.expect("earliest")
             }
         })
         .await;

@@ -209,7 +209,7 @@ async fn availability_shows_bookings_and_the_earliest_start(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
     let t0 = (now_ms() / HOUR_MS + 24) * HOUR_MS;
     book(&berth, "h100-node-1", "busy", Some(t0), 2).await.expect("book");
-    let availability = berth.platform.availability(t0 - 2 * HOUR_MS, HOUR_MS, 6).await.expect("availability");
+    let availability = berth.platform.availability(berth.caller.tenant_id(), t0 - 2 * HOUR_MS, HOUR_MS, 6).await.expect("availability");
     let whole = availability
         .rows
         .iter()
@@ -225,7 +225,7 @@ async fn availability_shows_bookings_and_the_earliest_start(pool: SqlitePool) {
 
     let node = Shape::Gpus { model: GpuModel::H100_80GB, count: 2 };
     book(&berth, "h100-node-1", "busy-too", Some(t0), 2).await.expect("second node");
-    let earliest = berth.platform.earliest_start(node, 1, t0).await.expect("earliest");
+    let earliest = berth.platform.earliest_start(berth.caller.tenant_id(), node, 1, t0).await.expect("earliest");
     assert_eq!(earliest, Some(t0 + 2 * HOUR_MS + 15 * MINUTE_MS));
 }
 
@@ -303,7 +303,7 @@ async fn the_launch_form_learns_what_is_free_now_and_when_it_will_be(pool: Sqlit
     let berth = TestBerth::new(pool).await;
     let first = book(&berth, "h100-node-1", "all-now", None, 2).await.expect("first node");
     book(&berth, "h100-node-1", "all-now-too", None, 3).await.expect("second node");
-    let sizes = berth.platform.size_availability(berth_domain::catalog::Offering::TrainingJob, 4).await.expect("sizes");
+    let sizes = berth.platform.size_availability(berth.caller.tenant_id(), berth_domain::catalog::Offering::TrainingJob, 4).await.expect("sizes");
     let h100 = sizes.iter().find(|s| s.size.id == "h100-1").expect("h100-1");
     assert_eq!(h100.free_now, 0);
     assert_eq!(h100.earliest_start, Some(first.ends_at + 15 * MINUTE_MS), "the first node frees first");
