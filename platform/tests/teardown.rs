@@ -513,6 +513,7 @@ fn workload_of(env: &Environment) -> Workload {
         ends_at: env.ends_at,
         tenant: TenantScope { slug: None, isolation: Isolation::Soft, members: Vec::new() },
         mig_neighbours: Vec::new(),
+        tenant_neighbours: Vec::new(),
     }
 }
 
