@@ -651,11 +651,8 @@ impl Timeline {
                 let fits = if !kept_apart {
                     placement::place(shape, units, &holds).is_ok()
                 } else {
-                    let allowed: Vec<GpuUnit> = positions
-                        .iter()
-                        .filter(|&&i| !barred(set.node_of[i], window))
-                        .map(|&i| set.gpus[i])
-                        .collect();
+                    let allowed: Vec<GpuUnit> =
+                        positions.iter().filter(|&&i| !barred(set.node_of[i], window)).map(|&i| set.gpus[i]).collect();
                     !allowed.is_empty() && placement::place(shape, &allowed, &holds).is_ok()
                 };
                 if fits {
@@ -1034,7 +1031,11 @@ mod tests {
         assert_eq!(t.free_count(share, at(2, 3), SOFT), 1);
         assert_eq!(t.free_count(share, at(5, 6), SOFT), 4);
         assert_eq!(t.earliest_start(share, 3 * HOUR_MS, NOW, NOW + DAY_MS, SOFT), Some(NOW + 2 * HOUR_MS));
-        assert_eq!(t.free_count(Shape::Gpus { model: H100, count: 4 }, at(5, 6), SOFT), 0, "the shared GPU is not whole");
+        assert_eq!(
+            t.free_count(Shape::Gpus { model: H100, count: 4 }, at(5, 6), SOFT),
+            0,
+            "the shared GPU is not whole"
+        );
     }
 
     #[test]

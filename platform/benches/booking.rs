@@ -201,14 +201,13 @@ async fn calendar_speed() {
         Shape::Gpus { model: GpuModel::H100_80GB, count: 8 },
         Shape::MigSlice { model: GpuModel::H100_80GB, profile: MigProfile::G3 },
     ];
-    let earliest =
-        time(runs, |i| {
-            let platform = platform.clone();
-            async move {
-                platform.earliest_start(None, shapes[i % shapes.len()], 24 + (i as u32 % 48), now).await.expect("earliest")
-            }
-        })
-        .await;
+    let earliest = time(runs, |i| {
+        let platform = platform.clone();
+        async move {
+            platform.earliest_start(None, shapes[i % shapes.len()], 24 + (i as u32 % 48), now).await.expect("earliest")
+        }
+    })
+    .await;
     for (what, d) in [
         ("week heatmap, all 11 sizes (28 x 6 h)", &week),
         ("month heatmap, all 11 sizes (30 x 1 day)", &month),

@@ -202,7 +202,8 @@ impl Platform {
             let (own, others): (Vec<_>, Vec<_>) =
                 all.into_iter().map(|b| (b.environment_id, b.booking)).partition(|(env_id, _)| &**env_id == id);
             let node_of: HashMap<i64, i64> = gpus.gpus().iter().map(|g| (g.id, g.node_id)).collect();
-            let own_nodes: BTreeSet<i64> = own.iter().filter_map(|(_, o)| node_of.get(&o.hold.gpu_id).copied()).collect();
+            let own_nodes: BTreeSet<i64> =
+                own.iter().filter_map(|(_, o)| node_of.get(&o.hold.gpu_id).copied()).collect();
             let occupant = own.first().map(|(_, o)| o.occupant).unwrap_or(Occupant::Sharing);
             let in_window = others.iter().filter(|(_, b)| b.window.conflicts(window, gap));
             // Its own GPUs taken, or its nodes held by a tenant it may not share them with.

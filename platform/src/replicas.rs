@@ -76,9 +76,8 @@ impl Platform {
                 .map(|b| b.booking)
                 .collect();
             for replica in held..i64::from(wanted) {
-                let taken = placed
-                    .iter()
-                    .flat_map(|(_, holds)| holds.iter().map(|&hold| Booking { hold, window, occupant }));
+                let taken =
+                    placed.iter().flat_map(|(_, holds)| holds.iter().map(|&hold| Booking { hold, window, occupant }));
                 let timeline = Timeline::new(gpus.gpus().to_vec(), nearby.iter().copied().chain(taken), gap);
                 let holds = timeline.place(env.size.shape, window, occupant).map_err(|refusal| match refusal {
                     Refusal::NoCapacity { size, detail, .. } => Refusal::NoCapacity {

@@ -14,10 +14,10 @@ use berth_domain::launch::LaunchRequest;
 use berth_domain::lifecycle::EnvState;
 use berth_domain::placement::Shape;
 use berth_domain::policy::Role;
+use berth_domain::tenancy::Isolation;
 use berth_platform::environments::Environment;
 use berth_platform::maintenance::NodeFilter;
 use berth_platform::quotas::{QuotaRow, QuotaSubject};
-use berth_domain::tenancy::Isolation;
 use berth_platform::{Caller, Error, now_ms};
 use common::TestBerth;
 use sqlx::SqlitePool;
@@ -222,7 +222,11 @@ async fn availability_shows_bookings_and_the_earliest_start(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
     let t0 = (now_ms() / HOUR_MS + 24) * HOUR_MS;
     book(&berth, "h100-node-1", "busy", Some(t0), 2).await.expect("book");
-    let availability = berth.platform.availability(berth.caller.tenant_id(), t0 - 2 * HOUR_MS, HOUR_MS, 6).await.expect("availability");
+    let availability = berth
+        .platform
+        .availability(berth.caller.tenant_id(), t0 - 2 * HOUR_MS, HOUR_MS, 6)
+        .await
+        .expect("availability");
     let whole = availability
         .rows
         .iter()
@@ -316,7 +320,11 @@ async fn the_launch_form_learns_what_is_free_now_and_when_it_will_be(pool: Sqlit
     let berth = TestBerth::new(pool).await;
     let first = book(&berth, "h100-node-1", "all-now", None, 2).await.expect("first node");
     book(&berth, "h100-node-1", "all-now-too", None, 3).await.expect("second node");
-    let sizes = berth.platform.size_availability(berth.caller.tenant_id(), berth_domain::catalog::Offering::TrainingJob, 4).await.expect("sizes");
+    let sizes = berth
+        .platform
+        .size_availability(berth.caller.tenant_id(), berth_domain::catalog::Offering::TrainingJob, 4)
+        .await
+        .expect("sizes");
     let h100 = sizes.iter().find(|s| s.size.id == "h100-1").expect("h100-1");
     assert_eq!(h100.free_now, 0);
     assert_eq!(h100.earliest_start, Some(first.ends_at + 15 * MINUTE_MS), "the first node frees first");
@@ -878,10 +886,7 @@ async fn extending_a_hard_tenants_booking_stops_at_another_tenant_on_its_node(po
     let text = blocked.expect_err("runs into the soft booking's node").to_string();
     let starts = berth_platform::booking::utc_short(soft_start);
     let latest = berth_platform::booking::utc_short(soft_start - 15 * MINUTE_MS);
-    assert!(
-        text.contains(&format!("its node is held by another tenant from {starts}")),
-        "{text}"
-    );
+    assert!(text.contains(&format!("its node is held by another tenant from {starts}")), "{text}");
     assert!(text.contains(&format!("it can run until {latest} at the latest")), "{text}");
     let longer = berth.platform.change_end(&vault, &hard.id, &rfc3339(soft_start - 15 * MINUTE_MS)).await;
     assert_eq!(longer.expect("up to the gap").ends_at, soft_start - 15 * MINUTE_MS);

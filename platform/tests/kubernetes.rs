@@ -1007,7 +1007,10 @@ async fn a_hard_tenants_node_is_marked_once_and_given_back_when_its_last_environ
     // the training job's apply, which holds no slice there itself.
     let node = cluster.node("h100-2");
     assert_eq!(node["metadata"]["labels"]["berth.dev/tenant"], "vault", "{node}");
-    assert_eq!(node["spec"]["taints"], json!([{ "key": "berth.dev/tenant", "value": "vault", "effect": "NoSchedule" }]));
+    assert_eq!(
+        node["spec"]["taints"],
+        json!([{ "key": "berth.dev/tenant", "value": "vault", "effect": "NoSchedule" }])
+    );
     assert_eq!(holders(&cluster, "h100-2"), json!(format!("{ENV_ID},{OTHER_ENV_ID}")));
     assert_eq!(node["metadata"]["labels"]["nvidia.com/mig.config"], json!(layout), "{node}");
     assert_eq!(node["metadata"]["annotations"]["berth.dev/mig-environments"], OTHER_ENV_ID, "{node}");
@@ -1033,7 +1036,11 @@ async fn a_hard_tenants_node_is_marked_once_and_given_back_when_its_last_environ
         k8s.run(&notebook, step).await.unwrap();
     }
     assert_nothing_left(&cluster, "vault pair");
-    assert!(cluster.node("h100-2")["metadata"].get("annotations").is_none_or(|a| a.get("berth.dev/tenant-environments").is_none()));
+    assert!(
+        cluster.node("h100-2")["metadata"]
+            .get("annotations")
+            .is_none_or(|a| a.get("berth.dev/tenant-environments").is_none())
+    );
 }
 
 #[tokio::test]

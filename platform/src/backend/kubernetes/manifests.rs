@@ -734,10 +734,8 @@ pub fn node_manifest(w: &Workload, node: &str, stage: NodeStage) -> Result<Optio
     let dedicated = !holders.is_empty();
     if dedicated {
         labels.insert(TENANT_LABEL.to_owned(), names.tenant.clone());
-        annotations.insert(
-            TENANT_ENVIRONMENTS_ANNOTATION,
-            holders.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(","),
-        );
+        annotations
+            .insert(TENANT_ENVIRONMENTS_ANNOTATION, holders.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(","));
     }
     if !labels.is_empty() {
         meta["labels"] = json!(labels);
