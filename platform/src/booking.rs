@@ -205,37 +205,34 @@ impl Platform {
             let own_nodes: BTreeSet<i64> =
                 own.iter().filter_map(|(_, o)| node_of.get(&o.hold.gpu_id).copied()).collect();
             let occupant = own.first().map(|(_, o)| o.occupant).unwrap_or(Occupant::Sharing);
-            let in_window = others.iter().filter(|(_, b)| b.window.conflicts(window, gap));
-            // Its own GPUs taken, or its nodes held by a tenant it may not share them with.
-            let (mut on_gpus, mut on_nodes): (Option<i64>, Option<i64>) = (None, None);
-            for (_, b) in in_window {
-                let same_slices =
-                    own.iter().any(|(_, o)| o.hold.gpu_id == b.hold.gpu_id && o.hold.slices.overlaps(b.hold.slices));
-                if same_slices {
-                    on_gpus = Some(on_gpus.map_or(b.window.starts_at, |t| t.min(b.window.starts_at)));
-                } else if b.occupant.excludes(occupant)
-                    && node_of.get(&b.hold.gpu_id).is_some_and(|n| own_nodes.contains(n))
-                {
-                    on_nodes = Some(on_nodes.map_or(b.window.starts_at, |t| t.min(b.window.starts_at)));
-                }
-            }
-            let blocking = match (on_gpus, on_nodes) {
-                (Some(g), Some(n)) if n < g => Some((n, "its node is held by another tenant from")),
-                (Some(g), _) => Some((g, "its capacity is taken from")),
-                (None, Some(n)) => Some((n, "its node is held by another tenant from")),
-                (None, None) => None,
-            };
-            if let Some((next_start, taken)) = blocking {
+            // The first booking in the way: on its own GPUs, or on its nodes by a tenant it
+            // may not share a node with (`true`).
+            let blocking = others
+                .iter()
+                .filter(|(_, b)| b.window.conflicts(window, gap))
+                .filter_map(|(_, b)| {
+                    let on_its_gpus = own
+                        .iter()
+                        .any(|(_, o)| o.hold.gpu_id == b.hold.gpu_id && o.hold.slices.overlaps(b.hold.slices));
+                    let on_its_nodes = b.occupant.excludes(occupant)
+                        && node_of.get(&b.hold.gpu_id).is_some_and(|n| own_nodes.contains(n));
+                    (on_its_gpus || on_its_nodes).then_some((b.window.starts_at, !on_its_gpus))
+                })
+                .min();
+            if let Some((next_start, tenant_in_the_way)) = blocking {
                 let latest = next_start - gap;
-                let why = if taken.starts_with("its node") {
-                    "tenants with hard isolation never share a node"
+                let detail = if tenant_in_the_way {
+                    format!(
+                        "its node is held by another tenant from {} (a hard-isolated tenant never shares a node)",
+                        utc_short(next_start)
+                    )
                 } else {
-                    "another booking or maintenance"
+                    format!("its capacity is taken from {} (another booking or maintenance)", utc_short(next_start))
                 };
                 return Err(Refusal::NoCapacity {
                     size: env.size.shape.describe(),
                     when: format!("until {}", utc_short(window.ends_at)),
-                    detail: format!("{taken} {} ({why})", utc_short(next_start)),
+                    detail,
                     hint: if latest > current.ends_at {
                         format!("; it can run until {} at the latest", utc_short(latest))
                     } else {

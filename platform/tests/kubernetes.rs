@@ -1044,6 +1044,20 @@ async fn a_hard_tenants_node_is_marked_once_and_given_back_when_its_last_environ
 }
 
 #[tokio::test]
+async fn a_dedicated_node_keeps_a_neighbours_layout_the_operator_can_read() {
+    // The notebook's slice is booked and started, but its own MIG step has not run yet
+    // when the training job marks the node: the layout it names is written first.
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    let (training, notebook) = vault_pair();
+    k8s.run(&training, Step::StartWorkload).await.unwrap();
+    let layout = manifests::node_mig_layout(&notebook, "h100-2").unwrap();
+    let map = cluster.lock().objects[&format!("{MIG_MAP}/berth-mig-parted-config")].clone();
+    assert_eq!(map["data"][&layout.name], json!(layout.entry));
+    assert_eq!(cluster.node("h100-2")["metadata"]["labels"]["nvidia.com/mig.config"], json!(layout.name));
+}
+
+#[tokio::test]
 async fn a_node_shared_by_one_tenants_environments_is_an_orphan_only_when_all_are_gone() {
     let (cluster, client) = FakeCluster::start();
     let k8s = backend(client);

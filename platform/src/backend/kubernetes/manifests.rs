@@ -690,14 +690,12 @@ pub fn node_manifest(w: &Workload, node: &str, stage: NodeStage) -> Result<Optio
     let names = Names::of(w);
     let owns_mig = w.units.iter().any(|u| u.node == node && u.mig_profile.is_some());
     let dedicating = dedicates_nodes(w);
-    // A dedicated environment without slices there still applies to the node, and then
-    // keeps the layout its neighbours' slices need.
-    let neighbours_mig = dedicating && units_on(&w.mig_neighbours, node).next().is_some();
     let mig = match (owns_mig, stage) {
         (true, NodeStage::Held) => Some(node_mig_layout(w, node)?.name),
         (true, NodeStage::Cleared | NodeStage::Released) => Some(cleared_mig_config(w, node)?),
-        (false, _) if neighbours_mig => Some(node_mig_layout(w, node)?.name),
-        (false, _) => None,
+        // A dedicated environment without slices there still applies to the node, and then
+        // keeps the layout its neighbours' slices need.
+        (false, _) => borrowed_mig_layout(w, node)?.map(|layout| layout.name),
     };
     let touches = match stage {
         NodeStage::Held => owns_mig || dedicating,
@@ -804,6 +802,17 @@ pub fn node_mig_layout(w: &Workload, node: &str) -> Result<NodeMigLayout, String
     let digest = Sha256::digest(format!("{}\n{body}", model.name()).as_bytes());
     let name = format!("berth-{}", &hex::encode(digest)[..12]);
     Ok(NodeMigLayout { entry: format!("  {name}:\n{body}"), name })
+}
+
+/// The layout of `node` this environment names without holding a slice there: a dedicated
+/// environment keeps its neighbours' layout in each apply to the node, so the GPU Operator
+/// must be able to read it even before the neighbour that needs it wrote it.
+pub fn borrowed_mig_layout(w: &Workload, node: &str) -> Result<Option<NodeMigLayout>, String> {
+    let owns_mig = w.units.iter().any(|u| u.node == node && u.mig_profile.is_some());
+    if owns_mig || !dedicates_nodes(w) || units_on(&w.mig_neighbours, node).next().is_none() {
+        return Ok(None);
+    }
+    node_mig_layout(w, node).map(Some)
 }
 
 /// The MIG config a node gets once this environment's slices are cleared. With no other

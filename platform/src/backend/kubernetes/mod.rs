@@ -394,10 +394,13 @@ impl Kubernetes {
     }
 
     async fn apply_node(&self, w: &Workload, node: &str, stage: NodeStage) -> Result<(), BackendError> {
-        match manifests::node_manifest(w, node, stage).map_err(|e| invalid(w, &e))? {
-            Some(m) => self.apply(&m).await,
-            None => Ok(()),
+        let Some(m) = manifests::node_manifest(w, node, stage).map_err(|e| invalid(w, &e))? else {
+            return Ok(());
+        };
+        if let Some(layout) = manifests::borrowed_mig_layout(w, node).map_err(|e| invalid(w, &e))? {
+            self.store_mig_layout(&layout).await?;
         }
+        self.apply(&m).await
     }
 
     /// Adds a layout to the mig-parted ConfigMap. The file is shared by every node, so it
