@@ -213,6 +213,16 @@ pub struct Timeline {
     bookings: Vec<Booking>,
     starts: Vec<usize>,
     gap_ms: i64,
+    /// The occupants of `bookings` besides maintenance: none, one, or several. Most
+    /// fleets have no dedicated tenant on most days, and then nobody is kept off a node.
+    occupants: Occupants,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Occupants {
+    None,
+    Only(Occupant),
+    Several,
 }
 
 /// How a node stands for someone asking for capacity during a window.
@@ -322,11 +332,31 @@ impl Timeline {
             bookings[first..].sort_by_key(|b: &Booking| b.window.starts_at);
         }
         starts.push(bookings.len());
-        Timeline { set, bookings, starts, gap_ms }
+        let mut occupants = Occupants::None;
+        for b in bookings.iter().filter(|b| b.occupant != Occupant::Nobody) {
+            occupants = match occupants {
+                Occupants::None => Occupants::Only(b.occupant),
+                Occupants::Only(o) if o == b.occupant => occupants,
+                _ => Occupants::Several,
+            };
+            if occupants == Occupants::Several {
+                break;
+            }
+        }
+        Timeline { set, bookings, starts, gap_ms, occupants }
     }
 
     pub fn gpus(&self) -> &[GpuUnit] {
         &self.set.gpus
+    }
+
+    /// Whether anything on the timeline could keep `asker` off a node.
+    fn may_bar(&self, asker: Occupant) -> bool {
+        match self.occupants {
+            Occupants::None => false,
+            Occupants::Only(o) => o.excludes(asker),
+            Occupants::Several => asker != Occupant::Nobody,
+        }
     }
 
     pub fn set(&self) -> &Arc<GpuSet> {
@@ -435,6 +465,16 @@ impl Timeline {
                 ..Holdings::default()
             })
             .collect();
+        if !self.may_bar(asker) {
+            for (i, &n) in set.node_of.iter().enumerate() {
+                for (b, holding) in holdings.iter_mut().enumerate() {
+                    let starts_at = from + b as i64 * bucket_ms;
+                    let window = Window { starts_at, ends_at: starts_at + bucket_ms };
+                    self.count_in(holding, i, n, self.state(i, window), window);
+                }
+            }
+            return self.rows(shapes, &holdings);
+        }
         let mut states: Vec<GpuState> = Vec::new();
         for (n, node) in set.nodes.iter().enumerate() {
             for (b, holding) in holdings.iter_mut().enumerate() {
@@ -443,9 +483,8 @@ impl Timeline {
                 states.clear();
                 let mut barred = false;
                 for &i in &node.positions {
-                    let (state, bars) = self.state(i, window, asker);
-                    barred |= bars;
-                    states.push(state);
+                    barred |= self.during(i, window).any(|b| b.occupant.excludes(asker));
+                    states.push(self.state(i, window));
                 }
                 if barred {
                     continue;
@@ -455,9 +494,14 @@ impl Timeline {
                 }
             }
         }
+        self.rows(shapes, &holdings)
+    }
+
+    /// The heatmap's rows: each shape counted in each bucket's holdings.
+    fn rows(&self, shapes: &[Shape], holdings: &[Holdings]) -> Vec<Vec<u32>> {
         let mut fits = SliceFits::new();
-        let mut rows = vec![Vec::with_capacity(buckets); shapes.len()];
-        for holding in &holdings {
+        let mut rows = vec![Vec::with_capacity(holdings.len()); shapes.len()];
+        for holding in holdings {
             for (row, &shape) in rows.iter_mut().zip(shapes) {
                 row.push(self.count(shape, holding, &mut fits));
             }
@@ -495,39 +539,26 @@ impl Timeline {
         }
     }
 
-    /// What the GPU at `index` holds at any time during `window` (cleaning gap included),
-    /// and whether any of it is held by someone `asker` may not share a node with.
-    fn state(&self, index: usize, window: Window, asker: Occupant) -> (GpuState, bool) {
+    /// What the GPU at `index` holds at any time during `window` (cleaning gap included).
+    fn state(&self, index: usize, window: Window) -> GpuState {
         let gpu = &self.set.gpus[index];
-        let mut barred = false;
         if gpu.is_shared() {
             let width = MEMORY_SLICES / gpu.time_slices;
-            let mut taken: u8 = 0;
-            for b in self.during(index, window) {
-                taken = taken.saturating_add(b.hold.slices.size);
-                barred |= b.occupant.excludes(asker);
-            }
-            return (GpuState::Shares { free: MEMORY_SLICES.saturating_sub(taken) / width }, barred);
+            let taken: u8 = self.during(index, window).fold(0, |t, b| t.saturating_add(b.hold.slices.size));
+            return GpuState::Shares { free: MEMORY_SLICES.saturating_sub(taken) / width };
         }
-        let (mut any, mut whole) = (false, false);
+        let mut during = self.during(index, window).peekable();
+        if during.peek().is_none() {
+            return GpuState::Free;
+        }
         let mut instances = Vec::new();
-        for b in self.during(index, window) {
-            any = true;
-            barred |= b.occupant.excludes(asker);
+        for b in during {
             match mig_instance(b) {
-                None => whole = true,
-                Some(instance) if !whole => instances.push(instance),
-                Some(_) => {}
+                None => return GpuState::Whole,
+                Some(instance) => instances.push(instance),
             }
         }
-        let state = if !any {
-            GpuState::Free
-        } else if whole {
-            GpuState::Whole
-        } else {
-            layout_key(instances).map_or(GpuState::Overlapping, GpuState::Slices)
-        };
-        (state, barred)
+        layout_key(instances).map_or(GpuState::Overlapping, GpuState::Slices)
     }
 
     fn count(&self, shape: Shape, holding: &Holdings, fits: &mut SliceFits) -> u32 {
@@ -589,9 +620,10 @@ impl Timeline {
         let model = shape.model();
         let gap = self.gap_ms;
         // Per node of the model: the windows of bookings that keep `asker` off it.
+        let may_bar = self.may_bar(asker);
         let barring: Vec<Vec<Window>> = (0..set.nodes.len())
             .map(|n| {
-                if !set.node_is(n, model) {
+                if !may_bar || !set.node_is(n, model) {
                     return Vec::new();
                 }
                 set.nodes[n]
