@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::Refusal;
 use crate::gpu::GpuModel;
 use crate::mig::{MEMORY_SLICES, MigInstance, MigLayout, MigProfile};
-use crate::placement::{self, Assignment, GpuUnit, Hold, Shape, Span};
+use crate::placement::{self, Assignment, GpuUnit, Hold, Occupant, Shape, Span};
 
 pub const MINUTE_MS: i64 = 60_000;
 pub const HOUR_MS: i64 = 60 * MINUTE_MS;
@@ -135,6 +135,8 @@ fn within_horizon(window: Window, now: i64, policy: &BookingPolicy) -> Result<()
 pub struct Booking {
     pub hold: Hold,
     pub window: Window,
+    /// Who holds it: a dedicated tenant's nodes are its own while it holds them.
+    pub occupant: Occupant,
 }
 
 /// The in-service GPUs of one model (or a few), grouped by node and by model: what
@@ -211,6 +213,27 @@ pub struct Timeline {
     bookings: Vec<Booking>,
     starts: Vec<usize>,
     gap_ms: i64,
+    /// The occupants of `bookings` besides maintenance: none, one, or several. Most
+    /// fleets have no dedicated tenant on most days, and then nobody is kept off a node.
+    occupants: Occupants,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Occupants {
+    None,
+    Only(Occupant),
+    Several,
+}
+
+/// How a node stands for someone asking for capacity during a window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stand {
+    /// Nothing on it keeps the asker off.
+    Open,
+    /// The asker, a dedicated tenant, already holds something there.
+    Own,
+    /// Someone holds something there that the asker may not share a node with.
+    Barred,
 }
 
 /// What a GPU holds during a window.
@@ -309,11 +332,31 @@ impl Timeline {
             bookings[first..].sort_by_key(|b: &Booking| b.window.starts_at);
         }
         starts.push(bookings.len());
-        Timeline { set, bookings, starts, gap_ms }
+        let mut occupants = Occupants::None;
+        for b in bookings.iter().filter(|b| b.occupant != Occupant::Nobody) {
+            occupants = match occupants {
+                Occupants::None => Occupants::Only(b.occupant),
+                Occupants::Only(o) if o == b.occupant => occupants,
+                _ => Occupants::Several,
+            };
+            if occupants == Occupants::Several {
+                break;
+            }
+        }
+        Timeline { set, bookings, starts, gap_ms, occupants }
     }
 
     pub fn gpus(&self) -> &[GpuUnit] {
         &self.set.gpus
+    }
+
+    /// Whether anything on the timeline could keep `asker` off a node.
+    fn may_bar(&self, asker: Occupant) -> bool {
+        match self.occupants {
+            Occupants::None => false,
+            Occupants::Only(o) => o.excludes(asker),
+            Occupants::Several => asker != Occupant::Nobody,
+        }
     }
 
     pub fn set(&self) -> &Arc<GpuSet> {
@@ -334,23 +377,86 @@ impl Timeline {
         positions.into_iter().flat_map(|i| self.during(i, window)).map(|b| b.hold).collect()
     }
 
-    /// Concrete capacity for `shape` during `window`, by the same rules as a launch now.
-    pub fn place(&self, shape: Shape, window: Window) -> Result<Vec<Assignment>, Refusal> {
-        let holds = self.holds_on(0..self.set.gpus.len(), window);
-        placement::place(shape, &self.set.gpus, &holds)
+    /// How the node at `n` stands for `asker` during `window` (cleaning gap included).
+    fn stand(&self, n: usize, window: Window, asker: Occupant) -> Stand {
+        let mut stand = Stand::Open;
+        for &i in &self.set.nodes[n].positions {
+            for b in self.during(i, window) {
+                if b.occupant.excludes(asker) {
+                    return Stand::Barred;
+                }
+                if asker.is_dedicated() && b.occupant == asker {
+                    stand = Stand::Own;
+                }
+            }
+        }
+        stand
     }
 
-    /// How many more bookings of `shape` fit during all of `window`.
-    pub fn free_count(&self, shape: Shape, window: Window) -> u32 {
-        self.heatmaps(&[shape], window.starts_at, window.ends_at - window.starts_at, 1)[0][0]
+    /// Concrete capacity for `shape` during `window` for `asker`, by the same rules as a
+    /// launch now, on nodes nobody `asker` excludes holds anything on. A dedicated tenant
+    /// goes to nodes it already holds first, then to the others (best fit on each).
+    pub fn place(&self, shape: Shape, window: Window, asker: Occupant) -> Result<Vec<Assignment>, Refusal> {
+        let set = &self.set;
+        let holds = self.holds_on(0..set.gpus.len(), window);
+        let stands: Vec<Stand> = (0..set.nodes.len()).map(|n| self.stand(n, window, asker)).collect();
+        let on = |keep: fn(Stand) -> bool| -> Vec<GpuUnit> {
+            set.gpus.iter().zip(&set.node_of).filter(|(_, n)| keep(stands[**n])).map(|(g, _)| *g).collect()
+        };
+        if stands.contains(&Stand::Own)
+            && let Ok(placed) = placement::place(shape, &on(|s| s == Stand::Own), &holds)
+        {
+            return Ok(placed);
+        }
+        if !stands.contains(&Stand::Barred) {
+            return placement::place(shape, &set.gpus, &holds);
+        }
+        if let Ok(placed) = placement::place(shape, &on(|s| s != Stand::Barred), &holds) {
+            return Ok(placed);
+        }
+        // Say why: tenants kept apart, if the fleet would have room without that rule.
+        placement::place(shape, &set.gpus, &holds)?;
+        Err(self.kept_apart(shape, &stands, asker))
+    }
+
+    /// The refusal when only nodes `asker` may not share have room for `shape`.
+    fn kept_apart(&self, shape: Shape, stands: &[Stand], asker: Occupant) -> Refusal {
+        let model = shape.model();
+        let of_model: Vec<usize> = (0..self.set.nodes.len()).filter(|&n| self.set.node_is(n, model)).collect();
+        let barred = of_model.iter().filter(|&&n| stands[n] == Stand::Barred).count();
+        let total = of_model.len();
+        let detail = if asker.is_dedicated() {
+            format!(
+                "no node is free of other tenants for it: {barred} of the {total} {model} nodes hold other tenants' bookings at that time, and your tenant's isolation keeps it off them"
+            )
+        } else {
+            format!(
+                "no node is free of other tenants for it: {barred} of the {total} {model} nodes are dedicated to hard-isolated tenants at that time"
+            )
+        };
+        Refusal::NoCapacity { size: shape.describe(), when: "right now".into(), detail, hint: String::new() }
+    }
+
+    /// How many more bookings of `shape` fit during all of `window` for `asker`.
+    pub fn free_count(&self, shape: Shape, window: Window, asker: Occupant) -> u32 {
+        self.heatmaps(&[shape], window.starts_at, window.ends_at - window.starts_at, 1, asker)[0][0]
     }
 
     /// `free_count` of each of `shapes` for `buckets` consecutive windows of `bucket_ms`
-    /// from `from`: the rows of the calendar's heatmap, one per shape.
+    /// from `from`, as `asker` could book them: the rows of the calendar's heatmap, one
+    /// per shape.
     ///
-    /// Each GPU's bookings are read once for all buckets and summed per bucket into
-    /// `Holdings` (free GPUs per node, GPUs per MIG layout), which every shape then counts.
-    pub fn heatmaps(&self, shapes: &[Shape], from: i64, bucket_ms: i64, buckets: usize) -> Vec<Vec<u32>> {
+    /// Each GPU's bookings are read once per bucket and summed per bucket into `Holdings`
+    /// (free GPUs per node, GPUs per MIG layout), which every shape then counts. A node
+    /// holding anything `asker` may not share a node with counts for nothing.
+    pub fn heatmaps(
+        &self,
+        shapes: &[Shape],
+        from: i64,
+        bucket_ms: i64,
+        buckets: usize,
+        asker: Occupant,
+    ) -> Vec<Vec<u32>> {
         let set = &self.set;
         let mut holdings: Vec<Holdings> = (0..buckets)
             .map(|_| Holdings {
@@ -359,41 +465,43 @@ impl Timeline {
                 ..Holdings::default()
             })
             .collect();
-        for (i, gpu) in set.gpus.iter().enumerate() {
+        if !self.may_bar(asker) {
+            for (i, &n) in set.node_of.iter().enumerate() {
+                for (b, holding) in holdings.iter_mut().enumerate() {
+                    let starts_at = from + b as i64 * bucket_ms;
+                    let window = Window { starts_at, ends_at: starts_at + bucket_ms };
+                    self.count_in(holding, i, n, self.state(i, window), window);
+                }
+            }
+            return self.rows(shapes, &holdings);
+        }
+        let mut states: Vec<GpuState> = Vec::new();
+        for (n, node) in set.nodes.iter().enumerate() {
             for (b, holding) in holdings.iter_mut().enumerate() {
                 let starts_at = from + b as i64 * bucket_ms;
                 let window = Window { starts_at, ends_at: starts_at + bucket_ms };
-                let slot = set.model_of[i];
-                match self.state(i, window) {
-                    GpuState::Free => {
-                        holding.free_by_node[set.node_of[i]] += 1;
-                        if gpu.mig_capable {
-                            holding.free_mig_by_model[slot] += 1;
-                        }
-                    }
-                    GpuState::Whole => {}
-                    GpuState::Slices(key) => {
-                        if gpu.mig_capable {
-                            *holding.layouts.entry((slot, key)).or_default() += 1;
-                        }
-                    }
-                    GpuState::Overlapping => {
-                        if gpu.mig_capable {
-                            let mut instances: Vec<MigInstance> =
-                                self.during(i, window).filter_map(mig_instance).collect();
-                            instances.sort_by_key(|i| i.start);
-                            holding.overlapping.push((slot, instances));
-                        }
-                    }
-                    GpuState::Shares { free } => {
-                        *holding.shares.entry((slot, gpu.time_slices)).or_default() += u32::from(free);
-                    }
+                states.clear();
+                let mut barred = false;
+                for &i in &node.positions {
+                    barred |= self.during(i, window).any(|b| b.occupant.excludes(asker));
+                    states.push(self.state(i, window));
+                }
+                if barred {
+                    continue;
+                }
+                for (&i, &state) in node.positions.iter().zip(&states) {
+                    self.count_in(holding, i, n, state, window);
                 }
             }
         }
+        self.rows(shapes, &holdings)
+    }
+
+    /// The heatmap's rows: each shape counted in each bucket's holdings.
+    fn rows(&self, shapes: &[Shape], holdings: &[Holdings]) -> Vec<Vec<u32>> {
         let mut fits = SliceFits::new();
-        let mut rows = vec![Vec::with_capacity(buckets); shapes.len()];
-        for holding in &holdings {
+        let mut rows = vec![Vec::with_capacity(holdings.len()); shapes.len()];
+        for holding in holdings {
             for (row, &shape) in rows.iter_mut().zip(shapes) {
                 row.push(self.count(shape, holding, &mut fits));
             }
@@ -401,12 +509,42 @@ impl Timeline {
         rows
     }
 
+    /// Adds the GPU at `i` (on the node at `n`), holding `state` during `window`, to `holding`.
+    fn count_in(&self, holding: &mut Holdings, i: usize, n: usize, state: GpuState, window: Window) {
+        let gpu = &self.set.gpus[i];
+        let slot = self.set.model_of[i];
+        match state {
+            GpuState::Free => {
+                holding.free_by_node[n] += 1;
+                if gpu.mig_capable {
+                    holding.free_mig_by_model[slot] += 1;
+                }
+            }
+            GpuState::Whole => {}
+            GpuState::Slices(key) => {
+                if gpu.mig_capable {
+                    *holding.layouts.entry((slot, key)).or_default() += 1;
+                }
+            }
+            GpuState::Overlapping => {
+                if gpu.mig_capable {
+                    let mut instances: Vec<MigInstance> = self.during(i, window).filter_map(mig_instance).collect();
+                    instances.sort_by_key(|i| i.start);
+                    holding.overlapping.push((slot, instances));
+                }
+            }
+            GpuState::Shares { free } => {
+                *holding.shares.entry((slot, gpu.time_slices)).or_default() += u32::from(free);
+            }
+        }
+    }
+
     /// What the GPU at `index` holds at any time during `window` (cleaning gap included).
     fn state(&self, index: usize, window: Window) -> GpuState {
         let gpu = &self.set.gpus[index];
         if gpu.is_shared() {
             let width = MEMORY_SLICES / gpu.time_slices;
-            let taken: u8 = self.during(index, window).map(|b| b.hold.slices.size).sum();
+            let taken: u8 = self.during(index, window).fold(0, |t, b| t.saturating_add(b.hold.slices.size));
             return GpuState::Shares { free: MEMORY_SLICES.saturating_sub(taken) / width };
         }
         let mut during = self.during(index, window).peekable();
@@ -463,15 +601,42 @@ impl Timeline {
         }
     }
 
-    /// The earliest start at or after `not_before` at which `shape` fits for `duration_ms`,
-    /// ending no later than `latest_end`; `None` if it never does.
+    /// The earliest start at or after `not_before` at which `shape` fits for `duration_ms`
+    /// for `asker`, ending no later than `latest_end`; `None` if it never does.
     ///
     /// Each group of GPUs that could hold the booking alone (one GPU for a slice, one node
     /// for GPUs of a node, every node for several nodes) is tried at `not_before` and at
-    /// the moments its bookings end; the first start where placement succeeds wins.
-    pub fn earliest_start(&self, shape: Shape, duration_ms: i64, not_before: i64, latest_end: i64) -> Option<i64> {
+    /// the moments its bookings end, and those of anything on its nodes that keeps `asker`
+    /// off them; the first start where placement succeeds wins.
+    pub fn earliest_start(
+        &self,
+        shape: Shape,
+        duration_ms: i64,
+        not_before: i64,
+        latest_end: i64,
+        asker: Occupant,
+    ) -> Option<i64> {
         let set = &self.set;
         let model = shape.model();
+        let gap = self.gap_ms;
+        // Per node of the model: the windows of bookings that keep `asker` off it.
+        let may_bar = self.may_bar(asker);
+        let barring: Vec<Vec<Window>> = (0..set.nodes.len())
+            .map(|n| {
+                if !may_bar || !set.node_is(n, model) {
+                    return Vec::new();
+                }
+                set.nodes[n]
+                    .positions
+                    .iter()
+                    .flat_map(|&i| &self.bookings[self.starts[i]..self.starts[i + 1]])
+                    .filter(|b| b.occupant.excludes(asker))
+                    .map(|b| b.window)
+                    .collect()
+            })
+            .collect();
+        let kept_apart = barring.iter().any(|b| !b.is_empty());
+        let barred = |n: usize, window: Window| barring[n].iter().any(|b| b.conflicts(window, gap));
         let single = |i: usize| (i..i + 1, std::slice::from_ref(&set.gpus[i]));
         // (positions in the set, the same GPUs)
         let groups: Vec<(std::ops::Range<usize>, &[GpuUnit])> = match shape {
@@ -496,11 +661,14 @@ impl Timeline {
         };
         let mut best: Option<i64> = None;
         for (range, units) in groups {
+            let nodes = if by_node { range.clone() } else { set.node_of[range.start]..set.node_of[range.start] + 1 };
             let positions = positions(range);
             let mut candidates: Vec<i64> = positions
                 .iter()
                 .flat_map(|&i| &self.bookings[self.starts[i]..self.starts[i + 1]])
-                .map(|b| b.window.ends_at + self.gap_ms)
+                .map(|b| b.window)
+                .chain(nodes.clone().flat_map(|n| barring[n].iter().copied()))
+                .map(|w| w.ends_at + gap)
                 .filter(|&t| t > not_before)
                 .collect();
             candidates.push(not_before);
@@ -511,7 +679,15 @@ impl Timeline {
                     break;
                 }
                 let window = Window { starts_at: t, ends_at: t + duration_ms };
-                if placement::place(shape, units, &self.holds_on(positions.iter().copied(), window)).is_ok() {
+                let holds = self.holds_on(positions.iter().copied(), window);
+                let fits = if !kept_apart {
+                    placement::place(shape, units, &holds).is_ok()
+                } else {
+                    let allowed: Vec<GpuUnit> =
+                        positions.iter().filter(|&&i| !barred(set.node_of[i], window)).map(|&i| set.gpus[i]).collect();
+                    !allowed.is_empty() && placement::place(shape, &allowed, &holds).is_ok()
+                };
+                if fits {
                     best = Some(t);
                     break;
                 }
@@ -782,6 +958,8 @@ mod tests {
 
     const NOW: i64 = 1_800_000_000_000;
     const H100: GpuModel = GpuModel::H100_80GB;
+    /// A soft tenant's booking, or one asking as a soft tenant.
+    const SOFT: Occupant = Occupant::Sharing;
 
     /// Two H100 nodes of 2 GPUs.
     fn gpus() -> Vec<GpuUnit> {
@@ -803,6 +981,7 @@ mod tests {
         Booking {
             hold: Hold { gpu_id, slices: SliceRange::WHOLE_GPU, profile: None },
             window: Window { starts_at: NOW + from_h * HOUR_MS, ends_at: NOW + to_h * HOUR_MS },
+            occupant: SOFT,
         }
     }
 
@@ -845,12 +1024,12 @@ mod tests {
         let one = Shape::Gpus { model: H100, count: 1 };
         let two = Shape::Gpus { model: H100, count: 2 };
         let node = Shape::Nodes { model: H100, count: 1 };
-        assert_eq!(t.free_count(one, at(0, 1)), 3);
-        assert_eq!(t.free_count(two, at(0, 1)), 1, "only the second node has two free");
-        assert_eq!(t.heatmaps(&[one], NOW, 2 * HOUR_MS, 4)[0], vec![3, 2, 3, 4]);
-        assert_eq!(t.heatmaps(&[node], NOW, 2 * HOUR_MS, 4)[0], vec![1, 1, 1, 2]);
+        assert_eq!(t.free_count(one, at(0, 1), SOFT), 3);
+        assert_eq!(t.free_count(two, at(0, 1), SOFT), 1, "only the second node has two free");
+        assert_eq!(t.heatmaps(&[one], NOW, 2 * HOUR_MS, 4, SOFT)[0], vec![3, 2, 3, 4]);
+        assert_eq!(t.heatmaps(&[node], NOW, 2 * HOUR_MS, 4, SOFT)[0], vec![1, 1, 1, 2]);
         let slice = Shape::MigSlice { model: H100, profile: MigProfile::G3 };
-        assert_eq!(t.free_count(slice, at(0, 1)), 6, "two 3g on each free GPU");
+        assert_eq!(t.free_count(slice, at(0, 1), SOFT), 6, "two 3g on each free GPU");
     }
 
     #[test]
@@ -860,13 +1039,13 @@ mod tests {
         let one = Shape::Gpus { model: H100, count: 1 };
         let two = Shape::Gpus { model: H100, count: 2 };
         let far = NOW + 30 * DAY_MS;
-        assert_eq!(t.earliest_start(one, 2 * HOUR_MS, NOW, far), Some(NOW + 3 * HOUR_MS + gap));
-        assert_eq!(t.earliest_start(two, 2 * HOUR_MS, NOW, far), Some(NOW + 6 * HOUR_MS + gap));
-        assert_eq!(t.earliest_start(two, 2 * HOUR_MS, NOW, NOW + 7 * HOUR_MS), None);
+        assert_eq!(t.earliest_start(one, 2 * HOUR_MS, NOW, far, SOFT), Some(NOW + 3 * HOUR_MS + gap));
+        assert_eq!(t.earliest_start(two, 2 * HOUR_MS, NOW, far, SOFT), Some(NOW + 6 * HOUR_MS + gap));
+        assert_eq!(t.earliest_start(two, 2 * HOUR_MS, NOW, NOW + 7 * HOUR_MS, SOFT), None);
         // A 3-hour slot between bookings is too short for four hours.
         let gappy = Timeline::new(gpus()[..1].to_vec(), [whole(0, 0, 1), whole(0, 4, 10)], 0);
-        assert_eq!(gappy.earliest_start(one, 3 * HOUR_MS, NOW, far), Some(NOW + HOUR_MS));
-        assert_eq!(gappy.earliest_start(one, 4 * HOUR_MS, NOW, far), Some(NOW + 10 * HOUR_MS));
+        assert_eq!(gappy.earliest_start(one, 3 * HOUR_MS, NOW, far, SOFT), Some(NOW + HOUR_MS));
+        assert_eq!(gappy.earliest_start(one, 4 * HOUR_MS, NOW, far, SOFT), Some(NOW + 10 * HOUR_MS));
     }
 
     #[test]
@@ -877,21 +1056,26 @@ mod tests {
         let taken = |start: u8, from: i64, to: i64| Booking {
             hold: Hold { gpu_id: 0, slices: SliceRange { start, size: 2 }, profile: None },
             window: at(from, to),
+            occupant: SOFT,
         };
         let t = Timeline::new(shared, [taken(0, 0, 4), taken(2, 0, 4), taken(4, 0, 4), taken(6, 0, 2)], 0);
-        assert_eq!(t.free_count(share, at(0, 1)), 0);
-        assert_eq!(t.free_count(share, at(2, 3)), 1);
-        assert_eq!(t.free_count(share, at(5, 6)), 4);
-        assert_eq!(t.earliest_start(share, 3 * HOUR_MS, NOW, NOW + DAY_MS), Some(NOW + 2 * HOUR_MS));
-        assert_eq!(t.free_count(Shape::Gpus { model: H100, count: 4 }, at(5, 6)), 0, "the shared GPU is not whole");
+        assert_eq!(t.free_count(share, at(0, 1), SOFT), 0);
+        assert_eq!(t.free_count(share, at(2, 3), SOFT), 1);
+        assert_eq!(t.free_count(share, at(5, 6), SOFT), 4);
+        assert_eq!(t.earliest_start(share, 3 * HOUR_MS, NOW, NOW + DAY_MS, SOFT), Some(NOW + 2 * HOUR_MS));
+        assert_eq!(
+            t.free_count(Shape::Gpus { model: H100, count: 4 }, at(5, 6), SOFT),
+            0,
+            "the shared GPU is not whole"
+        );
     }
 
     #[test]
     fn placement_in_a_future_window_ignores_bookings_elsewhere_in_time() {
         let t = Timeline::new(gpus(), [whole(0, 0, 4), whole(1, 0, 4), whole(2, 0, 4), whole(3, 0, 4)], 0);
         let one = Shape::Gpus { model: H100, count: 1 };
-        assert!(t.place(one, at(1, 2)).is_err());
-        assert_eq!(t.place(one, at(4, 6)).map(|a| a.len()), Ok(1));
+        assert!(t.place(one, at(1, 2), SOFT).is_err());
+        assert_eq!(t.place(one, at(4, 6), SOFT).map(|a| a.len()), Ok(1));
     }
 
     #[test]
@@ -955,8 +1139,26 @@ mod tests {
         assert!((gpu_equivalents(&[g3]) - 3.0 / 7.0).abs() < 1e-9);
     }
 
-    /// The sizes the property tests book, from a MIG slice to a node.
-    const PROPERTY_SHAPES: [Shape; 5] = [
+    /// Two soft tenants (or platform staff: the same to placement), two hard ones.
+    const OCCUPANTS: [Occupant; 4] = [SOFT, SOFT, Occupant::Dedicated(7), Occupant::Dedicated(8)];
+
+    /// Three H100 nodes of 2 GPUs: room for tenants to be kept apart.
+    fn three_nodes() -> Vec<GpuUnit> {
+        (0..6)
+            .map(|i| GpuUnit {
+                id: i,
+                node_id: i / 2,
+                model: H100,
+                mig_capable: true,
+                fabric: 0,
+                time_slices: 1,
+                nvlink_domain: None,
+                ib_unit: 0,
+            })
+            .collect()
+    }
+
+    const SHAPES: [Shape; 5] = [
         Shape::MigSlice { model: H100, profile: MigProfile::G1 },
         Shape::MigSlice { model: H100, profile: MigProfile::G3 },
         Shape::Gpus { model: H100, count: 1 },
@@ -964,23 +1166,90 @@ mod tests {
         Shape::Nodes { model: H100, count: 1 },
     ];
 
+    /// Pairs of bookings on one node, in windows closer than the cleaning gap, whose
+    /// occupants may not share a node: checked from the bookings alone.
+    fn tenants_sharing_a_node(bookings: &[Booking], gpus: &[GpuUnit], gap: i64) -> usize {
+        let node = |id: i64| gpus.iter().find(|g| g.id == id).map(|g| g.node_id);
+        let mut pairs = 0;
+        for (k, a) in bookings.iter().enumerate() {
+            for b in &bookings[k + 1..] {
+                if node(a.hold.gpu_id) == node(b.hold.gpu_id)
+                    && a.window.conflicts(b.window, gap)
+                    && a.occupant != b.occupant
+                    && (matches!(a.occupant, Occupant::Dedicated(_)) || matches!(b.occupant, Occupant::Dedicated(_)))
+                {
+                    pairs += 1;
+                }
+            }
+        }
+        pairs
+    }
+
+    #[test]
+    fn hard_tenants_keep_their_nodes_and_go_to_their_own_first() {
+        let hard = Occupant::Dedicated(7);
+        let one = Shape::Gpus { model: H100, count: 1 };
+        let booked = |gpu_id: i64, occupant: Occupant| Booking {
+            hold: Hold { gpu_id, slices: SliceRange::WHOLE_GPU, profile: None },
+            window: at(0, 4),
+            occupant,
+        };
+        // A soft tenant on node 0, the hard tenant on node 1, node 2 empty.
+        let t = Timeline::new(three_nodes(), [booked(0, SOFT), booked(2, hard)], 15 * MINUTE_MS);
+        let placed = t.place(one, at(1, 2), hard).expect("fits");
+        assert_eq!(placed[0].gpu_id, 3, "its own node first");
+        let placed = t.place(one, at(1, 2), SOFT).expect("fits");
+        assert_eq!(placed[0].gpu_id, 1, "a soft tenant fills the shared node and stays off the hard one");
+        assert_eq!(t.free_count(one, at(1, 2), hard), 3, "its own node's GPU and the empty node's two");
+        assert_eq!(t.free_count(one, at(1, 2), SOFT), 3, "the shared node's GPU and the empty node's two");
+        assert_eq!(t.free_count(one, at(1, 2), Occupant::Dedicated(8)), 2, "another hard tenant: the empty node");
+        // The cleaning gap holds between tenants on a node too.
+        assert_eq!(t.earliest_start(one, HOUR_MS, NOW, NOW + DAY_MS, Occupant::Dedicated(8)), Some(NOW));
+        let full = Timeline::new(
+            three_nodes(),
+            [booked(0, SOFT), booked(2, hard), booked(4, Occupant::Dedicated(8)), booked(5, Occupant::Dedicated(8))],
+            15 * MINUTE_MS,
+        );
+        let err = full.place(one, at(1, 2), Occupant::Dedicated(8)).expect_err("its own node is full");
+        let Refusal::NoCapacity { detail, .. } = err else { panic!("{err}") };
+        assert!(detail.starts_with("no node is free of other tenants for it: 2 of the 3 H100-80GB nodes"), "{detail}");
+        // A soft tenant whose own node is full waits for the hard tenants to leave theirs.
+        let long = |gpu_id: i64| Booking { window: at(0, 8), ..booked(gpu_id, SOFT) };
+        let soft_full = Timeline::new(
+            three_nodes(),
+            [long(0), long(1), booked(2, hard), booked(4, Occupant::Dedicated(8))],
+            15 * MINUTE_MS,
+        );
+        let err = soft_full.place(one, at(1, 2), SOFT).expect_err("only hard tenants' nodes have room");
+        assert!(err.to_string().contains("2 of the 3 H100-80GB nodes are dedicated to hard-isolated tenants"), "{err}");
+        assert_eq!(
+            soft_full.earliest_start(one, HOUR_MS, NOW, NOW + DAY_MS, SOFT),
+            Some(NOW + 4 * HOUR_MS + 15 * MINUTE_MS),
+            "when the hard tenants' bookings and the cleaning gap after them end"
+        );
+        // Maintenance keeps nobody off a node's other GPUs.
+        let t = Timeline::new(three_nodes(), [booked(0, Occupant::Nobody)], 0);
+        assert_eq!(t.place(one, at(1, 2), hard).map(|p| p[0].gpu_id), Ok(1));
+    }
+
     proptest::proptest! {
-        /// Random bookings of random shapes in random windows: whatever the timeline
-        /// accepts never conflicts with what it holds, what it counts as free can be
-        /// placed, and an earliest start it finds can be placed.
+        /// Random bookings of random shapes in random windows by soft and hard tenants:
+        /// whatever the timeline accepts never conflicts with what it holds and never puts
+        /// a hard tenant on a node with another tenant at the same time (cleaning gap
+        /// included); what it counts as free for the asker can be placed, and an earliest
+        /// start it finds can be placed.
         #[test]
         fn bookings_never_conflict_and_availability_agrees_with_placement(
-            asks in proptest::collection::vec((0usize..5, 0i64..48, 1i64..12), 1..40)
+            asks in proptest::collection::vec((0usize..5, 0usize..4, 0i64..48, 1i64..12), 1..40)
         ) {
-            let shapes = PROPERTY_SHAPES;
             let gap = 15 * MINUTE_MS;
             let mut held: Vec<Booking> = Vec::new();
-            for (shape, from, hours) in asks {
-                let shape = shapes[shape];
+            for (shape, occupant, from, hours) in asks {
+                let (shape, asker) = (SHAPES[shape], OCCUPANTS[occupant]);
                 let window = at(from, from + hours);
-                let timeline = Timeline::new(gpus(), held.clone(), gap);
-                let free = timeline.free_count(shape, window);
-                match timeline.place(shape, window) {
+                let timeline = Timeline::new(three_nodes(), held.clone(), gap);
+                let free = timeline.free_count(shape, window, asker);
+                match timeline.place(shape, window, asker) {
                     Ok(assignments) => {
                         proptest::prop_assert!(free > 0);
                         for a in assignments {
@@ -989,50 +1258,56 @@ mod tests {
                                     !b.hold.slices.overlaps(a.slices) || !b.window.conflicts(window, gap)
                                 );
                             }
-                            held.push(Booking { hold: a, window });
+                            held.push(Booking { hold: a, window, occupant: asker });
                         }
+                        proptest::prop_assert_eq!(tenants_sharing_a_node(&held, &three_nodes(), gap), 0);
                     }
                     Err(_) => {
                         proptest::prop_assert_eq!(free, 0);
                         let duration = hours * HOUR_MS;
-                        if let Some(t) = timeline.earliest_start(shape, duration, window.starts_at, NOW + 400 * HOUR_MS) {
+                        let latest = NOW + 400 * HOUR_MS;
+                        if let Some(t) = timeline.earliest_start(shape, duration, window.starts_at, latest, asker) {
                             proptest::prop_assert!(t > window.starts_at);
                             let later = Window { starts_at: t, ends_at: t + duration };
-                            proptest::prop_assert!(timeline.place(shape, later).is_ok());
+                            proptest::prop_assert!(timeline.place(shape, later, asker).is_ok());
                         }
                     }
                 }
             }
         }
 
-        /// The heatmap counts each bucket as `free_count` does for that window alone, and
-        /// that count is exactly how many bookings placement then takes one after another.
+        /// The heatmap counts each bucket for an asker as `free_count` does for that window
+        /// alone, and that count is exactly how many bookings placement then takes for the
+        /// same asker one after another, whoever else holds what.
         #[test]
         fn heatmap_buckets_count_what_placement_takes(
-            held in proptest::collection::vec((0usize..5, 0i64..48, 1i64..12), 0..30)
+            held in proptest::collection::vec((0usize..5, 0usize..4, 0i64..48, 1i64..12), 0..30),
+            asker in 0usize..4,
         ) {
-            let shapes = PROPERTY_SHAPES;
             let gap = 15 * MINUTE_MS;
+            let asker = OCCUPANTS[asker];
             let mut bookings: Vec<Booking> = Vec::new();
-            for (shape, from, hours) in held {
-                let window = at(from, from + hours);
-                if let Ok(assignments) = Timeline::new(gpus(), bookings.clone(), gap).place(shapes[shape], window) {
-                    bookings.extend(assignments.into_iter().map(|hold| Booking { hold, window }));
+            for (shape, occupant, from, hours) in held {
+                let (window, occupant) = (at(from, from + hours), OCCUPANTS[occupant]);
+                let timeline = Timeline::new(three_nodes(), bookings.clone(), gap);
+                if let Ok(assignments) = timeline.place(SHAPES[shape], window, occupant) {
+                    bookings.extend(assignments.into_iter().map(|hold| Booking { hold, window, occupant }));
                 }
             }
-            let timeline = Timeline::new(gpus(), bookings.clone(), gap);
-            let rows = timeline.heatmaps(&shapes, NOW, 8 * HOUR_MS, 6);
-            for (shape, row) in shapes.iter().zip(&rows) {
+            let timeline = Timeline::new(three_nodes(), bookings.clone(), gap);
+            let rows = timeline.heatmaps(&SHAPES, NOW, 8 * HOUR_MS, 6, asker);
+            for (shape, row) in SHAPES.iter().zip(&rows) {
                 for (b, &free) in row.iter().enumerate() {
                     let window = at(8 * b as i64, 8 * (b as i64 + 1));
-                    proptest::prop_assert_eq!(free, timeline.free_count(*shape, window));
+                    proptest::prop_assert_eq!(free, timeline.free_count(*shape, window, asker));
                     let mut taken = bookings.clone();
                     let mut placed = 0;
-                    while let Ok(assignments) = Timeline::new(gpus(), taken.clone(), gap).place(*shape, window) {
-                        taken.extend(assignments.into_iter().map(|hold| Booking { hold, window }));
+                    while let Ok(assignments) = Timeline::new(three_nodes(), taken.clone(), gap).place(*shape, window, asker) {
+                        taken.extend(assignments.into_iter().map(|hold| Booking { hold, window, occupant: asker }));
                         placed += 1;
                     }
                     proptest::prop_assert_eq!(free, placed, "{:?} in bucket {}", shape, b);
+                    proptest::prop_assert_eq!(tenants_sharing_a_node(&taken, &three_nodes(), gap), 0);
                 }
             }
         }

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::Refusal;
 use crate::gpu::GpuModel;
 use crate::mig::{COMPUTE_SLICES, MEMORY_SLICES, MigInstance, MigLayout, MigProfile, SliceRange};
+use crate::tenancy::Isolation;
 
 /// The capacity a size asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -94,6 +95,45 @@ impl GpuUnit {
 pub enum Span {
     NvlinkDomain(i64),
     Fabric(i64),
+}
+
+/// Who holds capacity, as far as sharing a node with others goes.
+///
+/// While a hard or hybrid tenant holds anything on a node, nobody else holds anything
+/// there: not another tenant, not platform staff's own bookings, with the cleaning gap
+/// between them as between two bookings of one GPU. Its own bookings share its nodes
+/// (a hybrid tenant's projects are soft among themselves, hard toward everyone else).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Occupant {
+    /// A maintenance window: it takes its GPUs and keeps nobody off the node's others.
+    Nobody,
+    /// A soft tenant or platform staff: shares nodes with everyone but dedicated tenants.
+    Sharing,
+    /// A hard or hybrid tenant, by id: its nodes are its own while it holds them.
+    Dedicated(i64),
+}
+
+impl Occupant {
+    /// The occupant a booking of `tenant` (`None`: platform staff) is, given its isolation.
+    pub fn of(tenant: Option<i64>, isolation: Isolation) -> Occupant {
+        match (tenant, isolation) {
+            (Some(id), Isolation::Hard | Isolation::Hybrid) => Occupant::Dedicated(id),
+            _ => Occupant::Sharing,
+        }
+    }
+
+    /// Whether `self` and `other` may not hold capacity on one node at the same time.
+    pub fn excludes(self, other: Occupant) -> bool {
+        match (self, other) {
+            (Occupant::Nobody, _) | (_, Occupant::Nobody) | (Occupant::Sharing, Occupant::Sharing) => false,
+            (Occupant::Dedicated(a), Occupant::Dedicated(b)) => a != b,
+            (Occupant::Sharing, Occupant::Dedicated(_)) | (Occupant::Dedicated(_), Occupant::Sharing) => true,
+        }
+    }
+
+    pub fn is_dedicated(self) -> bool {
+        matches!(self, Occupant::Dedicated(_))
+    }
 }
 
 /// Capacity already taken on a GPU: whole (`profile` is `None`) or one MIG instance.
@@ -470,12 +510,13 @@ mod tests {
             busy.iter().map(|&hold| crate::booking::Booking {
                 hold,
                 window: crate::booking::Window { starts_at: 0, ends_at: 10 },
+                occupant: Occupant::Nobody,
             }),
             0,
         );
         let window = crate::booking::Window { starts_at: 0, ends_at: 5 };
-        assert_eq!(timeline.free_count(nodes(3), window), 2);
-        assert_eq!(timeline.free_count(nodes(4), window), 0);
+        assert_eq!(timeline.free_count(nodes(3), window, Occupant::Sharing), 2);
+        assert_eq!(timeline.free_count(nodes(4), window, Occupant::Sharing), 0);
     }
 
     #[test]

@@ -53,6 +53,8 @@ pub enum Refusal {
     SlugInUse(String),
     #[error("isolation must be soft, hard or hybrid, not \"{0}\"")]
     InvalidIsolation(String),
+    #[error("the tenant cannot become {isolation} yet: {detail}")]
+    IsolationBlocked { isolation: &'static str, detail: String },
     #[error("there is no role called \"{0}\"")]
     InvalidRole(String),
     #[error("a tenant's members can be tenant admins, members or viewers, not {0}")]

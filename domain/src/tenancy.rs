@@ -11,7 +11,9 @@ pub enum Isolation {
     Soft,
     /// Dedicated nodes and fabric identifiers for the tenant's windows.
     Hard,
-    /// Soft by default; projects may ask for hard isolation.
+    /// Soft projects inside a hard tenant: toward other tenants as hard (its nodes and
+    /// fabric identifiers are its own), while its projects share its nodes among themselves
+    /// with namespaces and quotas only.
     Hybrid,
 }
 

@@ -184,16 +184,16 @@ async fn calendar_speed() {
     let day0 = now - now.rem_euclid(DAY_MS);
     // The first query after a start loads every unreleased reservation into memory.
     let first = Instant::now();
-    platform.availability(day0, 6 * HOUR_MS, 28).await.expect("first week");
+    platform.availability(None, day0, 6 * HOUR_MS, 28).await.expect("first week");
     println!("first query after start (loads the booking book): {}", ms(first.elapsed()));
     let week = time(runs, |i| {
         let platform = platform.clone();
-        async move { platform.availability(day0 + (i as i64 % 80) * DAY_MS, 6 * HOUR_MS, 28).await.expect("week") }
+        async move { platform.availability(None, day0 + (i as i64 % 80) * DAY_MS, 6 * HOUR_MS, 28).await.expect("week") }
     })
     .await;
     let month = time(runs, |i| {
         let platform = platform.clone();
-        async move { platform.availability(day0 + (i as i64 % 60) * DAY_MS, DAY_MS, 30).await.expect("month") }
+        async move { platform.availability(None, day0 + (i as i64 % 60) * DAY_MS, DAY_MS, 30).await.expect("month") }
     })
     .await;
     let shapes = [
@@ -201,18 +201,35 @@ async fn calendar_speed() {
         Shape::Gpus { model: GpuModel::H100_80GB, count: 8 },
         Shape::MigSlice { model: GpuModel::H100_80GB, profile: MigProfile::G3 },
     ];
-    let earliest =
-        time(runs, |i| {
-            let platform = platform.clone();
-            async move {
-                platform.earliest_start(shapes[i % shapes.len()], 24 + (i as u32 % 48), now).await.expect("earliest")
-            }
-        })
-        .await;
+    let earliest = time(runs, |i| {
+        let platform = platform.clone();
+        async move {
+            platform.earliest_start(None, shapes[i % shapes.len()], 24 + (i as u32 % 48), now).await.expect("earliest")
+        }
+    })
+    .await;
+    // The same questions from a hard tenant's user: every node another tenant (here the
+    // seeded staff bookings) holds in a window is off limits, which the earliest-fit
+    // search must wait out node by node.
+    let hard = Some(platform.ensure_tenant("bench-hard", "Hard", Isolation::Hard).await.expect("hard tenant"));
+    let hard_week = time(runs, |i| {
+        let platform = platform.clone();
+        async move { platform.availability(hard, day0 + (i as i64 % 80) * DAY_MS, 6 * HOUR_MS, 28).await.expect("week") }
+    })
+    .await;
+    let hard_earliest = time(runs, |i| {
+        let platform = platform.clone();
+        async move {
+            platform.earliest_start(hard, shapes[i % shapes.len()], 24 + (i as u32 % 48), now).await.expect("earliest")
+        }
+    })
+    .await;
     for (what, d) in [
         ("week heatmap, all 11 sizes (28 x 6 h)", &week),
         ("month heatmap, all 11 sizes (30 x 1 day)", &month),
         ("earliest fit (1 GPU, 8 GPUs, 3g slice; 24-71 h)", &earliest),
+        ("week heatmap for a hard tenant", &hard_week),
+        ("earliest fit for a hard tenant", &hard_earliest),
     ] {
         println!("{what}: p50 {}  p99 {}  ({} runs)", ms(percentile(d, 0.5)), ms(percentile(d, 0.99)), d.len());
     }

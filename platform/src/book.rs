@@ -7,7 +7,8 @@ use std::sync::Arc;
 use berth_domain::booking::{Booking, GpuSet, Timeline, Window};
 use berth_domain::gpu::GpuModel;
 use berth_domain::mig::{MigProfile, SliceRange};
-use berth_domain::placement::{GpuUnit, Hold};
+use berth_domain::placement::{GpuUnit, Hold, Occupant};
+use berth_domain::tenancy::Isolation;
 use sqlx::{Row, SqliteConnection};
 
 use crate::quotas::{Booker, Holder};
@@ -53,8 +54,10 @@ impl BookingBook {
     async fn load(conn: &mut SqliteConnection) -> Result<BookingBook, Error> {
         let rows = sqlx::query(
             "SELECT r.environment_id, e.owner_id, r.gpu_id, r.slice_start, r.slice_size, r.mig_profile, r.starts_at, r.ends_at,
-                    e.tier = 'spot', e.tenant_id, e.project_id
-             FROM reservations r JOIN environments e ON e.id = r.environment_id WHERE r.released_at IS NULL",
+                    e.tier = 'spot', e.tenant_id, e.project_id, t.isolation
+             FROM reservations r JOIN environments e ON e.id = r.environment_id
+             LEFT JOIN tenants t ON t.id = e.tenant_id
+             WHERE r.released_at IS NULL",
         )
         .fetch_all(&mut *conn)
         .await?;
@@ -78,7 +81,9 @@ impl BookingBook {
             let env = ids.entry(env).or_insert_with_key(|k| Arc::from(k.as_str())).clone();
             let window = Window { starts_at: row.try_get(6)?, ends_at: row.try_get(7)? };
             let booker = Booker { user_id: row.try_get(1)?, tenant_id: row.try_get(9)?, project_id: row.try_get(10)? };
-            book.insert(env, booker, Booking { hold, window }, true, row.try_get(8)?);
+            let isolation: Option<&str> = row.try_get(11)?;
+            let occupant = Occupant::of(booker.tenant_id, parse_isolation(isolation)?);
+            book.insert(env, booker, Booking { hold, window, occupant }, true, row.try_get(8)?);
         }
         let maintenance: Vec<(i64, i64, i64, i64)> = sqlx::query_as(
             "SELECT m.id, g.id, m.starts_at, m.ends_at FROM maintenance_windows m
@@ -105,15 +110,32 @@ impl BookingBook {
         let id: Arc<str> = Arc::from(id);
         for &gpu_id in gpus {
             let hold = Hold { gpu_id, slices: SliceRange::WHOLE_GPU, profile: None };
-            self.insert(id.clone(), Booker::NOBODY, Booking { hold, window }, false, false);
+            self.insert(id.clone(), Booker::NOBODY, Booking { hold, window, occupant: Occupant::Nobody }, false, false);
         }
     }
 
-    /// After a launch committed `holds` for `window`.
-    pub(crate) fn add(&mut self, environment_id: &str, booker: Booker, holds: &[Hold], window: Window, spot: bool) {
+    /// After a launch committed `holds` for `window`, held by `occupant`.
+    pub(crate) fn add(
+        &mut self,
+        environment_id: &str,
+        booker: Booker,
+        occupant: Occupant,
+        holds: &[Hold],
+        window: Window,
+        spot: bool,
+    ) {
         let id: Arc<str> = Arc::from(environment_id);
         for &hold in holds {
-            self.insert(id.clone(), booker, Booking { hold, window }, true, spot);
+            self.insert(id.clone(), booker, Booking { hold, window, occupant }, true, spot);
+        }
+    }
+
+    /// After a tenant's isolation changed: its bookings are held by `occupant` now.
+    pub(crate) fn set_occupant(&mut self, tenant_id: i64, occupant: Occupant) {
+        for held in self.by_gpu.values_mut().flatten() {
+            if held.booker.tenant_id == Some(tenant_id) && held.until_released {
+                held.booking.occupant = occupant;
+            }
         }
     }
 
@@ -163,6 +185,20 @@ impl BookingBook {
             .flatten()
             .filter(move |held| range.is_none_or(|r| held.booking_until(now).window.conflicts(r, 0)))
     }
+}
+
+/// A tenant's isolation as stored; `None` (platform staff) shares like a soft tenant.
+fn parse_isolation(isolation: Option<&str>) -> Result<Isolation, Error> {
+    isolation.map_or(Ok(Isolation::Soft), |i| Isolation::parse(i).map_err(|_| Error::internal("unknown isolation")))
+}
+
+/// Who a booking of `tenant_id` (`None`: platform staff) is to placement, read in the
+/// caller's transaction so a launch and its tenant's isolation agree.
+pub(crate) async fn occupant_of(conn: &mut SqliteConnection, tenant_id: Option<i64>) -> Result<Occupant, Error> {
+    let Some(id) = tenant_id else { return Ok(Occupant::Sharing) };
+    let isolation: Option<String> =
+        sqlx::query_scalar("SELECT isolation FROM tenants WHERE id = ?").bind(id).fetch_optional(&mut *conn).await?;
+    Ok(Occupant::of(tenant_id, parse_isolation(isolation.as_deref())?))
 }
 
 impl Held {

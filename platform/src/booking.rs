@@ -9,7 +9,7 @@ use berth_domain::booking::{self, GpuSet, Timeline, Window};
 use berth_domain::catalog::{Offering, Size};
 use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Desired, EnvState};
-use berth_domain::placement::{Hold, Shape};
+use berth_domain::placement::{Hold, Occupant, Shape};
 use berth_domain::policy::Action;
 
 use sqlx::SqliteConnection;
@@ -74,11 +74,36 @@ pub struct SizeAvailability {
     pub earliest_start: Option<i64>,
 }
 
+/// A booking asked for, as a refusal explains it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Asked {
+    pub offering: Offering,
+    pub size: &'static Size,
+    pub hours: u32,
+    pub window: Window,
+    /// Who asks: a hard tenant sees only nodes free of other tenants, and the others only
+    /// nodes no hard tenant holds.
+    pub occupant: Occupant,
+}
+
 impl Platform {
+    /// Who a user of `tenant` (`None`: platform staff, or nobody signed in) books as.
+    async fn occupant_for(&self, tenant: Option<i64>) -> Result<Occupant, Error> {
+        let mut conn = self.db.acquire().await?;
+        crate::book::occupant_of(&mut conn, tenant).await
+    }
+
     /// Free capacity of every catalog shape in `buckets` consecutive buckets of `bucket_ms`
-    /// from `from`.
-    pub async fn availability(&self, from: i64, bucket_ms: i64, buckets: usize) -> Result<Availability, Error> {
+    /// from `from`, as a user of `tenant` (`None`: platform staff) could book it.
+    pub async fn availability(
+        &self,
+        tenant: Option<i64>,
+        from: i64,
+        bucket_ms: i64,
+        buckets: usize,
+    ) -> Result<Availability, Error> {
         let now = now_ms();
+        let occupant = self.occupant_for(tenant).await?;
         let all_shapes = catalog_shapes();
         let models: BTreeSet<GpuModel> = all_shapes.iter().map(|s| s.model()).collect();
         let mut rows = Vec::new();
@@ -90,8 +115,8 @@ impl Platform {
             }
             let empty = Timeline::on(timeline.set().clone(), 0, |_, _| {});
             let shapes: Vec<Shape> = all_shapes.iter().copied().filter(|s| s.model() == model).collect();
-            let capacities = empty.heatmaps(&shapes, from, bucket_ms, 1);
-            let free = timeline.heatmaps(&shapes, from, bucket_ms, buckets);
+            let capacities = empty.heatmaps(&shapes, from, bucket_ms, 1, occupant);
+            let free = timeline.heatmaps(&shapes, from, bucket_ms, buckets, occupant);
             for ((shape, capacity), free) in shapes.into_iter().zip(capacities).zip(free) {
                 let capacity = capacity.first().copied().unwrap_or(0);
                 if capacity > 0 {
@@ -102,10 +127,16 @@ impl Platform {
         Ok(Availability { from, bucket_ms, rows })
     }
 
-    /// For the launch form: per size of `offering`, how many fit for `hours` from now, and
-    /// the earliest start for one when none does.
-    pub async fn size_availability(&self, offering: Offering, hours: u32) -> Result<Vec<SizeAvailability>, Error> {
+    /// For the launch form: per size of `offering`, how many fit for `hours` from now for a
+    /// user of `tenant`, and the earliest start for one when none does.
+    pub async fn size_availability(
+        &self,
+        tenant: Option<i64>,
+        offering: Offering,
+        hours: u32,
+    ) -> Result<Vec<SizeAvailability>, Error> {
         let now = now_ms();
+        let occupant = self.occupant_for(tenant).await?;
         let window = Window { starts_at: now, ends_at: now + i64::from(hours) * booking::HOUR_MS };
         let mut timelines: HashMap<GpuModel, Timeline> = HashMap::new();
         let mut out = Vec::new();
@@ -115,25 +146,32 @@ impl Platform {
                 entry.insert(self.timeline(model, now, Some(window)).await?);
             }
             let Some(timeline) = timelines.get(&model) else { continue };
-            let free_now = timeline.free_count(size.shape, window);
+            let free_now = timeline.free_count(size.shape, window, occupant);
             let earliest_start = if free_now > 0 {
                 Some(now)
             } else {
-                self.earliest_start_on(timeline.set(), size.shape, hours, now, now)
+                self.earliest_start_on(timeline.set(), size.shape, hours, now, now, occupant)
             };
             out.push(SizeAvailability { size, free_now, earliest_start });
         }
         Ok(out)
     }
 
-    /// The earliest start at or after `not_before` for `shape` held `hours`, within the
-    /// booking horizon.
-    pub async fn earliest_start(&self, shape: Shape, hours: u32, not_before: i64) -> Result<Option<i64>, Error> {
+    /// The earliest start at or after `not_before` for `shape` held `hours` by a user of
+    /// `tenant`, within the booking horizon.
+    pub async fn earliest_start(
+        &self,
+        tenant: Option<i64>,
+        shape: Shape,
+        hours: u32,
+        not_before: i64,
+    ) -> Result<Option<i64>, Error> {
         let now = now_ms();
+        let occupant = self.occupant_for(tenant).await?;
         self.ensure_book().await?;
         let mut conn = self.db.acquire().await?;
         let gpus = self.gpus_of_model(&mut conn, shape.model()).await?;
-        Ok(self.earliest_start_on(&gpus, shape, hours, not_before.max(now), now))
+        Ok(self.earliest_start_on(&gpus, shape, hours, not_before.max(now), now, occupant))
     }
 
     /// Moves the end of a booked or running environment. Longer needs its own GPUs free
@@ -158,30 +196,43 @@ impl Platform {
         if window.ends_at > current.ends_at {
             self.load_book(&mut tx).await?;
             let gpus = self.gpus_of_model(&mut tx, model).await?;
+            let gap = self.policy.cleaning_gap_ms;
             // Only bookings near the new window can stand in its way.
-            let all = self.book_bookings(gpus.gpus(), now, None, Some(window.widened(self.policy.cleaning_gap_ms)));
+            let all = self.book_bookings(gpus.gpus(), now, None, Some(window.widened(gap)));
             let (own, others): (Vec<_>, Vec<_>) =
                 all.into_iter().map(|b| (b.environment_id, b.booking)).partition(|(env_id, _)| &**env_id == id);
+            let node_of: HashMap<i64, i64> = gpus.gpus().iter().map(|g| (g.id, g.node_id)).collect();
+            let own_nodes: BTreeSet<i64> =
+                own.iter().filter_map(|(_, o)| node_of.get(&o.hold.gpu_id).copied()).collect();
+            let occupant = own.first().map(|(_, o)| o.occupant).unwrap_or(Occupant::Sharing);
+            // The first booking in the way: on its own GPUs, or on its nodes by a tenant it
+            // may not share a node with (`true`).
             let blocking = others
                 .iter()
-                .filter(|(_, b)| {
-                    own.iter().any(|(_, o)| {
-                        o.hold.gpu_id == b.hold.gpu_id
-                            && o.hold.slices.overlaps(b.hold.slices)
-                            && b.window.conflicts(window, self.policy.cleaning_gap_ms)
-                    })
+                .filter(|(_, b)| b.window.conflicts(window, gap))
+                .filter_map(|(_, b)| {
+                    let on_its_gpus = own
+                        .iter()
+                        .any(|(_, o)| o.hold.gpu_id == b.hold.gpu_id && o.hold.slices.overlaps(b.hold.slices));
+                    let on_its_nodes = b.occupant.excludes(occupant)
+                        && node_of.get(&b.hold.gpu_id).is_some_and(|n| own_nodes.contains(n));
+                    (on_its_gpus || on_its_nodes).then_some((b.window.starts_at, !on_its_gpus))
                 })
-                .map(|(_, b)| b.window.starts_at)
                 .min();
-            if let Some(next_start) = blocking {
-                let latest = next_start - self.policy.cleaning_gap_ms;
+            if let Some((next_start, tenant_in_the_way)) = blocking {
+                let latest = next_start - gap;
+                let detail = if tenant_in_the_way {
+                    format!(
+                        "its node is held by another tenant from {} (a hard-isolated tenant never shares a node)",
+                        utc_short(next_start)
+                    )
+                } else {
+                    format!("its capacity is taken from {} (another booking or maintenance)", utc_short(next_start))
+                };
                 return Err(Refusal::NoCapacity {
                     size: env.size.shape.describe(),
                     when: format!("until {}", utc_short(window.ends_at)),
-                    detail: format!(
-                        "its capacity is taken from {} (another booking or maintenance)",
-                        utc_short(next_start)
-                    ),
+                    detail,
                     hint: if latest > current.ends_at {
                         format!("; it can run until {} at the latest", utc_short(latest))
                     } else {
@@ -224,18 +275,15 @@ impl Platform {
     /// work instead: the earliest start for the same size and duration, and other sizes of
     /// the offering (of any GPU model) free in the asked window. `timeline` is the asked
     /// model's; the caller holds the writer turn on `conn`.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn explain_no_capacity(
         &self,
         conn: &mut SqliteConnection,
         refusal: Refusal,
         timeline: &Timeline,
-        offering: Offering,
-        size: &'static Size,
-        hours: u32,
-        window: Window,
+        asked: Asked,
         now: i64,
     ) -> Result<Error, Error> {
+        let Asked { offering, size, hours, window, occupant } = asked;
         let Refusal::NoCapacity { size: what, detail, .. } = refusal else { return Ok(refusal.into()) };
         let when = if window.starts_at > now {
             format!("from {} to {}", utc_short(window.starts_at), utc_short(window.ends_at))
@@ -243,16 +291,16 @@ impl Platform {
             "right now".to_owned()
         };
         let mut hints = Vec::new();
-        if let Some(t) = self.earliest_start_on(timeline.set(), size.shape, hours, window.starts_at, now) {
+        if let Some(t) = self.earliest_start_on(timeline.set(), size.shape, hours, window.starts_at, now, occupant) {
             hints.push(format!("the earliest start for {hours} h is {}", utc_short(t)));
         }
         let mut others: Vec<&str> = Vec::new();
         for other in offering.sizes().iter().filter(|s| s.id != size.id) {
             let free = if other.gpu_model() == size.gpu_model() {
-                timeline.free_count(other.shape, window)
+                timeline.free_count(other.shape, window, occupant)
             } else {
                 let gpus = self.gpus_of_model(conn, other.gpu_model()).await?;
-                self.timeline_of(&gpus, now, Some(window), true).free_count(other.shape, window)
+                self.timeline_of(&gpus, now, Some(window), true).free_count(other.shape, window, occupant)
             };
             if free > 0 {
                 others.push(other.label);
@@ -267,9 +315,9 @@ impl Platform {
 }
 
 impl Platform {
-    /// The earliest start at or after `not_before` for `shape` held `hours` on `gpus`,
-    /// ending within the horizon. Searched a week at a time (then two, four, ...), so the
-    /// common answer, something soon, looks at few bookings.
+    /// The earliest start at or after `not_before` for `shape` held `hours` on `gpus` by
+    /// `occupant`, ending within the horizon. Searched a week at a time (then two, four,
+    /// ...), so the common answer, something soon, looks at few bookings.
     fn earliest_start_on(
         &self,
         gpus: &Arc<GpuSet>,
@@ -277,6 +325,7 @@ impl Platform {
         hours: u32,
         not_before: i64,
         now: i64,
+        occupant: Occupant,
     ) -> Option<i64> {
         let duration = i64::from(hours) * booking::HOUR_MS;
         let last_start = now + self.policy.horizon_ms - duration;
@@ -285,7 +334,7 @@ impl Platform {
             // Starts in [from, to]; the timeline holds every booking such a window could meet.
             let to = (from + chunk).min(last_start);
             let timeline = self.timeline_of(gpus, now, Some(Window { starts_at: from, ends_at: to + duration }), true);
-            if let Some(t) = timeline.earliest_start(shape, duration, from, to + duration) {
+            if let Some(t) = timeline.earliest_start(shape, duration, from, to + duration, occupant) {
                 return Some(t);
             }
             if to == last_start {

@@ -186,17 +186,19 @@ impl Platform {
         if in_use > 0 {
             return Err(Refusal::NameInUse(spec.name).into());
         }
-        // Only bookings that could conflict with the window matter to placement.
+        // Only bookings that could conflict with the window matter to placement; a hard
+        // or hybrid tenant's nodes are its own, so who books matters too.
+        let occupant = crate::book::occupant_of(&mut tx, booker.tenant_id).await?;
         let nearby = self.timeline_in(&mut tx, model, now, Some(window)).await?;
-        let (assignments, reclaim) = match nearby.place(spec.size.shape, window) {
+        let (assignments, reclaim) = match nearby.place(spec.size.shape, window, occupant) {
             Ok(assignments) => (assignments, Vec::new()),
             // A guaranteed booking may take what spot bookings hold.
-            Err(refusal) => match self.place_reclaiming_spot(&nearby, spec.size.shape, window, now, tier) {
+            Err(refusal) => match self.place_reclaiming_spot(&nearby, spec.size.shape, window, now, tier, occupant) {
                 Some(placed) => placed,
                 None => {
                     let (offering, size, hours) = (spec.offering, spec.size, spec.hours);
-                    let explained =
-                        self.explain_no_capacity(&mut tx, refusal, &nearby, offering, size, hours, window, now).await?;
+                    let asked = crate::booking::Asked { offering, size, hours, window, occupant };
+                    let explained = self.explain_no_capacity(&mut tx, refusal, &nearby, asked, now).await?;
                     return Err(explained);
                 }
             },
@@ -246,7 +248,7 @@ impl Platform {
                 for (victim, ends_at) in &reclaimed {
                     book.set_end(victim, *ends_at);
                 }
-                book.add(&id, booker, &assignments, window, tier == Tier::Spot);
+                book.add(&id, booker, occupant, &assignments, window, tier == Tier::Spot);
             })
         })
         .await?;

@@ -607,8 +607,19 @@ pub(crate) async fn workload_of(
         memory_gb: env.size.memory_gb,
         ends_at: env.ends_at,
         tenant: tenant_scope(&mut *conn, env.tenant_id).await?,
-        mig_neighbours: mig_neighbours(&mut *conn, &env.id).await?,
+        mig_neighbours: neighbours(&mut *conn, &env.id, Neighbours::MigSlices).await?,
+        tenant_neighbours: neighbours(&mut *conn, &env.id, Neighbours::SameHardTenant).await?,
     })
+}
+
+/// Which other environments' units on an environment's nodes a backend needs to know of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Neighbours {
+    /// Their MIG slices: a node has one MIG layout for all of them.
+    MigSlices,
+    /// Everything of the same tenant, when it is hard or hybrid: its node stays dedicated
+    /// to it while any of them holds it.
+    SameHardTenant,
 }
 
 async fn tenant_scope(conn: &mut sqlx::SqliteConnection, tenant_id: Option<i64>) -> Result<TenantScope, Error> {
@@ -631,22 +642,34 @@ async fn tenant_scope(conn: &mut sqlx::SqliteConnection, tenant_id: Option<i64>)
     })
 }
 
-/// MIG slices of other environments on the nodes where this one holds MIG slices, from
-/// reservations that have started and are not released (their instances exist now),
-/// except those of environments whose workload teardown has stopped: their slices are
-/// about to go, and two of them clearing at once must each leave the other out, or the
-/// last layout written would keep a slice nobody holds.
-async fn mig_neighbours(conn: &mut sqlx::SqliteConnection, environment_id: &str) -> Result<Vec<PlacedUnit>, Error> {
-    let rows = sqlx::query(
+/// Units of other environments on the nodes where this one holds units, from reservations
+/// that have started and are not released (their instances and workloads exist now),
+/// except those of environments whose workload teardown has stopped: what they hold is
+/// about to go, and two of them finishing at once must each leave the other out, or the
+/// last node state written would keep something nobody holds.
+async fn neighbours(
+    conn: &mut sqlx::SqliteConnection,
+    environment_id: &str,
+    which: Neighbours,
+) -> Result<Vec<PlacedUnit>, Error> {
+    let only = match which {
+        Neighbours::MigSlices => "r.mig_profile IS NOT NULL",
+        Neighbours::SameHardTenant => {
+            "e.tenant_id = (SELECT tenant_id FROM environments WHERE id = ?1)
+             AND (SELECT isolation FROM tenants WHERE id = e.tenant_id) IN ('hard', 'hybrid')"
+        }
+    };
+    let rows = sqlx::query(&format!(
         "SELECT r.environment_id, s.name AS site, n.name AS node, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile
-         FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id JOIN sites s ON s.id = n.site_id
-         WHERE r.environment_id <> ?1 AND r.released_at IS NULL AND r.mig_profile IS NOT NULL AND r.starts_at <= ?2
+         FROM reservations r JOIN environments e ON e.id = r.environment_id
+         JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id JOIN sites s ON s.id = n.site_id
+         WHERE r.environment_id <> ?1 AND r.released_at IS NULL AND r.starts_at <= ?2 AND {only}
            AND NOT EXISTS (SELECT 1 FROM environment_steps st WHERE st.environment_id = r.environment_id
                            AND st.phase = 'teardown' AND st.step = 'stop_workload' AND st.status = 'succeeded')
            AND n.id IN (SELECT g2.node_id FROM reservations r2 JOIN gpus g2 ON g2.id = r2.gpu_id
-                        WHERE r2.environment_id = ?1 AND r2.mig_profile IS NOT NULL)
-         ORDER BY n.name, g.idx, r.slice_start",
-    )
+                        WHERE r2.environment_id = ?1)
+         ORDER BY n.name, g.idx, r.slice_start"
+    ))
     .bind(environment_id)
     .bind(now_ms())
     .fetch_all(&mut *conn)
@@ -654,7 +677,7 @@ async fn mig_neighbours(conn: &mut sqlx::SqliteConnection, environment_id: &str)
     rows.iter()
         .map(|row| {
             let model: String = row.try_get("model")?;
-            let key: String = row.try_get("mig_profile")?;
+            let key: Option<String> = row.try_get("mig_profile")?;
             Ok(PlacedUnit {
                 environment_id: row.try_get("environment_id")?,
                 site: row.try_get("site")?,
@@ -663,9 +686,9 @@ async fn mig_neighbours(conn: &mut sqlx::SqliteConnection, environment_id: &str)
                 slice_start: row.try_get("slice_start")?,
                 slice_size: row.try_get("slice_size")?,
                 // Stored model-independent (`3g`); backends get the model's name (`3g.40gb`).
-                mig_profile: Some(
-                    GpuModel::parse(&model).zip(MigProfile::from_key(&key)).and_then(|(m, p)| p.name(m)).unwrap_or(key),
-                ),
+                mig_profile: key.map(|key| {
+                    GpuModel::parse(&model).zip(MigProfile::from_key(&key)).and_then(|(m, p)| p.name(m)).unwrap_or(key)
+                }),
             })
         })
         .collect()

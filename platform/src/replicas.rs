@@ -60,6 +60,7 @@ impl Platform {
         .fetch_one(&mut *tx)
         .await?;
         let window = Window { starts_at: now, ends_at: env.ends_at };
+        let occupant = crate::book::occupant_of(&mut tx, env.tenant_id).await?;
         let mut placed: Vec<(i64, Vec<Hold>)> = Vec::new();
         if i64::from(wanted) > held {
             if window.ends_at <= now {
@@ -75,9 +76,10 @@ impl Platform {
                 .map(|b| b.booking)
                 .collect();
             for replica in held..i64::from(wanted) {
-                let taken = placed.iter().flat_map(|(_, holds)| holds.iter().map(|&hold| Booking { hold, window }));
+                let taken =
+                    placed.iter().flat_map(|(_, holds)| holds.iter().map(|&hold| Booking { hold, window, occupant }));
                 let timeline = Timeline::new(gpus.gpus().to_vec(), nearby.iter().copied().chain(taken), gap);
-                let holds = timeline.place(env.size.shape, window).map_err(|refusal| match refusal {
+                let holds = timeline.place(env.size.shape, window, occupant).map_err(|refusal| match refusal {
                     Refusal::NoCapacity { size, detail, .. } => Refusal::NoCapacity {
                         size: format!("replica {} ({size})", replica + 1),
                         when: format!("until {}", crate::booking::utc_short(window.ends_at)),
@@ -110,7 +112,7 @@ impl Platform {
         tx.commit_and(|| {
             self.with_book(|book| {
                 for (_, holds) in &placed {
-                    book.add(id, booker, holds, window, spot);
+                    book.add(id, booker, occupant, holds, window, spot);
                 }
             })
         })
@@ -204,13 +206,14 @@ impl Platform {
         .await?
         .rows_affected();
         let kept = unreleased_bookings(&mut tx, id).await?;
+        let occupant = crate::book::occupant_of(&mut tx, env.tenant_id).await?;
         let (booker, spot) = (env.booker(), env.tier == rules::Tier::Spot);
         tx.commit_and(|| {
             if released > 0 {
                 self.with_book(|book| {
                     book.release(id);
                     for (window, holds) in &kept {
-                        book.add(id, booker, holds, *window, spot);
+                        book.add(id, booker, occupant, holds, *window, spot);
                     }
                 });
             }

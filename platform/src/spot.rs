@@ -1,11 +1,11 @@
 //! The spot tier: bookings beyond a user's quota that a guaranteed booking takes back when
 //! it needs their capacity.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use berth_domain::booking::{Tier, Timeline, Window};
-use berth_domain::placement::{Hold, Shape};
+use berth_domain::placement::{Hold, Occupant, Shape};
 
 use crate::audit::{self, Actor, Event, Outcome};
 use crate::booking::utc_short;
@@ -14,7 +14,8 @@ use crate::{Error, Platform};
 
 impl Platform {
     /// Placement for a guaranteed booking that found no free capacity: placed as if no spot
-    /// booking existed, with the spot bookings in its way to reclaim. `None` when that does
+    /// booking existed, with the spot bookings in its way to reclaim: those on its GPUs and
+    /// those on its nodes that `occupant` may not share a node with. `None` when that does
     /// not fit either, or for a spot booking (spot never reclaims spot).
     pub(crate) fn place_reclaiming_spot(
         &self,
@@ -23,22 +24,25 @@ impl Platform {
         window: Window,
         now: i64,
         tier: Tier,
+        occupant: Occupant,
     ) -> Option<(Vec<Hold>, Vec<Arc<str>>)> {
         if tier == Tier::Spot {
             return None;
         }
         let gpus = nearby.set();
-        let assignments = self.timeline_of(gpus, now, Some(window), false).place(shape, window).ok()?;
+        let assignments = self.timeline_of(gpus, now, Some(window), false).place(shape, window, occupant).ok()?;
         let gap = self.policy.cleaning_gap_ms;
+        let node_of: HashMap<i64, i64> = gpus.gpus().iter().map(|g| (g.id, g.node_id)).collect();
+        let nodes: BTreeSet<i64> = assignments.iter().filter_map(|a| node_of.get(&a.gpu_id).copied()).collect();
         let victims: BTreeSet<Arc<str>> = self
             .book_bookings(gpus.gpus(), now, None, Some(window.widened(gap)))
             .into_iter()
             .filter(|b| {
-                b.spot
-                    && b.booking.window.conflicts(window, gap)
-                    && assignments
-                        .iter()
-                        .any(|a| a.gpu_id == b.booking.hold.gpu_id && a.slices.overlaps(b.booking.hold.slices))
+                let held = b.booking.hold;
+                let on_its_gpus = assignments.iter().any(|a| a.gpu_id == held.gpu_id && a.slices.overlaps(held.slices));
+                let on_its_nodes = b.booking.occupant.excludes(occupant)
+                    && node_of.get(&held.gpu_id).is_some_and(|n| nodes.contains(n));
+                b.spot && b.booking.window.conflicts(window, gap) && (on_its_gpus || on_its_nodes)
             })
             .map(|b| b.environment_id)
             .collect();

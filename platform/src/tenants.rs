@@ -4,6 +4,7 @@
 //! tenant), runs in one write transaction and is audited with it.
 
 use berth_domain::Refusal;
+use berth_domain::placement::Occupant;
 use berth_domain::policy::{Action, Role, Target};
 use berth_domain::tenancy::{self, Isolation};
 use sqlx::{Row, SqliteConnection};
@@ -221,6 +222,9 @@ impl Platform {
         self.authorize(caller, Action::TenantManage, Target::Platform).await?;
         let isolation = Isolation::parse(isolation)?;
         let mut tx = self.begin_write().await?;
+        if isolation != Isolation::Soft {
+            self.ensure_nodes_of_its_own(&mut tx, id, isolation).await?;
+        }
         let changed = sqlx::query("UPDATE tenants SET isolation = ? WHERE id = ? AND status <> 'deleted'")
             .bind(isolation.as_str())
             .bind(id)
@@ -239,8 +243,45 @@ impl Platform {
         };
         audit::record(&mut tx, &Actor { tenant_id: Some(id), ..caller.actor() }, event).await?;
         fabric::settle(&mut tx, &self.fabric, id, isolation, &Actor { tenant_id: Some(id), ..caller.actor() }).await?;
-        tx.commit().await?;
+        let occupant = Occupant::of(Some(id), isolation);
+        tx.commit_and(|| self.with_book(|book| book.set_occupant(id, occupant))).await?;
         Ok(())
+    }
+
+    /// A tenant turning hard or hybrid must not share a node with another tenant at any
+    /// time it holds one (cleaning gap included): it would be on nodes that are not its own.
+    async fn ensure_nodes_of_its_own(
+        &self,
+        conn: &mut SqliteConnection,
+        id: i64,
+        isolation: Isolation,
+    ) -> Result<(), Error> {
+        let (shared, until): (i64, Option<i64>) = sqlx::query_as(
+            "SELECT count(DISTINCT a.environment_id), max(min(a.ends_at, b.ends_at))
+             FROM reservations a
+             JOIN environments ea ON ea.id = a.environment_id
+             JOIN gpus ga ON ga.id = a.gpu_id
+             JOIN gpus gb ON gb.node_id = ga.node_id
+             JOIN reservations b ON b.gpu_id = gb.id AND b.released_at IS NULL
+             JOIN environments eb ON eb.id = b.environment_id
+             WHERE ea.tenant_id = ?1 AND a.released_at IS NULL AND eb.tenant_id IS NOT ?1
+               AND a.starts_at < b.ends_at + ?2 AND b.starts_at < a.ends_at + ?2",
+        )
+        .bind(id)
+        .bind(self.policy.cleaning_gap_ms)
+        .fetch_one(&mut *conn)
+        .await?;
+        match until {
+            Some(until) if shared > 0 => Err(Refusal::IsolationBlocked {
+                isolation: isolation.as_str(),
+                detail: format!(
+                    "{shared} of its environments share a node with another tenant's until {}; stop them or change the isolation after that",
+                    crate::booking::utc_short(until)
+                ),
+            }
+            .into()),
+            _ => Ok(()),
+        }
     }
 
     /// The tenant's members, by email.

@@ -14,10 +14,11 @@ use berth_domain::launch::LaunchRequest;
 use berth_domain::lifecycle::EnvState;
 use berth_domain::placement::Shape;
 use berth_domain::policy::Role;
+use berth_domain::tenancy::Isolation;
 use berth_platform::environments::Environment;
 use berth_platform::maintenance::NodeFilter;
 use berth_platform::quotas::{QuotaRow, QuotaSubject};
-use berth_platform::{Error, now_ms};
+use berth_platform::{Caller, Error, now_ms};
 use common::TestBerth;
 use sqlx::SqlitePool;
 
@@ -34,6 +35,18 @@ async fn book(
     start_ms: Option<i64>,
     hours: u32,
 ) -> Result<Environment, Error> {
+    book_as(berth, &berth.caller, size, name, start_ms, hours).await
+}
+
+/// `book` for another user.
+async fn book_as(
+    berth: &TestBerth,
+    caller: &Caller,
+    size: &str,
+    name: &str,
+    start_ms: Option<i64>,
+    hours: u32,
+) -> Result<Environment, Error> {
     let cluster = size.contains("-node-");
     let request = LaunchRequest {
         offering: if cluster { "cluster" } else { "training" }.into(),
@@ -45,7 +58,7 @@ async fn book(
         command: if cluster { "" } else { "python train.py; sleep infinity" }.into(),
         ..LaunchRequest::default()
     };
-    berth.platform.launch(&berth.caller, &request).await
+    berth.platform.launch(caller, &request).await
 }
 
 async fn environments(berth: &TestBerth) -> i64 {
@@ -209,7 +222,11 @@ async fn availability_shows_bookings_and_the_earliest_start(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
     let t0 = (now_ms() / HOUR_MS + 24) * HOUR_MS;
     book(&berth, "h100-node-1", "busy", Some(t0), 2).await.expect("book");
-    let availability = berth.platform.availability(t0 - 2 * HOUR_MS, HOUR_MS, 6).await.expect("availability");
+    let availability = berth
+        .platform
+        .availability(berth.caller.tenant_id(), t0 - 2 * HOUR_MS, HOUR_MS, 6)
+        .await
+        .expect("availability");
     let whole = availability
         .rows
         .iter()
@@ -225,7 +242,7 @@ async fn availability_shows_bookings_and_the_earliest_start(pool: SqlitePool) {
 
     let node = Shape::Gpus { model: GpuModel::H100_80GB, count: 2 };
     book(&berth, "h100-node-1", "busy-too", Some(t0), 2).await.expect("second node");
-    let earliest = berth.platform.earliest_start(node, 1, t0).await.expect("earliest");
+    let earliest = berth.platform.earliest_start(berth.caller.tenant_id(), node, 1, t0).await.expect("earliest");
     assert_eq!(earliest, Some(t0 + 2 * HOUR_MS + 15 * MINUTE_MS));
 }
 
@@ -303,7 +320,11 @@ async fn the_launch_form_learns_what_is_free_now_and_when_it_will_be(pool: Sqlit
     let berth = TestBerth::new(pool).await;
     let first = book(&berth, "h100-node-1", "all-now", None, 2).await.expect("first node");
     book(&berth, "h100-node-1", "all-now-too", None, 3).await.expect("second node");
-    let sizes = berth.platform.size_availability(berth_domain::catalog::Offering::TrainingJob, 4).await.expect("sizes");
+    let sizes = berth
+        .platform
+        .size_availability(berth.caller.tenant_id(), berth_domain::catalog::Offering::TrainingJob, 4)
+        .await
+        .expect("sizes");
     let h100 = sizes.iter().find(|s| s.size.id == "h100-1").expect("h100-1");
     assert_eq!(h100.free_now, 0);
     assert_eq!(h100.earliest_start, Some(first.ends_at + 15 * MINUTE_MS), "the first node frees first");
@@ -677,4 +698,197 @@ async fn the_fleet_chart_is_read_a_page_of_nodes_at_a_time(pool: SqlitePool) {
     let agents = berth.platform.node_agents(&admin, &zrh(2)).await.expect("agents");
     assert_eq!(agents.iter().map(|a| a.node.as_str()).next(), Some("zrh1-h100-17"));
     assert_eq!(agents.len(), 16);
+}
+
+// ---------------------------------------------------------------------------------------
+// Hard tenants keep their nodes to themselves
+
+/// A member of a new tenant `slug` with `isolation`.
+async fn member_of(berth: &TestBerth, slug: &str, isolation: Isolation) -> Caller {
+    let tenant = berth.platform.ensure_tenant(slug, slug, isolation).await.expect("tenant");
+    let email = format!("member@{slug}.test");
+    let user =
+        berth.platform.create_user(&email, slug, "a long passphrase", Role::Member, Some(tenant)).await.expect("user");
+    user.caller(common::test_meta())
+}
+
+/// The node and GPU index of each unit an environment holds.
+async fn held_on(berth: &TestBerth, id: &str) -> Vec<(String, i64)> {
+    sqlx::query_as(
+        "SELECT n.name, g.idx FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ? ORDER BY 1, 2",
+    )
+    .bind(id)
+    .fetch_all(berth.platform.db())
+    .await
+    .expect("units")
+}
+
+/// Unreleased reservations of an environment.
+async fn held_by(berth: &TestBerth, id: &str) -> i64 {
+    sqlx::query_scalar("SELECT count(*) FROM reservations WHERE environment_id = ? AND released_at IS NULL")
+        .bind(id)
+        .fetch_one(berth.platform.db())
+        .await
+        .expect("count")
+}
+
+async fn node_of(berth: &TestBerth, id: &str) -> String {
+    held_on(berth, id).await.first().expect("holds a unit").0.clone()
+}
+
+/// How many of `shape` the calendar shows free now for a user of `tenant`.
+async fn free_now(berth: &TestBerth, tenant: Option<i64>, shape: Shape) -> u32 {
+    let from = now_ms();
+    let availability = berth.platform.availability(tenant, from, HOUR_MS, 1).await.expect("availability");
+    availability.rows.iter().find(|r| r.shape == shape).map_or(0, |r| r.free[0])
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_hard_tenants_booking_avoids_a_node_with_a_soft_tenants_notebook(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let vault = member_of(&berth, "vault", Isolation::Hard).await;
+    let notebook = berth.launch("notebook", "h100-1g.10gb", "notebook").await.expect("soft notebook");
+    let shared = node_of(&berth, &notebook.id).await;
+
+    // Best fit alone would pick the notebook's node (its other GPU is free).
+    let first = book_as(&berth, &vault, "h100-1", "first", None, 2).await.expect("hard booking");
+    let own = node_of(&berth, &first.id).await;
+    assert_ne!(own, shared, "a hard tenant never lands next to another tenant");
+    // Its second booking goes to the node it already holds.
+    let second = book_as(&berth, &vault, "h100-1", "second", None, 2).await.expect("same tenant");
+    assert_eq!(node_of(&berth, &second.id).await, own, "two bookings of one hard tenant share its node");
+    assert_eq!(common::tenants_sharing_nodes(berth.platform.db()).await, 0);
+
+    // Its node is full; the one free GPU is next to the notebook.
+    let one = Shape::Gpus { model: GpuModel::H100_80GB, count: 1 };
+    assert_eq!(free_now(&berth, vault.tenant_id(), one).await, 0, "the calendar counts as placement does");
+    assert_eq!(free_now(&berth, berth.caller.tenant_id(), one).await, 1, "the soft tenant still has it");
+    let before = environments(&berth).await;
+    let refused = book_as(&berth, &vault, "h100-1", "third", None, 2).await.expect_err("kept apart");
+    let text = refused.to_string();
+    assert!(
+        text.starts_with(
+            "no capacity for 1 x H100-80GB right now: no node is free of other tenants for it: \
+             1 of the 2 H100-80GB nodes hold other tenants' bookings at that time, \
+             and your tenant's isolation keeps it off them. Instead: "
+        ),
+        "{text}"
+    );
+    // Once the notebook (and the cleaning gap after it) is over, its node is free.
+    let earliest = berth_platform::booking::utc_short(notebook.ends_at + 15 * MINUTE_MS);
+    assert!(text.contains(&format!("the earliest start for 2 h is {earliest}")), "{text}");
+    assert_eq!(
+        berth.platform.earliest_start(vault.tenant_id(), one, 2, now_ms()).await.expect("earliest"),
+        Some(notebook.ends_at + 15 * MINUTE_MS)
+    );
+    assert_eq!(environments(&berth).await, before, "a refusal writes nothing");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_soft_tenants_booking_avoids_a_node_a_hard_tenant_holds(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    let vault = member_of(&berth, "vault", Isolation::Hard).await;
+    let hard = book_as(&berth, &vault, "h100-1", "hard", None, 2).await.expect("hard booking");
+    let dedicated = node_of(&berth, &hard.id).await;
+
+    // Best fit alone would fill the started node; the soft tenant goes to the other.
+    let soft = book(&berth, "h100-1", "soft", None, 2).await.expect("soft booking");
+    let shared = node_of(&berth, &soft.id).await;
+    assert_ne!(shared, dedicated);
+    let one = Shape::Gpus { model: GpuModel::H100_80GB, count: 1 };
+    for (who, tenant) in [("soft", berth.caller.tenant_id()), ("hard", vault.tenant_id()), ("staff", None)] {
+        assert_eq!(free_now(&berth, tenant, one).await, 1, "{who}: one GPU on its side");
+    }
+    // Platform staff's own bookings share like a soft tenant's: never on the hard node.
+    let staff = book_as(&berth, &admin, "h100-1", "staff", None, 2).await.expect("staff booking");
+    assert_eq!(node_of(&berth, &staff.id).await, shared);
+    let refused = book(&berth, "h100-1", "more", None, 2).await.expect_err("only the hard node has room");
+    assert!(
+        refused.to_string().contains(
+            "no node is free of other tenants for it: 1 of the 2 H100-80GB nodes are dedicated to hard-isolated tenants at that time"
+        ),
+        "{refused}"
+    );
+    assert_eq!(common::tenants_sharing_nodes(berth.platform.db()).await, 0);
+
+    // The database holds the rule on its own: a soft reservation on the hard node's free GPU.
+    let free_gpu: i64 = sqlx::query_scalar(
+        "SELECT g.id FROM gpus g JOIN nodes n ON n.id = g.node_id
+         WHERE n.name = ? AND g.id NOT IN (SELECT gpu_id FROM reservations WHERE released_at IS NULL)",
+    )
+    .bind(&dedicated)
+    .fetch_one(berth.platform.db())
+    .await
+    .expect("the hard node's free GPU");
+    let sneaked = sqlx::query(
+        "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, starts_at, ends_at)
+         VALUES (?, ?, 0, 8, ?, ?)",
+    )
+    .bind(&soft.id)
+    .bind(free_gpu)
+    .bind(soft.starts_at)
+    .bind(soft.ends_at)
+    .execute(berth.platform.db())
+    .await
+    .expect_err("the trigger refuses it");
+    assert!(sneaked.to_string().contains("shares a node with another tenant"), "{sneaked}");
+
+    // A soft tenant sharing a node with others cannot turn hard while it does.
+    let acme = berth.caller.tenant_id().expect("tenant");
+    let blocked = berth.platform.set_tenant_isolation(&admin, acme, "hard").await.expect_err("shares a node");
+    assert!(
+        blocked.to_string().starts_with(
+            "the tenant cannot become hard yet: 1 of its environments share a node with another tenant's until "
+        ),
+        "{blocked}"
+    );
+    let isolation: String = sqlx::query_scalar("SELECT isolation FROM tenants WHERE id = ?")
+        .bind(acme)
+        .fetch_one(berth.platform.db())
+        .await
+        .expect("isolation");
+    assert_eq!(isolation, "soft", "nothing changed");
+    // Once the staff booking is gone it may: then its node is its own.
+    berth.platform.stop(&admin, &staff.id).await.expect("stop");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while held_by(&berth, &staff.id).await > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the staff booking was never released");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    berth.platform.set_tenant_isolation(&admin, acme, "hybrid").await.expect("nodes of its own now");
+    let refused = book_as(&berth, &admin, "h100-1", "staff-again", None, 2).await.expect_err("both nodes dedicated");
+    assert!(refused.to_string().contains("2 of the 2 H100-80GB nodes are dedicated"), "{refused}");
+    assert_eq!(common::tenants_sharing_nodes(berth.platform.db()).await, 0);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn extending_a_hard_tenants_booking_stops_at_another_tenant_on_its_node(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    let vault = member_of(&berth, "vault", Isolation::Hard).await;
+    let t0 = now_ms() + DAY_MS;
+    let hard = book_as(&berth, &vault, "h100-1", "hard", Some(t0), 2).await.expect("hard booking");
+    let units = held_on(&berth, &hard.id).await;
+    let (node, gpu) = units[0].clone();
+    // Later, the other node and the hard tenant's own GPU are in maintenance: a soft
+    // booking right after the hard one (and its cleaning gap) lands on that node's other GPU.
+    let other = if node == "h100-01" { "h100-02" } else { "h100-01" };
+    let (from, to) = (rfc3339(t0 + 3 * HOUR_MS), rfc3339(t0 + 8 * HOUR_MS));
+    berth.platform.schedule_maintenance(&admin, other, None, &from, &to, "firmware").await.expect("node");
+    berth.platform.schedule_maintenance(&admin, &node, Some(gpu), &from, &to, "reseat").await.expect("gpu");
+    let soft_start = t0 + 2 * HOUR_MS + 30 * MINUTE_MS;
+    let soft = book(&berth, "h100-1", "soft", Some(soft_start), 2).await.expect("soft booking");
+    assert_eq!(held_on(&berth, &soft.id).await, [(node.clone(), 1 - gpu)]);
+
+    let blocked = berth.platform.change_end(&vault, &hard.id, &rfc3339(t0 + 4 * HOUR_MS)).await;
+    let text = blocked.expect_err("runs into the soft booking's node").to_string();
+    let starts = berth_platform::booking::utc_short(soft_start);
+    let latest = berth_platform::booking::utc_short(soft_start - 15 * MINUTE_MS);
+    assert!(text.contains(&format!("its node is held by another tenant from {starts}")), "{text}");
+    assert!(text.contains(&format!("it can run until {latest} at the latest")), "{text}");
+    let longer = berth.platform.change_end(&vault, &hard.id, &rfc3339(soft_start - 15 * MINUTE_MS)).await;
+    assert_eq!(longer.expect("up to the gap").ends_at, soft_start - 15 * MINUTE_MS);
+    assert_eq!(common::tenants_sharing_nodes(berth.platform.db()).await, 0);
 }

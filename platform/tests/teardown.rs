@@ -24,7 +24,7 @@ use berth_platform::environments::Environment;
 use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
 use berth_platform::tenants::TenantChange;
 use berth_platform::{Caller, Error, Platform};
-use common::{fast_reconciler, overlapping_reservations, production_pool, test_meta};
+use common::{fast_reconciler, overlapping_reservations, production_pool, tenants_sharing_nodes, test_meta};
 use kubernetes_api::{FakeCluster, Faults};
 use rand::Rng;
 use rand::seq::IndexedRandom;
@@ -513,6 +513,7 @@ fn workload_of(env: &Environment) -> Workload {
         ends_at: env.ends_at,
         tenant: TenantScope { slug: None, isolation: Isolation::Soft, members: Vec::new() },
         mig_neighbours: Vec::new(),
+        tenant_neighbours: Vec::new(),
     }
 }
 
@@ -908,14 +909,15 @@ async fn random_cycles(site: Site, workers: usize) {
             }
         })
     };
-    // Checked all along, not only at the end: unreleased reservations never overlap, and
-    // no environment of a deleted tenant is meant to run.
+    // Checked all along, not only at the end: unreleased reservations never overlap, hard
+    // tenants never share a node, and no environment of a deleted tenant is meant to run.
     let monitor = {
         let (pool, done) = (site.pool.clone(), done.clone());
         tokio::spawn(async move {
             let mut checks = 0;
             while !done.load(Ordering::SeqCst) {
                 assert_eq!(overlapping_reservations(&pool).await, 0, "overlapping reservations during the run");
+                assert_eq!(tenants_sharing_nodes(&pool).await, 0, "a hard tenant shared a node during the run");
                 let running: i64 = sqlx::query_scalar(
                     "SELECT count(*) FROM environments e JOIN tenants t ON t.id = e.tenant_id
                      WHERE t.status = 'deleted' AND e.desired = 'running' AND e.state NOT IN ('released', 'failed')",

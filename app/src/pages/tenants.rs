@@ -42,7 +42,7 @@ pub fn TenantsPage() -> impl IntoView {
         <RequireUser>
             <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Tenants"</h1>
             <p class="mt-1 text-sm text-slate-600">
-                "Each tenant is an organisation sharing the fleet. Soft isolation keeps tenants apart with namespaces, quotas and network policies; hard isolation gives them dedicated nodes and fabric identifiers; hybrid lets projects choose."
+                "Each tenant is an organisation sharing the fleet. Soft isolation keeps tenants apart with namespaces, quotas and network policies; hard isolation gives them dedicated nodes and fabric identifiers; hybrid is hard toward other tenants with soft projects inside."
             </p>
             {move || errors().map(|error| view! { <div class="mt-4"><ErrorAlert error/></div> })}
             <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>

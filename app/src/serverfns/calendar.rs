@@ -13,14 +13,15 @@ pub async fn calendar(view: String, from: String) -> Result<CalendarView, AppErr
     let span = build::Span::parse(&view);
     let from = crate::components::time::day_start(&from, now);
     let (bucket_ms, buckets) = span.buckets();
-    let availability = platform.availability(from, bucket_ms, buckets).await.map_err(fail)?;
+    // Counted as the caller could book: a hard tenant's users see nodes free of others.
+    let availability = platform.availability(caller.tenant_id(), from, bucket_ms, buckets).await.map_err(fail)?;
     let mine = platform.environments_of_owner(&caller).await.map_err(fail)?;
     let gap = platform.policy().cleaning_gap_ms;
     Ok(build::calendar(span, from, now, &availability, &mine, gap))
 }
 
 /// Per size of `offering`: how many fit for `hours` from now, else the earliest start.
-/// Public, like the catalog.
+/// Public, like the catalog; counted for the signed-in user's tenant when there is one.
 #[server(endpoint = "size_hints")]
 pub async fn size_hints(offering: String, hours: String) -> Result<Vec<crate::model::SizeHint>, AppError> {
     use berth_domain::catalog::Offering;
@@ -28,8 +29,11 @@ pub async fn size_hints(offering: String, hours: String) -> Result<Vec<crate::mo
     let platform = super::ssr::platform(&meta)?;
     let Some(offering) = Offering::parse(&offering) else { return Ok(Vec::new()) };
     let hours = hours.trim().parse::<u32>().ok().filter(|h| (1..=offering.max_hours()).contains(h)).unwrap_or(4);
-    let sizes =
-        platform.size_availability(offering, hours).await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
+    let tenant = super::ssr::signed_in_user(&platform, &meta).await?.and_then(|u| u.tenant_id);
+    let sizes = platform
+        .size_availability(tenant, offering, hours)
+        .await
+        .map_err(|e| AppError::from_platform(e, &meta.request_id))?;
     Ok(sizes
         .into_iter()
         .map(|s| crate::model::SizeHint {

@@ -31,13 +31,17 @@ pub struct Workload {
     /// vCPUs and memory of the booked size (a backend's namespace quota holds exactly these).
     pub vcpus: u32,
     pub memory_gb: u32,
-    /// The environment's window end (ms since the epoch): dedicated nodes say until when.
+    /// The environment's window end (ms since the epoch).
     pub ends_at: i64,
     /// Whose environment this is: namespaces, labels, access and isolation follow from it.
     pub tenant: TenantScope,
     /// MIG slices that other live environments hold on this workload's nodes. A node has
     /// one MIG layout, so a backend that sets it must keep theirs in it.
     pub mig_neighbours: Vec<PlacedUnit>,
+    /// For a hard or hybrid tenant: what its other live environments hold on this
+    /// workload's nodes. Such a node is dedicated to the tenant until the last of them
+    /// leaves, so a backend marking it must keep theirs in the mark.
+    pub tenant_neighbours: Vec<PlacedUnit>,
 }
 
 /// The tenant an environment belongs to, as a backend needs it.

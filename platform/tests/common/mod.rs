@@ -188,6 +188,29 @@ pub async fn overlapping_reservations(pool: &SqlitePool) -> i64 {
     .expect("overlap query")
 }
 
+/// Pairs of unreleased reservations on one node in overlapping windows whose tenants
+/// differ (platform staff counting as one more) while either tenant is hard or hybrid,
+/// written independently of the booking code and of the database's triggers.
+pub async fn tenants_sharing_nodes(pool: &SqlitePool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM reservations a
+           JOIN gpus ga ON ga.id = a.gpu_id
+           JOIN environments ea ON ea.id = a.environment_id
+           LEFT JOIN tenants ta ON ta.id = ea.tenant_id
+           JOIN reservations b ON a.id < b.id
+           JOIN gpus gb ON gb.id = b.gpu_id AND gb.node_id = ga.node_id
+           JOIN environments eb ON eb.id = b.environment_id
+           LEFT JOIN tenants tb ON tb.id = eb.tenant_id
+         WHERE a.released_at IS NULL AND b.released_at IS NULL
+           AND a.starts_at < b.ends_at AND b.starts_at < a.ends_at
+           AND coalesce(ea.tenant_id, -1) <> coalesce(eb.tenant_id, -1)
+           AND (ta.isolation IN ('hard', 'hybrid') OR tb.isolation IN ('hard', 'hybrid'))",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("tenant checker query")
+}
+
 pub fn test_meta() -> RequestMeta {
     RequestMeta { request_id: "test".into(), source: Some("127.0.0.1".into()) }
 }

@@ -36,8 +36,10 @@ pub const STAFF_TENANT: &str = "platform-staff";
 /// On a node whose MIG layout Berth set: the environments that keep it in place, so the
 /// orphan sweep can tell a layout nobody needs any more.
 pub const MIG_ENVIRONMENTS_ANNOTATION: &str = "berth.dev/mig-environments";
-/// On a dedicated node: until when it is dedicated.
-pub const DEDICATED_UNTIL_ANNOTATION: &str = "berth.dev/dedicated-until";
+/// On a node dedicated to a tenant (labelled `berth.dev/tenant=<tenant>` and tainted for
+/// it): the tenant's environments that hold it, so it is given back only when the last of
+/// them leaves, and the orphan sweep can tell a dedication nobody needs any more.
+pub const TENANT_ENVIRONMENTS_ANNOTATION: &str = "berth.dev/tenant-environments";
 /// Jupyter's user (jovyan) and group (users): restricted Pod Security needs a non-root uid.
 const RUN_AS_USER: i64 = 1000;
 const RUN_AS_GROUP: i64 = 100;
@@ -203,10 +205,11 @@ fn metadata(w: &Workload, name: &str, namespace: Option<&str>) -> Value {
     meta
 }
 
-/// Whether the environment gets whole nodes to itself: a dedicated cluster always, any
-/// environment of a hard-isolated tenant too.
+/// Whether the environment's nodes are dedicated to its tenant: a dedicated cluster's
+/// always, any environment's of a hard or hybrid tenant too (booking keeps every other
+/// tenant off such a node while the tenant holds it).
 pub fn dedicates_nodes(w: &Workload) -> bool {
-    w.offering == Offering::DedicatedCluster || w.tenant.isolation == Isolation::Hard
+    w.offering == Offering::DedicatedCluster || w.tenant.isolation != Isolation::Soft
 }
 
 /// The booked nodes, in order, each once.
@@ -674,23 +677,28 @@ pub enum NodeStage {
     Released,
 }
 
-/// The node fields Berth owns for this environment at `stage`, as one server-side apply
-/// (every field Berth wants on the node must be in each apply: fields of the `berth`
-/// manager that an apply leaves out are removed). `None` when Berth has nothing to do
-/// on the node at this stage.
+/// The node fields Berth owns at `stage` of this environment, as one server-side apply.
+///
+/// Every environment on a node applies with the one field manager, and fields of the
+/// manager that an apply leaves out are removed; so each apply carries the whole of what
+/// Berth wants on the node, its neighbours' part included: the MIG layout with their
+/// slices, and the tenant's dedication with their environments. No environment then
+/// undoes another's. `None` when Berth has nothing to do on the node at this stage.
 pub fn node_manifest(w: &Workload, node: &str, stage: NodeStage) -> Result<Option<Manifest>, String> {
     let names = Names::of(w);
     let owns_mig = w.units.iter().any(|u| u.node == node && u.mig_profile.is_some());
+    let dedicating = dedicates_nodes(w);
     let mig = match (owns_mig, stage) {
-        (false, _) => None,
         (true, NodeStage::Held) => Some(node_mig_layout(w, node)?.name),
         (true, NodeStage::Cleared | NodeStage::Released) => Some(cleared_mig_config(w, node)?),
+        // A dedicated environment without slices there still applies to the node, and then
+        // keeps the layout its neighbours' slices need.
+        (false, _) => borrowed_mig_layout(w, node)?.map(|layout| layout.name),
     };
-    let dedicated = dedicates_nodes(w) && stage != NodeStage::Released;
     let touches = match stage {
-        NodeStage::Held => mig.is_some() || dedicated,
+        NodeStage::Held => owns_mig || dedicating,
         NodeStage::Cleared => owns_mig,
-        NodeStage::Released => dedicates_nodes(w),
+        NodeStage::Released => dedicating,
     };
     if !touches {
         return Ok(None);
@@ -702,7 +710,7 @@ pub fn node_manifest(w: &Workload, node: &str, stage: NodeStage) -> Result<Optio
         if config != MIG_DISABLED {
             // Held: this environment and its neighbours; cleared: the neighbours alone,
             // whose slices keep the layout in place until the last of them clears it.
-            let own = (stage == NodeStage::Held).then_some(&w.environment_id);
+            let own = (owns_mig && stage == NodeStage::Held).then_some(&w.environment_id);
             let mut holders: Vec<&String> =
                 own.into_iter().chain(units_on(&w.mig_neighbours, node).map(|u| &u.environment_id)).collect();
             holders.sort();
@@ -712,11 +720,18 @@ pub fn node_manifest(w: &Workload, node: &str, stage: NodeStage) -> Result<Optio
         }
         labels.insert(MIG_CONFIG_LABEL.to_owned(), config);
     }
+    // The tenant's environments holding the node: this one until its window is over, and
+    // its tenant's others there.
+    let own = (dedicating && stage != NodeStage::Released).then_some(&w.environment_id);
+    let others = w.tenant_neighbours.iter().filter(|u| dedicating && u.node == node).map(|u| &u.environment_id);
+    let mut holders: Vec<&String> = own.into_iter().chain(others).collect();
+    holders.sort();
+    holders.dedup();
+    let dedicated = !holders.is_empty();
     if dedicated {
         labels.insert(TENANT_LABEL.to_owned(), names.tenant.clone());
-        labels.insert(ENVIRONMENT_LABEL.to_owned(), w.environment_id.clone());
-        let until = chrono::DateTime::from_timestamp_millis(w.ends_at).map(|t| t.to_rfc3339()).unwrap_or_default();
-        annotations.insert(DEDICATED_UNTIL_ANNOTATION, until);
+        annotations
+            .insert(TENANT_ENVIRONMENTS_ANNOTATION, holders.iter().map(|e| e.as_str()).collect::<Vec<_>>().join(","));
     }
     if !labels.is_empty() {
         meta["labels"] = json!(labels);
@@ -785,6 +800,17 @@ pub fn node_mig_layout(w: &Workload, node: &str) -> Result<NodeMigLayout, String
     let digest = Sha256::digest(format!("{}\n{body}", model.name()).as_bytes());
     let name = format!("berth-{}", &hex::encode(digest)[..12]);
     Ok(NodeMigLayout { entry: format!("  {name}:\n{body}"), name })
+}
+
+/// The layout of `node` this environment names without holding a slice there: a dedicated
+/// environment keeps its neighbours' layout in each apply to the node, so the GPU Operator
+/// must be able to read it even before the neighbour that needs it wrote it.
+pub fn borrowed_mig_layout(w: &Workload, node: &str) -> Result<Option<NodeMigLayout>, String> {
+    let owns_mig = w.units.iter().any(|u| u.node == node && u.mig_profile.is_some());
+    if owns_mig || !dedicates_nodes(w) || units_on(&w.mig_neighbours, node).next().is_none() {
+        return Ok(None);
+    }
+    node_mig_layout(w, node).map(Some)
 }
 
 /// The MIG config a node gets once this environment's slices are cleared. With no other

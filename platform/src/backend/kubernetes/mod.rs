@@ -12,8 +12,13 @@
 //! | remove endpoint | delete the Service and that NetworkPolicy |
 //! | stop workload | delete the workload and wait until its pods are gone |
 //! | clear partition | node's MIG config cleared |
-//! | release capacity | delete the namespace and ClusterQueue; node labels and taint removed |
-//! | orphan sweep | list labelled namespaces, ClusterQueues, dedicated nodes and nodes with a Berth MIG layout (annotated with the environments holding it); delete, give back or disable what no live environment explains |
+//! | release capacity | delete the namespace and ClusterQueue; the node's label and taint removed once no other environment of the tenant holds it |
+//! | orphan sweep | list labelled namespaces, ClusterQueues, dedicated nodes and nodes with a Berth MIG layout (each annotated with the environments holding it); delete, give back or disable what no live environment explains |
+//!
+//! A node dedicated to a hard or hybrid tenant is labelled `berth.dev/tenant=<tenant>` and
+//! tainted for it once, with every environment of the tenant on it in one annotation;
+//! each apply to a node carries all of Berth's state there (its neighbours' MIG slices and
+//! its tenant's other environments), so no environment overwrites another's.
 //!
 //! Kubernetes errors go to the log; the step fails with an operational message.
 //!
@@ -45,9 +50,9 @@ use kube::{Client, ResourceExt};
 use rand::Rng;
 
 use self::manifests::{
-    CLUSTER_QUEUE, COMPONENT_LABEL, ClusterSettings, DEDICATED_UNTIL_ANNOTATION, ENVIRONMENT_LABEL, FIELD_MANAGER,
-    Kind, MANAGED_BY_LABEL, MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_DISABLED, MIG_ENVIRONMENTS_ANNOTATION,
-    MIG_STATE_LABEL, Manifest, NAMESPACE, NODE, NodeStage, TENANT_LABEL,
+    CLUSTER_QUEUE, COMPONENT_LABEL, ClusterSettings, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind, MANAGED_BY_LABEL,
+    MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_DISABLED, MIG_ENVIRONMENTS_ANNOTATION, MIG_STATE_LABEL, Manifest, NAMESPACE,
+    NODE, NodeStage, TENANT_ENVIRONMENTS_ANNOTATION, TENANT_LABEL,
 };
 use super::{
     Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit, RemoveFuture,
@@ -389,10 +394,13 @@ impl Kubernetes {
     }
 
     async fn apply_node(&self, w: &Workload, node: &str, stage: NodeStage) -> Result<(), BackendError> {
-        match manifests::node_manifest(w, node, stage).map_err(|e| invalid(w, &e))? {
-            Some(m) => self.apply(&m).await,
-            None => Ok(()),
+        let Some(m) = manifests::node_manifest(w, node, stage).map_err(|e| invalid(w, &e))? else {
+            return Ok(());
+        };
+        if let Some(layout) = manifests::borrowed_mig_layout(w, node).map_err(|e| invalid(w, &e))? {
+            self.store_mig_layout(&layout).await?;
         }
+        self.apply(&m).await
     }
 
     /// Adds a layout to the mig-parted ConfigMap. The file is shared by every node, so it
@@ -576,12 +584,12 @@ impl Kubernetes {
             }));
         }
         let nodes: Api<Node> = Api::all(self.client.clone());
-        let dedicated = ListParams::default().labels(&format!("{ENVIRONMENT_LABEL},{TENANT_LABEL}"));
+        let dedicated = ListParams::default().labels(TENANT_LABEL);
         let found = nodes.list(&dedicated).await.map_err(|e| api_failure("list dedicated nodes", e))?;
         owned.extend(found.iter().map(|node| OwnedObject {
             kind: NODE.kind,
             name: node.name_any(),
-            environments: node.labels().get(ENVIRONMENT_LABEL).cloned().into_iter().collect(),
+            environments: dedication_holders(node),
         }));
         let with_mig = ListParams::default().labels(MIG_CONFIG_LABEL);
         let found = nodes.list(&with_mig).await.map_err(|e| api_failure("list nodes with MIG layouts", e))?;
@@ -616,14 +624,14 @@ impl Kubernetes {
         let annotations = node.annotations();
         let mig = labels.get(MIG_CONFIG_LABEL).filter(|c| c.starts_with("berth-") || *c == MIG_DISABLED);
         let mig_holders = mig_holders(&node);
-        let dedication = labels.get(ENVIRONMENT_LABEL);
+        let dedicated = labels.contains_key(TENANT_LABEL);
         let (keep_dedication, keep_mig) = if object.kind == MIG_LAYOUT {
             if mig_holders.as_ref() != Some(&object.environments) {
                 return Ok(false);
             }
             (true, false)
         } else {
-            if dedication.is_none_or(|e| !object.environments.contains(e)) {
+            if !dedicated || dedication_holders(&node) != object.environments {
                 return Ok(false);
             }
             (false, true)
@@ -634,14 +642,14 @@ impl Kubernetes {
         }
         let (mut kept_labels, mut kept_annotations) = (serde_json::Map::new(), serde_json::Map::new());
         let mut taints = Vec::new();
-        if keep_dedication && dedication.is_some() {
+        if keep_dedication && dedicated {
             for key in [TENANT_LABEL, ENVIRONMENT_LABEL] {
                 if let Some(value) = labels.get(key) {
                     kept_labels.insert(key.to_owned(), value.clone().into());
                 }
             }
-            if let Some(until) = annotations.get(DEDICATED_UNTIL_ANNOTATION) {
-                kept_annotations.insert(DEDICATED_UNTIL_ANNOTATION.to_owned(), until.clone().into());
+            if let Some(holders) = annotations.get(TENANT_ENVIRONMENTS_ANNOTATION) {
+                kept_annotations.insert(TENANT_ENVIRONMENTS_ANNOTATION.to_owned(), holders.clone().into());
             }
             let spec_taints = node.spec.as_ref().and_then(|s| s.taints.clone()).unwrap_or_default();
             taints.extend(spec_taints.into_iter().filter(|t| t.key == TENANT_LABEL));
@@ -677,6 +685,15 @@ impl Kubernetes {
 
 /// What the orphan sweep calls a node's MIG layout set by Berth.
 pub const MIG_LAYOUT: &str = "MigLayout";
+
+/// The environments keeping a node dedicated to their tenant: its annotation, or the one
+/// environment label nodes dedicated by earlier versions of Berth carry.
+fn dedication_holders(node: &Node) -> Vec<String> {
+    match node.annotations().get(TENANT_ENVIRONMENTS_ANNOTATION) {
+        Some(holders) => holders.split(',').filter(|e| !e.is_empty()).map(str::to_owned).collect(),
+        None => node.labels().get(ENVIRONMENT_LABEL).cloned().into_iter().collect(),
+    }
+}
 
 /// The environments keeping the node's Berth MIG layout in place; `None` when Berth set
 /// no layout there (or only disabled MIG).
