@@ -249,16 +249,16 @@ pub(super) async fn run_job(world: Arc<Mutex<World>>, w: Workload, speed: f64, m
     let command = w.command.clone().unwrap_or_default();
     write(format!("$ {command}"));
     write(format!("[berth] image {} on {}", w.image.as_deref().unwrap_or("?"), super::describe_units(&w)));
-    const EPOCHS: u32 = 5;
+    let epochs = epochs_of(&command);
     let mut loss = 2.5_f64;
-    for epoch in 1..=EPOCHS {
+    for epoch in 1..=epochs {
         let pause = Duration::from_secs_f64((1.5 * speed).max(0.0));
         tokio::select! {
             _ = until_stopped(&mut stopped) => return,
             _ = tokio::time::sleep(pause) => {}
         }
         loss *= 0.55;
-        write(format!("epoch {epoch}/{EPOCHS}: loss {loss:.4}"));
+        write(format!("epoch {epoch}/{epochs}: loss {loss:.4}"));
     }
     if command.contains("sleep infinity") {
         // A job that waits to be stopped (a service, or a test that needs one running).
@@ -277,6 +277,18 @@ pub(super) async fn run_job(world: Arc<Mutex<World>>, w: Workload, speed: f64, m
     }
 }
 
+/// How many epochs a simulated job trains: `--epochs N` (at most 10,000), else 5.
+fn epochs_of(command: &str) -> u32 {
+    let mut words = command.split_whitespace();
+    while let Some(word) = words.next() {
+        if let Some(n) = word.strip_prefix("--epochs=").or_else(|| (word == "--epochs").then(|| words.next()).flatten())
+        {
+            return n.parse().unwrap_or(5).clamp(1, 10_000);
+        }
+    }
+    5
+}
+
 /// `... exit 3` -> 3; anything else succeeds.
 fn exit_code_of(command: &str) -> i32 {
     let last = command.rsplit([';', '&', '|']).next().unwrap_or_default().trim();
@@ -285,7 +297,16 @@ fn exit_code_of(command: &str) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use super::exit_code_of;
+    use super::{epochs_of, exit_code_of};
+
+    #[test]
+    fn a_command_may_say_how_many_epochs_it_trains() {
+        assert_eq!(epochs_of("python train.py"), 5);
+        assert_eq!(epochs_of("python train.py --epochs 12"), 12);
+        assert_eq!(epochs_of("python train.py --epochs=3 --lr 0.1"), 3);
+        assert_eq!(epochs_of("python train.py --epochs lots"), 5);
+        assert_eq!(epochs_of("python train.py --epochs 99999999"), 10_000);
+    }
 
     #[test]
     fn a_command_ending_in_exit_sets_the_status() {
