@@ -963,7 +963,12 @@ mod tests {
 
     /// Two H100 nodes of 2 GPUs.
     fn gpus() -> Vec<GpuUnit> {
-        (0..4)
+        h100_nodes(2)
+    }
+
+    /// `nodes` H100 nodes of 2 MIG-capable GPUs, GPU ids from 0.
+    fn h100_nodes(nodes: i64) -> Vec<GpuUnit> {
+        (0..2 * nodes)
             .map(|i| GpuUnit {
                 id: i,
                 node_id: i / 2,
@@ -1144,18 +1149,7 @@ mod tests {
 
     /// Three H100 nodes of 2 GPUs: room for tenants to be kept apart.
     fn three_nodes() -> Vec<GpuUnit> {
-        (0..6)
-            .map(|i| GpuUnit {
-                id: i,
-                node_id: i / 2,
-                model: H100,
-                mig_capable: true,
-                fabric: 0,
-                time_slices: 1,
-                nvlink_domain: None,
-                ib_unit: 0,
-            })
-            .collect()
+        h100_nodes(3)
     }
 
     const SHAPES: [Shape; 5] = [

@@ -32,9 +32,10 @@ pub fn routes() -> axum::Router<AppState> {
 /// Opens a notebook on its own origin: `/environments/<id>/open?next=<path there>`.
 pub const OPEN_ROUTE: &str = "/environments/{id}/open";
 
+/// `?next=<path>`: where to go once signed in (or, for a notebook, on its own origin).
 #[derive(Deserialize, Default)]
 #[serde(default)]
-struct OpenQuery {
+struct NextQuery {
     next: Option<String>,
 }
 
@@ -44,7 +45,7 @@ struct OpenQuery {
 async fn open_environment(
     State(state): State<AppState>,
     Path(id): Path<String>,
-    Query(q): Query<OpenQuery>,
+    Query(q): Query<NextQuery>,
     session: Session,
     parts: Parts,
 ) -> Response {
@@ -96,16 +97,10 @@ fn to_login(message: &str) -> Response {
     Redirect::to(&format!("/login?sso_error={query}")).into_response()
 }
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct StartQuery {
-    next: Option<String>,
-}
-
 async fn start_sign_in(
     State(state): State<AppState>,
     Path(slug): Path<String>,
-    Query(q): Query<StartQuery>,
+    Query(q): Query<NextQuery>,
     session: Session,
     parts: Parts,
 ) -> Response {
