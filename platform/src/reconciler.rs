@@ -33,8 +33,8 @@ use tokio::task::JoinSet;
 
 use crate::audit::{self, Actor, Event, Outcome};
 use crate::backend::{Backend, Live, OwnedObject, PlacedUnit, StepOutput, TenantScope, Workload, orphans};
-use crate::tenant_queues::QueueSyncs;
 use crate::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row, held_units};
+use crate::tenant_queues::QueueSyncs;
 use crate::{Error, Platform, RequestMeta, lock, now_ms};
 
 #[derive(Debug, Clone)]

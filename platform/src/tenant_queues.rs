@@ -46,9 +46,8 @@ impl Platform {
         retry: Duration,
         tasks: &mut JoinSet<()>,
     ) -> Result<(), Error> {
-        let behind: Vec<i64> = sqlx::query_scalar("SELECT id FROM tenants WHERE queue_synced < queue_version")
-            .fetch_all(&self.db)
-            .await?;
+        let behind: Vec<i64> =
+            sqlx::query_scalar("SELECT id FROM tenants WHERE queue_synced < queue_version").fetch_all(&self.db).await?;
         let now = now_ms();
         for id in behind {
             if lock(&syncs.retry_at).get(&id).is_some_and(|&at| at > now) || !lock(&syncs.in_flight).insert(id) {
@@ -85,7 +84,8 @@ impl Platform {
         let call = if status == "deleted" {
             drop(conn);
             let removal = tokio::time::timeout(timeout, backend.remove_tenant_queue(&slug)).await;
-            removal.map(|removed| removed.map(|removed| tracing::info!(tenant = %slug, removed, "tenant queue removed")))
+            removal
+                .map(|removed| removed.map(|removed| tracing::info!(tenant = %slug, removed, "tenant queue removed")))
         } else {
             let queue = tenant_queue_of(&mut conn, id).await?;
             drop(conn);
@@ -132,10 +132,12 @@ pub(crate) async fn follow_quota(conn: &mut SqliteConnection, subject: QuotaSubj
 /// Marks the queue of tenant `id` (of every tenant not deleted, for `None`) as having to
 /// follow a change; the reconciler applies it after the commit.
 pub(crate) async fn follow(conn: &mut SqliteConnection, id: Option<i64>) -> Result<(), Error> {
-    sqlx::query("UPDATE tenants SET queue_version = queue_version + 1 WHERE (?1 IS NULL AND status <> 'deleted') OR id = ?1")
-        .bind(id)
-        .execute(conn)
-        .await?;
+    sqlx::query(
+        "UPDATE tenants SET queue_version = queue_version + 1 WHERE (?1 IS NULL AND status <> 'deleted') OR id = ?1",
+    )
+    .bind(id)
+    .execute(conn)
+    .await?;
     Ok(())
 }
 
@@ -184,7 +186,8 @@ async fn tenant_queue_of(conn: &mut SqliteConnection, tenant_id: i64) -> Result<
     }
     for allowance in models.values_mut() {
         // A time-sliced GPU is one GPU-equivalent, however many shares it makes.
-        let capacity = f64::from(allowance.whole_gpus) + allowance.shared_gpus.iter().map(|&(_, n)| f64::from(n)).sum::<f64>();
+        let capacity =
+            f64::from(allowance.whole_gpus) + allowance.shared_gpus.iter().map(|&(_, n)| f64::from(n)).sum::<f64>();
         allowance.gpus = quota.max_gpus_of(allowance.model).map_or(capacity, |limit| limit.min(capacity));
     }
     Ok(TenantQueue {

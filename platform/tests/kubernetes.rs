@@ -12,10 +12,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use berth_domain::catalog::Offering;
+use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Step, provision_plan, teardown_plan};
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
-use berth_domain::gpu::GpuModel;
 use berth_platform::backend::kubernetes::manifests::{
     self, ClusterSettings, Manifest, NodeStage, endpoint_manifest, namespace_bundle, node_manifest,
     tenant_cluster_queue, workload_manifests,
@@ -463,7 +463,9 @@ fn every_tenant_namespace_meets_the_security_checklist() {
             for rule in role["rules"].as_array().unwrap() {
                 let resources = strings(&rule["resources"]);
                 assert!(
-                    !resources.iter().any(|r| ["clusterqueues", "namespaces", "resourceflavors", "cohorts"].contains(r)),
+                    !resources
+                        .iter()
+                        .any(|r| ["clusterqueues", "namespaces", "resourceflavors", "cohorts"].contains(r)),
                     "{name}: {rule}"
                 );
             }
@@ -520,7 +522,11 @@ fn a_tenants_cluster_queue_admits_its_own_namespaces_only() {
             "{case}: owned by Berth, for the tenant, for no environment"
         );
         let selector = &q["spec"]["namespaceSelector"]["matchLabels"];
-        assert_eq!(selector, &json!({ "app.kubernetes.io/managed-by": "berth", "berth.dev/tenant": queue.slug }), "{case}");
+        assert_eq!(
+            selector,
+            &json!({ "app.kubernetes.io/managed-by": "berth", "berth.dev/tenant": queue.slug }),
+            "{case}"
+        );
         assert_eq!(q["spec"]["namespaceSelector"].as_object().unwrap().len(), 1, "{case}: matchLabels only");
         for (_, w) in cases() {
             let namespace = namespace_bundle(&w, &settings()).remove(0).object;
@@ -546,9 +552,12 @@ fn a_tenants_cluster_queue_admits_its_own_namespaces_only() {
 /// Each resource's quota is the most of it the tenant's Berth quota lets it hold at once.
 #[test]
 fn a_tenants_cluster_queue_quota_follows_its_limit_per_model() {
-    let quota = |q: &TenantQueue| -> BTreeMap<String, String> { manifests::tenant_queue_quota(q).into_iter().collect() };
+    let quota =
+        |q: &TenantQueue| -> BTreeMap<String, String> { manifests::tenant_queue_quota(q).into_iter().collect() };
     let limited = quota(&tenant_queues()[0].1);
-    let h100 = |limit: f64, compute: u8, per_gpu: i64| (((limit * 7.0 / f64::from(compute)) + 1e-9).floor() as i64).min(16 * per_gpu);
+    let h100 = |limit: f64, compute: u8, per_gpu: i64| {
+        (((limit * 7.0 / f64::from(compute)) + 1e-9).floor() as i64).min(16 * per_gpu)
+    };
     let a100 = |compute: u8, per_gpu: i64| (((7.0 / f64::from(compute)) + 1e-9).floor() as i64).min(8 * per_gpu);
     let expected = BTreeMap::from([
         ("cpu".to_owned(), "1152".to_owned()),
@@ -593,7 +602,12 @@ fn a_tenants_cluster_queue_quota_follows_its_limit_per_model() {
     // A limit of zero allows nothing, but still names every resource (asked-for and
     // refused, rather than unknown to the queue).
     let none = TenantQueue { models: vec![ModelAllowance { gpus: 0.0, ..sixth.models[0].clone() }], ..sixth };
-    assert!(manifests::tenant_queue_quota(&none).iter().filter(|(r, _)| r.starts_with("nvidia.com/")).all(|(_, n)| n == "0"));
+    assert!(
+        manifests::tenant_queue_quota(&none)
+            .iter()
+            .filter(|(r, _)| r.starts_with("nvidia.com/"))
+            .all(|(_, n)| n == "0")
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -746,10 +760,9 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
             format!("DELETE /apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/berth-cluster-user"),
             format!("GET /apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/berth-cluster-user"),
         ],
-        ("dedicated-cluster", Step::ReleaseCapacity) => with(
-            release,
-            &["PATCH /api/v1/nodes/h100-1".into(), "PATCH /api/v1/nodes/h100-2".into(), forget_layouts],
-        ),
+        ("dedicated-cluster", Step::ReleaseCapacity) => {
+            with(release, &["PATCH /api/v1/nodes/h100-1".into(), "PATCH /api/v1/nodes/h100-2".into(), forget_layouts])
+        }
 
         ("training-gpu-staff", Step::StartWorkload) => {
             with(bundle_calls(&ns, true), &[format!("PATCH /apis/batch/v1/namespaces/{ns}/jobs/training")])
@@ -1211,8 +1224,9 @@ async fn the_sweep_drops_layouts_from_the_config_map_that_nothing_needs_and_only
     let written = manifests::node_mig_layout(&pending, "h100-2").unwrap().name;
     // And one an earlier Berth wrote, with no writer on record: nothing needs it.
     let stray = "berth-000000000000";
-    cluster.lock().objects.get_mut(&map_path).unwrap()["data"][stray] =
-        json!(format!("  {stray}:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {{\"7g.80gb\": 1}}\n"));
+    cluster.lock().objects.get_mut(&map_path).unwrap()["data"][stray] = json!(format!(
+        "  {stray}:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {{\"7g.80gb\": 1}}\n"
+    ));
     let owned = k8s.owned_objects().await.unwrap();
     let entries: BTreeMap<String, Vec<String>> =
         owned.iter().filter(|o| o.kind == "MigConfigEntry").map(|o| (o.name.clone(), o.environments.clone())).collect();
@@ -1226,7 +1240,8 @@ async fn the_sweep_drops_layouts_from_the_config_map_that_nothing_needs_and_only
     );
 
     // Both environments live: only the stray layout is an orphan.
-    let entries_of = |found: Vec<OwnedObject>| found.into_iter().filter(|o| o.kind == "MigConfigEntry").collect::<Vec<_>>();
+    let entries_of =
+        |found: Vec<OwnedObject>| found.into_iter().filter(|o| o.kind == "MigConfigEntry").collect::<Vec<_>>();
     let orphaned = entries_of(orphans(&owned, &live(&[ENV_ID, OTHER_ENV_ID])));
     assert_eq!(orphaned.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), [stray]);
     cluster.take_calls();
@@ -1659,7 +1674,10 @@ async fn scaling_an_endpoint_sizes_quota_and_queue_for_every_replica() {
     );
     let queued = &body_of(&calls, &queue)["spec"]["resourceGroups"][0]["flavors"][0]["resources"];
     assert!(
-        queued.as_array().unwrap().contains(&json!({ "name": "nvidia.com/gpu", "nominalQuota": "2", "borrowingLimit": "0" })),
+        queued
+            .as_array()
+            .unwrap()
+            .contains(&json!({ "name": "nvidia.com/gpu", "nominalQuota": "2", "borrowingLimit": "0" })),
         "{queued}"
     );
 

@@ -239,7 +239,8 @@ impl FakeCluster {
         let Some(map) = state.objects.get("/api/v1/namespaces/gpu-operator/configmaps/berth-mig-parted-config") else {
             return Vec::new();
         };
-        let entries = map["data"].as_object().into_iter().flatten().map(|(k, _)| k.as_str()).filter(|k| *k != "config.yaml");
+        let entries =
+            map["data"].as_object().into_iter().flatten().map(|(k, _)| k.as_str()).filter(|k| *k != "config.yaml");
         let writers = map
             .pointer("/metadata/annotations")
             .and_then(Value::as_object)
@@ -262,7 +263,9 @@ impl FakeCluster {
                 path.starts_with("/apis/kueue.x-k8s.io/v1beta1/clusterqueues/")
                     && o.pointer("/metadata/labels/berth.dev~1environment").is_none()
             })
-            .filter_map(|(_, o)| o.pointer("/metadata/labels/berth.dev~1tenant").and_then(Value::as_str).map(str::to_owned))
+            .filter_map(|(_, o)| {
+                o.pointer("/metadata/labels/berth.dev~1tenant").and_then(Value::as_str).map(str::to_owned)
+            })
             .collect()
     }
 

@@ -1014,10 +1014,16 @@ impl MigLayouts {
     /// `annotations` with the writers' annotations replaced by these layouts' writers
     /// (annotations of others kept as they are).
     pub fn annotate(&self, annotations: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-        let mut out: BTreeMap<String, String> =
-            annotations.iter().filter(|(k, _)| !k.starts_with(MIG_LAYOUT_WRITERS_PREFIX)).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut out: BTreeMap<String, String> = annotations
+            .iter()
+            .filter(|(k, _)| !k.starts_with(MIG_LAYOUT_WRITERS_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         for (name, writers) in self.writers.iter().filter(|(_, w)| !w.is_empty()) {
-            out.insert(format!("{MIG_LAYOUT_WRITERS_PREFIX}{name}"), writers.iter().cloned().collect::<Vec<_>>().join(","));
+            out.insert(
+                format!("{MIG_LAYOUT_WRITERS_PREFIX}{name}"),
+                writers.iter().cloned().collect::<Vec<_>>().join(","),
+            );
         }
         out
     }

@@ -55,8 +55,8 @@ use rand::Rng;
 
 use self::manifests::{
     CLUSTER_QUEUE, COMPONENT_LABEL, ClusterSettings, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind, MANAGED_BY_LABEL,
-    MIG_CONFIG_LABEL, MIG_DISABLED, MIG_ENVIRONMENTS_ANNOTATION, MIG_STATE_LABEL, Manifest, MigLayouts, NAMESPACE, NODE,
-    NodeStage, TENANT_ENVIRONMENTS_ANNOTATION, TENANT_LABEL,
+    MIG_CONFIG_LABEL, MIG_DISABLED, MIG_ENVIRONMENTS_ANNOTATION, MIG_STATE_LABEL, Manifest, MigLayouts, NAMESPACE,
+    NODE, NodeStage, TENANT_ENVIRONMENTS_ANNOTATION, TENANT_LABEL,
 };
 use super::{
     Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit, QueueFuture,
@@ -445,7 +445,8 @@ impl Kubernetes {
     /// itself before it sets a node, and both writes name the resourceVersion they read,
     /// so a layout someone is about to use is never dropped.
     async fn forget_mig_layouts(&self, w: &Workload) -> Result<(), BackendError> {
-        let doing = format!("clear {}'s MIG layouts from ConfigMap {}", w.environment_id, self.config.cluster.mig_config_map);
+        let doing =
+            format!("clear {}'s MIG layouts from ConfigMap {}", w.environment_id, self.config.cluster.mig_config_map);
         for _ in 0..5 {
             let Some(current) = self.mig_config_map().await.map_err(|e| api_failure(&doing, e))? else {
                 return Ok(());
@@ -688,11 +689,9 @@ impl Kubernetes {
         owned.extend(found.iter().filter_map(|queue| {
             let labels = queue.labels();
             match (labels.get(ENVIRONMENT_LABEL), labels.get(TENANT_LABEL)) {
-                (Some(environment), _) => Some(OwnedObject::for_environments(
-                    CLUSTER_QUEUE.kind,
-                    queue.name_any(),
-                    vec![environment.clone()],
-                )),
+                (Some(environment), _) => {
+                    Some(OwnedObject::for_environments(CLUSTER_QUEUE.kind, queue.name_any(), vec![environment.clone()]))
+                }
                 (None, Some(tenant)) => Some(OwnedObject {
                     kind: CLUSTER_QUEUE.kind,
                     name: queue.name_any(),
@@ -706,13 +705,17 @@ impl Kubernetes {
         let dedicated = ListParams::default().labels(TENANT_LABEL);
         let found = nodes.list(&dedicated).await.map_err(|e| api_failure("list dedicated nodes", e))?;
         owned.extend(
-            found.iter().map(|node| OwnedObject::for_environments(NODE.kind, node.name_any(), dedication_holders(node))),
+            found
+                .iter()
+                .map(|node| OwnedObject::for_environments(NODE.kind, node.name_any(), dedication_holders(node))),
         );
         let with_mig = ListParams::default().labels(MIG_CONFIG_LABEL);
         let found = nodes.list(&with_mig).await.map_err(|e| api_failure("list nodes with MIG layouts", e))?;
-        owned.extend(found.iter().filter_map(|node| {
-            Some(OwnedObject::for_environments(MIG_LAYOUT, node.name_any(), mig_holders(node)?))
-        }));
+        owned.extend(
+            found.iter().filter_map(|node| {
+                Some(OwnedObject::for_environments(MIG_LAYOUT, node.name_any(), mig_holders(node)?))
+            }),
+        );
         let named = layouts_named_by(&found.items);
         let doing = format!("read ConfigMap {}", self.config.cluster.mig_config_map);
         if let Some(map) = self.mig_config_map().await.map_err(|e| api_failure(&doing, e))? {
