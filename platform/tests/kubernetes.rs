@@ -1057,6 +1057,25 @@ async fn a_failed_mig_layout_fails_the_step_with_a_clear_message() {
     assert!(error.0.ends_with("on node h100-1"), "{error}");
 }
 
+/// An environment provisioned by an earlier Berth fed a ClusterQueue of its own; Kueue
+/// will not change the queue a LocalQueue feeds, so a repeated step replaces it.
+#[tokio::test]
+async fn a_local_queue_of_an_earlier_berth_is_replaced_to_feed_the_tenants_queue() {
+    let w = cases()[2].1.clone(); // acme's inference endpoint
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    k8s.run(&w, Step::StartWorkload).await.unwrap();
+    let ns = ns(&w);
+    let local = format!("/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/localqueues/berth");
+    cluster.lock().objects.get_mut(&local).unwrap()["spec"]["clusterQueue"] = json!(ns);
+    cluster.take_calls();
+    k8s.run(&w, Step::StartWorkload).await.unwrap();
+    let lines = cluster.take_lines();
+    let at = lines.iter().position(|l| *l == format!("PATCH {local}")).unwrap();
+    assert_eq!(lines[at..at + 3], [format!("PATCH {local}"), format!("DELETE {local}"), format!("PATCH {local}")]);
+    assert_eq!(cluster.lock().objects[&local]["spec"]["clusterQueue"], "berth-tenant-acme");
+}
+
 #[tokio::test]
 async fn kubernetes_errors_reach_the_owner_as_operational_messages_only() {
     let w = workload(Offering::InferenceEndpoint, "l40s-1", acme(), vec![gpu_unit("l40s-1", 1)]);
@@ -1265,7 +1284,7 @@ async fn the_sweep_drops_layouts_from_the_config_map_that_nothing_needs_and_only
     assert_eq!(relisted.environments, [THIRD_ENV_ID, OTHER_ENV_ID], "in order");
     assert!(orphans(std::slice::from_ref(&relisted), &live(&[THIRD_ENV_ID])).is_empty(), "its writer is live");
     assert!(k8s.remove_owned(&relisted).await.unwrap(), "listed again with all its writers gone");
-    assert_eq!(cluster.mig_layouts(), [named.clone()]);
+    assert_eq!(cluster.mig_layouts(), std::slice::from_ref(&named));
 
     // The notebook's layout stays while h100-1 is set to it...
     let named_entry = orphaned.iter().find(|o| o.name == named).unwrap();

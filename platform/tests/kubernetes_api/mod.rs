@@ -401,6 +401,13 @@ impl State {
                     self.node_applied.insert(name.clone(), body);
                     return (StatusCode::OK, self.node_view(name).unwrap());
                 }
+                // Kueue refuses to change the ClusterQueue a LocalQueue feeds.
+                if call.path.contains("/localqueues/")
+                    && let Some(old) = self.objects.get(&call.path)
+                    && old.pointer("/spec/clusterQueue") != body.pointer("/spec/clusterQueue")
+                {
+                    return status(422, "Invalid", "spec.clusterQueue: Invalid value: field is immutable");
+                }
                 self.revision += 1;
                 let mut stored = body;
                 stored["metadata"]["resourceVersion"] = json!(self.revision.to_string());

@@ -37,8 +37,9 @@ pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 pub const MIG_DISABLED: &str = "all-disabled";
 /// The ConfigMap key the GPU Operator's MIG manager reads.
 pub const MIG_CONFIG_KEY: &str = "config.yaml";
-/// Tenant label of platform staff's own environments (they belong to no tenant).
-pub const STAFF_TENANT: &str = "platform-staff";
+/// Tenant label of platform staff's own environments (they belong to no tenant); no tenant
+/// may take the slug, so a tenant's ClusterQueue never admits staff's namespaces.
+pub const STAFF_TENANT: &str = berth_domain::tenancy::STAFF_SLUG;
 /// Prefix of a tenant's ClusterQueue's name; the tenant's slug follows.
 pub const TENANT_QUEUE_PREFIX: &str = "berth-tenant-";
 /// Prefix of the mig-parted ConfigMap's annotations that name, per layout Berth wrote

@@ -126,7 +126,7 @@ impl Kubernetes {
         let mut output = StepOutput::default();
         match step {
             Step::ConfigurePartition => {
-                self.apply_all(&manifests::namespace_bundle(w, &self.config.cluster)).await?;
+                self.apply_bundle(w).await?;
                 let layouts = self.configure_mig(w).await?;
                 output.detail =
                     Some(format!("namespace {} ready; MIG layout {} applied", names.namespace, layouts.join(", ")));
@@ -135,7 +135,7 @@ impl Kubernetes {
                 output.detail = w.image.as_ref().map(|i| format!("{i} is pulled by the node when the workload starts"));
             }
             Step::StartWorkload => {
-                self.apply_all(&manifests::namespace_bundle(w, &self.config.cluster)).await?;
+                self.apply_bundle(w).await?;
                 if manifests::dedicates_nodes(w) {
                     for node in manifests::nodes_of(w) {
                         self.apply_node(w, &node, NodeStage::Held).await?;
@@ -365,6 +365,28 @@ impl Kubernetes {
         // them before (the GPU Operator's default `nvidia.com/mig.config`, for one).
         let params = PatchParams::apply(FIELD_MANAGER).force();
         self.api(&m.kind, m.namespace()).patch(m.name(), &params, &Patch::Apply(&m.object)).await?;
+        Ok(())
+    }
+
+    /// The environment's namespace bundle. A LocalQueue's ClusterQueue cannot change, and
+    /// an environment provisioned by an earlier Berth fed a queue of its own rather than
+    /// its tenant's: such a LocalQueue is replaced.
+    async fn apply_bundle(&self, w: &Workload) -> Result<(), BackendError> {
+        for m in manifests::namespace_bundle(w, &self.config.cluster) {
+            if m.kind != manifests::LOCAL_QUEUE {
+                self.apply(&m).await?;
+                continue;
+            }
+            match self.apply_answer(&m).await {
+                Ok(()) => {}
+                Err(kube::Error::Api(status)) if status.code == 422 => {
+                    tracing::info!(environment = %w.environment_id, "LocalQueue feeds another ClusterQueue; replacing it");
+                    self.delete(&m.kind, m.namespace(), m.name(), false).await?;
+                    self.apply(&m).await?;
+                }
+                Err(e) => return Err(api_failure(&format!("apply LocalQueue {}", m.name()), e)),
+            }
+        }
         Ok(())
     }
 
