@@ -692,13 +692,16 @@ impl Kubernetes {
     /// nodes' MIG layouts with the environments that keep each in place, and the layouts
     /// of the mig-parted ConfigMap with the environments that wrote them or hold them on a
     /// node. Nodes are listed before the ConfigMap, so a sweep disables a stale layout on a
-    /// node before it looks at the ConfigMap's copy.
+    /// node before it looks at the ConfigMap's copy. Objects being deleted are left out.
     async fn owned(&self) -> Result<Vec<OwnedObject>, BackendError> {
         let mut owned = Vec::new();
         let labelled = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER},{ENVIRONMENT_LABEL}"));
+        // What is being deleted already (a namespace emptying, a queue whose workloads are
+        // finishing: Kueue holds it with a finalizer) is on its way out, not an orphan.
+        let going = |object: &DynamicObject| object.metadata.deletion_timestamp.is_some();
         let found =
             self.api(&NAMESPACE, None).list(&labelled).await.map_err(|e| api_failure("list Berth's namespaces", e))?;
-        owned.extend(found.iter().map(|object| {
+        owned.extend(found.iter().filter(|o| !going(o)).map(|object| {
             let environments = object.labels().get(ENVIRONMENT_LABEL).cloned().into_iter().collect();
             OwnedObject::for_environments(NAMESPACE.kind, object.name_any(), environments)
         }));
@@ -708,7 +711,7 @@ impl Kubernetes {
             .list(&berths)
             .await
             .map_err(|e| api_failure("list Berth's ClusterQueues", e))?;
-        owned.extend(found.iter().filter_map(|queue| {
+        owned.extend(found.iter().filter(|o| !going(o)).filter_map(|queue| {
             let labels = queue.labels();
             match (labels.get(ENVIRONMENT_LABEL), labels.get(TENANT_LABEL)) {
                 (Some(environment), _) => {
