@@ -173,13 +173,18 @@ const fn share(
     Size { id, label, shape: Shape::Share { model, ways }, vcpus, memory_gb, cents_per_hour }
 }
 
+/// vCPUs of one GPU node as the catalog sells it whole (a dedicated cluster's node).
+pub const NODE_VCPUS: u32 = 192;
+/// Memory (GB) of one GPU node as the catalog sells it whole.
+pub const NODE_MEMORY_GB: u32 = 2048;
+
 const fn nodes(id: &'static str, label: &'static str, model: GpuModel, count: u32, cents_per_hour: u32) -> Size {
     Size {
         id,
         label,
         shape: Shape::Nodes { model, count },
-        vcpus: 192 * count,
-        memory_gb: 2048 * count,
+        vcpus: NODE_VCPUS * count,
+        memory_gb: NODE_MEMORY_GB * count,
         cents_per_hour,
     }
 }

@@ -33,8 +33,12 @@ impl Isolation {
     }
 }
 
+/// What backends call platform staff's own environments where they need a tenant's name
+/// (Kubernetes namespaces and labels), so no tenant may take it.
+pub const STAFF_SLUG: &str = "platform-staff";
+
 /// A short name for URLs and group mappings: 2 to 40 lower-case letters, digits or dashes,
-/// starting with a letter.
+/// starting with a letter, and not [`STAFF_SLUG`].
 pub fn validate_slug(slug: &str) -> Result<String, Refusal> {
     let slug = slug.trim();
     if slug.len() < 2 || slug.len() > 40 {
@@ -45,6 +49,9 @@ pub fn validate_slug(slug: &str) -> Result<String, Refusal> {
     }
     if !slug.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-') {
         return Err(Refusal::InvalidSlug("may hold only lower-case letters, digits and dashes"));
+    }
+    if slug == STAFF_SLUG {
+        return Err(Refusal::InvalidSlug("is reserved for platform staff's own environments"));
     }
     Ok(slug.to_owned())
 }
@@ -183,6 +190,7 @@ mod tests {
         assert!(validate_slug("Acme").is_err());
         assert!(validate_slug("2acme").is_err());
         assert!(validate_slug("ac me").is_err());
+        assert!(validate_slug("platform-staff").is_err(), "staff's name on Kubernetes");
     }
 
     #[test]

@@ -65,6 +65,8 @@ impl Platform {
                 .await?;
             }
         }
+        // Tenants without a limit of a model may hold the fleet's capacity of it.
+        crate::tenant_queues::follow(&mut tx, None).await?;
         tx.commit_and(|| self.forget_fleet()).await?;
         Ok(())
     }

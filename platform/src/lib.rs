@@ -29,6 +29,7 @@ pub mod replicas;
 mod spot;
 pub mod sso;
 pub mod store;
+mod tenant_queues;
 pub mod tenants;
 mod throttle;
 pub mod tokens;

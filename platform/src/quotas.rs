@@ -226,7 +226,9 @@ impl Platform {
         let event =
             Event { action: "quota.set", target: Some(&target), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &caller.actor(), event).await?;
+        crate::tenant_queues::follow_quota(&mut tx, subject).await?;
         tx.commit().await?;
+        self.wake_reconciler();
         Ok(())
     }
 
@@ -250,7 +252,9 @@ impl Platform {
         let target = subject_label(subject);
         let event = Event { action: "quota.remove", target: Some(&target), outcome: Outcome::Success, detail: None };
         audit::record(&mut tx, &caller.actor(), event).await?;
+        crate::tenant_queues::follow_quota(&mut tx, subject).await?;
         tx.commit().await?;
+        self.wake_reconciler();
         Ok(())
     }
 
@@ -336,6 +340,15 @@ impl Platform {
         let gpu_hours_this_month = gpu_hours_in_month(conn, holder, window.starts_at, except).await?;
         Ok(Usage { same_model, overlapping: u32::try_from(overlapping).unwrap_or(u32::MAX), gpu_hours_this_month })
     }
+}
+
+/// Tenant `tenant_id`'s own quota row, if it has one.
+pub(crate) async fn tenant_quota(conn: &mut SqliteConnection, tenant_id: i64) -> Result<Option<Quota>, Error> {
+    let row = sqlx::query(&format!("SELECT {QUOTA_COLUMNS} FROM quotas q WHERE q.tenant_id = ?"))
+        .bind(tenant_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    row.as_ref().map(quota_from_row).transpose()
 }
 
 /// One quota that applies to a booking.

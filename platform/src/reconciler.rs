@@ -7,8 +7,12 @@
 //! only moves forward: a step that succeeded is never run again.
 //!
 //! Every `sweep_interval` it also sweeps the backend for orphans, objects Berth made that
-//! no live environment explains (an answer lost in a timeout whose effect landed after
-//! the teardown, say), and removes them, each logged and written to the audit log.
+//! nothing live explains (an answer lost in a timeout whose effect landed after the
+//! teardown, say; a deleted tenant's queue), and removes them, each logged and written to
+//! the audit log.
+//!
+//! It also keeps each tenant's queue on the backend in line with the tenant's quota (see
+//! `tenant_queues`), and applies every live tenant's again at each sweep.
 //!
 //! Step tasks are interrupted, never aborted: a backend call can be abandoned at any
 //! await, but the bookkeeping after it runs to the end, so no database transaction is
@@ -28,8 +32,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::backend::{Backend, OwnedObject, PlacedUnit, StepOutput, TenantScope, Workload, orphans};
+use crate::backend::{Backend, Live, OwnedObject, PlacedUnit, StepOutput, TenantScope, Workload, orphans};
 use crate::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row, held_units};
+use crate::tenant_queues::QueueSyncs;
 use crate::{Error, Platform, RequestMeta, lock, now_ms};
 
 #[derive(Debug, Clone)]
@@ -93,6 +98,8 @@ pub struct Reconciler {
     backoff: Arc<Mutex<HashMap<String, (u32, i64)>>>,
     /// Stops the running orphan sweep, if one runs.
     sweeping: Arc<Mutex<Option<oneshot::Sender<()>>>>,
+    /// Tenant queue syncs running or waiting to retry.
+    queues: Arc<QueueSyncs>,
 }
 
 /// What one orphan sweep found and did.
@@ -114,6 +121,7 @@ impl Reconciler {
             in_flight: Default::default(),
             backoff: Default::default(),
             sweeping: Default::default(),
+            queues: Default::default(),
         }
     }
 
@@ -131,6 +139,11 @@ impl Reconciler {
             }
             if tokio::time::Instant::now() >= next_sweep && lock(&self.sweeping).is_none() {
                 next_sweep = tokio::time::Instant::now() + self.config.sweep_interval;
+                if self.backend.has_tenant_queues()
+                    && let Err(e) = self.platform.reapply_tenant_queues().await
+                {
+                    tracing::error!(error = %e, "could not mark tenant queues for their periodic apply");
+                }
                 self.start_sweep(&mut tasks);
             }
             tokio::select! {
@@ -198,6 +211,11 @@ impl Reconciler {
         self.platform.scale_endpoints(&self.backend, self.config.step_timeout, tasks).await?;
         // Training jobs that ended on their own (see `jobs`).
         self.platform.watch_jobs(&self.backend, self.config.step_timeout, tasks).await?;
+        // Tenants' queues behind their quota (see `tenant_queues`).
+        if self.backend.has_tenant_queues() {
+            let (timeout, retry) = (self.config.step_timeout, self.config.max_backoff);
+            self.platform.sync_tenant_queues(&self.backend, &self.queues, timeout, retry, tasks).await?;
+        }
         Ok(())
     }
 
@@ -230,9 +248,10 @@ impl Reconciler {
     }
 
     /// The sweep in two phases: list what the backend holds FIRST, then read which
-    /// environments are live. An environment created in between counts as live, so what
-    /// it has just made is never swept; an environment that was live at the listing and
-    /// is over by the read has had its teardown, so what is left of it is an orphan.
+    /// environments and tenants are live. An environment created in between counts as
+    /// live, so what it has just made is never swept; an environment that was live at the
+    /// listing and is over by the read has had its teardown, so what is left of it is an
+    /// orphan. A tenant's slug is never reused, so a deleted tenant's queue is one for good.
     async fn sweep_until(&self, mut stop: oneshot::Receiver<()>) -> Result<SweepReport, Error> {
         let timeout = self.config.step_timeout;
         let owned = tokio::select! {
@@ -243,12 +262,18 @@ impl Reconciler {
             },
             _ = &mut stop => return Ok(SweepReport::default()),
         };
-        let live: HashSet<String> =
+        let environments: HashSet<String> =
             sqlx::query_scalar("SELECT id FROM environments WHERE state NOT IN ('released', 'failed')")
                 .fetch_all(&self.platform.db)
                 .await?
                 .into_iter()
                 .collect();
+        let tenants: HashSet<String> = sqlx::query_scalar("SELECT slug FROM tenants WHERE status <> 'deleted'")
+            .fetch_all(&self.platform.db)
+            .await?
+            .into_iter()
+            .collect();
+        let live = Live { environments, tenants };
         let mut report = SweepReport { owned: owned.len(), ..SweepReport::default() };
         for orphan in orphans(&owned, &live) {
             let removed = tokio::select! {
@@ -276,10 +301,15 @@ impl Reconciler {
         Ok(report)
     }
 
-    /// An orphan's removal in the audit log, in the tenant of the environment it was for.
+    /// An orphan's removal in the audit log, in the tenant it (or its environment) was for.
     async fn audit_orphan(&self, orphan: &OwnedObject, outcome: Outcome, error: Option<&str>) -> Result<(), Error> {
         let mut tx = self.platform.begin_write().await?;
-        let mut tenant_id = None;
+        let mut tenant_id: Option<i64> = match &orphan.tenant {
+            Some(slug) => {
+                sqlx::query_scalar("SELECT id FROM tenants WHERE slug = ?").bind(slug).fetch_optional(&mut *tx).await?
+            }
+            None => None,
+        };
         for environment in &orphan.environments {
             let tenant: Option<Option<i64>> = sqlx::query_scalar("SELECT tenant_id FROM environments WHERE id = ?")
                 .bind(environment)
@@ -290,12 +320,16 @@ impl Reconciler {
         let target = format!("{} {}", orphan.kind, orphan.name);
         let environments =
             if orphan.environments.is_empty() { "no environment".to_owned() } else { orphan.environments.join(", ") };
-        let detail = match error {
-            None => format!(
+        let detail = match (error, &orphan.tenant) {
+            (None, Some(slug)) => format!(
+                "made for tenant {slug}, which is deleted or unknown; removed by the orphan sweep ({} backend)",
+                self.backend.name()
+            ),
+            (None, None) => format!(
                 "made for {environments}, none of them live; removed by the orphan sweep ({} backend)",
                 self.backend.name()
             ),
-            Some(error) => format!("could not remove it ({error}); the next sweep tries again"),
+            (Some(error), _) => format!("could not remove it ({error}); the next sweep tries again"),
         };
         let event = Event { action: "orphan.remove", target: Some(&target), outcome, detail: Some(&detail) };
         audit::record(&mut tx, &Actor::background(tenant_id), event).await?;

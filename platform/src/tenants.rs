@@ -156,6 +156,8 @@ impl Platform {
             invite(&mut tx, caller, id, &email, Role::TenantAdmin).await?;
         }
         tx.commit().await?;
+        // A new tenant's queue is behind from the start: the reconciler makes it.
+        self.wake_reconciler();
         self.tenant(caller, id).await
     }
 
@@ -207,6 +209,8 @@ impl Platform {
                 .await?;
             detail = Some(format!("{stopped} environments stopped"));
             fabric::release(&mut tx, &self.fabric, id, &Actor { tenant_id: Some(id), ..caller.actor() }).await?;
+            // Its queue goes too (Kueue keeps a queue in use until its workloads are gone).
+            crate::tenant_queues::follow(&mut tx, Some(id)).await?;
         }
         let target = format!("tenant:{id}");
         let event = Event { action, target: Some(&target), outcome: Outcome::Success, detail: detail.as_deref() };

@@ -1,7 +1,8 @@
 //! The Kubernetes backend against a mock API server: the exact requests of every step of
 //! every offering, golden manifests, the tenant-namespace security checklist, full
 //! provision/teardown, a second pass over a converged environment, crashes after each
-//! step, MIG layouts shared with neighbours, and the orphan sweep.
+//! step, MIG layouts shared with neighbours (and kept in the mig-parted ConfigMap only
+//! while needed), tenants' Kueue ClusterQueues, and the orphan sweep.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation stops the test with its message
 
 mod kubernetes_api;
@@ -11,14 +12,18 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use berth_domain::catalog::Offering;
+use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Step, provision_plan, teardown_plan};
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
 use berth_platform::backend::kubernetes::manifests::{
-    self, ClusterSettings, Manifest, NodeStage, endpoint_manifest, namespace_bundle, node_manifest, workload_manifests,
+    self, ClusterSettings, Manifest, NodeStage, endpoint_manifest, namespace_bundle, node_manifest,
+    tenant_cluster_queue, workload_manifests,
 };
 use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
-use berth_platform::backend::{Backend, JobStatus, OwnedObject, PlacedUnit, TenantScope, Workload, orphans};
+use berth_platform::backend::{
+    Backend, JobStatus, Live, ModelAllowance, OwnedObject, PlacedUnit, TenantQueue, TenantScope, Workload, orphans,
+};
 use kubernetes_api::FakeCluster;
 use serde_json::{Value, json};
 
@@ -42,6 +47,19 @@ fn vault() -> TenantScope {
         slug: Some("vault".into()),
         isolation: Isolation::Hard,
         members: vec![("dee@vault.test".into(), Role::TenantAdmin)],
+    }
+}
+
+/// Platform staff's own environments belong to no tenant.
+fn staff() -> TenantScope {
+    TenantScope { slug: None, isolation: Isolation::Soft, members: Vec::new() }
+}
+
+/// What the sweep would read as live: these environments, and the tenants acme and vault.
+fn live(environments: &[&str]) -> Live {
+    Live {
+        environments: environments.iter().map(|e| e.to_string()).collect(),
+        tenants: HashSet::from(["acme".to_owned(), "vault".to_owned()]),
     }
 }
 
@@ -97,7 +115,8 @@ fn workload(offering: Offering, size: &str, tenant: TenantScope, units: Vec<Plac
 }
 
 /// One case per offering: a MIG notebook of a soft tenant, a 4-GPU training job of a hard
-/// tenant, a whole-GPU inference endpoint, and a two-node dedicated cluster.
+/// tenant, a whole-GPU inference endpoint, and a two-node dedicated cluster; and a
+/// training job of platform staff, which has a ClusterQueue of its own.
 fn cases() -> Vec<(&'static str, Workload)> {
     vec![
         (
@@ -117,6 +136,29 @@ fn cases() -> Vec<(&'static str, Workload)> {
                 acme(),
                 ["h100-1", "h100-2"].iter().flat_map(|n| (0..8).map(move |g| gpu_unit(n, g))).collect(),
             ),
+        ),
+        ("training-gpu-staff", workload(Offering::TrainingJob, "h100-1", staff(), vec![gpu_unit("h100-1", 0)])),
+    ]
+}
+
+/// The fleet tenants' queues are sized over: two H100 nodes and one A100 node with MIG,
+/// two L40S nodes and one L40S node time-sliced four ways.
+fn fleet_models(h100: f64, a100: f64, l40s: f64) -> Vec<ModelAllowance> {
+    vec![
+        ModelAllowance { model: GpuModel::A100_80GB, gpus: a100, whole_gpus: 8, mig_gpus: 8, shared_gpus: vec![] },
+        ModelAllowance { model: GpuModel::H100_80GB, gpus: h100, whole_gpus: 16, mig_gpus: 16, shared_gpus: vec![] },
+        ModelAllowance { model: GpuModel::L40S, gpus: l40s, whole_gpus: 8, mig_gpus: 0, shared_gpus: vec![(4, 2)] },
+    ]
+}
+
+/// acme limited to 2.5 H100-equivalents and one of every other model; vault without a
+/// limit (the fleet's capacity) and allowed spot.
+fn tenant_queues() -> Vec<(&'static str, TenantQueue)> {
+    vec![
+        ("limited", TenantQueue { slug: "acme".into(), spot: false, nodes: 6, models: fleet_models(2.5, 1.0, 1.0) }),
+        (
+            "unlimited-spot",
+            TenantQueue { slug: "vault".into(), spot: true, nodes: 6, models: fleet_models(16.0, 8.0, 10.0) },
         ),
     ]
 }
@@ -179,9 +221,15 @@ fn everything(w: &Workload) -> Value {
 fn manifests_match_the_golden_files() {
     let bless = std::env::var_os("BLESS").is_some();
     let mut stale = Vec::new();
-    for (name, w) in cases() {
+    let mut goldens: Vec<(&str, Value)> = cases().into_iter().map(|(name, w)| (name, everything(&w))).collect();
+    let queues: serde_json::Map<String, Value> = tenant_queues()
+        .into_iter()
+        .map(|(case, q)| (case.to_owned(), tenant_cluster_queue(&q, &settings()).object))
+        .collect();
+    goldens.push(("tenant-queues", Value::Object(queues)));
+    for (name, golden) in goldens {
         let path = golden_path(name);
-        let actual = serde_json::to_string_pretty(&everything(&w)).unwrap() + "\n";
+        let actual = serde_json::to_string_pretty(&golden).unwrap() + "\n";
         if bless {
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
             std::fs::write(&path, &actual).unwrap();
@@ -196,6 +244,13 @@ fn manifests_match_the_golden_files() {
         stale.is_empty(),
         "manifests differ from tests/golden/kubernetes/ for {stale:?}; review and run with BLESS=1"
     );
+}
+
+#[test]
+fn a_media_extension_slice_is_asked_for_by_the_device_plugins_name() {
+    let w = workload(Offering::Notebook, "h100-1g.10gb", acme(), vec![mig_unit("h100-1", 0, 0, "1g.10gb+me")]);
+    let resources = manifests::gpu_resources(&w);
+    assert_eq!(resources.into_iter().collect::<Vec<_>>(), [("nvidia.com/mig-1g.10gb.me".to_owned(), 1)]);
 }
 
 #[test]
@@ -402,6 +457,45 @@ fn every_tenant_namespace_meets_the_security_checklist() {
         assert_eq!(bound.get("berth-tenant-admins"), Some(&"berth-admin"), "{name}");
         assert_eq!(bound.get("berth-members"), Some(&"berth-edit"), "{name}");
         assert_eq!(bound.get("berth-viewers"), Some(&"berth-view"), "{name}");
+        // Queues are cluster-scoped: no Role reaches them, nor the namespace's own labels
+        // (which pick the tenant's ClusterQueue).
+        for role in roles.values() {
+            for rule in role["rules"].as_array().unwrap() {
+                let resources = strings(&rule["resources"]);
+                assert!(
+                    !resources
+                        .iter()
+                        .any(|r| ["clusterqueues", "namespaces", "resourceflavors", "cohorts"].contains(r)),
+                    "{name}: {rule}"
+                );
+            }
+        }
+        // Kueue: the LocalQueue feeds the tenant's ClusterQueue, which admits the namespace
+        // by the labels Berth gives it; staff's environment has a queue of its own.
+        let local = of_kind(&all, "LocalQueue");
+        assert_eq!(local.len(), 1, "{name}");
+        let own = of_kind(&all, "ClusterQueue");
+        match &w.tenant.slug {
+            Some(slug) => {
+                assert_eq!(local[0]["spec"]["clusterQueue"], format!("berth-tenant-{slug}"), "{name}");
+                assert!(own.is_empty(), "{name}: no queue of its own");
+                let ns_labels = &namespace[0]["metadata"]["labels"];
+                assert_eq!(ns_labels["berth.dev/tenant"], json!(slug), "{name}");
+                assert_eq!(ns_labels["app.kubernetes.io/managed-by"], "berth", "{name}");
+            }
+            None => {
+                assert_eq!(own.len(), 1, "{name}");
+                assert_eq!(local[0]["spec"]["clusterQueue"], own[0]["metadata"]["name"], "{name}");
+                assert_eq!(
+                    own[0]["spec"]["namespaceSelector"],
+                    json!({ "matchLabels": { "kubernetes.io/metadata.name": ns(&w) } }),
+                    "{name}: its own namespace only"
+                );
+                for r in own[0]["spec"]["resourceGroups"][0]["flavors"][0]["resources"].as_array().unwrap() {
+                    assert_eq!(r["borrowingLimit"], "0", "{name}: never beyond its booking: {r}");
+                }
+            }
+        }
 
         // Owner labels on everything.
         for m in &all {
@@ -413,10 +507,113 @@ fn every_tenant_namespace_meets_the_security_checklist() {
     }
 }
 
+/// A tenant's ClusterQueue admits Berth's namespaces of that tenant only: not a namespace
+/// of another tenant, nor one anybody else labels (tenants cannot label namespaces).
+#[test]
+fn a_tenants_cluster_queue_admits_its_own_namespaces_only() {
+    for (case, queue) in tenant_queues() {
+        let m = tenant_cluster_queue(&queue, &settings());
+        let q = &m.object;
+        assert_eq!(m.kind.kind, "ClusterQueue");
+        assert_eq!(q["metadata"]["name"], format!("berth-tenant-{}", queue.slug), "{case}");
+        assert_eq!(
+            q["metadata"]["labels"],
+            json!({ "app.kubernetes.io/managed-by": "berth", "berth.dev/tenant": queue.slug }),
+            "{case}: owned by Berth, for the tenant, for no environment"
+        );
+        let selector = &q["spec"]["namespaceSelector"]["matchLabels"];
+        assert_eq!(
+            selector,
+            &json!({ "app.kubernetes.io/managed-by": "berth", "berth.dev/tenant": queue.slug }),
+            "{case}"
+        );
+        assert_eq!(q["spec"]["namespaceSelector"].as_object().unwrap().len(), 1, "{case}: matchLabels only");
+        for (_, w) in cases() {
+            let namespace = namespace_bundle(&w, &settings()).remove(0).object;
+            let labels = &namespace["metadata"]["labels"];
+            let admitted = selector.as_object().unwrap().iter().all(|(k, v)| &labels[k] == v);
+            assert_eq!(admitted, w.tenant.slug.as_deref() == Some(queue.slug.as_str()), "{case}: {}", ns(&w));
+        }
+        assert_eq!(q["spec"]["cohort"], "berth", "{case}");
+        let group = &q["spec"]["resourceGroups"][0];
+        assert_eq!(group["flavors"][0]["name"], "default-flavor", "{case}");
+        let resources = group["flavors"][0]["resources"].as_array().unwrap();
+        let names: Vec<&str> = resources.iter().map(|r| r["name"].as_str().unwrap()).collect();
+        assert_eq!(strings(&group["coveredResources"]), names, "{case}");
+        for r in resources {
+            // Borrowing is spot capacity: only a tenant allowed spot may borrow.
+            let limit = if queue.spot { Value::Null } else { json!("0") };
+            assert_eq!(r.get("borrowingLimit").cloned().unwrap_or(Value::Null), limit, "{case}: {r}");
+            assert!(r.get("lendingLimit").is_none(), "{case}: {r}");
+        }
+    }
+}
+
+/// Each resource's quota is the most of it the tenant's Berth quota lets it hold at once.
+#[test]
+fn a_tenants_cluster_queue_quota_follows_its_limit_per_model() {
+    let quota =
+        |q: &TenantQueue| -> BTreeMap<String, String> { manifests::tenant_queue_quota(q).into_iter().collect() };
+    let limited = quota(&tenant_queues()[0].1);
+    let h100 = |limit: f64, compute: u8, per_gpu: i64| {
+        (((limit * 7.0 / f64::from(compute)) + 1e-9).floor() as i64).min(16 * per_gpu)
+    };
+    let a100 = |compute: u8, per_gpu: i64| (((7.0 / f64::from(compute)) + 1e-9).floor() as i64).min(8 * per_gpu);
+    let expected = BTreeMap::from([
+        ("cpu".to_owned(), "1152".to_owned()),
+        ("memory".to_owned(), "12288Gi".to_owned()),
+        ("nvidia.com/gpu".to_owned(), "4".to_owned()),
+        ("nvidia.com/gpu.shared".to_owned(), "4".to_owned()),
+        ("nvidia.com/mig-1g.10gb".to_owned(), (h100(2.5, 1, 7) + a100(1, 7)).to_string()),
+        ("nvidia.com/mig-1g.10gb.me".to_owned(), (h100(2.5, 1, 1) + a100(1, 1)).to_string()),
+        ("nvidia.com/mig-1g.20gb".to_owned(), (h100(2.5, 1, 4) + a100(1, 4)).to_string()),
+        ("nvidia.com/mig-2g.20gb".to_owned(), (h100(2.5, 2, 3) + a100(2, 3)).to_string()),
+        ("nvidia.com/mig-3g.40gb".to_owned(), (h100(2.5, 3, 2) + a100(3, 2)).to_string()),
+        ("nvidia.com/mig-4g.40gb".to_owned(), (h100(2.5, 4, 1) + a100(4, 1)).to_string()),
+        ("nvidia.com/mig-7g.80gb".to_owned(), (h100(2.5, 7, 1) + a100(7, 1)).to_string()),
+    ]);
+    assert_eq!(limited, expected);
+    assert_eq!(limited["nvidia.com/mig-1g.10gb"], "24", "17 H100 1g in 2.5 GPUs and 7 A100 1g in one");
+    assert_eq!(limited["nvidia.com/mig-3g.40gb"], "7", "5 H100 3g in 2.5 GPUs and 2 A100 3g in one");
+
+    // Without a limit: the fleet's capacity, resource by resource.
+    let unlimited = quota(&tenant_queues()[1].1);
+    assert_eq!(unlimited["nvidia.com/gpu"], "32", "16 H100, 8 A100, 8 L40S not time-sliced");
+    assert_eq!(unlimited["nvidia.com/gpu.shared"], "8", "2 L40S in 4 shares each");
+    assert_eq!(unlimited["nvidia.com/mig-1g.10gb"], "168", "7 per GPU on 24 GPUs");
+    assert_eq!(unlimited["nvidia.com/mig-7g.80gb"], "24");
+
+    // A limit of 6/7 GPU-equivalents, as floating point holds it, still fits six 1g slices.
+    let sixth = TenantQueue {
+        slug: "acme".into(),
+        spot: false,
+        nodes: 1,
+        models: vec![ModelAllowance {
+            model: GpuModel::H100_80GB,
+            gpus: 6.0 / 7.0,
+            whole_gpus: 8,
+            mig_gpus: 8,
+            shared_gpus: vec![],
+        }],
+    };
+    let q = quota(&sixth);
+    assert_eq!((q["nvidia.com/mig-1g.10gb"].as_str(), q["nvidia.com/gpu"].as_str()), ("6", "0"));
+    assert_eq!(q["nvidia.com/mig-3g.40gb"], "2");
+    // A limit of zero allows nothing, but still names every resource (asked-for and
+    // refused, rather than unknown to the queue).
+    let none = TenantQueue { models: vec![ModelAllowance { gpus: 0.0, ..sixth.models[0].clone() }], ..sixth };
+    assert!(
+        manifests::tenant_queue_quota(&none)
+            .iter()
+            .filter(|(r, _)| r.starts_with("nvidia.com/"))
+            .all(|(_, n)| n == "0")
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Named scenarios: the exact requests of each step of each offering
 
-fn bundle_calls(ns: &str) -> Vec<String> {
+fn bundle_calls(ns: &str, own_queue: bool) -> Vec<String> {
     let rbac = "/apis/rbac.authorization.k8s.io/v1/namespaces";
     vec![
         format!("PATCH /api/v1/namespaces/{ns}"),
@@ -429,9 +626,11 @@ fn bundle_calls(ns: &str) -> Vec<String> {
         format!("PATCH {rbac}/{ns}/rolebindings/berth-tenant-admins"),
         format!("PATCH {rbac}/{ns}/rolebindings/berth-members"),
         format!("PATCH {rbac}/{ns}/rolebindings/berth-viewers"),
-        format!("PATCH /apis/kueue.x-k8s.io/v1beta1/clusterqueues/{ns}"),
-        format!("PATCH /apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/localqueues/berth"),
     ]
+    .into_iter()
+    .chain(own_queue.then(|| format!("PATCH /apis/kueue.x-k8s.io/v1beta1/clusterqueues/{ns}")))
+    .chain([format!("PATCH /apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/localqueues/berth")])
+    .collect()
 }
 
 fn with(mut calls: Vec<String>, more: &[String]) -> Vec<String> {
@@ -449,14 +648,14 @@ fn proxy_policy(ns: &str) -> String {
 fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
     let ns = ns(w);
     let secret = |name: &str| format!("/api/v1/namespaces/{ns}/secrets/{name}");
-    let release = vec![
-        format!("DELETE /api/v1/namespaces/{ns}"),
-        format!("DELETE /apis/kueue.x-k8s.io/v1beta1/clusterqueues/{ns}"),
-    ];
+    let release = vec![format!("DELETE /api/v1/namespaces/{ns}")];
+    // At the end of an environment that may have written MIG layouts: the ConfigMap read,
+    // and when a layout has no writer left, the nodes listed before it is dropped.
+    let forget_layouts = format!("GET {MIG_MAP}/berth-mig-parted-config");
     match (case, step) {
         (_, Step::PullImage) => vec![],
         ("notebook-mig-soft", Step::ConfigurePartition) => with(
-            bundle_calls(&ns),
+            bundle_calls(&ns, false),
             &[
                 format!("GET {MIG_MAP}/berth-mig-parted-config"),
                 format!("POST {MIG_MAP}"),
@@ -465,7 +664,7 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
             ],
         ),
         ("notebook-mig-soft", Step::StartWorkload) => with(
-            bundle_calls(&ns),
+            bundle_calls(&ns, false),
             &[
                 format!("GET {}", secret("notebook-token")),
                 format!("POST /api/v1/namespaces/{ns}/secrets"),
@@ -491,10 +690,13 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
             format!("GET /apis/apps/v1/namespaces/{ns}/statefulsets/notebook"),
         ],
         ("notebook-mig-soft", Step::ClearPartition) => vec!["PATCH /api/v1/nodes/h100-1".into()],
-        ("notebook-mig-soft", Step::ReleaseCapacity) => release,
+        ("notebook-mig-soft", Step::ReleaseCapacity) => with(
+            release,
+            &[forget_layouts, "GET /api/v1/nodes".into(), format!("PUT {MIG_MAP}/berth-mig-parted-config")],
+        ),
 
         ("training-gpus-hard", Step::StartWorkload) => with(
-            bundle_calls(&ns),
+            bundle_calls(&ns, false),
             &["PATCH /api/v1/nodes/h100-2".into(), format!("PATCH /apis/batch/v1/namespaces/{ns}/jobs/training")],
         ),
         ("training-gpus-hard", Step::WaitHealthy) => vec![format!("GET /apis/batch/v1/namespaces/{ns}/jobs/training")],
@@ -503,10 +705,12 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
             format!("DELETE /apis/batch/v1/namespaces/{ns}/jobs/training"),
             format!("GET /apis/batch/v1/namespaces/{ns}/jobs/training"),
         ],
-        ("training-gpus-hard", Step::ReleaseCapacity) => with(release, &["PATCH /api/v1/nodes/h100-2".into()]),
+        ("training-gpus-hard", Step::ReleaseCapacity) => {
+            with(release, &["PATCH /api/v1/nodes/h100-2".into(), forget_layouts])
+        }
 
         ("inference-gpu-soft", Step::StartWorkload) => with(
-            bundle_calls(&ns),
+            bundle_calls(&ns, false),
             &[
                 format!("GET {}", secret("inference-api-key")),
                 format!("POST /api/v1/namespaces/{ns}/secrets"),
@@ -534,7 +738,7 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
         ("inference-gpu-soft", Step::ReleaseCapacity) => release,
 
         ("dedicated-cluster", Step::StartWorkload) => with(
-            bundle_calls(&ns),
+            bundle_calls(&ns, false),
             &[
                 "PATCH /api/v1/nodes/h100-1".into(),
                 "PATCH /api/v1/nodes/h100-2".into(),
@@ -557,7 +761,20 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
             format!("GET /apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/berth-cluster-user"),
         ],
         ("dedicated-cluster", Step::ReleaseCapacity) => {
-            with(release, &["PATCH /api/v1/nodes/h100-1".into(), "PATCH /api/v1/nodes/h100-2".into()])
+            with(release, &["PATCH /api/v1/nodes/h100-1".into(), "PATCH /api/v1/nodes/h100-2".into(), forget_layouts])
+        }
+
+        ("training-gpu-staff", Step::StartWorkload) => {
+            with(bundle_calls(&ns, true), &[format!("PATCH /apis/batch/v1/namespaces/{ns}/jobs/training")])
+        }
+        ("training-gpu-staff", Step::WaitHealthy) => vec![format!("GET /apis/batch/v1/namespaces/{ns}/jobs/training")],
+        ("training-gpu-staff", Step::ExposeEndpoint | Step::RemoveEndpoint) => vec![],
+        ("training-gpu-staff", Step::StopWorkload) => vec![
+            format!("DELETE /apis/batch/v1/namespaces/{ns}/jobs/training"),
+            format!("GET /apis/batch/v1/namespaces/{ns}/jobs/training"),
+        ],
+        ("training-gpu-staff", Step::ReleaseCapacity) => {
+            with(release, &[format!("DELETE /apis/kueue.x-k8s.io/v1beta1/clusterqueues/{ns}")])
         }
         (case, step) => panic!("no scenario for {case} {}", step.as_str()),
     }
@@ -618,6 +835,16 @@ async fn every_step_of_every_offering_makes_exactly_the_expected_requests() {
                     assert_eq!(map["data"][&layout.name], json!(layout.entry), "{case}");
                     let document = map["data"]["config.yaml"].as_str().unwrap();
                     assert!(document.contains(&layout.entry) && document.contains("all-disabled"), "{document}");
+                    // Its writer is named before any node is set to it.
+                    let writers = format!("layouts.berth.dev/{}", layout.name);
+                    assert_eq!(map["metadata"]["annotations"][&writers], ENV_ID, "{case}");
+                }
+                Step::ReleaseCapacity if case == "notebook-mig-soft" => {
+                    let map = body_of(&calls, &format!("PUT {MIG_MAP}/berth-mig-parted-config"));
+                    assert_eq!(map["data"].as_object().unwrap().keys().collect::<Vec<_>>(), ["config.yaml"], "{case}");
+                    assert!(map["metadata"].get("annotations").is_none_or(Value::is_null), "{case}: {map}");
+                    let list = calls.iter().find(|c| c.line() == "GET /api/v1/nodes").unwrap();
+                    assert!(list.query.contains("nvidia.com"), "{case}: nodes with a MIG config: {}", list.query);
                 }
                 _ => {}
             }
@@ -666,6 +893,7 @@ async fn connections_tell_the_owner_how_to_reach_each_offering() {
 
 fn assert_nothing_left(cluster: &FakeCluster, case: &str) {
     assert_eq!(cluster.environment_objects(), Vec::<String>::new(), "{case}: objects left behind");
+    assert_eq!(cluster.mig_layouts(), Vec::<String>::new(), "{case}: MIG layouts left in the ConfigMap");
     for node in kubernetes_api::NODES {
         let n = cluster.node(node);
         let labels = &n["metadata"]["labels"];
@@ -785,12 +1013,18 @@ async fn a_mig_layout_keeps_the_neighbours_slices_and_is_cleared_only_by_the_las
     let k8s = backend(client);
     k8s.run(&mine, Step::ConfigurePartition).await.unwrap();
     k8s.run(&theirs, Step::ConfigurePartition).await.unwrap();
-    let calls = cluster.take_lines();
+    let calls = cluster.take_calls();
+    let writes: Vec<&Value> =
+        calls.iter().filter(|c| c.method == "POST" || c.method == "PUT").filter_map(|c| c.body.as_ref()).collect();
+    assert_eq!(writes.len(), 2, "each writer records itself");
+    assert_eq!(writes[0]["data"], writes[1]["data"], "one entry, written once, shared");
     assert_eq!(
-        calls.iter().filter(|l| l.starts_with("POST") || l.starts_with("PUT")).count(),
-        1,
-        "one write of the shared entry: {calls:?}"
+        writes[1]["metadata"]["annotations"][format!("layouts.berth.dev/{}", layout.name)],
+        format!("{ENV_ID},{OTHER_ENV_ID}")
     );
+    // Written again by a writer on record already: nothing to write.
+    k8s.run(&theirs, Step::ConfigurePartition).await.unwrap();
+    assert!(cluster.take_calls().iter().all(|c| c.method != "POST" && c.method != "PUT"));
     assert_eq!(cluster.node("h100-1")["metadata"]["labels"]["nvidia.com/mig.config"], json!(layout.name));
 
     // Clearing mine while theirs runs leaves the layout alone...
@@ -821,6 +1055,25 @@ async fn a_failed_mig_layout_fails_the_step_with_a_clear_message() {
     let error = k8s.run(&w, Step::ConfigurePartition).await.unwrap_err();
     assert!(error.0.starts_with("the GPU Operator could not apply MIG layout berth-"), "{error}");
     assert!(error.0.ends_with("on node h100-1"), "{error}");
+}
+
+/// An environment provisioned by an earlier Berth fed a ClusterQueue of its own; Kueue
+/// will not change the queue a LocalQueue feeds, so a repeated step replaces it.
+#[tokio::test]
+async fn a_local_queue_of_an_earlier_berth_is_replaced_to_feed_the_tenants_queue() {
+    let w = cases()[2].1.clone(); // acme's inference endpoint
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    k8s.run(&w, Step::StartWorkload).await.unwrap();
+    let ns = ns(&w);
+    let local = format!("/apis/kueue.x-k8s.io/v1beta1/namespaces/{ns}/localqueues/berth");
+    cluster.lock().objects.get_mut(&local).unwrap()["spec"]["clusterQueue"] = json!(ns);
+    cluster.take_calls();
+    k8s.run(&w, Step::StartWorkload).await.unwrap();
+    let lines = cluster.take_lines();
+    let at = lines.iter().position(|l| *l == format!("PATCH {local}")).unwrap();
+    assert_eq!(lines[at..at + 3], [format!("PATCH {local}"), format!("DELETE {local}"), format!("PATCH {local}")]);
+    assert_eq!(cluster.lock().objects[&local]["spec"]["clusterQueue"], "berth-tenant-acme");
 }
 
 #[tokio::test]
@@ -858,28 +1111,31 @@ async fn the_orphan_sweep_finds_and_removes_what_no_live_environment_explains() 
     let (cluster, client) = FakeCluster::start();
     let k8s = backend(client);
     let cases = cases();
-    let live = &cases[0].1; // the notebook stays
+    let kept = &cases[0].1; // the notebook stays
     let mut dead = cases[1].1.clone(); // a hard-isolated training job whose environment is gone
     dead.environment_id = OTHER_ENV_ID.into();
-    for w in [live, &dead] {
+    for w in [kept, &dead] {
         for step in provision_plan(w.offering, w.shape) {
             k8s.run(w, step).await.unwrap();
         }
     }
     cluster.take_calls();
-    let live_ids = HashSet::from([ENV_ID.to_owned()]);
+    let live_ids = live(&[ENV_ID]);
 
     let owned = k8s.owned_objects().await.unwrap();
-    assert_eq!(owned.len(), 6, "two namespaces, two queues, one dedicated node, one MIG layout: {owned:?}");
+    assert_eq!(
+        owned.len(),
+        5,
+        "two namespaces, one dedicated node, one MIG layout on its node and in the ConfigMap: {owned:?}"
+    );
     let layout = owned.iter().find(|o| o.kind == "MigLayout").expect("the notebook's MIG layout");
     assert_eq!((layout.name.as_str(), layout.environments.as_slice()), ("h100-1", [ENV_ID.to_owned()].as_slice()));
+    let entry = owned.iter().find(|o| o.kind == "MigConfigEntry").expect("the layout in the ConfigMap");
+    assert_eq!(entry.name, manifests::node_mig_layout(kept, "h100-1").unwrap().name);
+    assert_eq!(entry.environments, [ENV_ID], "written by the notebook, which its node names");
     let reported = orphans(&owned, &live_ids);
     let found: Vec<(&str, String)> = reported.iter().map(|o| (o.kind, o.name.clone())).collect();
-    assert_eq!(
-        found,
-        [("Namespace", ns(&dead)), ("ClusterQueue", ns(&dead)), ("Node", "h100-2".to_owned())],
-        "only the dead environment's objects"
-    );
+    assert_eq!(found, [("Namespace", ns(&dead)), ("Node", "h100-2".to_owned())], "only the dead environment's objects");
     assert!(reported.iter().all(|o| o.environments == [OTHER_ENV_ID]));
     let calls = cluster.take_calls();
     assert!(calls.iter().all(|c| c.method == "GET"), "listing changes nothing");
@@ -891,7 +1147,7 @@ async fn the_orphan_sweep_finds_and_removes_what_no_live_environment_explains() 
     }
     let paths = cluster.environment_objects();
     assert!(paths.iter().all(|p| !p.contains(&ns(&dead))), "{paths:?}");
-    assert!(paths.iter().any(|p| p.contains(&ns(live))), "the live environment keeps its objects");
+    assert!(paths.iter().any(|p| p.contains(&ns(kept))), "the live environment keeps its objects");
     let node = cluster.node("h100-2");
     assert!(node["metadata"]["labels"].get("berth.dev/tenant").is_none(), "{node}");
     assert!(node.pointer("/spec/taints").is_none(), "{node}");
@@ -924,8 +1180,8 @@ async fn a_mig_layout_no_live_environment_holds_is_disabled_by_the_sweep() {
     assert_eq!(layout.environments, [ENV_ID, OTHER_ENV_ID]);
     // Either environment alive explains it; with both gone it is an orphan.
     let layouts = |found: Vec<OwnedObject>| found.into_iter().filter(|o| o.kind == "MigLayout").collect::<Vec<_>>();
-    assert!(layouts(orphans(&owned, &HashSet::from([OTHER_ENV_ID.to_owned()]))).is_empty());
-    assert_eq!(layouts(orphans(&owned, &HashSet::new())), std::slice::from_ref(&layout));
+    assert!(layouts(orphans(&owned, &live(&[OTHER_ENV_ID]))).is_empty());
+    assert_eq!(layouts(orphans(&owned, &live(&[]))), std::slice::from_ref(&layout));
     cluster.take_calls();
     assert!(k8s.remove_owned(&layout).await.unwrap());
     let node = cluster.node("h100-1");
@@ -935,6 +1191,190 @@ async fn a_mig_layout_no_live_environment_holds_is_disabled_by_the_sweep() {
     assert!(apply.body.unwrap()["metadata"]["resourceVersion"].is_string(), "the apply is conditional");
     assert!(layouts(k8s.owned_objects().await.unwrap()).is_empty(), "no MIG layout of Berth's left");
     assert!(!k8s.remove_owned(&layout).await.unwrap(), "a second removal finds nothing to do");
+
+    // The layout is still in the ConfigMap, written by the second notebook: with it gone and
+    // no node set to it, the sweep drops it there too.
+    let entry = k8s.owned_objects().await.unwrap().into_iter().find(|o| o.kind == "MigConfigEntry").expect("listed");
+    assert_eq!(entry.environments, [OTHER_ENV_ID]);
+    cluster.take_calls();
+    assert!(k8s.remove_owned(&entry).await.unwrap());
+    assert_eq!(
+        cluster.take_lines(),
+        [
+            format!("GET {MIG_MAP}/berth-mig-parted-config"),
+            "GET /api/v1/nodes".into(),
+            format!("PUT {MIG_MAP}/berth-mig-parted-config")
+        ]
+    );
+    assert_eq!(cluster.mig_layouts(), Vec::<String>::new());
+    let document = cluster.lock().objects[&format!("{MIG_MAP}/berth-mig-parted-config")]["data"]["config.yaml"].clone();
+    assert_eq!(document, "version: v1\nmig-configs:\n  all-disabled:\n    - devices: all\n      mig-enabled: false\n");
+    assert!(!k8s.remove_owned(&entry).await.unwrap(), "a second removal finds nothing to do");
+}
+
+/// The mig-parted ConfigMap no longer grows: a layout leaves it once no node is set to it
+/// and no live environment wrote it; never while a writer may be about to set a node to
+/// it, nor once a node is set to it again.
+#[tokio::test]
+async fn the_sweep_drops_layouts_from_the_config_map_that_nothing_needs_and_only_those() {
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    let map_path = format!("{MIG_MAP}/berth-mig-parted-config");
+    // The notebook's layout, set on h100-1.
+    let notebook = cases()[0].1.clone();
+    k8s.run(&notebook, Step::ConfigurePartition).await.unwrap();
+    let named = manifests::node_mig_layout(&notebook, "h100-1").unwrap().name;
+    // Another environment's layout, written but its node not set yet: the step failed
+    // between the two (or the sweep looks right then).
+    let on_h100_2 = |id: &str| {
+        let unit = PlacedUnit { environment_id: id.into(), ..mig_unit("h100-2", 0, 4, "3g.40gb") };
+        Workload { environment_id: id.into(), ..workload(Offering::Notebook, "h100-3g.40gb", acme(), vec![unit]) }
+    };
+    let pending = on_h100_2(OTHER_ENV_ID);
+    let write_only = |w: Workload| {
+        let (cluster, k8s) = (&cluster, &k8s);
+        async move {
+            cluster.lock().failing.insert("/api/v1/nodes/h100-2".into(), 403);
+            assert!(k8s.run(&w, Step::ConfigurePartition).await.is_err(), "the node is not set");
+            cluster.lock().failing.clear();
+        }
+    };
+    write_only(pending.clone()).await;
+    let written = manifests::node_mig_layout(&pending, "h100-2").unwrap().name;
+    // And one an earlier Berth wrote, with no writer on record: nothing needs it.
+    let stray = "berth-000000000000";
+    cluster.lock().objects.get_mut(&map_path).unwrap()["data"][stray] = json!(format!(
+        "  {stray}:\n    - devices: all\n      mig-enabled: true\n      mig-devices: {{\"7g.80gb\": 1}}\n"
+    ));
+    let owned = k8s.owned_objects().await.unwrap();
+    let entries: BTreeMap<String, Vec<String>> =
+        owned.iter().filter(|o| o.kind == "MigConfigEntry").map(|o| (o.name.clone(), o.environments.clone())).collect();
+    assert_eq!(
+        entries,
+        BTreeMap::from([
+            (stray.to_owned(), vec![]),
+            (named.clone(), vec![ENV_ID.to_owned()]),
+            (written.clone(), vec![OTHER_ENV_ID.to_owned()]),
+        ])
+    );
+
+    // Both environments live: only the stray layout is an orphan.
+    let entries_of =
+        |found: Vec<OwnedObject>| found.into_iter().filter(|o| o.kind == "MigConfigEntry").collect::<Vec<_>>();
+    let orphaned = entries_of(orphans(&owned, &live(&[ENV_ID, OTHER_ENV_ID])));
+    assert_eq!(orphaned.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), [stray]);
+    cluster.take_calls();
+    assert!(k8s.remove_owned(&orphaned[0]).await.unwrap());
+    assert_eq!(
+        cluster.take_lines(),
+        [format!("GET {map_path}"), "GET /api/v1/nodes".into(), format!("PUT {map_path}")],
+        "read, see that no node is set to it, write back naming the version read"
+    );
+    let mut kept = vec![named.clone(), written.clone()];
+    kept.sort();
+    assert_eq!(cluster.mig_layouts(), kept);
+
+    // Both gone. The pending layout stays when a writer came since the listing: that one
+    // may be about to set its node.
+    let orphaned = entries_of(orphans(&owned, &live(&[])));
+    let pending_entry = orphaned.iter().find(|o| o.name == written).unwrap();
+    write_only(on_h100_2(THIRD_ENV_ID)).await;
+    assert!(!k8s.remove_owned(pending_entry).await.unwrap(), "a writer came since the listing");
+    let relisted = k8s.owned_objects().await.unwrap().into_iter().find(|o| o.name == written).unwrap();
+    assert_eq!(relisted.environments, [THIRD_ENV_ID, OTHER_ENV_ID], "in order");
+    assert!(orphans(std::slice::from_ref(&relisted), &live(&[THIRD_ENV_ID])).is_empty(), "its writer is live");
+    assert!(k8s.remove_owned(&relisted).await.unwrap(), "listed again with all its writers gone");
+    assert_eq!(cluster.mig_layouts(), std::slice::from_ref(&named));
+
+    // The notebook's layout stays while h100-1 is set to it...
+    let named_entry = orphaned.iter().find(|o| o.name == named).unwrap();
+    assert!(!k8s.remove_owned(named_entry).await.unwrap(), "h100-1 is set to it");
+    // ...and when h100-1 is set to it again after the listing.
+    k8s.run(&notebook, Step::ClearPartition).await.unwrap();
+    let cleared = k8s.owned_objects().await.unwrap().into_iter().find(|o| o.name == named).unwrap();
+    assert_eq!(cleared.environments, [ENV_ID], "its writer, until the notebook's capacity is released");
+    k8s.run(&notebook, Step::ConfigurePartition).await.unwrap();
+    assert!(!k8s.remove_owned(&cleared).await.unwrap(), "a node is set to it again");
+    k8s.run(&notebook, Step::ClearPartition).await.unwrap();
+    assert!(k8s.remove_owned(&cleared).await.unwrap(), "no node is set to it any more");
+    assert_eq!(cluster.mig_layouts(), Vec::<String>::new());
+}
+
+// ---------------------------------------------------------------------------------------
+// Tenants' ClusterQueues
+
+const TENANT_QUEUES: &str = "/apis/kueue.x-k8s.io/v1beta1/clusterqueues";
+
+#[tokio::test]
+async fn a_tenants_cluster_queue_is_applied_updated_and_removed_with_one_request_each() {
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    let path = format!("{TENANT_QUEUES}/berth-tenant-acme");
+    let (_, mut queue) = tenant_queues().remove(0);
+    k8s.apply_tenant_queue(&queue).await.unwrap();
+    let calls = cluster.take_calls();
+    assert_eq!(calls.iter().map(kubernetes_api::Call::line).collect::<Vec<_>>(), [format!("PATCH {path}")]);
+    assert_eq!(calls[0].body.as_ref(), Some(&tenant_cluster_queue(&queue, &settings()).object));
+
+    // Applied again unchanged: the same single apply, and nothing changes.
+    let before = cluster.snapshot();
+    k8s.apply_tenant_queue(&queue).await.unwrap();
+    assert_eq!(cluster.take_lines(), [format!("PATCH {path}")]);
+    assert_eq!(cluster.snapshot(), before);
+
+    // The tenant's quota changes (4 H100s, spot allowed): one apply with the new quota.
+    queue.models = fleet_models(4.0, 1.0, 1.0);
+    queue.spot = true;
+    k8s.apply_tenant_queue(&queue).await.unwrap();
+    assert_eq!(cluster.take_lines(), [format!("PATCH {path}")]);
+    let stored = cluster.lock().objects[&path].clone();
+    let resources = stored["spec"]["resourceGroups"][0]["flavors"][0]["resources"].as_array().unwrap().clone();
+    let gpus = resources.iter().find(|r| r["name"] == "nvidia.com/gpu").unwrap();
+    assert_eq!(gpus, &json!({ "name": "nvidia.com/gpu", "nominalQuota": "6" }), "4 H100, 1 A100, 1 L40S; may borrow");
+
+    // Removed with the tenant; a second removal finds nothing and says so.
+    assert!(k8s.remove_tenant_queue("acme").await.unwrap());
+    assert_eq!(cluster.take_lines(), [format!("DELETE {path}")]);
+    assert!(!cluster.lock().objects.contains_key(&path));
+    assert!(!k8s.remove_tenant_queue("acme").await.unwrap(), "already gone");
+    assert_eq!(cluster.take_lines(), [format!("DELETE {path}")]);
+}
+
+#[tokio::test]
+async fn the_sweep_removes_the_queue_of_a_tenant_that_is_gone_and_only_that() {
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    let (_, acme_queue) = tenant_queues().remove(0);
+    let ghost = TenantQueue { slug: "ghost".into(), ..acme_queue.clone() };
+    k8s.apply_tenant_queue(&acme_queue).await.unwrap();
+    k8s.apply_tenant_queue(&ghost).await.unwrap();
+    // A staff environment's own queue is listed as the environment's.
+    let staff_job = cases().pop().unwrap().1;
+    k8s.run(&staff_job, Step::StartWorkload).await.unwrap();
+    cluster.take_calls();
+
+    let owned = k8s.owned_objects().await.unwrap();
+    let queues: Vec<(&str, Vec<String>, Option<String>)> = owned
+        .iter()
+        .filter(|o| o.kind == "ClusterQueue")
+        .map(|o| (o.name.as_str(), o.environments.clone(), o.tenant.clone()))
+        .collect();
+    assert_eq!(
+        queues,
+        [
+            (ns(&staff_job).as_str(), vec![ENV_ID.to_owned()], None),
+            ("berth-tenant-acme", vec![], Some("acme".to_owned())),
+            ("berth-tenant-ghost", vec![], Some("ghost".to_owned())),
+        ]
+    );
+    let list = cluster.take_calls().into_iter().find(|c| c.path == TENANT_QUEUES).expect("queues listed");
+    assert_eq!(list.query, "&labelSelector=app.kubernetes.io%2Fmanaged-by%3Dberth", "Berth's queues, of both kinds");
+    let reported = orphans(&owned, &live(&[ENV_ID]));
+    assert_eq!(reported.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["berth-tenant-ghost"]);
+    assert!(k8s.remove_owned(&reported[0]).await.unwrap());
+    assert_eq!(cluster.take_lines(), [format!("DELETE {TENANT_QUEUES}/berth-tenant-ghost")]);
+    assert!(cluster.lock().objects.contains_key(&format!("{TENANT_QUEUES}/berth-tenant-acme")), "acme keeps its queue");
+    assert_eq!(orphans(&k8s.owned_objects().await.unwrap(), &live(&[ENV_ID])), vec![], "a second sweep finds nothing");
 }
 
 #[tokio::test]
@@ -1017,7 +1457,7 @@ async fn a_hard_tenants_node_is_marked_once_and_given_back_when_its_last_environ
     let owned = k8s.owned_objects().await.unwrap();
     let dedicated = owned.iter().find(|o| o.kind == "Node").expect("listed");
     assert_eq!(dedicated.environments, [ENV_ID, OTHER_ENV_ID]);
-    assert!(orphans(std::slice::from_ref(dedicated), &HashSet::from([OTHER_ENV_ID.to_owned()])).is_empty());
+    assert!(orphans(std::slice::from_ref(dedicated), &live(&[OTHER_ENV_ID])).is_empty());
 
     // The training job leaves first: the node stays the tenant's, the notebook's layout stays.
     notebook.tenant_neighbours.clear();
@@ -1069,10 +1509,10 @@ async fn a_node_shared_by_one_tenants_environments_is_an_orphan_only_when_all_ar
     }
     let owned = k8s.owned_objects().await.unwrap();
     let node = owned.iter().find(|o| o.kind == "Node").expect("listed").clone();
-    for live in [ENV_ID, OTHER_ENV_ID] {
-        assert!(orphans(std::slice::from_ref(&node), &HashSet::from([live.to_owned()])).is_empty(), "{live}");
+    for env in [ENV_ID, OTHER_ENV_ID] {
+        assert!(orphans(std::slice::from_ref(&node), &live(&[env])).is_empty(), "{env}");
     }
-    assert_eq!(orphans(std::slice::from_ref(&node), &HashSet::new()), std::slice::from_ref(&node));
+    assert_eq!(orphans(std::slice::from_ref(&node), &live(&[])), std::slice::from_ref(&node));
     // A third environment of the tenant joins between the listing and the removal: the
     // node is not the listed environments' alone any more, so the sweep leaves it.
     let mut third = training.clone();
@@ -1222,7 +1662,10 @@ async fn training_logs_and_exit_status_come_from_the_job_and_its_pod() {
 
 #[tokio::test]
 async fn scaling_an_endpoint_sizes_quota_and_queue_for_every_replica() {
-    let one = cases().into_iter().find(|(c, _)| *c == "inference-gpu-soft").unwrap().1;
+    // Platform staff's endpoint, whose own queue follows its booking (a tenant's queue
+    // follows the tenant's quota, not a booking: see the next test).
+    let soft = cases().into_iter().find(|(c, _)| *c == "inference-gpu-soft").unwrap().1;
+    let one = Workload { tenant: staff(), ..soft };
     let (cluster, k8s) = provisioned(&one).await;
     let ns = ns(&one);
     let quota = format!("PATCH /api/v1/namespaces/{ns}/resourcequotas/berth");
@@ -1249,7 +1692,13 @@ async fn scaling_an_endpoint_sizes_quota_and_queue_for_every_replica() {
         "each replica its size"
     );
     let queued = &body_of(&calls, &queue)["spec"]["resourceGroups"][0]["flavors"][0]["resources"];
-    assert!(queued.as_array().unwrap().contains(&json!({ "name": "nvidia.com/gpu", "nominalQuota": "2" })), "{queued}");
+    assert!(
+        queued
+            .as_array()
+            .unwrap()
+            .contains(&json!({ "name": "nvidia.com/gpu", "nominalQuota": "2", "borrowingLimit": "0" })),
+        "{queued}"
+    );
 
     // Down again: the surplus pod must be gone before the GPU is given back.
     let pod = |name: &str| {
@@ -1301,10 +1750,9 @@ async fn a_mig_endpoint_scaled_onto_another_node_partitions_it_and_clears_it_whe
             "PATCH /api/v1/nodes/h100-2".into(),
             "GET /api/v1/nodes/h100-2".into(),
             format!("PATCH /api/v1/namespaces/{ns}/resourcequotas/berth"),
-            format!("PATCH /apis/kueue.x-k8s.io/v1beta1/clusterqueues/{ns}"),
             format!("PATCH /apis/apps/v1/namespaces/{ns}/deployments/inference"),
         ],
-        "the new node gets its layout, confirmed, before the replica is asked for"
+        "the new node gets its layout, confirmed, before the replica is asked for; the tenant's queue is not the booking's"
     );
     assert_eq!(cluster.node("h100-2")["metadata"]["labels"]["nvidia.com/mig.config"], json!(layout.name));
 

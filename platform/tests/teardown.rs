@@ -1,7 +1,8 @@
 //! Teardown you can trust, on the simulated backend and on Kubernetes (a stateful fake API
-//! server): the orphan sweep, a deleted tenant leaving nothing behind, and 1,000 random
-//! create/stop cycles with injected faults and reconciler crashes, checked afterwards
-//! with SQL written independently of the booking code.
+//! server): the orphan sweep, a deleted tenant leaving nothing behind (its Kueue queue
+//! included), a tenant's queue following its quota, and 1,000 random create/stop cycles
+//! with injected faults and reconciler crashes, checked afterwards with SQL written
+//! independently of the booking code.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // helpers of tests stop the test with their message
 
 mod common;
@@ -12,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_domain::Refusal;
+use berth_domain::booking::Quota;
 use berth_domain::fleet::FleetSpec;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::lifecycle::{EnvState, Step};
@@ -19,8 +21,11 @@ use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
 use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
 use berth_platform::backend::simulated::{FaultRule, LATE_BY, Simulated, SimulatedConfig};
-use berth_platform::backend::{Backend, OwnedFuture, OwnedObject, RemoveFuture, StepFuture, TenantScope, Workload};
+use berth_platform::backend::{
+    Backend, Live, OwnedFuture, OwnedObject, RemoveFuture, StepFuture, TenantScope, Workload, orphans,
+};
 use berth_platform::environments::Environment;
+use berth_platform::quotas::QuotaSubject;
 use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
 use berth_platform::tenants::TenantChange;
 use berth_platform::{Caller, Error, Platform};
@@ -153,6 +158,15 @@ impl World {
             World::Kubernetes(c) => c.berth_leftovers(),
         }
     }
+
+    /// The tenants whose queue the backend holds, by slug, in order (the simulated backend
+    /// has no queueing system of its own, so none).
+    fn tenant_queues(&self) -> Vec<String> {
+        match self {
+            World::Simulated(_) => Vec::new(),
+            World::Kubernetes(c) => c.tenant_queues(),
+        }
+    }
 }
 
 struct Site {
@@ -283,6 +297,18 @@ impl Site {
         sqlx::query_scalar(sql).fetch_one(&self.pool).await.unwrap_or_else(|e| panic!("{sql}: {e}"))
     }
 
+    /// Whether `sql` counts `wanted` within `within`.
+    async fn eventually(&self, sql: &str, wanted: i64, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.count(sql).await != wanted {
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        true
+    }
+
     /// Waits until no environment is live, stopping (as the platform admin) those still
     /// meant to run; fails the test after `within`.
     async fn converge(&self, within: Duration) {
@@ -297,7 +323,16 @@ impl Site {
             for id in running {
                 let _ = self.platform().stop(&self.admin, &id).await;
             }
-            if self.count("SELECT count(*) FROM environments WHERE state NOT IN ('released', 'failed')").await == 0 {
+            let live = self.count("SELECT count(*) FROM environments WHERE state NOT IN ('released', 'failed')").await;
+            // On Kubernetes, tenants' queues are in line too (re-applied at every sweep, so
+            // this holds between two sweeps).
+            let queues_behind = match self.world {
+                World::Simulated(_) => 0,
+                World::Kubernetes(_) => {
+                    self.count("SELECT count(*) FROM tenants WHERE queue_synced < queue_version").await
+                }
+            };
+            if live == 0 && queues_behind == 0 {
                 return;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -365,8 +400,20 @@ impl Site {
             "{name}: a live hard tenant lost one of its identifiers"
         );
         let owned = self.backend.owned_objects().await.expect("list the backend's objects");
+        let (queues, owned): (Vec<OwnedObject>, Vec<OwnedObject>) = owned.into_iter().partition(|o| o.tenant.is_some());
         assert_eq!(owned, Vec::<OwnedObject>::new(), "{name}: the backend still holds objects");
         assert_eq!(self.world.leftovers(), Vec::<String>::new(), "{name}: objects left in the backend");
+        // Tenants' queues: exactly one for each tenant not deleted, none for the others.
+        let live_tenants: Vec<String> =
+            sqlx::query_scalar("SELECT slug FROM tenants WHERE status <> 'deleted' ORDER BY slug")
+                .fetch_all(&self.pool)
+                .await
+                .expect("tenants");
+        let mut queued: Vec<String> = queues.iter().filter_map(|q| q.tenant.clone()).collect();
+        queued.sort();
+        let expected = if matches!(self.world, World::Kubernetes(_)) { live_tenants } else { Vec::new() };
+        assert_eq!(queued, expected, "{name}: the backend lists a queue for each live tenant and no other");
+        assert_eq!(self.world.tenant_queues(), expected, "{name}: a queue for each live tenant and no other");
         self.assert_sweeps_took_only_orphans().await;
     }
 
@@ -379,6 +426,20 @@ impl Site {
         .await
         .expect("audit");
         for (at, target, detail) in removals {
+            // A tenant's queue: the tenant was deleted before.
+            if let Some(slug) = detail.strip_prefix("made for tenant ").and_then(|d| d.split_once(", which is deleted"))
+            {
+                let deleted_at: Option<i64> = sqlx::query_scalar(
+                    "SELECT a.at FROM audit_events a JOIN tenants t ON a.target = 'tenant:' || t.id
+                     WHERE a.action = 'tenant.delete' AND t.slug = ? AND t.status = 'deleted'",
+                )
+                .bind(slug.0)
+                .fetch_optional(&self.pool)
+                .await
+                .expect("tenant");
+                assert!(deleted_at.is_some_and(|d| d <= at), "{target} was swept while tenant {} was live", slug.0);
+                continue;
+            }
             let ids = detail.strip_prefix("made for ").and_then(|d| d.split_once(", none of them live")).map(|d| d.0);
             let ids = ids.unwrap_or_else(|| panic!("unexpected detail {detail}"));
             for id in ids.split(", ") {
@@ -437,6 +498,9 @@ async fn what_lands_after_teardown_is_swept_and_audited(pool: SqlitePool) {
         assert!(tokio::time::Instant::now() < deadline, "seen: {seen}, world: {world:?}");
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+    // The audit row follows the removal a moment later.
+    let removals = "SELECT count(*) FROM audit_events WHERE action = 'orphan.remove' AND outcome = 'success'";
+    assert!(site.eventually(removals, 1, Duration::from_secs(5)).await, "the removal is audited");
     let audited: Vec<(String, Option<i64>, String)> = sqlx::query_as(
         "SELECT target, tenant_id, detail FROM audit_events WHERE action = 'orphan.remove' AND outcome = 'success'",
     )
@@ -610,10 +674,19 @@ async fn a_deleted_tenant_leaves_nothing_behind(site: Site) {
     assert_eq!(held(true).await, 0, "{name}: the deleted tenant holds capacity");
     assert_eq!(held(false).await, 1, "{name}: the neighbour keeps its GPU");
 
-    // Zero backend objects of the tenant: all that is left is the neighbour's.
+    // Zero backend objects of the tenant: all that is left is the neighbour's, and on
+    // Kubernetes its tenant's queue (the deleted tenant's goes in a reconciler pass).
+    if name == "kubernetes" {
+        let behind = format!("SELECT count(*) FROM tenants WHERE id = {vault} AND queue_synced < queue_version");
+        assert!(site.eventually(&behind, 0, Duration::from_secs(5)).await, "{name}: the tenant's queue never went");
+    }
     let owned = site.backend.owned_objects().await.expect("owned");
+    let (queues, owned): (Vec<OwnedObject>, Vec<OwnedObject>) = owned.into_iter().partition(|o| o.tenant.is_some());
     assert!(!owned.is_empty(), "{name}: the neighbour's objects stay");
     assert!(owned.iter().all(|o| o.environments == [neighbour.clone()]), "{name}: {owned:?}");
+    let queued: Vec<Option<String>> = queues.into_iter().map(|q| q.tenant).collect();
+    let acme_only = if name == "kubernetes" { vec![Some("acme".to_owned())] } else { vec![] };
+    assert_eq!(queued, acme_only, "{name}: the deleted tenant's queue went with it");
     if let World::Kubernetes(cluster) = &site.world {
         let left = cluster.berth_leftovers();
         assert!(left.iter().all(|p| p.starts_with("/api")), "{name}: nodes keep nothing of the tenant: {left:?}");
@@ -690,6 +763,140 @@ async fn a_deleted_tenant_leaves_nothing_behind_on_the_simulated_backend(pool: S
 #[sqlx::test(migrations = "../migrations")]
 async fn a_deleted_tenant_leaves_nothing_behind_on_kubernetes(pool: SqlitePool) {
     a_deleted_tenant_leaves_nothing_behind(Site::new(pool, World::kubernetes()).await).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// A tenant's Kueue queue on Kubernetes
+
+const TENANT_QUEUES: &str = "/apis/kueue.x-k8s.io/v1beta1/clusterqueues";
+
+/// What tenant `slug`'s ClusterQueue allows of each resource (`None` while it has none):
+/// (nominal quota, borrowing limit).
+fn queue_quota(
+    cluster: &FakeCluster,
+    slug: &str,
+) -> Option<std::collections::BTreeMap<String, (String, Option<String>)>> {
+    let queue = cluster.lock().objects.get(&format!("{TENANT_QUEUES}/berth-tenant-{slug}"))?.clone();
+    let resources = queue.pointer("/spec/resourceGroups/0/flavors/0/resources")?.as_array()?.clone();
+    Some(
+        resources
+            .iter()
+            .map(|r| {
+                let text = |key: &str| r.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+                (text("name").unwrap_or_default(), (text("nominalQuota").unwrap_or_default(), text("borrowingLimit")))
+            })
+            .collect(),
+    )
+}
+
+/// Waits until tenant `slug`'s queue allows `gpus` whole GPUs (`None`: until it is gone).
+async fn queue_reaches(cluster: &FakeCluster, slug: &str, gpus: Option<&str>) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = queue_quota(cluster, slug).map(|q| q.get("nvidia.com/gpu").map(|g| g.0.clone()).unwrap_or_default());
+        if now.as_deref() == gpus {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A tenant's ClusterQueue exists from its creation, follows every change of its quota,
+/// is what its environments' LocalQueues feed, goes when the tenant is deleted, and a
+/// late apply of it after that is swept and audited.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_tenants_queue_follows_its_quota_and_goes_with_the_tenant_on_kubernetes(pool: SqlitePool) {
+    // Sweeps only when the test asks for one.
+    let config = ReconcilerConfig {
+        step_timeout: Duration::from_millis(300),
+        sweep_interval: Duration::from_secs(3600),
+        ..fast_reconciler()
+    };
+    let site = Site::with_config(pool, World::kubernetes(), config).await;
+    let World::Kubernetes(cluster) = &site.world else { unreachable!() };
+    let (acme, members) = site.tenant("acme", Isolation::Soft, 1).await;
+
+    // No quota: the fleet's capacity. 32 H100s, 8 A100s and 8 L40S bookable whole; 2 L40S
+    // time-sliced 4 ways; 8 nodes of 192 vCPUs.
+    assert!(queue_reaches(cluster, "acme", Some("48")).await, "{:?}", queue_quota(cluster, "acme"));
+    let quota = queue_quota(cluster, "acme").unwrap();
+    assert_eq!(quota["nvidia.com/gpu.shared"].0, "8");
+    assert_eq!(quota["cpu"].0, "1536");
+    assert_eq!(quota["nvidia.com/mig-1g.10gb"].0, "280", "7 per GPU on 40 MIG GPUs");
+
+    // The platform admin limits acme to 2 H100-equivalents and 1 of every other model.
+    let limited = Quota::parse("1", "H100-80GB = 2", "", "", "", false).expect("quota");
+    site.platform().set_quota_for(&site.admin, "tenant", "acme", &limited).await.expect("set quota");
+    assert!(
+        queue_reaches(cluster, "acme", Some("4")).await,
+        "2 H100 + 1 A100 + 1 L40S: {:?}",
+        queue_quota(cluster, "acme")
+    );
+    let quota = queue_quota(cluster, "acme").unwrap();
+    assert_eq!(
+        quota["nvidia.com/mig-3g.40gb"],
+        ("6".to_owned(), Some("0".to_owned())),
+        "4 on H100, 2 on A100; no borrowing"
+    );
+    assert_eq!(quota["nvidia.com/gpu.shared"].0, "4");
+
+    // Spot allowed: the queue may borrow from the cohort.
+    let spot = Quota { allow_spot: true, ..limited };
+    site.platform().set_quota_for(&site.admin, "tenant", "acme", &spot).await.expect("set quota");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while queue_quota(cluster, "acme").unwrap()["nvidia.com/gpu"].1.is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "never allowed to borrow");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    // The quota removed: the capacity again.
+    let rows = site.platform().quotas(&site.admin).await.expect("quotas");
+    let row = rows.iter().find(|r| r.subject == QuotaSubject::Tenant(acme)).expect("acme's row");
+    site.platform().remove_quota(&site.admin, row.id).await.expect("remove quota");
+    assert!(queue_reaches(cluster, "acme", Some("48")).await, "{:?}", queue_quota(cluster, "acme"));
+
+    // A member's environment feeds it through its LocalQueue, and has no queue of its own.
+    let env = site.launch(&members[0], "training", "h100-1", "job").await.expect("launch");
+    assert_eq!(site.wait_for(&env.id, &[EnvState::Ready], Duration::from_secs(10)).await, Some(EnvState::Ready));
+    {
+        let state = cluster.lock();
+        let local: Vec<_> = state.objects.iter().filter(|(p, _)| p.ends_with("/localqueues/berth")).collect();
+        assert_eq!(local.len(), 1);
+        assert_eq!(local[0].1["spec"]["clusterQueue"], "berth-tenant-acme");
+        let queues: Vec<&String> = state.objects.keys().filter(|p| p.starts_with(TENANT_QUEUES)).collect();
+        assert_eq!(queues, [&format!("{TENANT_QUEUES}/berth-tenant-acme")], "no queue of the environment's own");
+    }
+
+    // Deleted: the queue goes with the tenant, and its environment is torn down.
+    site.platform().change_tenant(&site.admin, acme, TenantChange::Delete).await.expect("delete");
+    assert!(queue_reaches(cluster, "acme", None).await, "the queue went with the tenant");
+    assert_eq!(site.wait_for(&env.id, &[EnvState::Released], Duration::from_secs(10)).await, Some(EnvState::Released));
+
+    // An apply that lands after that (its answer lost in a timeout) is swept and audited.
+    let late = site.platform().tenant_queue(acme).await.expect("queue");
+    site.backend.apply_tenant_queue(&late).await.expect("late apply");
+    assert!(queue_quota(cluster, "acme").is_some());
+    let report = site.reconciler().sweep().await.expect("sweep");
+    let removed: Vec<(&str, &str)> = report.removed.iter().map(|o| (o.kind, o.name.as_str())).collect();
+    assert_eq!(removed, [("ClusterQueue", "berth-tenant-acme")]);
+    assert!(queue_quota(cluster, "acme").is_none());
+    let audited: (String, Option<i64>, String) = sqlx::query_as(
+        "SELECT target, tenant_id, detail FROM audit_events WHERE action = 'orphan.remove' AND outcome = 'success'",
+    )
+    .fetch_one(&site.pool)
+    .await
+    .expect("audited");
+    assert_eq!((audited.0.as_str(), audited.1), ("ClusterQueue berth-tenant-acme", Some(acme)));
+    assert!(audited.2.starts_with("made for tenant acme, which is deleted"), "{}", audited.2);
+    let again = site.reconciler().sweep().await.expect("sweep");
+    assert_eq!(again.removed, vec![]);
+    // What is left of the environments' is nothing, the ConfigMap's layouts included.
+    assert_eq!(site.world.leftovers(), Vec::<String>::new());
+    let live = Live { environments: Default::default(), tenants: Default::default() };
+    assert_eq!(orphans(&site.backend.owned_objects().await.expect("owned"), &live), vec![]);
 }
 
 /// Three MIG notebooks on one GPU stopped together: each clears the node's layout with the

@@ -141,9 +141,13 @@ pub struct ServeArgs {
     /// `migManager.config.name` at it).
     #[arg(long, env = "BERTH_KUBE_MIG_CONFIG_MAP", default_value = "berth-mig-parted-config")]
     pub kube_mig_config_map: String,
-    /// Kubernetes backend: the Kueue ResourceFlavor of the environments' ClusterQueues.
+    /// Kubernetes backend: the Kueue ResourceFlavor of Berth's ClusterQueues (the cluster must have it).
     #[arg(long, env = "BERTH_KUBE_QUEUE_FLAVOR", default_value = "default-flavor")]
     pub kube_queue_flavor: String,
+    /// Kubernetes backend: the Kueue cohort of Berth's ClusterQueues (each tenant's and
+    /// each staff environment's), in which they lend each other unused quota.
+    #[arg(long, env = "BERTH_KUBE_COHORT", default_value = "berth")]
+    pub kube_cohort: String,
     /// Kubernetes backend: prefix of member user names (the API server's OIDC username prefix).
     #[arg(long, env = "BERTH_KUBE_USER_PREFIX", default_value = "")]
     pub kube_user_prefix: String,
@@ -296,6 +300,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
                     gpu_operator_namespace: args.kube_gpu_operator_namespace.clone(),
                     mig_config_map: args.kube_mig_config_map.clone(),
                     queue_flavor: args.kube_queue_flavor.clone(),
+                    cohort: args.kube_cohort.clone(),
                     user_prefix: args.kube_user_prefix.clone(),
                     berth_namespace: args.kube_berth_namespace.clone(),
                     cluster_domain: args.kube_cluster_domain.clone(),

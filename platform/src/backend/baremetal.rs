@@ -366,10 +366,12 @@ impl Backend for BareMetal {
             let parts = self.platform.node_plan_parts().await.map_err(internal)?;
             Ok(parts
                 .into_iter()
-                .map(|(node, environment_id, kind)| OwnedObject {
-                    kind: plan_part_kind(kind),
-                    name: format!("{node}/{environment_id}"),
-                    environments: vec![environment_id],
+                .map(|(node, environment_id, kind)| {
+                    OwnedObject::for_environments(
+                        plan_part_kind(kind),
+                        format!("{node}/{environment_id}"),
+                        vec![environment_id],
+                    )
                 })
                 .collect())
         })

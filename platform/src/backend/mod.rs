@@ -11,6 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use berth_domain::catalog::Offering;
+use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::Step;
 use berth_domain::placement::Shape;
 use berth_domain::policy::Role;
@@ -93,8 +94,9 @@ pub struct BackendError(pub String);
 pub type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<StepOutput, BackendError>> + Send + 'a>>;
 pub type OwnedFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<OwnedObject>, BackendError>> + Send + 'a>>;
 pub type RemoveFuture<'a> = Pin<Box<dyn Future<Output = Result<bool, BackendError>> + Send + 'a>>;
+pub type QueueFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + 'a>>;
 
-/// Something a backend made for environments, as the orphan sweep finds it.
+/// Something a backend made for environments or a tenant, as the orphan sweep finds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnedObject {
     /// What it is to the backend, e.g. `Namespace`, `Node`, `workload`.
@@ -103,18 +105,69 @@ pub struct OwnedObject {
     /// The environments that explain it: one, or several for what neighbours share (a
     /// node's MIG layout holds the slices of every environment on the node).
     pub environments: Vec<String>,
+    /// For what stands for a tenant rather than for environments (its queue mirroring
+    /// its quota): the tenant's slug. Such an object is explained by the tenant alone.
+    pub tenant: Option<String>,
 }
 
 impl OwnedObject {
-    /// No live environment explains it (an object naming none is never explained).
-    pub fn is_orphan(&self, live: &HashSet<String>) -> bool {
-        !self.environments.iter().any(|e| live.contains(e))
+    /// Something made for `environments`.
+    pub fn for_environments(kind: &'static str, name: String, environments: Vec<String>) -> OwnedObject {
+        OwnedObject { kind, name, environments, tenant: None }
+    }
+
+    /// Nothing live explains it: none of its environments is live (an object naming none
+    /// is never explained), or, for a tenant's object, the tenant is deleted.
+    pub fn is_orphan(&self, live: &Live) -> bool {
+        match &self.tenant {
+            Some(slug) => !live.tenants.contains(slug),
+            None => !self.environments.iter().any(|e| live.environments.contains(e)),
+        }
     }
 }
 
-/// The objects of `owned` that no live environment explains.
-pub fn orphans(owned: &[OwnedObject], live: &HashSet<String>) -> Vec<OwnedObject> {
+/// What the orphan sweep counts as live, read after the backend's listing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Live {
+    /// Environments not yet released or failed.
+    pub environments: HashSet<String>,
+    /// Slugs of tenants not deleted (a tenant's slug is never given to another).
+    pub tenants: HashSet<String>,
+}
+
+/// The objects of `owned` that nothing live explains.
+pub fn orphans(owned: &[OwnedObject], live: &Live) -> Vec<OwnedObject> {
     owned.iter().filter(|o| o.is_orphan(live)).cloned().collect()
+}
+
+/// A tenant's GPU quota as a backend with a queueing system of its own mirrors it
+/// (Kubernetes: the tenant's Kueue ClusterQueue): for each GPU model of the fleet, what
+/// the tenant may hold of it at once and how the fleet offers it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TenantQueue {
+    pub slug: String,
+    /// The tenant may book beyond its GPU limits in the spot tier (reclaimed when a
+    /// guaranteed booking needs the capacity).
+    pub spot: bool,
+    /// In-service GPU nodes of the fleet.
+    pub nodes: u32,
+    /// One per GPU model the fleet holds, by model.
+    pub models: Vec<ModelAllowance>,
+}
+
+/// What a tenant may hold of one GPU model, and the fleet's GPUs of that model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelAllowance {
+    pub model: GpuModel,
+    /// GPU-equivalents the tenant may hold at once: its Berth limit for the model, or the
+    /// fleet's capacity of the model when it has none (never more than that capacity).
+    pub gpus: f64,
+    /// In-service GPUs of the model that are not time-sliced (bookable whole).
+    pub whole_gpus: u32,
+    /// Those of them with MIG enabled (bookable as MIG slices).
+    pub mig_gpus: u32,
+    /// Time-sliced GPUs of the model: (ways, GPUs sliced that many ways).
+    pub shared_gpus: Vec<(u8, u32)>,
 }
 
 pub trait Backend: Send + Sync + 'static {
@@ -129,6 +182,26 @@ pub trait Backend: Send + Sync + 'static {
     /// (already gone, or changed since it was listed, which the next sweep looks at
     /// again). Safe to repeat.
     fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a>;
+
+    /// Whether the backend has a queueing system of its own that mirrors tenants' quotas
+    /// (Kubernetes: Kueue). Without one there is nothing to mirror: Berth's booking alone
+    /// holds the quota, and the two methods below are never called.
+    fn has_tenant_queues(&self) -> bool {
+        false
+    }
+
+    /// Makes the backend's queueing system mirror a tenant's quota (Kubernetes: the
+    /// tenant's Kueue ClusterQueue). Safe to repeat.
+    fn apply_tenant_queue<'a>(&'a self, queue: &'a TenantQueue) -> QueueFuture<'a> {
+        let _ = queue;
+        Box::pin(async { Ok(()) })
+    }
+
+    /// Removes a deleted tenant's queue; `false` when there was none. Safe to repeat.
+    fn remove_tenant_queue<'a>(&'a self, slug: &'a str) -> RemoveFuture<'a> {
+        let _ = slug;
+        Box::pin(async { Ok(false) })
+    }
 
     // What a ready environment offers its owner beyond the lifecycle steps. The defaults
     // say plainly that a backend does not support a part yet.

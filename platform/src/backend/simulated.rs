@@ -121,7 +121,7 @@ impl World {
 
     /// Everything that belongs to an environment (the image cache belongs to the nodes).
     pub fn owned(&self) -> Vec<OwnedObject> {
-        let object = |kind, id: &String| OwnedObject { kind, name: id.clone(), environments: vec![id.clone()] };
+        let object = |kind, id: &String| OwnedObject::for_environments(kind, id.clone(), vec![id.clone()]);
         let mut owned: Vec<OwnedObject> = self
             .partitions
             .iter()

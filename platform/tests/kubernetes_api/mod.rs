@@ -196,10 +196,12 @@ impl FakeCluster {
         }
     }
 
-    /// Everything Berth left for environments: labelled objects (by path) and nodes that
-    /// still carry Berth's labels, taint or a MIG layout other than disabled.
+    /// Everything Berth left for environments: labelled objects (by path), layouts in the
+    /// mig-parted ConfigMap, and nodes that still carry Berth's labels, taint or a MIG
+    /// layout other than disabled. (Tenants' queues are the tenants': see `tenant_queues`.)
     pub fn berth_leftovers(&self) -> Vec<String> {
         let mut left = self.environment_objects();
+        left.extend(self.mig_layouts().into_iter().map(|layout| format!("mig-parted layout {layout}")));
         let state = self.lock();
         for name in state.nodes.keys() {
             let node = state.node_view(name).unwrap();
@@ -228,6 +230,43 @@ impl FakeCluster {
 
     pub fn take_calls(&self) -> Vec<Call> {
         std::mem::take(&mut self.lock().calls)
+    }
+
+    /// Berth's MIG layouts in the mig-parted ConfigMap: its entries and the layouts named
+    /// by its writers' annotations, each once, in order.
+    pub fn mig_layouts(&self) -> Vec<String> {
+        let state = self.lock();
+        let Some(map) = state.objects.get("/api/v1/namespaces/gpu-operator/configmaps/berth-mig-parted-config") else {
+            return Vec::new();
+        };
+        let entries =
+            map["data"].as_object().into_iter().flatten().map(|(k, _)| k.as_str()).filter(|k| *k != "config.yaml");
+        let writers = map
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter_map(|(k, _)| k.strip_prefix("layouts.berth.dev/"));
+        let mut layouts: Vec<String> = entries.chain(writers).map(str::to_owned).collect();
+        layouts.sort();
+        layouts.dedup();
+        layouts
+    }
+
+    /// The tenants whose ClusterQueue exists, by slug, in order.
+    pub fn tenant_queues(&self) -> Vec<String> {
+        let state = self.lock();
+        state
+            .objects
+            .iter()
+            .filter(|(path, o)| {
+                path.starts_with("/apis/kueue.x-k8s.io/v1beta1/clusterqueues/")
+                    && o.pointer("/metadata/labels/berth.dev~1environment").is_none()
+            })
+            .filter_map(|(_, o)| {
+                o.pointer("/metadata/labels/berth.dev~1tenant").and_then(Value::as_str).map(str::to_owned)
+            })
+            .collect()
     }
 
     /// Objects that carry an environment label, by path.
@@ -361,6 +400,13 @@ impl State {
                     self.node_revisions.insert(name.clone(), self.revision);
                     self.node_applied.insert(name.clone(), body);
                     return (StatusCode::OK, self.node_view(name).unwrap());
+                }
+                // Kueue refuses to change the ClusterQueue a LocalQueue feeds.
+                if call.path.contains("/localqueues/")
+                    && let Some(old) = self.objects.get(&call.path)
+                    && old.pointer("/spec/clusterQueue") != body.pointer("/spec/clusterQueue")
+                {
+                    return status(422, "Invalid", "spec.clusterQueue: Invalid value: field is immutable");
                 }
                 self.revision += 1;
                 let mut stored = body;

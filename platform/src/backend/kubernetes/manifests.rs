@@ -5,19 +5,25 @@
 //!
 //! Each environment gets its own namespace, labelled with its tenant: its quota then equals
 //! exactly what the environment booked, environments never race each other for a shared
-//! quota object, and teardown is one namespace deletion. The tenant's environments share a
-//! Kueue cohort, so their queues lend each other unused quota.
+//! quota object, and teardown is one namespace deletion.
+//!
+//! Kueue: each tenant has one ClusterQueue, `berth-tenant-<slug>`, whose quota mirrors the
+//! tenant's Berth quota (see [`tenant_cluster_queue`]); every environment's LocalQueue
+//! points at it. The namespace's ResourceQuota, equal to the booking, is what bounds an
+//! environment; the tenant's queue mirrors the tenant-wide limit for Kueue's admission and
+//! fair sharing. Platform staff belong to no tenant, so a staff environment keeps a
+//! ClusterQueue of its own whose quota equals its booking. All queues share one cohort.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use berth_domain::catalog::Offering;
-use berth_domain::mig::{MigInstance, MigLayout, MigProfile, mig_parted_config};
+use berth_domain::catalog::{NODE_MEMORY_GB, NODE_VCPUS, Offering};
+use berth_domain::mig::{COMPUTE_SLICES, MigInstance, MigLayout, MigProfile, mig_parted_config};
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::backend::{PlacedUnit, Workload};
+use crate::backend::{PlacedUnit, TenantQueue, Workload};
 
 pub const FIELD_MANAGER: &str = "berth";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -31,8 +37,15 @@ pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
 pub const MIG_DISABLED: &str = "all-disabled";
 /// The ConfigMap key the GPU Operator's MIG manager reads.
 pub const MIG_CONFIG_KEY: &str = "config.yaml";
-/// Tenant label of platform staff's own environments (they belong to no tenant).
-pub const STAFF_TENANT: &str = "platform-staff";
+/// Tenant label of platform staff's own environments (they belong to no tenant); no tenant
+/// may take the slug, so a tenant's ClusterQueue never admits staff's namespaces.
+pub const STAFF_TENANT: &str = berth_domain::tenancy::STAFF_SLUG;
+/// Prefix of a tenant's ClusterQueue's name; the tenant's slug follows.
+pub const TENANT_QUEUE_PREFIX: &str = "berth-tenant-";
+/// Prefix of the mig-parted ConfigMap's annotations that name, per layout Berth wrote
+/// (`layouts.berth.dev/<layout>`), the environments that wrote it: each may be about to
+/// set it on a node, so the layout stays while any of them is live.
+pub const MIG_LAYOUT_WRITERS_PREFIX: &str = "layouts.berth.dev/";
 /// On a node whose MIG layout Berth set: the environments that keep it in place, so the
 /// orphan sweep can tell a layout nobody needs any more.
 pub const MIG_ENVIRONMENTS_ANNOTATION: &str = "berth.dev/mig-environments";
@@ -53,8 +66,10 @@ pub struct ClusterSettings {
     pub gpu_operator_namespace: String,
     /// The mig-parted ConfigMap Berth writes (the ClusterPolicy's `migManager.config.name`).
     pub mig_config_map: String,
-    /// The Kueue ResourceFlavor the environments' ClusterQueues use.
+    /// The Kueue ResourceFlavor the ClusterQueues use.
     pub queue_flavor: String,
+    /// The Kueue cohort of every ClusterQueue Berth makes.
+    pub cohort: String,
     /// Prefix of Kubernetes user names for Berth members (e.g. `oidc:` as the API server's
     /// `--oidc-username-prefix`); the member's email follows it.
     pub user_prefix: String,
@@ -72,6 +87,7 @@ impl Default for ClusterSettings {
             gpu_operator_namespace: "gpu-operator".into(),
             mig_config_map: "berth-mig-parted-config".into(),
             queue_flavor: "default-flavor".into(),
+            cohort: "berth".into(),
             user_prefix: String::new(),
             storage_gb: 100,
             berth_namespace: "berth".into(),
@@ -148,9 +164,11 @@ impl Manifest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Names {
     pub tenant: String,
-    /// The environment's namespace; also its ClusterQueue's name (cluster-wide unique).
+    /// The environment's namespace.
     pub namespace: String,
-    pub cohort: String,
+    /// The ClusterQueue its LocalQueue points at: its tenant's, or for platform staff its
+    /// own, named as the namespace (cluster-wide unique).
+    pub cluster_queue: String,
     pub local_queue: String,
     /// The StatefulSet, Job or Deployment, and its Service.
     pub workload: &'static str,
@@ -167,9 +185,13 @@ impl Names {
         // 12 hex digits of the environment's id keep `berth-<40-char slug>-<id>` within the
         // 63 characters of a namespace name while two environments practically never collide.
         let short: String = w.environment_id.chars().filter(char::is_ascii_alphanumeric).take(12).collect();
+        let namespace = format!("berth-{tenant}-{}", short.to_ascii_lowercase());
         Names {
-            namespace: format!("berth-{tenant}-{}", short.to_ascii_lowercase()),
-            cohort: format!("berth-{tenant}"),
+            cluster_queue: match &w.tenant.slug {
+                Some(slug) => tenant_queue_name(slug),
+                None => namespace.clone(),
+            },
+            namespace,
             tenant,
             local_queue: "berth".into(),
             workload: match w.offering {
@@ -228,13 +250,20 @@ pub fn gpu_resources(w: &Workload) -> BTreeMap<String, i64> {
     let mut counts = BTreeMap::new();
     for u in &w.units {
         let resource = match &u.mig_profile {
-            Some(profile) => format!("nvidia.com/mig-{profile}"),
+            Some(profile) => mig_resource(profile),
             None if u.slice_size < i64::from(berth_domain::mig::MEMORY_SLICES) => "nvidia.com/gpu.shared".to_owned(),
             None => "nvidia.com/gpu".to_owned(),
         };
         *counts.entry(resource).or_insert(0) += 1;
     }
     counts
+}
+
+/// The extended resource the device plugin (mixed strategy) advertises a MIG profile as:
+/// `nvidia.com/mig-<profile>`, the `+` of a media-extension profile written `.`
+/// (`1g.10gb+me` is `nvidia.com/mig-1g.10gb.me`), as resource names allow no `+`.
+pub fn mig_resource(profile: &str) -> String {
+    format!("nvidia.com/mig-{}", profile.replace('+', "."))
 }
 
 /// The namespace bundle: everything an environment's namespace holds before a workload runs.
@@ -269,16 +298,24 @@ pub fn namespace_bundle(w: &Workload, settings: &ClusterSettings) -> Vec<Manifes
             .collect();
         bundle.push(role_binding(w, ns, binding, role, subjects));
     }
-    bundle.push(cluster_queue(w, &names, settings));
+    if has_own_cluster_queue(w) {
+        bundle.push(cluster_queue(w, &names, settings));
+    }
     bundle.push(Manifest::new(
         LOCAL_QUEUE,
         json!({
             "apiVersion": LOCAL_QUEUE.api_version(), "kind": "LocalQueue",
             "metadata": metadata(w, &names.local_queue, Some(ns)),
-            "spec": { "clusterQueue": names.namespace },
+            "spec": { "clusterQueue": names.cluster_queue },
         }),
     ));
     bundle
+}
+
+/// Whether the environment has a ClusterQueue of its own: platform staff's do, having no
+/// tenant whose queue they could share.
+pub fn has_own_cluster_queue(w: &Workload) -> bool {
+    w.tenant.slug.is_none()
 }
 
 fn namespace(w: &Workload, names: &Names) -> Manifest {
@@ -421,28 +458,126 @@ fn role_binding(w: &Workload, ns: &str, name: &str, role: &str, subjects: Vec<Va
     )
 }
 
+/// A staff environment's own ClusterQueue: quota equal to its booking, never borrowing
+/// (its namespace's ResourceQuota would refuse the pods of anything admitted beyond it).
 fn cluster_queue(w: &Workload, names: &Names, settings: &ClusterSettings) -> Manifest {
     let (cpu, memory) = total_cpu_memory(w);
-    let mut resources =
-        vec![json!({ "name": "cpu", "nominalQuota": cpu }), json!({ "name": "memory", "nominalQuota": memory })];
-    let mut covered = vec![json!("cpu"), json!("memory")];
-    for (resource, count) in gpu_resources(w) {
-        covered.push(json!(resource));
-        resources.push(json!({ "name": resource, "nominalQuota": count.to_string() }));
-    }
+    let mut quota = vec![("cpu".to_owned(), cpu), ("memory".to_owned(), memory)];
+    quota.extend(gpu_resources(w).into_iter().map(|(resource, count)| (resource, count.to_string())));
+    let selector = json!({ "matchLabels": { "kubernetes.io/metadata.name": names.namespace } });
     Manifest::new(
         CLUSTER_QUEUE,
         json!({
-            "apiVersion": CLUSTER_QUEUE.api_version(), "kind": "ClusterQueue", "metadata": metadata(w, &names.namespace, None),
-            "spec": {
-                "cohort": names.cohort,
-                "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": names.namespace } },
-                "resourceGroups": [{
-                    "coveredResources": covered,
-                    "flavors": [{ "name": settings.queue_flavor, "resources": resources }],
-                }],
-                "preemption": { "reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority" },
-            },
+            "apiVersion": CLUSTER_QUEUE.api_version(), "kind": "ClusterQueue", "metadata": metadata(w, &names.cluster_queue, None),
+            "spec": queue_spec(settings, selector, &quota, Some("0")),
+        }),
+    )
+}
+
+/// A ClusterQueue's spec: one resource group of the given quotas in Berth's flavor and
+/// cohort. A queue may reclaim what it lent (preempting the borrower) and, within itself,
+/// preempt lower priorities.
+fn queue_spec(
+    settings: &ClusterSettings,
+    namespace_selector: Value,
+    quota: &[(String, String)],
+    borrowing_limit: Option<&str>,
+) -> Value {
+    let covered: Vec<&str> = quota.iter().map(|(resource, _)| resource.as_str()).collect();
+    let resources: Vec<Value> = quota
+        .iter()
+        .map(|(resource, amount)| {
+            let mut r = json!({ "name": resource, "nominalQuota": amount });
+            if let Some(limit) = borrowing_limit {
+                r["borrowingLimit"] = json!(limit);
+            }
+            r
+        })
+        .collect();
+    json!({
+        "cohort": settings.cohort,
+        "namespaceSelector": namespace_selector,
+        "resourceGroups": [{
+            "coveredResources": covered,
+            "flavors": [{ "name": settings.queue_flavor, "resources": resources }],
+        }],
+        "preemption": { "reclaimWithinCohort": "Any", "withinClusterQueue": "LowerPriority" },
+    })
+}
+
+/// The name of a tenant's ClusterQueue.
+pub fn tenant_queue_name(slug: &str) -> String {
+    format!("{TENANT_QUEUE_PREFIX}{slug}")
+}
+
+/// The quota of a tenant's ClusterQueue, resource by resource: for each resource, the
+/// most of it the tenant's Berth quota lets it hold at once. Berth limits GPU-equivalents
+/// per model; one flavor cannot tell models apart, so a resource's quota adds up what
+/// each model allows of it (`nvidia.com/mig-1g.10gb` is a slice of an A100-80GB and of an
+/// H100-80GB alike):
+/// - `nvidia.com/gpu`: whole GPUs, at most the limit (rounded down) and the fleet's
+///   GPUs of the model that are not time-sliced;
+/// - `nvidia.com/mig-<profile>`: slices, each its compute share of a GPU (a 3g is 3/7), at
+///   most what the model's MIG-enabled GPUs hold of that profile;
+/// - `nvidia.com/gpu.shared`: time-sliced shares, each 1/ways of a GPU, at most the
+///   fleet's shares;
+/// - `cpu` and `memory`: Berth's quotas do not limit them (each environment's
+///   ResourceQuota holds its booked CPUs and memory), so the queue allows what the fleet's
+///   nodes hold as the catalog sells them whole.
+///
+/// Each resource alone is bounded; that GPU-equivalents of one model add up across
+/// whole GPUs and slices is Berth's booking check to hold, not Kueue's.
+pub fn tenant_queue_quota(queue: &TenantQueue) -> Vec<(String, String)> {
+    // Rounding down a limit like 6/7 that floating point holds as 0.857...: a hair of
+    // tolerance, as Berth's own quota check allows.
+    let fit = |amount: f64| (amount + 1e-9).floor().max(0.0) as i64;
+    let mut gpus: BTreeMap<String, i64> = BTreeMap::new();
+    for m in &queue.models {
+        *gpus.entry("nvidia.com/gpu".into()).or_default() += fit(m.gpus).min(i64::from(m.whole_gpus));
+        if m.mig_gpus > 0 {
+            for profile in MigProfile::ALL {
+                let Some(name) = profile.name(m.model) else { continue };
+                let share = f64::from(profile.compute_slices()) / f64::from(COMPUTE_SLICES);
+                let held = i64::from(m.mig_gpus) * profile.max_per_gpu() as i64;
+                *gpus.entry(mig_resource(&name)).or_default() += fit(m.gpus / share).min(held);
+            }
+        }
+        for &(ways, count) in &m.shared_gpus {
+            let shares = i64::from(ways) * i64::from(count);
+            *gpus.entry("nvidia.com/gpu.shared".into()).or_default() += fit(m.gpus * f64::from(ways)).min(shares);
+        }
+    }
+    let mut quota = vec![
+        ("cpu".to_owned(), (u64::from(queue.nodes) * u64::from(NODE_VCPUS)).to_string()),
+        ("memory".to_owned(), format!("{}Gi", u64::from(queue.nodes) * u64::from(NODE_MEMORY_GB))),
+    ];
+    quota.extend(gpus.into_iter().map(|(resource, count)| (resource, count.to_string())));
+    quota
+}
+
+/// A tenant's ClusterQueue: its quota mirrors the tenant's Berth quota (see
+/// [`tenant_queue_quota`]), for the namespaces Berth labels with the tenant only.
+///
+/// Borrowing from the cohort is what a spot booking is to Berth: capacity beyond the
+/// quota, taken back when its owner needs it. So a tenant whose quota allows spot may
+/// borrow without limit, and other tenants not at all (their guaranteed bookings always
+/// fit their nominal quota). Nothing limits lending: unused quota is lent to spot tenants
+/// and reclaimed by preemption (`reclaimWithinCohort: Any`), as Berth reclaims spot
+/// capacity. Kueue's quota is accounting, never capacity: the booking holds the GPUs and
+/// the namespace's ResourceQuota what each environment may use.
+pub fn tenant_cluster_queue(queue: &TenantQueue, settings: &ClusterSettings) -> Manifest {
+    let labels = BTreeMap::from([
+        (MANAGED_BY_LABEL.to_owned(), FIELD_MANAGER.to_owned()),
+        (TENANT_LABEL.to_owned(), queue.slug.clone()),
+    ]);
+    let selector = json!({ "matchLabels": labels });
+    let borrowing_limit = if queue.spot { None } else { Some("0") };
+    Manifest::new(
+        CLUSTER_QUEUE,
+        json!({
+            "apiVersion": CLUSTER_QUEUE.api_version(), "kind": "ClusterQueue",
+            "metadata": { "name": tenant_queue_name(&queue.slug), "labels": labels },
+            "spec": queue_spec(settings, selector, &tenant_queue_quota(queue), borrowing_limit),
         }),
     )
 }
@@ -822,6 +957,76 @@ pub fn cleared_mig_config(w: &Workload, node: &str) -> Result<String, String> {
         Ok(MIG_DISABLED.to_owned())
     } else {
         Ok(node_mig_layout(w, node)?.name)
+    }
+}
+
+/// Berth's part of the mig-parted ConfigMap: the layouts it wrote, and for each the
+/// environments that wrote it. A layout is written before a node is set to it, so between
+/// the two no node names it yet; its writers say who may be about to, and it stays while
+/// any of them is live or a node names it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MigLayouts {
+    /// Entry lines (see [`NodeMigLayout::entry`]) by layout name.
+    pub entries: BTreeMap<String, String>,
+    /// The environments that wrote each layout, by layout name.
+    pub writers: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl MigLayouts {
+    /// Reads the ConfigMap's data (every key but the document is an entry) and its
+    /// writers' annotations.
+    pub fn read(data: &BTreeMap<String, String>, annotations: &BTreeMap<String, String>) -> MigLayouts {
+        let entries =
+            data.iter().filter(|(k, _)| k.as_str() != MIG_CONFIG_KEY).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let writers = annotations
+            .iter()
+            .filter_map(|(k, v)| {
+                let name = k.strip_prefix(MIG_LAYOUT_WRITERS_PREFIX)?;
+                Some((name.to_owned(), v.split(',').filter(|e| !e.is_empty()).map(str::to_owned).collect()))
+            })
+            .collect();
+        MigLayouts { entries, writers }
+    }
+
+    /// Adds `layout` written by `environment`.
+    pub fn add(&mut self, layout: &NodeMigLayout, environment: &str) {
+        self.entries.insert(layout.name.clone(), layout.entry.clone());
+        self.writers.entry(layout.name.clone()).or_default().insert(environment.to_owned());
+    }
+
+    /// The environments that wrote `name`.
+    pub fn writers_of(&self, name: &str) -> BTreeSet<String> {
+        self.writers.get(name).cloned().unwrap_or_default()
+    }
+
+    /// Takes out a layout and its writers.
+    pub fn remove(&mut self, name: &str) {
+        self.entries.remove(name);
+        self.writers.remove(name);
+    }
+
+    /// The ConfigMap's data: every entry and the document the MIG manager reads.
+    pub fn data(&self) -> BTreeMap<String, String> {
+        let mut data = self.entries.clone();
+        data.insert(MIG_CONFIG_KEY.to_owned(), mig_parted_document(&self.entries));
+        data
+    }
+
+    /// `annotations` with the writers' annotations replaced by these layouts' writers
+    /// (annotations of others kept as they are).
+    pub fn annotate(&self, annotations: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+        let mut out: BTreeMap<String, String> = annotations
+            .iter()
+            .filter(|(k, _)| !k.starts_with(MIG_LAYOUT_WRITERS_PREFIX))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        for (name, writers) in self.writers.iter().filter(|(_, w)| !w.is_empty()) {
+            out.insert(
+                format!("{MIG_LAYOUT_WRITERS_PREFIX}{name}"),
+                writers.iter().cloned().collect::<Vec<_>>().join(","),
+            );
+        }
+        out
     }
 }
 

@@ -12,8 +12,12 @@
 //! | remove endpoint | delete the Service and that NetworkPolicy |
 //! | stop workload | delete the workload and wait until its pods are gone |
 //! | clear partition | node's MIG config cleared |
-//! | release capacity | delete the namespace and ClusterQueue; the node's label and taint removed once no other environment of the tenant holds it |
-//! | orphan sweep | list labelled namespaces, ClusterQueues, dedicated nodes and nodes with a Berth MIG layout (each annotated with the environments holding it); delete, give back or disable what no live environment explains |
+//! | release capacity | delete the namespace (and a staff environment's own ClusterQueue); the node's label and taint removed once no other environment of the tenant holds it; the environment taken off the MIG layouts it wrote, and layouts nobody wrote or names any more dropped from the mig-parted ConfigMap |
+//! | orphan sweep | list labelled namespaces, ClusterQueues (environments' and tenants'), dedicated nodes, nodes with a Berth MIG layout (each annotated with the environments holding it) and the mig-parted ConfigMap's layouts; delete, give back or disable what nothing live explains |
+//!
+//! Besides the steps, each tenant has a ClusterQueue mirroring its Berth quota (see
+//! `manifests::tenant_cluster_queue`), applied whenever the quota changes and removed when
+//! the tenant is deleted.
 //!
 //! A node dedicated to a hard or hybrid tenant is labelled `berth.dev/tenant=<tenant>` and
 //! tainted for it once, with every environment of the tenant on it in one annotation;
@@ -51,12 +55,12 @@ use rand::Rng;
 
 use self::manifests::{
     CLUSTER_QUEUE, COMPONENT_LABEL, ClusterSettings, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind, MANAGED_BY_LABEL,
-    MIG_CONFIG_KEY, MIG_CONFIG_LABEL, MIG_DISABLED, MIG_ENVIRONMENTS_ANNOTATION, MIG_STATE_LABEL, Manifest, NAMESPACE,
+    MIG_CONFIG_LABEL, MIG_DISABLED, MIG_ENVIRONMENTS_ANNOTATION, MIG_STATE_LABEL, Manifest, MigLayouts, NAMESPACE,
     NODE, NodeStage, TENANT_ENVIRONMENTS_ANNOTATION, TENANT_LABEL,
 };
 use super::{
-    Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit, RemoveFuture,
-    ScaleFuture, StepFuture, StepOutput, Upstream, UpstreamFuture, Workload,
+    Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit, QueueFuture,
+    RemoveFuture, ScaleFuture, StepFuture, StepOutput, TenantQueue, Upstream, UpstreamFuture, Workload,
 };
 
 /// How the backend reaches and uses the cluster.
@@ -122,7 +126,7 @@ impl Kubernetes {
         let mut output = StepOutput::default();
         match step {
             Step::ConfigurePartition => {
-                self.apply_all(&manifests::namespace_bundle(w, &self.config.cluster)).await?;
+                self.apply_bundle(w).await?;
                 let layouts = self.configure_mig(w).await?;
                 output.detail =
                     Some(format!("namespace {} ready; MIG layout {} applied", names.namespace, layouts.join(", ")));
@@ -131,7 +135,7 @@ impl Kubernetes {
                 output.detail = w.image.as_ref().map(|i| format!("{i} is pulled by the node when the workload starts"));
             }
             Step::StartWorkload => {
-                self.apply_all(&manifests::namespace_bundle(w, &self.config.cluster)).await?;
+                self.apply_bundle(w).await?;
                 if manifests::dedicates_nodes(w) {
                     for node in manifests::nodes_of(w) {
                         self.apply_node(w, &node, NodeStage::Held).await?;
@@ -183,9 +187,16 @@ impl Kubernetes {
             }
             Step::ReleaseCapacity => {
                 self.delete(&NAMESPACE, None, &names.namespace, false).await?;
-                self.delete(&CLUSTER_QUEUE, None, &names.namespace, false).await?;
+                if manifests::has_own_cluster_queue(w) {
+                    self.delete(&CLUSTER_QUEUE, None, &names.cluster_queue, false).await?;
+                }
                 for node in manifests::nodes_of(w) {
                     self.apply_node(w, &node, NodeStage::Released).await?;
+                }
+                // Only an environment with slices, or one that marks nodes (and so keeps
+                // its neighbours' layouts), ever writes a layout.
+                if manifests::dedicates_nodes(w) || w.units.iter().any(|u| u.mig_profile.is_some()) {
+                    self.forget_mig_layouts(w).await?;
                 }
             }
         }
@@ -203,7 +214,7 @@ impl Kubernetes {
                 continue;
             }
             let layout = manifests::node_mig_layout(w, &node).map_err(|e| invalid(w, &e))?;
-            self.store_mig_layout(&layout).await?;
+            self.store_mig_layout(&layout, w).await?;
             self.apply_node(w, &node, NodeStage::Held).await?;
             self.wait_mig_success(&node, &layout.name).await?;
             layouts.push(format!("{} on {node}", layout.name));
@@ -357,6 +368,28 @@ impl Kubernetes {
         Ok(())
     }
 
+    /// The environment's namespace bundle. A LocalQueue's ClusterQueue cannot change, and
+    /// an environment provisioned by an earlier Berth fed a queue of its own rather than
+    /// its tenant's: such a LocalQueue is replaced.
+    async fn apply_bundle(&self, w: &Workload) -> Result<(), BackendError> {
+        for m in manifests::namespace_bundle(w, &self.config.cluster) {
+            if m.kind != manifests::LOCAL_QUEUE {
+                self.apply(&m).await?;
+                continue;
+            }
+            match self.apply_answer(&m).await {
+                Ok(()) => {}
+                Err(kube::Error::Api(status)) if status.code == 422 => {
+                    tracing::info!(environment = %w.environment_id, "LocalQueue feeds another ClusterQueue; replacing it");
+                    self.delete(&m.kind, m.namespace(), m.name(), false).await?;
+                    self.apply(&m).await?;
+                }
+                Err(e) => return Err(api_failure(&format!("apply LocalQueue {}", m.name()), e)),
+            }
+        }
+        Ok(())
+    }
+
     async fn apply_all(&self, manifests: &[Manifest]) -> Result<(), BackendError> {
         for m in manifests {
             self.apply(m).await?;
@@ -398,60 +431,146 @@ impl Kubernetes {
             return Ok(());
         };
         if let Some(layout) = manifests::borrowed_mig_layout(w, node).map_err(|e| invalid(w, &e))? {
-            self.store_mig_layout(&layout).await?;
+            self.store_mig_layout(&layout, w).await?;
         }
         self.apply(&m).await
     }
 
-    /// Adds a layout to the mig-parted ConfigMap. The file is shared by every node, so it
-    /// is read, extended and written back with its resourceVersion; a concurrent writer
-    /// makes the write fail with a conflict and it is tried again. Entries are named by
-    /// content, so one already present is left alone.
-    async fn store_mig_layout(&self, layout: &manifests::NodeMigLayout) -> Result<(), BackendError> {
-        let cluster = &self.config.cluster;
-        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &cluster.gpu_operator_namespace);
-        let doing = format!("write MIG layout {} into ConfigMap {}", layout.name, cluster.mig_config_map);
+    /// Adds a layout to the mig-parted ConfigMap, with the environment among its writers
+    /// (before any node is set to it: see [`MigLayouts`]). The file is shared by every node,
+    /// so it is read, extended and written back with its resourceVersion; a concurrent
+    /// writer makes the write fail with a conflict and it is tried again. Entries are named
+    /// by content, so one already present (with this writer) is left alone.
+    async fn store_mig_layout(&self, layout: &manifests::NodeMigLayout, w: &Workload) -> Result<(), BackendError> {
+        let doing = format!("write MIG layout {} into ConfigMap {}", layout.name, self.config.cluster.mig_config_map);
         for _ in 0..5 {
-            let current = api.get_opt(&cluster.mig_config_map).await.map_err(|e| api_failure(&doing, e))?;
-            let mut data: BTreeMap<String, String> = current.as_ref().and_then(|c| c.data.clone()).unwrap_or_default();
-            let mut entries: BTreeMap<String, String> = data
-                .iter()
-                .filter(|(k, _)| k.as_str() != MIG_CONFIG_KEY)
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect();
-            entries.insert(layout.name.clone(), layout.entry.clone());
-            let document = manifests::mig_parted_document(&entries);
-            if data.get(&layout.name) == Some(&layout.entry) && data.get(MIG_CONFIG_KEY) == Some(&document) {
+            let current = self.mig_config_map().await.map_err(|e| api_failure(&doing, e))?;
+            let before = current.as_ref().map(mig_layouts_of).unwrap_or_default();
+            let mut layouts = before.clone();
+            layouts.add(layout, &w.environment_id);
+            let stored_document =
+                current.as_ref().and_then(|c| c.data.as_ref()).and_then(|d| d.get(manifests::MIG_CONFIG_KEY));
+            if layouts == before && stored_document == layouts.data().get(manifests::MIG_CONFIG_KEY) {
                 return Ok(());
             }
-            data.insert(layout.name.clone(), layout.entry.clone());
-            data.insert(MIG_CONFIG_KEY.to_owned(), document);
-            let result = match current {
-                Some(mut map) => {
-                    map.data = Some(data);
-                    api.replace(&cluster.mig_config_map, &PostParams::default(), &map).await
-                }
-                None => {
-                    let map = ConfigMap {
-                        metadata: ObjectMeta {
-                            name: Some(cluster.mig_config_map.clone()),
-                            namespace: Some(cluster.gpu_operator_namespace.clone()),
-                            labels: Some(BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), FIELD_MANAGER.to_owned())])),
-                            ..ObjectMeta::default()
-                        },
-                        data: Some(data),
-                        ..ConfigMap::default()
-                    };
-                    api.create(&PostParams::default(), &map).await
-                }
-            };
-            match result {
-                Ok(_) => return Ok(()),
+            match self.write_mig_layouts(current, &layouts).await {
+                Ok(()) => return Ok(()),
                 Err(kube::Error::Api(status)) if status.code == 409 => continue,
                 Err(e) => return Err(api_failure(&doing, e)),
             }
         }
         Err(BackendError(format!("could not {doing}: other writers kept changing it; the step is retried")))
+    }
+
+    /// At the end of an environment: takes it off the writers of every layout, and drops
+    /// the layouts no writer may still set and no node names any more. A writer records
+    /// itself before it sets a node, and both writes name the resourceVersion they read,
+    /// so a layout someone is about to use is never dropped.
+    async fn forget_mig_layouts(&self, w: &Workload) -> Result<(), BackendError> {
+        let doing =
+            format!("clear {}'s MIG layouts from ConfigMap {}", w.environment_id, self.config.cluster.mig_config_map);
+        for _ in 0..5 {
+            let Some(current) = self.mig_config_map().await.map_err(|e| api_failure(&doing, e))? else {
+                return Ok(());
+            };
+            let before = mig_layouts_of(&current);
+            let mut layouts = before.clone();
+            for writers in layouts.writers.values_mut() {
+                writers.remove(&w.environment_id);
+            }
+            let unwritten: Vec<String> =
+                layouts.entries.keys().filter(|name| layouts.writers_of(name).is_empty()).cloned().collect();
+            if !unwritten.is_empty() {
+                let named = self.layouts_on_nodes().await?;
+                for name in unwritten.iter().filter(|name| !named.contains_key(*name)) {
+                    layouts.remove(name);
+                }
+            }
+            if layouts == before {
+                return Ok(());
+            }
+            match self.write_mig_layouts(Some(current), &layouts).await {
+                Ok(()) => return Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 409 => continue,
+                Err(e) => return Err(api_failure(&doing, e)),
+            }
+        }
+        Err(BackendError(format!("could not {doing}: other writers kept changing it; the step is retried")))
+    }
+
+    /// The mig-parted ConfigMap Berth writes, if it exists yet.
+    async fn mig_config_map(&self) -> Result<Option<ConfigMap>, kube::Error> {
+        let cluster = &self.config.cluster;
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &cluster.gpu_operator_namespace);
+        api.get_opt(&cluster.mig_config_map).await
+    }
+
+    /// Writes `layouts` into the ConfigMap read as `current` (creating it when there was
+    /// none): a replace naming the resourceVersion read, so it fails with a conflict when
+    /// someone wrote in between.
+    async fn write_mig_layouts(&self, current: Option<ConfigMap>, layouts: &MigLayouts) -> Result<(), kube::Error> {
+        let cluster = &self.config.cluster;
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), &cluster.gpu_operator_namespace);
+        let annotations = |existing: Option<BTreeMap<String, String>>| {
+            let annotations = layouts.annotate(&existing.unwrap_or_default());
+            (!annotations.is_empty()).then_some(annotations)
+        };
+        match current {
+            Some(mut map) => {
+                map.data = Some(layouts.data());
+                map.metadata.annotations = annotations(map.metadata.annotations.take());
+                api.replace(&cluster.mig_config_map, &PostParams::default(), &map).await?;
+            }
+            None => {
+                let map = ConfigMap {
+                    metadata: ObjectMeta {
+                        name: Some(cluster.mig_config_map.clone()),
+                        namespace: Some(cluster.gpu_operator_namespace.clone()),
+                        labels: Some(BTreeMap::from([(MANAGED_BY_LABEL.to_owned(), FIELD_MANAGER.to_owned())])),
+                        annotations: annotations(None),
+                        ..ObjectMeta::default()
+                    },
+                    data: Some(layouts.data()),
+                    ..ConfigMap::default()
+                };
+                api.create(&PostParams::default(), &map).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The MIG configs nodes are set to now, each with the environments annotated as
+    /// holding it there.
+    async fn layouts_on_nodes(&self) -> Result<BTreeMap<String, Vec<String>>, BackendError> {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let with_mig = ListParams::default().labels(MIG_CONFIG_LABEL);
+        let found = nodes.list(&with_mig).await.map_err(|e| api_failure("list nodes with MIG layouts", e))?;
+        Ok(layouts_named_by(&found.items))
+    }
+
+    /// Removes a layout of the mig-parted ConfigMap the sweep found orphaned, unless a
+    /// writer came since the listing or a node names it now; the write names the
+    /// resourceVersion read, so a change in between leaves it for the next sweep.
+    async fn remove_mig_layout(&self, object: &OwnedObject) -> Result<bool, BackendError> {
+        let doing = format!("drop MIG layout {} from ConfigMap {}", object.name, self.config.cluster.mig_config_map);
+        let Some(current) = self.mig_config_map().await.map_err(|e| api_failure(&doing, e))? else {
+            return Ok(false);
+        };
+        let mut layouts = mig_layouts_of(&current);
+        if !layouts.entries.contains_key(&object.name)
+            || !layouts.writers_of(&object.name).iter().all(|e| object.environments.contains(e))
+        {
+            return Ok(false);
+        }
+        if self.layouts_on_nodes().await?.contains_key(&object.name) {
+            return Ok(false);
+        }
+        layouts.remove(&object.name);
+        match self.write_mig_layouts(Some(current), &layouts).await {
+            Ok(()) => Ok(true),
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => Ok(false),
+            Err(e) => Err(api_failure(&doing, e)),
+        }
     }
 
     /// Waits until the GPU Operator's MIG manager reports the layout applied on the node.
@@ -568,44 +687,82 @@ impl Kubernetes {
         }
     }
 
-    /// Everything Berth labelled for an environment: namespaces (everything in them goes
-    /// with them), ClusterQueues, dedicated nodes, and nodes' MIG layouts with the
-    /// environments that keep each in place.
+    /// Everything Berth made: namespaces labelled for an environment (everything in them
+    /// goes with them), ClusterQueues (an environment's, or a tenant's), dedicated nodes,
+    /// nodes' MIG layouts with the environments that keep each in place, and the layouts
+    /// of the mig-parted ConfigMap with the environments that wrote them or hold them on a
+    /// node. Nodes are listed before the ConfigMap, so a sweep disables a stale layout on a
+    /// node before it looks at the ConfigMap's copy. Objects being deleted are left out.
     async fn owned(&self) -> Result<Vec<OwnedObject>, BackendError> {
         let mut owned = Vec::new();
         let labelled = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER},{ENVIRONMENT_LABEL}"));
-        for kind in [NAMESPACE, CLUSTER_QUEUE] {
-            let found =
-                self.api(&kind, None).list(&labelled).await.map_err(|e| api_failure("list Berth's objects", e))?;
-            owned.extend(found.iter().map(|object| OwnedObject {
-                kind: kind.kind,
-                name: object.name_any(),
-                environments: object.labels().get(ENVIRONMENT_LABEL).cloned().into_iter().collect(),
-            }));
-        }
+        // What is being deleted already (a namespace emptying, a queue whose workloads are
+        // finishing: Kueue holds it with a finalizer) is on its way out, not an orphan.
+        let going = |object: &DynamicObject| object.metadata.deletion_timestamp.is_some();
+        let found =
+            self.api(&NAMESPACE, None).list(&labelled).await.map_err(|e| api_failure("list Berth's namespaces", e))?;
+        owned.extend(found.iter().filter(|o| !going(o)).map(|object| {
+            let environments = object.labels().get(ENVIRONMENT_LABEL).cloned().into_iter().collect();
+            OwnedObject::for_environments(NAMESPACE.kind, object.name_any(), environments)
+        }));
+        let berths = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER}"));
+        let found = self
+            .api(&CLUSTER_QUEUE, None)
+            .list(&berths)
+            .await
+            .map_err(|e| api_failure("list Berth's ClusterQueues", e))?;
+        owned.extend(found.iter().filter(|o| !going(o)).filter_map(|queue| {
+            let labels = queue.labels();
+            match (labels.get(ENVIRONMENT_LABEL), labels.get(TENANT_LABEL)) {
+                (Some(environment), _) => {
+                    Some(OwnedObject::for_environments(CLUSTER_QUEUE.kind, queue.name_any(), vec![environment.clone()]))
+                }
+                (None, Some(tenant)) => Some(OwnedObject {
+                    kind: CLUSTER_QUEUE.kind,
+                    name: queue.name_any(),
+                    environments: Vec::new(),
+                    tenant: Some(tenant.clone()),
+                }),
+                (None, None) => None,
+            }
+        }));
         let nodes: Api<Node> = Api::all(self.client.clone());
         let dedicated = ListParams::default().labels(TENANT_LABEL);
         let found = nodes.list(&dedicated).await.map_err(|e| api_failure("list dedicated nodes", e))?;
-        owned.extend(found.iter().map(|node| OwnedObject {
-            kind: NODE.kind,
-            name: node.name_any(),
-            environments: dedication_holders(node),
-        }));
+        owned.extend(
+            found
+                .iter()
+                .map(|node| OwnedObject::for_environments(NODE.kind, node.name_any(), dedication_holders(node))),
+        );
         let with_mig = ListParams::default().labels(MIG_CONFIG_LABEL);
         let found = nodes.list(&with_mig).await.map_err(|e| api_failure("list nodes with MIG layouts", e))?;
-        owned.extend(found.iter().filter_map(|node| {
-            Some(OwnedObject { kind: MIG_LAYOUT, name: node.name_any(), environments: mig_holders(node)? })
-        }));
+        owned.extend(
+            found.iter().filter_map(|node| {
+                Some(OwnedObject::for_environments(MIG_LAYOUT, node.name_any(), mig_holders(node)?))
+            }),
+        );
+        let named = layouts_named_by(&found.items);
+        let doing = format!("read ConfigMap {}", self.config.cluster.mig_config_map);
+        if let Some(map) = self.mig_config_map().await.map_err(|e| api_failure(&doing, e))? {
+            let layouts = mig_layouts_of(&map);
+            owned.extend(layouts.entries.keys().map(|name| {
+                let mut environments = layouts.writers_of(name);
+                environments.extend(named.get(name).into_iter().flatten().cloned());
+                OwnedObject::for_environments(MIG_CONFIG_ENTRY, name.clone(), environments.into_iter().collect())
+            }));
+        }
         Ok(owned)
     }
 
     /// Removes an orphan: namespaces and queues are deleted; a dedicated node loses
-    /// Berth's labels, annotation and taint; a MIG layout nobody holds is disabled.
+    /// Berth's labels, annotation and taint; a MIG layout nobody holds is disabled on its
+    /// node, and dropped from the mig-parted ConfigMap once no node names it.
     async fn remove(&self, object: &OwnedObject) -> Result<bool, BackendError> {
         match object.kind {
             "Namespace" => self.delete(&NAMESPACE, None, &object.name, false).await,
             "ClusterQueue" => self.delete(&CLUSTER_QUEUE, None, &object.name, false).await,
             "Node" | MIG_LAYOUT => self.release_node_part(object).await,
+            MIG_CONFIG_ENTRY => self.remove_mig_layout(object).await,
             other => Err(BackendError(format!("Berth does not sweep Kubernetes {other} objects"))),
         }
     }
@@ -685,6 +842,25 @@ impl Kubernetes {
 
 /// What the orphan sweep calls a node's MIG layout set by Berth.
 pub const MIG_LAYOUT: &str = "MigLayout";
+/// What the orphan sweep calls a layout in the mig-parted ConfigMap.
+pub const MIG_CONFIG_ENTRY: &str = "MigConfigEntry";
+
+/// Berth's layouts in the mig-parted ConfigMap.
+fn mig_layouts_of(map: &ConfigMap) -> MigLayouts {
+    MigLayouts::read(&map.data.clone().unwrap_or_default(), &map.metadata.annotations.clone().unwrap_or_default())
+}
+
+/// The MIG configs `nodes` are set to (MIG disabled aside), each with the environments
+/// the nodes annotate as holding it.
+fn layouts_named_by(nodes: &[Node]) -> BTreeMap<String, Vec<String>> {
+    let mut named: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for node in nodes {
+        if let Some(config) = node.labels().get(MIG_CONFIG_LABEL).filter(|c| *c != MIG_DISABLED) {
+            named.entry(config.clone()).or_default().extend(mig_holders(node).unwrap_or_default());
+        }
+    }
+    named
+}
 
 /// The environments keeping a node dedicated to their tenant: its annotation, or the one
 /// environment label nodes dedicated by earlier versions of Berth carry.
@@ -721,6 +897,18 @@ impl Backend for Kubernetes {
 
     fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a> {
         Box::pin(self.remove(object))
+    }
+
+    fn has_tenant_queues(&self) -> bool {
+        true
+    }
+
+    fn apply_tenant_queue<'a>(&'a self, queue: &'a TenantQueue) -> QueueFuture<'a> {
+        Box::pin(async move { self.apply(&manifests::tenant_cluster_queue(queue, &self.config.cluster)).await })
+    }
+
+    fn remove_tenant_queue<'a>(&'a self, slug: &'a str) -> RemoveFuture<'a> {
+        Box::pin(async move { self.delete(&CLUSTER_QUEUE, None, &manifests::tenant_queue_name(slug), false).await })
     }
 
     fn upstream<'a>(&'a self, workload: &'a Workload) -> UpstreamFuture<'a> {

@@ -1,0 +1,199 @@
+//! Each tenant's queue on the backend (Kubernetes: a Kueue ClusterQueue) mirrors its Berth
+//! quota. Whatever the queue must follow (the tenant's quota set or removed, the fleet
+//! changed, the tenant deleted) raises the tenant's `queue_version` in the transaction of
+//! that change; the reconciler applies the queue (or removes a deleted tenant's) and
+//! records the version it did that for. So a change is never lost to a crash, and a
+//! change that arrives while the backend is being called makes the reconciler go again.
+//! Every sweep interval every live tenant's queue is applied again, which repairs drift
+//! (someone edited the queue) and follows fleet changes made behind Berth's back.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use berth_domain::gpu::GpuModel;
+use sqlx::{Row, SqliteConnection};
+use tokio::task::JoinSet;
+
+use crate::backend::{Backend, ModelAllowance, TenantQueue};
+use crate::quotas::{QuotaSubject, tenant_quota};
+use crate::{Error, Platform, lock, now_ms};
+
+/// The reconciler's bookkeeping of queue syncs in this process.
+#[derive(Debug, Default)]
+pub(crate) struct QueueSyncs {
+    /// Tenants whose sync runs now.
+    in_flight: Mutex<HashSet<i64>>,
+    /// Tenants whose last sync failed, with when to try again (ms since the epoch).
+    retry_at: Mutex<HashMap<i64, i64>>,
+}
+
+impl Platform {
+    /// The queue that mirrors tenant `tenant_id`'s quota over today's fleet.
+    pub async fn tenant_queue(&self, tenant_id: i64) -> Result<TenantQueue, Error> {
+        let mut conn = self.db.acquire().await?;
+        tenant_queue_of(&mut conn, tenant_id).await
+    }
+
+    /// Starts a sync for every tenant whose queue is behind, unless one runs for it or
+    /// its last failure is too recent. Each runs as a task of `tasks`, within `timeout`;
+    /// a failure is logged and tried again after `retry`.
+    pub(crate) async fn sync_tenant_queues(
+        &self,
+        backend: &Arc<dyn Backend>,
+        syncs: &Arc<QueueSyncs>,
+        timeout: Duration,
+        retry: Duration,
+        tasks: &mut JoinSet<()>,
+    ) -> Result<(), Error> {
+        let behind: Vec<i64> =
+            sqlx::query_scalar("SELECT id FROM tenants WHERE queue_synced < queue_version").fetch_all(&self.db).await?;
+        let now = now_ms();
+        for id in behind {
+            if lock(&syncs.retry_at).get(&id).is_some_and(|&at| at > now) || !lock(&syncs.in_flight).insert(id) {
+                continue;
+            }
+            let (this, backend, syncs) = (self.clone(), backend.clone(), syncs.clone());
+            tasks.spawn(async move {
+                match this.sync_tenant_queue(&backend, id, timeout).await {
+                    Ok(()) => {
+                        lock(&syncs.retry_at).remove(&id);
+                    }
+                    Err(e) => {
+                        tracing::warn!(tenant = id, error = %e, "tenant queue sync failed; will retry");
+                        lock(&syncs.retry_at).insert(id, now_ms() + retry.as_millis() as i64);
+                    }
+                }
+                lock(&syncs.in_flight).remove(&id);
+            });
+        }
+        Ok(())
+    }
+
+    /// Brings one tenant's queue in line and records the version that was for.
+    async fn sync_tenant_queue(&self, backend: &Arc<dyn Backend>, id: i64, timeout: Duration) -> Result<(), Error> {
+        let mut conn = self.db.acquire().await?;
+        // The version first, the quota after: a change committed in between is then
+        // applied with the older version recorded, and the newer one runs again. (The other
+        // order could record a version whose quota was never applied.)
+        let (version, slug, status): (i64, String, String) =
+            sqlx::query_as("SELECT queue_version, slug, status FROM tenants WHERE id = ?")
+                .bind(id)
+                .fetch_one(&mut *conn)
+                .await?;
+        let call = if status == "deleted" {
+            drop(conn);
+            let removal = tokio::time::timeout(timeout, backend.remove_tenant_queue(&slug)).await;
+            removal
+                .map(|removed| removed.map(|removed| tracing::info!(tenant = %slug, removed, "tenant queue removed")))
+        } else {
+            let queue = tenant_queue_of(&mut conn, id).await?;
+            drop(conn);
+            tokio::time::timeout(timeout, backend.apply_tenant_queue(&queue)).await
+        };
+        match call {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(Error::internal(format!("tenant {slug}'s queue: {e}"))),
+            Err(_) => {
+                return Err(Error::internal(format!(
+                    "tenant {slug}'s queue: no answer within {} s",
+                    timeout.as_secs_f64()
+                )));
+            }
+        }
+        let mut tx = self.begin_write().await?;
+        sqlx::query("UPDATE tenants SET queue_synced = ?1 WHERE id = ?2 AND queue_synced < ?1")
+            .bind(version)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    }
+
+    /// Every live tenant's queue is applied again (see the module's comment).
+    pub(crate) async fn reapply_tenant_queues(&self) -> Result<(), Error> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("UPDATE tenants SET queue_version = queue_version + 1 WHERE status <> 'deleted'")
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await
+    }
+}
+
+/// The queue of a tenant whose quota changed must follow; a quota of anyone else
+/// (everyone's default, a project's, a user's) leaves tenants' queues as they are.
+pub(crate) async fn follow_quota(conn: &mut SqliteConnection, subject: QuotaSubject) -> Result<(), Error> {
+    if let QuotaSubject::Tenant(id) = subject {
+        follow(conn, Some(id)).await?;
+    }
+    Ok(())
+}
+
+/// Marks the queue of tenant `id` (of every tenant not deleted, for `None`) as having to
+/// follow a change; the reconciler applies it after the commit.
+pub(crate) async fn follow(conn: &mut SqliteConnection, id: Option<i64>) -> Result<(), Error> {
+    sqlx::query(
+        "UPDATE tenants SET queue_version = queue_version + 1 WHERE (?1 IS NULL AND status <> 'deleted') OR id = ?1",
+    )
+    .bind(id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// What tenant `tenant_id` may hold of each GPU model of the fleet (its own quota row's
+/// limit, or without one the fleet's capacity), and how the fleet offers each model.
+async fn tenant_queue_of(conn: &mut SqliteConnection, tenant_id: i64) -> Result<TenantQueue, Error> {
+    let slug: String =
+        sqlx::query_scalar("SELECT slug FROM tenants WHERE id = ?").bind(tenant_id).fetch_one(&mut *conn).await?;
+    let quota = tenant_quota(&mut *conn, tenant_id).await?.unwrap_or_default();
+    let nodes: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM nodes n WHERE n.in_service = 1
+         AND EXISTS (SELECT 1 FROM gpus g WHERE g.node_id = n.id AND g.in_service = 1)",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let rows = sqlx::query(
+        "SELECT g.model, g.mig_enabled, g.time_slices, count(*) AS gpus
+         FROM gpus g JOIN nodes n ON n.id = g.node_id
+         WHERE g.in_service = 1 AND n.in_service = 1
+         GROUP BY g.model, g.mig_enabled, g.time_slices ORDER BY g.model, g.time_slices",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut models: BTreeMap<GpuModel, ModelAllowance> = BTreeMap::new();
+    for row in &rows {
+        let name: String = row.try_get("model")?;
+        let model = GpuModel::parse(&name).ok_or_else(|| Error::internal(format!("unknown GPU model {name}")))?;
+        let mig: bool = row.try_get("mig_enabled")?;
+        let ways: i64 = row.try_get("time_slices")?;
+        let gpus = u32::try_from(row.try_get::<i64, _>("gpus")?).unwrap_or(u32::MAX);
+        let allowance = models.entry(model).or_insert_with(|| ModelAllowance {
+            model,
+            gpus: 0.0,
+            whole_gpus: 0,
+            mig_gpus: 0,
+            shared_gpus: Vec::new(),
+        });
+        if ways > 1 {
+            allowance.shared_gpus.push((u8::try_from(ways).unwrap_or(u8::MAX), gpus));
+        } else {
+            allowance.whole_gpus += gpus;
+            if mig {
+                allowance.mig_gpus += gpus;
+            }
+        }
+    }
+    for allowance in models.values_mut() {
+        // A time-sliced GPU is one GPU-equivalent, however many shares it makes.
+        let capacity =
+            f64::from(allowance.whole_gpus) + allowance.shared_gpus.iter().map(|&(_, n)| f64::from(n)).sum::<f64>();
+        allowance.gpus = quota.max_gpus_of(allowance.model).map_or(capacity, |limit| limit.min(capacity));
+    }
+    Ok(TenantQueue {
+        slug,
+        spot: quota.allow_spot,
+        nodes: u32::try_from(nodes).unwrap_or(u32::MAX),
+        models: models.into_values().collect(),
+    })
+}
