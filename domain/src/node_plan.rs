@@ -14,6 +14,7 @@ use crate::Refusal;
 use crate::catalog::Offering;
 use crate::host_network::TenantAttachment;
 use crate::mig::{MigInstance, MigLayout};
+use crate::node_access::{self, NodeAccount};
 
 /// Everything the node should hold now.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +27,10 @@ pub struct NodePlan {
     /// The hard and hybrid tenants attached to the node.
     pub networks: Vec<TenantAttachment>,
     pub workloads: Vec<NodeWorkload>,
+    /// Dedicated clusters' local accounts with their people's SSH keys (older plans
+    /// have none).
+    #[serde(default)]
+    pub accounts: Vec<NodeAccount>,
 }
 
 /// One GPU's MIG instances.
@@ -179,7 +184,8 @@ pub fn tail_of(lines: &[String]) -> Vec<String> {
 
 impl NodePlan {
     /// Refuses a plan whose MIG layouts could not exist (two instances sharing memory
-    /// slices, a GPU listed twice): the agent checks before it touches a GPU.
+    /// slices, a GPU listed twice) or whose accounts are not Berth's to make: the agent
+    /// checks before it touches the node.
     pub fn validate(&self) -> Result<(), Refusal> {
         let mut seen = Vec::new();
         for gpu in &self.mig {
@@ -191,7 +197,7 @@ impl NodePlan {
                 .validate()
                 .map_err(|e| Refusal::InvalidReport(format!("MIG layout of GPU {}: {e}", gpu.gpu)))?;
         }
-        Ok(())
+        node_access::validate(&self.accounts)
     }
 
     /// The plan without its generation, to tell whether a change changes anything.

@@ -332,12 +332,13 @@ async fn each_offering_provisions_on_the_nodes_and_tears_down_leaving_nothing() 
     }
     assert!(matches!(segment, TenantSegment::Vlan(_)), "the default segment is a VLAN");
     // The training job runs on a whole GPU with its command; the dedicated node runs
-    // nothing but has acme's network, and its owner gets SSH.
+    // nothing but has acme's network, and its owner gets SSH to its account there.
     let (_, plan) = metal.node_running(&training);
     let job = plan.workloads.iter().find(|w| w.environment_id == training).expect("job");
     assert_eq!((job.command.as_deref(), job.devices.len()), (Some("python train.py"), 1));
     assert!(matches!(job.devices[0], Device::Gpu(_)));
-    assert!(ready_cluster.connection.expect("connection").url.starts_with("ssh://h100-0"));
+    let account = berth_domain::node_access::account_name(&cluster);
+    assert!(ready_cluster.connection.expect("connection").url.starts_with(&format!("ssh://{account}@h100-0")));
 
     for (user, id) in [(acme, &notebook), (acme, &inference), (globex, &training), (acme, &cluster)] {
         metal.berth.platform.stop(&user.caller(meta()), id).await.expect("stop");
@@ -525,4 +526,85 @@ async fn a_training_job_that_exits_on_a_node_releases_its_gpus_and_keeps_its_log
     metal.assert_nothing_left().await;
     let _ = stop.send(true);
     task.await.expect("reconciler");
+}
+
+/// SSH keys of ada (the owner), of acme's tenant admin, of bob (another acme member), of
+/// gil (globex) and of a platform admin: only the first two may act in ada's cluster.
+const ADA_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKzNtyR4cmJGDog7LEjOcX9o3mjUze+WPw53Rf+R08s7 ada@laptop";
+const ADMIN_KEY: &str = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBM3LPjfmplX56nT4Pq0/ydNnPEtHzpGtNw/E8x2ug+Y9TAbEkQa9mMzvCcpz1JpaTSxlpgJICzFwO9o6AWHNsO0= admin@acme";
+const BOB_KEY: &str = "ecdsa-sha2-nistp384 AAAAE2VjZHNhLXNoYTItbmlzdHAzODQAAAAIbmlzdHAzODQAAABhBPfdhckwhfmmLKpinKRtRJcMOkYJukx8SOkpFzuPiXSJjO8M0C0/6OgwuWxVuQ0whsp6UNhN14Mnzsy9cprsTarg2AXPvlhZ9DXJdp3PfKX+sKfv1lwiZPXqfUHM7YpUTQ== bob@acme";
+const GIL_KEY: &str = "ecdsa-sha2-nistp521 AAAAE2VjZHNhLXNoYTItbmlzdHA1MjEAAAAIbmlzdHA1MjEAAACFBADakYzbedkdpcBgjBewtNmtviggPcchlwj+mbdQFrA8Bq/goXacYx53YOg2xP53L5bdTkLNlA2PIVRAwT/pewhgEgB5Jpca+CSkYKADBgBv/x2pLy+dCR1FykiLRm7vM8MWDGnNrx5GHUxFSnObfQ6/4I08ne2zBiu16WcffduRUZetGg== gil@globex";
+const STAFF_KEY: &str = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQChu78UnMrqj8zQpeLcoF8xG+jm7e0BMAk9oCF1qwxPeUbrwJvne1SedJO4/HtCksY4fFM7lC24YngQBf5qjWCTyVNbX4OLZzkcF+Zi3XoGRfuPoIEzj+zjXDx3rRowa+CEJrCHOCdd/jYuoOaQGcBJQbLHmUkeCwMkzDwI/1KHLFRWv1hZMypAwy0OEur2TZqWx+1mbkgX7y6E61xeBb/uZLbZ9TdMMUodkj7UQWLqZ/LnpbEUSDx/dTDjF9hrF/rgRjl0nLu0GYK8M8nGYG7MfrkhdEG3MhH70sTDzhBCK6wtUXdsf9GmvG++HlJr6cXN1OQdOthbfgyRwIzewD6H root@staff";
+
+#[tokio::test]
+async fn a_dedicated_cluster_lets_in_its_owners_and_tenant_admins_keys_on_its_nodes_only() {
+    let metal = Metal::start().await;
+    let p = &metal.berth.platform;
+    let acme_id = metal.acme.tenant_id.expect("acme");
+    let admin = metal.berth.person("root@acme.example", Role::TenantAdmin, Some(acme_id)).await;
+    let bob = metal.berth.person("bob@acme.example", Role::Member, Some(acme_id)).await;
+    let staff = metal.berth.person("ops@example.com", Role::PlatformAdmin, None).await;
+    for (user, key) in
+        [(&metal.acme, ADA_KEY), (&admin, ADMIN_KEY), (&bob, BOB_KEY), (&metal.globex, GIL_KEY), (&staff, STAFF_KEY)]
+    {
+        p.add_ssh_key(&user.caller(meta()), "", key).await.expect("key");
+    }
+    let (stop, reconciler) = metal.run_reconciler();
+    let cluster = metal.launch(&metal.acme, "cluster", "h100-node-2", "pair", "", "").await;
+    let training =
+        metal.launch(&metal.globex, "training", "h100-1", "train", "ghcr.io/globex/train:2", "python t.py").await;
+    let ready = metal.wait_for(&metal.acme, &cluster, EnvState::Ready).await;
+    metal.wait_for(&metal.globex, &training, EnvState::Ready).await;
+    metal.settled().await;
+
+    let account = berth_domain::node_access::account_name(&cluster);
+    assert!(berth_domain::node_access::is_berth_account(&account), "{account}");
+    let (training_node, _) = metal.node_running(&training);
+    let cluster_nodes: Vec<&str> = NODES.into_iter().filter(|n| *n != training_node).collect();
+    let expected = |keys: &[&str]| {
+        vec![berth_domain::node_access::NodeAccount {
+            name: account.clone(),
+            environment_id: cluster.clone(),
+            authorized_keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+        }]
+    };
+    for (name, node) in &metal.nodes {
+        let held = node.holds().accounts;
+        if cluster_nodes.contains(name) {
+            assert_eq!(held, expected(&[ADA_KEY, ADMIN_KEY]), "{name}");
+        } else {
+            assert!(held.is_empty(), "{name} is not the cluster's, yet holds {held:?}");
+        }
+    }
+    let connection = ready.connection.expect("connection");
+    assert_eq!(connection.url, format!("ssh://{account}@{}", cluster_nodes[0]));
+    assert_eq!(connection.example, format!("ssh {account}@{} / ssh {account}@{}", cluster_nodes[0], cluster_nodes[1]));
+
+    // A key removed, or an admin who becomes a member, is off the nodes at the next pass;
+    // a new key, or a member who becomes an admin, is on them.
+    let keys = p.my_ssh_keys(&metal.acme.caller(meta())).await.expect("keys");
+    p.remove_ssh_key(&metal.acme.caller(meta()), keys[0].id).await.expect("removed");
+    p.change_member_role(&staff.caller(meta()), acme_id, bob.id, "tenant_admin").await.expect("promoted");
+    p.change_member_role(&staff.caller(meta()), acme_id, admin.id, "member").await.expect("demoted");
+    let again = ADA_KEY.replace("ada@laptop", "ada@desktop");
+    p.add_ssh_key(&metal.acme.caller(meta()), "desktop", &again).await.expect("the same key again, named anew");
+    metal.settled().await;
+    let desktop = ADA_KEY.replace("ada@laptop", "desktop");
+    for name in &cluster_nodes {
+        assert_eq!(metal.nodes[name].holds().accounts, expected(&[&desktop, BOB_KEY]), "{name}");
+    }
+    let audited: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action IN ('ssh_key.add', 'ssh_key.remove')")
+            .fetch_one(p.db())
+            .await
+            .expect("audit");
+    assert_eq!(audited, 7);
+
+    for (user, id) in [(&metal.acme, &cluster), (&metal.globex, &training)] {
+        p.stop(&user.caller(meta()), id).await.expect("stop");
+        metal.wait_for(user, id, EnvState::Released).await;
+    }
+    metal.assert_nothing_left().await;
+    let _ = stop.send(true);
+    reconciler.await.expect("reconciler");
 }
