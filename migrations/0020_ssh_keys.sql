@@ -1,5 +1,6 @@
 -- SSH access to bare-metal dedicated clusters: the public keys people keep on their
--- account, and the access part of a node's plan (the cluster's local account there).
+-- account, and the access part of a node's plan (the cluster's local account there);
+-- and hard tenants' containers on their tenant networks, each at an address of its own.
 
 -- One person's SSH public key, checked by domain::ssh_key (algorithm, wire blob, size).
 -- A removed key stays (for the audit trail) with its removal time. The same key twice
@@ -37,3 +38,11 @@ SELECT node_id, environment_id, kind, body FROM node_plan_parts;
 DROP TABLE node_plan_parts;
 ALTER TABLE node_plan_parts_new RENAME TO node_plan_parts;
 CREATE INDEX node_plan_parts_by_environment ON node_plan_parts (environment_id);
+
+-- A hard or hybrid tenant's container has an address of its own on its tenant's segment
+-- (domain::host_network::container_address): no two workloads on one segment share one.
+CREATE UNIQUE INDEX node_plan_parts_container_addresses ON node_plan_parts (
+    json_extract(body, '$.network.segment.kind'),
+    json_extract(body, '$.network.segment.id'),
+    json_extract(body, '$.network.address')
+) WHERE kind = 'workload' AND json_extract(body, '$.network') IS NOT NULL;

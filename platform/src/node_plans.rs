@@ -15,10 +15,10 @@ use std::net::Ipv4Addr;
 
 use berth_domain::Refusal;
 use berth_domain::fabric::IdentifierKind;
-use berth_domain::host_network::{TenantAttachment, TenantSegment, tenant_address};
+use berth_domain::host_network::{self, TenantAttachment, TenantSegment, tenant_address};
 use berth_domain::mig::MigInstance;
 use berth_domain::node_access::NodeAccount;
-use berth_domain::node_plan::{GpuMig, NodePlan, NodeWorkload, PlanReport, WorkloadStatus};
+use berth_domain::node_plan::{ContainerNetwork, GpuMig, NodePlan, NodeWorkload, PlanReport, WorkloadStatus};
 use berth_domain::policy::{Action, Principal, Role, Target};
 use berth_domain::ssh_key::SshPublicKey;
 use serde::{Deserialize, Serialize};
@@ -84,6 +84,9 @@ pub enum PartWrite {
     /// Written only when the environment has no workload part there yet: the pull step
     /// must not stop a workload a later step already started.
     WorkloadIfAbsent(NodeWorkload),
+    /// Written as is, on its tenant's network: it keeps the address it has there, or gets
+    /// the next free one (see `host_network::container_address`).
+    WorkloadOnNetwork(NodeWorkload, NetworkPart),
     Access(AccessPart),
     Delete(PartKind),
 }
@@ -132,6 +135,11 @@ impl Platform {
             }
             touched.insert(node_id);
             let (kind, body) = match write {
+                PartWrite::WorkloadOnNetwork(w, part) => {
+                    let address = container_address(&mut tx, node_id, environment_id, part.segment).await?;
+                    let network = ContainerNetwork { tenant: part.tenant.clone(), segment: part.segment, address };
+                    (PartKind::Workload, Some(json(&NodeWorkload { network: Some(network), ..w.clone() })?))
+                }
                 PartWrite::Mig(slices) => (PartKind::Mig, Some(json(slices)?)),
                 PartWrite::Network(part) => (PartKind::Network, Some(json(part)?)),
                 PartWrite::Workload(w) | PartWrite::WorkloadIfAbsent(w) => (PartKind::Workload, Some(json(w)?)),
@@ -414,6 +422,51 @@ async fn environment_keys(conn: &mut SqliteConnection, environment_id: &str) -> 
     Ok(lines)
 }
 
+/// The address of `environment_id`'s container on `node_id` on `segment`: the one its
+/// workload part has, or the next free one. The unique index on the parts' addresses
+/// holds the rule should two writers ever race.
+async fn container_address(
+    conn: &mut SqliteConnection,
+    node_id: i64,
+    environment_id: &str,
+    segment: TenantSegment,
+) -> Result<Ipv4Addr, Error> {
+    let body: Option<String> = sqlx::query_scalar(
+        "SELECT body FROM node_plan_parts WHERE node_id = ? AND environment_id = ? AND kind = 'workload'",
+    )
+    .bind(node_id)
+    .bind(environment_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(body) = body {
+        let held: NodeWorkload = serde_json::from_str(&body).map_err(Error::internal)?;
+        if let Some(network) = held.network.filter(|n| n.segment == segment) {
+            return Ok(network.address);
+        }
+    }
+    let (kind, id) = segment_key(segment);
+    let taken: Vec<String> = sqlx::query_scalar(
+        "SELECT json_extract(body, '$.network.address') FROM node_plan_parts
+         WHERE kind = 'workload' AND json_extract(body, '$.network.segment.kind') = ?
+           AND json_extract(body, '$.network.segment.id') = ?",
+    )
+    .bind(kind)
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let taken: Vec<Ipv4Addr> = taken.iter().filter_map(|a| a.parse().ok()).collect();
+    let highest_node: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM nodes").fetch_one(&mut *conn).await?;
+    Ok(host_network::container_address(segment, highest_node, &taken)?)
+}
+
+/// How a segment is written in a part's JSON (`{"kind": "vlan", "id": 100}`).
+fn segment_key(segment: TenantSegment) -> (&'static str, i64) {
+    match segment {
+        TenantSegment::Vlan(id) => ("vlan", i64::from(id)),
+        TenantSegment::Vxlan(vni) => ("vxlan", i64::from(vni)),
+    }
+}
+
 /// Every node with a network part.
 async fn network_nodes(conn: &mut SqliteConnection) -> Result<Vec<i64>, Error> {
     Ok(sqlx::query_scalar("SELECT DISTINCT node_id FROM node_plan_parts WHERE kind = 'network'")
@@ -486,7 +539,16 @@ async fn build_plan(conn: &mut SqliteConnection, node_id: i64) -> Result<NodePla
                 let part: NetworkPart = serde_json::from_str(&body).map_err(Error::internal)?;
                 tenants.insert(part.tenant, part.segment);
             }
-            _ => workloads.push(serde_json::from_str::<NodeWorkload>(&body).map_err(Error::internal)?),
+            _ => {
+                let workload: NodeWorkload = serde_json::from_str(&body).map_err(Error::internal)?;
+                // A container on its tenant's network needs the network on the node, even
+                // should its network part have gone first (the orphan sweep takes parts
+                // one at a time).
+                if let Some(network) = &workload.network {
+                    tenants.entry(network.tenant.clone()).or_insert(network.segment);
+                }
+                workloads.push(workload);
+            }
         }
     }
     let mut networks = Vec::new();

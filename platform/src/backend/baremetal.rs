@@ -8,7 +8,7 @@
 //! |---|---|
 //! | configure partition (MIG) | the environment's MIG instances join the node's layout (its neighbours' stay) |
 //! | pull image | the image is pulled (`podman pull` / `docker pull`) |
-//! | start workload | hard and hybrid tenants' network attached (VXLAN/VLAN, bridge, nftables); the container runs with `CUDA_VISIBLE_DEVICES` set to its GPUs or MIG devices; a dedicated cluster's local account (`berth-<short id>`) is made with its people's SSH keys |
+//! | start workload | hard and hybrid tenants' network attached (VXLAN/VLAN, bridge, nftables); the container runs with `CUDA_VISIBLE_DEVICES` set to its GPUs or MIG devices (a hard or hybrid tenant's also on its tenant network, with an address of its own there); a dedicated cluster's local account (`berth-<short id>`) is made with its people's SSH keys |
 //! | wait healthy | the agent reports the container running (a training job: running or done) |
 //! | expose endpoint | nothing: the container's port is published on the node; the owner gets its URL |
 //! | remove endpoint | nothing on the node (the port goes with the container) |
@@ -86,7 +86,8 @@ impl BareMetal {
             }
             Step::StartWorkload => {
                 let mut writes = Vec::new();
-                if let Some(part) = self.network_part(w).await? {
+                let network = self.network_part(w).await?;
+                if let Some(part) = &network {
                     writes.extend(nodes.iter().map(|n| (n.clone(), PartWrite::Network(part.clone()))));
                 }
                 if w.offering == Offering::DedicatedCluster {
@@ -100,7 +101,15 @@ impl BareMetal {
                             Some((_, workload)) => workload.clone(),
                             None => self.fresh_workload(w, node).await?,
                         };
-                        writes.push((node.clone(), PartWrite::Workload(NodeWorkload { run: true, ..workload })));
+                        let workload = NodeWorkload { run: true, ..workload };
+                        // A hard or hybrid tenant's container joins its tenant network.
+                        writes.push((
+                            node.clone(),
+                            match &network {
+                                Some(part) => PartWrite::WorkloadOnNetwork(workload, part.clone()),
+                                None => PartWrite::Workload(workload),
+                            },
+                        ));
                     }
                 }
                 self.write_and_wait(w, &writes, false).await?;
@@ -288,6 +297,7 @@ impl BareMetal {
             secret: serves.then(secret),
             vcpus: w.vcpus,
             memory_gb: w.memory_gb,
+            network: None,
         })
     }
 

@@ -76,7 +76,7 @@ impl NodeHost for Machine {
         for change in access::apply(self.runner.as_ref(), &self.gpu_groups, &plan.accounts)? {
             tracing::info!(change = ?change, "SSH access changed");
         }
-        workloads::apply(self.runner.as_ref(), self.runtime, &plan.workloads)
+        workloads::apply(self.runner.as_ref(), self.runtime, &plan.workloads, &plan.networks)
     }
 
     fn underlay_address(&self) -> Option<Ipv4Addr> {

@@ -331,6 +331,32 @@ async fn each_offering_provisions_on_the_nodes_and_tears_down_leaving_nothing() 
         assert!(held.networks.iter().all(|a| a.tenant != "globex"));
     }
     assert!(matches!(segment, TenantSegment::Vlan(_)), "the default segment is a VLAN");
+    // acme's containers sit on its network too, each at an address of its own above the
+    // nodes' addresses; globex's has none.
+    let container_network = |id: &str| {
+        let (_, plan) = metal.node_running(id);
+        plan.workloads.iter().find(|w| w.environment_id == id).expect("workload").network.clone()
+    };
+    let (on_notebook, on_inference) =
+        (container_network(&notebook).expect("on acme's network"), container_network(&inference).expect("too"));
+    for network in [&on_notebook, &on_inference] {
+        assert_eq!((network.tenant.as_str(), network.segment), ("acme", segment));
+        assert!(u32::from(network.address) - u32::from(segment.subnet()) > 3, "{network:?}");
+    }
+    assert_ne!(on_notebook.address, on_inference.address);
+    let clash = sqlx::query(
+        "UPDATE node_plan_parts SET body = json_set(body, '$.network.address', ?)
+         WHERE environment_id = ? AND kind = 'workload'",
+    )
+    .bind(on_notebook.address.to_string())
+    .bind(&inference)
+    .execute(metal.berth.platform.db())
+    .await;
+    assert!(
+        clash.is_err_and(|e| e.to_string().contains("UNIQUE")),
+        "the database refuses two containers at one address on a segment"
+    );
+    assert_eq!(container_network(&training), None);
     // The training job runs on a whole GPU with its command; the dedicated node runs
     // nothing but has acme's network, and its owner gets SSH to its account there.
     let (_, plan) = metal.node_running(&training);
