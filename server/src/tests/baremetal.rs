@@ -3,7 +3,8 @@
 //! fake nodes that apply what their plans say. Each offering provisions and tears down;
 //! an agent's error reaches the owner; every step repeated after itself (a reconciler
 //! that crashed after it) changes nothing, and neither does a second pass over a
-//! converged environment.
+//! converged environment; a dedicated cluster's SSH account reaches exactly its nodes with
+//! exactly its people's keys; a deleted tenant leaves nothing on any node.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -630,6 +631,124 @@ async fn a_dedicated_cluster_lets_in_its_owners_and_tenant_admins_keys_on_its_no
         p.stop(&user.caller(meta()), id).await.expect("stop");
         metal.wait_for(user, id, EnvState::Released).await;
     }
+    metal.assert_nothing_left().await;
+    let _ = stop.send(true);
+    reconciler.await.expect("reconciler");
+}
+
+/// Until the environment's state in the database is `state` (its owner may no longer be
+/// able to look: their tenant is gone).
+async fn wait_in_database(metal: &Metal, id: &str, state: EnvState) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now: String = sqlx::query_scalar("SELECT state FROM environments WHERE id = ?")
+            .bind(id)
+            .fetch_one(metal.berth.platform.db())
+            .await
+            .expect("state");
+        if now == state.as_str() {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{id} is {now}, not {state}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// As platform/tests/teardown.rs for the simulated and Kubernetes backends: a hard tenant
+/// with one environment of each offering on the nodes, deleted by a platform admin.
+#[tokio::test]
+async fn a_deleted_tenant_leaves_nothing_on_its_nodes() {
+    let metal = Metal::start().await;
+    let p = &metal.berth.platform;
+    let (ada, globex) = (&metal.acme, &metal.globex);
+    let acme_id = ada.tenant_id.expect("acme");
+    let staff = metal.berth.person("ops@example.com", Role::PlatformAdmin, None).await;
+    p.add_ssh_key(&ada.caller(meta()), "", ADA_KEY).await.expect("key");
+    let (stop, reconciler) = metal.run_reconciler();
+    let mut ids = Vec::new();
+    for (offering, size, image, command) in [
+        ("notebook", "h100-1g.10gb", "quay.io/jupyter/scipy-notebook:latest", ""),
+        ("training", "h100-1", "ghcr.io/acme/train:1", "python train.py"),
+        ("inference", "h100-3g.40gb", "ghcr.io/acme/llm:1", ""),
+        ("cluster", "h100-node-1", "", ""),
+    ] {
+        ids.push(metal.launch(ada, offering, size, &format!("my-{offering}"), image, command).await);
+    }
+    let neighbour = metal.launch(globex, "training", "h100-1", "next-door", "ghcr.io/globex/t:1", "sleep 1d").await;
+    for id in &ids {
+        metal.wait_for(ada, id, EnvState::Ready).await;
+    }
+    metal.wait_for(globex, &neighbour, EnvState::Ready).await;
+    metal.settled().await;
+    // Before: acme is on its nodes (network, containers on it, the cluster's account).
+    let acme_on = |plan: &NodePlan| {
+        plan.networks.iter().any(|a| a.tenant == "acme")
+            || plan.workloads.iter().any(|w| ids.contains(&w.environment_id))
+            || !plan.accounts.is_empty()
+    };
+    let held_before = metal.nodes.values().filter(|n| acme_on(&n.holds())).count();
+    assert_eq!(held_before, 2, "acme holds two nodes: its dedicated one and its shared one");
+    let leases: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM fabric_leases WHERE tenant_id = ? AND released_at IS NULL")
+            .bind(acme_id)
+            .fetch_one(p.db())
+            .await
+            .expect("leases");
+    assert_eq!(leases, 4, "a hard tenant holds its identifiers");
+
+    p.change_tenant(&staff.caller(meta()), acme_id, berth_platform::tenants::TenantChange::Delete)
+        .await
+        .expect("deleted");
+    for id in &ids {
+        wait_in_database(&metal, id, EnvState::Released).await;
+    }
+    metal.settled().await;
+
+    // No node holds anything of acme: no plan part, network, container or account; the
+    // neighbour's job runs on.
+    for (name, node) in &metal.nodes {
+        let held = node.holds();
+        assert!(!acme_on(&held), "{name} still holds something of acme: {held:?}");
+        assert!(held.mig.is_empty(), "{name} keeps acme's MIG slices: {:?}", held.mig);
+    }
+    let parts: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM node_plan_parts p JOIN environments e ON e.id = p.environment_id WHERE e.tenant_id = ?",
+    )
+    .bind(acme_id)
+    .fetch_one(p.db())
+    .await
+    .expect("parts");
+    assert_eq!(parts, 0);
+    assert_eq!(metal.node_running(&neighbour).1.workloads.len(), 1);
+    // Its reservations are released, the neighbour keeps its GPU.
+    let held = |sql: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(sql).bind(acme_id).fetch_one(p.db()).await.expect("reservations")
+    };
+    let unreleased = "SELECT count(*) FROM reservations r JOIN environments e ON e.id = r.environment_id
+                      WHERE r.released_at IS NULL AND e.tenant_id = ?";
+    assert_eq!(held(unreleased).await, 0, "the deleted tenant holds capacity");
+    let neighbours = "SELECT count(*) FROM reservations r JOIN environments e ON e.id = r.environment_id
+                      WHERE r.released_at IS NULL AND e.tenant_id <> ?";
+    assert_eq!(held(neighbours).await, 1, "the neighbour keeps its GPU");
+    // Its fabric identifiers are in quarantine, not free and not retired.
+    let released: Vec<(Option<i64>, Option<i64>, Option<i64>)> =
+        sqlx::query_as("SELECT released_at, quarantine_until, retired_at FROM fabric_leases WHERE tenant_id = ?")
+            .bind(acme_id)
+            .fetch_all(p.db())
+            .await
+            .expect("leases");
+    let now = berth_platform::now_ms();
+    assert_eq!(released.len(), 4);
+    assert!(
+        released.iter().all(|(at, until, retired)| at.is_some() && until.is_some_and(|u| u > now) && retired.is_none()),
+        "in quarantine: {released:?}"
+    );
+    // Nothing of it is left for the sweep to find.
+    let report = metal.reconciler().sweep().await.expect("sweep");
+    assert!(report.removed.is_empty() && report.failed.is_empty(), "{report:?}");
+
+    p.stop(&globex.caller(meta()), &neighbour).await.expect("stop");
+    metal.wait_for(globex, &neighbour, EnvState::Released).await;
     metal.assert_nothing_left().await;
     let _ = stop.send(true);
     reconciler.await.expect("reconciler");
