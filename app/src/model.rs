@@ -392,6 +392,20 @@ pub struct AccountView {
     /// Set only on the render right after a plain (pre-WASM) form post created a token.
     pub new_token: Option<NewTokenView>,
     pub max_days: i64,
+    /// The caller's SSH public keys, for their dedicated clusters' nodes.
+    pub ssh_keys: Vec<SshKeyView>,
+}
+
+/// One of the caller's SSH keys as the account page lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SshKeyView {
+    pub id: i64,
+    pub name: String,
+    /// `ED25519 256`, `RSA 4096`: kind and size, as `ssh-keygen -l` says them.
+    pub kind: String,
+    /// `SHA256:…`, to compare with `ssh-keygen -lf ~/.ssh/id_ed25519.pub`.
+    pub fingerprint: String,
+    pub added: String,
 }
 
 /// One action a token may be limited to: `token.manage`, "Revoke API tokens".

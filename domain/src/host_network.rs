@@ -38,6 +38,8 @@ const TENANT_SUBNETS: u32 = 1 << (TENANT_PREFIX_LEN - 10);
 const HOSTS_PER_SUBNET: u32 = (1 << (32 - TENANT_PREFIX_LEN)) - 2;
 /// The comment on Berth's table starts with this; the plan's fingerprint follows.
 const FINGERPRINT_MARK: &str = "berth host network ";
+/// Container networks Berth makes over its tenant bridges are named with this prefix.
+pub const RUNTIME_NETWORK_PREFIX: &str = "berth-";
 /// Linux's limit on interface names (IFNAMSIZ less the terminating zero).
 const MAX_INTERFACE_NAME: usize = 15;
 
@@ -98,6 +100,11 @@ impl TenantSegment {
         format!("bbr-{}", &self.device_name()[1..])
     }
 
+    /// The container runtime's network over the bridge: `berth-vl100`, `berth-vx5000`.
+    pub fn runtime_network_name(self) -> String {
+        format!("{RUNTIME_NETWORK_PREFIX}{}", &self.device_name()[1..])
+    }
+
     /// The tenant network's first address: `100.64.0.0/10` cut into /22s, the segment's
     /// id picking one (VLAN ids never share one; VNIs 4096 apart do, see [`plan`]).
     pub fn subnet(self) -> Ipv4Addr {
@@ -121,6 +128,33 @@ pub fn tenant_address(segment: TenantSegment, node_number: i64) -> Result<Ipv4Ad
             "node number {node_number} has no address on a tenant network (1 to {HOSTS_PER_SUBNET})"
         ))),
     }
+}
+
+/// A container's address on its tenant's network, for a hard or hybrid tenant's workload:
+/// node addresses count up from the bottom of the segment's /22 (host part = node number,
+/// at most `highest_node`), containers' down from its top, each unique on the segment
+/// (`taken` are the others'). A container keeps its address for its life, so neither
+/// renumbers when the other grows.
+pub fn container_address(segment: TenantSegment, highest_node: i64, taken: &[Ipv4Addr]) -> Result<Ipv4Addr, Refusal> {
+    let lowest = u32::try_from(highest_node.max(0)).unwrap_or(u32::MAX).saturating_add(1);
+    (lowest..=HOSTS_PER_SUBNET)
+        .rev()
+        .map(|host| Ipv4Addr::from(u32::from(segment.subnet()) + host))
+        .find(|address| !taken.contains(address))
+        .ok_or_else(|| {
+            Refusal::InvalidHostNetwork(format!(
+                "{} has no address left for another container ({} containers; node addresses take the first {})",
+                segment.describe(),
+                taken.len(),
+                highest_node
+            ))
+        })
+}
+
+/// Whether `address` is a host address of `segment`'s subnet.
+pub fn is_host_of(segment: TenantSegment, address: Ipv4Addr) -> bool {
+    let host = u32::from(address).wrapping_sub(u32::from(segment.subnet()));
+    segment.contains(address) && host != 0 && host <= HOSTS_PER_SUBNET
 }
 
 /// The node's own network the segments run over.
@@ -234,6 +268,12 @@ pub fn is_berth_link(name: &str) -> bool {
         .is_some_and(|n| !n.is_empty() && n.len() <= 8 && n.bytes().all(|b| b.is_ascii_digit()) && !n.starts_with('0'))
 }
 
+/// Whether a container network is one Berth makes (`berth-vx…`, `berth-vl…` with a number):
+/// the agent removes no other.
+pub fn is_berth_runtime_network(name: &str) -> bool {
+    name.strip_prefix(RUNTIME_NETWORK_PREFIX).is_some_and(|rest| is_berth_link(&format!("b{rest}")))
+}
+
 /// The node's network for `attachments`: one segment device and one bridge per tenant,
 /// the node's address on each bridge, VXLAN flood entries for the peers and the nftables
 /// table that keeps the tenants apart and away from `management` (the node's own
@@ -326,8 +366,7 @@ fn validate_attachment(a: &TenantAttachment) -> Result<(), Refusal> {
             crate::fabric::Pool::whole(a.segment.kind()).range()
         )));
     }
-    let host = u32::from(a.address).wrapping_sub(u32::from(a.segment.subnet()));
-    if !a.segment.contains(a.address) || host == 0 || host > HOSTS_PER_SUBNET {
+    if !is_host_of(a.segment, a.address) {
         return Err(Refusal::InvalidHostNetwork(format!(
             "{} is not a host address of tenant {}'s network {}/{TENANT_PREFIX_LEN}",
             a.address,
@@ -861,6 +900,27 @@ table inet berth {{
         assert!(refusal(&ours, &[]).contains("named like one of Berth's tenant devices"));
         let quoted = TenantAttachment { tenant: "a\"b".into(), ..vxlan("acme", 100, 1, &[]) };
         assert!(refusal(&underlay(1), &[quoted]).contains("is not a tenant's short name"));
+    }
+
+    #[test]
+    fn containers_count_down_from_the_top_of_the_segment_above_the_nodes() {
+        let segment = TenantSegment::Vlan(100);
+        assert_eq!(segment.subnet(), Ipv4Addr::new(100, 65, 144, 0));
+        let first = container_address(segment, 3, &[]).expect("address");
+        assert_eq!(first, Ipv4Addr::new(100, 65, 147, 254));
+        assert_eq!(container_address(segment, 3, &[first]), Ok(Ipv4Addr::new(100, 65, 147, 253)));
+        assert!(is_host_of(segment, first) && !is_host_of(segment, Ipv4Addr::new(100, 65, 147, 255)));
+        // Every address above the nodes taken: refused, naming the segment.
+        let all: Vec<Ipv4Addr> = (1021..=1022).map(|h| Ipv4Addr::from(u32::from(segment.subnet()) + h)).collect();
+        assert_eq!(
+            container_address(segment, 1020, &all).expect_err("full").to_string(),
+            "host network: VLAN 100 has no address left for another container (2 containers; node addresses take the first 1020)"
+        );
+        assert_eq!(segment.runtime_network_name(), "berth-vl100");
+        assert!(is_berth_runtime_network("berth-vx5000") && is_berth_runtime_network(&segment.runtime_network_name()));
+        for name in ["podman", "bridge", "berth-v", "berth-vl01", "berth-acme", "berth-vlx"] {
+            assert!(!is_berth_runtime_network(name), "{name}");
+        }
     }
 
     #[test]

@@ -9,6 +9,9 @@
 //! - [`host_network`]: a bare-metal node's tenant networks (VXLAN/VLAN devices, bridges,
 //!   nftables isolation) and the changes that bring a node to them.
 //! - [`node_plan`]: what the portal asks of a bare-metal node's agent, and its answer.
+//! - [`node_access`]: a dedicated cluster's local account on its nodes, with the SSH keys
+//!   of the people who may act in it.
+//! - [`ssh_key`]: the OpenSSH public keys people keep on their account.
 //! - [`fleet`]: the fleet description file an operator writes.
 //! - [`placement`]: choosing concrete GPUs and MIG slices for a size.
 //! - [`booking`]: windows in time, availability over time, earliest fits and quotas.
@@ -26,11 +29,13 @@ pub mod host_network;
 pub mod launch;
 pub mod lifecycle;
 pub mod mig;
+pub mod node_access;
 pub mod node_plan;
 pub mod placement;
 pub mod policy;
 mod refusal;
 pub mod sharing;
+pub mod ssh_key;
 pub mod tenancy;
 
 pub use refusal::Refusal;

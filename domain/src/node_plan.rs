@@ -12,8 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
 use crate::catalog::Offering;
-use crate::host_network::TenantAttachment;
+use crate::host_network::{TenantAttachment, TenantSegment, is_host_of};
 use crate::mig::{MigInstance, MigLayout};
+use crate::node_access::{self, NodeAccount};
 
 /// Everything the node should hold now.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +27,10 @@ pub struct NodePlan {
     /// The hard and hybrid tenants attached to the node.
     pub networks: Vec<TenantAttachment>,
     pub workloads: Vec<NodeWorkload>,
+    /// Dedicated clusters' local accounts with their people's SSH keys (older plans
+    /// have none).
+    #[serde(default)]
+    pub accounts: Vec<NodeAccount>,
 }
 
 /// One GPU's MIG instances.
@@ -60,6 +65,19 @@ pub struct NodeWorkload {
     /// The booked size's CPUs and memory: the container's limits.
     pub vcpus: u32,
     pub memory_gb: u32,
+    /// A hard or hybrid tenant's container also sits on its tenant's network (older plans
+    /// have none).
+    #[serde(default)]
+    pub network: Option<ContainerNetwork>,
+}
+
+/// A container's place on its tenant's network: the tenant and its segment (whose bridge
+/// the node holds, see [`NodePlan::networks`]) and its own address there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerNetwork {
+    pub tenant: String,
+    pub segment: TenantSegment,
+    pub address: Ipv4Addr,
 }
 
 impl NodeWorkload {
@@ -179,7 +197,9 @@ pub fn tail_of(lines: &[String]) -> Vec<String> {
 
 impl NodePlan {
     /// Refuses a plan whose MIG layouts could not exist (two instances sharing memory
-    /// slices, a GPU listed twice): the agent checks before it touches a GPU.
+    /// slices, a GPU listed twice), whose containers are on a tenant network the node does
+    /// not hold, or whose accounts are not Berth's to make: the agent checks before it
+    /// touches the node.
     pub fn validate(&self) -> Result<(), Refusal> {
         let mut seen = Vec::new();
         for gpu in &self.mig {
@@ -191,7 +211,19 @@ impl NodePlan {
                 .validate()
                 .map_err(|e| Refusal::InvalidReport(format!("MIG layout of GPU {}: {e}", gpu.gpu)))?;
         }
-        Ok(())
+        for w in &self.workloads {
+            let Some(network) = &w.network else { continue };
+            let attached = self.networks.iter().find(|a| a.segment == network.segment);
+            if attached.is_none_or(|a| a.address == network.address) || !is_host_of(network.segment, network.address) {
+                return Err(Refusal::InvalidReport(format!(
+                    "the container of {} is on {} at {}, which the node does not hold or is not a container's address",
+                    w.environment_id,
+                    network.segment.describe(),
+                    network.address
+                )));
+            }
+        }
+        node_access::validate(&self.accounts)
     }
 
     /// The plan without its generation, to tell whether a change changes anything.

@@ -83,10 +83,14 @@ pub enum Action {
     /// Create and revoke API tokens (one's own; a tenant admin also revokes the tenant's).
     TokenManage,
     AuditRead,
+    /// See the SSH public keys people keep for their dedicated clusters' nodes.
+    SshKeyRead,
+    /// Add and remove them (adding needs a signed-in person, like making a token).
+    SshKeyManage,
 }
 
 impl Action {
-    pub const ALL: [Action; 21] = [
+    pub const ALL: [Action; 23] = [
         Action::CatalogRead,
         Action::CalendarRead,
         Action::EnvironmentRead,
@@ -108,6 +112,8 @@ impl Action {
         Action::TokenRead,
         Action::TokenManage,
         Action::AuditRead,
+        Action::SshKeyRead,
+        Action::SshKeyManage,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -133,6 +139,8 @@ impl Action {
             Action::TokenRead => "token.read",
             Action::TokenManage => "token.manage",
             Action::AuditRead => "audit.read",
+            Action::SshKeyRead => "ssh_key.read",
+            Action::SshKeyManage => "ssh_key.manage",
         }
     }
 
@@ -185,13 +193,15 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
         Role::Member => match action {
             CatalogRead => Some(Reach::All),
             CalendarRead | EnvironmentLaunch | ProjectRead | MemberRead | QuotaRead => Some(Reach::Tenant),
-            EnvironmentRead | EnvironmentChange | EnvironmentConnect | TokenRead | TokenManage => Some(Reach::Own),
+            EnvironmentRead | EnvironmentChange | EnvironmentConnect | TokenRead | TokenManage | SshKeyRead
+            | SshKeyManage => Some(Reach::Own),
             _ => None,
         },
         Role::Viewer => match action {
             CatalogRead => Some(Reach::All),
             CalendarRead | EnvironmentRead | ProjectRead | MemberRead | QuotaRead => Some(Reach::Tenant),
-            TokenRead | TokenManage => Some(Reach::Own),
+            // A viewer's keys open nothing until the viewer may act in an environment.
+            TokenRead | TokenManage | SshKeyRead | SshKeyManage => Some(Reach::Own),
             _ => None,
         },
     }
@@ -328,7 +338,9 @@ mod tests {
         let viewer = principal(Role::Viewer, Some(1));
         let colleague = Target::Owned { tenant_id: Some(1), owner_id: 11 };
         assert_eq!(viewer.authorize(Action::EnvironmentRead, colleague), Ok(()));
-        for action in Action::ALL.into_iter().filter(|a| !a.is_read() && *a != Action::TokenManage) {
+        for action in
+            Action::ALL.into_iter().filter(|a| !a.is_read() && !matches!(a, Action::TokenManage | Action::SshKeyManage))
+        {
             assert!(viewer.authorize(action, Target::Tenant(1)).is_err(), "{action:?}");
             assert!(viewer.authorize(action, colleague).is_err(), "{action:?}");
         }

@@ -138,4 +138,13 @@ pub enum Refusal {
     InvalidReport(String),
     #[error("host network: {0}")]
     InvalidHostNetwork(String),
+    /// What is wrong with a pasted SSH public key, in words that say what to paste instead.
+    #[error("SSH key: {0}")]
+    InvalidSshKey(String),
+    #[error("you added this SSH key already (as \"{0}\")")]
+    SshKeyInUse(String),
+    #[error("you can keep at most {max} SSH keys; remove one first")]
+    TooManySshKeys { max: usize },
+    #[error("node access: {0}")]
+    InvalidNodeAccess(String),
 }

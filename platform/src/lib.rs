@@ -27,6 +27,7 @@ pub mod quotas;
 pub mod reconciler;
 pub mod replicas;
 mod spot;
+pub mod ssh_keys;
 pub mod sso;
 pub mod store;
 mod tenant_queues;

@@ -4,20 +4,27 @@
 //!
 //! A node's plan is derived, never edited: its MIG layout is every environment's slices on
 //! the node, its networks are the tenants with a part there (peers: the tenant's other
-//! nodes), its workloads are the environments' containers. So a step that runs twice writes
-//! the same parts, the plan does not change and nothing on the node moves.
+//! nodes), its workloads are the environments' containers, its accounts the dedicated
+//! clusters' local accounts with the SSH keys of the people who may act in them (read when
+//! the plan is built, so a key added or a member removed reaches the node with the next
+//! plan: see [`refresh_access_plans`]). So a step that runs twice writes the same parts,
+//! the plan does not change and nothing on the node moves.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::Ipv4Addr;
 
 use berth_domain::Refusal;
 use berth_domain::fabric::IdentifierKind;
-use berth_domain::host_network::{TenantAttachment, TenantSegment, tenant_address};
+use berth_domain::host_network::{self, TenantAttachment, TenantSegment, tenant_address};
 use berth_domain::mig::MigInstance;
-use berth_domain::node_plan::{GpuMig, NodePlan, NodeWorkload, PlanReport, WorkloadStatus};
+use berth_domain::node_access::NodeAccount;
+use berth_domain::node_plan::{ContainerNetwork, GpuMig, NodePlan, NodeWorkload, PlanReport, WorkloadStatus};
+use berth_domain::policy::{Action, Principal, Role, Target};
+use berth_domain::ssh_key::SshPublicKey;
 use serde::{Deserialize, Serialize};
 use sqlx::SqliteConnection;
 
+use crate::accounts::USER_IS_ACTIVE;
 use crate::{Error, Platform, RequestMeta, now_ms};
 
 /// What a part of a node's plan is about.
@@ -26,16 +33,19 @@ pub enum PartKind {
     Mig,
     Network,
     Workload,
+    /// A dedicated cluster's local account.
+    Access,
 }
 
 impl PartKind {
-    pub const ALL: [PartKind; 3] = [PartKind::Mig, PartKind::Network, PartKind::Workload];
+    pub const ALL: [PartKind; 4] = [PartKind::Mig, PartKind::Network, PartKind::Workload, PartKind::Access];
 
     pub fn as_str(self) -> &'static str {
         match self {
             PartKind::Mig => "mig",
             PartKind::Network => "network",
             PartKind::Workload => "workload",
+            PartKind::Access => "access",
         }
     }
 
@@ -58,6 +68,12 @@ pub struct NetworkPart {
     pub segment: TenantSegment,
 }
 
+/// A dedicated cluster's local account on a node; its keys are read when the plan is built.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessPart {
+    pub account: String,
+}
+
 /// A change a step makes to its environment's part of one node's plan.
 #[derive(Debug, Clone, PartialEq)]
 pub enum PartWrite {
@@ -68,6 +84,10 @@ pub enum PartWrite {
     /// Written only when the environment has no workload part there yet: the pull step
     /// must not stop a workload a later step already started.
     WorkloadIfAbsent(NodeWorkload),
+    /// Written as is, on its tenant's network: it keeps the address it has there, or gets
+    /// the next free one (see `host_network::container_address`).
+    WorkloadOnNetwork(NodeWorkload, NetworkPart),
+    Access(AccessPart),
     Delete(PartKind),
 }
 
@@ -115,9 +135,15 @@ impl Platform {
             }
             touched.insert(node_id);
             let (kind, body) = match write {
+                PartWrite::WorkloadOnNetwork(w, part) => {
+                    let address = container_address(&mut tx, node_id, environment_id, part.segment).await?;
+                    let network = ContainerNetwork { tenant: part.tenant.clone(), segment: part.segment, address };
+                    (PartKind::Workload, Some(json(&NodeWorkload { network: Some(network), ..w.clone() })?))
+                }
                 PartWrite::Mig(slices) => (PartKind::Mig, Some(json(slices)?)),
                 PartWrite::Network(part) => (PartKind::Network, Some(json(part)?)),
                 PartWrite::Workload(w) | PartWrite::WorkloadIfAbsent(w) => (PartKind::Workload, Some(json(w)?)),
+                PartWrite::Access(part) => (PartKind::Access, Some(json(part)?)),
                 PartWrite::Delete(kind) => (*kind, None),
             };
             networks_changed |= kind == PartKind::Network;
@@ -347,6 +373,100 @@ fn json<T: Serialize>(value: &T) -> Result<String, Error> {
     serde_json::to_string(value).map_err(Error::internal)
 }
 
+/// Rebuilds the plans of every node that holds a dedicated cluster's account, whose keys
+/// follow the people (their keys, roles, membership) rather than the environment's steps.
+/// Called in the transaction of every such change, so access ends when it does.
+pub(crate) async fn refresh_access_plans(conn: &mut SqliteConnection, now: i64) -> Result<(), Error> {
+    let nodes: Vec<i64> = sqlx::query_scalar("SELECT DISTINCT node_id FROM node_plan_parts WHERE kind = 'access'")
+        .fetch_all(&mut *conn)
+        .await?;
+    for node_id in nodes {
+        refresh_plan(conn, node_id, now).await?;
+    }
+    Ok(())
+}
+
+/// The `authorized_keys` lines of the people who may act in `environment_id`: its owner
+/// and whoever else `environment.connect` lets in (their tenant admins), while active.
+async fn environment_keys(conn: &mut SqliteConnection, environment_id: &str) -> Result<Vec<String>, Error> {
+    let Some((owner_id, tenant_id)): Option<(i64, Option<i64>)> =
+        sqlx::query_as("SELECT owner_id, tenant_id FROM environments WHERE id = ?")
+            .bind(environment_id)
+            .fetch_optional(&mut *conn)
+            .await?
+    else {
+        return Ok(Vec::new());
+    };
+    let rows: Vec<(i64, Option<i64>, String, String, String)> = sqlx::query_as(&format!(
+        "SELECT u.id, u.tenant_id, u.role, k.public_key, k.name FROM ssh_keys k JOIN users u ON u.id = k.user_id
+         WHERE k.removed_at IS NULL AND {USER_IS_ACTIVE} AND (u.id = ? OR u.tenant_id = ?) ORDER BY u.id, k.id"
+    ))
+    .bind(owner_id)
+    .bind(tenant_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let environment = Target::Owned { tenant_id, owner_id };
+    let mut lines = Vec::new();
+    for (user_id, user_tenant, role, public_key, name) in rows {
+        let Some(role) = Role::parse(&role) else { continue };
+        let person = Principal { user_id, tenant_id: user_tenant, role, token_actions: None };
+        if person.authorize(Action::EnvironmentConnect, environment).is_err() {
+            continue;
+        }
+        // Stored keys were checked when added; one that no longer reads is left out.
+        match SshPublicKey::parse(&public_key) {
+            Ok(key) => lines.push(key.authorized_line(&name)),
+            Err(e) => tracing::error!(user_id, error = %e, "a stored SSH key does not read"),
+        }
+    }
+    Ok(lines)
+}
+
+/// The address of `environment_id`'s container on `node_id` on `segment`: the one its
+/// workload part has, or the next free one. The unique index on the parts' addresses
+/// holds the rule should two writers ever race.
+async fn container_address(
+    conn: &mut SqliteConnection,
+    node_id: i64,
+    environment_id: &str,
+    segment: TenantSegment,
+) -> Result<Ipv4Addr, Error> {
+    let body: Option<String> = sqlx::query_scalar(
+        "SELECT body FROM node_plan_parts WHERE node_id = ? AND environment_id = ? AND kind = 'workload'",
+    )
+    .bind(node_id)
+    .bind(environment_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(body) = body {
+        let held: NodeWorkload = serde_json::from_str(&body).map_err(Error::internal)?;
+        if let Some(network) = held.network.filter(|n| n.segment == segment) {
+            return Ok(network.address);
+        }
+    }
+    let (kind, id) = segment_key(segment);
+    let taken: Vec<String> = sqlx::query_scalar(
+        "SELECT json_extract(body, '$.network.address') FROM node_plan_parts
+         WHERE kind = 'workload' AND json_extract(body, '$.network.segment.kind') = ?
+           AND json_extract(body, '$.network.segment.id') = ?",
+    )
+    .bind(kind)
+    .bind(id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let taken: Vec<Ipv4Addr> = taken.iter().filter_map(|a| a.parse().ok()).collect();
+    let highest_node: i64 = sqlx::query_scalar("SELECT coalesce(max(id), 0) FROM nodes").fetch_one(&mut *conn).await?;
+    Ok(host_network::container_address(segment, highest_node, &taken)?)
+}
+
+/// How a segment is written in a part's JSON (`{"kind": "vlan", "id": 100}`).
+fn segment_key(segment: TenantSegment) -> (&'static str, i64) {
+    match segment {
+        TenantSegment::Vlan(id) => ("vlan", i64::from(id)),
+        TenantSegment::Vxlan(vni) => ("vxlan", i64::from(vni)),
+    }
+}
+
 /// Every node with a network part.
 async fn network_nodes(conn: &mut SqliteConnection) -> Result<Vec<i64>, Error> {
     Ok(sqlx::query_scalar("SELECT DISTINCT node_id FROM node_plan_parts WHERE kind = 'network'")
@@ -392,16 +512,23 @@ async fn refresh_plan(conn: &mut SqliteConnection, node_id: i64, now: i64) -> Re
 
 /// The plan `node_id`'s parts add up to (generation 0: the caller numbers it).
 async fn build_plan(conn: &mut SqliteConnection, node_id: i64) -> Result<NodePlan, Error> {
-    let parts: Vec<(String, String)> =
-        sqlx::query_as("SELECT kind, body FROM node_plan_parts WHERE node_id = ? ORDER BY environment_id, kind")
-            .bind(node_id)
-            .fetch_all(&mut *conn)
-            .await?;
+    let parts: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT environment_id, kind, body FROM node_plan_parts WHERE node_id = ? ORDER BY environment_id, kind",
+    )
+    .bind(node_id)
+    .fetch_all(&mut *conn)
+    .await?;
     let mut gpus: BTreeMap<u32, Vec<MigInstance>> = BTreeMap::new();
     let mut tenants: BTreeMap<String, TenantSegment> = BTreeMap::new();
     let mut workloads = Vec::new();
-    for (kind, body) in parts {
+    let mut accounts = Vec::new();
+    for (environment_id, kind, body) in parts {
         match kind.as_str() {
+            "access" => {
+                let part: AccessPart = serde_json::from_str(&body).map_err(Error::internal)?;
+                let authorized_keys = environment_keys(conn, &environment_id).await?;
+                accounts.push(NodeAccount { name: part.account, environment_id, authorized_keys });
+            }
             "mig" => {
                 let slices: Vec<MigSlice> = serde_json::from_str(&body).map_err(Error::internal)?;
                 for slice in slices {
@@ -412,7 +539,16 @@ async fn build_plan(conn: &mut SqliteConnection, node_id: i64) -> Result<NodePla
                 let part: NetworkPart = serde_json::from_str(&body).map_err(Error::internal)?;
                 tenants.insert(part.tenant, part.segment);
             }
-            _ => workloads.push(serde_json::from_str::<NodeWorkload>(&body).map_err(Error::internal)?),
+            _ => {
+                let workload: NodeWorkload = serde_json::from_str(&body).map_err(Error::internal)?;
+                // A container on its tenant's network needs the network on the node, even
+                // should its network part have gone first (the orphan sweep takes parts
+                // one at a time).
+                if let Some(network) = &workload.network {
+                    tenants.entry(network.tenant.clone()).or_insert(network.segment);
+                }
+                workloads.push(workload);
+            }
         }
     }
     let mut networks = Vec::new();
@@ -442,7 +578,7 @@ async fn build_plan(conn: &mut SqliteConnection, node_id: i64) -> Result<NodePla
             GpuMig { gpu, instances }
         })
         .collect();
-    let plan = NodePlan { generation: 0, mig, networks, workloads };
+    let plan = NodePlan { generation: 0, mig, networks, workloads, accounts };
     // Placement never books overlapping slices; a plan that says otherwise is a bug here,
     // and must not reach a node.
     plan.validate().map_err(|e| Error::internal(format!("node {node_id}'s plan: {e}")))?;

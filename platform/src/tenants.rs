@@ -215,6 +215,8 @@ impl Platform {
         let target = format!("tenant:{id}");
         let event = Event { action, target: Some(&target), outcome: Outcome::Success, detail: detail.as_deref() };
         audit::record(&mut tx, &Actor { tenant_id: Some(id), ..caller.actor() }, event).await?;
+        // A suspended or deleted tenant's people lose their shells on its nodes at once.
+        crate::node_plans::refresh_access_plans(&mut tx, now_ms()).await?;
         tx.commit().await?;
         if change == TenantChange::Delete {
             self.wake_reconciler();
@@ -355,6 +357,8 @@ impl Platform {
         let event =
             Event { action: "member.role", target: Some(&email), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await?;
+        // A role decides whose keys open the tenant's dedicated clusters.
+        crate::node_plans::refresh_access_plans(&mut tx, now_ms()).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -390,6 +394,7 @@ impl Platform {
         let event =
             Event { action: "member.remove", target: Some(&email), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await?;
+        crate::node_plans::refresh_access_plans(&mut tx, now_ms()).await?;
         tx.commit().await?;
         self.wake_reconciler();
         Ok(())

@@ -88,6 +88,10 @@ pub struct AgentArgs {
     /// Where workloads run: `auto` (podman when installed, else docker), `podman`, `docker`.
     #[arg(long, env = "BERTH_CONTAINER_RUNTIME", default_value = "auto")]
     pub container_runtime: String,
+    /// The groups a dedicated cluster's SSH account joins, so it may open the GPUs' device
+    /// files where they are not open to everyone (those the node lacks are skipped).
+    #[arg(long, env = "BERTH_GPU_GROUPS", value_delimiter = ',', default_value = "video,render")]
+    pub gpu_groups: Vec<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -277,7 +281,7 @@ fn machine(args: &AgentArgs) -> Result<Arc<dyn crate::node::NodeHost>, String> {
     if runtime.is_none() {
         tracing::warn!("neither podman nor docker is installed: this node can take no workloads");
     }
-    Ok(Arc::new(crate::node::Machine::new(runner, network, runtime)))
+    Ok(Arc::new(crate::node::Machine::new(runner, network, runtime).with_gpu_groups(args.gpu_groups.clone())))
 }
 
 async fn open_database(url: &str) -> Result<sqlx::SqlitePool, String> {

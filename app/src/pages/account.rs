@@ -2,18 +2,18 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::components::{ErrorAlert, RequireUser};
-use crate::model::{AccountView, NewTokenView, TokenView};
-use crate::serverfns::{CreateToken, RevokeToken, account};
+use crate::model::{AccountView, NewTokenView, SshKeyView, TokenView};
+use crate::serverfns::{AddSshKey, CreateToken, RemoveSshKey, RevokeToken, account};
 
 const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
 const LABEL: &str = "block text-xs font-medium text-slate-600";
 
-/// The signed-in user's personal API tokens: create one (its secret shown once), see when
-/// each was last used, revoke them.
+/// The signed-in user's personal API tokens (create one, its secret shown once; see when
+/// each was last used; revoke them) and SSH keys (for their dedicated clusters' nodes).
 #[component]
 pub fn AccountPage() -> impl IntoView {
     view! {
-        <Title text="API tokens"/>
+        <Title text="API tokens and SSH keys"/>
         <RequireUser>
             <Tokens/>
         </RequireUser>
@@ -24,7 +24,12 @@ pub fn AccountPage() -> impl IntoView {
 fn Tokens() -> impl IntoView {
     let create = ServerAction::<CreateToken>::new();
     let revoke = ServerAction::<RevokeToken>::new();
-    let account = Resource::new(move || (create.version().get(), revoke.version().get()), |_| account());
+    let add_key = ServerAction::<AddSshKey>::new();
+    let remove_key = ServerAction::<RemoveSshKey>::new();
+    let account = Resource::new(
+        move || (create.version().get(), revoke.version().get(), add_key.version().get(), remove_key.version().get()),
+        |_| account(),
+    );
     let created = create.value();
     view! {
         <h1 class="text-2xl font-bold tracking-tight text-slate-900">"API tokens"</h1>
@@ -36,7 +41,14 @@ fn Tokens() -> impl IntoView {
         <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
             {move || Suspend::new(async move {
                 match account.await {
-                    Ok(view) => view! { <AccountBody view create revoke/> }.into_any(),
+                    Ok(mut view) => {
+                        let keys = std::mem::take(&mut view.ssh_keys);
+                        view! {
+                            <AccountBody view create revoke/>
+                            <SshKeys keys add=add_key remove=remove_key/>
+                        }
+                        .into_any()
+                    }
                     Err(error) => view! { <div class="mt-4"><ErrorAlert error/></div> }.into_any(),
                 }
             })}
@@ -174,4 +186,82 @@ fn TokenStatus(status: String) -> impl IntoView {
             {label}
         </span>
     }
+}
+
+/// The caller's SSH public keys: a dedicated cluster on bare metal lets in, on each of its
+/// nodes, the keys of its owner and their tenant admins.
+#[component]
+fn SshKeys(keys: Vec<SshKeyView>, add: ServerAction<AddSshKey>, remove: ServerAction<RemoveSshKey>) -> impl IntoView {
+    let add_result = add.value();
+    let remove_result = remove.value();
+    view! {
+        <section class="mt-10" aria-labelledby="ssh-keys">
+            <h2 id="ssh-keys" class="text-xl font-bold tracking-tight text-slate-900">"SSH keys"</h2>
+            <p class="mt-1 text-sm text-slate-600">
+                "Your public keys for the nodes of dedicated clusters: each node gets an account named after the cluster (ssh berth-\u{2026}@node) that lets in its owner's keys and their tenant admins'. Keys you add or remove reach running clusters within seconds; the account goes when the cluster ends."
+            </p>
+            <div class="mt-4 rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
+                <h3 class="text-sm font-semibold text-slate-900">"Add a key"</h3>
+                <ActionForm action=add attr:class="mt-3 space-y-3">
+                    <div>
+                        <label for="k-key" class=LABEL>"Public key (the contents of ~/.ssh/id_ed25519.pub; ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa of 2048 bits or more)"</label>
+                        <textarea id="k-key" name="public_key" rows="3" spellcheck="false" autocomplete="off"
+                            class=format!("{INPUT} font-mono text-xs") placeholder="ssh-ed25519 AAAAC3Nza... you@laptop"></textarea>
+                    </div>
+                    <div class="sm:w-1/2">
+                        <label for="k-name" class=LABEL>"Name (optional; the key's comment otherwise)"</label>
+                        <input id="k-name" name="name" class=INPUT placeholder="work laptop" autocomplete="off"/>
+                    </div>
+                    <button type="submit" class="rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">"Add key"</button>
+                </ActionForm>
+                <div class="mt-3">
+                    {move || add_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+                </div>
+            </div>
+            <div class="mt-2">
+                {move || remove_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+            </div>
+            <SshKeyTable keys remove/>
+        </section>
+    }
+}
+
+#[component]
+fn SshKeyTable(keys: Vec<SshKeyView>, remove: ServerAction<RemoveSshKey>) -> impl IntoView {
+    if keys.is_empty() {
+        return view! { <p class="mt-3 text-sm text-slate-500">"No SSH keys yet."</p> }.into_any();
+    }
+    view! {
+        <div class="mt-3 overflow-x-auto rounded-xl border border-slate-200 bg-white shadow-sm">
+            <table class="min-w-full divide-y divide-slate-200 text-sm" aria-label="Your SSH keys">
+                <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
+                    <tr>
+                        <th scope="col" class="px-4 py-2">"Name"</th>
+                        <th scope="col" class="px-4 py-2">"Kind"</th>
+                        <th scope="col" class="px-4 py-2">"Fingerprint"</th>
+                        <th scope="col" class="px-4 py-2">"Added"</th>
+                        <th scope="col" class="px-4 py-2"><span class="sr-only">"Remove"</span></th>
+                    </tr>
+                </thead>
+                <tbody class="divide-y divide-slate-100">
+                    {keys.into_iter().map(|k| view! {
+                        <tr data-ssh-key=k.fingerprint.clone()>
+                            <th scope="row" class="px-4 py-2 text-left font-medium text-slate-900">{k.name.clone()}</th>
+                            <td class="whitespace-nowrap px-4 py-2 text-slate-600">{k.kind.clone()}</td>
+                            <td class="px-4 py-2 font-mono text-xs text-slate-700 break-all">{k.fingerprint.clone()}</td>
+                            <td class="whitespace-nowrap px-4 py-2 text-slate-600">{k.added.clone()}</td>
+                            <td class="px-4 py-2 text-right">
+                                <ActionForm action=remove>
+                                    <input type="hidden" name="id" value=k.id/>
+                                    <button type="submit" aria-label=format!("Remove {}", k.name)
+                                        class="rounded-lg bg-white px-3 py-1 text-xs font-semibold text-red-700 ring-1 ring-red-300 hover:bg-red-50">"Remove"</button>
+                                </ActionForm>
+                            </td>
+                        </tr>
+                    }).collect_view()}
+                </tbody>
+            </table>
+        </div>
+    }
+    .into_any()
 }

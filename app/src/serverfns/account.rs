@@ -3,12 +3,14 @@ use leptos::prelude::*;
 use crate::error::AppError;
 use crate::model::{AccountView, NewTokenView};
 
-/// The caller's API tokens, the actions their role can give a token, and a secret waiting
-/// to be shown after a plain form post created a token.
+/// The caller's API tokens, the actions their role can give a token, a secret waiting to
+/// be shown after a plain form post created a token, and the caller's SSH keys.
 #[server(endpoint = "account")]
 pub async fn account() -> Result<AccountView, AppError> {
     let (platform, caller) = super::ssr::caller().await?;
     let tokens = platform.my_tokens(&caller).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    let ssh_keys =
+        platform.my_ssh_keys(&caller).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     let session = super::ssr::session(&caller.meta).await?;
     let new_token = crate::session::show_new_token(&session, &caller.meta).await?;
     if new_token.is_some()
@@ -18,7 +20,9 @@ pub async fn account() -> Result<AccountView, AppError> {
         response.insert_header(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
     }
     let new_token = new_token.map(|t| views::new_token(&t, platform.public_url()));
-    Ok(views::account(&tokens, caller.principal.role, new_token, berth_platform::now_ms()))
+    let mut view = views::account(&tokens, caller.principal.role, new_token, berth_platform::now_ms());
+    view.ssh_keys = ssh_keys.iter().map(views::ssh_key).collect();
+    Ok(view)
 }
 
 /// Creates an API token for the caller (no actions chosen: all their role has) and answers
@@ -61,14 +65,37 @@ pub async fn revoke_token(id: i64) -> Result<(), AppError> {
     Ok(())
 }
 
+/// Adds an SSH public key (an OpenSSH `.pub` line) to the caller's account; `name` may be
+/// empty (the key's comment names it then).
+#[server(endpoint = "add_ssh_key")]
+pub async fn add_ssh_key(name: String, public_key: String) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform
+        .add_ssh_key(&caller, &name, &public_key)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect("/account");
+    Ok(())
+}
+
+/// Removes one of the caller's SSH keys; their dedicated clusters' nodes drop it.
+#[server(endpoint = "remove_ssh_key")]
+pub async fn remove_ssh_key(id: i64) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform.remove_ssh_key(&caller, id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect("/account");
+    Ok(())
+}
+
 #[cfg(feature = "ssr")]
 pub(crate) mod views {
     use berth_domain::policy::{Action, Role, reach};
     use berth_domain::tenancy::TOKEN_MAX_DAYS;
+    use berth_platform::ssh_keys::SshKeyInfo;
     use berth_platform::tokens::TokenInfo;
 
     use crate::components::time::utc;
-    use crate::model::{AccountView, ActionChoice, NewTokenView, TokenView};
+    use crate::model::{AccountView, ActionChoice, NewTokenView, SshKeyView, TokenView};
     use crate::session::NewToken;
 
     pub fn account(tokens: &[TokenInfo], role: Role, new_token: Option<NewTokenView>, now: i64) -> AccountView {
@@ -81,6 +108,18 @@ pub(crate) mod views {
                 .collect(),
             new_token,
             max_days: TOKEN_MAX_DAYS,
+            ssh_keys: Vec::new(),
+        }
+    }
+
+    pub fn ssh_key(k: &SshKeyInfo) -> SshKeyView {
+        let kind = berth_domain::ssh_key::SshKeyAlgorithm::parse(&k.algorithm).map_or("SSH", |a| a.label());
+        SshKeyView {
+            id: k.id,
+            name: k.name.clone(),
+            kind: format!("{kind} {}", k.bits),
+            fingerprint: k.fingerprint.clone(),
+            added: utc(k.created_at),
         }
     }
 
@@ -142,6 +181,9 @@ pub(crate) mod views {
             // A token never makes tokens (that needs a signed-in person); it may revoke them.
             Action::TokenManage => "Revoke API tokens",
             Action::AuditRead => "Read the audit log",
+            Action::SshKeyRead => "See SSH keys",
+            // Adding a key needs a signed-in person, as making a token does.
+            Action::SshKeyManage => "Remove SSH keys",
         }
     }
 

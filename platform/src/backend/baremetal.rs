@@ -8,11 +8,11 @@
 //! |---|---|
 //! | configure partition (MIG) | the environment's MIG instances join the node's layout (its neighbours' stay) |
 //! | pull image | the image is pulled (`podman pull` / `docker pull`) |
-//! | start workload | hard and hybrid tenants' network attached (VXLAN/VLAN, bridge, nftables); the container runs with `CUDA_VISIBLE_DEVICES` set to its GPUs or MIG devices |
+//! | start workload | hard and hybrid tenants' network attached (VXLAN/VLAN, bridge, nftables); the container runs with `CUDA_VISIBLE_DEVICES` set to its GPUs or MIG devices (a hard or hybrid tenant's also on its tenant network, with an address of its own there); a dedicated cluster's local account (`berth-<short id>`) is made with its people's SSH keys |
 //! | wait healthy | the agent reports the container running (a training job: running or done) |
 //! | expose endpoint | nothing: the container's port is published on the node; the owner gets its URL |
 //! | remove endpoint | nothing on the node (the port goes with the container) |
-//! | stop workload | the container is removed, the tenant network detached |
+//! | stop workload | the container is removed, the tenant network detached, the cluster's account removed |
 //! | clear partition | the environment's MIG instances leave the layout |
 //! | release capacity | whatever part of the environment is left goes |
 
@@ -21,6 +21,7 @@ use std::time::Duration;
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::Step;
 use berth_domain::mig::{MigInstance, MigProfile};
+use berth_domain::node_access::account_name;
 use berth_domain::node_plan::{Device, NodeWorkload, WorkloadState, WorkloadStatus, free_host_port};
 use berth_domain::tenancy::Isolation;
 use rand::Rng;
@@ -30,7 +31,7 @@ use super::{
     StepFuture, StepOutput, Upstream, UpstreamFuture, Workload,
 };
 use crate::Platform;
-use crate::node_plans::{MigSlice, NetworkPart, NodeTarget, PartKind, PartWrite};
+use crate::node_plans::{AccessPart, MigSlice, NetworkPart, NodeTarget, PartKind, PartWrite};
 
 #[derive(Debug, Clone)]
 pub struct BareMetalConfig {
@@ -85,8 +86,13 @@ impl BareMetal {
             }
             Step::StartWorkload => {
                 let mut writes = Vec::new();
-                if let Some(part) = self.network_part(w).await? {
+                let network = self.network_part(w).await?;
+                if let Some(part) = &network {
                     writes.extend(nodes.iter().map(|n| (n.clone(), PartWrite::Network(part.clone()))));
+                }
+                if w.offering == Offering::DedicatedCluster {
+                    let part = AccessPart { account: account_name(&w.environment_id) };
+                    writes.extend(nodes.iter().map(|n| (n.clone(), PartWrite::Access(part.clone()))));
                 }
                 if w.image.is_some() {
                     let existing = self.platform.environment_workloads(&w.environment_id).await.map_err(internal)?;
@@ -95,7 +101,15 @@ impl BareMetal {
                             Some((_, workload)) => workload.clone(),
                             None => self.fresh_workload(w, node).await?,
                         };
-                        writes.push((node.clone(), PartWrite::Workload(NodeWorkload { run: true, ..workload })));
+                        let workload = NodeWorkload { run: true, ..workload };
+                        // A hard or hybrid tenant's container joins its tenant network.
+                        writes.push((
+                            node.clone(),
+                            match &network {
+                                Some(part) => PartWrite::WorkloadOnNetwork(workload, part.clone()),
+                                None => PartWrite::Workload(workload),
+                            },
+                        ));
                     }
                 }
                 self.write_and_wait(w, &writes, false).await?;
@@ -104,7 +118,7 @@ impl BareMetal {
                 }
                 output.detail = Some(match &w.image {
                     Some(_) => format!("container {} on {}", container(w), nodes.join(", ")),
-                    None => format!("{} handed over", nodes.join(", ")),
+                    None => format!("{} handed over; SSH as {}", nodes.join(", "), account_name(&w.environment_id)),
                 });
             }
             Step::WaitHealthy => {
@@ -128,6 +142,7 @@ impl BareMetal {
                         [
                             (n.clone(), PartWrite::Delete(PartKind::Workload)),
                             (n.clone(), PartWrite::Delete(PartKind::Network)),
+                            (n.clone(), PartWrite::Delete(PartKind::Access)),
                         ]
                     })
                     .collect();
@@ -282,6 +297,7 @@ impl BareMetal {
             secret: serves.then(secret),
             vcpus: w.vcpus,
             memory_gb: w.memory_gb,
+            network: None,
         })
     }
 
@@ -339,12 +355,18 @@ impl BareMetal {
                 secret: None,
                 example: format!("podman logs -f {} (on {node})", container(w)),
             },
-            Offering::DedicatedCluster => Connection {
-                url: format!("ssh://{node}"),
-                secret_label: None,
-                secret: None,
-                example: format!("ssh {}", nodes_of(w).join(" / ssh ")),
-            },
+            // The account on each node holds the SSH keys of the owner (and their tenant
+            // admins) from their account pages.
+            Offering::DedicatedCluster => {
+                let account = account_name(&w.environment_id);
+                let logins: Vec<String> = nodes_of(w).iter().map(|n| format!("ssh {account}@{n}")).collect();
+                Connection {
+                    url: format!("ssh://{account}@{node}"),
+                    secret_label: None,
+                    secret: None,
+                    example: logins.join(" / "),
+                }
+            }
         })
     }
 }
@@ -408,6 +430,7 @@ fn plan_part_kind(kind: PartKind) -> &'static str {
         PartKind::Mig => "node plan MIG part",
         PartKind::Network => "node plan network part",
         PartKind::Workload => "node plan workload part",
+        PartKind::Access => "node plan access part",
     }
 }
 

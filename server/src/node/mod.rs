@@ -1,8 +1,10 @@
 //! What `berth agent` does to its node besides reporting: apply the plan the portal made
-//! for it (`--backend baremetal`): MIG layout, tenant networks, workloads. Everything goes
+//! for it (`--backend baremetal`): MIG layout, tenant networks, dedicated clusters' SSH
+//! accounts, workloads. Everything goes
 //! through a command runner tests can replace; [`NodeHost`] is the whole of it, so the
 //! agent loop can be tested against a served portal with a fake node.
 
+pub mod access;
 pub mod commands;
 pub mod mig;
 pub mod network;
@@ -34,11 +36,19 @@ pub struct Machine {
     /// then cannot be set up here.
     network: Option<NodeNetwork>,
     runtime: Option<Runtime>,
+    /// The groups dedicated clusters' accounts join (see `access::DEFAULT_GPU_GROUPS`).
+    gpu_groups: Vec<String>,
 }
 
 impl Machine {
     pub fn new(runner: Arc<dyn CommandRunner>, network: Option<NodeNetwork>, runtime: Option<Runtime>) -> Machine {
-        Machine { runner, network, runtime }
+        let gpu_groups = access::DEFAULT_GPU_GROUPS.map(str::to_owned).to_vec();
+        Machine { runner, network, runtime, gpu_groups }
+    }
+
+    /// Dedicated clusters' accounts join `groups` (those the node has) instead.
+    pub fn with_gpu_groups(self, groups: Vec<String>) -> Machine {
+        Machine { gpu_groups: groups, ..self }
     }
 }
 
@@ -63,7 +73,10 @@ impl NodeHost for Machine {
                     .into());
             }
         }
-        workloads::apply(self.runner.as_ref(), self.runtime, &plan.workloads)
+        for change in access::apply(self.runner.as_ref(), &self.gpu_groups, &plan.accounts)? {
+            tracing::info!(change = ?change, "SSH access changed");
+        }
+        workloads::apply(self.runner.as_ref(), self.runtime, &plan.workloads, &plan.networks)
     }
 
     fn underlay_address(&self) -> Option<Ipv4Addr> {

@@ -6,9 +6,20 @@
 //!
 //! Secrets (the notebook token, the endpoint's API key) reach the container through
 //! `--env-file /dev/stdin`, never the command line, which every local user can read.
+//!
+//! A hard or hybrid tenant's container also joins its tenant's network: a container
+//! network of the runtime's (`berth-vl100`, `berth-vx5000`) over the bridge the host
+//! network code keeps (`bbr-…`), with the address the portal gave it. Its first network
+//! stays the runtime's default, which publishes its port to Berth's proxy and gives it a
+//! way out; the tenant's network carries no default route and, on the node, reaches
+//! nothing but the tenant's other containers (the `inet berth` table). The runtime's
+//! network is made when a container needs it and removed when none does.
+
+use std::collections::BTreeMap;
 
 use berth_domain::agent::Command;
 use berth_domain::catalog::Offering;
+use berth_domain::host_network::{TENANT_PREFIX_LEN, TenantAttachment, TenantSegment, is_berth_runtime_network};
 use berth_domain::node_plan::{
     CONTAINER_PREFIX, LOG_TAIL_LINES, NodeWorkload, WorkloadState, WorkloadStatus, container_port, tail_of,
 };
@@ -31,6 +42,14 @@ impl Runtime {
         }
     }
 
+    /// The runtime's own default network, which publishes ports.
+    fn default_network(self) -> &'static str {
+        match self {
+            Runtime::Podman => "podman",
+            Runtime::Docker => "bridge",
+        }
+    }
+
     /// `podman`, `docker`, or `auto` (podman when installed, else docker).
     pub fn choose(preference: &str, runner: &dyn CommandRunner) -> Result<Option<Runtime>, String> {
         let installed = |r: Runtime| runner.run(&Command::new(r.program(), &["--version"])).is_ok();
@@ -48,16 +67,22 @@ impl Runtime {
 struct Container {
     name: String,
     running: bool,
+    /// Made but never started (a start that failed half-way): made again.
+    created: bool,
     exit_code: Option<i64>,
 }
 
-/// Brings the node's containers to `workloads`; each workload's status (with its own
-/// error when it could not be pulled or started). An error stops everything only when the
-/// runtime itself cannot be used or a container that should go cannot be removed.
+/// Brings the node's containers (and their tenant networks) to `workloads`; each
+/// workload's status (with its own error when it could not be pulled or started). An
+/// error stops everything only when the runtime itself cannot be used, or a container or
+/// network that should go cannot be removed, or a tenant network cannot be made.
+/// `networks` are the tenant networks the node holds (the containers' segments among
+/// them, as `NodePlan::validate` makes sure).
 pub fn apply(
     runner: &dyn CommandRunner,
     runtime: Option<Runtime>,
     workloads: &[NodeWorkload],
+    networks: &[TenantAttachment],
 ) -> Result<Vec<WorkloadStatus>, String> {
     let Some(runtime) = runtime else {
         if workloads.is_empty() {
@@ -84,13 +109,14 @@ pub fn apply(
     ])?;
     let containers = parse_containers(&listing);
     for container in &containers {
-        if !workloads.iter().any(|w| w.container_name() == container.name) {
+        if container.created || !workloads.iter().any(|w| w.container_name() == container.name) {
             run(&["rm", "--force", &container.name])?;
         }
     }
+    converge_networks(runtime, &run, workloads, networks)?;
     let mut statuses = Vec::new();
     for workload in workloads {
-        let existing = containers.iter().find(|c| c.name == workload.container_name());
+        let existing = containers.iter().find(|c| c.name == workload.container_name() && !c.created);
         let status = match existing {
             Some(c) if c.running => Ok(WorkloadState::Running),
             Some(c) if workload.run => {
@@ -152,14 +178,126 @@ fn bring_up(runner: &dyn CommandRunner, runtime: Runtime, w: &NodeWorkload) -> R
         return Ok(WorkloadState::Pulled);
     }
     let uuids = mig::device_uuids(runner, &w.devices)?;
-    runner.run(&run_command(runtime, w, &uuids)).map_err(|e| format!("cannot start {}: {e}", w.container_name()))?;
+    for command in start_commands(runtime, w, &uuids) {
+        runner.run(&command).map_err(|e| format!("cannot start {}: {e}", w.container_name()))?;
+    }
     Ok(WorkloadState::Running)
 }
 
-/// `podman run` / `docker run` for `w` on the devices `uuids`.
-pub fn run_command(runtime: Runtime, w: &NodeWorkload, uuids: &[String]) -> Command {
+/// Makes the tenant networks the workloads need and removes Berth's others (their
+/// containers are gone by now).
+fn converge_networks(
+    runtime: Runtime,
+    run: &dyn Fn(&[&str]) -> Result<String, String>,
+    workloads: &[NodeWorkload],
+    networks: &[TenantAttachment],
+) -> Result<(), String> {
+    let needed: BTreeMap<String, &TenantAttachment> = workloads
+        .iter()
+        .filter_map(|w| w.network.as_ref())
+        .filter_map(|n| networks.iter().find(|a| a.segment == n.segment))
+        .map(|a| (a.segment.runtime_network_name(), a))
+        .collect();
+    let listing = run(&["network", "ls", "--format", "{{.Name}}"])?;
+    let present: Vec<&str> = listing.lines().map(str::trim).filter(|n| is_berth_runtime_network(n)).collect();
+    for name in &present {
+        if !needed.contains_key(*name) {
+            run(&["network", "rm", name]).map_err(|e| format!("cannot remove the container network {name}: {e}"))?;
+        }
+    }
+    for (name, attachment) in &needed {
+        if !present.contains(&name.as_str()) {
+            let command = network_create_command(runtime, attachment);
+            let args: Vec<&str> = command.args.iter().map(String::as_str).collect();
+            run(&args).map_err(|e| format!("cannot make the container network {name}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// `podman network create` / `docker network create` for the tenant network of
+/// `attachment`, over its existing bridge, in the segment's subnet, with no default route
+/// through it. Podman's `mode=unmanaged` (5.3 or later, netavark) leaves the bridge, its
+/// address and the firewall to Berth; docker's `inhibit_ipv4` keeps its hands off the
+/// bridge's address, which docker takes for the gateway.
+pub fn network_create_command(runtime: Runtime, attachment: &TenantAttachment) -> Command {
+    let segment: TenantSegment = attachment.segment;
+    let name = segment.runtime_network_name();
+    let bridge = segment.bridge_name();
+    let subnet = format!("{}/{TENANT_PREFIX_LEN}", segment.subnet());
+    let label = format!("berth.tenant={}", attachment.tenant);
+    let args: Vec<String> = match runtime {
+        Runtime::Podman => [
+            "network",
+            "create",
+            "--driver",
+            "bridge",
+            "--interface-name",
+            &bridge,
+            "--subnet",
+            &subnet,
+            "--internal",
+            "--disable-dns",
+            "--opt",
+            "mode=unmanaged",
+            "--label",
+            &label,
+            &name,
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+        Runtime::Docker => [
+            "network",
+            "create",
+            "--driver",
+            "bridge",
+            "--subnet",
+            &subnet,
+            "--gateway",
+            &attachment.address.to_string(),
+            "--internal",
+            "--opt",
+            &format!("com.docker.network.bridge.name={bridge}"),
+            "--opt",
+            "com.docker.network.bridge.inhibit_ipv4=true",
+            "--label",
+            &label,
+            &name,
+        ]
+        .map(str::to_owned)
+        .to_vec(),
+    };
+    Command { program: runtime.program(), args, stdin: None }
+}
+
+/// The commands that start `w` on the devices `uuids`: one `podman run` (its tenant
+/// network given with its address), or `docker run`, or for docker on a tenant network
+/// `docker create`, `docker network connect --ip` and `docker start` (docker takes one
+/// network at `run`).
+pub fn start_commands(runtime: Runtime, w: &NodeWorkload, uuids: &[String]) -> Vec<Command> {
     let name = w.container_name();
-    let mut args: Vec<String> = ["run", "--detach", "--name", &name, "--label"].map(str::to_owned).to_vec();
+    match (&w.network, runtime) {
+        (Some(network), Runtime::Docker) => {
+            let address = network.address.to_string();
+            let net = network.segment.runtime_network_name();
+            vec![
+                run_command(runtime, w, uuids, "create"),
+                Command::new("docker", &["network", "connect", "--ip", &address, &net, &name]),
+                Command::new("docker", &["start", &name]),
+            ]
+        }
+        _ => vec![run_command(runtime, w, uuids, "run")],
+    }
+}
+
+/// `podman run` / `docker run` (or `create`) for `w` on the devices `uuids`.
+fn run_command(runtime: Runtime, w: &NodeWorkload, uuids: &[String], verb: &str) -> Command {
+    let name = w.container_name();
+    let mut args: Vec<String> = vec![verb.to_owned()];
+    if verb == "run" {
+        args.push("--detach".into());
+    }
+    args.extend(["--name", &name, "--label"].map(str::to_owned));
     args.push(format!("berth.environment={}", w.environment_id));
     args.extend(["--env-file".into(), "/dev/stdin".into()]);
     // As Kubernetes' restricted pods: no capabilities, no way to gain privileges.
@@ -181,6 +319,14 @@ pub fn run_command(runtime: Runtime, w: &NodeWorkload, uuids: &[String]) -> Comm
     }
     if let (Some(host), Some(port)) = (w.host_port, container_port(w.offering)) {
         args.extend(["--publish".into(), format!("{host}:{port}")]);
+    }
+    if let Some(network) = &w.network {
+        // The default network first: it publishes the port and gives the way out.
+        args.extend(["--network".into(), runtime.default_network().to_owned()]);
+        if runtime == Runtime::Podman {
+            let tenant = network.segment.runtime_network_name();
+            args.extend(["--network".into(), format!("{tenant}:ip={}", network.address)]);
+        }
     }
     args.push(w.image.clone());
     if let Some(command) = &w.command {
@@ -211,6 +357,7 @@ fn parse_containers(listing: &str) -> Vec<Container> {
             name.starts_with(CONTAINER_PREFIX).then(|| Container {
                 name: name.to_owned(),
                 running: state == "running",
+                created: state == "created",
                 exit_code,
             })
         })
@@ -219,8 +366,11 @@ fn parse_containers(listing: &str) -> Vec<Container> {
 
 #[cfg(test)]
 mod tests {
+    use std::net::Ipv4Addr;
+
+    use berth_domain::host_network::tenant_address;
     use berth_domain::mig::{MigInstance, MigProfile};
-    use berth_domain::node_plan::Device;
+    use berth_domain::node_plan::{ContainerNetwork, Device};
 
     use super::*;
     use crate::node::commands::recording::Recording;
@@ -237,7 +387,28 @@ mod tests {
             secret: Some("s3cret".into()),
             vcpus: 4,
             memory_gb: 32,
+            network: None,
         }
+    }
+
+    /// acme's VLAN 100 on node 3 (the node's address .3, the container's at the top).
+    fn acme() -> TenantAttachment {
+        let segment = TenantSegment::Vlan(100);
+        TenantAttachment {
+            tenant: "acme".into(),
+            segment,
+            address: tenant_address(segment, 3).expect("address"),
+            peers: vec![],
+        }
+    }
+
+    fn on_acme(w: NodeWorkload) -> NodeWorkload {
+        let network = ContainerNetwork {
+            tenant: "acme".into(),
+            segment: TenantSegment::Vlan(100),
+            address: Ipv4Addr::new(100, 65, 147, 254),
+        };
+        NodeWorkload { network: Some(network), ..w }
     }
 
     fn node() -> Recording {
@@ -246,15 +417,20 @@ mod tests {
         node
     }
 
+    fn one(commands: Vec<Command>) -> Command {
+        let [command] = <[Command; 1]>::try_from(commands).expect("one command");
+        command
+    }
+
     #[test]
     fn a_notebook_is_pulled_then_started_with_its_gpu_and_token_off_the_command_line() {
         let node = node();
         node.fail("podman image inspect", Failure::Failed { message: "no such image".into() });
-        let pulled = apply(&node, Some(Runtime::Podman), &[notebook(false)]).expect("applied");
+        let pulled = apply(&node, Some(Runtime::Podman), &[notebook(false)], &[]).expect("applied");
         assert_eq!(pulled[0].state, Some(WorkloadState::Pulled));
         assert!(node.take().contains(&"podman pull quay.io/jupyter/pytorch-notebook:cuda12-latest".to_owned()));
 
-        let command = run_command(Runtime::Podman, &notebook(true), &["GPU-1".into()]);
+        let command = one(start_commands(Runtime::Podman, &notebook(true), &["GPU-1".into()]));
         assert_eq!(
             command.to_string(),
             "podman run --detach --name berth-e1 --label berth.environment=e1 --env-file /dev/stdin \
@@ -262,7 +438,7 @@ mod tests {
         );
         assert_eq!(command.stdin.as_deref(), Some("CUDA_VISIBLE_DEVICES=GPU-1\nJUPYTER_TOKEN=s3cret\n"));
         node.answer("podman image inspect", "sha256:1");
-        let started = apply(&node, Some(Runtime::Podman), &[notebook(true)]).expect("applied");
+        let started = apply(&node, Some(Runtime::Podman), &[notebook(true)], &[]).expect("applied");
         assert_eq!(started[0].state, Some(WorkloadState::Running));
         assert!(node.take().iter().any(|c| c.starts_with("podman run --detach --name berth-e1")));
     }
@@ -270,20 +446,37 @@ mod tests {
     #[test]
     fn running_containers_are_left_alone_and_unplanned_ones_removed() {
         let node = node();
-        node.answer("podman ps", "berth-e1\trunning\tUp 3 minutes\nberth-old\texited\tExited (0) 1 hour ago\n");
-        let statuses = apply(&node, Some(Runtime::Podman), &[notebook(true)]).expect("applied");
+        node.answer(
+            "podman ps",
+            "berth-e1\trunning\tUp 3 minutes\nberth-old\texited\tExited (0) 1 hour ago\nberth-half\tcreated\tCreated\n",
+        );
+        let statuses = apply(&node, Some(Runtime::Podman), &[notebook(true)], &[]).expect("applied");
         assert_eq!(statuses[0].state, Some(WorkloadState::Running));
         let ran = node.take();
-        assert_eq!(ran[1..], ["podman rm --force berth-old"]);
+        assert_eq!(
+            ran[1..],
+            ["podman rm --force berth-old", "podman rm --force berth-half", "podman network ls --format {{.Name}}"]
+        );
     }
 
     #[test]
     fn a_finished_job_is_not_started_again_and_its_exit_code_is_reported() {
         let node = node();
         node.answer("docker ps", "berth-e1\texited\tExited (3) 2 seconds ago\n");
-        let statuses = apply(&node, Some(Runtime::Docker), &[notebook(true)]).expect("applied");
+        let statuses = apply(&node, Some(Runtime::Docker), &[notebook(true)], &[]).expect("applied");
         assert_eq!((statuses[0].state, statuses[0].exit_code), (Some(WorkloadState::Exited), Some(3)));
-        assert_eq!(node.take().len(), 1);
+        assert_eq!(node.take().len(), 2, "read the containers and the networks, nothing else");
+    }
+
+    #[test]
+    fn a_container_that_never_started_is_made_again() {
+        let node = node();
+        node.answer("podman ps", "berth-e1\tcreated\tCreated\n").answer("podman image inspect", "sha256:1");
+        let statuses = apply(&node, Some(Runtime::Podman), &[notebook(true)], &[]).expect("applied");
+        assert_eq!(statuses[0].state, Some(WorkloadState::Running));
+        let ran = node.take();
+        assert_eq!(ran[1], "podman rm --force berth-e1");
+        assert!(ran.last().is_some_and(|c| c.starts_with("podman run --detach --name berth-e1")), "{ran:?}");
     }
 
     #[test]
@@ -296,7 +489,7 @@ mod tests {
             secret: None,
             ..notebook(true)
         };
-        let command = run_command(Runtime::Docker, &job, &["MIG-a".into(), "MIG-b".into()]);
+        let command = one(start_commands(Runtime::Docker, &job, &["MIG-a".into(), "MIG-b".into()]));
         assert!(command.args.windows(2).any(|w| w == ["--gpus", "\"device=MIG-a,MIG-b\""]), "{command}");
         assert!(command.to_string().ends_with("/bin/sh -c python train.py"), "{command}");
         assert_eq!(command.stdin.as_deref(), Some("CUDA_VISIBLE_DEVICES=MIG-a,MIG-b\n"));
@@ -307,7 +500,7 @@ mod tests {
         let node = node();
         node.fail("podman image inspect", Failure::Failed { message: "no such image".into() });
         node.fail("podman pull", Failure::Failed { message: "manifest unknown".into() });
-        let statuses = apply(&node, Some(Runtime::Podman), &[notebook(true)]).expect("applied");
+        let statuses = apply(&node, Some(Runtime::Podman), &[notebook(true)], &[]).expect("applied");
         assert_eq!(
             statuses[0].error.as_deref(),
             Some(
@@ -315,9 +508,92 @@ mod tests {
             )
         );
         assert_eq!(
-            apply(&node, None, &[notebook(true)]),
+            apply(&node, None, &[notebook(true)], &[]),
             Err("no container runtime on this node: install podman or docker with the NVIDIA Container Toolkit".into())
         );
-        assert_eq!(apply(&node, None, &[]), Ok(Vec::new()));
+        assert_eq!(apply(&node, None, &[], &[]), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn a_hard_tenants_container_joins_its_tenant_network_made_over_its_bridge_with_podman() {
+        let node = node();
+        node.answer("podman image inspect", "sha256:1");
+        node.answer("podman network ls", "podman\n");
+        apply(&node, Some(Runtime::Podman), &[on_acme(notebook(true))], &[acme()]).expect("applied");
+        let ran = node.take();
+        assert_eq!(
+            ran,
+            [
+                "podman ps --all --filter name=berth- --format {{.Names}}\t{{.State}}\t{{.Status}}",
+                "podman network ls --format {{.Name}}",
+                "podman network create --driver bridge --interface-name bbr-vl100 --subnet 100.65.144.0/22 \
+                 --internal --disable-dns --opt mode=unmanaged --label berth.tenant=acme berth-vl100",
+                "podman image inspect --format {{.Id}} quay.io/jupyter/pytorch-notebook:cuda12-latest",
+                "nvidia-smi -L",
+                "podman run --detach --name berth-e1 --label berth.environment=e1 --env-file /dev/stdin \
+                 --cap-drop ALL --security-opt no-new-privileges --device nvidia.com/gpu=GPU-1 --cpus 4 --memory 32g \
+                 --publish 30000:8888 --network podman --network berth-vl100:ip=100.65.147.254 \
+                 quay.io/jupyter/pytorch-notebook:cuda12-latest",
+            ]
+        );
+
+        // Applied again on the node as it now is: only read.
+        node.answer("podman ps", "berth-e1\trunning\tUp 1 second\n");
+        node.answer("podman network ls", "podman\nberth-vl100\n");
+        apply(&node, Some(Runtime::Podman), &[on_acme(notebook(true))], &[acme()]).expect("applied");
+        assert_eq!(
+            node.take(),
+            [
+                "podman ps --all --filter name=berth- --format {{.Names}}\t{{.State}}\t{{.Status}}",
+                "podman network ls --format {{.Name}}",
+            ]
+        );
+
+        // The tenant leaves the node: its container goes, then its network (nobody else's).
+        node.answer("podman network ls", "podman\nberth-vl100\nberth-vx7\nsomeone-elses\n");
+        apply(&node, Some(Runtime::Podman), &[], &[]).expect("applied");
+        assert_eq!(
+            node.take()[1..],
+            [
+                "podman rm --force berth-e1",
+                "podman network ls --format {{.Name}}",
+                "podman network rm berth-vl100",
+                "podman network rm berth-vx7",
+            ]
+        );
+    }
+
+    #[test]
+    fn with_docker_the_container_is_made_then_connected_at_its_address_then_started() {
+        let node = node();
+        node.answer("docker image inspect", "sha256:1");
+        node.answer("docker network ls", "bridge\nhost\nnone\n");
+        apply(&node, Some(Runtime::Docker), &[on_acme(notebook(true))], &[acme()]).expect("applied");
+        let ran = node.take();
+        assert_eq!(
+            ran[2],
+            "docker network create --driver bridge --subnet 100.65.144.0/22 --gateway 100.65.144.3 --internal \
+             --opt com.docker.network.bridge.name=bbr-vl100 --opt com.docker.network.bridge.inhibit_ipv4=true \
+             --label berth.tenant=acme berth-vl100"
+        );
+        let start = &ran[ran.len() - 3..];
+        assert!(start[0].starts_with("docker create --name berth-e1 "), "{start:?}");
+        assert!(start[0].contains(" --publish 30000:8888 --network bridge quay.io/"), "{}", start[0]);
+        assert_eq!(
+            start[1..],
+            ["docker network connect --ip 100.65.147.254 berth-vl100 berth-e1", "docker start berth-e1"]
+        );
+        // The secret still goes through standard input only.
+        let commands = start_commands(Runtime::Docker, &on_acme(notebook(true)), &["GPU-1".into()]);
+        assert_eq!(commands[0].stdin.as_deref(), Some("CUDA_VISIBLE_DEVICES=GPU-1\nJUPYTER_TOKEN=s3cret\n"));
+    }
+
+    #[test]
+    fn a_tenant_network_that_cannot_be_made_is_the_nodes_error() {
+        let node = node();
+        node.fail("podman network create", Failure::Failed { message: "unknown bridge mode \"unmanaged\"".into() });
+        let error = apply(&node, Some(Runtime::Podman), &[on_acme(notebook(true))], &[acme()]).expect_err("refused");
+        assert!(error.starts_with("cannot make the container network berth-vl100: `podman network create"), "{error}");
+        assert!(error.ends_with("failed: unknown bridge mode \"unmanaged\""), "{error}");
     }
 }

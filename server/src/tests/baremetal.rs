@@ -3,7 +3,8 @@
 //! fake nodes that apply what their plans say. Each offering provisions and tears down;
 //! an agent's error reaches the owner; every step repeated after itself (a reconciler
 //! that crashed after it) changes nothing, and neither does a second pass over a
-//! converged environment.
+//! converged environment; a dedicated cluster's SSH account reaches exactly its nodes with
+//! exactly its people's keys; a deleted tenant leaves nothing on any node.
 
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -331,13 +332,40 @@ async fn each_offering_provisions_on_the_nodes_and_tears_down_leaving_nothing() 
         assert!(held.networks.iter().all(|a| a.tenant != "globex"));
     }
     assert!(matches!(segment, TenantSegment::Vlan(_)), "the default segment is a VLAN");
+    // acme's containers sit on its network too, each at an address of its own above the
+    // nodes' addresses; globex's has none.
+    let container_network = |id: &str| {
+        let (_, plan) = metal.node_running(id);
+        plan.workloads.iter().find(|w| w.environment_id == id).expect("workload").network.clone()
+    };
+    let (on_notebook, on_inference) =
+        (container_network(&notebook).expect("on acme's network"), container_network(&inference).expect("too"));
+    for network in [&on_notebook, &on_inference] {
+        assert_eq!((network.tenant.as_str(), network.segment), ("acme", segment));
+        assert!(u32::from(network.address) - u32::from(segment.subnet()) > 3, "{network:?}");
+    }
+    assert_ne!(on_notebook.address, on_inference.address);
+    let clash = sqlx::query(
+        "UPDATE node_plan_parts SET body = json_set(body, '$.network.address', ?)
+         WHERE environment_id = ? AND kind = 'workload'",
+    )
+    .bind(on_notebook.address.to_string())
+    .bind(&inference)
+    .execute(metal.berth.platform.db())
+    .await;
+    assert!(
+        clash.is_err_and(|e| e.to_string().contains("UNIQUE")),
+        "the database refuses two containers at one address on a segment"
+    );
+    assert_eq!(container_network(&training), None);
     // The training job runs on a whole GPU with its command; the dedicated node runs
-    // nothing but has acme's network, and its owner gets SSH.
+    // nothing but has acme's network, and its owner gets SSH to its account there.
     let (_, plan) = metal.node_running(&training);
     let job = plan.workloads.iter().find(|w| w.environment_id == training).expect("job");
     assert_eq!((job.command.as_deref(), job.devices.len()), (Some("python train.py"), 1));
     assert!(matches!(job.devices[0], Device::Gpu(_)));
-    assert!(ready_cluster.connection.expect("connection").url.starts_with("ssh://h100-0"));
+    let account = berth_domain::node_access::account_name(&cluster);
+    assert!(ready_cluster.connection.expect("connection").url.starts_with(&format!("ssh://{account}@h100-0")));
 
     for (user, id) in [(acme, &notebook), (acme, &inference), (globex, &training), (acme, &cluster)] {
         metal.berth.platform.stop(&user.caller(meta()), id).await.expect("stop");
@@ -525,4 +553,203 @@ async fn a_training_job_that_exits_on_a_node_releases_its_gpus_and_keeps_its_log
     metal.assert_nothing_left().await;
     let _ = stop.send(true);
     task.await.expect("reconciler");
+}
+
+/// SSH keys of ada (the owner), of acme's tenant admin, of bob (another acme member), of
+/// gil (globex) and of a platform admin: only the first two may act in ada's cluster.
+const ADA_KEY: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKzNtyR4cmJGDog7LEjOcX9o3mjUze+WPw53Rf+R08s7 ada@laptop";
+const ADMIN_KEY: &str = "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBM3LPjfmplX56nT4Pq0/ydNnPEtHzpGtNw/E8x2ug+Y9TAbEkQa9mMzvCcpz1JpaTSxlpgJICzFwO9o6AWHNsO0= admin@acme";
+const BOB_KEY: &str = "ecdsa-sha2-nistp384 AAAAE2VjZHNhLXNoYTItbmlzdHAzODQAAAAIbmlzdHAzODQAAABhBPfdhckwhfmmLKpinKRtRJcMOkYJukx8SOkpFzuPiXSJjO8M0C0/6OgwuWxVuQ0whsp6UNhN14Mnzsy9cprsTarg2AXPvlhZ9DXJdp3PfKX+sKfv1lwiZPXqfUHM7YpUTQ== bob@acme";
+const GIL_KEY: &str = "ecdsa-sha2-nistp521 AAAAE2VjZHNhLXNoYTItbmlzdHA1MjEAAAAIbmlzdHA1MjEAAACFBADakYzbedkdpcBgjBewtNmtviggPcchlwj+mbdQFrA8Bq/goXacYx53YOg2xP53L5bdTkLNlA2PIVRAwT/pewhgEgB5Jpca+CSkYKADBgBv/x2pLy+dCR1FykiLRm7vM8MWDGnNrx5GHUxFSnObfQ6/4I08ne2zBiu16WcffduRUZetGg== gil@globex";
+const STAFF_KEY: &str = "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQChu78UnMrqj8zQpeLcoF8xG+jm7e0BMAk9oCF1qwxPeUbrwJvne1SedJO4/HtCksY4fFM7lC24YngQBf5qjWCTyVNbX4OLZzkcF+Zi3XoGRfuPoIEzj+zjXDx3rRowa+CEJrCHOCdd/jYuoOaQGcBJQbLHmUkeCwMkzDwI/1KHLFRWv1hZMypAwy0OEur2TZqWx+1mbkgX7y6E61xeBb/uZLbZ9TdMMUodkj7UQWLqZ/LnpbEUSDx/dTDjF9hrF/rgRjl0nLu0GYK8M8nGYG7MfrkhdEG3MhH70sTDzhBCK6wtUXdsf9GmvG++HlJr6cXN1OQdOthbfgyRwIzewD6H root@staff";
+
+#[tokio::test]
+async fn a_dedicated_cluster_lets_in_its_owners_and_tenant_admins_keys_on_its_nodes_only() {
+    let metal = Metal::start().await;
+    let p = &metal.berth.platform;
+    let acme_id = metal.acme.tenant_id.expect("acme");
+    let admin = metal.berth.person("root@acme.example", Role::TenantAdmin, Some(acme_id)).await;
+    let bob = metal.berth.person("bob@acme.example", Role::Member, Some(acme_id)).await;
+    let staff = metal.berth.person("ops@example.com", Role::PlatformAdmin, None).await;
+    for (user, key) in
+        [(&metal.acme, ADA_KEY), (&admin, ADMIN_KEY), (&bob, BOB_KEY), (&metal.globex, GIL_KEY), (&staff, STAFF_KEY)]
+    {
+        p.add_ssh_key(&user.caller(meta()), "", key).await.expect("key");
+    }
+    let (stop, reconciler) = metal.run_reconciler();
+    let cluster = metal.launch(&metal.acme, "cluster", "h100-node-2", "pair", "", "").await;
+    let training =
+        metal.launch(&metal.globex, "training", "h100-1", "train", "ghcr.io/globex/train:2", "python t.py").await;
+    let ready = metal.wait_for(&metal.acme, &cluster, EnvState::Ready).await;
+    metal.wait_for(&metal.globex, &training, EnvState::Ready).await;
+    metal.settled().await;
+
+    let account = berth_domain::node_access::account_name(&cluster);
+    assert!(berth_domain::node_access::is_berth_account(&account), "{account}");
+    let (training_node, _) = metal.node_running(&training);
+    let cluster_nodes: Vec<&str> = NODES.into_iter().filter(|n| *n != training_node).collect();
+    let expected = |keys: &[&str]| {
+        vec![berth_domain::node_access::NodeAccount {
+            name: account.clone(),
+            environment_id: cluster.clone(),
+            authorized_keys: keys.iter().map(|k| (*k).to_owned()).collect(),
+        }]
+    };
+    for (name, node) in &metal.nodes {
+        let held = node.holds().accounts;
+        if cluster_nodes.contains(name) {
+            assert_eq!(held, expected(&[ADA_KEY, ADMIN_KEY]), "{name}");
+        } else {
+            assert!(held.is_empty(), "{name} is not the cluster's, yet holds {held:?}");
+        }
+    }
+    let connection = ready.connection.expect("connection");
+    assert_eq!(connection.url, format!("ssh://{account}@{}", cluster_nodes[0]));
+    assert_eq!(connection.example, format!("ssh {account}@{} / ssh {account}@{}", cluster_nodes[0], cluster_nodes[1]));
+
+    // A key removed, or an admin who becomes a member, is off the nodes at the next pass;
+    // a new key, or a member who becomes an admin, is on them.
+    let keys = p.my_ssh_keys(&metal.acme.caller(meta())).await.expect("keys");
+    p.remove_ssh_key(&metal.acme.caller(meta()), keys[0].id).await.expect("removed");
+    p.change_member_role(&staff.caller(meta()), acme_id, bob.id, "tenant_admin").await.expect("promoted");
+    p.change_member_role(&staff.caller(meta()), acme_id, admin.id, "member").await.expect("demoted");
+    let again = ADA_KEY.replace("ada@laptop", "ada@desktop");
+    p.add_ssh_key(&metal.acme.caller(meta()), "desktop", &again).await.expect("the same key again, named anew");
+    metal.settled().await;
+    let desktop = ADA_KEY.replace("ada@laptop", "desktop");
+    for name in &cluster_nodes {
+        assert_eq!(metal.nodes[name].holds().accounts, expected(&[&desktop, BOB_KEY]), "{name}");
+    }
+    let audited: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action IN ('ssh_key.add', 'ssh_key.remove')")
+            .fetch_one(p.db())
+            .await
+            .expect("audit");
+    assert_eq!(audited, 7);
+
+    for (user, id) in [(&metal.acme, &cluster), (&metal.globex, &training)] {
+        p.stop(&user.caller(meta()), id).await.expect("stop");
+        metal.wait_for(user, id, EnvState::Released).await;
+    }
+    metal.assert_nothing_left().await;
+    let _ = stop.send(true);
+    reconciler.await.expect("reconciler");
+}
+
+/// Until the environment's state in the database is `state` (its owner may no longer be
+/// able to look: their tenant is gone).
+async fn wait_in_database(metal: &Metal, id: &str, state: EnvState) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let now: String = sqlx::query_scalar("SELECT state FROM environments WHERE id = ?")
+            .bind(id)
+            .fetch_one(metal.berth.platform.db())
+            .await
+            .expect("state");
+        if now == state.as_str() {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{id} is {now}, not {state}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// As platform/tests/teardown.rs for the simulated and Kubernetes backends: a hard tenant
+/// with one environment of each offering on the nodes, deleted by a platform admin.
+#[tokio::test]
+async fn a_deleted_tenant_leaves_nothing_on_its_nodes() {
+    let metal = Metal::start().await;
+    let p = &metal.berth.platform;
+    let (ada, globex) = (&metal.acme, &metal.globex);
+    let acme_id = ada.tenant_id.expect("acme");
+    let staff = metal.berth.person("ops@example.com", Role::PlatformAdmin, None).await;
+    p.add_ssh_key(&ada.caller(meta()), "", ADA_KEY).await.expect("key");
+    let (stop, reconciler) = metal.run_reconciler();
+    let mut ids = Vec::new();
+    for (offering, size, image, command) in [
+        ("notebook", "h100-1g.10gb", "quay.io/jupyter/scipy-notebook:latest", ""),
+        ("training", "h100-1", "ghcr.io/acme/train:1", "python train.py"),
+        ("inference", "h100-3g.40gb", "ghcr.io/acme/llm:1", ""),
+        ("cluster", "h100-node-1", "", ""),
+    ] {
+        ids.push(metal.launch(ada, offering, size, &format!("my-{offering}"), image, command).await);
+    }
+    let neighbour = metal.launch(globex, "training", "h100-1", "next-door", "ghcr.io/globex/t:1", "sleep 1d").await;
+    for id in &ids {
+        metal.wait_for(ada, id, EnvState::Ready).await;
+    }
+    metal.wait_for(globex, &neighbour, EnvState::Ready).await;
+    metal.settled().await;
+    // Before: acme is on its nodes (network, containers on it, the cluster's account).
+    let acme_on = |plan: &NodePlan| {
+        plan.networks.iter().any(|a| a.tenant == "acme")
+            || plan.workloads.iter().any(|w| ids.contains(&w.environment_id))
+            || !plan.accounts.is_empty()
+    };
+    let held_before = metal.nodes.values().filter(|n| acme_on(&n.holds())).count();
+    assert_eq!(held_before, 2, "acme holds two nodes: its dedicated one and its shared one");
+    let leases: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM fabric_leases WHERE tenant_id = ? AND released_at IS NULL")
+            .bind(acme_id)
+            .fetch_one(p.db())
+            .await
+            .expect("leases");
+    assert_eq!(leases, 4, "a hard tenant holds its identifiers");
+
+    p.change_tenant(&staff.caller(meta()), acme_id, berth_platform::tenants::TenantChange::Delete)
+        .await
+        .expect("deleted");
+    for id in &ids {
+        wait_in_database(&metal, id, EnvState::Released).await;
+    }
+    metal.settled().await;
+
+    // No node holds anything of acme: no plan part, network, container or account; the
+    // neighbour's job runs on.
+    for (name, node) in &metal.nodes {
+        let held = node.holds();
+        assert!(!acme_on(&held), "{name} still holds something of acme: {held:?}");
+        assert!(held.mig.is_empty(), "{name} keeps acme's MIG slices: {:?}", held.mig);
+    }
+    let parts: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM node_plan_parts p JOIN environments e ON e.id = p.environment_id WHERE e.tenant_id = ?",
+    )
+    .bind(acme_id)
+    .fetch_one(p.db())
+    .await
+    .expect("parts");
+    assert_eq!(parts, 0);
+    assert_eq!(metal.node_running(&neighbour).1.workloads.len(), 1);
+    // Its reservations are released, the neighbour keeps its GPU.
+    let held = |sql: &'static str| async move {
+        sqlx::query_scalar::<_, i64>(sql).bind(acme_id).fetch_one(p.db()).await.expect("reservations")
+    };
+    let unreleased = "SELECT count(*) FROM reservations r JOIN environments e ON e.id = r.environment_id
+                      WHERE r.released_at IS NULL AND e.tenant_id = ?";
+    assert_eq!(held(unreleased).await, 0, "the deleted tenant holds capacity");
+    let neighbours = "SELECT count(*) FROM reservations r JOIN environments e ON e.id = r.environment_id
+                      WHERE r.released_at IS NULL AND e.tenant_id <> ?";
+    assert_eq!(held(neighbours).await, 1, "the neighbour keeps its GPU");
+    // Its fabric identifiers are in quarantine, not free and not retired.
+    let released: Vec<(Option<i64>, Option<i64>, Option<i64>)> =
+        sqlx::query_as("SELECT released_at, quarantine_until, retired_at FROM fabric_leases WHERE tenant_id = ?")
+            .bind(acme_id)
+            .fetch_all(p.db())
+            .await
+            .expect("leases");
+    let now = berth_platform::now_ms();
+    assert_eq!(released.len(), 4);
+    assert!(
+        released.iter().all(|(at, until, retired)| at.is_some() && until.is_some_and(|u| u > now) && retired.is_none()),
+        "in quarantine: {released:?}"
+    );
+    // Nothing of it is left for the sweep to find.
+    let report = metal.reconciler().sweep().await.expect("sweep");
+    assert!(report.removed.is_empty() && report.failed.is_empty(), "{report:?}");
+
+    p.stop(&globex.caller(meta()), &neighbour).await.expect("stop");
+    metal.wait_for(globex, &neighbour, EnvState::Released).await;
+    metal.assert_nothing_left().await;
+    let _ = stop.send(true);
+    reconciler.await.expect("reconciler");
 }

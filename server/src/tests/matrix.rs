@@ -59,6 +59,8 @@ enum Aim {
     Token,
     /// A node token by id: a platform object.
     NodeToken,
+    /// An SSH key by id, owned by a member of a tenant.
+    SshKey,
 }
 
 /// Whose object a call names.
@@ -75,7 +77,9 @@ impl Aim {
         match self {
             Aim::CallersTenant | Aim::CallersOwn | Aim::Platform => &[Case::OwnTenant],
             Aim::Maintenance | Aim::NodeToken => &[Case::OwnTenant, Case::Missing],
-            Aim::Environment | Aim::Tenant | Aim::Token => &[Case::OwnTenant, Case::OtherTenant, Case::Missing],
+            Aim::Environment | Aim::Tenant | Aim::Token | Aim::SshKey => {
+                &[Case::OwnTenant, Case::OtherTenant, Case::Missing]
+            }
         }
     }
 }
@@ -95,6 +99,15 @@ struct Route {
 
 const LAUNCH_FORM: &str =
     "request[offering]=notebook&request[size]=h100-1g.10gb&request[name]=browser-{n}&request[hours]=2";
+/// An SSH key anyone may add once (a person's token may not: the matrix calls server
+/// functions with the session).
+const ADD_KEY_FORM: &str = "name=matrix-{n}&public_key=ssh-ed25519+AAAAC3NzaC1lZDI1NTE5AAAAIKzNtyR4cmJGDog7LEjOcX9o3mjUze%2BWPw53Rf%2BR08s7+ada%40laptop";
+/// The spare keys of tenant A's and tenant B's members.
+const SPARE_KEYS: [&str; 2] = [
+    "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAIbmlzdHAyNTYAAABBBM3LPjfmplX56nT4Pq0/ydNnPEtHzpGtNw/E8x2ug+Y9TAbEkQa9mMzvCcpz1JpaTSxlpgJICzFwO9o6AWHNsO0= a",
+    "ecdsa-sha2-nistp384 AAAAE2VjZHNhLXNoYTItbmlzdHAzODQAAAAIbmlzdHAzODQAAABhBPfdhckwhfmmLKpinKRtRJcMOkYJukx8SOkpFzuPiXSJjO8M0C0/6OgwuWxVuQ0whsp6UNhN14Mnzsy9cprsTarg2AXPvlhZ9DXJdp3PfKX+sKfv1lwiZPXqfUHM7YpUTQ== b",
+];
+
 const LAUNCH_JSON: &str = r#"{"offering": "notebook", "size": "h100-1g.10gb", "name": "api-{n}", "hours": "2"}"#;
 
 /// Every route. Reads come first and moving an end before stopping, so that allowed
@@ -165,6 +178,8 @@ fn routes() -> Vec<Route> {
         sf("/api/revoke_token", Some((TokenManage, Aim::Token)), "id={id}"),
         sf("/api/revoke_tenant_token", Some((TokenManage, Aim::Token)), "tenant_id=0&id={id}"),
         sf("/api/create_token", Some((TokenManage, Aim::CallersOwn)), "name=matrix-{n}&days=30"),
+        sf("/api/remove_ssh_key", Some((SshKeyManage, Aim::SshKey)), "id={id}"),
+        sf("/api/add_ssh_key", Some((SshKeyManage, Aim::CallersOwn)), ADD_KEY_FORM),
         sf("/api/invite_member", tenant(MemberManage), "tenant_id={id}&email=invitee-{n}%40example.com&role=viewer"),
         sf("/api/change_member_role", tenant(MemberManage), "tenant_id={id}&user_id={owner}&role=member"),
         sf_missing("/api/remove_member", tenant(MemberManage), "tenant_id={id}&user_id=999999"),
@@ -253,6 +268,7 @@ struct Objects {
     owners: [i64; 2],
     environments: [String; 2],
     spare_tokens: [i64; 2],
+    spare_ssh_keys: [i64; 2],
     maintenance: i64,
     node_token: i64,
     /// Strings only tenant B's data contains: its slug, people and environment.
@@ -268,6 +284,7 @@ impl Objects {
             (Aim::Environment, _) => self.environments[i].clone(),
             (Aim::Tenant, _) => self.tenants[i].to_string(),
             (Aim::Token, _) => self.spare_tokens[i].to_string(),
+            (Aim::SshKey, _) => self.spare_ssh_keys[i].to_string(),
             (Aim::Maintenance, _) => self.maintenance.to_string(),
             (Aim::NodeToken, _) => self.node_token.to_string(),
             (Aim::CallersTenant | Aim::CallersOwn | Aim::Platform, _) => String::new(),
@@ -283,7 +300,7 @@ impl Objects {
             (Aim::CallersTenant, _) => Some(who.tenant_id.map_or(Target::Platform, Target::Tenant)),
             (Aim::CallersOwn, _) => Some(Target::Owned { tenant_id: who.tenant_id, owner_id: who.user_id }),
             (Aim::Platform | Aim::Maintenance | Aim::NodeToken, _) => Some(Target::Platform),
-            (Aim::Environment | Aim::Token, _) => Some(owned),
+            (Aim::Environment | Aim::Token | Aim::SshKey, _) => Some(owned),
             (Aim::Tenant, _) => Some(Target::Tenant(self.tenants[i])),
         }
     }
@@ -357,18 +374,27 @@ async fn seed(berth: &Berth) -> (Objects, Vec<Person>) {
 
     let (spare_a, _) = berth.token(&member_a, &[]).await;
     let (spare_b, _) = berth.token(&member_b, &[]).await;
+    let mut spare_ssh_keys = [0; 2];
+    let mut fingerprint_b = String::new();
+    for (i, member) in [&member_a, &member_b].into_iter().enumerate() {
+        let key = p.add_ssh_key(&member.caller(super::meta()), "spare", SPARE_KEYS[i]).await.expect("spare key");
+        spare_ssh_keys[i] = key.id;
+        fingerprint_b = key.fingerprint;
+    }
     let (window, _) = p
         .schedule_maintenance(&admin.caller(super::meta()), "l40s-01", Some(0), &in_days(30), &in_days(31), "seed")
         .await
         .expect("maintenance window");
     let (node_token, _) = p.create_node_token(&admin.caller(super::meta()), "l40s-01").await.expect("node token");
     let environments = [berth.launch(&member_a, "env-a").await, berth.launch(&member_b, "env-b").await];
-    let tenant_b_marks = vec!["tenant-b".to_owned(), ".b@example.com".to_owned(), environments[1].clone()];
+    let tenant_b_marks =
+        vec!["tenant-b".to_owned(), ".b@example.com".to_owned(), environments[1].clone(), fingerprint_b];
     let objects = Objects {
         tenants: [tenant_a, tenant_b],
         owners: [member_a.id, member_b.id],
         environments,
         spare_tokens: [spare_a.id, spare_b.id],
+        spare_ssh_keys,
         maintenance: window.id,
         node_token: node_token.id,
         tenant_b_marks,

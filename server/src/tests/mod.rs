@@ -8,6 +8,7 @@ mod host_network;
 mod matrix;
 mod proxy;
 mod sessions;
+mod ssh_keys;
 
 use axum::Router;
 use axum::body::Body;
