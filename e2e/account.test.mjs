@@ -24,10 +24,10 @@ const api = (path, token) => fetch(`${berth.url}${path}`, { headers: { Authoriza
 test('a token without a name is refused on the page, and nothing is created', async () => {
   await page.getByRole('heading', { name: 'API tokens' }).waitFor();
   await page.getByText('No tokens yet.').waitFor();
-  await page.getByLabel('Name').fill('  ');
+  await page.getByLabel('Name', { exact: true }).fill('  ');
   await page.getByRole('button', { name: 'Create token' }).click();
   await page.getByRole('alert').getByText('Token name must be 1 to 60 characters').waitFor();
-  await page.getByLabel('Name').fill('too-long-lived');
+  await page.getByLabel('Name', { exact: true }).fill('too-long-lived');
   await page.getByLabel(/^Lifetime \(days/).fill('366');
   await page.getByRole('button', { name: 'Create token' }).click();
   await page.getByRole('alert').getByText('Token lifetime must be a whole number of days from 1 to 365').waitFor();
@@ -36,7 +36,7 @@ test('a token without a name is refused on the page, and nothing is created', as
 });
 
 test('a new token shows its secret once, with a curl example', async () => {
-  await page.getByLabel('Name').fill('ci-e2e');
+  await page.getByLabel('Name', { exact: true }).fill('ci-e2e');
   await page.getByLabel(/^Lifetime \(days/).fill('30');
   await page.getByRole('button', { name: 'Create token' }).click();
   const box = page.getByTestId('new-token');
@@ -138,7 +138,7 @@ test('without JavaScript, a new token is shown once and can be revoked', async (
   await plain.getByRole('button', { name: 'Create token' }).click();
   await plain.getByRole('alert').getByText('Token name must be 1 to 60 characters').waitFor();
 
-  await plain.getByLabel('Name').fill('plain-html');
+  await plain.getByLabel('Name', { exact: true }).fill('plain-html');
   await plain.getByLabel('Read the audit log').check();
   await plain.getByLabel('See environments').check();
   await plain.getByRole('button', { name: 'Create token' }).click();

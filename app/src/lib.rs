@@ -25,4 +25,9 @@ pub use shell::{App, shell};
 pub fn hydrate() {
     console_error_panic_hook::set_once();
     leptos::mount::hydrate_body(App);
+    // A mark for the browser tests: the page is interactive now (a hydration panic never
+    // gets here).
+    if let Some(body) = leptos::prelude::document().body() {
+        let _ = body.set_attribute("data-hydrated", "");
+    }
 }

@@ -53,6 +53,12 @@ impl Auth {
 }
 
 /// Shows `children` to a signed-in user and a sign-in prompt to anyone else.
+///
+/// On the server a Suspense runs its children again until no resource read is left
+/// pending, so `children` may be built several times there but once in the browser. A page
+/// must therefore make its resources before `RequireUser`, never inside its children: each
+/// extra build would take the next hydration id, and the browser would hydrate the page
+/// with a discarded build's value (an error, as that build lost its request context).
 #[component]
 pub fn RequireUser(children: ChildrenFn) -> impl IntoView {
     let location = use_location();
@@ -223,11 +229,18 @@ pub fn NavBar() -> impl IntoView {
 }
 
 /// Re-runs `refresh` every `ms` milliseconds in the browser (never on the server), so
-/// pages show progress without a reload.
+/// pages show progress without a reload; only while someone is signed in, as the pages'
+/// resources are made outside `RequireUser`.
 pub fn poll_every(ms: u64, refresh: impl Fn() + Clone + 'static) {
+    let auth = Auth::get();
     Effect::new(move |_| {
         let refresh = refresh.clone();
-        let handle = set_interval_with_handle(refresh, std::time::Duration::from_millis(ms)).ok();
+        let tick = move || {
+            if auth.is_none_or(|auth| matches!(auth.user.get_untracked(), Some(Ok(Some(_))))) {
+                refresh()
+            }
+        };
+        let handle = set_interval_with_handle(tick, std::time::Duration::from_millis(ms)).ok();
         on_cleanup(move || {
             if let Some(h) = handle {
                 h.clear();

@@ -10,18 +10,9 @@ const LABEL: &str = "block text-xs font-medium text-slate-600";
 
 /// The signed-in user's personal API tokens (create one, its secret shown once; see when
 /// each was last used; revoke them) and SSH keys (for their dedicated clusters' nodes).
+/// Its resource is made outside `RequireUser` (see there why).
 #[component]
 pub fn AccountPage() -> impl IntoView {
-    view! {
-        <Title text="API tokens and SSH keys"/>
-        <RequireUser>
-            <Tokens/>
-        </RequireUser>
-    }
-}
-
-#[component]
-fn Tokens() -> impl IntoView {
     let create = ServerAction::<CreateToken>::new();
     let revoke = ServerAction::<RevokeToken>::new();
     let add_key = ServerAction::<AddSshKey>::new();
@@ -32,27 +23,30 @@ fn Tokens() -> impl IntoView {
     );
     let created = create.value();
     view! {
-        <h1 class="text-2xl font-bold tracking-tight text-slate-900">"API tokens"</h1>
-        <p class="mt-1 text-sm text-slate-600">
-            "Personal tokens for scripts and CI on the JSON API under /api/v1. A token acts as you, limited to the actions you give it, never more than your role allows now; revoking it stops it at once."
-        </p>
-        // Created with the WASM running: the secret came back as the action's answer.
-        {move || created.get().and_then(Result::ok).flatten().map(|token| view! { <NewTokenBox token/> })}
-        <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
-            {move || Suspend::new(async move {
-                match account.await {
-                    Ok(mut view) => {
-                        let keys = std::mem::take(&mut view.ssh_keys);
-                        view! {
-                            <AccountBody view create revoke/>
-                            <SshKeys keys add=add_key remove=remove_key/>
+        <Title text="API tokens and SSH keys"/>
+        <RequireUser>
+            <h1 class="text-2xl font-bold tracking-tight text-slate-900">"API tokens"</h1>
+            <p class="mt-1 text-sm text-slate-600">
+                "Personal tokens for scripts and CI on the JSON API under /api/v1. A token acts as you, limited to the actions you give it, never more than your role allows now; revoking it stops it at once."
+            </p>
+            // Created with the WASM running: the secret came back as the action's answer.
+            {move || created.get().and_then(Result::ok).flatten().map(|token| view! { <NewTokenBox token/> })}
+            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+                {move || Suspend::new(async move {
+                    match account.await {
+                        Ok(mut view) => {
+                            let keys = std::mem::take(&mut view.ssh_keys);
+                            view! {
+                                <AccountBody view create revoke/>
+                                <SshKeys keys add=add_key remove=remove_key/>
+                            }
+                            .into_any()
                         }
-                        .into_any()
+                        Err(error) => view! { <div class="mt-4"><ErrorAlert error/></div> }.into_any(),
                     }
-                    Err(error) => view! { <div class="mt-4"><ErrorAlert error/></div> }.into_any(),
-                }
-            })}
-        </Transition>
+                })}
+            </Transition>
+        </RequireUser>
     }
 }
 

@@ -10,22 +10,10 @@ const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 p
 const LABEL: &str = "block text-xs font-medium text-slate-600";
 
 /// The audit log: everything for platform staff, their tenant for a tenant admin. The
-/// filters live in the query string, so a filtered view can be shared as a link.
+/// filters live in the query string, so a filtered view can be shared as a link. Its
+/// resource is made outside `RequireUser` (see there why).
 #[component]
 pub fn AuditPage() -> impl IntoView {
-    view! {
-        <Title text="Audit log"/>
-        <RequireUser>
-            <AuditLog/>
-        </RequireUser>
-    }
-}
-
-/// The filters as the query string has them: tenant, actor, action, outcome, before.
-type Filters = (String, String, String, String, String);
-
-#[component]
-fn AuditLog() -> impl IntoView {
     let query = use_query_map();
     let filters = move || -> Filters {
         let q = query.read();
@@ -36,21 +24,27 @@ fn AuditLog() -> impl IntoView {
         audit_log(tenant, actor, action, outcome, before)
     });
     view! {
-        <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Audit log"</h1>
-        <p class="mt-1 text-sm text-slate-600">"Who did what, from where, and how it went; newest first, times in UTC."</p>
-        <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
-            {move || Suspend::new(async move {
-                match log.await {
-                    Ok(view) => {
-                        let filters = untrack(filters);
-                        view! { <AuditBody view filters/> }.into_any()
+        <Title text="Audit log"/>
+        <RequireUser>
+            <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Audit log"</h1>
+            <p class="mt-1 text-sm text-slate-600">"Who did what, from where, and how it went; newest first, times in UTC."</p>
+            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+                {move || Suspend::new(async move {
+                    match log.await {
+                        Ok(view) => {
+                            let filters = untrack(filters);
+                            view! { <AuditBody view filters/> }.into_any()
+                        }
+                        Err(error) => view! { <div class="mt-4"><ErrorAlert error/></div> }.into_any(),
                     }
-                    Err(error) => view! { <div class="mt-4"><ErrorAlert error/></div> }.into_any(),
-                }
-            })}
-        </Transition>
+                })}
+            </Transition>
+        </RequireUser>
     }
 }
+
+/// The filters as the query string has them: tenant, actor, action, outcome, before.
+type Filters = (String, String, String, String, String);
 
 #[component]
 fn AuditBody(view: AuditView, filters: Filters) -> impl IntoView {

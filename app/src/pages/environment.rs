@@ -20,18 +20,10 @@ struct Actions {
 }
 
 /// One environment: its state, connection details, every step with its timing, and
-/// the GPUs it holds. Refreshes itself until the environment is finished.
+/// the GPUs it holds. Refreshes itself until the environment is finished. Its resource is
+/// made outside `RequireUser` (see there why).
 #[component]
 pub fn EnvironmentPage() -> impl IntoView {
-    view! {
-        <RequireUser>
-            <EnvironmentDetail/>
-        </RequireUser>
-    }
-}
-
-#[component]
-fn EnvironmentDetail() -> impl IntoView {
     let params = use_params_map();
     let id = move || params.read().get("id").unwrap_or_default();
     let stop = ServerAction::<StopEnvironment>::new();
@@ -67,14 +59,16 @@ fn EnvironmentDetail() -> impl IntoView {
         }
     });
     view! {
-        <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
-            {move || Suspend::new(async move {
-                match env.await {
-                    Ok(view) => view! { <EnvironmentBody view actions/> }.into_any(),
-                    Err(error) => view! { <ErrorAlert error/> }.into_any(),
-                }
-            })}
-        </Transition>
+        <RequireUser>
+            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+                {move || Suspend::new(async move {
+                    match env.await {
+                        Ok(view) => view! { <EnvironmentBody view actions/> }.into_any(),
+                        Err(error) => view! { <ErrorAlert error/> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </RequireUser>
     }
 }
 

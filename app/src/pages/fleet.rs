@@ -3,6 +3,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::{ErrorAlert, RequireUser};
+use crate::error::AppError;
 use crate::model::{Bar, FleetNode, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
 use crate::serverfns::{
     CancelMaintenance, CreateNodeToken, RevokeNodeToken, ScheduleMaintenance, SetGpuHealth, fleet_schedule, node_agents,
@@ -28,6 +29,7 @@ pub fn FleetPage() -> impl IntoView {
         },
         |((from, days, site, search, page), _)| fleet_schedule(from, days, site, search, page),
     );
+    let agents = NodeAgentsState::new();
     view! {
         <Title text="Fleet"/>
         <RequireUser>
@@ -39,26 +41,42 @@ pub fn FleetPage() -> impl IntoView {
                     }
                 })}
             </Transition>
-            <NodeAgentsSection/>
+            <NodeAgentsSection agents/>
         </RequireUser>
+    }
+}
+
+/// The node agents section's actions and resource, made with the page, outside
+/// `RequireUser` (see there why).
+#[derive(Clone, Copy)]
+struct NodeAgentsState {
+    create: ServerAction<CreateNodeToken>,
+    revoke: ServerAction<RevokeNodeToken>,
+    data: Resource<Result<NodeAgentsView, AppError>>,
+}
+
+impl NodeAgentsState {
+    fn new() -> Self {
+        let create = ServerAction::<CreateNodeToken>::new();
+        let revoke = ServerAction::<RevokeNodeToken>::new();
+        let query = use_query_map();
+        let data = Resource::new(
+            move || {
+                let q = query.read();
+                let get = |key: &str| q.get(key).unwrap_or_default();
+                ((get("site"), get("search"), get("page")), create.version().get(), revoke.version().get())
+            },
+            |((site, search, page), _, _)| node_agents(site, search, page),
+        );
+        NodeAgentsState { create, revoke, data }
     }
 }
 
 /// The nodes' agents (`berth agent`): when each last reported, with which version, and the
 /// node tokens they report with.
 #[component]
-fn NodeAgentsSection() -> impl IntoView {
-    let create = ServerAction::<CreateNodeToken>::new();
-    let revoke = ServerAction::<RevokeNodeToken>::new();
-    let query = use_query_map();
-    let data = Resource::new(
-        move || {
-            let q = query.read();
-            let get = |key: &str| q.get(key).unwrap_or_default();
-            ((get("site"), get("search"), get("page")), create.version().get(), revoke.version().get())
-        },
-        |((site, search, page), _, _)| node_agents(site, search, page),
-    );
+fn NodeAgentsSection(agents: NodeAgentsState) -> impl IntoView {
+    let NodeAgentsState { create, revoke, data } = agents;
     view! {
         <Transition fallback=|| ()>
             {move || Suspend::new(async move {

@@ -5,6 +5,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::components::{ErrorAlert, RequireUser};
 use crate::error::AppError;
+use crate::model::{ProjectOption, SizeHint};
 use crate::serverfns::{Launch, bookable_projects, size_hints};
 
 const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
@@ -12,7 +13,8 @@ const LABEL: &str = "block text-sm font-medium text-slate-700";
 const HINT: &str = "mt-1 text-xs text-slate-500";
 
 /// The launch form for one offering. The server checks everything again and explains
-/// each refusal; nothing is written unless every rule passes.
+/// each refusal; nothing is written unless every rule passes. Its action and resources are
+/// made outside `RequireUser` (see there why).
 #[component]
 pub fn LaunchPage() -> impl IntoView {
     let params = use_params_map();
@@ -20,29 +22,67 @@ pub fn LaunchPage() -> impl IntoView {
     let offering = move || params.read().get("offering").and_then(|o| Offering::parse(&o));
     let chosen_size = move || query.read().get("size");
     let start = move || query.read().get("start").unwrap_or_default();
-    let hours = move || query.read().get("hours");
+    let hours = move || offering().map(|offering| form_hours(offering, query.read().get("hours")));
+    let launch = ServerAction::<Launch>::new();
+    // What is free follows the duration as it is typed (for the offering it was typed for).
+    let typed = RwSignal::new(None::<(Offering, String)>);
+    let hints = Resource::new(
+        move || {
+            let offering = offering()?;
+            let typed = typed.get().filter(|(o, _)| *o == offering).map(|(_, hours)| hours);
+            Some((offering, typed.or_else(hours)?))
+        },
+        |wanted| async move {
+            match wanted {
+                Some((offering, hours)) => size_hints(offering.id().to_owned(), hours).await,
+                None => Ok(Vec::new()),
+            }
+        },
+    );
+    let projects = Resource::new(|| (), |_| bookable_projects());
+    let form = LaunchState { launch, typed, hints, projects };
     view! {
         <RequireUser>
             {move || match offering() {
-                Some(offering) => view! { <LaunchForm offering chosen_size=chosen_size() start=start() hours=hours()/> }.into_any(),
+                Some(offering) => {
+                    let hours = hours().unwrap_or_default();
+                    view! { <LaunchForm offering chosen_size=chosen_size() start=start() hours form/> }.into_any()
+                }
                 None => view! { <ErrorAlert error=AppError::Refused("there is no such offering; pick one from the catalog".into())/> }.into_any(),
             }}
         </RequireUser>
     }
 }
 
+/// The duration the form starts with: the query's if it is allowed, else four hours.
+fn form_hours(offering: Offering, hours: Option<String>) -> String {
+    hours
+        .filter(|h| h.parse::<u32>().is_ok_and(|h| (1..=offering.max_hours()).contains(&h)))
+        .unwrap_or_else(|| "4".into())
+}
+
+/// The launch page's reactive parts, made once above the form.
+#[derive(Clone, Copy)]
+struct LaunchState {
+    launch: ServerAction<Launch>,
+    typed: RwSignal<Option<(Offering, String)>>,
+    hints: Resource<Result<Vec<SizeHint>, AppError>>,
+    projects: Resource<Result<Vec<ProjectOption>, AppError>>,
+}
+
 #[component]
-fn LaunchForm(offering: Offering, chosen_size: Option<String>, start: String, hours: Option<String>) -> impl IntoView {
-    let launch = ServerAction::<Launch>::new();
+fn LaunchForm(
+    offering: Offering,
+    chosen_size: Option<String>,
+    start: String,
+    hours: String,
+    form: LaunchState,
+) -> impl IntoView {
+    let LaunchState { launch, typed, hints, projects } = form;
     let result = launch.value();
     let sizes = offering.sizes();
     let chosen = chosen_size.filter(|id| offering.size(id).is_some()).unwrap_or_else(|| sizes[0].id.to_owned());
     let max_hours = offering.max_hours();
-    let hours =
-        hours.filter(|h| h.parse::<u32>().is_ok_and(|h| (1..=max_hours).contains(&h))).unwrap_or_else(|| "4".into());
-    // What is free follows the duration as it is typed.
-    let duration = RwSignal::new(hours.clone());
-    let hints = Resource::new(move || duration.get(), move |hours| size_hints(offering.id().to_owned(), hours));
     view! {
         <Title text=format!("Launch {}", with_article(offering))/>
         <div class="mx-auto max-w-2xl">
@@ -91,7 +131,7 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>, start: String, ho
                             <div>
                                 <label for="hours" class=LABEL>"Duration (hours)"</label>
                                 <input id="hours" name="request[hours]" type="number" min="1" max=max_hours value=hours required class=INPUT
-                                    on:input:target=move |ev| duration.set(ev.target().value())
+                                    on:input:target=move |ev| typed.set(Some((offering, ev.target().value())))
                                     aria-describedby="hours-hint"/>
                                 <p id="hours-hint" class=HINT>"1 to " {max_hours} " hours; torn down automatically at the end."</p>
                             </div>
@@ -105,7 +145,7 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>, start: String, ho
                                 </p>
                             </div>
                         </div>
-                        <ProjectField/>
+                        <ProjectField projects/>
                         <fieldset>
                             <legend class=LABEL>"Tier"</legend>
                             <div class="mt-2 grid gap-2 sm:grid-cols-2">
@@ -149,8 +189,7 @@ fn LaunchForm(offering: Offering, chosen_size: Option<String>, start: String, ho
 /// The project whose quota the booking also counts against; shown only to those who
 /// belong to a project.
 #[component]
-fn ProjectField() -> impl IntoView {
-    let projects = Resource::new(|| (), |_| bookable_projects());
+fn ProjectField(projects: Resource<Result<Vec<ProjectOption>, AppError>>) -> impl IntoView {
     view! {
         <Transition fallback=|| ()>
             {move || Suspend::new(async move {
