@@ -16,9 +16,6 @@ use crate::connect::LOG_TAIL;
 use crate::environments::environment_in;
 use crate::{Error, Platform, lock, now_ms};
 
-/// How often each running job is asked how it stands.
-const POLL_EVERY_MS: i64 = 10_000;
-
 /// Which jobs are being asked right now, and when each was last asked.
 #[derive(Debug, Default)]
 pub(crate) struct JobWatch {
@@ -28,11 +25,12 @@ pub(crate) struct JobWatch {
 
 impl Platform {
     /// For the reconciler: asks the backend how each running training job stands (each
-    /// job at most every ten seconds, in a task of `tasks`); a job that has ended is
+    /// job at most once every `poll`, in a task of `tasks`); a job that has ended is
     /// recorded and its environment released.
     pub(crate) async fn watch_jobs(
         &self,
         backend: &Arc<dyn Backend>,
+        poll: Duration,
         timeout: Duration,
         tasks: &mut JoinSet<()>,
     ) -> Result<(), Error> {
@@ -45,7 +43,7 @@ impl Platform {
         let mut asked_at = lock(&self.jobs.asked_at);
         asked_at.retain(|id, _| running.contains(id));
         for id in running {
-            if asked_at.get(&id).is_some_and(|&at| now - at < POLL_EVERY_MS)
+            if asked_at.get(&id).is_some_and(|&at| now - at < poll.as_millis() as i64)
                 || !lock(&self.jobs.asking).insert(id.clone())
             {
                 continue;

@@ -49,6 +49,8 @@ pub struct ReconcilerConfig {
     /// How often to sweep the backend for objects no live environment explains (orphans);
     /// the first sweep runs at start.
     pub sweep_interval: Duration,
+    /// How often each running training job is asked whether it has ended.
+    pub job_poll: Duration,
 }
 
 impl Default for ReconcilerConfig {
@@ -59,6 +61,7 @@ impl Default for ReconcilerConfig {
             retry_backoff: Duration::from_secs(2),
             max_backoff: Duration::from_secs(60),
             sweep_interval: Duration::from_secs(5 * 60),
+            job_poll: Duration::from_secs(10),
         }
     }
 }
@@ -210,7 +213,7 @@ impl Reconciler {
         // Endpoints whose owner changed their replica count (see `replicas`).
         self.platform.scale_endpoints(&self.backend, self.config.step_timeout, tasks).await?;
         // Training jobs that ended on their own (see `jobs`).
-        self.platform.watch_jobs(&self.backend, self.config.step_timeout, tasks).await?;
+        self.platform.watch_jobs(&self.backend, self.config.job_poll, self.config.step_timeout, tasks).await?;
         // Tenants' queues behind their quota (see `tenant_queues`).
         if self.backend.has_tenant_queues() {
             let (timeout, retry) = (self.config.step_timeout, self.config.max_backoff);

@@ -52,6 +52,7 @@ pub fn fast_reconciler() -> ReconcilerConfig {
         max_backoff: Duration::from_millis(50),
         // Sweeping often in every test shows it never takes what a live environment holds.
         sweep_interval: Duration::from_millis(100),
+        job_poll: Duration::from_millis(50),
     }
 }
 
