@@ -1,7 +1,8 @@
 // Personal API tokens and the audit log in real Chromium: a token is created on the
 // tokens page (its secret shown once), works on the JSON API, is revoked on the page and
 // stops working at once; the audit page shows both changes, filters them by action, and
-// downloads them as CSV. The same creation works without JavaScript.
+// downloads them as CSV. The same creation works without JavaScript. SSH keys are
+// checked, listed and removed on the same page.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
@@ -165,4 +166,43 @@ test('without JavaScript, a new token is shown once and can be revoked', async (
   await row.locator('[data-status="revoked"]').waitFor();
   assert.equal((await api('/api/v1/me', plainSecret)).status, 401);
   await context.close();
+});
+
+// Made with `ssh-keygen -t ed25519 -C ada@laptop`; the fingerprint is what `ssh-keygen -l` prints.
+const ED25519 = 'ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKzNtyR4cmJGDog7LEjOcX9o3mjUze+WPw53Rf+R08s7 ada@laptop';
+const ED25519_FINGERPRINT = 'SHA256:Q9LDPLeW+BGJfnAedLLd6G8cdv5eY+N0OaIbpR8yFwk';
+
+test('an SSH key is checked, listed with its fingerprint, refused a second time, and removed', async () => {
+  await page.goto(`${berth.url}/account`);
+  await page.locator('body[data-hydrated]').waitFor();
+  const keys = page.getByRole('region', { name: 'SSH keys' });
+  const publicKey = keys.getByLabel(/^Public key/);
+  await keys.getByText('No SSH keys yet.').waitFor();
+
+  await publicKey.fill('ssh-dss AAAAB3NzaC1kc3MAAACBAOq8 ada@laptop');
+  await keys.getByRole('button', { name: 'Add key' }).click();
+  await keys.getByRole('alert').getByText('DSA keys are no longer safe').waitFor();
+  await publicKey.fill('-----BEGIN OPENSSH PRIVATE KEY-----');
+  await keys.getByRole('button', { name: 'Add key' }).click();
+  await keys.getByRole('alert').getByText('this is a private key: never share it').waitFor();
+  assert.equal(await page.locator('tr[data-ssh-key]').count(), 0, 'nothing was added');
+
+  await publicKey.fill(ED25519);
+  await keys.getByRole('button', { name: 'Add key' }).click();
+  const row = page.locator(`tr[data-ssh-key="${ED25519_FINGERPRINT}"]`);
+  await row.getByText('ada@laptop').waitFor();
+  await row.getByText('ED25519 256').waitFor();
+
+  // The same key again, under another name, is refused with the name it already has.
+  await publicKey.fill(ED25519);
+  await keys.getByLabel(/^Name \(optional/).fill('work laptop');
+  await keys.getByRole('button', { name: 'Add key' }).click();
+  await keys.getByRole('alert').getByText('you added this SSH key already (as "ada@laptop")').waitFor();
+  assert.equal(await page.locator('tr[data-ssh-key]').count(), 1);
+
+  await row.getByRole('button', { name: 'Remove ada@laptop' }).click();
+  await keys.getByText('No SSH keys yet.').waitFor();
+  await page.reload();
+  await keys.getByText('No SSH keys yet.').waitFor();
+  assert.deepEqual(consoleErrors, []);
 });
