@@ -323,6 +323,9 @@ pub struct TenantView {
     pub status: String,
     pub members: i64,
     pub active_environments: i64,
+    /// "Kueue queue failing since 2026-11-24 21:40 UTC: …", when syncs of the tenant's
+    /// queue on the backend have been failing.
+    pub queue_failure: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -91,22 +91,32 @@ impl Platform {
             drop(conn);
             tokio::time::timeout(timeout, backend.apply_tenant_queue(&queue)).await
         };
-        match call {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(Error::internal(format!("tenant {slug}'s queue: {e}"))),
-            Err(_) => {
-                return Err(Error::internal(format!(
-                    "tenant {slug}'s queue: no answer within {} s",
-                    timeout.as_secs_f64()
-                )));
-            }
-        }
+        let failure = match call {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(e.0),
+            Err(_) => Some(format!("no answer within {} s", timeout.as_secs_f64())),
+        };
         let mut tx = self.begin_write().await?;
-        sqlx::query("UPDATE tenants SET queue_synced = ?1 WHERE id = ?2 AND queue_synced < ?1")
-            .bind(version)
+        if let Some(why) = failure {
+            sqlx::query(
+                "UPDATE tenants SET queue_error = ?1, queue_failing_since = coalesce(queue_failing_since, ?2) WHERE id = ?3",
+            )
+            .bind(&why)
+            .bind(now_ms())
             .bind(id)
             .execute(&mut *tx)
             .await?;
+            tx.commit().await?;
+            return Err(Error::internal(format!("tenant {slug}'s queue: {why}")));
+        }
+        sqlx::query(
+            "UPDATE tenants SET queue_synced = max(queue_synced, ?1), queue_error = NULL, queue_failing_since = NULL
+             WHERE id = ?2",
+        )
+        .bind(version)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await
     }
 

@@ -22,6 +22,16 @@ pub struct Tenant {
     pub status: String,
     pub members: i64,
     pub active_environments: i64,
+    /// Syncs of the tenant's queue on the backend (Kubernetes: its Kueue ClusterQueue)
+    /// have been failing: the backend's words from the last one, and since when.
+    pub queue_failure: Option<QueueFailure>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueFailure {
+    pub error: String,
+    /// Milliseconds since the epoch.
+    pub since: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +62,7 @@ pub enum TenantChange {
     Delete,
 }
 
-const TENANT_COLUMNS: &str = "t.id, t.slug, t.name, t.isolation, t.status,
+const TENANT_COLUMNS: &str = "t.id, t.slug, t.name, t.isolation, t.status, t.queue_error, t.queue_failing_since,
     (SELECT count(*) FROM users u WHERE u.tenant_id = t.id AND u.status <> 'removed') AS members,
     (SELECT count(*) FROM environments e WHERE e.tenant_id = t.id AND e.state NOT IN ('released', 'failed')) AS active";
 
@@ -66,6 +76,10 @@ fn tenant_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<Tenant, Error> {
         status: row.try_get("status")?,
         members: row.try_get("members")?,
         active_environments: row.try_get("active")?,
+        queue_failure: match (row.try_get("queue_error")?, row.try_get("queue_failing_since")?) {
+            (Some(error), Some(since)) => Some(QueueFailure { error, since }),
+            _ => None,
+        },
     })
 }
 

@@ -899,6 +899,49 @@ async fn a_tenants_queue_follows_its_quota_and_goes_with_the_tenant_on_kubernete
     assert_eq!(orphans(&site.backend.owned_objects().await.expect("owned"), &live), vec![]);
 }
 
+/// While the cluster refuses a tenant's queue, platform admins see why and since when on
+/// the tenant's row; the first sync that succeeds clears it.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_tenants_queue_that_cannot_follow_its_quota_shows_why_until_it_does(pool: SqlitePool) {
+    let config = ReconcilerConfig { sweep_interval: Duration::from_secs(3600), ..fast_reconciler() };
+    let site = Site::with_config(pool, World::kubernetes(), config).await;
+    let World::Kubernetes(cluster) = &site.world else { unreachable!() };
+    let (acme, _) = site.tenant("acme", Isolation::Soft, 1).await;
+    assert!(queue_reaches(cluster, "acme", Some("48")).await);
+    let failure = || async {
+        let tenants = site.platform().tenants(&site.admin).await.expect("tenants");
+        tenants.into_iter().find(|t| t.id == acme).expect("acme").queue_failure
+    };
+    assert_eq!(failure().await, None);
+
+    cluster.set_faults(Faults { error: 1.0, ..Faults::default() });
+    let before = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_millis() as i64;
+    let limited = Quota::parse("1", "H100-80GB = 2", "", "", "", false).expect("quota");
+    site.platform().set_quota_for(&site.admin, "tenant", "acme", &limited).await.expect("set quota");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let first = loop {
+        if let Some(f) = failure().await {
+            break f;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the failure never showed");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(first.error.contains("failed to apply ClusterQueue berth-tenant-acme"), "{}", first.error);
+    assert!(first.since >= before);
+    // Failing again and again keeps the first time it failed.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(failure().await.map(|f| f.since), Some(first.since));
+    assert!(queue_reaches(cluster, "acme", Some("48")).await, "the queue still has the old quota");
+
+    cluster.set_faults(Faults::default());
+    assert!(queue_reaches(cluster, "acme", Some("4")).await, "{:?}", queue_quota(cluster, "acme"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while failure().await.is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "the failure never cleared");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Three MIG notebooks on one GPU stopped together: each clears the node's layout with the
 /// others left out once their workloads are gone, so the last layout written is MIG
 /// disabled, without waiting for a sweep (sweeps are off here).

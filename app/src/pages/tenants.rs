@@ -113,6 +113,9 @@ fn TenantTable(
                                 <th scope="row" class="px-4 py-2 text-left font-medium">
                                     <a href=format!("/tenants/{}", t.id) class="text-indigo-600 hover:text-indigo-500">{t.name.clone()}</a>
                                     <span class="ml-2 text-xs text-slate-500">{t.slug.clone()}</span>
+                                    {t.queue_failure.clone().map(|failure| view! {
+                                        <p data-queue-failure="" class="mt-1 max-w-md text-xs font-normal text-red-700">{failure}</p>
+                                    })}
                                 </th>
                                 <td class="px-4 py-2">
                                     <ActionForm action=isolation attr:class="flex items-center gap-1">

@@ -204,6 +204,7 @@ mod view {
     use berth_platform::sso::SsoSettings;
     use berth_platform::tenants::{Member, Tenant};
 
+    use crate::components::time::utc;
     use crate::model::{MemberView, SsoView, TenantView};
 
     pub fn tenant(t: &Tenant) -> TenantView {
@@ -215,6 +216,10 @@ mod view {
             status: t.status.clone(),
             members: t.members,
             active_environments: t.active_environments,
+            queue_failure: t
+                .queue_failure
+                .as_ref()
+                .map(|f| format!("Its Kueue queue has not followed its quota since {}: {}", utc(f.since), f.error)),
         }
     }
 
