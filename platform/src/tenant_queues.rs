@@ -15,7 +15,7 @@ use berth_domain::gpu::GpuModel;
 use sqlx::{Row, SqliteConnection};
 use tokio::task::JoinSet;
 
-use crate::backend::{Backend, ModelAllowance, TenantQueue};
+use crate::backend::{Backend, ModelAllowance, TenantQueue, TenantSpace};
 use crate::quotas::{QuotaSubject, tenant_quota};
 use crate::{Error, Platform, lock, now_ms};
 
@@ -141,6 +141,20 @@ pub(crate) async fn follow(conn: &mut SqliteConnection, id: Option<i64>) -> Resu
     Ok(())
 }
 
+/// Marks the space of environment `environment_id`'s tenant as having to follow what the
+/// environment holds (it started, was scaled, or released its capacity), when the
+/// environment shares its tenant's space (see `reconciler::shares_tenant_space`).
+pub(crate) async fn follow_holdings(conn: &mut SqliteConnection, environment_id: &str) -> Result<(), Error> {
+    sqlx::query(
+        "UPDATE tenants SET queue_version = queue_version + 1
+         WHERE isolation = 'soft' AND id = (SELECT tenant_id FROM environments WHERE id = ?1 AND offering <> 'cluster')",
+    )
+    .bind(environment_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// What tenant `tenant_id` may hold of each GPU model of the fleet (its own quota row's
 /// limit, or without one the fleet's capacity), and how the fleet offers each model.
 async fn tenant_queue_of(conn: &mut SqliteConnection, tenant_id: i64) -> Result<TenantQueue, Error> {
@@ -190,7 +204,17 @@ async fn tenant_queue_of(conn: &mut SqliteConnection, tenant_id: i64) -> Result<
             f64::from(allowance.whole_gpus) + allowance.shared_gpus.iter().map(|&(_, n)| f64::from(n)).sum::<f64>();
         allowance.gpus = quota.max_gpus_of(allowance.model).map_or(capacity, |limit| limit.min(capacity));
     }
+    // A soft tenant's space: its members and what its environments there hold, read after
+    // the version (see `sync_tenant_queue`).
+    let scope = crate::reconciler::tenant_scope(&mut *conn, Some(tenant_id)).await?;
+    let space = if scope.isolation == berth_domain::tenancy::Isolation::Soft {
+        let holdings = crate::reconciler::tenant_holdings(&mut *conn, tenant_id, None).await?;
+        Some(TenantSpace { members: scope.members, holdings })
+    } else {
+        None
+    };
     Ok(TenantQueue {
+        space,
         slug,
         spot: quota.allow_spot,
         nodes: u32::try_from(nodes).unwrap_or(u32::MAX),

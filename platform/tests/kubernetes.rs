@@ -111,6 +111,7 @@ fn workload(offering: Offering, size: &str, tenant: TenantScope, units: Vec<Plac
         tenant,
         mig_neighbours: Vec::new(),
         tenant_neighbours: Vec::new(),
+        tenant_holdings: Vec::new(),
     }
 }
 
@@ -155,10 +156,10 @@ fn fleet_models(h100: f64, a100: f64, l40s: f64) -> Vec<ModelAllowance> {
 /// limit (the fleet's capacity) and allowed spot.
 fn tenant_queues() -> Vec<(&'static str, TenantQueue)> {
     vec![
-        ("limited", TenantQueue { slug: "acme".into(), spot: false, nodes: 6, models: fleet_models(2.5, 1.0, 1.0) }),
+        ("limited", TenantQueue { slug: "acme".into(), spot: false, nodes: 6, models: fleet_models(2.5, 1.0, 1.0), space: None }),
         (
             "unlimited-spot",
-            TenantQueue { slug: "vault".into(), spot: true, nodes: 6, models: fleet_models(16.0, 8.0, 10.0) },
+            TenantQueue { slug: "vault".into(), spot: true, nodes: 6, models: fleet_models(16.0, 8.0, 10.0), space: None },
         ),
     ]
 }
@@ -383,10 +384,18 @@ fn every_tenant_namespace_meets_the_security_checklist() {
             .filter(|(k, _)| k.starts_with("requests.nvidia.com/"))
             .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
             .collect();
-        let booked: BTreeMap<String, String> =
+        let mut booked: BTreeMap<String, String> =
             manifests::gpu_resources(&w).into_iter().map(|(k, v)| (format!("requests.{k}"), v.to_string())).collect();
-        assert_eq!(gpu_keys, booked, "{name}: GPU quota equals the booking");
         assert!(!booked.is_empty(), "{name}");
+        let shared = manifests::shares_tenant_namespace(&w);
+        if shared {
+            // A tenant's namespace names whole and time-sliced GPUs even when nobody
+            // there holds one: zero of them, not any number.
+            for key in ["requests.nvidia.com/gpu", "requests.nvidia.com/gpu.shared"] {
+                booked.entry(key.to_owned()).or_insert_with(|| "0".to_owned());
+            }
+        }
+        assert_eq!(gpu_keys, booked, "{name}: GPU quota equals the booking");
 
         // 3. LimitRange with defaults; default-deny NetworkPolicy allowing the namespace and DNS.
         let limits = of_kind(&all, "LimitRange");
@@ -414,10 +423,10 @@ fn every_tenant_namespace_meets_the_security_checklist() {
         if let Some(proxy) = manifests::proxy_access_manifest(&w, &settings()) {
             let spec = &proxy.object["spec"];
             assert_eq!(strings(&spec["policyTypes"]), ["Ingress"], "{name}: the proxy policy adds no egress");
-            let workload = manifests::Names::of(&w).workload;
+            let component = manifests::Names::of(&w).component;
             assert_eq!(
                 spec["podSelector"]["matchLabels"],
-                json!({ "berth.dev/environment": ENV_ID, "app.kubernetes.io/component": workload }),
+                json!({ "berth.dev/environment": ENV_ID, "app.kubernetes.io/component": component }),
                 "{name}: only the workload's pods"
             );
             assert_eq!(
@@ -497,11 +506,14 @@ fn every_tenant_namespace_meets_the_security_checklist() {
             }
         }
 
-        // Owner labels on everything.
-        for m in &all {
+        // Owner labels on everything: the environment's on what is its own, the tenant's
+        // alone on what a tenant's namespace holds for all its environments.
+        let bundle = namespace_bundle(&w, &settings()).len();
+        for (i, m) in all.iter().enumerate() {
             let labels = &m.object["metadata"]["labels"];
             assert_eq!(labels["app.kubernetes.io/managed-by"], "berth", "{name}: {}", m.name());
-            assert_eq!(labels["berth.dev/environment"], ENV_ID, "{name}: {}", m.name());
+            let environment = if shared && i < bundle { Value::Null } else { json!(ENV_ID) };
+            assert_eq!(labels["berth.dev/environment"], environment, "{name}: {}", m.name());
             assert!(labels["berth.dev/tenant"].is_string(), "{name}: {}", m.name());
         }
     }
@@ -595,6 +607,7 @@ fn a_tenants_cluster_queue_quota_follows_its_limit_per_model() {
             mig_gpus: 8,
             shared_gpus: vec![],
         }],
+        space: None,
     };
     let q = quota(&sixth);
     assert_eq!((q["nvidia.com/mig-1g.10gb"].as_str(), q["nvidia.com/gpu"].as_str()), ("6", "0"));
@@ -640,13 +653,33 @@ fn with(mut calls: Vec<String>, more: &[String]) -> Vec<String> {
 
 const MIG_MAP: &str = "/api/v1/namespaces/gpu-operator/configmaps";
 
-fn proxy_policy(ns: &str) -> String {
-    format!("/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/berth-proxy")
+fn proxy_policy(w: &Workload) -> String {
+    let names = manifests::Names::of(w);
+    format!("/apis/networking.k8s.io/v1/namespaces/{}/networkpolicies/{}", names.namespace, names.proxy_policy)
+}
+
+/// A soft tenant's environment at the end: its objects in the tenant's namespace deleted
+/// by name (gone already but for its credential, which is waited for), then the tenant's
+/// quota applied without it.
+fn release_in_tenant_namespace(w: &Workload, workload: &str) -> Vec<String> {
+    let names = manifests::Names::of(w);
+    let (ns, name) = (&names.namespace, &names.workload);
+    let secret = format!("/api/v1/namespaces/{ns}/secrets/{}", names.credential);
+    vec![
+        format!("DELETE {workload}"),
+        format!("DELETE /api/v1/namespaces/{ns}/services/{name}"),
+        format!("DELETE {}", proxy_policy(w)),
+        format!("DELETE {secret}"),
+        format!("GET {secret}"),
+        format!("PATCH /api/v1/namespaces/{ns}/resourcequotas/berth"),
+    ]
 }
 
 /// What each step of a case sends to the API server, first time round.
 fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
     let ns = ns(w);
+    let names = manifests::Names::of(w);
+    let (workload, credential) = (names.workload.as_str(), names.credential.as_str());
     let secret = |name: &str| format!("/api/v1/namespaces/{ns}/secrets/{name}");
     let release = vec![format!("DELETE /api/v1/namespaces/{ns}")];
     // At the end of an environment that may have written MIG layouts: the ConfigMap read,
@@ -666,32 +699,32 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
         ("notebook-mig-soft", Step::StartWorkload) => with(
             bundle_calls(&ns, false),
             &[
-                format!("GET {}", secret("notebook-token")),
+                format!("GET {}", secret(credential)),
                 format!("POST /api/v1/namespaces/{ns}/secrets"),
-                format!("GET {}", secret("notebook-token")),
-                format!("PATCH /apis/apps/v1/namespaces/{ns}/statefulsets/notebook"),
+                format!("GET {}", secret(credential)),
+                format!("PATCH /apis/apps/v1/namespaces/{ns}/statefulsets/{workload}"),
             ],
         ),
         ("notebook-mig-soft", Step::WaitHealthy) => {
-            vec![format!("GET /apis/apps/v1/namespaces/{ns}/statefulsets/notebook")]
+            vec![format!("GET /apis/apps/v1/namespaces/{ns}/statefulsets/{workload}")]
         }
         ("notebook-mig-soft", Step::ExposeEndpoint) => {
             vec![
-                format!("PATCH /api/v1/namespaces/{ns}/services/notebook"),
-                format!("PATCH {}", proxy_policy(&ns)),
-                format!("GET {}", secret("notebook-token")),
+                format!("PATCH /api/v1/namespaces/{ns}/services/{workload}"),
+                format!("PATCH {}", proxy_policy(w)),
+                format!("GET {}", secret(credential)),
             ]
         }
         ("notebook-mig-soft", Step::RemoveEndpoint) => {
-            vec![format!("DELETE /api/v1/namespaces/{ns}/services/notebook"), format!("DELETE {}", proxy_policy(&ns))]
+            vec![format!("DELETE /api/v1/namespaces/{ns}/services/{workload}"), format!("DELETE {}", proxy_policy(w))]
         }
         ("notebook-mig-soft", Step::StopWorkload) => vec![
-            format!("DELETE /apis/apps/v1/namespaces/{ns}/statefulsets/notebook"),
-            format!("GET /apis/apps/v1/namespaces/{ns}/statefulsets/notebook"),
+            format!("DELETE /apis/apps/v1/namespaces/{ns}/statefulsets/{workload}"),
+            format!("GET /apis/apps/v1/namespaces/{ns}/statefulsets/{workload}"),
         ],
         ("notebook-mig-soft", Step::ClearPartition) => vec!["PATCH /api/v1/nodes/h100-1".into()],
         ("notebook-mig-soft", Step::ReleaseCapacity) => with(
-            release,
+            release_in_tenant_namespace(w, &format!("/apis/apps/v1/namespaces/{ns}/statefulsets/{workload}")),
             &[forget_layouts, "GET /api/v1/nodes".into(), format!("PUT {MIG_MAP}/berth-mig-parted-config")],
         ),
 
@@ -712,30 +745,32 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
         ("inference-gpu-soft", Step::StartWorkload) => with(
             bundle_calls(&ns, false),
             &[
-                format!("GET {}", secret("inference-api-key")),
+                format!("GET {}", secret(credential)),
                 format!("POST /api/v1/namespaces/{ns}/secrets"),
-                format!("GET {}", secret("inference-api-key")),
-                format!("PATCH /apis/apps/v1/namespaces/{ns}/deployments/inference"),
+                format!("GET {}", secret(credential)),
+                format!("PATCH /apis/apps/v1/namespaces/{ns}/deployments/{workload}"),
             ],
         ),
         ("inference-gpu-soft", Step::WaitHealthy) => {
-            vec![format!("GET /apis/apps/v1/namespaces/{ns}/deployments/inference")]
+            vec![format!("GET /apis/apps/v1/namespaces/{ns}/deployments/{workload}")]
         }
         ("inference-gpu-soft", Step::ExposeEndpoint) => {
             vec![
-                format!("PATCH /api/v1/namespaces/{ns}/services/inference"),
-                format!("PATCH {}", proxy_policy(&ns)),
-                format!("GET {}", secret("inference-api-key")),
+                format!("PATCH /api/v1/namespaces/{ns}/services/{workload}"),
+                format!("PATCH {}", proxy_policy(w)),
+                format!("GET {}", secret(credential)),
             ]
         }
         ("inference-gpu-soft", Step::RemoveEndpoint) => {
-            vec![format!("DELETE /api/v1/namespaces/{ns}/services/inference"), format!("DELETE {}", proxy_policy(&ns))]
+            vec![format!("DELETE /api/v1/namespaces/{ns}/services/{workload}"), format!("DELETE {}", proxy_policy(w))]
         }
         ("inference-gpu-soft", Step::StopWorkload) => vec![
-            format!("DELETE /apis/apps/v1/namespaces/{ns}/deployments/inference"),
-            format!("GET /apis/apps/v1/namespaces/{ns}/deployments/inference"),
+            format!("DELETE /apis/apps/v1/namespaces/{ns}/deployments/{workload}"),
+            format!("GET /apis/apps/v1/namespaces/{ns}/deployments/{workload}"),
         ],
-        ("inference-gpu-soft", Step::ReleaseCapacity) => release,
+        ("inference-gpu-soft", Step::ReleaseCapacity) => {
+            release_in_tenant_namespace(w, &format!("/apis/apps/v1/namespaces/{ns}/deployments/{workload}"))
+        }
 
         ("dedicated-cluster", Step::StartWorkload) => with(
             bundle_calls(&ns, false),
@@ -1125,8 +1160,9 @@ async fn the_orphan_sweep_finds_and_removes_what_no_live_environment_explains() 
     let owned = k8s.owned_objects().await.unwrap();
     assert_eq!(
         owned.len(),
-        5,
-        "two namespaces, one dedicated node, one MIG layout on its node and in the ConfigMap: {owned:?}"
+        9,
+        "the tenant's namespace and the notebook's StatefulSet, Service, Secret and proxy policy in it, the dead \
+         environment's namespace, one dedicated node, one MIG layout on its node and in the ConfigMap: {owned:?}"
     );
     let layout = owned.iter().find(|o| o.kind == "MigLayout").expect("the notebook's MIG layout");
     assert_eq!((layout.name.as_str(), layout.environments.as_slice()), ("h100-1", [ENV_ID.to_owned()].as_slice()));
@@ -1332,12 +1368,14 @@ async fn a_tenants_cluster_queue_is_applied_updated_and_removed_with_one_request
     let gpus = resources.iter().find(|r| r["name"] == "nvidia.com/gpu").unwrap();
     assert_eq!(gpus, &json!({ "name": "nvidia.com/gpu", "nominalQuota": "6" }), "4 H100, 1 A100, 1 L40S; may borrow");
 
-    // Removed with the tenant; a second removal finds nothing and says so.
+    // Removed with the tenant, and its namespace (none here: `space` is `None`); a second
+    // removal finds nothing and says so.
+    let namespace = "DELETE /api/v1/namespaces/berth-acme".to_owned();
     assert!(k8s.remove_tenant_queue("acme").await.unwrap());
-    assert_eq!(cluster.take_lines(), [format!("DELETE {path}")]);
+    assert_eq!(cluster.take_lines(), [format!("DELETE {path}"), namespace.clone()]);
     assert!(!cluster.lock().objects.contains_key(&path));
     assert!(!k8s.remove_tenant_queue("acme").await.unwrap(), "already gone");
-    assert_eq!(cluster.take_lines(), [format!("DELETE {path}")]);
+    assert_eq!(cluster.take_lines(), [format!("DELETE {path}"), namespace]);
 }
 
 #[tokio::test]
@@ -1590,9 +1628,11 @@ async fn the_proxy_reaches_notebooks_and_endpoints_by_their_service_names() {
     // A notebook whose credential vanished says so instead of proxying without it.
     let w = cases().remove(0).1;
     let (cluster, k8s) = provisioned(&w).await;
-    cluster.lock().objects.retain(|path, _| !path.ends_with("/secrets/notebook-token"));
+    let credential = manifests::Names::of(&w).credential;
+    assert_eq!(credential, "nb-0f1e2d3c4b5a-token", "named after the environment in its tenant's namespace");
+    cluster.lock().objects.retain(|path, _| !path.ends_with(&format!("/secrets/{credential}")));
     let error = k8s.upstream(&w).await.unwrap_err();
-    assert_eq!(error.0, "the workload's credential (Secret notebook-token) is missing");
+    assert_eq!(error.0, format!("the workload's credential (Secret {credential}) is missing"));
 }
 
 fn training_pod(w: &Workload, state: Value) -> Value {
@@ -1750,7 +1790,7 @@ async fn a_mig_endpoint_scaled_onto_another_node_partitions_it_and_clears_it_whe
             "PATCH /api/v1/nodes/h100-2".into(),
             "GET /api/v1/nodes/h100-2".into(),
             format!("PATCH /api/v1/namespaces/{ns}/resourcequotas/berth"),
-            format!("PATCH /apis/apps/v1/namespaces/{ns}/deployments/inference"),
+            format!("PATCH /apis/apps/v1/namespaces/{ns}/deployments/{}", manifests::Names::of(&two).workload),
         ],
         "the new node gets its layout, confirmed, before the replica is asked for; the tenant's queue is not the booking's"
     );

@@ -578,6 +578,7 @@ fn workload_of(env: &Environment) -> Workload {
         tenant: TenantScope { slug: None, isolation: Isolation::Soft, members: Vec::new() },
         mig_neighbours: Vec::new(),
         tenant_neighbours: Vec::new(),
+        tenant_holdings: Vec::new(),
     }
 }
 
