@@ -31,6 +31,7 @@ use berth_platform::tenants::TenantChange;
 use berth_platform::{Caller, Error, Platform};
 use common::{fast_reconciler, overlapping_reservations, production_pool, tenants_sharing_nodes, test_meta};
 use kubernetes_api::{FakeCluster, Faults};
+use serde_json::Value;
 use rand::Rng;
 use rand::seq::IndexedRandom;
 use sqlx::SqlitePool;
@@ -400,7 +401,7 @@ impl Site {
             "{name}: a live hard tenant lost one of its identifiers"
         );
         let owned = self.backend.owned_objects().await.expect("list the backend's objects");
-        let (queues, owned): (Vec<OwnedObject>, Vec<OwnedObject>) = owned.into_iter().partition(|o| o.tenant.is_some());
+        let (tenants, owned): (Vec<OwnedObject>, Vec<OwnedObject>) = owned.into_iter().partition(|o| o.tenant.is_some());
         assert_eq!(owned, Vec::<OwnedObject>::new(), "{name}: the backend still holds objects");
         assert_eq!(self.world.leftovers(), Vec::<String>::new(), "{name}: objects left in the backend");
         // Tenants' queues: exactly one for each tenant not deleted, none for the others.
@@ -409,11 +410,36 @@ impl Site {
                 .fetch_all(&self.pool)
                 .await
                 .expect("tenants");
-        let mut queued: Vec<String> = queues.iter().filter_map(|q| q.tenant.clone()).collect();
-        queued.sort();
-        let expected = if matches!(self.world, World::Kubernetes(_)) { live_tenants } else { Vec::new() };
-        assert_eq!(queued, expected, "{name}: the backend lists a queue for each live tenant and no other");
+        let of_kind = |kind: &str| {
+            let mut slugs: Vec<String> =
+                tenants.iter().filter(|o| o.kind == kind).filter_map(|q| q.tenant.clone()).collect();
+            slugs.sort();
+            slugs
+        };
+        let expected = if matches!(self.world, World::Kubernetes(_)) { live_tenants.clone() } else { Vec::new() };
+        assert_eq!(of_kind("ClusterQueue"), expected, "{name}: the backend lists a queue for each live tenant and no other");
         assert_eq!(self.world.tenant_queues(), expected, "{name}: a queue for each live tenant and no other");
+        // Tenants' namespaces: one for each live soft tenant (and none of a deleted one),
+        // holding no environment's object any more and a quota of nothing.
+        if let World::Kubernetes(cluster) = &self.world {
+            let soft: Vec<String> =
+                sqlx::query_scalar("SELECT slug FROM tenants WHERE status <> 'deleted' AND isolation = 'soft' ORDER BY slug")
+                    .fetch_all(&self.pool)
+                    .await
+                    .expect("tenants");
+            let namespaces = of_kind("Namespace");
+            assert!(soft.iter().all(|s| namespaces.contains(s)), "{name}: {namespaces:?} lacks one of {soft:?}");
+            assert!(namespaces.iter().all(|s| live_tenants.contains(s)), "{name}: {namespaces:?} of a deleted tenant");
+            for (namespace, hard) in cluster.tenant_quotas() {
+                let held: Vec<(&String, &Value)> = hard
+                    .as_object()
+                    .expect("hard")
+                    .iter()
+                    .filter(|(k, v)| k.starts_with("requests.") && !["0", "0Gi"].contains(&v.as_str().unwrap_or("")))
+                    .collect();
+                assert_eq!(held, Vec::<(&String, &Value)>::new(), "{name}: {namespace}'s quota holds what nobody holds");
+            }
+        }
         self.assert_sweeps_took_only_orphans().await;
     }
 
@@ -682,12 +708,17 @@ async fn a_deleted_tenant_leaves_nothing_behind(site: Site) {
         assert!(site.eventually(&behind, 0, Duration::from_secs(5)).await, "{name}: the tenant's queue never went");
     }
     let owned = site.backend.owned_objects().await.expect("owned");
-    let (queues, owned): (Vec<OwnedObject>, Vec<OwnedObject>) = owned.into_iter().partition(|o| o.tenant.is_some());
+    let (tenants, owned): (Vec<OwnedObject>, Vec<OwnedObject>) = owned.into_iter().partition(|o| o.tenant.is_some());
     assert!(!owned.is_empty(), "{name}: the neighbour's objects stay");
     assert!(owned.iter().all(|o| o.environments == [neighbour.clone()]), "{name}: {owned:?}");
-    let queued: Vec<Option<String>> = queues.into_iter().map(|q| q.tenant).collect();
-    let acme_only = if name == "kubernetes" { vec![Some("acme".to_owned())] } else { vec![] };
-    assert_eq!(queued, acme_only, "{name}: the deleted tenant's queue went with it");
+    let tenants: Vec<(&str, Option<String>)> = tenants.into_iter().map(|q| (q.kind, q.tenant)).collect();
+    // acme's queue, and its namespace where its neighbour's endpoint runs; none of vault's.
+    let acme_only = if name == "kubernetes" {
+        vec![("Namespace", Some("acme".to_owned())), ("ClusterQueue", Some("acme".to_owned()))]
+    } else {
+        vec![]
+    };
+    assert_eq!(tenants, acme_only, "{name}: the deleted tenant's queue went with it");
     if let World::Kubernetes(cluster) = &site.world {
         let left = cluster.berth_leftovers();
         assert!(left.iter().all(|p| p.starts_with("/api")), "{name}: nodes keep nothing of the tenant: {left:?}");
@@ -882,16 +913,21 @@ async fn a_tenants_queue_follows_its_quota_and_goes_with_the_tenant_on_kubernete
     assert!(queue_quota(cluster, "acme").is_some());
     let report = site.reconciler().sweep().await.expect("sweep");
     let removed: Vec<(&str, &str)> = report.removed.iter().map(|o| (o.kind, o.name.as_str())).collect();
-    assert_eq!(removed, [("ClusterQueue", "berth-tenant-acme")]);
+    assert_eq!(removed, [("Namespace", "berth-acme"), ("ClusterQueue", "berth-tenant-acme")]);
     assert!(queue_quota(cluster, "acme").is_none());
-    let audited: (String, Option<i64>, String) = sqlx::query_as(
-        "SELECT target, tenant_id, detail FROM audit_events WHERE action = 'orphan.remove' AND outcome = 'success'",
+    assert!(!cluster.lock().objects.contains_key("/api/v1/namespaces/berth-acme"));
+    let audited: Vec<(String, Option<i64>, String)> = sqlx::query_as(
+        "SELECT target, tenant_id, detail FROM audit_events WHERE action = 'orphan.remove' AND outcome = 'success'
+         ORDER BY target",
     )
-    .fetch_one(&site.pool)
+    .fetch_all(&site.pool)
     .await
     .expect("audited");
-    assert_eq!((audited.0.as_str(), audited.1), ("ClusterQueue berth-tenant-acme", Some(acme)));
-    assert!(audited.2.starts_with("made for tenant acme, which is deleted"), "{}", audited.2);
+    let targets: Vec<(&str, Option<i64>)> = audited.iter().map(|a| (a.0.as_str(), a.1)).collect();
+    assert_eq!(targets, [("ClusterQueue berth-tenant-acme", Some(acme)), ("Namespace berth-acme", Some(acme))]);
+    for (_, _, detail) in &audited {
+        assert!(detail.starts_with("made for tenant acme, which is deleted"), "{detail}");
+    }
     let again = site.reconciler().sweep().await.expect("sweep");
     assert_eq!(again.removed, vec![]);
     // What is left of the environments' is nothing, the ConfigMap's layouts included.
