@@ -936,6 +936,94 @@ async fn a_tenants_queue_follows_its_quota_and_goes_with_the_tenant_on_kubernete
     assert_eq!(orphans(&site.backend.owned_objects().await.expect("owned"), &live), vec![]);
 }
 
+/// Waits until `namespace`'s quota allows `value` of `key` (5 s at most).
+async fn tenant_quota_reaches(cluster: &FakeCluster, namespace: &str, key: &str, value: &str) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = cluster.tenant_quotas().into_iter().find(|(ns, _)| ns == namespace).map(|(_, hard)| hard[key].clone());
+        if now.as_ref().and_then(Value::as_str) == Some(value) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The users a RoleBinding of acme's namespace binds.
+fn bound(cluster: &FakeCluster, binding: &str) -> Vec<String> {
+    let path = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/berth-acme/rolebindings/{binding}");
+    let subjects = cluster.lock().objects.get(&path).map(|b| b["subjects"].clone()).unwrap_or_default();
+    subjects.as_array().into_iter().flatten().filter_map(|s| s["name"].as_str().map(str::to_owned)).collect()
+}
+
+/// A soft tenant's notebooks share its namespace, whose quota the database decides: what
+/// its live environments hold, followed as two start at once and end one by one; its
+/// RoleBindings follow its members.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_soft_tenants_namespace_follows_its_environments_and_members_on_kubernetes(pool: SqlitePool) {
+    let config = ReconcilerConfig {
+        step_timeout: Duration::from_millis(300),
+        sweep_interval: Duration::from_secs(3600),
+        ..fast_reconciler()
+    };
+    let site = Site::with_config(pool, World::kubernetes(), config).await;
+    let World::Kubernetes(cluster) = &site.world else { unreachable!() };
+    let (acme, members) = site.tenant("acme", Isolation::Soft, 2).await;
+    // The namespace exists with the tenant, holding nothing.
+    assert!(tenant_quota_reaches(cluster, "berth-acme", "requests.nvidia.com/gpu", "0").await);
+
+    let (a, b) = tokio::join!(
+        site.launch(&members[0], "notebook", "l40s-1", "a"),
+        site.launch(&members[1], "notebook", "l40s-1", "b")
+    );
+    let (a, b) = (a.expect("launch a").id, b.expect("launch b").id);
+    for id in [&a, &b] {
+        assert_eq!(site.wait_for(id, &[EnvState::Ready], Duration::from_secs(10)).await, Some(EnvState::Ready));
+        let short: String = id.chars().filter(char::is_ascii_alphanumeric).take(12).collect();
+        let statefulset = format!("/apis/apps/v1/namespaces/berth-acme/statefulsets/nb-{short}");
+        assert!(cluster.lock().objects.contains_key(&statefulset), "{statefulset}");
+    }
+    assert!(
+        tenant_quota_reaches(cluster, "berth-acme", "requests.nvidia.com/gpu", "2").await,
+        "{:?}",
+        cluster.tenant_quotas()
+    );
+    assert!(tenant_quota_reaches(cluster, "berth-acme", "requests.storage", "200Gi").await);
+    // Their members are bound by their Berth role (re-applied at each start).
+    assert_eq!(bound(cluster, "berth-members"), ["m0@acme.test", "m1@acme.test"]);
+
+    // One ends: the quota holds the other.
+    site.platform().stop(&members[0], &a).await.expect("stop a");
+    assert_eq!(site.wait_for(&a, &[EnvState::Released], Duration::from_secs(10)).await, Some(EnvState::Released));
+    assert!(
+        tenant_quota_reaches(cluster, "berth-acme", "requests.nvidia.com/gpu", "1").await,
+        "{:?}",
+        cluster.tenant_quotas()
+    );
+    assert!(tenant_quota_reaches(cluster, "berth-acme", "requests.storage", "100Gi").await);
+
+    // A member becomes a viewer: the bindings follow, without any environment starting.
+    let viewer = members[1].user_id();
+    site.platform().change_member_role(&site.admin, acme, viewer, "viewer").await.expect("role");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while bound(cluster, "berth-viewers") != ["m1@acme.test"] {
+        assert!(tokio::time::Instant::now() < deadline, "viewers: {:?}", bound(cluster, "berth-viewers"));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(bound(cluster, "berth-members"), ["m0@acme.test"]);
+
+    // The other ends: nothing held, nothing of either left, the namespace stays.
+    site.platform().stop(&members[1], &b).await.expect("stop b");
+    assert_eq!(site.wait_for(&b, &[EnvState::Released], Duration::from_secs(10)).await, Some(EnvState::Released));
+    for key in ["requests.nvidia.com/gpu", "requests.cpu"] {
+        assert!(tenant_quota_reaches(cluster, "berth-acme", key, "0").await, "{key}: {:?}", cluster.tenant_quotas());
+    }
+    assert_eq!(site.world.leftovers(), Vec::<String>::new());
+    assert!(cluster.lock().objects.contains_key("/api/v1/namespaces/berth-acme"));
+}
+
 /// Three MIG notebooks on one GPU stopped together: each clears the node's layout with the
 /// others left out once their workloads are gone, so the last layout written is MIG
 /// disabled, without waiting for a sweep (sweeps are off here).
