@@ -727,7 +727,10 @@ enum Neighbours {
     SameHardTenant,
 }
 
-pub(crate) async fn tenant_scope(conn: &mut sqlx::SqliteConnection, tenant_id: Option<i64>) -> Result<TenantScope, Error> {
+pub(crate) async fn tenant_scope(
+    conn: &mut sqlx::SqliteConnection,
+    tenant_id: Option<i64>,
+) -> Result<TenantScope, Error> {
     let Some(tenant_id) = tenant_id else {
         return Ok(TenantScope { slug: None, isolation: Isolation::Soft, members: Vec::new() });
     };

@@ -1,11 +1,17 @@
 //! Each tenant's queue on the backend (Kubernetes: a Kueue ClusterQueue) mirrors its Berth
-//! quota. Whatever the queue must follow (the tenant's quota set or removed, the fleet
-//! changed, the tenant deleted) raises the tenant's `queue_version` in the transaction of
-//! that change; the reconciler applies the queue (or removes a deleted tenant's) and
-//! records the version it did that for. So a change is never lost to a crash, and a
-//! change that arrives while the backend is being called makes the reconciler go again.
-//! Every sweep interval every live tenant's queue is applied again, which repairs drift
-//! (someone edited the queue) and follows fleet changes made behind Berth's back.
+//! quota, and a soft tenant's space there (Kubernetes: its namespace) holds what its
+//! environments in it hold and lets its members in. Whatever they must follow (the tenant's
+//! quota set or removed, the fleet changed, a member's role, an environment of the tenant
+//! started, scaled or released, the isolation changed, the tenant deleted) raises the
+//! tenant's `queue_version` in the transaction of that change; the reconciler applies the
+//! queue and space (or removes a deleted tenant's) and records the version it did that
+//! for. So a change is never lost to a crash, and a change that arrives while the backend
+//! is being called makes the reconciler go again. One tenant's syncs never overlap (see
+//! `QueueSyncs::in_flight`) and each reads the version before what it applies, so the
+//! last apply reflects every change committed before it: what makes environments starting
+//! and ending at once converge on one quota. Every sweep interval every live tenant's
+//! queue is applied again, which repairs drift (someone edited the queue) and follows
+//! fleet changes made behind Berth's back.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};

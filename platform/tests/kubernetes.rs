@@ -157,10 +157,25 @@ fn fleet_models(h100: f64, a100: f64, l40s: f64) -> Vec<ModelAllowance> {
 /// limit (the fleet's capacity) and allowed spot.
 fn tenant_queues() -> Vec<(&'static str, TenantQueue)> {
     vec![
-        ("limited", TenantQueue { slug: "acme".into(), spot: false, nodes: 6, models: fleet_models(2.5, 1.0, 1.0), space: None }),
+        (
+            "limited",
+            TenantQueue {
+                slug: "acme".into(),
+                spot: false,
+                nodes: 6,
+                models: fleet_models(2.5, 1.0, 1.0),
+                space: None,
+            },
+        ),
         (
             "unlimited-spot",
-            TenantQueue { slug: "vault".into(), spot: true, nodes: 6, models: fleet_models(16.0, 8.0, 10.0), space: None },
+            TenantQueue {
+                slug: "vault".into(),
+                spot: true,
+                nodes: 6,
+                models: fleet_models(16.0, 8.0, 10.0),
+                space: None,
+            },
         ),
     ]
 }
@@ -1873,7 +1888,8 @@ fn a_tenants_namespace_quota_is_what_its_environments_there_hold_together() {
 
     // Nobody left: nothing on a GPU, no CPU, no memory, no storage; and the namespace still
     // meets the checklist.
-    let empty = tenant_namespace_bundle("acme", &TenantSpace { members: acme().members, holdings: vec![] }, &settings());
+    let empty =
+        tenant_namespace_bundle("acme", &TenantSpace { members: acme().members, holdings: vec![] }, &settings());
     let hard = quota_of(&empty);
     for key in ["requests.cpu", "requests.nvidia.com/gpu", "requests.nvidia.com/gpu.shared"] {
         assert_eq!(hard[key], "0", "{key}");
@@ -1996,10 +2012,7 @@ async fn a_soft_tenants_sync_applies_its_queue_and_its_namespace() {
     let queue = TenantQueue { space: Some(space.clone()), ..queue };
     k8s.apply_tenant_queue(&queue).await.unwrap();
     let calls = cluster.take_calls();
-    let expected = with(
-        vec![format!("PATCH {TENANT_QUEUES}/berth-tenant-acme")],
-        &bundle_calls("berth-acme", false),
-    );
+    let expected = with(vec![format!("PATCH {TENANT_QUEUES}/berth-tenant-acme")], &bundle_calls("berth-acme", false));
     assert_eq!(calls.iter().map(kubernetes_api::Call::line).collect::<Vec<_>>(), expected);
     assert_eq!(body_of(&calls, "PATCH /api/v1/namespaces/berth-acme/resourcequotas/berth"), &quota_manifest(&space));
     // Applied again: the same applies, nothing changes.

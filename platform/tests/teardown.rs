@@ -31,9 +31,9 @@ use berth_platform::tenants::TenantChange;
 use berth_platform::{Caller, Error, Platform};
 use common::{fast_reconciler, overlapping_reservations, production_pool, tenants_sharing_nodes, test_meta};
 use kubernetes_api::{FakeCluster, Faults};
-use serde_json::Value;
 use rand::Rng;
 use rand::seq::IndexedRandom;
+use serde_json::Value;
 use sqlx::SqlitePool;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -401,7 +401,8 @@ impl Site {
             "{name}: a live hard tenant lost one of its identifiers"
         );
         let owned = self.backend.owned_objects().await.expect("list the backend's objects");
-        let (tenants, owned): (Vec<OwnedObject>, Vec<OwnedObject>) = owned.into_iter().partition(|o| o.tenant.is_some());
+        let (tenants, owned): (Vec<OwnedObject>, Vec<OwnedObject>) =
+            owned.into_iter().partition(|o| o.tenant.is_some());
         assert_eq!(owned, Vec::<OwnedObject>::new(), "{name}: the backend still holds objects");
         assert_eq!(self.world.leftovers(), Vec::<String>::new(), "{name}: objects left in the backend");
         // Tenants' queues: exactly one for each tenant not deleted, none for the others.
@@ -417,16 +418,21 @@ impl Site {
             slugs
         };
         let expected = if matches!(self.world, World::Kubernetes(_)) { live_tenants.clone() } else { Vec::new() };
-        assert_eq!(of_kind("ClusterQueue"), expected, "{name}: the backend lists a queue for each live tenant and no other");
+        assert_eq!(
+            of_kind("ClusterQueue"),
+            expected,
+            "{name}: the backend lists a queue for each live tenant and no other"
+        );
         assert_eq!(self.world.tenant_queues(), expected, "{name}: a queue for each live tenant and no other");
         // Tenants' namespaces: one for each live soft tenant (and none of a deleted one),
         // holding no environment's object any more and a quota of nothing.
         if let World::Kubernetes(cluster) = &self.world {
-            let soft: Vec<String> =
-                sqlx::query_scalar("SELECT slug FROM tenants WHERE status <> 'deleted' AND isolation = 'soft' ORDER BY slug")
-                    .fetch_all(&self.pool)
-                    .await
-                    .expect("tenants");
+            let soft: Vec<String> = sqlx::query_scalar(
+                "SELECT slug FROM tenants WHERE status <> 'deleted' AND isolation = 'soft' ORDER BY slug",
+            )
+            .fetch_all(&self.pool)
+            .await
+            .expect("tenants");
             let namespaces = of_kind("Namespace");
             assert!(soft.iter().all(|s| namespaces.contains(s)), "{name}: {namespaces:?} lacks one of {soft:?}");
             assert!(namespaces.iter().all(|s| live_tenants.contains(s)), "{name}: {namespaces:?} of a deleted tenant");
@@ -437,7 +443,11 @@ impl Site {
                     .iter()
                     .filter(|(k, v)| k.starts_with("requests.") && !["0", "0Gi"].contains(&v.as_str().unwrap_or("")))
                     .collect();
-                assert_eq!(held, Vec::<(&String, &Value)>::new(), "{name}: {namespace}'s quota holds what nobody holds");
+                assert_eq!(
+                    held,
+                    Vec::<(&String, &Value)>::new(),
+                    "{name}: {namespace}'s quota holds what nobody holds"
+                );
             }
         }
         self.assert_sweeps_took_only_orphans().await;
@@ -940,7 +950,8 @@ async fn a_tenants_queue_follows_its_quota_and_goes_with_the_tenant_on_kubernete
 async fn tenant_quota_reaches(cluster: &FakeCluster, namespace: &str, key: &str, value: &str) -> bool {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     loop {
-        let now = cluster.tenant_quotas().into_iter().find(|(ns, _)| ns == namespace).map(|(_, hard)| hard[key].clone());
+        let now =
+            cluster.tenant_quotas().into_iter().find(|(ns, _)| ns == namespace).map(|(_, hard)| hard[key].clone());
         if now.as_ref().and_then(Value::as_str) == Some(value) {
             return true;
         }

@@ -281,7 +281,9 @@ impl FakeCluster {
                     && o.pointer("/metadata/labels/berth.dev~1environment").is_none()
                     && o.pointer("/metadata/labels/berth.dev~1tenant").is_some()
             })
-            .map(|(_, o)| (o["metadata"]["namespace"].as_str().unwrap_or_default().to_owned(), o["spec"]["hard"].clone()))
+            .map(|(_, o)| {
+                (o["metadata"]["namespace"].as_str().unwrap_or_default().to_owned(), o["spec"]["hard"].clone())
+            })
             .collect()
     }
 

@@ -218,8 +218,7 @@ impl Names {
         let short: String = w.environment_id.chars().filter(char::is_ascii_alphanumeric).take(12).collect();
         let short = short.to_ascii_lowercase();
         let shared = shares_tenant_namespace(w);
-        let namespace =
-            if shared { tenant_namespace_name(&tenant) } else { format!("berth-{tenant}-{short}") };
+        let namespace = if shared { tenant_namespace_name(&tenant) } else { format!("berth-{tenant}-{short}") };
         let component = match w.offering {
             Offering::Notebook => "notebook",
             Offering::TrainingJob => "training",
@@ -624,13 +623,7 @@ fn admin_rules() -> Value {
     rules
 }
 
-fn role_binding(
-    labels: &BTreeMap<String, String>,
-    ns: &str,
-    name: &str,
-    role: &str,
-    subjects: Vec<Value>,
-) -> Manifest {
+fn role_binding(labels: &BTreeMap<String, String>, ns: &str, name: &str, role: &str, subjects: Vec<Value>) -> Manifest {
     Manifest::new(
         ROLE_BINDING,
         json!({

@@ -193,7 +193,8 @@ impl Kubernetes {
                     self.delete_environment_objects(w).await?;
                     // What is left for the tenant's other environments, as read when the
                     // step began; the tenant's sync after the release applies the newest.
-                    let quota = manifests::tenant_quota(&names.tenant, &manifests::space_of(w, false), &self.config.cluster);
+                    let quota =
+                        manifests::tenant_quota(&names.tenant, &manifests::space_of(w, false), &self.config.cluster);
                     match self.apply_answer(&quota).await {
                         Ok(()) => {}
                         // The tenant's namespace went with the tenant: nothing to bound.
@@ -401,7 +402,11 @@ impl Kubernetes {
             match self.apply_answer(m).await {
                 Ok(()) => {}
                 Err(kube::Error::Api(status)) if status.code == 422 => {
-                    tracing::info!(namespace = m.namespace(), whose, "LocalQueue feeds another ClusterQueue; replacing it");
+                    tracing::info!(
+                        namespace = m.namespace(),
+                        whose,
+                        "LocalQueue feeds another ClusterQueue; replacing it"
+                    );
                     self.delete(&m.kind, m.namespace(), m.name(), false).await?;
                     self.apply(m).await?;
                 }
