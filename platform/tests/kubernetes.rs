@@ -701,6 +701,11 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
     // At the end of an environment that may have written MIG layouts: the ConfigMap read,
     // and when a layout has no writer left, the nodes listed before it is dropped.
     let forget_layouts = format!("GET {MIG_MAP}/berth-mig-parted-config");
+    // Where an earlier placement would have put it (see `manifests::other_home`): looked
+    // at when stopping and releasing, nothing there.
+    let elsewhere = manifests::other_home(w).map(|o| manifests::Names::of(&o));
+    let (other_ns, other_workload) =
+        elsewhere.as_ref().map(|n| (n.namespace.clone(), n.workload.clone())).unwrap_or_default();
     match (case, step) {
         (_, Step::PullImage) => vec![],
         ("notebook-mig-soft", Step::ConfigurePartition) => with(
@@ -737,11 +742,17 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
         ("notebook-mig-soft", Step::StopWorkload) => vec![
             format!("DELETE /apis/apps/v1/namespaces/{ns}/statefulsets/{workload}"),
             format!("GET /apis/apps/v1/namespaces/{ns}/statefulsets/{workload}"),
+            format!("DELETE /apis/apps/v1/namespaces/{other_ns}/statefulsets/{other_workload}"),
         ],
         ("notebook-mig-soft", Step::ClearPartition) => vec!["PATCH /api/v1/nodes/h100-1".into()],
         ("notebook-mig-soft", Step::ReleaseCapacity) => with(
             release_in_tenant_namespace(w, &format!("/apis/apps/v1/namespaces/{ns}/statefulsets/{workload}")),
-            &[forget_layouts, "GET /api/v1/nodes".into(), format!("PUT {MIG_MAP}/berth-mig-parted-config")],
+            &[
+                format!("DELETE /api/v1/namespaces/{other_ns}"),
+                forget_layouts,
+                "GET /api/v1/nodes".into(),
+                format!("PUT {MIG_MAP}/berth-mig-parted-config"),
+            ],
         ),
 
         ("training-gpus-hard", Step::StartWorkload) => with(
@@ -753,10 +764,16 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
         ("training-gpus-hard", Step::StopWorkload) => vec![
             format!("DELETE /apis/batch/v1/namespaces/{ns}/jobs/training"),
             format!("GET /apis/batch/v1/namespaces/{ns}/jobs/training"),
+            format!("DELETE /apis/batch/v1/namespaces/{other_ns}/jobs/{other_workload}"),
         ],
-        ("training-gpus-hard", Step::ReleaseCapacity) => {
-            with(release, &["PATCH /api/v1/nodes/h100-2".into(), forget_layouts])
-        }
+        ("training-gpus-hard", Step::ReleaseCapacity) => with(
+            release,
+            &[
+                format!("DELETE /apis/batch/v1/namespaces/{other_ns}/jobs/{other_workload}"),
+                "PATCH /api/v1/nodes/h100-2".into(),
+                forget_layouts,
+            ],
+        ),
 
         ("inference-gpu-soft", Step::StartWorkload) => with(
             bundle_calls(&ns, false),
@@ -783,10 +800,12 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
         ("inference-gpu-soft", Step::StopWorkload) => vec![
             format!("DELETE /apis/apps/v1/namespaces/{ns}/deployments/{workload}"),
             format!("GET /apis/apps/v1/namespaces/{ns}/deployments/{workload}"),
+            format!("DELETE /apis/apps/v1/namespaces/{other_ns}/deployments/{other_workload}"),
         ],
-        ("inference-gpu-soft", Step::ReleaseCapacity) => {
-            release_in_tenant_namespace(w, &format!("/apis/apps/v1/namespaces/{ns}/deployments/{workload}"))
-        }
+        ("inference-gpu-soft", Step::ReleaseCapacity) => with(
+            release_in_tenant_namespace(w, &format!("/apis/apps/v1/namespaces/{ns}/deployments/{workload}")),
+            &[format!("DELETE /api/v1/namespaces/{other_ns}")],
+        ),
 
         ("dedicated-cluster", Step::StartWorkload) => with(
             bundle_calls(&ns, false),
@@ -2024,4 +2043,32 @@ async fn a_soft_tenants_sync_applies_its_queue_and_its_namespace() {
 
 fn quota_manifest(space: &TenantSpace) -> Value {
     manifests::tenant_quota("acme", space, &settings()).object
+}
+
+/// An environment provisioned in its own namespace (by an earlier Berth, or before its
+/// tenant turned soft) and torn down as it would live now, and the other way round
+/// (before its tenant turned hard): its workload is stopped and everything of it goes.
+#[tokio::test]
+async fn teardown_finds_an_environment_where_an_earlier_placement_put_it() {
+    let mut cases = cases();
+    let (soft_notebook, hard_job) = (cases.remove(0).1, cases.remove(0).1);
+    for (case, now) in [("soft now", soft_notebook), ("hard now", hard_job)] {
+        let (cluster, client) = FakeCluster::start();
+        let k8s = backend(client);
+        let before = manifests::other_home(&now).expect("a tenant's environment may have lived elsewhere");
+        assert_ne!(ns(&before), ns(&now), "{case}");
+        for step in provision_plan(before.offering, before.shape) {
+            k8s.run(&before, step).await.unwrap();
+        }
+        let workload = workload_manifests(&before).remove(0);
+        let path = format!("/namespaces/{}/{}/{}", ns(&before), workload.kind.plural, workload.name());
+        assert!(cluster.lock().objects.keys().any(|p| p.ends_with(&path)), "{case}: running at {path}");
+        for step in teardown_plan(now.shape) {
+            k8s.run(&now, step).await.unwrap_or_else(|e| panic!("{case} {}: {e}", step.as_str()));
+            if step == Step::StopWorkload {
+                assert!(!cluster.lock().objects.keys().any(|p| p.ends_with(&path)), "{case}: stopped before release");
+            }
+        }
+        assert_nothing_left(&cluster, case);
+    }
 }

@@ -302,6 +302,23 @@ pub fn shares_tenant_namespace(w: &Workload) -> bool {
     w.tenant.slug.is_some() && !dedicates_nodes(w)
 }
 
+/// The environment placed as it would be in the other home: in its own namespace when it
+/// now lives in its tenant's, and the other way round. An environment an earlier Berth
+/// provisioned in a namespace of its own, or whose tenant changed isolation while it ran,
+/// is there; teardown looks in both, so no workload outlives its capacity. `None` for
+/// what only ever has a namespace of its own (a dedicated cluster, platform staff's).
+pub fn other_home(w: &Workload) -> Option<Workload> {
+    if w.tenant.slug.is_none() || w.offering == Offering::DedicatedCluster {
+        return None;
+    }
+    let isolation = if shares_tenant_namespace(w) { Isolation::Hard } else { Isolation::Soft };
+    Some(Workload {
+        tenant: crate::backend::TenantScope { isolation, ..w.tenant.clone() },
+        tenant_holdings: Vec::new(),
+        ..w.clone()
+    })
+}
+
 /// A soft tenant's namespace.
 pub fn tenant_namespace_name(slug: &str) -> String {
     format!("berth-{slug}")

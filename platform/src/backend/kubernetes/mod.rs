@@ -10,7 +10,7 @@
 //! | wait healthy | read the workload's status (dedicated: the nodes' `Ready`) |
 //! | expose endpoint | Service and the NetworkPolicy that lets Berth's proxy in; connection details (dedicated: a kubeconfig) |
 //! | remove endpoint | delete the Service and that NetworkPolicy |
-//! | stop workload | delete the workload and wait until its pods are gone |
+//! | stop workload | delete the workload (where it lives, and where an earlier placement put it) and wait until its pods are gone |
 //! | clear partition | node's MIG config cleared |
 //! | release capacity | in the tenant's namespace: delete the environment's objects by name, wait until they are gone, apply the tenant's quota without it; in its own: delete the namespace (and a staff environment's own ClusterQueue); the node's label and taint removed once no other environment of the tenant holds it; the environment taken off the MIG layouts it wrote, and layouts nobody wrote or names any more dropped from the mig-parted ConfigMap |
 //! | orphan sweep | list labelled namespaces (environments' and tenants'), environments' objects in tenants' namespaces, ClusterQueues (environments' and tenants'), dedicated nodes, nodes with a Berth MIG layout (each annotated with the environments holding it) and the mig-parted ConfigMap's layouts; delete, give back or disable what nothing live explains |
@@ -175,7 +175,9 @@ impl Kubernetes {
                 }
             }
             Step::StopWorkload => {
-                for m in manifests::workload_manifests(w) {
+                let mut workloads = manifests::workload_manifests(w);
+                workloads.extend(manifests::other_home(w).iter().flat_map(manifests::workload_manifests));
+                for m in workloads {
                     // Foreground: the object goes only after its pods, so once it is gone the
                     // GPUs are free and releasing the capacity tells the truth.
                     if self.delete(&m.kind, m.namespace(), m.name(), true).await? {
@@ -203,6 +205,15 @@ impl Kubernetes {
                     }
                 } else {
                     self.delete(&NAMESPACE, None, &names.namespace, false).await?;
+                }
+                // What an earlier placement left (see `manifests::other_home`).
+                if let Some(other) = manifests::other_home(w) {
+                    let elsewhere = manifests::Names::of(&other);
+                    if elsewhere.shared {
+                        self.delete_environment_objects(&other).await?;
+                    } else {
+                        self.delete(&NAMESPACE, None, &elsewhere.namespace, false).await?;
+                    }
                 }
                 if manifests::has_own_cluster_queue(w) {
                     self.delete(&CLUSTER_QUEUE, None, &names.cluster_queue, false).await?;
