@@ -2063,6 +2063,22 @@ async fn teardown_finds_an_environment_where_an_earlier_placement_put_it() {
         let workload = workload_manifests(&before).remove(0);
         let path = format!("/namespaces/{}/{}/{}", ns(&before), workload.kind.plural, workload.name());
         assert!(cluster.lock().objects.keys().any(|p| p.ends_with(&path)), "{case}: running at {path}");
+        // Its owner still reaches it there: the proxy, or the job's log.
+        match now.offering {
+            Offering::Notebook => {
+                let upstream = k8s.upstream(&now).await.unwrap_or_else(|e| panic!("{case}: {e}"));
+                let old = manifests::Names::of(&before);
+                assert_eq!(
+                    upstream.base_url,
+                    format!("http://{}.{}.svc.cluster.local:8888", old.workload, old.namespace),
+                    "{case}"
+                );
+            }
+            _ => {
+                let logs = k8s.job_logs(&now, 10).await.unwrap_or_else(|e| panic!("{case}: {e}"));
+                assert_eq!(logs.status, JobStatus::Pending, "{case}: the Job there, no pod yet");
+            }
+        }
         for step in teardown_plan(now.shape) {
             k8s.run(&now, step).await.unwrap_or_else(|e| panic!("{case} {}: {e}", step.as_str()));
             if step == Step::StopWorkload {

@@ -250,23 +250,41 @@ impl Kubernetes {
         Ok(layouts)
     }
 
+    /// Where the proxy reaches the workload: where it lives, or (it is not there) where an
+    /// earlier placement put it and it still runs (see `manifests::other_home`).
     async fn upstream_of(&self, w: &Workload) -> Result<Upstream, BackendError> {
+        let mut found = self.upstream_credential(w).await?;
+        if found.is_none()
+            && let Some(other) = manifests::other_home(w)
+        {
+            found = self.upstream_credential(&other).await?;
+        }
+        let names = manifests::Names::of(w);
+        let (base_url, credential) = found.ok_or_else(|| {
+            BackendError(format!("the workload's credential (Secret {}) is missing", names.credential))
+        })?;
+        let notebook = w.offering == Offering::Notebook;
+        let authorization = if notebook { format!("token {credential}") } else { format!("Bearer {credential}") };
+        Ok(Upstream { base_url, headers: vec![("authorization".to_owned(), authorization)] })
+    }
+
+    /// The workload's Service address and credential where `w` places it, if its
+    /// credential is there.
+    async fn upstream_credential(&self, w: &Workload) -> Result<Option<(String, String)>, BackendError> {
         let base_url = manifests::upstream_base_url(w, &self.config.cluster)
             .ok_or_else(|| BackendError(format!("a {} serves nothing through Berth", w.offering.title())))?;
         let names = manifests::Names::of(w);
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &names.namespace);
         let doing = format!("read Secret {}", names.credential);
-        let credential = api
-            .get_opt(&names.credential)
-            .await
-            .map_err(|e| api_failure(&doing, e))?
-            .and_then(secret_value)
-            .ok_or_else(|| {
-                BackendError(format!("the workload's credential (Secret {}) is missing", names.credential))
-            })?;
-        let notebook = w.offering == Offering::Notebook;
-        let authorization = if notebook { format!("token {credential}") } else { format!("Bearer {credential}") };
-        Ok(Upstream { base_url, headers: vec![("authorization".to_owned(), authorization)] })
+        let credential =
+            api.get_opt(&names.credential).await.map_err(|e| api_failure(&doing, e))?.and_then(secret_value);
+        Ok(credential.map(|c| (base_url, c)))
+    }
+
+    async fn training_job(&self, w: &Workload) -> Result<Option<Job>, BackendError> {
+        let names = manifests::Names::of(w);
+        let jobs: Api<Job> = Api::namespaced(self.client.clone(), &names.namespace);
+        jobs.get_opt(&names.workload).await.map_err(|e| api_failure("read the training job", e))
     }
 
     /// The pods of the workload, by the labels its template gives them.
@@ -285,13 +303,16 @@ impl Kubernetes {
         if w.offering != Offering::TrainingJob {
             return Err(BackendError("only training jobs have logs".into()));
         }
+        // Where it lives, or where an earlier placement put it (see `upstream_of`).
+        let mut job = self.training_job(w).await?.map(|job| (job, w.clone()));
+        if job.is_none()
+            && let Some(other) = manifests::other_home(w)
+        {
+            job = self.training_job(&other).await?.map(|job| (job, other));
+        }
+        let (job, w) = job.ok_or_else(|| BackendError("the training Job is missing".into()))?;
+        let w = &w;
         let names = manifests::Names::of(w);
-        let jobs: Api<Job> = Api::namespaced(self.client.clone(), &names.namespace);
-        let job = jobs
-            .get_opt(&names.workload)
-            .await
-            .map_err(|e| api_failure("read the training job", e))?
-            .ok_or_else(|| BackendError("the training Job is missing".into()))?;
         let mut pods = self.workload_pods(w).await?;
         // The newest pod is the one that ran last (with backoffLimit 0 there is one).
         pods.sort_by_key(|p| p.metadata.creation_timestamp.clone());
