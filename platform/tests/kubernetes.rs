@@ -681,14 +681,21 @@ fn release_in_tenant_namespace(w: &Workload, workload: &str) -> Vec<String> {
     let names = manifests::Names::of(w);
     let (ns, name) = (&names.namespace, &names.workload);
     let secret = format!("/api/v1/namespaces/{ns}/secrets/{}", names.credential);
-    vec![
-        format!("DELETE {workload}"),
-        format!("DELETE /api/v1/namespaces/{ns}/services/{name}"),
-        format!("DELETE {}", proxy_policy(w)),
-        format!("DELETE {secret}"),
-        format!("GET {secret}"),
-        format!("PATCH /api/v1/namespaces/{ns}/resourcequotas/berth"),
-    ]
+    let claims = match w.offering {
+        Offering::Notebook => vec![format!("DELETE /api/v1/namespaces/{ns}/persistentvolumeclaims/work-{name}-0")],
+        _ => vec![],
+    };
+    [format!("DELETE {workload}")]
+        .into_iter()
+        .chain(claims)
+        .chain([
+            format!("DELETE /api/v1/namespaces/{ns}/services/{name}"),
+            format!("DELETE {}", proxy_policy(w)),
+            format!("DELETE {secret}"),
+            format!("GET {secret}"),
+            format!("PATCH /api/v1/namespaces/{ns}/resourcequotas/berth"),
+        ])
+        .collect()
 }
 
 /// What each step of a case sends to the API server, first time round.
@@ -1948,12 +1955,20 @@ async fn environments_sharing_a_tenants_namespace_end_one_by_one_and_the_namespa
     assert_eq!(endpoint_objects.len(), 4, "Deployment, Service, Secret, proxy policy: {endpoint_objects:?}");
     assert!(endpoint_objects.iter().all(|p| p.contains("/namespaces/berth-acme/")), "{endpoint_objects:?}");
     assert_eq!(of(ENV_ID).len(), 4, "StatefulSet, Service, Secret, proxy policy");
+    // The StatefulSet controller claims the notebook's volume, with the template's labels.
+    let claim = manifests::volume_claims(&notebook).remove(0);
+    let claim_path = format!("/api/v1/namespaces/berth-acme/persistentvolumeclaims/{}", claim.name());
+    assert_eq!(claim.name(), "work-nb-0f1e2d3c4b5a-0");
+    cluster.lock().objects.insert(claim_path.clone(), claim.object.clone());
+    let owned = k8s.owned_objects().await.unwrap();
+    assert!(owned.iter().any(|o| o.kind == "PersistentVolumeClaim" && o.environments == [ENV_ID]), "{owned:?}");
 
     // The notebook ends: its objects go, the endpoint's stay, the quota holds the endpoint.
     for step in teardown_plan(notebook.shape) {
         k8s.run(&notebook, step).await.unwrap_or_else(|e| panic!("{}: {e}", step.as_str()));
     }
     assert_eq!(of(ENV_ID), Vec::<String>::new());
+    assert!(!cluster.lock().objects.contains_key(&claim_path), "its volume went with it");
     assert_eq!(of(OTHER_ENV_ID), endpoint_objects);
     let (_, hard) = cluster.tenant_quotas().remove(0);
     assert_eq!((hard["requests.cpu"].as_str(), hard["requests.nvidia.com/gpu"].as_str()), (Some("32"), Some("2")));

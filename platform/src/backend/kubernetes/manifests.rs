@@ -30,6 +30,10 @@
 //! overlap, each reads the tenant's version before the holdings, and every change of the
 //! holdings (and every step that applied a quota read earlier) raises the version after
 //! it, so the last apply of all is a sync that read every change committed before it.
+//! Until then an apply read earlier may land after a newer one: an environment starting
+//! may briefly find the quota without it, and Kubernetes' controllers retry the pods it
+//! refused until the sync that follows the environment's own step has landed; one ending
+//! leaves the quota too large for as long.
 //!
 //! Kueue: each tenant has one ClusterQueue, `berth-tenant-<slug>`, whose quota mirrors the
 //! tenant's Berth quota (see [`tenant_cluster_queue`]); every environment's LocalQueue
@@ -154,6 +158,7 @@ pub const SERVICE: Kind = kind("", "v1", "Service", "services", true);
 pub const SECRET: Kind = kind("", "v1", "Secret", "secrets", true);
 pub const SERVICE_ACCOUNT: Kind = kind("", "v1", "ServiceAccount", "serviceaccounts", true);
 pub const CONFIG_MAP: Kind = kind("", "v1", "ConfigMap", "configmaps", true);
+pub const PERSISTENT_VOLUME_CLAIM: Kind = kind("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true);
 pub const NETWORK_POLICY: Kind = kind("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", true);
 pub const ROLE: Kind = kind("rbac.authorization.k8s.io", "v1", "Role", "roles", true);
 pub const ROLE_BINDING: Kind = kind("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true);
@@ -920,6 +925,21 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
             ]
         }
     }
+}
+
+/// The volume claims a notebook's StatefulSet makes (`<template>-<statefulset>-<ordinal>`),
+/// by name, for deleting them: the StatefulSet's retention policy deletes them too, but
+/// teardown does not leave the tenant's namespace to the garbage collector's timing.
+pub fn volume_claims(w: &Workload) -> Vec<Manifest> {
+    if w.offering != Offering::Notebook {
+        return Vec::new();
+    }
+    let names = Names::of(w);
+    let name = format!("work-{}-0", names.workload);
+    vec![Manifest::new(
+        PERSISTENT_VOLUME_CLAIM,
+        json!({ "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata(w, &name, Some(&names.namespace)) }),
+    )]
 }
 
 /// The Service in front of a notebook or an inference endpoint.

@@ -848,6 +848,7 @@ impl Kubernetes {
     /// so its pods and their volumes go before it does.
     async fn delete_environment_objects(&self, w: &Workload) -> Result<(), BackendError> {
         let mut objects = manifests::workload_manifests(w);
+        objects.extend(manifests::volume_claims(w));
         objects.extend(manifests::endpoint_manifest(w));
         objects.extend(manifests::proxy_access_manifest(w, &self.config.cluster));
         objects.extend(manifests::credential_manifest(w, ""));
@@ -953,10 +954,11 @@ impl Kubernetes {
 }
 
 /// The kinds of an environment's objects in its tenant's namespace, as the sweep lists them.
-const ENVIRONMENT_KINDS: [Kind; 6] = [
+const ENVIRONMENT_KINDS: [Kind; 7] = [
     manifests::STATEFUL_SET,
     manifests::JOB,
     manifests::DEPLOYMENT,
+    manifests::PERSISTENT_VOLUME_CLAIM,
     manifests::SERVICE,
     manifests::SECRET,
     manifests::NETWORK_POLICY,
