@@ -2,7 +2,8 @@
 //! every offering, golden manifests, the tenant-namespace security checklist, full
 //! provision/teardown, a second pass over a converged environment, crashes after each
 //! step, MIG layouts shared with neighbours (and kept in the mig-parted ConfigMap only
-//! while needed), tenants' Kueue ClusterQueues, and the orphan sweep.
+//! while needed), tenants' Kueue ClusterQueues, soft tenants' namespaces shared by their
+//! environments, and the orphan sweep.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation stops the test with its message
 
 mod kubernetes_api;
@@ -1384,7 +1385,7 @@ async fn the_sweep_drops_layouts_from_the_config_map_that_nothing_needs_and_only
 const TENANT_QUEUES: &str = "/apis/kueue.x-k8s.io/v1beta1/clusterqueues";
 
 #[tokio::test]
-async fn a_tenants_cluster_queue_is_applied_updated_and_removed_with_one_request_each() {
+async fn a_tenants_cluster_queue_is_applied_updated_with_one_request_each_and_removed_with_its_namespace() {
     let (cluster, client) = FakeCluster::start();
     let k8s = backend(client);
     let path = format!("{TENANT_QUEUES}/berth-tenant-acme");

@@ -746,7 +746,8 @@ impl Kubernetes {
     }
 
     /// Everything Berth made: namespaces labelled for an environment (everything in them
-    /// goes with them), ClusterQueues (an environment's, or a tenant's), dedicated nodes,
+    /// goes with them), tenants' namespaces and the objects labelled for an environment in
+    /// them (named `<namespace>/<name>`), ClusterQueues (an environment's, or a tenant's), dedicated nodes,
     /// nodes' MIG layouts with the environments that keep each in place, and the layouts
     /// of the mig-parted ConfigMap with the environments that wrote them or hold them on a
     /// node. Nodes are listed before the ConfigMap, so a sweep disables a stale layout on a
@@ -860,9 +861,10 @@ impl Kubernetes {
         Ok(())
     }
 
-    /// Removes an orphan: namespaces and queues are deleted; a dedicated node loses
-    /// Berth's labels, annotation and taint; a MIG layout nobody holds is disabled on its
-    /// node, and dropped from the mig-parted ConfigMap once no node names it.
+    /// Removes an orphan: namespaces, queues and an environment's objects in its tenant's
+    /// namespace are deleted; a dedicated node loses Berth's labels, annotation and taint;
+    /// a MIG layout nobody holds is disabled on its node, and dropped from the mig-parted
+    /// ConfigMap once no node names it.
     async fn remove(&self, object: &OwnedObject) -> Result<bool, BackendError> {
         match object.kind {
             "Namespace" => self.delete(&NAMESPACE, None, &object.name, false).await,
