@@ -245,6 +245,18 @@ fn manifests_match_the_golden_files() {
         .map(|(case, q)| (case.to_owned(), tenant_cluster_queue(&q, &settings()).object))
         .collect();
     goldens.push(("tenant-queues", Value::Object(queues)));
+    // A soft tenant's namespace as its sync applies it: with the MIG notebook and the
+    // two-replica endpoint in it, and with nobody.
+    let (notebook, endpoint) = acme_pair();
+    let both = TenantSpace { members: acme().members, holdings: vec![Holding::of(&notebook), Holding::of(&endpoint)] };
+    let nobody = TenantSpace { members: acme().members, holdings: vec![] };
+    goldens.push((
+        "tenant-namespace",
+        json!({
+            "two_environments": objects(&tenant_namespace_bundle("acme", &both, &settings())),
+            "nobody": objects(&tenant_namespace_bundle("acme", &nobody, &settings())),
+        }),
+    ));
     for (name, golden) in goldens {
         let path = golden_path(name);
         let actual = serde_json::to_string_pretty(&golden).unwrap() + "\n";
