@@ -323,7 +323,7 @@ pub struct TenantView {
     pub status: String,
     pub members: i64,
     pub active_environments: i64,
-    /// "Kueue queue failing since 2026-11-24 21:40 UTC: …", when syncs of the tenant's
+    /// "Its queue and namespace on the cluster are out of date since …", when syncs of the tenant's
     /// queue on the backend have been failing.
     pub queue_failure: Option<String>,
 }

@@ -22,6 +22,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use berth_domain::catalog::Offering;
 use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Action, EnvState, Phase, Progress, Step, next_action};
 use berth_domain::mig::MigProfile;
@@ -32,7 +33,7 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::backend::{Backend, Live, OwnedObject, PlacedUnit, StepOutput, TenantScope, Workload, orphans};
+use crate::backend::{Backend, Holding, Live, OwnedObject, PlacedUnit, StepOutput, TenantScope, Workload, orphans};
 use crate::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row, held_units};
 use crate::tenant_queues::QueueSyncs;
 use crate::{Error, Platform, RequestMeta, lock, now_ms};
@@ -556,6 +557,13 @@ impl Reconciler {
                     .bind(&env.id)
                     .execute(&mut *tx)
                     .await?;
+                // The tenant's space no longer holds it (see `tenant_queues`).
+                crate::tenant_queues::follow_holdings(&mut tx, &env.id).await?;
+            }
+            // These steps applied the tenant space's quota as read when they began; the
+            // tenant's sync applies it again after them, with whatever changed since.
+            Step::ConfigurePartition | Step::StartWorkload => {
+                crate::tenant_queues::follow_holdings(&mut tx, &env.id).await?;
             }
             _ => {}
         }
@@ -632,6 +640,13 @@ pub(crate) async fn workload_of(
         .filter(|u| u.released_at.is_none() && keep(u))
         .map(|u| u.placed(&env.id))
         .collect();
+    let tenant = tenant_scope(&mut *conn, env.tenant_id).await?;
+    let tenant_holdings = match env.tenant_id {
+        Some(tenant_id) if shares_tenant_space(env.offering, tenant.isolation) => {
+            tenant_holdings(&mut *conn, tenant_id, Some(&env.id)).await?
+        }
+        _ => Vec::new(),
+    };
     Ok(Workload {
         environment_id: env.id.clone(),
         name: env.name.clone(),
@@ -643,10 +658,63 @@ pub(crate) async fn workload_of(
         vcpus: env.size.vcpus,
         memory_gb: env.size.memory_gb,
         ends_at: env.ends_at,
-        tenant: tenant_scope(&mut *conn, env.tenant_id).await?,
+        tenant,
         mig_neighbours: neighbours(&mut *conn, &env.id, Neighbours::MigSlices).await?,
         tenant_neighbours: neighbours(&mut *conn, &env.id, Neighbours::SameHardTenant).await?,
+        tenant_holdings,
     })
+}
+
+/// Whether an environment of a tenant shares the tenant's space on the backend (see
+/// [`Workload::tenant_holdings`]): a soft tenant's, but for a dedicated cluster, which
+/// needs a space limited to its own nodes.
+pub(crate) fn shares_tenant_space(offering: Offering, isolation: Isolation) -> bool {
+    isolation == Isolation::Soft && offering != Offering::DedicatedCluster
+}
+
+/// What the environments sharing tenant `tenant_id`'s space hold now (but `except`):
+/// those provisioning, ready or tearing down, each with its unreleased units, as its own
+/// workload is told of them. One that released its capacity holds nothing any more.
+pub(crate) async fn tenant_holdings(
+    conn: &mut sqlx::SqliteConnection,
+    tenant_id: i64,
+    except: Option<&str>,
+) -> Result<Vec<Holding>, Error> {
+    let isolation: String =
+        sqlx::query_scalar("SELECT isolation FROM tenants WHERE id = ?").bind(tenant_id).fetch_one(&mut *conn).await?;
+    let isolation = Isolation::parse(&isolation).map_err(|_| Error::internal("unknown isolation"))?;
+    let rows = sqlx::query(&format!(
+        "SELECT {ENVIRONMENT_COLUMNS} FROM environments
+         WHERE tenant_id = ? AND state IN ('provisioning', 'ready', 'tearing_down') ORDER BY id"
+    ))
+    .bind(tenant_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut holdings = Vec::new();
+    for row in &rows {
+        let env = environment_from_row(row)?;
+        if Some(env.id.as_str()) == except || !shares_tenant_space(env.offering, isolation) {
+            continue;
+        }
+        let units: Vec<PlacedUnit> = held_units(&mut *conn, &env.id)
+            .await?
+            .into_iter()
+            .filter(|u| u.released_at.is_none())
+            .map(|u| u.placed(&env.id))
+            .collect();
+        if units.is_empty() {
+            continue;
+        }
+        holdings.push(Holding {
+            environment_id: env.id.clone(),
+            offering: env.offering,
+            shape: env.size.shape,
+            vcpus: env.size.vcpus,
+            memory_gb: env.size.memory_gb,
+            units,
+        });
+    }
+    Ok(holdings)
 }
 
 /// Which other environments' units on an environment's nodes a backend needs to know of.
@@ -659,7 +727,10 @@ enum Neighbours {
     SameHardTenant,
 }
 
-async fn tenant_scope(conn: &mut sqlx::SqliteConnection, tenant_id: Option<i64>) -> Result<TenantScope, Error> {
+pub(crate) async fn tenant_scope(
+    conn: &mut sqlx::SqliteConnection,
+    tenant_id: Option<i64>,
+) -> Result<TenantScope, Error> {
     let Some(tenant_id) = tenant_id else {
         return Ok(TenantScope { slug: None, isolation: Isolation::Soft, members: Vec::new() });
     };

@@ -1,11 +1,17 @@
 //! Each tenant's queue on the backend (Kubernetes: a Kueue ClusterQueue) mirrors its Berth
-//! quota. Whatever the queue must follow (the tenant's quota set or removed, the fleet
-//! changed, the tenant deleted) raises the tenant's `queue_version` in the transaction of
-//! that change; the reconciler applies the queue (or removes a deleted tenant's) and
-//! records the version it did that for. So a change is never lost to a crash, and a
-//! change that arrives while the backend is being called makes the reconciler go again.
-//! Every sweep interval every live tenant's queue is applied again, which repairs drift
-//! (someone edited the queue) and follows fleet changes made behind Berth's back.
+//! quota, and a soft tenant's space there (Kubernetes: its namespace) holds what its
+//! environments in it hold and lets its members in. Whatever they must follow (the tenant's
+//! quota set or removed, the fleet changed, a member's role, an environment of the tenant
+//! started, scaled or released, the isolation changed, the tenant deleted) raises the
+//! tenant's `queue_version` in the transaction of that change; the reconciler applies the
+//! queue and space (or removes a deleted tenant's) and records the version it did that
+//! for. So a change is never lost to a crash, and a change that arrives while the backend
+//! is being called makes the reconciler go again. One tenant's syncs never overlap (see
+//! `QueueSyncs::in_flight`) and each reads the version before what it applies, so the
+//! last apply reflects every change committed before it: what makes environments starting
+//! and ending at once converge on one quota. Every sweep interval every live tenant's
+//! queue is applied again, which repairs drift (someone edited the queue) and follows
+//! fleet changes made behind Berth's back.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -15,7 +21,7 @@ use berth_domain::gpu::GpuModel;
 use sqlx::{Row, SqliteConnection};
 use tokio::task::JoinSet;
 
-use crate::backend::{Backend, ModelAllowance, TenantQueue};
+use crate::backend::{Backend, ModelAllowance, TenantQueue, TenantSpace};
 use crate::quotas::{QuotaSubject, tenant_quota};
 use crate::{Error, Platform, lock, now_ms};
 
@@ -151,6 +157,20 @@ pub(crate) async fn follow(conn: &mut SqliteConnection, id: Option<i64>) -> Resu
     Ok(())
 }
 
+/// Marks the space of environment `environment_id`'s tenant as having to follow what the
+/// environment holds (it started, was scaled, or released its capacity), when the
+/// environment shares its tenant's space (see `reconciler::shares_tenant_space`).
+pub(crate) async fn follow_holdings(conn: &mut SqliteConnection, environment_id: &str) -> Result<(), Error> {
+    sqlx::query(
+        "UPDATE tenants SET queue_version = queue_version + 1
+         WHERE isolation = 'soft' AND id = (SELECT tenant_id FROM environments WHERE id = ?1 AND offering <> 'cluster')",
+    )
+    .bind(environment_id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
 /// What tenant `tenant_id` may hold of each GPU model of the fleet (its own quota row's
 /// limit, or without one the fleet's capacity), and how the fleet offers each model.
 async fn tenant_queue_of(conn: &mut SqliteConnection, tenant_id: i64) -> Result<TenantQueue, Error> {
@@ -200,7 +220,17 @@ async fn tenant_queue_of(conn: &mut SqliteConnection, tenant_id: i64) -> Result<
             f64::from(allowance.whole_gpus) + allowance.shared_gpus.iter().map(|&(_, n)| f64::from(n)).sum::<f64>();
         allowance.gpus = quota.max_gpus_of(allowance.model).map_or(capacity, |limit| limit.min(capacity));
     }
+    // A soft tenant's space: its members and what its environments there hold, read after
+    // the version (see `sync_tenant_queue`).
+    let scope = crate::reconciler::tenant_scope(&mut *conn, Some(tenant_id)).await?;
+    let space = if scope.isolation == berth_domain::tenancy::Isolation::Soft {
+        let holdings = crate::reconciler::tenant_holdings(&mut *conn, tenant_id, None).await?;
+        Some(TenantSpace { members: scope.members, holdings })
+    } else {
+        None
+    };
     Ok(TenantQueue {
+        space,
         slug,
         spot: quota.allow_spot,
         nodes: u32::try_from(nodes).unwrap_or(u32::MAX),

@@ -263,6 +263,8 @@ impl Platform {
         };
         audit::record(&mut tx, &Actor { tenant_id: Some(id), ..caller.actor() }, event).await?;
         fabric::settle(&mut tx, &self.fabric, id, isolation, &Actor { tenant_id: Some(id), ..caller.actor() }).await?;
+        // A soft tenant's space on the backend is applied with its queue; a hard one has none.
+        crate::tenant_queues::follow(&mut tx, Some(id)).await?;
         let occupant = Occupant::of(Some(id), isolation);
         tx.commit_and(|| self.with_book(|book| book.set_occupant(id, occupant))).await?;
         Ok(())
@@ -371,8 +373,10 @@ impl Platform {
         let event =
             Event { action: "member.role", target: Some(&email), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await?;
-        // A role decides whose keys open the tenant's dedicated clusters.
+        // A role decides whose keys open the tenant's dedicated clusters, and what its
+        // members may do in its space on the backend (applied with its queue).
         crate::node_plans::refresh_access_plans(&mut tx, now_ms()).await?;
+        crate::tenant_queues::follow(&mut tx, Some(tenant_id)).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -409,6 +413,8 @@ impl Platform {
             Event { action: "member.remove", target: Some(&email), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await?;
         crate::node_plans::refresh_access_plans(&mut tx, now_ms()).await?;
+        // Their access to the tenant's space on the backend goes too.
+        crate::tenant_queues::follow(&mut tx, Some(tenant_id)).await?;
         tx.commit().await?;
         self.wake_reconciler();
         Ok(())
@@ -601,6 +607,8 @@ async fn invite(
             .await?;
         }
     }
+    // The new member's access to the tenant's space on the backend.
+    crate::tenant_queues::follow(&mut *conn, Some(tenant_id)).await?;
     let event =
         Event { action: "member.invite", target: Some(email), outcome: Outcome::Success, detail: Some(role.as_str()) };
     audit::record(conn, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await

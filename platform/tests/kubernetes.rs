@@ -2,7 +2,8 @@
 //! every offering, golden manifests, the tenant-namespace security checklist, full
 //! provision/teardown, a second pass over a converged environment, crashes after each
 //! step, MIG layouts shared with neighbours (and kept in the mig-parted ConfigMap only
-//! while needed), tenants' Kueue ClusterQueues, and the orphan sweep.
+//! while needed), tenants' Kueue ClusterQueues, soft tenants' namespaces shared by their
+//! environments, and the orphan sweep.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation stops the test with its message
 
 mod kubernetes_api;
@@ -18,11 +19,12 @@ use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
 use berth_platform::backend::kubernetes::manifests::{
     self, ClusterSettings, Manifest, NodeStage, endpoint_manifest, namespace_bundle, node_manifest,
-    tenant_cluster_queue, workload_manifests,
+    tenant_cluster_queue, tenant_namespace_bundle, workload_manifests,
 };
 use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
 use berth_platform::backend::{
-    Backend, JobStatus, Live, ModelAllowance, OwnedObject, PlacedUnit, TenantQueue, TenantScope, Workload, orphans,
+    Backend, Holding, JobStatus, Live, ModelAllowance, OwnedObject, PlacedUnit, TenantQueue, TenantScope, TenantSpace,
+    Workload, orphans,
 };
 use kubernetes_api::FakeCluster;
 use serde_json::{Value, json};
@@ -111,6 +113,7 @@ fn workload(offering: Offering, size: &str, tenant: TenantScope, units: Vec<Plac
         tenant,
         mig_neighbours: Vec::new(),
         tenant_neighbours: Vec::new(),
+        tenant_holdings: Vec::new(),
     }
 }
 
@@ -155,10 +158,25 @@ fn fleet_models(h100: f64, a100: f64, l40s: f64) -> Vec<ModelAllowance> {
 /// limit (the fleet's capacity) and allowed spot.
 fn tenant_queues() -> Vec<(&'static str, TenantQueue)> {
     vec![
-        ("limited", TenantQueue { slug: "acme".into(), spot: false, nodes: 6, models: fleet_models(2.5, 1.0, 1.0) }),
+        (
+            "limited",
+            TenantQueue {
+                slug: "acme".into(),
+                spot: false,
+                nodes: 6,
+                models: fleet_models(2.5, 1.0, 1.0),
+                space: None,
+            },
+        ),
         (
             "unlimited-spot",
-            TenantQueue { slug: "vault".into(), spot: true, nodes: 6, models: fleet_models(16.0, 8.0, 10.0) },
+            TenantQueue {
+                slug: "vault".into(),
+                spot: true,
+                nodes: 6,
+                models: fleet_models(16.0, 8.0, 10.0),
+                space: None,
+            },
         ),
     ]
 }
@@ -227,6 +245,18 @@ fn manifests_match_the_golden_files() {
         .map(|(case, q)| (case.to_owned(), tenant_cluster_queue(&q, &settings()).object))
         .collect();
     goldens.push(("tenant-queues", Value::Object(queues)));
+    // A soft tenant's namespace as its sync applies it: with the MIG notebook and the
+    // two-replica endpoint in it, and with nobody.
+    let (notebook, endpoint) = acme_pair();
+    let both = TenantSpace { members: acme().members, holdings: vec![Holding::of(&notebook), Holding::of(&endpoint)] };
+    let nobody = TenantSpace { members: acme().members, holdings: vec![] };
+    goldens.push((
+        "tenant-namespace",
+        json!({
+            "two_environments": objects(&tenant_namespace_bundle("acme", &both, &settings())),
+            "nobody": objects(&tenant_namespace_bundle("acme", &nobody, &settings())),
+        }),
+    ));
     for (name, golden) in goldens {
         let path = golden_path(name);
         let actual = serde_json::to_string_pretty(&golden).unwrap() + "\n";
@@ -383,10 +413,18 @@ fn every_tenant_namespace_meets_the_security_checklist() {
             .filter(|(k, _)| k.starts_with("requests.nvidia.com/"))
             .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_owned()))
             .collect();
-        let booked: BTreeMap<String, String> =
+        let mut booked: BTreeMap<String, String> =
             manifests::gpu_resources(&w).into_iter().map(|(k, v)| (format!("requests.{k}"), v.to_string())).collect();
-        assert_eq!(gpu_keys, booked, "{name}: GPU quota equals the booking");
         assert!(!booked.is_empty(), "{name}");
+        let shared = manifests::shares_tenant_namespace(&w);
+        if shared {
+            // A tenant's namespace names whole and time-sliced GPUs even when nobody
+            // there holds one: zero of them, not any number.
+            for key in ["requests.nvidia.com/gpu", "requests.nvidia.com/gpu.shared"] {
+                booked.entry(key.to_owned()).or_insert_with(|| "0".to_owned());
+            }
+        }
+        assert_eq!(gpu_keys, booked, "{name}: GPU quota equals the booking");
 
         // 3. LimitRange with defaults; default-deny NetworkPolicy allowing the namespace and DNS.
         let limits = of_kind(&all, "LimitRange");
@@ -414,10 +452,10 @@ fn every_tenant_namespace_meets_the_security_checklist() {
         if let Some(proxy) = manifests::proxy_access_manifest(&w, &settings()) {
             let spec = &proxy.object["spec"];
             assert_eq!(strings(&spec["policyTypes"]), ["Ingress"], "{name}: the proxy policy adds no egress");
-            let workload = manifests::Names::of(&w).workload;
+            let component = manifests::Names::of(&w).component;
             assert_eq!(
                 spec["podSelector"]["matchLabels"],
-                json!({ "berth.dev/environment": ENV_ID, "app.kubernetes.io/component": workload }),
+                json!({ "berth.dev/environment": ENV_ID, "app.kubernetes.io/component": component }),
                 "{name}: only the workload's pods"
             );
             assert_eq!(
@@ -497,11 +535,14 @@ fn every_tenant_namespace_meets_the_security_checklist() {
             }
         }
 
-        // Owner labels on everything.
-        for m in &all {
+        // Owner labels on everything: the environment's on what is its own, the tenant's
+        // alone on what a tenant's namespace holds for all its environments.
+        let bundle = namespace_bundle(&w, &settings()).len();
+        for (i, m) in all.iter().enumerate() {
             let labels = &m.object["metadata"]["labels"];
             assert_eq!(labels["app.kubernetes.io/managed-by"], "berth", "{name}: {}", m.name());
-            assert_eq!(labels["berth.dev/environment"], ENV_ID, "{name}: {}", m.name());
+            let environment = if shared && i < bundle { Value::Null } else { json!(ENV_ID) };
+            assert_eq!(labels["berth.dev/environment"], environment, "{name}: {}", m.name());
             assert!(labels["berth.dev/tenant"].is_string(), "{name}: {}", m.name());
         }
     }
@@ -595,6 +636,7 @@ fn a_tenants_cluster_queue_quota_follows_its_limit_per_model() {
             mig_gpus: 8,
             shared_gpus: vec![],
         }],
+        space: None,
     };
     let q = quota(&sixth);
     assert_eq!((q["nvidia.com/mig-1g.10gb"].as_str(), q["nvidia.com/gpu"].as_str()), ("6", "0"));
@@ -640,18 +682,50 @@ fn with(mut calls: Vec<String>, more: &[String]) -> Vec<String> {
 
 const MIG_MAP: &str = "/api/v1/namespaces/gpu-operator/configmaps";
 
-fn proxy_policy(ns: &str) -> String {
-    format!("/apis/networking.k8s.io/v1/namespaces/{ns}/networkpolicies/berth-proxy")
+fn proxy_policy(w: &Workload) -> String {
+    let names = manifests::Names::of(w);
+    format!("/apis/networking.k8s.io/v1/namespaces/{}/networkpolicies/{}", names.namespace, names.proxy_policy)
+}
+
+/// A soft tenant's environment at the end: its objects in the tenant's namespace deleted
+/// by name (gone already but for its credential, which is waited for), then the tenant's
+/// quota applied without it.
+fn release_in_tenant_namespace(w: &Workload, workload: &str) -> Vec<String> {
+    let names = manifests::Names::of(w);
+    let (ns, name) = (&names.namespace, &names.workload);
+    let secret = format!("/api/v1/namespaces/{ns}/secrets/{}", names.credential);
+    let claims = match w.offering {
+        Offering::Notebook => vec![format!("DELETE /api/v1/namespaces/{ns}/persistentvolumeclaims/work-{name}-0")],
+        _ => vec![],
+    };
+    [format!("DELETE {workload}")]
+        .into_iter()
+        .chain(claims)
+        .chain([
+            format!("DELETE /api/v1/namespaces/{ns}/services/{name}"),
+            format!("DELETE {}", proxy_policy(w)),
+            format!("DELETE {secret}"),
+            format!("GET {secret}"),
+            format!("PATCH /api/v1/namespaces/{ns}/resourcequotas/berth"),
+        ])
+        .collect()
 }
 
 /// What each step of a case sends to the API server, first time round.
 fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
     let ns = ns(w);
+    let names = manifests::Names::of(w);
+    let (workload, credential) = (names.workload.as_str(), names.credential.as_str());
     let secret = |name: &str| format!("/api/v1/namespaces/{ns}/secrets/{name}");
     let release = vec![format!("DELETE /api/v1/namespaces/{ns}")];
     // At the end of an environment that may have written MIG layouts: the ConfigMap read,
     // and when a layout has no writer left, the nodes listed before it is dropped.
     let forget_layouts = format!("GET {MIG_MAP}/berth-mig-parted-config");
+    // Where an earlier placement would have put it (see `manifests::other_home`): looked
+    // at when stopping and releasing, nothing there.
+    let elsewhere = manifests::other_home(w).map(|o| manifests::Names::of(&o));
+    let (other_ns, other_workload) =
+        elsewhere.as_ref().map(|n| (n.namespace.clone(), n.workload.clone())).unwrap_or_default();
     match (case, step) {
         (_, Step::PullImage) => vec![],
         ("notebook-mig-soft", Step::ConfigurePartition) => with(
@@ -666,33 +740,39 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
         ("notebook-mig-soft", Step::StartWorkload) => with(
             bundle_calls(&ns, false),
             &[
-                format!("GET {}", secret("notebook-token")),
+                format!("GET {}", secret(credential)),
                 format!("POST /api/v1/namespaces/{ns}/secrets"),
-                format!("GET {}", secret("notebook-token")),
-                format!("PATCH /apis/apps/v1/namespaces/{ns}/statefulsets/notebook"),
+                format!("GET {}", secret(credential)),
+                format!("PATCH /apis/apps/v1/namespaces/{ns}/statefulsets/{workload}"),
             ],
         ),
         ("notebook-mig-soft", Step::WaitHealthy) => {
-            vec![format!("GET /apis/apps/v1/namespaces/{ns}/statefulsets/notebook")]
+            vec![format!("GET /apis/apps/v1/namespaces/{ns}/statefulsets/{workload}")]
         }
         ("notebook-mig-soft", Step::ExposeEndpoint) => {
             vec![
-                format!("PATCH /api/v1/namespaces/{ns}/services/notebook"),
-                format!("PATCH {}", proxy_policy(&ns)),
-                format!("GET {}", secret("notebook-token")),
+                format!("PATCH /api/v1/namespaces/{ns}/services/{workload}"),
+                format!("PATCH {}", proxy_policy(w)),
+                format!("GET {}", secret(credential)),
             ]
         }
         ("notebook-mig-soft", Step::RemoveEndpoint) => {
-            vec![format!("DELETE /api/v1/namespaces/{ns}/services/notebook"), format!("DELETE {}", proxy_policy(&ns))]
+            vec![format!("DELETE /api/v1/namespaces/{ns}/services/{workload}"), format!("DELETE {}", proxy_policy(w))]
         }
         ("notebook-mig-soft", Step::StopWorkload) => vec![
-            format!("DELETE /apis/apps/v1/namespaces/{ns}/statefulsets/notebook"),
-            format!("GET /apis/apps/v1/namespaces/{ns}/statefulsets/notebook"),
+            format!("DELETE /apis/apps/v1/namespaces/{ns}/statefulsets/{workload}"),
+            format!("GET /apis/apps/v1/namespaces/{ns}/statefulsets/{workload}"),
+            format!("DELETE /apis/apps/v1/namespaces/{other_ns}/statefulsets/{other_workload}"),
         ],
         ("notebook-mig-soft", Step::ClearPartition) => vec!["PATCH /api/v1/nodes/h100-1".into()],
         ("notebook-mig-soft", Step::ReleaseCapacity) => with(
-            release,
-            &[forget_layouts, "GET /api/v1/nodes".into(), format!("PUT {MIG_MAP}/berth-mig-parted-config")],
+            release_in_tenant_namespace(w, &format!("/apis/apps/v1/namespaces/{ns}/statefulsets/{workload}")),
+            &[
+                format!("DELETE /api/v1/namespaces/{other_ns}"),
+                forget_layouts,
+                "GET /api/v1/nodes".into(),
+                format!("PUT {MIG_MAP}/berth-mig-parted-config"),
+            ],
         ),
 
         ("training-gpus-hard", Step::StartWorkload) => with(
@@ -704,38 +784,48 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
         ("training-gpus-hard", Step::StopWorkload) => vec![
             format!("DELETE /apis/batch/v1/namespaces/{ns}/jobs/training"),
             format!("GET /apis/batch/v1/namespaces/{ns}/jobs/training"),
+            format!("DELETE /apis/batch/v1/namespaces/{other_ns}/jobs/{other_workload}"),
         ],
-        ("training-gpus-hard", Step::ReleaseCapacity) => {
-            with(release, &["PATCH /api/v1/nodes/h100-2".into(), forget_layouts])
-        }
+        ("training-gpus-hard", Step::ReleaseCapacity) => with(
+            release,
+            &[
+                format!("DELETE /apis/batch/v1/namespaces/{other_ns}/jobs/{other_workload}"),
+                "PATCH /api/v1/nodes/h100-2".into(),
+                forget_layouts,
+            ],
+        ),
 
         ("inference-gpu-soft", Step::StartWorkload) => with(
             bundle_calls(&ns, false),
             &[
-                format!("GET {}", secret("inference-api-key")),
+                format!("GET {}", secret(credential)),
                 format!("POST /api/v1/namespaces/{ns}/secrets"),
-                format!("GET {}", secret("inference-api-key")),
-                format!("PATCH /apis/apps/v1/namespaces/{ns}/deployments/inference"),
+                format!("GET {}", secret(credential)),
+                format!("PATCH /apis/apps/v1/namespaces/{ns}/deployments/{workload}"),
             ],
         ),
         ("inference-gpu-soft", Step::WaitHealthy) => {
-            vec![format!("GET /apis/apps/v1/namespaces/{ns}/deployments/inference")]
+            vec![format!("GET /apis/apps/v1/namespaces/{ns}/deployments/{workload}")]
         }
         ("inference-gpu-soft", Step::ExposeEndpoint) => {
             vec![
-                format!("PATCH /api/v1/namespaces/{ns}/services/inference"),
-                format!("PATCH {}", proxy_policy(&ns)),
-                format!("GET {}", secret("inference-api-key")),
+                format!("PATCH /api/v1/namespaces/{ns}/services/{workload}"),
+                format!("PATCH {}", proxy_policy(w)),
+                format!("GET {}", secret(credential)),
             ]
         }
         ("inference-gpu-soft", Step::RemoveEndpoint) => {
-            vec![format!("DELETE /api/v1/namespaces/{ns}/services/inference"), format!("DELETE {}", proxy_policy(&ns))]
+            vec![format!("DELETE /api/v1/namespaces/{ns}/services/{workload}"), format!("DELETE {}", proxy_policy(w))]
         }
         ("inference-gpu-soft", Step::StopWorkload) => vec![
-            format!("DELETE /apis/apps/v1/namespaces/{ns}/deployments/inference"),
-            format!("GET /apis/apps/v1/namespaces/{ns}/deployments/inference"),
+            format!("DELETE /apis/apps/v1/namespaces/{ns}/deployments/{workload}"),
+            format!("GET /apis/apps/v1/namespaces/{ns}/deployments/{workload}"),
+            format!("DELETE /apis/apps/v1/namespaces/{other_ns}/deployments/{other_workload}"),
         ],
-        ("inference-gpu-soft", Step::ReleaseCapacity) => release,
+        ("inference-gpu-soft", Step::ReleaseCapacity) => with(
+            release_in_tenant_namespace(w, &format!("/apis/apps/v1/namespaces/{ns}/deployments/{workload}")),
+            &[format!("DELETE /api/v1/namespaces/{other_ns}")],
+        ),
 
         ("dedicated-cluster", Step::StartWorkload) => with(
             bundle_calls(&ns, false),
@@ -1125,8 +1215,9 @@ async fn the_orphan_sweep_finds_and_removes_what_no_live_environment_explains() 
     let owned = k8s.owned_objects().await.unwrap();
     assert_eq!(
         owned.len(),
-        5,
-        "two namespaces, one dedicated node, one MIG layout on its node and in the ConfigMap: {owned:?}"
+        9,
+        "the tenant's namespace and the notebook's StatefulSet, Service, Secret and proxy policy in it, the dead \
+         environment's namespace, one dedicated node, one MIG layout on its node and in the ConfigMap: {owned:?}"
     );
     let layout = owned.iter().find(|o| o.kind == "MigLayout").expect("the notebook's MIG layout");
     assert_eq!((layout.name.as_str(), layout.environments.as_slice()), ("h100-1", [ENV_ID.to_owned()].as_slice()));
@@ -1306,7 +1397,7 @@ async fn the_sweep_drops_layouts_from_the_config_map_that_nothing_needs_and_only
 const TENANT_QUEUES: &str = "/apis/kueue.x-k8s.io/v1beta1/clusterqueues";
 
 #[tokio::test]
-async fn a_tenants_cluster_queue_is_applied_updated_and_removed_with_one_request_each() {
+async fn a_tenants_cluster_queue_is_applied_updated_with_one_request_each_and_removed_with_its_namespace() {
     let (cluster, client) = FakeCluster::start();
     let k8s = backend(client);
     let path = format!("{TENANT_QUEUES}/berth-tenant-acme");
@@ -1332,12 +1423,14 @@ async fn a_tenants_cluster_queue_is_applied_updated_and_removed_with_one_request
     let gpus = resources.iter().find(|r| r["name"] == "nvidia.com/gpu").unwrap();
     assert_eq!(gpus, &json!({ "name": "nvidia.com/gpu", "nominalQuota": "6" }), "4 H100, 1 A100, 1 L40S; may borrow");
 
-    // Removed with the tenant; a second removal finds nothing and says so.
+    // Removed with the tenant, and its namespace (none here: `space` is `None`); a second
+    // removal finds nothing and says so.
+    let namespace = "DELETE /api/v1/namespaces/berth-acme".to_owned();
     assert!(k8s.remove_tenant_queue("acme").await.unwrap());
-    assert_eq!(cluster.take_lines(), [format!("DELETE {path}")]);
+    assert_eq!(cluster.take_lines(), [format!("DELETE {path}"), namespace.clone()]);
     assert!(!cluster.lock().objects.contains_key(&path));
     assert!(!k8s.remove_tenant_queue("acme").await.unwrap(), "already gone");
-    assert_eq!(cluster.take_lines(), [format!("DELETE {path}")]);
+    assert_eq!(cluster.take_lines(), [format!("DELETE {path}"), namespace]);
 }
 
 #[tokio::test]
@@ -1590,9 +1683,11 @@ async fn the_proxy_reaches_notebooks_and_endpoints_by_their_service_names() {
     // A notebook whose credential vanished says so instead of proxying without it.
     let w = cases().remove(0).1;
     let (cluster, k8s) = provisioned(&w).await;
-    cluster.lock().objects.retain(|path, _| !path.ends_with("/secrets/notebook-token"));
+    let credential = manifests::Names::of(&w).credential;
+    assert_eq!(credential, "nb-0f1e2d3c4b5a-token", "named after the environment in its tenant's namespace");
+    cluster.lock().objects.retain(|path, _| !path.ends_with(&format!("/secrets/{credential}")));
     let error = k8s.upstream(&w).await.unwrap_err();
-    assert_eq!(error.0, "the workload's credential (Secret notebook-token) is missing");
+    assert_eq!(error.0, format!("the workload's credential (Secret {credential}) is missing"));
 }
 
 fn training_pod(w: &Workload, state: Value) -> Value {
@@ -1750,7 +1845,7 @@ async fn a_mig_endpoint_scaled_onto_another_node_partitions_it_and_clears_it_whe
             "PATCH /api/v1/nodes/h100-2".into(),
             "GET /api/v1/nodes/h100-2".into(),
             format!("PATCH /api/v1/namespaces/{ns}/resourcequotas/berth"),
-            format!("PATCH /apis/apps/v1/namespaces/{ns}/deployments/inference"),
+            format!("PATCH /apis/apps/v1/namespaces/{ns}/deployments/{}", manifests::Names::of(&two).workload),
         ],
         "the new node gets its layout, confirmed, before the replica is asked for; the tenant's queue is not the booking's"
     );
@@ -1764,4 +1859,260 @@ async fn a_mig_endpoint_scaled_onto_another_node_partitions_it_and_clears_it_whe
         cluster.node("h100-1")["metadata"]["labels"]["nvidia.com/mig.config"],
         json!(manifests::node_mig_layout(&one, "h100-1").unwrap().name)
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// A soft tenant's namespace, shared by its environments
+
+/// Two environments of acme in its namespace: the MIG notebook, and an L40S endpoint of
+/// two replicas, each told of the other as the reconciler tells them.
+fn acme_pair() -> (Workload, Workload) {
+    let notebook = cases().remove(0).1;
+    let mut endpoint =
+        workload(Offering::InferenceEndpoint, "l40s-1", acme(), vec![gpu_unit("l40s-1", 1), gpu_unit("l40s-1", 2)]);
+    endpoint.environment_id = OTHER_ENV_ID.into();
+    for u in &mut endpoint.units {
+        u.environment_id = OTHER_ENV_ID.into();
+    }
+    let notebook_told = Workload { tenant_holdings: vec![Holding::of(&endpoint)], ..notebook.clone() };
+    let endpoint_told = Workload { tenant_holdings: vec![Holding::of(&notebook)], ..endpoint };
+    (notebook_told, endpoint_told)
+}
+
+fn quota_of(bundle: &[Manifest]) -> Value {
+    bundle.iter().find(|m| m.kind.kind == "ResourceQuota").expect("a quota").object["spec"]["hard"].clone()
+}
+
+#[test]
+fn a_tenants_namespace_quota_is_what_its_environments_there_hold_together() {
+    let (notebook, endpoint) = acme_pair();
+    let (a, b) = (manifests::Names::of(&notebook), manifests::Names::of(&endpoint));
+    assert_eq!((a.namespace.as_str(), b.namespace.as_str()), ("berth-acme", "berth-acme"));
+    assert_eq!((a.workload.as_str(), b.workload.as_str()), ("nb-0f1e2d3c4b5a", "inf-999999998888"));
+    assert_ne!(a.credential, b.credential);
+    assert_ne!(a.proxy_policy, b.proxy_policy);
+
+    // Both environments apply the same bundle, and the tenant's sync too: nobody undoes
+    // another's apply.
+    let both = namespace_bundle(&notebook, &settings());
+    assert_eq!(both, namespace_bundle(&endpoint, &settings()));
+    let mut holdings = vec![Holding::of(&notebook), Holding::of(&endpoint)];
+    holdings.sort_by(|x, y| x.environment_id.cmp(&y.environment_id));
+    let space = TenantSpace { members: acme().members, holdings };
+    assert_eq!(both, tenant_namespace_bundle("acme", &space, &settings()));
+    let hard = quota_of(&both);
+    // The notebook: 4 vCPUs, 32 GiB, one 1g.10gb slice; the endpoint: two replicas of 16
+    // vCPUs, 128 GiB and one L40S each.
+    for (key, value) in [
+        ("requests.cpu", "36"),
+        ("limits.cpu", "36"),
+        ("requests.memory", "288Gi"),
+        ("requests.storage", "200Gi"),
+        ("requests.nvidia.com/gpu", "2"),
+        ("requests.nvidia.com/mig-1g.10gb", "1"),
+        ("requests.nvidia.com/gpu.shared", "0"),
+        ("pods", "32"),
+        ("services", "8"),
+        ("services.nodeports", "0"),
+        ("services.loadbalancers", "0"),
+    ] {
+        assert_eq!(hard[key], value, "{key}: {hard}");
+    }
+
+    // At the notebook's end: what the endpoint holds, and no slice.
+    let without = manifests::tenant_quota("acme", &manifests::space_of(&notebook, false), &settings());
+    let hard = &without.object["spec"]["hard"];
+    assert_eq!((hard["requests.cpu"].as_str(), hard["requests.nvidia.com/gpu"].as_str()), (Some("32"), Some("2")));
+    assert!(hard.get("requests.nvidia.com/mig-1g.10gb").is_none(), "{hard}");
+
+    // Nobody left: nothing on a GPU, no CPU, no memory, no storage; and the namespace still
+    // meets the checklist.
+    let empty =
+        tenant_namespace_bundle("acme", &TenantSpace { members: acme().members, holdings: vec![] }, &settings());
+    let hard = quota_of(&empty);
+    for key in ["requests.cpu", "requests.nvidia.com/gpu", "requests.nvidia.com/gpu.shared"] {
+        assert_eq!(hard[key], "0", "{key}");
+    }
+    assert_eq!((hard["requests.memory"].as_str(), hard["requests.storage"].as_str()), (Some("0Gi"), Some("0Gi")));
+    let namespace = of_kind(&empty, "Namespace");
+    assert_eq!(namespace[0]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"], "restricted");
+    assert!(namespace[0]["metadata"].get("annotations").is_none(), "no node selector: soft isolation");
+    assert_eq!(of_kind(&empty, "NetworkPolicy")[0]["spec"]["podSelector"], json!({}));
+    assert_eq!(of_kind(&empty, "LocalQueue")[0]["spec"]["clusterQueue"], "berth-tenant-acme");
+    for m in &empty {
+        let labels = &m.object["metadata"]["labels"];
+        assert_eq!(labels["app.kubernetes.io/managed-by"], "berth", "{}", m.name());
+        assert!(labels.get("berth.dev/environment").is_none(), "{}: the tenant's, no environment's", m.name());
+        assert_eq!(labels["berth.dev/tenant"], "acme");
+    }
+}
+
+#[tokio::test]
+async fn environments_sharing_a_tenants_namespace_end_one_by_one_and_the_namespace_goes_with_the_tenant() {
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    let (notebook, endpoint) = acme_pair();
+    for w in [&notebook, &endpoint] {
+        for step in provision_plan(w.offering, w.shape) {
+            k8s.run(w, step).await.unwrap_or_else(|e| panic!("{}: {e}", step.as_str()));
+        }
+    }
+    let of = |env: &str| -> Vec<String> {
+        cluster
+            .environment_objects()
+            .into_iter()
+            .filter(|p| cluster.lock().objects[p]["metadata"]["labels"]["berth.dev/environment"] == env)
+            .collect()
+    };
+    let endpoint_objects = of(OTHER_ENV_ID);
+    assert_eq!(endpoint_objects.len(), 4, "Deployment, Service, Secret, proxy policy: {endpoint_objects:?}");
+    assert!(endpoint_objects.iter().all(|p| p.contains("/namespaces/berth-acme/")), "{endpoint_objects:?}");
+    assert_eq!(of(ENV_ID).len(), 4, "StatefulSet, Service, Secret, proxy policy");
+    // The StatefulSet controller claims the notebook's volume, with the template's labels.
+    let claim = manifests::volume_claims(&notebook).remove(0);
+    let claim_path = format!("/api/v1/namespaces/berth-acme/persistentvolumeclaims/{}", claim.name());
+    assert_eq!(claim.name(), "work-nb-0f1e2d3c4b5a-0");
+    cluster.lock().objects.insert(claim_path.clone(), claim.object.clone());
+    let owned = k8s.owned_objects().await.unwrap();
+    assert!(owned.iter().any(|o| o.kind == "PersistentVolumeClaim" && o.environments == [ENV_ID]), "{owned:?}");
+
+    // The notebook ends: its objects go, the endpoint's stay, the quota holds the endpoint.
+    for step in teardown_plan(notebook.shape) {
+        k8s.run(&notebook, step).await.unwrap_or_else(|e| panic!("{}: {e}", step.as_str()));
+    }
+    assert_eq!(of(ENV_ID), Vec::<String>::new());
+    assert!(!cluster.lock().objects.contains_key(&claim_path), "its volume went with it");
+    assert_eq!(of(OTHER_ENV_ID), endpoint_objects);
+    let (_, hard) = cluster.tenant_quotas().remove(0);
+    assert_eq!((hard["requests.cpu"].as_str(), hard["requests.nvidia.com/gpu"].as_str()), (Some("32"), Some("2")));
+    assert!(hard.get("requests.nvidia.com/mig-1g.10gb").is_none(), "{hard}");
+    assert_eq!(cluster.mig_layouts(), Vec::<String>::new());
+
+    // The endpoint ends too (told it is alone now): nothing of either, a quota of nothing,
+    // and the namespace stays for the tenant.
+    let endpoint = Workload { tenant_holdings: vec![], ..endpoint };
+    for step in teardown_plan(endpoint.shape) {
+        k8s.run(&endpoint, step).await.unwrap();
+    }
+    assert_nothing_left(&cluster, "both ended");
+    let (namespace, hard) = cluster.tenant_quotas().remove(0);
+    assert_eq!(namespace, "berth-acme");
+    assert_eq!((hard["requests.cpu"].as_str(), hard["requests.nvidia.com/gpu"].as_str()), (Some("0"), Some("0")));
+
+    // The tenant is deleted: its namespace goes with its queue.
+    assert!(k8s.remove_tenant_queue("acme").await.unwrap());
+    assert!(!cluster.lock().objects.keys().any(|p| p.contains("berth-acme")), "{:?}", cluster.lock().objects.keys());
+}
+
+#[tokio::test]
+async fn the_sweep_takes_a_dead_environments_objects_from_its_tenants_namespace_and_only_those() {
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    let (notebook, endpoint) = acme_pair();
+    for w in [&notebook, &endpoint] {
+        for step in provision_plan(w.offering, w.shape) {
+            k8s.run(w, step).await.unwrap();
+        }
+    }
+    cluster.take_calls();
+    // The endpoint's environment is gone (its teardown never ran); the notebook lives.
+    let owned = k8s.owned_objects().await.unwrap();
+    let reported = orphans(&owned, &live(&[ENV_ID]));
+    let mut found: Vec<(&str, String)> = reported.iter().map(|o| (o.kind, o.name.clone())).collect();
+    found.sort();
+    let names = manifests::Names::of(&endpoint);
+    let at = |name: &str| format!("berth-acme/{name}");
+    assert_eq!(
+        found,
+        [
+            ("Deployment", at(&names.workload)),
+            ("NetworkPolicy", at(&names.proxy_policy)),
+            ("Secret", at(&names.credential)),
+            ("Service", at(&names.workload)),
+        ],
+        "the dead environment's objects, not the tenant's namespace nor the notebook's"
+    );
+    for orphan in &reported {
+        assert!(k8s.remove_owned(orphan).await.unwrap(), "{orphan:?}");
+    }
+    let left = cluster.environment_objects();
+    assert_eq!(left.len(), 4, "the notebook's: {left:?}");
+    assert!(left.iter().all(|p| !p.contains(&names.workload)), "{left:?}");
+    assert_eq!(orphans(&k8s.owned_objects().await.unwrap(), &live(&[ENV_ID])), vec![]);
+
+    // Once the tenant is gone too, its namespace is an orphan, with everything in it.
+    let gone = Live { environments: HashSet::new(), tenants: HashSet::from(["vault".to_owned()]) };
+    let reported = orphans(&k8s.owned_objects().await.unwrap(), &gone);
+    let namespace = reported.iter().find(|o| o.kind == "Namespace").expect("the tenant's namespace");
+    assert_eq!((namespace.name.as_str(), namespace.tenant.as_deref()), ("berth-acme", Some("acme")));
+    assert!(k8s.remove_owned(namespace).await.unwrap());
+    assert_eq!(cluster.environment_objects(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_soft_tenants_sync_applies_its_queue_and_its_namespace() {
+    let (cluster, client) = FakeCluster::start();
+    let k8s = backend(client);
+    let (notebook, endpoint) = acme_pair();
+    let (_, queue) = tenant_queues().remove(0);
+    let space = TenantSpace { members: acme().members, holdings: vec![Holding::of(&endpoint), Holding::of(&notebook)] };
+    let queue = TenantQueue { space: Some(space.clone()), ..queue };
+    k8s.apply_tenant_queue(&queue).await.unwrap();
+    let calls = cluster.take_calls();
+    let expected = with(vec![format!("PATCH {TENANT_QUEUES}/berth-tenant-acme")], &bundle_calls("berth-acme", false));
+    assert_eq!(calls.iter().map(kubernetes_api::Call::line).collect::<Vec<_>>(), expected);
+    assert_eq!(body_of(&calls, "PATCH /api/v1/namespaces/berth-acme/resourcequotas/berth"), &quota_manifest(&space));
+    // Applied again: the same applies, nothing changes.
+    let before = cluster.snapshot();
+    k8s.apply_tenant_queue(&queue).await.unwrap();
+    assert_eq!(cluster.take_lines(), expected);
+    assert_eq!(cluster.snapshot(), before);
+}
+
+fn quota_manifest(space: &TenantSpace) -> Value {
+    manifests::tenant_quota("acme", space, &settings()).object
+}
+
+/// An environment provisioned in its own namespace (by an earlier Berth, or before its
+/// tenant turned soft) and torn down as it would live now, and the other way round
+/// (before its tenant turned hard): its workload is stopped and everything of it goes.
+#[tokio::test]
+async fn teardown_finds_an_environment_where_an_earlier_placement_put_it() {
+    let mut cases = cases();
+    let (soft_notebook, hard_job) = (cases.remove(0).1, cases.remove(0).1);
+    for (case, now) in [("soft now", soft_notebook), ("hard now", hard_job)] {
+        let (cluster, client) = FakeCluster::start();
+        let k8s = backend(client);
+        let before = manifests::other_home(&now).expect("a tenant's environment may have lived elsewhere");
+        assert_ne!(ns(&before), ns(&now), "{case}");
+        for step in provision_plan(before.offering, before.shape) {
+            k8s.run(&before, step).await.unwrap();
+        }
+        let workload = workload_manifests(&before).remove(0);
+        let path = format!("/namespaces/{}/{}/{}", ns(&before), workload.kind.plural, workload.name());
+        assert!(cluster.lock().objects.keys().any(|p| p.ends_with(&path)), "{case}: running at {path}");
+        // Its owner still reaches it there: the proxy, or the job's log.
+        match now.offering {
+            Offering::Notebook => {
+                let upstream = k8s.upstream(&now).await.unwrap_or_else(|e| panic!("{case}: {e}"));
+                let old = manifests::Names::of(&before);
+                assert_eq!(
+                    upstream.base_url,
+                    format!("http://{}.{}.svc.cluster.local:8888", old.workload, old.namespace),
+                    "{case}"
+                );
+            }
+            _ => {
+                let logs = k8s.job_logs(&now, 10).await.unwrap_or_else(|e| panic!("{case}: {e}"));
+                assert_eq!(logs.status, JobStatus::Pending, "{case}: the Job there, no pod yet");
+            }
+        }
+        for step in teardown_plan(now.shape) {
+            k8s.run(&now, step).await.unwrap_or_else(|e| panic!("{case} {}: {e}", step.as_str()));
+            if step == Step::StopWorkload {
+                assert!(!cluster.lock().objects.keys().any(|p| p.ends_with(&path)), "{case}: stopped before release");
+            }
+        }
+        assert_nothing_left(&cluster, case);
+    }
 }

@@ -33,6 +33,7 @@ use common::{fast_reconciler, overlapping_reservations, production_pool, tenants
 use kubernetes_api::{FakeCluster, Faults};
 use rand::Rng;
 use rand::seq::IndexedRandom;
+use serde_json::Value;
 use sqlx::SqlitePool;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -400,7 +401,8 @@ impl Site {
             "{name}: a live hard tenant lost one of its identifiers"
         );
         let owned = self.backend.owned_objects().await.expect("list the backend's objects");
-        let (queues, owned): (Vec<OwnedObject>, Vec<OwnedObject>) = owned.into_iter().partition(|o| o.tenant.is_some());
+        let (tenants, owned): (Vec<OwnedObject>, Vec<OwnedObject>) =
+            owned.into_iter().partition(|o| o.tenant.is_some());
         assert_eq!(owned, Vec::<OwnedObject>::new(), "{name}: the backend still holds objects");
         assert_eq!(self.world.leftovers(), Vec::<String>::new(), "{name}: objects left in the backend");
         // Tenants' queues: exactly one for each tenant not deleted, none for the others.
@@ -409,11 +411,45 @@ impl Site {
                 .fetch_all(&self.pool)
                 .await
                 .expect("tenants");
-        let mut queued: Vec<String> = queues.iter().filter_map(|q| q.tenant.clone()).collect();
-        queued.sort();
-        let expected = if matches!(self.world, World::Kubernetes(_)) { live_tenants } else { Vec::new() };
-        assert_eq!(queued, expected, "{name}: the backend lists a queue for each live tenant and no other");
+        let of_kind = |kind: &str| {
+            let mut slugs: Vec<String> =
+                tenants.iter().filter(|o| o.kind == kind).filter_map(|q| q.tenant.clone()).collect();
+            slugs.sort();
+            slugs
+        };
+        let expected = if matches!(self.world, World::Kubernetes(_)) { live_tenants.clone() } else { Vec::new() };
+        assert_eq!(
+            of_kind("ClusterQueue"),
+            expected,
+            "{name}: the backend lists a queue for each live tenant and no other"
+        );
         assert_eq!(self.world.tenant_queues(), expected, "{name}: a queue for each live tenant and no other");
+        // Tenants' namespaces: one for each live soft tenant (and none of a deleted one),
+        // holding no environment's object any more and a quota of nothing.
+        if let World::Kubernetes(cluster) = &self.world {
+            let soft: Vec<String> = sqlx::query_scalar(
+                "SELECT slug FROM tenants WHERE status <> 'deleted' AND isolation = 'soft' ORDER BY slug",
+            )
+            .fetch_all(&self.pool)
+            .await
+            .expect("tenants");
+            let namespaces = of_kind("Namespace");
+            assert!(soft.iter().all(|s| namespaces.contains(s)), "{name}: {namespaces:?} lacks one of {soft:?}");
+            assert!(namespaces.iter().all(|s| live_tenants.contains(s)), "{name}: {namespaces:?} of a deleted tenant");
+            for (namespace, hard) in cluster.tenant_quotas() {
+                let held: Vec<(&String, &Value)> = hard
+                    .as_object()
+                    .expect("hard")
+                    .iter()
+                    .filter(|(k, v)| k.starts_with("requests.") && !["0", "0Gi"].contains(&v.as_str().unwrap_or("")))
+                    .collect();
+                assert_eq!(
+                    held,
+                    Vec::<(&String, &Value)>::new(),
+                    "{name}: {namespace}'s quota holds what nobody holds"
+                );
+            }
+        }
         self.assert_sweeps_took_only_orphans().await;
     }
 
@@ -578,6 +614,7 @@ fn workload_of(env: &Environment) -> Workload {
         tenant: TenantScope { slug: None, isolation: Isolation::Soft, members: Vec::new() },
         mig_neighbours: Vec::new(),
         tenant_neighbours: Vec::new(),
+        tenant_holdings: Vec::new(),
     }
 }
 
@@ -681,12 +718,17 @@ async fn a_deleted_tenant_leaves_nothing_behind(site: Site) {
         assert!(site.eventually(&behind, 0, Duration::from_secs(5)).await, "{name}: the tenant's queue never went");
     }
     let owned = site.backend.owned_objects().await.expect("owned");
-    let (queues, owned): (Vec<OwnedObject>, Vec<OwnedObject>) = owned.into_iter().partition(|o| o.tenant.is_some());
+    let (tenants, owned): (Vec<OwnedObject>, Vec<OwnedObject>) = owned.into_iter().partition(|o| o.tenant.is_some());
     assert!(!owned.is_empty(), "{name}: the neighbour's objects stay");
     assert!(owned.iter().all(|o| o.environments == [neighbour.clone()]), "{name}: {owned:?}");
-    let queued: Vec<Option<String>> = queues.into_iter().map(|q| q.tenant).collect();
-    let acme_only = if name == "kubernetes" { vec![Some("acme".to_owned())] } else { vec![] };
-    assert_eq!(queued, acme_only, "{name}: the deleted tenant's queue went with it");
+    let tenants: Vec<(&str, Option<String>)> = tenants.into_iter().map(|q| (q.kind, q.tenant)).collect();
+    // acme's queue, and its namespace where its neighbour's endpoint runs; none of vault's.
+    let acme_only = if name == "kubernetes" {
+        vec![("Namespace", Some("acme".to_owned())), ("ClusterQueue", Some("acme".to_owned()))]
+    } else {
+        vec![]
+    };
+    assert_eq!(tenants, acme_only, "{name}: the deleted tenant's queue went with it");
     if let World::Kubernetes(cluster) = &site.world {
         let left = cluster.berth_leftovers();
         assert!(left.iter().all(|p| p.starts_with("/api")), "{name}: nodes keep nothing of the tenant: {left:?}");
@@ -881,16 +923,21 @@ async fn a_tenants_queue_follows_its_quota_and_goes_with_the_tenant_on_kubernete
     assert!(queue_quota(cluster, "acme").is_some());
     let report = site.reconciler().sweep().await.expect("sweep");
     let removed: Vec<(&str, &str)> = report.removed.iter().map(|o| (o.kind, o.name.as_str())).collect();
-    assert_eq!(removed, [("ClusterQueue", "berth-tenant-acme")]);
+    assert_eq!(removed, [("Namespace", "berth-acme"), ("ClusterQueue", "berth-tenant-acme")]);
     assert!(queue_quota(cluster, "acme").is_none());
-    let audited: (String, Option<i64>, String) = sqlx::query_as(
-        "SELECT target, tenant_id, detail FROM audit_events WHERE action = 'orphan.remove' AND outcome = 'success'",
+    assert!(!cluster.lock().objects.contains_key("/api/v1/namespaces/berth-acme"));
+    let audited: Vec<(String, Option<i64>, String)> = sqlx::query_as(
+        "SELECT target, tenant_id, detail FROM audit_events WHERE action = 'orphan.remove' AND outcome = 'success'
+         ORDER BY target",
     )
-    .fetch_one(&site.pool)
+    .fetch_all(&site.pool)
     .await
     .expect("audited");
-    assert_eq!((audited.0.as_str(), audited.1), ("ClusterQueue berth-tenant-acme", Some(acme)));
-    assert!(audited.2.starts_with("made for tenant acme, which is deleted"), "{}", audited.2);
+    let targets: Vec<(&str, Option<i64>)> = audited.iter().map(|a| (a.0.as_str(), a.1)).collect();
+    assert_eq!(targets, [("ClusterQueue berth-tenant-acme", Some(acme)), ("Namespace berth-acme", Some(acme))]);
+    for (_, _, detail) in &audited {
+        assert!(detail.starts_with("made for tenant acme, which is deleted"), "{detail}");
+    }
     let again = site.reconciler().sweep().await.expect("sweep");
     assert_eq!(again.removed, vec![]);
     // What is left of the environments' is nothing, the ConfigMap's layouts included.
@@ -940,6 +987,95 @@ async fn a_tenants_queue_that_cannot_follow_its_quota_shows_why_until_it_does(po
         assert!(tokio::time::Instant::now() < deadline, "the failure never cleared");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+/// Waits until `namespace`'s quota allows `value` of `key` (5 s at most).
+async fn tenant_quota_reaches(cluster: &FakeCluster, namespace: &str, key: &str, value: &str) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let now =
+            cluster.tenant_quotas().into_iter().find(|(ns, _)| ns == namespace).map(|(_, hard)| hard[key].clone());
+        if now.as_ref().and_then(Value::as_str) == Some(value) {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The users a RoleBinding of acme's namespace binds.
+fn bound(cluster: &FakeCluster, binding: &str) -> Vec<String> {
+    let path = format!("/apis/rbac.authorization.k8s.io/v1/namespaces/berth-acme/rolebindings/{binding}");
+    let subjects = cluster.lock().objects.get(&path).map(|b| b["subjects"].clone()).unwrap_or_default();
+    subjects.as_array().into_iter().flatten().filter_map(|s| s["name"].as_str().map(str::to_owned)).collect()
+}
+
+/// A soft tenant's notebooks share its namespace, whose quota the database decides: what
+/// its live environments hold, followed as two start at once and end one by one; its
+/// RoleBindings follow its members.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_soft_tenants_namespace_follows_its_environments_and_members_on_kubernetes(pool: SqlitePool) {
+    let config = ReconcilerConfig {
+        step_timeout: Duration::from_millis(300),
+        sweep_interval: Duration::from_secs(3600),
+        ..fast_reconciler()
+    };
+    let site = Site::with_config(pool, World::kubernetes(), config).await;
+    let World::Kubernetes(cluster) = &site.world else { unreachable!() };
+    let (acme, members) = site.tenant("acme", Isolation::Soft, 2).await;
+    // The namespace exists with the tenant, holding nothing.
+    assert!(tenant_quota_reaches(cluster, "berth-acme", "requests.nvidia.com/gpu", "0").await);
+
+    let (a, b) = tokio::join!(
+        site.launch(&members[0], "notebook", "l40s-1", "a"),
+        site.launch(&members[1], "notebook", "l40s-1", "b")
+    );
+    let (a, b) = (a.expect("launch a").id, b.expect("launch b").id);
+    for id in [&a, &b] {
+        assert_eq!(site.wait_for(id, &[EnvState::Ready], Duration::from_secs(10)).await, Some(EnvState::Ready));
+        let short: String = id.chars().filter(char::is_ascii_alphanumeric).take(12).collect();
+        let statefulset = format!("/apis/apps/v1/namespaces/berth-acme/statefulsets/nb-{short}");
+        assert!(cluster.lock().objects.contains_key(&statefulset), "{statefulset}");
+    }
+    assert!(
+        tenant_quota_reaches(cluster, "berth-acme", "requests.nvidia.com/gpu", "2").await,
+        "{:?}",
+        cluster.tenant_quotas()
+    );
+    assert!(tenant_quota_reaches(cluster, "berth-acme", "requests.storage", "200Gi").await);
+    // Their members are bound by their Berth role (re-applied at each start).
+    assert_eq!(bound(cluster, "berth-members"), ["m0@acme.test", "m1@acme.test"]);
+
+    // One ends: the quota holds the other.
+    site.platform().stop(&members[0], &a).await.expect("stop a");
+    assert_eq!(site.wait_for(&a, &[EnvState::Released], Duration::from_secs(10)).await, Some(EnvState::Released));
+    assert!(
+        tenant_quota_reaches(cluster, "berth-acme", "requests.nvidia.com/gpu", "1").await,
+        "{:?}",
+        cluster.tenant_quotas()
+    );
+    assert!(tenant_quota_reaches(cluster, "berth-acme", "requests.storage", "100Gi").await);
+
+    // A member becomes a viewer: the bindings follow, without any environment starting.
+    let viewer = members[1].user_id();
+    site.platform().change_member_role(&site.admin, acme, viewer, "viewer").await.expect("role");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while bound(cluster, "berth-viewers") != ["m1@acme.test"] {
+        assert!(tokio::time::Instant::now() < deadline, "viewers: {:?}", bound(cluster, "berth-viewers"));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(bound(cluster, "berth-members"), ["m0@acme.test"]);
+
+    // The other ends: nothing held, nothing of either left, the namespace stays.
+    site.platform().stop(&members[1], &b).await.expect("stop b");
+    assert_eq!(site.wait_for(&b, &[EnvState::Released], Duration::from_secs(10)).await, Some(EnvState::Released));
+    for key in ["requests.nvidia.com/gpu", "requests.cpu"] {
+        assert!(tenant_quota_reaches(cluster, "berth-acme", key, "0").await, "{key}: {:?}", cluster.tenant_quotas());
+    }
+    assert_eq!(site.world.leftovers(), Vec::<String>::new());
+    assert!(cluster.lock().objects.contains_key("/api/v1/namespaces/berth-acme"));
 }
 
 /// Three MIG notebooks on one GPU stopped together: each clears the node's layout with the

@@ -216,10 +216,9 @@ mod view {
             status: t.status.clone(),
             members: t.members,
             active_environments: t.active_environments,
-            queue_failure: t
-                .queue_failure
-                .as_ref()
-                .map(|f| format!("Its Kueue queue has not followed its quota since {}: {}", utc(f.since), f.error)),
+            queue_failure: t.queue_failure.as_ref().map(|f| {
+                format!("Its queue and namespace on the cluster are out of date since {}: {}", utc(f.since), f.error)
+            }),
         }
     }
 

@@ -43,6 +43,53 @@ pub struct Workload {
     /// workload's nodes. Such a node is dedicated to the tenant until the last of them
     /// leaves, so a backend marking it must keep theirs in the mark.
     pub tenant_neighbours: Vec<PlacedUnit>,
+    /// For an environment that shares its tenant's space on the backend (Kubernetes: a
+    /// soft tenant's notebooks, jobs and endpoints share the tenant's namespace): what the
+    /// tenant's other environments there hold now, read from the database when the
+    /// workload is built. The space's quota is theirs and this one's together.
+    pub tenant_holdings: Vec<Holding>,
+}
+
+/// What one live environment holds, as a space it shares with its tenant's other
+/// environments must allow for (Kubernetes: the tenant namespace's ResourceQuota).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    pub environment_id: String,
+    pub offering: Offering,
+    pub shape: Shape,
+    /// Per replica, as [`Workload::vcpus`] and [`Workload::memory_gb`].
+    pub vcpus: u32,
+    pub memory_gb: u32,
+    /// Its unreleased units (every replica's).
+    pub units: Vec<PlacedUnit>,
+}
+
+impl Holding {
+    /// What `w` itself holds.
+    pub fn of(w: &Workload) -> Holding {
+        Holding {
+            environment_id: w.environment_id.clone(),
+            offering: w.offering,
+            shape: w.shape,
+            vcpus: w.vcpus,
+            memory_gb: w.memory_gb,
+            units: w.units.clone(),
+        }
+    }
+
+    pub fn replicas(&self) -> u32 {
+        replicas_of(self.offering, self.shape, self.units.len())
+    }
+}
+
+/// What a soft tenant's environments share on the backend besides its queue (Kubernetes:
+/// the tenant's namespace), as the tenant's sync keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantSpace {
+    /// Active members and their tenant roles.
+    pub members: Vec<(String, Role)>,
+    /// What the tenant's environments in the space hold now.
+    pub holdings: Vec<Holding>,
 }
 
 /// The tenant an environment belongs to, as a backend needs it.
@@ -153,6 +200,9 @@ pub struct TenantQueue {
     pub nodes: u32,
     /// One per GPU model the fleet holds, by model.
     pub models: Vec<ModelAllowance>,
+    /// For a soft tenant: its shared space, applied with the queue (`None` for a hard or
+    /// hybrid tenant, whose environments each have a space of their own).
+    pub space: Option<TenantSpace>,
 }
 
 /// What a tenant may hold of one GPU model, and the fleet's GPUs of that model.
@@ -273,13 +323,18 @@ impl Workload {
     /// How many replicas the workload's units make: each replica of an inference endpoint
     /// holds the booked size again (one GPU or slice per replica for today's sizes).
     pub fn replicas(&self) -> u32 {
-        let per_replica = match self.shape {
-            Shape::Gpus { count, .. } => count.max(1) as usize,
-            Shape::MigSlice { .. } | Shape::Share { .. } | Shape::Nodes { .. } => 1,
-        };
-        match self.offering {
-            Offering::InferenceEndpoint => u32::try_from((self.units.len() / per_replica).max(1)).unwrap_or(1),
-            _ => 1,
-        }
+        replicas_of(self.offering, self.shape, self.units.len())
+    }
+}
+
+/// How many replicas `units` units of an environment make.
+fn replicas_of(offering: Offering, shape: Shape, units: usize) -> u32 {
+    let per_replica = match shape {
+        Shape::Gpus { count, .. } => count.max(1) as usize,
+        Shape::MigSlice { .. } | Shape::Share { .. } | Shape::Nodes { .. } => 1,
+    };
+    match offering {
+        Offering::InferenceEndpoint => u32::try_from((units / per_replica).max(1)).unwrap_or(1),
+        _ => 1,
     }
 }

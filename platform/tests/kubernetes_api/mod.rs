@@ -269,6 +269,24 @@ impl FakeCluster {
             .collect()
     }
 
+    /// The ResourceQuota of each tenant's namespace (labelled with a tenant and no
+    /// environment), by namespace: its `spec.hard`.
+    pub fn tenant_quotas(&self) -> Vec<(String, Value)> {
+        let state = self.lock();
+        state
+            .objects
+            .iter()
+            .filter(|(path, o)| {
+                path.ends_with("/resourcequotas/berth")
+                    && o.pointer("/metadata/labels/berth.dev~1environment").is_none()
+                    && o.pointer("/metadata/labels/berth.dev~1tenant").is_some()
+            })
+            .map(|(_, o)| {
+                (o["metadata"]["namespace"].as_str().unwrap_or_default().to_owned(), o["spec"]["hard"].clone())
+            })
+            .collect()
+    }
+
     /// Objects that carry an environment label, by path.
     pub fn environment_objects(&self) -> Vec<String> {
         let state = self.lock();

@@ -3,9 +3,37 @@
 //! Kueue queues), its workload and endpoint, node labels and taints, MIG layouts and the
 //! dedicated cluster's kubeconfig. No I/O here, so every manifest can be golden-tested.
 //!
-//! Each environment gets its own namespace, labelled with its tenant: its quota then equals
-//! exactly what the environment booked, environments never race each other for a shared
-//! quota object, and teardown is one namespace deletion.
+//! Where an environment lives:
+//! - A soft tenant's notebooks, training jobs and inference endpoints share the tenant's
+//!   namespace, `berth-<slug>` (soft isolation, as issue 5 asks): Pod Security
+//!   `restricted`, a LimitRange, a default-deny NetworkPolicy (same namespace and DNS),
+//!   Berth's Roles bound to the tenant's members, the LocalQueue feeding the tenant's
+//!   ClusterQueue, and one ResourceQuota: the sum of what the tenant's environments there
+//!   hold now (see [`tenant_namespace_bundle`]). Each environment's objects in it are named
+//!   after its short id (`nb-<12 hex>`, `job-…`, `inf-…`, with `-token`, `-api-key`,
+//!   `-proxy`) and carry its label; its teardown deletes exactly those. The namespace and
+//!   everything tenant-wide carry the tenant's label and no environment's; they go when
+//!   the tenant is deleted.
+//! - A dedicated cluster, every environment of a hard or hybrid tenant, and platform
+//!   staff's environments (they have no tenant) keep a namespace of their own,
+//!   `berth-<tenant>-<12 hex>`, with the whole bundle, its quota equal to the booking, and
+//!   go with it. A dedicated cluster's kubeconfig is limited to its namespace, and the
+//!   namespace's node selector (PodNodeSelector/PodTolerationRestriction) to the tenant's
+//!   dedicated nodes: a namespace shared with other environments could not say that.
+//!
+//! The tenant namespace's quota is computed from the database, the source of truth: by the
+//! environment's own steps (configure, start: what the tenant's environments hold, read
+//! when the step began, and this one; release: without this one) and by the tenant's
+//! sync (see `tenant_queues`), which runs after each of those steps and after every
+//! change of the tenant. All apply with the one field manager, so the last apply wins.
+//! Why that converges when environments start and end at once: syncs of one tenant never
+//! overlap, each reads the tenant's version before the holdings, and every change of the
+//! holdings (and every step that applied a quota read earlier) raises the version after
+//! it, so the last apply of all is a sync that read every change committed before it.
+//! Until then an apply read earlier may land after a newer one: an environment starting
+//! may briefly find the quota without it, and Kubernetes' controllers retry the pods it
+//! refused until the sync that follows the environment's own step has landed; one ending
+//! leaves the quota too large for as long.
 //!
 //! Kueue: each tenant has one ClusterQueue, `berth-tenant-<slug>`, whose quota mirrors the
 //! tenant's Berth quota (see [`tenant_cluster_queue`]); every environment's LocalQueue
@@ -23,7 +51,7 @@ use berth_domain::tenancy::Isolation;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::backend::{PlacedUnit, TenantQueue, Workload};
+use crate::backend::{Holding, PlacedUnit, TenantQueue, TenantSpace, Workload};
 
 pub const FIELD_MANAGER: &str = "berth";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -130,6 +158,7 @@ pub const SERVICE: Kind = kind("", "v1", "Service", "services", true);
 pub const SECRET: Kind = kind("", "v1", "Secret", "secrets", true);
 pub const SERVICE_ACCOUNT: Kind = kind("", "v1", "ServiceAccount", "serviceaccounts", true);
 pub const CONFIG_MAP: Kind = kind("", "v1", "ConfigMap", "configmaps", true);
+pub const PERSISTENT_VOLUME_CLAIM: Kind = kind("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true);
 pub const NETWORK_POLICY: Kind = kind("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", true);
 pub const ROLE: Kind = kind("rbac.authorization.k8s.io", "v1", "Role", "roles", true);
 pub const ROLE_BINDING: Kind = kind("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true);
@@ -164,16 +193,23 @@ impl Manifest {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Names {
     pub tenant: String,
-    /// The environment's namespace.
+    /// The environment's namespace: its tenant's (shared), or its own.
     pub namespace: String,
+    /// Whether the namespace is the tenant's, shared with its other environments.
+    pub shared: bool,
     /// The ClusterQueue its LocalQueue points at: its tenant's, or for platform staff its
     /// own, named as the namespace (cluster-wide unique).
     pub cluster_queue: String,
     pub local_queue: String,
     /// The StatefulSet, Job or Deployment, and its Service.
-    pub workload: &'static str,
+    pub workload: String,
+    /// What the workload is (`notebook`, `training`, `inference`, `cluster`): its pods'
+    /// component label, with the environment's label selecting them.
+    pub component: &'static str,
     /// The notebook token or inference API key.
-    pub credential: &'static str,
+    pub credential: String,
+    /// The NetworkPolicy that lets Berth's proxy reach the workload.
+    pub proxy_policy: String,
     /// The dedicated cluster's ServiceAccount and its token Secret.
     pub service_account: &'static str,
     pub service_account_token: &'static str,
@@ -185,25 +221,50 @@ impl Names {
         // 12 hex digits of the environment's id keep `berth-<40-char slug>-<id>` within the
         // 63 characters of a namespace name while two environments practically never collide.
         let short: String = w.environment_id.chars().filter(char::is_ascii_alphanumeric).take(12).collect();
-        let namespace = format!("berth-{tenant}-{}", short.to_ascii_lowercase());
+        let short = short.to_ascii_lowercase();
+        let shared = shares_tenant_namespace(w);
+        let namespace = if shared { tenant_namespace_name(&tenant) } else { format!("berth-{tenant}-{short}") };
+        let component = match w.offering {
+            Offering::Notebook => "notebook",
+            Offering::TrainingJob => "training",
+            Offering::InferenceEndpoint => "inference",
+            Offering::DedicatedCluster => "cluster",
+        };
+        let credential_suffix = match w.offering {
+            Offering::InferenceEndpoint => "api-key",
+            _ => "token",
+        };
+        // In a namespace of its own the names say what the object is; in the tenant's, the
+        // environment's short id keeps them apart from its neighbours'.
+        let (workload, credential, proxy_policy) = if shared {
+            let prefix = match w.offering {
+                Offering::Notebook => "nb",
+                Offering::TrainingJob => "job",
+                Offering::InferenceEndpoint => "inf",
+                Offering::DedicatedCluster => "cluster",
+            };
+            let workload = format!("{prefix}-{short}");
+            (workload.clone(), format!("{workload}-{credential_suffix}"), format!("{workload}-proxy"))
+        } else {
+            let credential = match w.offering {
+                Offering::InferenceEndpoint => "inference-api-key",
+                _ => "notebook-token",
+            };
+            (component.to_owned(), credential.to_owned(), PROXY_POLICY.to_owned())
+        };
         Names {
             cluster_queue: match &w.tenant.slug {
                 Some(slug) => tenant_queue_name(slug),
                 None => namespace.clone(),
             },
             namespace,
+            shared,
             tenant,
             local_queue: "berth".into(),
-            workload: match w.offering {
-                Offering::Notebook => "notebook",
-                Offering::TrainingJob => "training",
-                Offering::InferenceEndpoint => "inference",
-                Offering::DedicatedCluster => "cluster",
-            },
-            credential: match w.offering {
-                Offering::InferenceEndpoint => "inference-api-key",
-                _ => "notebook-token",
-            },
+            workload,
+            component,
+            credential,
+            proxy_policy,
             service_account: "tenant",
             service_account_token: "tenant-token",
         }
@@ -219,12 +280,53 @@ pub fn owner_labels(w: &Workload) -> BTreeMap<String, String> {
     ])
 }
 
+/// `managed-by` and tenant: on what a tenant's environments share (its namespace and
+/// what is in it for all of them), which no environment explains alone.
+pub fn tenant_labels(slug: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY_LABEL.to_owned(), FIELD_MANAGER.to_owned()),
+        (TENANT_LABEL.to_owned(), slug.to_owned()),
+    ])
+}
+
 fn metadata(w: &Workload, name: &str, namespace: Option<&str>) -> Value {
-    let mut meta = json!({ "name": name, "labels": owner_labels(w) });
+    labelled(&owner_labels(w), name, namespace)
+}
+
+fn labelled(labels: &BTreeMap<String, String>, name: &str, namespace: Option<&str>) -> Value {
+    let mut meta = json!({ "name": name, "labels": labels });
     if let Some(ns) = namespace {
         meta["namespace"] = json!(ns);
     }
     meta
+}
+
+/// Whether the environment lives in its tenant's namespace: a soft tenant's notebooks,
+/// training jobs and inference endpoints do (see the module's comment).
+pub fn shares_tenant_namespace(w: &Workload) -> bool {
+    w.tenant.slug.is_some() && !dedicates_nodes(w)
+}
+
+/// The environment placed as it would be in the other home: in its own namespace when it
+/// now lives in its tenant's, and the other way round. An environment an earlier Berth
+/// provisioned in a namespace of its own, or whose tenant changed isolation while it ran,
+/// is there; teardown looks in both, so no workload outlives its capacity. `None` for
+/// what only ever has a namespace of its own (a dedicated cluster, platform staff's).
+pub fn other_home(w: &Workload) -> Option<Workload> {
+    if w.tenant.slug.is_none() || w.offering == Offering::DedicatedCluster {
+        return None;
+    }
+    let isolation = if shares_tenant_namespace(w) { Isolation::Hard } else { Isolation::Soft };
+    Some(Workload {
+        tenant: crate::backend::TenantScope { isolation, ..w.tenant.clone() },
+        tenant_holdings: Vec::new(),
+        ..w.clone()
+    })
+}
+
+/// A soft tenant's namespace.
+pub fn tenant_namespace_name(slug: &str) -> String {
+    format!("berth-{slug}")
 }
 
 /// Whether the environment's nodes are dedicated to its tenant: a dedicated cluster's
@@ -247,8 +349,13 @@ pub fn nodes_of(w: &Workload) -> Vec<String> {
 /// `nvidia.com/gpu.shared` for a development share (the device plugin's time-slicing with
 /// `renameByDefault`, so a share can never be mistaken for a whole GPU).
 pub fn gpu_resources(w: &Workload) -> BTreeMap<String, i64> {
+    gpu_resources_of(&w.units)
+}
+
+/// [`gpu_resources`] of some units.
+pub fn gpu_resources_of(units: &[PlacedUnit]) -> BTreeMap<String, i64> {
     let mut counts = BTreeMap::new();
-    for u in &w.units {
+    for u in units {
         let resource = match &u.mig_profile {
             Some(profile) => mig_resource(profile),
             None if u.slice_size < i64::from(berth_domain::mig::MEMORY_SLICES) => "nvidia.com/gpu.shared".to_owned(),
@@ -266,20 +373,80 @@ pub fn mig_resource(profile: &str) -> String {
     format!("nvidia.com/mig-{}", profile.replace('+', "."))
 }
 
-/// The namespace bundle: everything an environment's namespace holds before a workload runs.
+/// The namespace bundle: everything the environment's namespace holds before a workload
+/// runs. In its tenant's namespace that is the tenant's bundle, its quota holding what the
+/// tenant's other environments there hold and this one.
 pub fn namespace_bundle(w: &Workload, settings: &ClusterSettings) -> Vec<Manifest> {
     let names = Names::of(w);
+    if names.shared {
+        return tenant_namespace_bundle(&names.tenant, &space_of(w, true), settings);
+    }
     let ns = names.namespace.as_str();
+    let labels = owner_labels(w);
     let mut bundle = vec![
         namespace(w, &names),
-        resource_quota(w, ns, settings),
-        limit_range(w, ns, settings),
-        network_policy(w, ns),
+        resource_quota(&labels, ns, &[Holding::of(w)], false, settings),
+        limit_range(&labels, ns, w.vcpus, w.memory_gb, settings),
+        network_policy(&labels, ns),
     ];
+    bundle.extend(access(&labels, ns, &w.tenant.members, settings));
+    if has_own_cluster_queue(w) {
+        bundle.push(cluster_queue(w, &names, settings));
+    }
+    bundle.push(local_queue(&labels, &names.local_queue, ns, &names.cluster_queue));
+    bundle
+}
+
+/// The tenant's namespace as environment `w` sees it: the tenant's members, what its other
+/// environments there hold, and (while `holding`) what `w` holds.
+pub fn space_of(w: &Workload, holding: bool) -> TenantSpace {
+    let mut holdings: Vec<Holding> =
+        w.tenant_holdings.iter().filter(|h| h.environment_id != w.environment_id).cloned().collect();
+    if holding {
+        holdings.push(Holding::of(w));
+    }
+    holdings.sort_by(|a, b| a.environment_id.cmp(&b.environment_id));
+    TenantSpace { members: w.tenant.members.clone(), holdings }
+}
+
+/// A soft tenant's namespace and what it holds for all of the tenant's environments there:
+/// Pod Security, one ResourceQuota for what they hold together, a LimitRange (a container
+/// may be as large as a node; the quota bounds them all), the default-deny NetworkPolicy,
+/// Berth's Roles bound to the members, and the LocalQueue feeding the tenant's
+/// ClusterQueue. Everything carries the tenant's label and no environment's.
+pub fn tenant_namespace_bundle(slug: &str, space: &TenantSpace, settings: &ClusterSettings) -> Vec<Manifest> {
+    let ns = tenant_namespace_name(slug);
+    let labels = tenant_labels(slug);
+    let mut meta = labelled(&labels, &ns, None);
+    pod_security(&mut meta);
+    let mut bundle = vec![
+        Manifest::new(NAMESPACE, json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": meta })),
+        tenant_quota(slug, space, settings),
+        limit_range(&labels, &ns, NODE_VCPUS, NODE_MEMORY_GB, settings),
+        network_policy(&labels, &ns),
+    ];
+    bundle.extend(access(&labels, &ns, &space.members, settings));
+    bundle.push(local_queue(&labels, "berth", &ns, &tenant_queue_name(slug)));
+    bundle
+}
+
+/// The ResourceQuota of a soft tenant's namespace: what its environments there hold.
+pub fn tenant_quota(slug: &str, space: &TenantSpace, settings: &ClusterSettings) -> Manifest {
+    resource_quota(&tenant_labels(slug), &tenant_namespace_name(slug), &space.holdings, true, settings)
+}
+
+/// Berth's Roles and the tenant's members bound to them by their Berth role.
+fn access(
+    labels: &BTreeMap<String, String>,
+    ns: &str,
+    members: &[(String, Role)],
+    settings: &ClusterSettings,
+) -> Vec<Manifest> {
+    let mut bundle = Vec::new();
     for (role, rules) in [("berth-admin", admin_rules()), ("berth-edit", edit_rules()), ("berth-view", view_rules())] {
         bundle.push(Manifest::new(
             ROLE,
-            json!({ "apiVersion": ROLE.api_version(), "kind": "Role", "metadata": metadata(w, role, Some(ns)), "rules": rules }),
+            json!({ "apiVersion": ROLE.api_version(), "kind": "Role", "metadata": labelled(labels, role, Some(ns)), "rules": rules }),
         ));
     }
     for (binding, berth_role, role) in [
@@ -287,29 +454,27 @@ pub fn namespace_bundle(w: &Workload, settings: &ClusterSettings) -> Vec<Manifes
         ("berth-members", Role::Member, "berth-edit"),
         ("berth-viewers", Role::Viewer, "berth-view"),
     ] {
-        let subjects: Vec<Value> = w
-            .tenant
-            .members
+        let subjects: Vec<Value> = members
             .iter()
             .filter(|(_, r)| *r == berth_role)
             .map(|(email, _)| {
                 json!({ "kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": format!("{}{email}", settings.user_prefix) })
             })
             .collect();
-        bundle.push(role_binding(w, ns, binding, role, subjects));
+        bundle.push(role_binding(labels, ns, binding, role, subjects));
     }
-    if has_own_cluster_queue(w) {
-        bundle.push(cluster_queue(w, &names, settings));
-    }
-    bundle.push(Manifest::new(
+    bundle
+}
+
+fn local_queue(labels: &BTreeMap<String, String>, name: &str, ns: &str, cluster_queue: &str) -> Manifest {
+    Manifest::new(
         LOCAL_QUEUE,
         json!({
             "apiVersion": LOCAL_QUEUE.api_version(), "kind": "LocalQueue",
-            "metadata": metadata(w, &names.local_queue, Some(ns)),
-            "spec": { "clusterQueue": names.cluster_queue },
+            "metadata": labelled(labels, name, Some(ns)),
+            "spec": { "clusterQueue": cluster_queue },
         }),
-    ));
-    bundle
+    )
 }
 
 /// Whether the environment has a ClusterQueue of its own: platform staff's do, having no
@@ -318,12 +483,16 @@ pub fn has_own_cluster_queue(w: &Workload) -> bool {
     w.tenant.slug.is_none()
 }
 
-fn namespace(w: &Workload, names: &Names) -> Manifest {
-    let mut meta = metadata(w, &names.namespace, None);
+fn pod_security(meta: &mut Value) {
     for mode in ["enforce", "audit", "warn"] {
         meta["labels"][format!("pod-security.kubernetes.io/{mode}")] = json!("restricted");
         meta["labels"][format!("pod-security.kubernetes.io/{mode}-version")] = json!("latest");
     }
+}
+
+fn namespace(w: &Workload, names: &Names) -> Manifest {
+    let mut meta = metadata(w, &names.namespace, None);
+    pod_security(&mut meta);
     meta["annotations"] = json!({ "berth.dev/name": w.name });
     if dedicates_nodes(w) {
         // With the PodNodeSelector and PodTolerationRestriction admission plugins, even pods
@@ -342,40 +511,70 @@ fn total_cpu_memory(w: &Workload) -> (String, String) {
     ((w.vcpus * replicas).to_string(), format!("{}Gi", w.memory_gb * replicas))
 }
 
-fn resource_quota(w: &Workload, ns: &str, settings: &ClusterSettings) -> Manifest {
-    let (cpu, memory) = total_cpu_memory(w);
+/// A namespace's quota: what `holdings` hold together, every replica of each. Objects
+/// are counted per environment, at least one's worth (a namespace holds a few objects of
+/// its own, such as the cluster's CA ConfigMap). In a tenant's namespace (`whole_gpus`)
+/// whole and time-sliced GPUs are always named, at zero when nobody holds one, so an
+/// empty namespace runs nothing on a GPU.
+fn resource_quota(
+    labels: &BTreeMap<String, String>,
+    ns: &str,
+    holdings: &[Holding],
+    whole_gpus: bool,
+    settings: &ClusterSettings,
+) -> Manifest {
+    let cpu: u64 = holdings.iter().map(|h| u64::from(h.vcpus) * u64::from(h.replicas())).sum();
+    let memory: u64 = holdings.iter().map(|h| u64::from(h.memory_gb) * u64::from(h.replicas())).sum();
+    let storage = u64::from(settings.storage_gb) * holdings.len() as u64;
+    let objects = (holdings.len() as u64).max(1);
+    let (cpu, memory) = (cpu.to_string(), format!("{memory}Gi"));
     let mut hard = json!({
         "requests.cpu": cpu, "limits.cpu": cpu,
         "requests.memory": memory, "limits.memory": memory,
-        "requests.storage": format!("{}Gi", settings.storage_gb),
-        "persistentvolumeclaims": "4",
-        "pods": "16",
-        "services": "4",
-        "secrets": "16",
-        "configmaps": "16",
+        "requests.storage": format!("{storage}Gi"),
+        "persistentvolumeclaims": (4 * objects).to_string(),
+        "pods": (16 * objects).to_string(),
+        "services": (4 * objects).to_string(),
+        "secrets": (16 * objects).to_string(),
+        "configmaps": (16 * objects).to_string(),
         "services.nodeports": "0",
         "services.loadbalancers": "0",
     });
-    for (resource, count) in gpu_resources(w) {
+    let mut gpus: BTreeMap<String, i64> = BTreeMap::new();
+    if whole_gpus {
+        gpus.extend([("nvidia.com/gpu".to_owned(), 0), ("nvidia.com/gpu.shared".to_owned(), 0)]);
+    }
+    for h in holdings {
+        for (resource, count) in gpu_resources_of(&h.units) {
+            *gpus.entry(resource).or_insert(0) += count;
+        }
+    }
+    for (resource, count) in gpus {
         hard[format!("requests.{resource}")] = json!(count.to_string());
     }
     Manifest::new(
         RESOURCE_QUOTA,
-        json!({ "apiVersion": "v1", "kind": "ResourceQuota", "metadata": metadata(w, "berth", Some(ns)), "spec": { "hard": hard } }),
+        json!({ "apiVersion": "v1", "kind": "ResourceQuota", "metadata": labelled(labels, "berth", Some(ns)), "spec": { "hard": hard } }),
     )
 }
 
-fn limit_range(w: &Workload, ns: &str, settings: &ClusterSettings) -> Manifest {
+fn limit_range(
+    labels: &BTreeMap<String, String>,
+    ns: &str,
+    vcpus: u32,
+    memory_gb: u32,
+    settings: &ClusterSettings,
+) -> Manifest {
     Manifest::new(
         LIMIT_RANGE,
         json!({
-            "apiVersion": "v1", "kind": "LimitRange", "metadata": metadata(w, "berth", Some(ns)),
+            "apiVersion": "v1", "kind": "LimitRange", "metadata": labelled(labels, "berth", Some(ns)),
             "spec": { "limits": [
                 {
                     "type": "Container",
                     "default": { "cpu": "1", "memory": "2Gi" },
                     "defaultRequest": { "cpu": "250m", "memory": "512Mi" },
-                    "max": { "cpu": w.vcpus.to_string(), "memory": format!("{}Gi", w.memory_gb) },
+                    "max": { "cpu": vcpus.to_string(), "memory": format!("{memory_gb}Gi") },
                 },
                 { "type": "PersistentVolumeClaim", "max": { "storage": format!("{}Gi", settings.storage_gb) } },
             ] },
@@ -383,12 +582,12 @@ fn limit_range(w: &Workload, ns: &str, settings: &ClusterSettings) -> Manifest {
     )
 }
 
-fn network_policy(w: &Workload, ns: &str) -> Manifest {
+fn network_policy(labels: &BTreeMap<String, String>, ns: &str) -> Manifest {
     Manifest::new(
         NETWORK_POLICY,
         json!({
             "apiVersion": NETWORK_POLICY.api_version(), "kind": "NetworkPolicy",
-            "metadata": metadata(w, "berth-default-deny", Some(ns)),
+            "metadata": labelled(labels, "berth-default-deny", Some(ns)),
             "spec": {
                 "podSelector": {},
                 "policyTypes": ["Ingress", "Egress"],
@@ -407,7 +606,6 @@ fn network_policy(w: &Workload, ns: &str) -> Manifest {
         }),
     )
 }
-
 const READ: [&str; 3] = ["get", "list", "watch"];
 const WRITE: [&str; 7] = ["get", "list", "watch", "create", "update", "patch", "delete"];
 
@@ -447,11 +645,11 @@ fn admin_rules() -> Value {
     rules
 }
 
-fn role_binding(w: &Workload, ns: &str, name: &str, role: &str, subjects: Vec<Value>) -> Manifest {
+fn role_binding(labels: &BTreeMap<String, String>, ns: &str, name: &str, role: &str, subjects: Vec<Value>) -> Manifest {
     Manifest::new(
         ROLE_BINDING,
         json!({
-            "apiVersion": ROLE_BINDING.api_version(), "kind": "RoleBinding", "metadata": metadata(w, name, Some(ns)),
+            "apiVersion": ROLE_BINDING.api_version(), "kind": "RoleBinding", "metadata": labelled(labels, name, Some(ns)),
             "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role },
             "subjects": subjects,
         }),
@@ -588,7 +786,7 @@ fn dedicated_toleration(tenant: &str) -> Value {
 
 fn component_labels(w: &Workload, names: &Names) -> BTreeMap<String, String> {
     let mut labels = owner_labels(w);
-    labels.insert(COMPONENT_LABEL.to_owned(), names.workload.to_owned());
+    labels.insert(COMPONENT_LABEL.to_owned(), names.component.to_owned());
     labels
 }
 
@@ -639,7 +837,7 @@ fn credential_env(names: &Names, variable: &str) -> Value {
 pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
     let names = Names::of(w);
     let ns = names.namespace.as_str();
-    let selector = json!({ "matchLabels": { ENVIRONMENT_LABEL: w.environment_id, COMPONENT_LABEL: names.workload } });
+    let selector = json!({ "matchLabels": { ENVIRONMENT_LABEL: w.environment_id, COMPONENT_LABEL: names.component } });
     let image = w.image.clone().unwrap_or_default();
     match w.offering {
         Offering::Notebook => {
@@ -656,7 +854,7 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
             vec![Manifest::new(
                 STATEFUL_SET,
                 json!({
-                    "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata(w, names.workload, Some(ns)),
+                    "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata(w, &names.workload, Some(ns)),
                     "spec": {
                         "replicas": 1, "serviceName": names.workload, "selector": selector,
                         "template": pod_template(w, &names, container),
@@ -679,7 +877,7 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
             template["spec"]["restartPolicy"] = json!("Never");
             // Kueue admits the Job through the environment's LocalQueue. `suspend` is left
             // to Kueue's webhook: applying `suspend: true` again would stop a running job.
-            let mut meta = metadata(w, names.workload, Some(ns));
+            let mut meta = metadata(w, &names.workload, Some(ns));
             meta["labels"]["kueue.x-k8s.io/queue-name"] = json!(names.local_queue);
             vec![Manifest::new(
                 JOB,
@@ -701,7 +899,7 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
             vec![Manifest::new(
                 DEPLOYMENT,
                 json!({
-                    "apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(w, names.workload, Some(ns)),
+                    "apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata(w, &names.workload, Some(ns)),
                     "spec": { "replicas": w.replicas(), "selector": selector, "template": pod_template(w, &names, container) },
                 }),
             )]
@@ -723,10 +921,25 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
                     SECRET,
                     json!({ "apiVersion": "v1", "kind": "Secret", "metadata": token_meta, "type": "kubernetes.io/service-account-token" }),
                 ),
-                role_binding(w, ns, "berth-cluster-user", "berth-edit", subjects),
+                role_binding(&owner_labels(w), ns, "berth-cluster-user", "berth-edit", subjects),
             ]
         }
     }
+}
+
+/// The volume claims a notebook's StatefulSet makes (`<template>-<statefulset>-<ordinal>`),
+/// by name, for deleting them: the StatefulSet's retention policy deletes them too, but
+/// teardown does not leave the tenant's namespace to the garbage collector's timing.
+pub fn volume_claims(w: &Workload) -> Vec<Manifest> {
+    if w.offering != Offering::Notebook {
+        return Vec::new();
+    }
+    let names = Names::of(w);
+    let name = format!("work-{}-0", names.workload);
+    vec![Manifest::new(
+        PERSISTENT_VOLUME_CLAIM,
+        json!({ "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": metadata(w, &name, Some(&names.namespace)) }),
+    )]
 }
 
 /// The Service in front of a notebook or an inference endpoint.
@@ -740,10 +953,10 @@ pub fn endpoint_manifest(w: &Workload) -> Option<Manifest> {
     Some(Manifest::new(
         SERVICE,
         json!({
-            "apiVersion": "v1", "kind": "Service", "metadata": metadata(w, names.workload, Some(&names.namespace)),
+            "apiVersion": "v1", "kind": "Service", "metadata": metadata(w, &names.workload, Some(&names.namespace)),
             "spec": {
                 "type": "ClusterIP",
-                "selector": { ENVIRONMENT_LABEL: w.environment_id, COMPONENT_LABEL: names.workload },
+                "selector": { ENVIRONMENT_LABEL: w.environment_id, COMPONENT_LABEL: names.component },
                 "ports": [{ "name": "http", "port": port, "targetPort": "http", "protocol": "TCP" }],
             },
         }),
@@ -759,9 +972,9 @@ pub fn proxy_access_manifest(w: &Workload, settings: &ClusterSettings) -> Option
         NETWORK_POLICY,
         json!({
             "apiVersion": NETWORK_POLICY.api_version(), "kind": "NetworkPolicy",
-            "metadata": metadata(w, PROXY_POLICY, Some(&names.namespace)),
+            "metadata": metadata(w, &names.proxy_policy, Some(&names.namespace)),
             "spec": {
-                "podSelector": { "matchLabels": { ENVIRONMENT_LABEL: w.environment_id, COMPONENT_LABEL: names.workload } },
+                "podSelector": { "matchLabels": { ENVIRONMENT_LABEL: w.environment_id, COMPONENT_LABEL: names.component } },
                 "policyTypes": ["Ingress"],
                 "ingress": [{
                     "from": [{ "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": settings.berth_namespace } } }],
@@ -772,7 +985,8 @@ pub fn proxy_access_manifest(w: &Workload, settings: &ClusterSettings) -> Option
     ))
 }
 
-/// The NetworkPolicy that lets Berth's proxy in.
+/// The NetworkPolicy that lets Berth's proxy in, in a namespace of the environment's own
+/// (in its tenant's: `<workload>-proxy`).
 pub const PROXY_POLICY: &str = "berth-proxy";
 
 /// Where Berth's proxy reaches a notebook or an endpoint: its Service's cluster DNS name.
@@ -794,7 +1008,7 @@ pub fn credential_manifest(w: &Workload, value: &str) -> Option<Manifest> {
         Manifest::new(
             SECRET,
             json!({
-                "apiVersion": "v1", "kind": "Secret", "metadata": metadata(w, names.credential, Some(&names.namespace)),
+                "apiVersion": "v1", "kind": "Secret", "metadata": metadata(w, &names.credential, Some(&names.namespace)),
                 "type": "Opaque", "stringData": { "value": value },
             }),
         )

@@ -4,20 +4,22 @@
 //!
 //! | step | Kubernetes |
 //! |---|---|
-//! | configure partition (MIG) | namespace bundle; MIG layout into the mig-parted ConfigMap, node label `nvidia.com/mig.config`, wait for `nvidia.com/mig.config.state=success` |
+//! | configure partition (MIG) | namespace bundle (the tenant's, with its quota, for a soft tenant's environment); MIG layout into the mig-parted ConfigMap, node label `nvidia.com/mig.config`, wait for `nvidia.com/mig.config.state=success` |
 //! | pull image | nothing: the kubelet pulls it when the pod starts |
 //! | start workload | namespace bundle; dedicated nodes labelled and tainted; credential Secret; StatefulSet / Job / Deployment, or the dedicated cluster's ServiceAccount |
 //! | wait healthy | read the workload's status (dedicated: the nodes' `Ready`) |
 //! | expose endpoint | Service and the NetworkPolicy that lets Berth's proxy in; connection details (dedicated: a kubeconfig) |
 //! | remove endpoint | delete the Service and that NetworkPolicy |
-//! | stop workload | delete the workload and wait until its pods are gone |
+//! | stop workload | delete the workload (where it lives, and where an earlier placement put it) and wait until its pods are gone |
 //! | clear partition | node's MIG config cleared |
-//! | release capacity | delete the namespace (and a staff environment's own ClusterQueue); the node's label and taint removed once no other environment of the tenant holds it; the environment taken off the MIG layouts it wrote, and layouts nobody wrote or names any more dropped from the mig-parted ConfigMap |
-//! | orphan sweep | list labelled namespaces, ClusterQueues (environments' and tenants'), dedicated nodes, nodes with a Berth MIG layout (each annotated with the environments holding it) and the mig-parted ConfigMap's layouts; delete, give back or disable what nothing live explains |
+//! | release capacity | in the tenant's namespace: delete the environment's objects by name, wait until they are gone, apply the tenant's quota without it; in its own: delete the namespace (and a staff environment's own ClusterQueue); the node's label and taint removed once no other environment of the tenant holds it; the environment taken off the MIG layouts it wrote, and layouts nobody wrote or names any more dropped from the mig-parted ConfigMap |
+//! | orphan sweep | list labelled namespaces (environments' and tenants'), environments' objects in tenants' namespaces, ClusterQueues (environments' and tenants'), dedicated nodes, nodes with a Berth MIG layout (each annotated with the environments holding it) and the mig-parted ConfigMap's layouts; delete, give back or disable what nothing live explains |
 //!
 //! Besides the steps, each tenant has a ClusterQueue mirroring its Berth quota (see
-//! `manifests::tenant_cluster_queue`), applied whenever the quota changes and removed when
-//! the tenant is deleted.
+//! `manifests::tenant_cluster_queue`) and a soft tenant its namespace (see
+//! `manifests::tenant_namespace_bundle`), applied whenever the quota, the members or what
+//! its environments hold changes, and removed when the tenant is deleted. Where each
+//! environment lives, and why its tenant's quota converges, is in `manifests`.
 //!
 //! A node dedicated to a hard or hybrid tenant is labelled `berth.dev/tenant=<tenant>` and
 //! tainted for it once, with every environment of the tenant on it in one annotation;
@@ -27,7 +29,8 @@
 //! Kubernetes errors go to the log; the step fails with an operational message.
 //!
 //! Owners reach notebooks and endpoints through Berth's proxy, which talks to the
-//! workload's Service by its cluster DNS name (`notebook.<ns>.svc.cluster.local:8888`).
+//! workload's Service by its cluster DNS name (`nb-<id>.berth-<tenant>.svc.cluster.local:8888`
+//! in a soft tenant's namespace, `notebook.<ns>.svc…` in an environment's own).
 //! That needs Berth to run inside the cluster (its Dockerfile is made for that) or on a
 //! host that routes to Services. The API server's service proxy would work from anywhere,
 //! but it sends every notebook byte and long-lived kernel WebSocket through the control
@@ -172,7 +175,9 @@ impl Kubernetes {
                 }
             }
             Step::StopWorkload => {
-                for m in manifests::workload_manifests(w) {
+                let mut workloads = manifests::workload_manifests(w);
+                workloads.extend(manifests::other_home(w).iter().flat_map(manifests::workload_manifests));
+                for m in workloads {
                     // Foreground: the object goes only after its pods, so once it is gone the
                     // GPUs are free and releasing the capacity tells the truth.
                     if self.delete(&m.kind, m.namespace(), m.name(), true).await? {
@@ -186,7 +191,30 @@ impl Kubernetes {
                 }
             }
             Step::ReleaseCapacity => {
-                self.delete(&NAMESPACE, None, &names.namespace, false).await?;
+                if names.shared {
+                    self.delete_environment_objects(w).await?;
+                    // What is left for the tenant's other environments, as read when the
+                    // step began; the tenant's sync after the release applies the newest.
+                    let quota =
+                        manifests::tenant_quota(&names.tenant, &manifests::space_of(w, false), &self.config.cluster);
+                    match self.apply_answer(&quota).await {
+                        Ok(()) => {}
+                        // The tenant's namespace went with the tenant: nothing to bound.
+                        Err(kube::Error::Api(status)) if status.code == 404 => {}
+                        Err(e) => return Err(api_failure("apply the tenant's ResourceQuota", e)),
+                    }
+                } else {
+                    self.delete(&NAMESPACE, None, &names.namespace, false).await?;
+                }
+                // What an earlier placement left (see `manifests::other_home`).
+                if let Some(other) = manifests::other_home(w) {
+                    let elsewhere = manifests::Names::of(&other);
+                    if elsewhere.shared {
+                        self.delete_environment_objects(&other).await?;
+                    } else {
+                        self.delete(&NAMESPACE, None, &elsewhere.namespace, false).await?;
+                    }
+                }
                 if manifests::has_own_cluster_queue(w) {
                     self.delete(&CLUSTER_QUEUE, None, &names.cluster_queue, false).await?;
                 }
@@ -222,30 +250,48 @@ impl Kubernetes {
         Ok(layouts)
     }
 
+    /// Where the proxy reaches the workload: where it lives, or (it is not there) where an
+    /// earlier placement put it and it still runs (see `manifests::other_home`).
     async fn upstream_of(&self, w: &Workload) -> Result<Upstream, BackendError> {
+        let mut found = self.upstream_credential(w).await?;
+        if found.is_none()
+            && let Some(other) = manifests::other_home(w)
+        {
+            found = self.upstream_credential(&other).await?;
+        }
+        let names = manifests::Names::of(w);
+        let (base_url, credential) = found.ok_or_else(|| {
+            BackendError(format!("the workload's credential (Secret {}) is missing", names.credential))
+        })?;
+        let notebook = w.offering == Offering::Notebook;
+        let authorization = if notebook { format!("token {credential}") } else { format!("Bearer {credential}") };
+        Ok(Upstream { base_url, headers: vec![("authorization".to_owned(), authorization)] })
+    }
+
+    /// The workload's Service address and credential where `w` places it, if its
+    /// credential is there.
+    async fn upstream_credential(&self, w: &Workload) -> Result<Option<(String, String)>, BackendError> {
         let base_url = manifests::upstream_base_url(w, &self.config.cluster)
             .ok_or_else(|| BackendError(format!("a {} serves nothing through Berth", w.offering.title())))?;
         let names = manifests::Names::of(w);
         let api: Api<Secret> = Api::namespaced(self.client.clone(), &names.namespace);
         let doing = format!("read Secret {}", names.credential);
-        let credential = api
-            .get_opt(names.credential)
-            .await
-            .map_err(|e| api_failure(&doing, e))?
-            .and_then(secret_value)
-            .ok_or_else(|| {
-                BackendError(format!("the workload's credential (Secret {}) is missing", names.credential))
-            })?;
-        let notebook = w.offering == Offering::Notebook;
-        let authorization = if notebook { format!("token {credential}") } else { format!("Bearer {credential}") };
-        Ok(Upstream { base_url, headers: vec![("authorization".to_owned(), authorization)] })
+        let credential =
+            api.get_opt(&names.credential).await.map_err(|e| api_failure(&doing, e))?.and_then(secret_value);
+        Ok(credential.map(|c| (base_url, c)))
+    }
+
+    async fn training_job(&self, w: &Workload) -> Result<Option<Job>, BackendError> {
+        let names = manifests::Names::of(w);
+        let jobs: Api<Job> = Api::namespaced(self.client.clone(), &names.namespace);
+        jobs.get_opt(&names.workload).await.map_err(|e| api_failure("read the training job", e))
     }
 
     /// The pods of the workload, by the labels its template gives them.
     async fn workload_pods(&self, w: &Workload) -> Result<Vec<Pod>, BackendError> {
         let names = manifests::Names::of(w);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &names.namespace);
-        let selector = format!("{ENVIRONMENT_LABEL}={},{COMPONENT_LABEL}={}", w.environment_id, names.workload);
+        let selector = format!("{ENVIRONMENT_LABEL}={},{COMPONENT_LABEL}={}", w.environment_id, names.component);
         let pods = api
             .list(&ListParams::default().labels(&selector))
             .await
@@ -257,13 +303,16 @@ impl Kubernetes {
         if w.offering != Offering::TrainingJob {
             return Err(BackendError("only training jobs have logs".into()));
         }
+        // Where it lives, or where an earlier placement put it (see `upstream_of`).
+        let mut job = self.training_job(w).await?.map(|job| (job, w.clone()));
+        if job.is_none()
+            && let Some(other) = manifests::other_home(w)
+        {
+            job = self.training_job(&other).await?.map(|job| (job, other));
+        }
+        let (job, w) = job.ok_or_else(|| BackendError("the training Job is missing".into()))?;
+        let w = &w;
         let names = manifests::Names::of(w);
-        let jobs: Api<Job> = Api::namespaced(self.client.clone(), &names.namespace);
-        let job = jobs
-            .get_opt(names.workload)
-            .await
-            .map_err(|e| api_failure("read the training job", e))?
-            .ok_or_else(|| BackendError("the training Job is missing".into()))?;
         let mut pods = self.workload_pods(w).await?;
         // The newest pod is the one that ran last (with backoffLimit 0 there is one).
         pods.sort_by_key(|p| p.metadata.creation_timestamp.clone());
@@ -368,21 +417,30 @@ impl Kubernetes {
         Ok(())
     }
 
-    /// The environment's namespace bundle. A LocalQueue's ClusterQueue cannot change, and
-    /// an environment provisioned by an earlier Berth fed a queue of its own rather than
-    /// its tenant's: such a LocalQueue is replaced.
+    /// The environment's namespace bundle (its own, or its tenant's).
     async fn apply_bundle(&self, w: &Workload) -> Result<(), BackendError> {
-        for m in manifests::namespace_bundle(w, &self.config.cluster) {
+        self.apply_namespace(&manifests::namespace_bundle(w, &self.config.cluster), &w.environment_id).await
+    }
+
+    /// A namespace bundle, for `whose` (an environment or a tenant). A LocalQueue's
+    /// ClusterQueue cannot change, and an environment provisioned by an earlier Berth fed a
+    /// queue of its own rather than its tenant's: such a LocalQueue is replaced.
+    async fn apply_namespace(&self, bundle: &[Manifest], whose: &str) -> Result<(), BackendError> {
+        for m in bundle {
             if m.kind != manifests::LOCAL_QUEUE {
-                self.apply(&m).await?;
+                self.apply(m).await?;
                 continue;
             }
-            match self.apply_answer(&m).await {
+            match self.apply_answer(m).await {
                 Ok(()) => {}
                 Err(kube::Error::Api(status)) if status.code == 422 => {
-                    tracing::info!(environment = %w.environment_id, "LocalQueue feeds another ClusterQueue; replacing it");
+                    tracing::info!(
+                        namespace = m.namespace(),
+                        whose,
+                        "LocalQueue feeds another ClusterQueue; replacing it"
+                    );
                     self.delete(&m.kind, m.namespace(), m.name(), false).await?;
-                    self.apply(&m).await?;
+                    self.apply(m).await?;
                 }
                 Err(e) => return Err(api_failure(&format!("apply LocalQueue {}", m.name()), e)),
             }
@@ -640,7 +698,7 @@ impl Kubernetes {
     async fn wait_healthy(&self, w: &Workload) -> Result<String, BackendError> {
         let names = manifests::Names::of(w);
         let ns = names.namespace.as_str();
-        let name = names.workload;
+        let name = names.workload.as_str();
         loop {
             let ready = match w.offering {
                 Offering::Notebook => {
@@ -688,24 +746,41 @@ impl Kubernetes {
     }
 
     /// Everything Berth made: namespaces labelled for an environment (everything in them
-    /// goes with them), ClusterQueues (an environment's, or a tenant's), dedicated nodes,
+    /// goes with them), tenants' namespaces and the objects labelled for an environment in
+    /// them (named `<namespace>/<name>`), ClusterQueues (an environment's, or a tenant's), dedicated nodes,
     /// nodes' MIG layouts with the environments that keep each in place, and the layouts
     /// of the mig-parted ConfigMap with the environments that wrote them or hold them on a
     /// node. Nodes are listed before the ConfigMap, so a sweep disables a stale layout on a
     /// node before it looks at the ConfigMap's copy. Objects being deleted are left out.
     async fn owned(&self) -> Result<Vec<OwnedObject>, BackendError> {
         let mut owned = Vec::new();
-        let labelled = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER},{ENVIRONMENT_LABEL}"));
+        let berths = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER}"));
         // What is being deleted already (a namespace emptying, a queue whose workloads are
         // finishing: Kueue holds it with a finalizer) is on its way out, not an orphan.
         let going = |object: &DynamicObject| object.metadata.deletion_timestamp.is_some();
         let found =
-            self.api(&NAMESPACE, None).list(&labelled).await.map_err(|e| api_failure("list Berth's namespaces", e))?;
-        owned.extend(found.iter().filter(|o| !going(o)).map(|object| {
-            let environments = object.labels().get(ENVIRONMENT_LABEL).cloned().into_iter().collect();
-            OwnedObject::for_environments(NAMESPACE.kind, object.name_any(), environments)
-        }));
-        let berths = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER}"));
+            self.api(&NAMESPACE, None).list(&berths).await.map_err(|e| api_failure("list Berth's namespaces", e))?;
+        for namespace in found.iter().filter(|o| !going(o)) {
+            let labels = namespace.labels();
+            match (labels.get(ENVIRONMENT_LABEL), labels.get(TENANT_LABEL)) {
+                (Some(environment), _) => owned.push(OwnedObject::for_environments(
+                    NAMESPACE.kind,
+                    namespace.name_any(),
+                    vec![environment.clone()],
+                )),
+                // A tenant's namespace: the tenant's, and its environments' objects in it.
+                (None, Some(tenant)) => {
+                    owned.push(OwnedObject {
+                        kind: NAMESPACE.kind,
+                        name: namespace.name_any(),
+                        environments: Vec::new(),
+                        tenant: Some(tenant.clone()),
+                    });
+                    owned.extend(self.environment_objects_in(&namespace.name_any()).await?);
+                }
+                (None, None) => {}
+            }
+        }
         let found = self
             .api(&CLUSTER_QUEUE, None)
             .list(&berths)
@@ -754,12 +829,52 @@ impl Kubernetes {
         Ok(owned)
     }
 
-    /// Removes an orphan: namespaces and queues are deleted; a dedicated node loses
-    /// Berth's labels, annotation and taint; a MIG layout nobody holds is disabled on its
-    /// node, and dropped from the mig-parted ConfigMap once no node names it.
+    /// The objects of environments in a tenant's namespace, named `<namespace>/<name>`.
+    async fn environment_objects_in(&self, namespace: &str) -> Result<Vec<OwnedObject>, BackendError> {
+        let labelled = ListParams::default().labels(&format!("{MANAGED_BY_LABEL}={FIELD_MANAGER},{ENVIRONMENT_LABEL}"));
+        let mut owned = Vec::new();
+        for kind in ENVIRONMENT_KINDS {
+            let doing = format!("list Berth's {} in {namespace}", kind.plural);
+            let found = self.api(&kind, Some(namespace)).list(&labelled).await.map_err(|e| api_failure(&doing, e))?;
+            owned.extend(found.iter().filter(|o| o.metadata.deletion_timestamp.is_none()).map(|object| {
+                let environments = object.labels().get(ENVIRONMENT_LABEL).cloned().into_iter().collect();
+                OwnedObject::for_environments(kind.kind, format!("{namespace}/{}", object.name_any()), environments)
+            }));
+        }
+        Ok(owned)
+    }
+
+    /// Deletes the environment's objects in its tenant's namespace by name (those already
+    /// gone count as done) and waits until each is gone; the workload in the foreground,
+    /// so its pods and their volumes go before it does.
+    async fn delete_environment_objects(&self, w: &Workload) -> Result<(), BackendError> {
+        let mut objects = manifests::workload_manifests(w);
+        objects.extend(manifests::volume_claims(w));
+        objects.extend(manifests::endpoint_manifest(w));
+        objects.extend(manifests::proxy_access_manifest(w, &self.config.cluster));
+        objects.extend(manifests::credential_manifest(w, ""));
+        for m in objects {
+            if self.delete(&m.kind, m.namespace(), m.name(), true).await? {
+                self.wait_gone(&m).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes an orphan: namespaces, queues and an environment's objects in its tenant's
+    /// namespace are deleted; a dedicated node loses Berth's labels, annotation and taint;
+    /// a MIG layout nobody holds is disabled on its node, and dropped from the mig-parted
+    /// ConfigMap once no node names it.
     async fn remove(&self, object: &OwnedObject) -> Result<bool, BackendError> {
         match object.kind {
             "Namespace" => self.delete(&NAMESPACE, None, &object.name, false).await,
+            kind if ENVIRONMENT_KINDS.iter().any(|k| k.kind == kind) => {
+                let Some(k) = ENVIRONMENT_KINDS.iter().find(|k| k.kind == kind) else { return Ok(false) };
+                let Some((namespace, name)) = object.name.split_once('/') else {
+                    return Err(BackendError(format!("{kind} {} names no namespace", object.name)));
+                };
+                self.delete(k, Some(namespace), name, false).await
+            }
             "ClusterQueue" => self.delete(&CLUSTER_QUEUE, None, &object.name, false).await,
             "Node" | MIG_LAYOUT => self.release_node_part(object).await,
             MIG_CONFIG_ENTRY => self.remove_mig_layout(object).await,
@@ -840,6 +955,17 @@ impl Kubernetes {
     }
 }
 
+/// The kinds of an environment's objects in its tenant's namespace, as the sweep lists them.
+const ENVIRONMENT_KINDS: [Kind; 7] = [
+    manifests::STATEFUL_SET,
+    manifests::JOB,
+    manifests::DEPLOYMENT,
+    manifests::PERSISTENT_VOLUME_CLAIM,
+    manifests::SERVICE,
+    manifests::SECRET,
+    manifests::NETWORK_POLICY,
+];
+
 /// What the orphan sweep calls a node's MIG layout set by Berth.
 pub const MIG_LAYOUT: &str = "MigLayout";
 /// What the orphan sweep calls a layout in the mig-parted ConfigMap.
@@ -903,12 +1029,26 @@ impl Backend for Kubernetes {
         true
     }
 
+    /// The tenant's ClusterQueue, and for a soft tenant its namespace with everything in
+    /// it for all its environments (see `manifests::tenant_namespace_bundle`).
     fn apply_tenant_queue<'a>(&'a self, queue: &'a TenantQueue) -> QueueFuture<'a> {
-        Box::pin(async move { self.apply(&manifests::tenant_cluster_queue(queue, &self.config.cluster)).await })
+        Box::pin(async move {
+            self.apply(&manifests::tenant_cluster_queue(queue, &self.config.cluster)).await?;
+            if let Some(space) = &queue.space {
+                let bundle = manifests::tenant_namespace_bundle(&queue.slug, space, &self.config.cluster);
+                self.apply_namespace(&bundle, &queue.slug).await?;
+            }
+            Ok(())
+        })
     }
 
+    /// The tenant's ClusterQueue and namespace (everything in it goes with it).
     fn remove_tenant_queue<'a>(&'a self, slug: &'a str) -> RemoveFuture<'a> {
-        Box::pin(async move { self.delete(&CLUSTER_QUEUE, None, &manifests::tenant_queue_name(slug), false).await })
+        Box::pin(async move {
+            let queue = self.delete(&CLUSTER_QUEUE, None, &manifests::tenant_queue_name(slug), false).await?;
+            let namespace = self.delete(&NAMESPACE, None, &manifests::tenant_namespace_name(slug), false).await?;
+            Ok(queue || namespace)
+        })
     }
 
     fn upstream<'a>(&'a self, workload: &'a Workload) -> UpstreamFuture<'a> {
