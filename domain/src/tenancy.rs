@@ -38,7 +38,9 @@ impl Isolation {
 pub const STAFF_SLUG: &str = "platform-staff";
 
 /// A short name for URLs and group mappings: 2 to 40 lower-case letters, digits or dashes,
-/// starting with a letter, and not [`STAFF_SLUG`].
+/// starting with a letter, not [`STAFF_SLUG`], and not ending in a dash and 12 hex digits:
+/// on Kubernetes a tenant's namespace is `berth-<slug>` and an environment's own
+/// `berth-<slug>-<12 hex of its id>`, which such a slug could take.
 pub fn validate_slug(slug: &str) -> Result<String, Refusal> {
     let slug = slug.trim();
     if slug.len() < 2 || slug.len() > 40 {
@@ -52,6 +54,9 @@ pub fn validate_slug(slug: &str) -> Result<String, Refusal> {
     }
     if slug == STAFF_SLUG {
         return Err(Refusal::InvalidSlug("is reserved for platform staff's own environments"));
+    }
+    if slug.rsplit_once('-').is_some_and(|(_, end)| end.len() == 12 && end.chars().all(|c| c.is_ascii_hexdigit())) {
+        return Err(Refusal::InvalidSlug("may not end in a dash and 12 hex digits (Berth names environments so)"));
     }
     Ok(slug.to_owned())
 }
@@ -191,6 +196,10 @@ mod tests {
         assert!(validate_slug("2acme").is_err());
         assert!(validate_slug("ac me").is_err());
         assert!(validate_slug("platform-staff").is_err(), "staff's name on Kubernetes");
+        assert!(validate_slug("acme-0123456789ab").is_err(), "acme's environment's namespace on Kubernetes");
+        assert!(validate_slug("platform-staff-0123456789ab").is_err());
+        assert_eq!(validate_slug("acme-0123456789"), Ok("acme-0123456789".into()), "11 digits");
+        assert_eq!(validate_slug("acme-0123456789xy"), Ok("acme-0123456789xy".into()));
     }
 
     #[test]

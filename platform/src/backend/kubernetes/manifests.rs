@@ -5,7 +5,7 @@
 //!
 //! Where an environment lives:
 //! - A soft tenant's notebooks, training jobs and inference endpoints share the tenant's
-//!   namespace, `berth-<slug>` (soft isolation, as issue 5 asks): Pod Security
+//!   namespace, `berth-<slug>` (soft isolation): Pod Security
 //!   `restricted`, a LimitRange, a default-deny NetworkPolicy (same namespace and DNS),
 //!   Berth's Roles bound to the tenant's members, the LocalQueue feeding the tenant's
 //!   ClusterQueue, and one ResourceQuota: the sum of what the tenant's environments there
