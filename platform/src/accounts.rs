@@ -119,7 +119,8 @@ impl Platform {
     }
 
     /// Creates a user who can sign in with a password (for `berth admin` and tests).
-    /// Platform roles take no tenant; tenant roles need one.
+    /// Platform roles take no tenant; tenant roles need one, whose namespace bindings then
+    /// follow (see `tenant_queues`).
     pub async fn create_user(
         &self,
         email: &str,
@@ -129,6 +130,7 @@ impl Platform {
         tenant_id: Option<i64>,
     ) -> Result<User, Error> {
         let hash = hash_password(password)?;
+        let mut tx = self.begin_write().await?;
         let row = sqlx::query(
             "INSERT INTO users AS u (email, display_name, password_hash, role, tenant_id, created_at)
              VALUES (?, ?, ?, ?, ?, ?)
@@ -140,9 +142,14 @@ impl Platform {
         .bind(role.as_str())
         .bind(tenant_id)
         .bind(now_ms())
-        .fetch_one(&self.db)
+        .fetch_one(&mut *tx)
         .await?;
-        user_from_row(&row)
+        let user = user_from_row(&row)?;
+        if tenant_id.is_some() {
+            crate::tenant_queues::follow(&mut tx, tenant_id).await?;
+        }
+        tx.commit().await?;
+        Ok(user)
     }
 
     /// Checks an email and password; both outcomes are audited, and a failure says

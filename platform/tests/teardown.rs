@@ -1067,6 +1067,16 @@ async fn a_soft_tenants_namespace_follows_its_environments_and_members_on_kubern
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert_eq!(bound(cluster, "berth-members"), ["m0@acme.test"]);
+    // A member added by `berth admin` (no invitation) is bound too.
+    site.platform()
+        .create_user("m2@acme.test", "m2", "a long passphrase", Role::Member, Some(acme))
+        .await
+        .expect("user");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while bound(cluster, "berth-members") != ["m0@acme.test", "m2@acme.test"] {
+        assert!(tokio::time::Instant::now() < deadline, "members: {:?}", bound(cluster, "berth-members"));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 
     // The other ends: nothing held, nothing of either left, the namespace stays.
     site.platform().stop(&members[1], &b).await.expect("stop b");
