@@ -12,7 +12,7 @@ use berth_domain::fabric::{FabricConfig, IdentifierKind, Pool};
 use berth_domain::policy::Role;
 use berth_platform::tenants::TenantChange;
 use berth_platform::{Caller, Error, Platform};
-use common::{production_pool, test_meta};
+use common::{overlapping_leases, production_pool, test_meta};
 use sqlx::SqlitePool;
 
 struct Fabric {
@@ -67,20 +67,6 @@ fn config_with(kind: IdentifierKind, first: u32, last: u32, quarantine_ms: i64) 
         IdentifierKind::Volume => config.volumes = pool,
     }
     config
-}
-
-/// Leases of one kind and value whose lives overlap: both held, or one handed out again
-/// before the other's quarantine ended. Written without the platform's code on purpose.
-async fn overlapping_leases(pool: &SqlitePool) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM fabric_leases a JOIN fabric_leases b
-           ON a.kind = b.kind AND a.value = b.value AND a.id < b.id
-          AND a.held_at < coalesce(b.quarantine_until, 9223372036854775807)
-          AND b.held_at < coalesce(a.quarantine_until, 9223372036854775807)",
-    )
-    .fetch_one(pool)
-    .await
-    .expect("checker query")
 }
 
 #[sqlx::test(migrations = "../migrations")]

@@ -29,7 +29,9 @@ use berth_platform::quotas::QuotaSubject;
 use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
 use berth_platform::tenants::TenantChange;
 use berth_platform::{Caller, Error, Platform};
-use common::{fast_reconciler, overlapping_reservations, production_pool, tenants_sharing_nodes, test_meta};
+use common::{
+    fast_reconciler, overlapping_leases, overlapping_reservations, production_pool, tenants_sharing_nodes, test_meta,
+};
 use kubernetes_api::{FakeCluster, Faults};
 use rand::Rng;
 use rand::seq::IndexedRandom;
@@ -496,20 +498,6 @@ impl Site {
     }
 }
 
-/// Leases of one kind and value whose lives overlap: both held, or one handed out again
-/// before the other's quarantine ended.
-async fn overlapping_leases(pool: &SqlitePool) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM fabric_leases a JOIN fabric_leases b
-           ON a.kind = b.kind AND a.value = b.value AND a.id < b.id
-          AND a.held_at < coalesce(b.quarantine_until, 9223372036854775807)
-          AND b.held_at < coalesce(a.quarantine_until, 9223372036854775807)",
-    )
-    .fetch_one(pool)
-    .await
-    .expect("checker query")
-}
-
 // ---------------------------------------------------------------------------------------
 // The orphan sweep
 
@@ -846,18 +834,21 @@ async fn queue_reaches(cluster: &FakeCluster, slug: &str, gpus: Option<&str>) ->
     }
 }
 
+/// The fast reconciler with a 300 ms step timeout, sweeping only when a test asks for it.
+fn sweeping_on_request() -> ReconcilerConfig {
+    ReconcilerConfig {
+        step_timeout: Duration::from_millis(300),
+        sweep_interval: Duration::from_secs(3600),
+        ..fast_reconciler()
+    }
+}
+
 /// A tenant's ClusterQueue exists from its creation, follows every change of its quota,
 /// is what its environments' LocalQueues feed, goes when the tenant is deleted, and a
 /// late apply of it after that is swept and audited.
 #[sqlx::test(migrations = "../migrations")]
 async fn a_tenants_queue_follows_its_quota_and_goes_with_the_tenant_on_kubernetes(pool: SqlitePool) {
-    // Sweeps only when the test asks for one.
-    let config = ReconcilerConfig {
-        step_timeout: Duration::from_millis(300),
-        sweep_interval: Duration::from_secs(3600),
-        ..fast_reconciler()
-    };
-    let site = Site::with_config(pool, World::kubernetes(), config).await;
+    let site = Site::with_config(pool, World::kubernetes(), sweeping_on_request()).await;
     let World::Kubernetes(cluster) = &site.world else { unreachable!() };
     let (acme, members) = site.tenant("acme", Isolation::Soft, 1).await;
 
@@ -1017,12 +1008,7 @@ fn bound(cluster: &FakeCluster, binding: &str) -> Vec<String> {
 /// RoleBindings follow its members.
 #[sqlx::test(migrations = "../migrations")]
 async fn a_soft_tenants_namespace_follows_its_environments_and_members_on_kubernetes(pool: SqlitePool) {
-    let config = ReconcilerConfig {
-        step_timeout: Duration::from_millis(300),
-        sweep_interval: Duration::from_secs(3600),
-        ..fast_reconciler()
-    };
-    let site = Site::with_config(pool, World::kubernetes(), config).await;
+    let site = Site::with_config(pool, World::kubernetes(), sweeping_on_request()).await;
     let World::Kubernetes(cluster) = &site.world else { unreachable!() };
     let (acme, members) = site.tenant("acme", Isolation::Soft, 2).await;
     // The namespace exists with the tenant, holding nothing.
@@ -1093,12 +1079,7 @@ async fn a_soft_tenants_namespace_follows_its_environments_and_members_on_kubern
 /// disabled, without waiting for a sweep (sweeps are off here).
 #[sqlx::test(migrations = "../migrations")]
 async fn neighbours_stopping_together_leave_no_mig_layout_without_a_sweep(pool: SqlitePool) {
-    let config = ReconcilerConfig {
-        step_timeout: Duration::from_millis(300),
-        sweep_interval: Duration::from_secs(3600),
-        ..fast_reconciler()
-    };
-    let site = Site::with_config(pool, World::kubernetes(), config).await;
+    let site = Site::with_config(pool, World::kubernetes(), sweeping_on_request()).await;
     let (_, members) = site.tenant("acme", Isolation::Soft, 1).await;
     for round in 0..5 {
         let mut ids = Vec::new();

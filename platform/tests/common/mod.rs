@@ -189,6 +189,20 @@ pub async fn overlapping_reservations(pool: &SqlitePool) -> i64 {
     .expect("overlap query")
 }
 
+/// Leases of one kind and value whose lives overlap: both held, or one handed out again
+/// before the other's quarantine ended. Written without the platform's code on purpose.
+pub async fn overlapping_leases(pool: &SqlitePool) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM fabric_leases a JOIN fabric_leases b
+           ON a.kind = b.kind AND a.value = b.value AND a.id < b.id
+          AND a.held_at < coalesce(b.quarantine_until, 9223372036854775807)
+          AND b.held_at < coalesce(a.quarantine_until, 9223372036854775807)",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("checker query")
+}
+
 /// Pairs of unreleased reservations on one node in overlapping windows whose tenants
 /// differ (platform staff counting as one more) while either tenant is hard or hybrid,
 /// written independently of the booking code and of the database's triggers.
