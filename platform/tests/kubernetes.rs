@@ -212,7 +212,7 @@ fn objects(manifests: &[Manifest]) -> Value {
 }
 
 fn everything(w: &Workload) -> Value {
-    let nodes = manifests::nodes_of(w);
+    let nodes = w.nodes();
     let at = |stage| {
         json!(nodes.iter().filter_map(|n| node_manifest(w, n, stage).unwrap().map(|m| m.object)).collect::<Vec<_>>())
     };
@@ -308,7 +308,7 @@ fn manifests_are_valid_kubernetes_objects() {
         all.extend(endpoint_manifest(&w));
         all.extend(manifests::proxy_access_manifest(&w, &settings()));
         all.extend(manifests::credential_manifest(&w, "x"));
-        for node in manifests::nodes_of(&w) {
+        for node in w.nodes() {
             for stage in [NodeStage::Held, NodeStage::Cleared, NodeStage::Released] {
                 all.extend(node_manifest(&w, &node, stage).unwrap());
             }
@@ -1009,7 +1009,7 @@ async fn each_offering_provisions_and_tears_down_leaving_nothing_behind() {
         }
         assert!(!cluster.environment_objects().is_empty(), "{case}");
         if manifests::dedicates_nodes(&w) {
-            for node in manifests::nodes_of(&w) {
+            for node in w.nodes() {
                 let n = cluster.node(&node);
                 assert_eq!(
                     n["metadata"]["labels"]["berth.dev/tenant"],

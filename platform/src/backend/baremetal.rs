@@ -24,11 +24,10 @@ use berth_domain::mig::{MigInstance, MigProfile};
 use berth_domain::node_access::account_name;
 use berth_domain::node_plan::{Device, NodeWorkload, WorkloadState, WorkloadStatus, free_host_port};
 use berth_domain::tenancy::Isolation;
-use rand::Rng;
 
 use super::{
     Backend, BackendError, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, RemoveFuture,
-    StepFuture, StepOutput, Upstream, UpstreamFuture, Workload,
+    StepFuture, StepOutput, Upstream, UpstreamFuture, Workload, workload_secret,
 };
 use crate::Platform;
 use crate::node_plans::{AccessPart, MigSlice, NetworkPart, NodeTarget, PartKind, PartWrite};
@@ -56,7 +55,7 @@ impl BareMetal {
     }
 
     async fn step(&self, w: &Workload, step: Step) -> Result<StepOutput, BackendError> {
-        let nodes = nodes_of(w);
+        let nodes = w.nodes();
         let mut output = StepOutput::default();
         match step {
             Step::ConfigurePartition => {
@@ -250,7 +249,7 @@ impl BareMetal {
         if w.offering != Offering::TrainingJob {
             return Err(BackendError(format!("a {} has no job log", w.offering.title())));
         }
-        let targets = self.node_targets(&nodes_of(w)).await?;
+        let targets = self.node_targets(&w.nodes()).await?;
         let progress = self.platform.node_progress(&targets).await.map_err(internal)?;
         let statuses: Vec<_> =
             progress.iter().flat_map(|p| &p.workloads).filter(|s| s.environment_id == w.environment_id).collect();
@@ -294,7 +293,7 @@ impl BareMetal {
             devices: devices(w, node)?,
             run: false,
             host_port,
-            secret: serves.then(secret),
+            secret: serves.then(workload_secret),
             vcpus: w.vcpus,
             memory_gb: w.memory_gb,
             network: None,
@@ -322,18 +321,13 @@ impl BareMetal {
         };
         let port = workload.host_port.unwrap_or_default();
         let secret = workload.secret.unwrap_or_default();
-        let credential =
-            if w.offering == Offering::Notebook { format!("token {secret}") } else { format!("Bearer {secret}") };
-        Ok(Upstream {
-            base_url: format!("http://{node}:{port}"),
-            headers: vec![("authorization".to_owned(), credential)],
-        })
+        Ok(Upstream::with_credential(w.offering, format!("http://{node}:{port}"), &secret))
     }
 
     async fn connection(&self, w: &Workload) -> Result<Connection, BackendError> {
         let workloads = self.platform.environment_workloads(&w.environment_id).await.map_err(internal)?;
         let first = workloads.first();
-        let node = first.map(|(n, _)| n.clone()).or_else(|| nodes_of(w).into_iter().next()).unwrap_or_default();
+        let node = first.map(|(n, _)| n.clone()).or_else(|| w.nodes().into_iter().next()).unwrap_or_default();
         let port = first.and_then(|(_, wl)| wl.host_port).unwrap_or_default();
         let secret = first.and_then(|(_, wl)| wl.secret.clone());
         Ok(match w.offering {
@@ -359,7 +353,7 @@ impl BareMetal {
             // admins) from their account pages.
             Offering::DedicatedCluster => {
                 let account = account_name(&w.environment_id);
-                let logins: Vec<String> = nodes_of(w).iter().map(|n| format!("ssh {account}@{n}")).collect();
+                let logins: Vec<String> = w.nodes().iter().map(|n| format!("ssh {account}@{n}")).collect();
                 Connection {
                     url: format!("ssh://{account}@{node}"),
                     secret_label: None,
@@ -434,14 +428,6 @@ fn plan_part_kind(kind: PartKind) -> &'static str {
     }
 }
 
-/// The booked nodes, in order, each once.
-fn nodes_of(w: &Workload) -> Vec<String> {
-    let mut nodes: Vec<String> = w.units.iter().map(|u| u.node.clone()).collect();
-    nodes.sort();
-    nodes.dedup();
-    nodes
-}
-
 fn container(w: &Workload) -> String {
     berth_domain::node_plan::container_name(&w.environment_id)
 }
@@ -482,11 +468,6 @@ fn devices(w: &Workload, node: &str) -> Result<Vec<Device>, BackendError> {
             })
         })
         .collect()
-}
-
-fn secret() -> String {
-    let mut rng = rand::rng();
-    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
 }
 
 fn internal(e: crate::Error) -> BackendError {

@@ -16,6 +16,7 @@ use berth_domain::lifecycle::Step;
 use berth_domain::placement::Shape;
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
+use rand::Rng;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -294,6 +295,22 @@ pub struct Upstream {
     pub headers: Vec<(String, String)>,
 }
 
+impl Upstream {
+    /// The workload at `base_url`, let in with its credential as its server expects it:
+    /// Jupyter's `token`, an inference server's bearer key.
+    pub fn with_credential(offering: Offering, base_url: String, credential: &str) -> Upstream {
+        let authorization =
+            if offering == Offering::Notebook { format!("token {credential}") } else { format!("Bearer {credential}") };
+        Upstream { base_url, headers: vec![("authorization".to_owned(), authorization)] }
+    }
+}
+
+/// A workload's credential (a Jupyter token, an endpoint's own key): 128 random bits, hex.
+pub(crate) fn workload_secret() -> String {
+    let mut rng = rand::rng();
+    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
+}
+
 /// How a training job stands.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum JobStatus {
@@ -320,6 +337,14 @@ pub type JobLogsFuture<'a> = Pin<Box<dyn Future<Output = Result<JobLogs, Backend
 pub type ScaleFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + 'a>>;
 
 impl Workload {
+    /// The booked nodes, in order, each once.
+    pub fn nodes(&self) -> Vec<String> {
+        let mut nodes: Vec<String> = self.units.iter().map(|u| u.node.clone()).collect();
+        nodes.sort();
+        nodes.dedup();
+        nodes
+    }
+
     /// How many replicas the workload's units make: each replica of an inference endpoint
     /// holds the booked size again (one GPU or slice per replica for today's sizes).
     pub fn replicas(&self) -> u32 {

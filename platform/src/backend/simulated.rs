@@ -19,7 +19,7 @@ use rand::Rng;
 
 use super::{
     Backend, BackendError, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit,
-    RemoveFuture, ScaleFuture, StepFuture, StepOutput, Upstream, UpstreamFuture, Workload,
+    RemoveFuture, ScaleFuture, StepFuture, StepOutput, Upstream, UpstreamFuture, Workload, workload_secret,
 };
 use crate::lock;
 
@@ -291,7 +291,7 @@ impl Simulated {
             return Ok(None);
         }
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let credential = secret();
+        let credential = workload_secret();
         let replicas = Arc::new(std::sync::atomic::AtomicU32::new(w.replicas()));
         let detail = match w.offering {
             Offering::Notebook | Offering::InferenceEndpoint => {
@@ -338,14 +338,7 @@ impl Simulated {
             .copied()
             .ok_or_else(|| BackendError("the simulated server is not running".into()))?;
         let credential = lock(&self.running).get(&w.environment_id).map(|r| r.credential.clone()).unwrap_or_default();
-        let notebook = w.offering == Offering::Notebook;
-        Ok(Upstream {
-            base_url: format!("http://127.0.0.1:{port}"),
-            headers: vec![(
-                "authorization".to_owned(),
-                if notebook { format!("token {credential}") } else { format!("Bearer {credential}") },
-            )],
-        })
+        Ok(Upstream::with_credential(w.offering, format!("http://127.0.0.1:{port}"), &credential))
     }
 
     fn job_logs_of(&self, w: &Workload, tail: usize) -> Result<JobLogs, BackendError> {
@@ -461,11 +454,6 @@ fn describe_units(w: &Workload) -> String {
         })
         .collect();
     units.join(", ")
-}
-
-fn secret() -> String {
-    let mut rng = rand::rng();
-    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
 }
 
 /// The workload's own address on the simulated node (owners reach notebooks and endpoints

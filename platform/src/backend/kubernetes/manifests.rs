@@ -336,14 +336,6 @@ pub fn dedicates_nodes(w: &Workload) -> bool {
     w.offering == Offering::DedicatedCluster || w.tenant.isolation != Isolation::Soft
 }
 
-/// The booked nodes, in order, each once.
-pub fn nodes_of(w: &Workload) -> Vec<String> {
-    let mut nodes: Vec<String> = w.units.iter().map(|u| u.node.clone()).collect();
-    nodes.sort();
-    nodes.dedup();
-    nodes
-}
-
 /// The extended resources the booked units are, with their counts: `nvidia.com/gpu` for
 /// whole GPUs, `nvidia.com/mig-<profile>` for MIG slices (the device plugin's mixed strategy),
 /// `nvidia.com/gpu.shared` for a development share (the device plugin's time-slicing with
@@ -816,7 +808,7 @@ fn pod_template(w: &Workload, names: &Names, container: Value) -> Value {
             "seccompProfile": { "type": "RuntimeDefault" },
         },
         "affinity": { "nodeAffinity": { "requiredDuringSchedulingIgnoredDuringExecution": { "nodeSelectorTerms": [
-            { "matchExpressions": [{ "key": HOSTNAME_LABEL, "operator": "In", "values": nodes_of(w) }] },
+            { "matchExpressions": [{ "key": HOSTNAME_LABEL, "operator": "In", "values": w.nodes() }] },
         ] } } },
         "containers": [container],
     });

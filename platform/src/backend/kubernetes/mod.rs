@@ -54,7 +54,6 @@ use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, LogParams, Patch, PatchParams, PostParams};
 use kube::core::{ApiResource, ObjectMeta};
 use kube::{Client, ResourceExt};
-use rand::Rng;
 
 use self::manifests::{
     CLUSTER_QUEUE, COMPONENT_LABEL, ClusterSettings, ENVIRONMENT_LABEL, FIELD_MANAGER, Kind, MANAGED_BY_LABEL,
@@ -64,6 +63,7 @@ use self::manifests::{
 use super::{
     Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit, QueueFuture,
     RemoveFuture, ScaleFuture, StepFuture, StepOutput, TenantQueue, Upstream, UpstreamFuture, Workload,
+    workload_secret,
 };
 
 /// How the backend reaches and uses the cluster.
@@ -140,7 +140,7 @@ impl Kubernetes {
             Step::StartWorkload => {
                 self.apply_bundle(w).await?;
                 if manifests::dedicates_nodes(w) {
-                    for node in manifests::nodes_of(w) {
+                    for node in w.nodes() {
                         self.apply_node(w, &node, NodeStage::Held).await?;
                     }
                 }
@@ -186,7 +186,7 @@ impl Kubernetes {
                 }
             }
             Step::ClearPartition => {
-                for node in manifests::nodes_of(w) {
+                for node in w.nodes() {
                     self.apply_node(w, &node, NodeStage::Cleared).await?;
                 }
             }
@@ -218,7 +218,7 @@ impl Kubernetes {
                 if manifests::has_own_cluster_queue(w) {
                     self.delete(&CLUSTER_QUEUE, None, &names.cluster_queue, false).await?;
                 }
-                for node in manifests::nodes_of(w) {
+                for node in w.nodes() {
                     self.apply_node(w, &node, NodeStage::Released).await?;
                 }
                 // Only an environment with slices, or one that marks nodes (and so keeps
@@ -235,7 +235,7 @@ impl Kubernetes {
     /// by the GPU Operator. Says which layout went where.
     async fn configure_mig(&self, w: &Workload) -> Result<Vec<String>, BackendError> {
         let mut layouts = Vec::new();
-        for node in manifests::nodes_of(w) {
+        for node in w.nodes() {
             if !w.units.iter().any(|u| u.node == node && u.mig_profile.is_some()) {
                 // Nothing to partition; a dedicated node is still held for the tenant.
                 self.apply_node(w, &node, NodeStage::Held).await?;
@@ -263,9 +263,7 @@ impl Kubernetes {
         let (base_url, credential) = found.ok_or_else(|| {
             BackendError(format!("the workload's credential (Secret {}) is missing", names.credential))
         })?;
-        let notebook = w.offering == Offering::Notebook;
-        let authorization = if notebook { format!("token {credential}") } else { format!("Bearer {credential}") };
-        Ok(Upstream { base_url, headers: vec![("authorization".to_owned(), authorization)] })
+        Ok(Upstream::with_credential(w.offering, base_url, &credential))
     }
 
     /// The workload's Service address and credential where `w` places it, if its
@@ -378,7 +376,7 @@ impl Kubernetes {
         while self.workload_pods(w).await?.len() > replicas {
             tokio::time::sleep(self.config.poll_interval).await;
         }
-        let kept = manifests::nodes_of(w);
+        let kept = w.nodes();
         let mut left: Vec<&str> =
             dropped.iter().map(|u| u.node.as_str()).filter(|n| !kept.iter().any(|k| k == n)).collect();
         left.sort();
@@ -656,7 +654,7 @@ impl Kubernetes {
     /// The notebook token or inference API key: created once with a random value, then
     /// read back on every later call.
     async fn credential(&self, w: &Workload) -> Result<Option<String>, BackendError> {
-        let Some(fresh) = manifests::credential_manifest(w, &random_secret()) else {
+        let Some(fresh) = manifests::credential_manifest(w, &workload_secret()) else {
             return Ok(None);
         };
         let api: Api<Secret> = Api::namespaced(self.client.clone(), fresh.namespace().unwrap_or_default());
@@ -728,7 +726,7 @@ impl Kubernetes {
                 Offering::DedicatedCluster => {
                     let api: Api<Node> = Api::all(self.client.clone());
                     let mut all_ready = true;
-                    for node in manifests::nodes_of(w) {
+                    for node in w.nodes() {
                         let found =
                             api.get_opt(&node).await.map_err(|e| api_failure(&format!("read node {node}"), e))?;
                         let found = found.ok_or_else(|| BackendError(format!("node {node} is not in the cluster")))?;
@@ -1067,11 +1065,6 @@ impl Backend for Kubernetes {
 fn secret_value(secret: Secret) -> Option<String> {
     let data = secret.data?;
     data.get("value").map(|v| String::from_utf8_lossy(&v.0).into_owned())
-}
-
-fn random_secret() -> String {
-    let mut rng = rand::rng();
-    (0..32).map(|_| format!("{:x}", rng.random_range(0..16u8))).collect()
 }
 
 /// The cause goes to the log; the owner sees what Berth was doing.
