@@ -119,6 +119,14 @@ impl Platform {
     /// Before teardown stops a training job: keeps its status and the end of its log, if
     /// nothing is kept yet. Best effort: a backend that cannot answer leaves none.
     pub(crate) async fn keep_job_log(&self, backend: &Arc<dyn Backend>, workload: &Workload, timeout: Duration) {
+        // A job that ended on its own was kept then (see `check_job`); what is kept stays.
+        let already: Result<Option<i64>, _> = sqlx::query_scalar("SELECT 1 FROM job_results WHERE environment_id = ?")
+            .bind(&workload.environment_id)
+            .fetch_optional(&self.db)
+            .await;
+        if matches!(already, Ok(Some(_))) {
+            return;
+        }
         let Ok(Ok(logs)) = tokio::time::timeout(timeout, backend.job_logs(workload, LOG_TAIL)).await else {
             return;
         };

@@ -129,9 +129,7 @@ impl Platform {
     /// Every live tenant's queue is applied again (see the module's comment).
     pub(crate) async fn reapply_tenant_queues(&self) -> Result<(), Error> {
         let mut tx = self.begin_write().await?;
-        sqlx::query("UPDATE tenants SET queue_version = queue_version + 1 WHERE status <> 'deleted'")
-            .execute(&mut *tx)
-            .await?;
+        follow(&mut tx, None).await?;
         tx.commit().await
     }
 }

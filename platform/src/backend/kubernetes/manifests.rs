@@ -756,10 +756,7 @@ pub fn tenant_queue_quota(queue: &TenantQueue) -> Vec<(String, String)> {
 /// capacity. Kueue's quota is accounting, never capacity: the booking holds the GPUs and
 /// the namespace's ResourceQuota what each environment may use.
 pub fn tenant_cluster_queue(queue: &TenantQueue, settings: &ClusterSettings) -> Manifest {
-    let labels = BTreeMap::from([
-        (MANAGED_BY_LABEL.to_owned(), FIELD_MANAGER.to_owned()),
-        (TENANT_LABEL.to_owned(), queue.slug.clone()),
-    ]);
+    let labels = tenant_labels(&queue.slug);
     let selector = json!({ "matchLabels": labels });
     let borrowing_limit = if queue.spot { None } else { Some("0") };
     Manifest::new(
