@@ -15,14 +15,13 @@ use berth_domain::Refusal;
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::policy::{Action, Target};
-use rand::RngCore;
 use sqlx::SqliteConnection;
 use subtle::ConstantTimeEq;
 
 use crate::audit::{self, Event, Outcome};
 use crate::backend::{Backend, JobLogs, Upstream, Workload};
 use crate::environments::{Environment, environment_in};
-use crate::{Caller, Error, Platform, lock, now_ms, sha256_hex};
+use crate::{Caller, Error, Platform, lock, now_ms, random_secret, sha256_hex};
 
 /// The prefix that makes a leaked endpoint key easy to recognise.
 pub const ENDPOINT_KEY_PREFIX: &str = "berth_ep_";
@@ -238,9 +237,7 @@ fn has_key(env: &Environment) -> Result<(), Error> {
 }
 
 fn new_key() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    format!("{ENDPOINT_KEY_PREFIX}{}", hex::encode(bytes))
+    format!("{ENDPOINT_KEY_PREFIX}{}", random_secret())
 }
 
 /// Makes endpoint `environment_id`'s key unless it has one: called when the endpoint is

@@ -14,12 +14,11 @@ use berth_domain::Refusal;
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::policy::Action;
-use rand::RngCore;
 
 use crate::accounts::User;
 use crate::audit::{self, Event, Outcome};
 use crate::environments::Environment;
-use crate::{Caller, Error, Platform, now_ms, sha256_hex};
+use crate::{Caller, Error, Platform, now_ms, random_secret, sha256_hex};
 
 /// How long a ticket may take from the portal to the notebook's origin.
 pub const TICKET_TTL_MS: i64 = 60_000;
@@ -157,11 +156,4 @@ fn openable(env: &Environment) -> Result<(), Error> {
         EnvState::Requested | EnvState::Provisioning | EnvState::Ready => Ok(()),
         state => Err(Refusal::NotReady(state.as_str()).into()),
     }
-}
-
-/// 256 random bits, hex.
-fn random_secret() -> String {
-    let mut bytes = [0u8; 32];
-    rand::rng().fill_bytes(&mut bytes);
-    hex::encode(bytes)
 }

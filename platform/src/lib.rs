@@ -205,6 +205,14 @@ pub(crate) fn write<T>(m: &std::sync::RwLock<T>) -> std::sync::RwLockWriteGuard<
     m.write().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// 256 random bits, hex: the secret part of tokens, keys, tickets and session ids.
+pub(crate) fn random_secret() -> String {
+    use rand::RngCore;
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    hex::encode(bytes)
+}
+
 /// The hex SHA-256 of a high-entropy value (token secrets, SSO bindings): enough to keep
 /// it out of the database, where a password would need argon2.
 pub(crate) fn sha256_hex(value: &str) -> String {

@@ -9,12 +9,11 @@ use berth_domain::Refusal;
 use berth_domain::agent::{self, GpuHealth, HealthSource, NodeReport, Verdict};
 use berth_domain::gpu::GpuModel;
 use berth_domain::policy::{Action, Target};
-use rand::RngCore;
 use sqlx::Row;
 
 use crate::audit::{self, Actor, Event, Outcome};
 use crate::maintenance::{NodeFilter, nodes_on_page};
-use crate::{Caller, Error, Platform, RequestMeta, now_ms, sha256_hex};
+use crate::{Caller, Error, Platform, RequestMeta, now_ms, random_secret, sha256_hex};
 
 /// The prefix of node token secrets: told apart at a glance from a person's `berth_…`.
 pub const NODE_TOKEN_PREFIX: &str = "berth_node_";
@@ -93,9 +92,7 @@ impl Platform {
     /// Platform admins only.
     pub async fn create_node_token(&self, caller: &Caller, node: &str) -> Result<(NodeToken, String), Error> {
         self.authorize(caller, Action::FleetManage, Target::Platform).await?;
-        let mut bytes = [0u8; 32];
-        rand::rng().fill_bytes(&mut bytes);
-        let secret = format!("{NODE_TOKEN_PREFIX}{}", hex::encode(bytes));
+        let secret = format!("{NODE_TOKEN_PREFIX}{}", random_secret());
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         let node_id: i64 = sqlx::query_scalar("SELECT id FROM nodes WHERE name = ? AND in_service = 1")

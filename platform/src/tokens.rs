@@ -7,12 +7,11 @@
 
 use berth_domain::policy::{Action, Principal, Target};
 use berth_domain::tenancy;
-use rand::RngCore;
 use sqlx::Row;
 
 use crate::accounts::{USER_COLUMNS, USER_IS_ACTIVE, user_from_row};
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::{Caller, Error, Platform, RequestMeta, now_ms, sha256_hex};
+use crate::{Caller, Error, Platform, RequestMeta, now_ms, random_secret, sha256_hex};
 
 /// What the token list shows; never the secret.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,9 +67,7 @@ impl Platform {
         }
         self.authorize(caller, Action::TokenManage, own).await?;
         let request = tenancy::validate_token_request(caller.principal.role, name, days, actions)?;
-        let mut bytes = [0u8; 32];
-        rand::rng().fill_bytes(&mut bytes);
-        let secret = format!("{TOKEN_PREFIX}{}", hex::encode(bytes));
+        let secret = format!("{TOKEN_PREFIX}{}", random_secret());
         let now = now_ms();
         let actions: Vec<&str> = request.actions.iter().map(|a| a.as_str()).collect();
         let mut tx = self.begin_write().await?;
