@@ -164,6 +164,26 @@ impl OwnedObject {
         OwnedObject { kind, name, environments, tenant: None }
     }
 
+    /// Something made for tenant `slug` (its queue, its namespace).
+    pub fn for_tenant(kind: &'static str, name: String, slug: String) -> OwnedObject {
+        OwnedObject { kind, name, environments: Vec::new(), tenant: Some(slug) }
+    }
+
+    /// Something Berth labelled for an environment or else for a tenant; `None` when it
+    /// names neither.
+    pub fn by_labels(
+        kind: &'static str,
+        name: String,
+        environment: Option<&String>,
+        tenant: Option<&String>,
+    ) -> Option<OwnedObject> {
+        match (environment, tenant) {
+            (Some(environment), _) => Some(OwnedObject::for_environments(kind, name, vec![environment.clone()])),
+            (None, Some(tenant)) => Some(OwnedObject::for_tenant(kind, name, tenant.clone())),
+            (None, None) => None,
+        }
+    }
+
     /// Nothing live explains it: none of its environments is live (an object naming none
     /// is never explained), or, for a tenant's object, the tenant is deleted.
     pub fn is_orphan(&self, live: &Live) -> bool {

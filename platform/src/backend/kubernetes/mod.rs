@@ -191,8 +191,8 @@ impl Kubernetes {
                 }
             }
             Step::ReleaseCapacity => {
+                self.remove_home(w).await?;
                 if names.shared {
-                    self.delete_environment_objects(w).await?;
                     // What is left for the tenant's other environments, as read when the
                     // step began; the tenant's sync after the release applies the newest.
                     let quota =
@@ -203,17 +203,10 @@ impl Kubernetes {
                         Err(kube::Error::Api(status)) if status.code == 404 => {}
                         Err(e) => return Err(api_failure("apply the tenant's ResourceQuota", e)),
                     }
-                } else {
-                    self.delete(&NAMESPACE, None, &names.namespace, false).await?;
                 }
                 // What an earlier placement left (see `manifests::other_home`).
                 if let Some(other) = manifests::other_home(w) {
-                    let elsewhere = manifests::Names::of(&other);
-                    if elsewhere.shared {
-                        self.delete_environment_objects(&other).await?;
-                    } else {
-                        self.delete(&NAMESPACE, None, &elsewhere.namespace, false).await?;
-                    }
+                    self.remove_home(&other).await?;
                 }
                 if manifests::has_own_cluster_queue(w) {
                     self.delete(&CLUSTER_QUEUE, None, &names.cluster_queue, false).await?;
@@ -760,23 +753,19 @@ impl Kubernetes {
             self.api(&NAMESPACE, None).list(&berths).await.map_err(|e| api_failure("list Berth's namespaces", e))?;
         for namespace in found.iter().filter(|o| !going(o)) {
             let labels = namespace.labels();
-            match (labels.get(ENVIRONMENT_LABEL), labels.get(TENANT_LABEL)) {
-                (Some(environment), _) => owned.push(OwnedObject::for_environments(
-                    NAMESPACE.kind,
-                    namespace.name_any(),
-                    vec![environment.clone()],
-                )),
-                // A tenant's namespace: the tenant's, and its environments' objects in it.
-                (None, Some(tenant)) => {
-                    owned.push(OwnedObject {
-                        kind: NAMESPACE.kind,
-                        name: namespace.name_any(),
-                        environments: Vec::new(),
-                        tenant: Some(tenant.clone()),
-                    });
-                    owned.extend(self.environment_objects_in(&namespace.name_any()).await?);
-                }
-                (None, None) => {}
+            let Some(object) = OwnedObject::by_labels(
+                NAMESPACE.kind,
+                namespace.name_any(),
+                labels.get(ENVIRONMENT_LABEL),
+                labels.get(TENANT_LABEL),
+            ) else {
+                continue;
+            };
+            // A tenant's namespace: the tenant's, and its environments' objects in it.
+            let tenants = object.tenant.is_some();
+            owned.push(object);
+            if tenants {
+                owned.extend(self.environment_objects_in(&namespace.name_any()).await?);
             }
         }
         let found = self
@@ -786,18 +775,12 @@ impl Kubernetes {
             .map_err(|e| api_failure("list Berth's ClusterQueues", e))?;
         owned.extend(found.iter().filter(|o| !going(o)).filter_map(|queue| {
             let labels = queue.labels();
-            match (labels.get(ENVIRONMENT_LABEL), labels.get(TENANT_LABEL)) {
-                (Some(environment), _) => {
-                    Some(OwnedObject::for_environments(CLUSTER_QUEUE.kind, queue.name_any(), vec![environment.clone()]))
-                }
-                (None, Some(tenant)) => Some(OwnedObject {
-                    kind: CLUSTER_QUEUE.kind,
-                    name: queue.name_any(),
-                    environments: Vec::new(),
-                    tenant: Some(tenant.clone()),
-                }),
-                (None, None) => None,
-            }
+            OwnedObject::by_labels(
+                CLUSTER_QUEUE.kind,
+                queue.name_any(),
+                labels.get(ENVIRONMENT_LABEL),
+                labels.get(TENANT_LABEL),
+            )
         }));
         let nodes: Api<Node> = Api::all(self.client.clone());
         let dedicated = ListParams::default().labels(TENANT_LABEL);
@@ -840,6 +823,17 @@ impl Kubernetes {
             }));
         }
         Ok(owned)
+    }
+
+    /// Removes what the environment has where `w` places it: its objects in its tenant's
+    /// namespace, or its own namespace.
+    async fn remove_home(&self, w: &Workload) -> Result<(), BackendError> {
+        let names = manifests::Names::of(w);
+        if names.shared {
+            self.delete_environment_objects(w).await
+        } else {
+            self.delete(&NAMESPACE, None, &names.namespace, false).await.map(|_| ())
+        }
     }
 
     /// Deletes the environment's objects in its tenant's namespace by name (those already
