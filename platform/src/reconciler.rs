@@ -453,7 +453,7 @@ impl Reconciler {
             return Ok(());
         }
 
-        let workload = self.workload(env).await?;
+        let workload = self.platform.workload(env).await?;
         if step == Step::StopWorkload && env.offering == berth_domain::catalog::Offering::TrainingJob {
             // Its log and status outlive it; the page shows them after the job is gone.
             self.platform.keep_job_log(&self.backend, &workload, self.config.step_timeout).await;
@@ -495,17 +495,11 @@ impl Reconciler {
     /// What the backend is told about environment `environment_id` now (tests drive a
     /// backend's steps one by one with it).
     pub async fn workload_of(&self, environment_id: &str) -> Result<Workload, Error> {
-        let row = sqlx::query(&format!("SELECT {ENVIRONMENT_COLUMNS} FROM environments e WHERE e.id = ?"))
-            .bind(environment_id)
-            .fetch_optional(&self.platform.db)
-            .await?
-            .ok_or(Error::NotFound)?;
-        self.workload(&environment_from_row(&row)?).await
-    }
-
-    async fn workload(&self, env: &Environment) -> Result<Workload, Error> {
-        let mut conn = self.platform.db.acquire().await?;
-        workload_of(&mut conn, env, |_| true).await
+        let env = {
+            let mut conn = self.platform.db.acquire().await?;
+            crate::environments::environment_in(&mut conn, environment_id).await?
+        };
+        self.platform.workload(&env).await
     }
 
     async fn step_succeeded(
@@ -643,7 +637,7 @@ pub(crate) async fn workload_of(
     let tenant = tenant_scope(&mut *conn, env.tenant_id).await?;
     let tenant_holdings = match env.tenant_id {
         Some(tenant_id) if shares_tenant_space(env.offering, tenant.isolation) => {
-            tenant_holdings(&mut *conn, tenant_id, Some(&env.id)).await?
+            tenant_holdings(&mut *conn, tenant_id, tenant.isolation, Some(&env.id)).await?
         }
         _ => Vec::new(),
     };
@@ -672,17 +666,16 @@ pub(crate) fn shares_tenant_space(offering: Offering, isolation: Isolation) -> b
     isolation == Isolation::Soft && offering != Offering::DedicatedCluster
 }
 
-/// What the environments sharing tenant `tenant_id`'s space hold now (but `except`):
-/// those provisioning, ready or tearing down, each with its unreleased units, as its own
-/// workload is told of them. One that released its capacity holds nothing any more.
+/// What the environments sharing tenant `tenant_id`'s space (the tenant being of
+/// `isolation`) hold now (but `except`): those provisioning, ready or tearing down, each
+/// with its unreleased units, as its own workload is told of them. One that released its
+/// capacity holds nothing any more.
 pub(crate) async fn tenant_holdings(
     conn: &mut sqlx::SqliteConnection,
     tenant_id: i64,
+    isolation: Isolation,
     except: Option<&str>,
 ) -> Result<Vec<Holding>, Error> {
-    let isolation: String =
-        sqlx::query_scalar("SELECT isolation FROM tenants WHERE id = ?").bind(tenant_id).fetch_one(&mut *conn).await?;
-    let isolation = Isolation::parse(&isolation).map_err(|_| Error::internal("unknown isolation"))?;
     let rows = sqlx::query(&format!(
         "SELECT {ENVIRONMENT_COLUMNS} FROM environments
          WHERE tenant_id = ? AND state IN ('provisioning', 'ready', 'tearing_down') ORDER BY id"

@@ -222,7 +222,7 @@ async fn tenant_queue_of(conn: &mut SqliteConnection, tenant_id: i64) -> Result<
     // the version (see `sync_tenant_queue`).
     let scope = crate::reconciler::tenant_scope(&mut *conn, Some(tenant_id)).await?;
     let space = if scope.isolation == berth_domain::tenancy::Isolation::Soft {
-        let holdings = crate::reconciler::tenant_holdings(&mut *conn, tenant_id, None).await?;
+        let holdings = crate::reconciler::tenant_holdings(&mut *conn, tenant_id, scope.isolation, None).await?;
         Some(TenantSpace { members: scope.members, holdings })
     } else {
         None
