@@ -132,11 +132,16 @@ async fn sign_in(
         }
         Err(error) => refused(error, &parts, &meta),
     };
-    // The ticket is in this URL: keep it out of caches and of the next page's Referer.
+    keep_ticket_private(&mut response);
+    response
+}
+
+/// A response whose URL carries a ticket: kept out of caches and of the next page's
+/// Referer.
+pub(crate) fn keep_ticket_private(response: &mut Response) {
     let headers = response.headers_mut();
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     headers.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
-    response
 }
 
 /// The portal's route that opens environment `id` at `next`.

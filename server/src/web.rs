@@ -68,10 +68,8 @@ async fn open_environment(
                 crate::proxy::AUTH_PATH,
                 berth_app::url_encode(&next)
             );
-            // The ticket is in the URL: not for caches, nor for the next page's Referer.
             let mut response = Redirect::to(&url).into_response();
-            response.headers_mut().insert(header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
-            response.headers_mut().insert(header::REFERRER_POLICY, http::HeaderValue::from_static("no-referrer"));
+            crate::proxy::keep_ticket_private(&mut response);
             response
         }
         Err(e) => crate::proxy::refused(e, &parts, &meta),

@@ -20,9 +20,7 @@ pub async fn account() -> Result<AccountView, AppError> {
         response.insert_header(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
     }
     let new_token = new_token.map(|t| views::new_token(&t, platform.public_url()));
-    let mut view = views::account(&tokens, caller.principal.role, new_token, berth_platform::now_ms());
-    view.ssh_keys = ssh_keys.iter().map(views::ssh_key).collect();
-    Ok(view)
+    Ok(views::account(&tokens, &ssh_keys, caller.principal.role, new_token, berth_platform::now_ms()))
 }
 
 /// Creates an API token for the caller (no actions chosen: all their role has) and answers
@@ -98,7 +96,13 @@ pub(crate) mod views {
     use crate::model::{AccountView, ActionChoice, NewTokenView, SshKeyView, TokenView};
     use crate::session::NewToken;
 
-    pub fn account(tokens: &[TokenInfo], role: Role, new_token: Option<NewTokenView>, now: i64) -> AccountView {
+    pub fn account(
+        tokens: &[TokenInfo],
+        ssh_keys: &[SshKeyInfo],
+        role: Role,
+        new_token: Option<NewTokenView>,
+        now: i64,
+    ) -> AccountView {
         let permitted: Vec<Action> = Action::ALL.into_iter().filter(|a| reach(role, *a).is_some()).collect();
         AccountView {
             tokens: tokens.iter().map(|t| token(t, &permitted, now)).collect(),
@@ -108,7 +112,7 @@ pub(crate) mod views {
                 .collect(),
             new_token,
             max_days: TOKEN_MAX_DAYS,
-            ssh_keys: Vec::new(),
+            ssh_keys: ssh_keys.iter().map(ssh_key).collect(),
         }
     }
 
@@ -206,12 +210,12 @@ pub(crate) mod views {
 
         #[test]
         fn a_role_offers_only_its_own_actions() {
-            let view = account(&[], Role::Viewer, None, 0);
+            let view = account(&[], &[], Role::Viewer, None, 0);
             let names: Vec<&str> = view.actions.iter().map(|a| a.name.as_str()).collect();
             assert!(names.contains(&"environment.read"));
             assert!(!names.contains(&"environment.launch"));
             assert!(!names.contains(&"audit.read"));
-            assert_eq!(account(&[], Role::PlatformAdmin, None, 0).actions.len(), Action::ALL.len());
+            assert_eq!(account(&[], &[], Role::PlatformAdmin, None, 0).actions.len(), Action::ALL.len());
         }
 
         #[test]
