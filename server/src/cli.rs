@@ -372,12 +372,13 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = reconciler_stop.wait_for(|stop| *stop).await;
     }));
 
+    let environments = platform.environment_origin("<id>");
     let router = crate::http::router(platform, pool, &args, &public).await?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
     tracing::info!(listen = %args.listen, gpus = fleet.gpu_count(), nodes = fleet.nodes.len(), "berth is serving");
-    print_welcome(&args, &public, admin.as_ref());
+    print_welcome(&args, &public, &environments, admin.as_ref());
 
     tokio::spawn(shutdown_signal(stop_tx));
     let mut server_stop = stop_rx;
@@ -413,12 +414,18 @@ async fn shutdown_signal(stop: tokio::sync::watch::Sender<bool>) {
 }
 
 #[allow(clippy::print_stdout)]
-fn print_welcome(args: &ServeArgs, public: &PublicUrl, admin: Option<&berth_platform::accounts::BootstrapAdmin>) {
+/// `environments`: how an environment's origin looks (`<id>` in place of its id).
+fn print_welcome(
+    args: &ServeArgs,
+    public: &PublicUrl,
+    environments: &str,
+    admin: Option<&berth_platform::accounts::BootstrapAdmin>,
+) {
     let url = &public.url;
     println!();
     println!("  Berth is running at {url}");
     println!("  Database: {}   Fleet: {}", args.db.database, args.fleet.display());
-    println!("  Notebooks and endpoints: {}", platform_origins_example(args, public));
+    println!("  Notebooks and endpoints: {environments}");
     match admin {
         Some(admin) => {
             println!("  First start: sign in at {url}/login as {}", admin.email);
@@ -435,10 +442,6 @@ fn print_welcome(args: &ServeArgs, public: &PublicUrl, admin: Option<&berth_plat
 }
 
 /// `http://<id>.localhost:3000`: how an environment's address looks, for the welcome text.
-fn platform_origins_example(args: &ServeArgs, public: &PublicUrl) -> String {
-    args.environment_origins(public).map(|o| o.origin("<id>")).unwrap_or_default()
-}
-
 /// Where users reach Berth, and what follows from it for cookies and headers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PublicUrl {
