@@ -145,8 +145,8 @@ impl Platform {
         .fetch_one(&mut *tx)
         .await?;
         let user = user_from_row(&row)?;
-        if tenant_id.is_some() {
-            crate::tenant_queues::follow(&mut tx, tenant_id).await?;
+        if let Some(tenant_id) = tenant_id {
+            crate::tenants::members_changed(&mut tx, &[tenant_id]).await?;
         }
         tx.commit().await?;
         Ok(user)

@@ -291,10 +291,8 @@ impl Platform {
                 .execute(&mut *tx)
                 .await
                 .map_err(internal)?;
-            // What the member may do in the tenant's space on the backend follows the role.
-            for affected in [user.tenant_id, tenant].into_iter().flatten() {
-                crate::tenant_queues::follow(&mut tx, Some(affected)).await.map_err(SignInFailure::Internal)?;
-            }
+            let affected: Vec<i64> = [user.tenant_id, tenant].into_iter().flatten().collect();
+            crate::tenants::members_changed(&mut tx, &affected).await.map_err(SignInFailure::Internal)?;
             let detail = format!("{} -> {} from the provider's groups", user.role.as_str(), role.as_str());
             let event = Event {
                 action: "member.role",

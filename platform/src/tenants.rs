@@ -373,10 +373,7 @@ impl Platform {
         let event =
             Event { action: "member.role", target: Some(&email), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await?;
-        // A role decides whose keys open the tenant's dedicated clusters, and what its
-        // members may do in its space on the backend (applied with its queue).
-        crate::node_plans::refresh_access_plans(&mut tx, now_ms()).await?;
-        crate::tenant_queues::follow(&mut tx, Some(tenant_id)).await?;
+        members_changed(&mut tx, &[tenant_id]).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -412,9 +409,7 @@ impl Platform {
         let event =
             Event { action: "member.remove", target: Some(&email), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await?;
-        crate::node_plans::refresh_access_plans(&mut tx, now_ms()).await?;
-        // Their access to the tenant's space on the backend goes too.
-        crate::tenant_queues::follow(&mut tx, Some(tenant_id)).await?;
+        members_changed(&mut tx, &[tenant_id]).await?;
         tx.commit().await?;
         self.wake_reconciler();
         Ok(())
@@ -562,6 +557,17 @@ pub(crate) async fn ensure_tenant_active(conn: &mut SqliteConnection, tenant_id:
     }
 }
 
+/// The members of `tenants` or their roles changed, in this transaction: whose keys open
+/// their dedicated clusters' nodes, and what their members may do in their space on the
+/// backend (applied with their queues), follow.
+pub(crate) async fn members_changed(conn: &mut SqliteConnection, tenants: &[i64]) -> Result<(), Error> {
+    crate::node_plans::refresh_access_plans(&mut *conn, now_ms()).await?;
+    for &tenant_id in tenants {
+        crate::tenant_queues::follow(&mut *conn, Some(tenant_id)).await?;
+    }
+    Ok(())
+}
+
 async fn active_tenant(conn: &mut SqliteConnection, tenant_id: i64) -> Result<(), Error> {
     let status: String = sqlx::query_scalar("SELECT status FROM tenants WHERE id = ? AND status <> 'deleted'")
         .bind(tenant_id)
@@ -607,8 +613,7 @@ async fn invite(
             .await?;
         }
     }
-    // The new member's access to the tenant's space on the backend.
-    crate::tenant_queues::follow(&mut *conn, Some(tenant_id)).await?;
+    members_changed(&mut *conn, &[tenant_id]).await?;
     let event =
         Event { action: "member.invite", target: Some(email), outcome: Outcome::Success, detail: Some(role.as_str()) };
     audit::record(conn, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await

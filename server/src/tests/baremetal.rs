@@ -620,6 +620,14 @@ async fn a_dedicated_cluster_lets_in_its_owners_and_tenant_admins_keys_on_its_no
     for name in &cluster_nodes {
         assert_eq!(metal.nodes[name].holds().accounts, expected(&[&desktop, BOB_KEY]), "{name}");
     }
+    // The demoted admin, removed from the tenant and invited back as an admin, is on them
+    // again at once.
+    p.remove_member(&staff.caller(meta()), acme_id, admin.id).await.expect("removed");
+    p.invite_member(&staff.caller(meta()), acme_id, "root@acme.example", "tenant_admin").await.expect("invited back");
+    metal.settled().await;
+    for name in &cluster_nodes {
+        assert_eq!(metal.nodes[name].holds().accounts, expected(&[&desktop, ADMIN_KEY, BOB_KEY]), "{name}");
+    }
     let audited: i64 =
         sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action IN ('ssh_key.add', 'ssh_key.remove')")
             .fetch_one(p.db())
