@@ -206,3 +206,37 @@ test('an SSH key is checked, listed with its fingerprint, refused a second time,
   await keys.getByText('No SSH keys yet.').waitFor();
   assert.deepEqual(consoleErrors, []);
 });
+
+test('the printed first-start password was spent at the first sign-in, and a local account changes its password', async () => {
+  const printed = berth.output.match(/One-time password: (\S+)/)?.[1];
+  assert.ok(printed, 'the first start printed a password');
+  assert.notEqual(berth.adminPassword(), printed, 'the first sign-in chose another');
+  const context = await chrome.newContext();
+  const other = await context.newPage();
+  await other.goto(`${berth.url}/login`);
+  await other.getByLabel('Email').fill('admin@berth.local');
+  await other.getByLabel('Password').fill(printed);
+  await other.getByRole('button', { name: 'Sign in' }).click();
+  await other.getByRole('alert').getByText('The email or password is not right').waitFor();
+  await context.close();
+
+  await page.goto(`${berth.url}/account`);
+  await page.getByRole('heading', { name: 'Password' }).waitFor();
+  await page.getByLabel('Current password').fill('not my password at all');
+  await page.getByLabel('New password (12 characters or more)').fill('a brand new passphrase');
+  await page.getByLabel('New password again').fill('a brand new passphrase');
+  await page.getByRole('button', { name: 'Change password' }).click();
+  await page.getByRole('alert').getByText('The current password is not right').waitFor();
+  await page.getByLabel('Current password').fill(berth.adminPassword());
+  await page.getByLabel('New password (12 characters or more)').fill('a brand new passphrase');
+  await page.getByLabel('New password again').fill('a brand new passphrase');
+  await page.getByRole('button', { name: 'Change password' }).click();
+  await page.getByTestId('password-changed').waitFor();
+  berth.chosenPassword = 'a brand new passphrase';
+
+  // One's own authenticator needs another administrator.
+  await page.getByLabel('Their email').fill('admin@berth.local');
+  await page.getByRole('button', { name: 'Reset authenticator' }).click();
+  await page.getByRole('alert').getByText('ask another platform admin to reset your own authenticator').waitFor();
+  assert.deepEqual(consoleErrors, []);
+});

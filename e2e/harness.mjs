@@ -31,6 +31,7 @@ export class Berth {
     const berth = new Berth();
     berth.dir = mkdtempSync(join(tmpdir(), 'berth-e2e-'));
     berth.port = await freePort();
+    berth.metricsPort = await freePort();
     berth.url = `http://127.0.0.1:${berth.port}`;
     berth.env = env;
     await berth.#spawn();
@@ -49,6 +50,10 @@ export class Berth {
         BERTH_FLEET: 'config/fleet.toml',
         BERTH_SIM_SPEED: '0.3',
         BERTH_LOG: 'warn',
+        // Metrics on a listener of their own, as an operator keeps them off the public port.
+        BERTH_METRICS_LISTEN: `127.0.0.1:${this.metricsPort}`,
+        // The tests' identity provider listens on loopback.
+        BERTH_ALLOW_PRIVATE_ISSUERS: 'true',
         ...this.env,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -67,8 +72,12 @@ export class Berth {
     throw new Error(`berth did not become ready:\n${this.output}`);
   }
 
-  /** The one-time administrator password printed at first start. */
+  /**
+   * The administrator's password: the one chosen at the first sign-in, or before that the
+   * one-time password printed at first start.
+   */
   adminPassword() {
+    if (this.chosenPassword) return this.chosenPassword;
     const m = this.output.match(/One-time password: (\S+)/);
     if (!m) throw new Error(`no one-time password in the output:\n${this.output}`);
     return m[1];
@@ -90,7 +99,10 @@ export class Berth {
   }
 
   async metrics() {
-    return (await fetch(`${this.url}/metrics`)).text();
+    // Not on the portal's port: only where the operator chose.
+    const portal = await fetch(`${this.url}/metrics`);
+    if (portal.status !== 404) throw new Error(`/metrics on the portal answered ${portal.status}`);
+    return (await fetch(`http://127.0.0.1:${this.metricsPort}/metrics`)).text();
   }
 }
 
@@ -172,12 +184,23 @@ export async function signInAsAdmin(page, berth, next) {
   await page.waitForURL((url) => url.pathname === next);
 }
 
+/** What the e2e administrator chooses at the first sign-in, for the printed password. */
+export const CHOSEN_ADMIN_PASSWORD = 'chosen at the first sign-in, e2e';
+
 /**
- * The administrator's second step after the password: reads the authenticator secret when
- * the page offers to set one up (the first sign-in), keeps it on `berth`, enters the code.
+ * The administrator's steps after the password: at the first sign-in a password of their
+ * own (kept on `berth`), then the one-time code, reading the authenticator secret when the
+ * page offers to set one up (the first sign-in) and keeping it on `berth`.
  */
 export async function enterOneTimeCode(page, berth) {
-  await page.waitForURL((url) => url.pathname === '/login/code');
+  await page.waitForURL((url) => url.pathname === '/login/code' || url.pathname === '/login/password');
+  if (new URL(page.url()).pathname === '/login/password') {
+    await page.getByLabel('New password', { exact: true }).fill(CHOSEN_ADMIN_PASSWORD);
+    await page.getByLabel('New password again').fill(CHOSEN_ADMIN_PASSWORD);
+    await page.getByRole('button', { name: 'Save and continue' }).click();
+    berth.chosenPassword = CHOSEN_ADMIN_PASSWORD;
+    await page.waitForURL((url) => url.pathname === '/login/code');
+  }
   await page.getByLabel('Code from your authenticator').waitFor();
   // The step says either "set up with this key" or "enter the code"; wait for which.
   await page.locator('[data-testid="totp-secret"], [data-testid="totp-ready"]').first().waitFor();

@@ -110,7 +110,11 @@ test('people of two tenants land in their tenant with their role, then sign out 
     // The old session id is worthless now: replaying it gets no one.
     const replay = await fetch(`${berth.url}/api/current_user`, {
       method: 'POST',
-      headers: { cookie: `berth_session=${session.value}`, 'content-type': 'application/x-www-form-urlencoded' },
+      headers: {
+        cookie: `berth_session=${session.value}`,
+        origin: berth.url,
+        'content-type': 'application/x-www-form-urlencoded',
+      },
       body: '',
     });
     assert.equal(await replay.text(), 'null', `${c.login}: the session must be gone after sign-out`);

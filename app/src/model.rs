@@ -397,6 +397,10 @@ pub struct AccountView {
     pub max_days: i64,
     /// The caller's SSH public keys, for their dedicated clusters' nodes.
     pub ssh_keys: Vec<SshKeyView>,
+    /// A local account (signs in with a password here, not with single sign-on).
+    pub local_account: bool,
+    /// A platform admin, who may reset another local administrator's authenticator.
+    pub resets_authenticators: bool,
 }
 
 /// One of the caller's SSH keys as the account page lists it.

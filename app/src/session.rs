@@ -18,6 +18,10 @@ const SSO_BINDING_KEY: &str = "sso_binding";
 /// A sign-in waiting for its second factor: the user whose password was right, and when.
 const SECOND_FACTOR_USER_KEY: &str = "second_factor_user";
 const SECOND_FACTOR_AT_KEY: &str = "second_factor_at";
+/// A sign-in whose password must be replaced first (the first-start administrator's): the
+/// user whose password was right, and when. Same time limit as the second factor.
+const NEW_PASSWORD_USER_KEY: &str = "new_password_user";
+const NEW_PASSWORD_AT_KEY: &str = "new_password_at";
 /// The secret shown to an administrator setting up their authenticator.
 const ENROLLING_SECRET_KEY: &str = "enrolling_totp";
 /// How long the second step may take.
@@ -62,6 +66,7 @@ pub async fn start(session: &Session, meta: &RequestMeta, user_id: i64) -> Resul
     session.remove::<String>(SSO_BINDING_KEY).await.map_err(store_failed(meta))?;
     session.remove::<i64>(SECOND_FACTOR_USER_KEY).await.map_err(store_failed(meta))?;
     session.remove::<String>(ENROLLING_SECRET_KEY).await.map_err(store_failed(meta))?;
+    session.remove::<i64>(NEW_PASSWORD_USER_KEY).await.map_err(store_failed(meta))?;
     session.insert(USER_KEY, user_id).await.map_err(store_failed(meta))?;
     session.insert(SIGNED_IN_AT_KEY, berth_platform::now_ms()).await.map_err(store_failed(meta))
 }
@@ -97,6 +102,30 @@ pub async fn second_factor_user(session: &Session, meta: &RequestMeta) -> Result
         return Ok(None);
     }
     session.get::<i64>(SECOND_FACTOR_USER_KEY).await.map_err(store_failed(meta))
+}
+
+/// Remembers that `user_id` gave the right password but must choose a new one before the
+/// sign-in goes on. The session is not signed in until then.
+pub async fn await_new_password(session: &Session, meta: &RequestMeta, user_id: i64) -> Result<(), AppError> {
+    session.cycle_id().await.map_err(store_failed(meta))?;
+    session.insert(NEW_PASSWORD_USER_KEY, user_id).await.map_err(store_failed(meta))?;
+    session.insert(NEW_PASSWORD_AT_KEY, berth_platform::now_ms()).await.map_err(store_failed(meta))
+}
+
+/// The user owing a new password, if their password step was recent; taken out of the
+/// session, so the step is done once.
+pub async fn new_password_user(session: &Session, meta: &RequestMeta) -> Result<Option<i64>, AppError> {
+    let at = session.get::<i64>(NEW_PASSWORD_AT_KEY).await.map_err(store_failed(meta))?.unwrap_or(0);
+    if berth_platform::now_ms() - at > SECOND_FACTOR_TTL_MS {
+        return Ok(None);
+    }
+    session.get::<i64>(NEW_PASSWORD_USER_KEY).await.map_err(store_failed(meta))
+}
+
+/// The new password was chosen: that step is over.
+pub async fn new_password_chosen(session: &Session, meta: &RequestMeta) -> Result<(), AppError> {
+    session.remove::<i64>(NEW_PASSWORD_USER_KEY).await.map_err(store_failed(meta))?;
+    Ok(())
 }
 
 /// The secret being set up in this session, made on first ask.

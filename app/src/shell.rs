@@ -8,7 +8,7 @@ use leptos_router::{SsrMode, path};
 use crate::components::{Auth, NavBar};
 use crate::pages::{
     AccountPage, AuditPage, CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FabricPage, FleetPage,
-    LaunchPage, LoginPage, NotFound, QuotasPage, SecondFactorPage, TenantPage, TenantsPage,
+    LaunchPage, LoginPage, NewPasswordPage, NotFound, QuotasPage, SecondFactorPage, TenantPage, TenantsPage,
 };
 
 /// The whole document, rendered on the server.
@@ -68,6 +68,7 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/audit") view=AuditPage ssr=SsrMode::Async/>
                         <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async/>
                         <Route path=path!("/login/code") view=SecondFactorPage ssr=SsrMode::Async/>
+                        <Route path=path!("/login/password") view=NewPasswordPage/>
                     </Routes>
                 </main>
                 <footer class="border-t border-slate-200 py-4 text-center text-xs text-slate-500">

@@ -13,11 +13,13 @@
 //!   of the people who may act in it.
 //! - [`ssh_key`]: the OpenSSH public keys people keep on their account.
 //! - [`fleet`]: the fleet description file an operator writes.
+//! - [`outbound`]: which addresses a URL that a tenant chose may make Berth reach.
 //! - [`placement`]: choosing concrete GPUs and MIG slices for a size.
 //! - [`booking`]: windows in time, availability over time, earliest fits and quotas.
 //! - [`sharing`]: fractional and whole GPU sharing on nodes with CPU and memory, its policies, and the openb replay.
 //! - [`launch`]: validating a launch request before anything is written.
 //! - [`lifecycle`]: the environment state machine and its step plans.
+//! - [`redirect`]: where a `next` parameter may send a browser (only this origin).
 
 pub mod agent;
 pub mod booking;
@@ -31,11 +33,13 @@ pub mod lifecycle;
 pub mod mig;
 pub mod node_access;
 pub mod node_plan;
+pub mod outbound;
 pub mod placement;
 pub mod policy;
+pub mod redirect;
 mod refusal;
 pub mod sharing;
 pub mod ssh_key;
 pub mod tenancy;
 
-pub use refusal::Refusal;
+pub use refusal::{Refusal, SignInProblem};

@@ -69,8 +69,12 @@ pub enum Refusal {
     LastTenantAdmin,
     #[error("the tenant is {0}")]
     TenantNotActive(&'static str),
-    #[error("issuer must be an https URL (or http on 127.0.0.1 / localhost), not \"{0}\"")]
+    #[error("issuer must be an https URL without a query, not \"{0}\"")]
     InvalidIssuer(String),
+    #[error(
+        "the identity provider's host {0} is a loopback, link-local or private address; Berth reaches only public providers unless its operator starts it with --allow-private-issuers"
+    )]
+    PrivateIssuer(String),
     #[error("{0}")]
     InvalidSso(&'static str),
     #[error("token {0}")]
@@ -79,8 +83,18 @@ pub enum Refusal {
     TooManyAttempts { minutes: i64 },
     #[error("that code is not right (or was used already); enter the current one from your authenticator app")]
     WrongCode,
-    #[error("sign-in failed: {0}")]
-    SignInFailed(&'static str),
+    #[error("the new password {0}")]
+    WeakPassword(&'static str),
+    #[error("the new password must differ from the one you have")]
+    SamePassword,
+    #[error("the current password is not right")]
+    WrongPassword,
+    #[error("{0}")]
+    NotALocalAccount(&'static str),
+    #[error("the page to go to next must be a path on this site, without control characters or backslashes")]
+    NotLocalPath,
+    #[error("{0}")]
+    SignInFailed(SignInProblem),
     #[error("{0}")]
     InvalidQuota(String),
     #[error("there is no tier called \"{0}\"; choose guaranteed or spot")]
@@ -147,4 +161,79 @@ pub enum Refusal {
     TooManySshKeys { max: usize },
     #[error("node access: {0}")]
     InvalidNodeAccess(String),
+}
+
+/// Why a single sign-on did not end in a session. The sign-in page is sent only the code,
+/// never words of the request's own, so a link cannot make Berth's page say anything else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum SignInProblem {
+    #[error("there is no such sign-in option")]
+    UnknownProvider,
+    #[error("could not reach your identity provider; try again later")]
+    Unreachable,
+    #[error("your identity provider did not sign you in")]
+    Declined,
+    #[error("this sign-in link has expired or was already used; start again")]
+    Expired,
+    #[error("your identity provider's answer could not be verified; start again")]
+    Unverified,
+    #[error("your account has no access to Berth yet; ask your tenant admin to invite you or map your group")]
+    NoAccess,
+    #[error("this account cannot sign in here; ask your tenant admin")]
+    NotHere,
+    #[error("too many sign-in attempts from your address; wait a minute and try again")]
+    TooMany,
+    #[error("the page to go to after signing in must be a path on this site")]
+    NotLocalPath,
+    #[error("single sign-on failed on our side; try again")]
+    Internal,
+}
+
+impl SignInProblem {
+    const ALL: [SignInProblem; 10] = [
+        SignInProblem::UnknownProvider,
+        SignInProblem::Unreachable,
+        SignInProblem::Declined,
+        SignInProblem::Expired,
+        SignInProblem::Unverified,
+        SignInProblem::NoAccess,
+        SignInProblem::NotHere,
+        SignInProblem::TooMany,
+        SignInProblem::NotLocalPath,
+        SignInProblem::Internal,
+    ];
+
+    /// The code the sign-in page's `sso_error` carries.
+    pub fn code(self) -> &'static str {
+        match self {
+            SignInProblem::UnknownProvider => "unknown-provider",
+            SignInProblem::Unreachable => "unreachable",
+            SignInProblem::Declined => "declined",
+            SignInProblem::Expired => "expired",
+            SignInProblem::Unverified => "unverified",
+            SignInProblem::NoAccess => "no-access",
+            SignInProblem::NotHere => "not-here",
+            SignInProblem::TooMany => "too-many",
+            SignInProblem::NotLocalPath => "not-local-path",
+            SignInProblem::Internal => "internal",
+        }
+    }
+
+    /// The problem a code names; any other text is a generic failure, never shown as it is.
+    pub fn from_code(code: &str) -> SignInProblem {
+        SignInProblem::ALL.into_iter().find(|p| p.code() == code).unwrap_or(SignInProblem::Internal)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SignInProblem;
+
+    #[test]
+    fn every_sign_in_problem_round_trips_and_anything_else_is_generic() {
+        for problem in SignInProblem::ALL {
+            assert_eq!(SignInProblem::from_code(problem.code()), problem);
+        }
+        assert_eq!(SignInProblem::from_code("Your account is suspended: call +1 555"), SignInProblem::Internal);
+    }
 }

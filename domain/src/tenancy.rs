@@ -2,6 +2,7 @@
 //! SSO connection settings and API token requests.
 
 use crate::Refusal;
+use crate::outbound::{self, Reach, Unreachable};
 use crate::policy::{Action, Role};
 
 /// How strongly a tenant is kept apart from the others.
@@ -88,26 +89,38 @@ pub fn parse_tenant_role(role: &str) -> Result<Role, Refusal> {
     if Role::TENANT.contains(&parsed) { Ok(parsed) } else { Err(Refusal::NotATenantRole(parsed.label())) }
 }
 
-/// An issuer URL as OpenID Connect requires: https, or plain http on the loopback
-/// interface for trying things on a laptop; no query or fragment.
-pub fn validate_issuer(issuer: &str) -> Result<String, Refusal> {
+/// Shortest and longest passwords a local account may choose.
+pub const PASSWORD_LENGTH: std::ops::RangeInclusive<usize> = 12..=256;
+
+/// A new password for a local account, typed twice.
+pub fn validate_new_password(password: &str, again: &str) -> Result<(), Refusal> {
+    if !PASSWORD_LENGTH.contains(&password.chars().count()) {
+        return Err(Refusal::WeakPassword("must be 12 to 256 characters long"));
+    }
+    if password.trim().is_empty() || password.chars().all(|c| Some(c) == password.chars().next()) {
+        return Err(Refusal::WeakPassword("must not be one character repeated"));
+    }
+    if password != again {
+        return Err(Refusal::WeakPassword("and its repetition differ"));
+    }
+    Ok(())
+}
+
+/// An issuer URL as OpenID Connect requires: https (plain http only on the loopback
+/// interface, where the operator allows private providers), no query or fragment, and,
+/// unless the operator allows private providers, a host that is not a private address.
+pub fn validate_issuer(issuer: &str, reach: Reach) -> Result<String, Refusal> {
     let issuer = issuer.trim().trim_end_matches('/');
     let bad = || Refusal::InvalidIssuer(issuer.into());
-    let rest = if let Some(rest) = issuer.strip_prefix("https://") {
-        rest
-    } else if let Some(rest) = issuer.strip_prefix("http://") {
-        let host = rest.split(['/', ':']).next().unwrap_or_default();
-        if !matches!(host, "127.0.0.1" | "localhost" | "[::1]") {
-            return Err(bad());
-        }
-        rest
-    } else {
-        return Err(bad());
-    };
+    let Some((_, rest)) = issuer.split_once("://") else { return Err(bad()) };
     if rest.is_empty() || rest.contains(['?', '#', ' ']) {
         return Err(bad());
     }
-    Ok(issuer.to_owned())
+    match outbound::check_url(issuer, reach) {
+        Ok(()) => Ok(issuer.to_owned()),
+        Err(Unreachable::Scheme) => Err(bad()),
+        Err(Unreachable::PrivateAddress(host)) => Err(Refusal::PrivateIssuer(host)),
+    }
 }
 
 /// The group-to-role lines a tenant admin writes, one `group = role` per line.
@@ -211,15 +224,34 @@ mod tests {
     }
 
     #[test]
-    fn issuers_are_https_or_loopback_http() {
+    fn issuers_are_public_https_unless_the_operator_allows_private_ones() {
         assert_eq!(
-            validate_issuer("https://login.example.com/realms/acme/"),
+            validate_issuer("https://login.example.com/realms/acme/", Reach::Public),
             Ok("https://login.example.com/realms/acme".into())
         );
-        assert!(validate_issuer("http://127.0.0.1:9000").is_ok());
-        assert!(validate_issuer("http://idp.example.com").is_err());
-        assert!(validate_issuer("https://idp.example.com/?x=1").is_err());
-        assert!(validate_issuer("ftp://idp").is_err());
+        assert_eq!(
+            validate_issuer("http://127.0.0.1:9000", Reach::Public),
+            Err(Refusal::PrivateIssuer("127.0.0.1".into()))
+        );
+        assert_eq!(
+            validate_issuer("https://localhost:9000", Reach::Public),
+            Err(Refusal::PrivateIssuer("localhost".into()))
+        );
+        assert!(validate_issuer("http://127.0.0.1:9000", Reach::Private).is_ok());
+        for bad in
+            ["http://idp.example.com", "https://idp.example.com/?x=1", "ftp://idp", "idp.example.com", "https://"]
+        {
+            assert!(matches!(validate_issuer(bad, Reach::Private), Err(Refusal::InvalidIssuer(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn new_passwords_are_long_enough_and_typed_twice_alike() {
+        assert_eq!(validate_new_password("correct horse battery", "correct horse battery"), Ok(()));
+        assert!(validate_new_password("short", "short").is_err());
+        assert!(validate_new_password("aaaaaaaaaaaaaaaa", "aaaaaaaaaaaaaaaa").is_err());
+        assert!(validate_new_password("correct horse battery", "correct horse batterY").is_err());
+        assert!(validate_new_password(&"x".repeat(300), &"x".repeat(300)).is_err());
     }
 
     #[test]

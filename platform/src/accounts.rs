@@ -98,8 +98,8 @@ impl Platform {
         let password: String = rand::rng().sample_iter(&Alphanumeric).take(20).map(char::from).collect();
         let hash = hash_password(&password)?;
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO users (email, display_name, password_hash, role, created_at)
-             VALUES (?, 'Administrator', ?, 'platform_admin', ?) RETURNING id",
+            "INSERT INTO users (email, display_name, password_hash, role, created_at, password_must_change)
+             VALUES (?, 'Administrator', ?, 'platform_admin', ?, 1) RETURNING id",
         )
         .bind(ADMIN_EMAIL)
         .bind(hash)
@@ -191,7 +191,7 @@ impl Platform {
                 let (action, detail) = if self.needs_second_factor(&user) {
                     ("session.password", Some("one-time code next"))
                 } else {
-                    self.throttle.succeeded(email);
+                    self.throttle.succeeded(email, source);
                     ("session.sign_in", None)
                 };
                 let event = Event { action, target: Some(&user.email), outcome: Outcome::Success, detail };
@@ -218,6 +218,162 @@ impl Platform {
         let mut tx = self.begin_write().await?;
         crate::environment_sessions::end_for_user(&mut tx, caller.user_id()).await?;
         let event = Event { action: "session.sign_out", target: None, outcome: Outcome::Success, detail: None };
+        audit::record(&mut tx, &caller.actor(), event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Whether `user_id` is a local account (signs in with a password here).
+    pub async fn has_password(&self, user_id: i64) -> Result<bool, Error> {
+        let has: Option<bool> = sqlx::query_scalar("SELECT password_hash IS NOT NULL FROM users WHERE id = ?")
+            .bind(user_id)
+            .fetch_optional(&self.db)
+            .await?;
+        Ok(has.unwrap_or(false))
+    }
+
+    /// Whether `user` signed in with a password that is not theirs to keep (the first-start
+    /// administrator's, printed in the log) and must choose another before anything else.
+    pub async fn must_change_password(&self, user: &User) -> Result<bool, Error> {
+        let must: Option<bool> = sqlx::query_scalar("SELECT password_must_change FROM users WHERE id = ?")
+            .bind(user.id)
+            .fetch_optional(&self.db)
+            .await?;
+        Ok(must.unwrap_or(false))
+    }
+
+    /// The password step of a first sign-in: `user_id` gave the password they must replace
+    /// (the caller's session says so), and chooses their own.
+    pub async fn replace_first_password(
+        &self,
+        user_id: i64,
+        password: &str,
+        again: &str,
+        meta: &RequestMeta,
+    ) -> Result<User, Error> {
+        berth_domain::tenancy::validate_new_password(password, again)?;
+        let row = sqlx::query(&format!(
+            "SELECT {USER_COLUMNS}, u.password_hash FROM users u
+             WHERE u.id = ? AND u.password_must_change = 1 AND {USER_IS_ACTIVE}"
+        ))
+        .bind(user_id)
+        .fetch_optional(&self.db)
+        .await?
+        .ok_or(Error::Unauthenticated)?;
+        let user = user_from_row(&row)?;
+        let old: Option<String> = row.try_get("password_hash")?;
+        self.store_password(&user, old, password, "first password chosen", meta).await?;
+        Ok(user)
+    }
+
+    /// A signed-in local account changes its password, giving the current one.
+    pub async fn change_password(
+        &self,
+        caller: &Caller,
+        current: &str,
+        password: &str,
+        again: &str,
+    ) -> Result<(), Error> {
+        let row = sqlx::query(&format!("SELECT {USER_COLUMNS}, u.password_hash FROM users u WHERE u.id = ?"))
+            .bind(caller.user_id())
+            .fetch_optional(&self.db)
+            .await?
+            .ok_or(Error::Unauthenticated)?;
+        let user = user_from_row(&row)?;
+        let Some(old) = row.try_get::<Option<String>, _>("password_hash")? else {
+            return Err(Refusal::NotALocalAccount("you sign in with single sign-on; change your password there").into());
+        };
+        let source = caller.meta.source.as_deref();
+        if !self.throttle.allows(&user.email, source, now_ms()) {
+            return Err(Refusal::TooManyAttempts { minutes: crate::throttle::WINDOW_MS / 60_000 }.into());
+        }
+        berth_domain::tenancy::validate_new_password(password, again)?;
+        let (given, hash) = (current.to_owned(), old.clone());
+        let right =
+            tokio::task::spawn_blocking(move || verify_password(&given, &hash)).await.map_err(Error::internal)?;
+        if !right {
+            self.throttle.failed(&user.email, source, now_ms());
+            let mut conn = self.db.acquire().await?;
+            let event = Event {
+                action: "user.password",
+                target: Some(&user.email),
+                outcome: Outcome::Failure,
+                detail: Some("wrong current password"),
+            };
+            audit::record(&mut conn, &caller.actor(), event).await?;
+            return Err(Refusal::WrongPassword.into());
+        }
+        self.store_password(&user, Some(old), password, "password changed", &caller.meta).await
+    }
+
+    async fn store_password(
+        &self,
+        user: &User,
+        old: Option<String>,
+        password: &str,
+        detail: &str,
+        meta: &RequestMeta,
+    ) -> Result<(), Error> {
+        let (new, old_hash) = (password.to_owned(), old);
+        let (same, hash) = tokio::task::spawn_blocking(move || {
+            let same = old_hash.as_deref().is_some_and(|old| verify_password(&new, old));
+            (same, hash_password(&new))
+        })
+        .await
+        .map_err(Error::internal)?;
+        if same {
+            return Err(Refusal::SamePassword.into());
+        }
+        let mut tx = self.begin_write().await?;
+        sqlx::query("UPDATE users SET password_hash = ?, password_must_change = 0 WHERE id = ?")
+            .bind(hash?)
+            .bind(user.id)
+            .execute(&mut *tx)
+            .await?;
+        let event = Event {
+            action: "user.password",
+            target: Some(&user.email),
+            outcome: Outcome::Success,
+            detail: Some(detail),
+        };
+        audit::record(&mut tx, &user.caller(meta.clone()).actor(), event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// A platform admin clears another local administrator's authenticator (lost phone):
+    /// their next sign-in sets up a new one. Never one's own: that would let a stolen
+    /// session drop the second factor.
+    pub async fn reset_second_factor(&self, caller: &Caller, email: &str) -> Result<(), Error> {
+        if caller.principal.role != Role::PlatformAdmin || caller.principal.token_actions.is_some() {
+            return Err(Error::Forbidden);
+        }
+        let mut tx = self.begin_write().await?;
+        let target: Option<(i64, Option<String>)> =
+            sqlx::query_as("SELECT id, password_hash FROM users WHERE email = ? AND status = 'active'")
+                .bind(email.trim())
+                .fetch_optional(&mut *tx)
+                .await?;
+        let Some((id, hash)) = target else { return Err(Refusal::UnknownUser(email.trim().to_owned()).into()) };
+        if id == caller.user_id() {
+            return Err(Refusal::NotALocalAccount("ask another platform admin to reset your own authenticator").into());
+        }
+        if hash.is_none() {
+            return Err(Refusal::NotALocalAccount(
+                "this person signs in with single sign-on and has no authenticator here",
+            )
+            .into());
+        }
+        sqlx::query("UPDATE users SET totp_secret = NULL, totp_last_step = NULL WHERE id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        let event = Event {
+            action: "user.second_factor_reset",
+            target: Some(email.trim()),
+            outcome: Outcome::Success,
+            detail: Some("authenticator cleared; set up again at the next sign-in"),
+        };
         audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit().await?;
         Ok(())

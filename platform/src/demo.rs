@@ -125,8 +125,9 @@ impl Platform {
     async fn connect_demo_sso(&self, acme: i64) -> Result<(), Error> {
         let mut tx = self.begin_write().await?;
         let provider: i64 = sqlx::query_scalar(
-            "INSERT INTO oidc_providers (tenant_id, slug, display_name, issuer, client_id, client_secret, created_at)
-             VALUES (?, 'acme', 'Acme SSO (local test provider)', ?, 'acme-berth', 'acme-secret', ?) RETURNING id",
+            "INSERT INTO oidc_providers (tenant_id, slug, display_name, issuer, client_id, client_secret, created_at,
+                 set_by_operator)
+             VALUES (?, 'acme', 'Acme SSO (local test provider)', ?, 'acme-berth', 'acme-secret', ?, 1) RETURNING id",
         )
         .bind(acme)
         .bind(DEMO_ISSUER)

@@ -23,6 +23,7 @@ pub mod node_agents;
 pub mod node_plans;
 pub mod oidc;
 pub mod origins;
+mod provider_http;
 pub mod quotas;
 pub mod reconciler;
 pub mod replicas;
@@ -71,6 +72,11 @@ pub struct Platform {
     oidc_clients: Arc<sso::ClientCache>,
     /// Failed password sign-ins, for lockouts.
     throttle: Arc<throttle::Throttle>,
+    /// Single sign-on starts per source address; see `sso`.
+    sign_in_starts: Arc<throttle::Rate>,
+    /// Whether identity providers chosen in the UI may be on private addresses (the
+    /// operator's `--allow-private-issuers`); see `provider_http`.
+    issuer_reach: oidc::Reach,
     /// The backend behind the proxy, logs and replicas; see `connect`.
     access: Arc<connect::AccessState>,
     /// Running training jobs being watched for their end; see `jobs`.
@@ -92,6 +98,8 @@ impl Platform {
             public_url: "http://127.0.0.1:3000".into(),
             oidc_clients: Default::default(),
             throttle: Default::default(),
+            sign_in_starts: Arc::new(throttle::Rate::new(sso::STARTS_PER_MINUTE, 60_000)),
+            issuer_reach: oidc::Reach::Public,
             access: Default::default(),
             jobs: Default::default(),
             environments: Default::default(),
@@ -116,6 +124,13 @@ impl Platform {
     /// Environment `id`'s own origin, e.g. `https://<id>.env.berth.example`, no trailing slash.
     pub fn environment_origin(&self, id: &str) -> String {
         self.environments.origin(id)
+    }
+
+    /// The same platform letting tenants' identity providers be on loopback and private
+    /// addresses: for an operator whose providers are on the private network (and tests).
+    pub fn with_private_issuers(self, allowed: bool) -> Platform {
+        let issuer_reach = if allowed { oidc::Reach::Private } else { oidc::Reach::Public };
+        Platform { issuer_reach, ..self }
     }
 
     /// The same platform with the operator's booking rules.

@@ -62,8 +62,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use subtle::ConstantTimeEq;
 
-/// How long an HTTP call to the provider may take.
-pub const HTTP_TIMEOUT: Duration = Duration::from_secs(10);
+pub use berth_domain::outbound::Reach;
+
+use crate::provider_http::ProviderHttp;
+
 /// A token with an unknown `kid` makes a client refetch the JWKS at most this often, so forged
 /// tokens cannot turn Berth into a load generator against the provider.
 pub const JWKS_REFETCH_INTERVAL: Duration = Duration::from_secs(10);
@@ -99,6 +101,8 @@ pub struct ProviderConfig {
     pub redirect_url: String,
     /// The claim carrying group names, usually `groups`.
     pub groups_claim: String,
+    /// Whether the provider and the URLs it names may be on private addresses.
+    pub reach: Reach,
 }
 
 impl fmt::Debug for ProviderConfig {
@@ -324,7 +328,7 @@ struct Shared {
     config: ProviderConfig,
     metadata: Metadata,
     redirect_url: RedirectUrl,
-    http: reqwest::Client,
+    http: ProviderHttp,
     /// The provider's advertised algorithms that Berth accepts.
     allowed_algs: Vec<CoreJwsSigningAlgorithm>,
     scopes: Vec<Scope>,
@@ -346,7 +350,8 @@ impl Client {
         if config.client_id.is_empty() {
             return Err(OidcError::Config("empty client id".into()));
         }
-        let http = http_client()?;
+        let http = ProviderHttp::new(config.reach)
+            .map_err(|e| OidcError::Config(format!("HTTP client: {}", error_chain(&e))))?;
 
         let metadata = Metadata::discover_async(issuer, &http).await.map_err(|e| match e {
             // The crate's only validation of a parsed document is the exact issuer match.
@@ -596,17 +601,6 @@ impl Client {
     }
 }
 
-/// The HTTP client for every call to the provider. Redirects are not followed: discovery,
-/// token, JWKS and userinfo URLs come from configuration and the provider, and following a
-/// redirect would let a response steer Berth to other hosts (SSRF).
-fn http_client() -> Result<reqwest::Client, OidcError> {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(HTTP_TIMEOUT)
-        .build()
-        .map_err(|e| OidcError::Config(format!("HTTP client: {}", error_chain(&e))))
-}
-
 fn verified_email(email: Option<&str>, verified: Option<bool>) -> Option<String> {
     match (email, verified) {
         (Some(email), Some(true)) => Some(email.to_owned()),
@@ -717,7 +711,7 @@ fn discovery_detail<RE: StdError + 'static>(err: &DiscoveryError<RE>) -> String 
 }
 
 /// An error and its causes on one line: the HTTP client's top-level messages say little.
-fn error_chain(err: &dyn StdError) -> String {
+pub(crate) fn error_chain(err: &dyn StdError) -> String {
     let mut out = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {

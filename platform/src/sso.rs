@@ -8,14 +8,15 @@
 
 use std::collections::HashMap;
 
-use berth_domain::Refusal;
 use berth_domain::policy::{Action, Role};
 use berth_domain::tenancy::{self, email_in_domains};
+use berth_domain::{Refusal, SignInProblem};
 use sqlx::{Row, SqliteConnection};
 
 use crate::accounts::{USER_COLUMNS, User, user_from_row};
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::oidc::{Callback, Client, Identity, PendingLogin, ProviderConfig};
+use crate::oidc::{Callback, Client, Identity, PendingLogin, ProviderConfig, Reach};
+use crate::provider_http::Resolved;
 use crate::{Caller, Error, Platform, RequestMeta, now_ms, sha256_hex};
 
 /// A sign-in must come back within this long.
@@ -57,6 +58,10 @@ pub(crate) type ClientCache = tokio::sync::Mutex<HashMap<i64, (ProviderConfigKey
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ProviderConfigKey(String);
 
+/// Single sign-on starts allowed per source address per minute: a person needs a few, and
+/// each costs a pending login and may cost a fetch from the provider.
+pub const STARTS_PER_MINUTE: u32 = 30;
+
 struct ProviderRow {
     id: i64,
     tenant_id: Option<i64>,
@@ -66,6 +71,8 @@ struct ProviderRow {
     client_secret: Option<String>,
     groups_claim: String,
     allowed_domains: String,
+    /// Chosen by the operator, not in the UI: may be on a private address.
+    set_by_operator: bool,
 }
 
 impl Platform {
@@ -83,7 +90,18 @@ impl Platform {
     /// Starts a sign-in with provider `slug`: the authorization URL to send the browser to.
     /// `binding` is a random value kept in the browser's session; the callback must bring
     /// the same session back.
-    pub async fn begin_sign_in(&self, slug: &str, next: &str, binding: &str) -> Result<String, Error> {
+    /// Anyone may ask, so each address may start only so many a minute.
+    pub async fn begin_sign_in(
+        &self,
+        slug: &str,
+        next: &str,
+        binding: &str,
+        meta: &RequestMeta,
+    ) -> Result<String, Error> {
+        if !self.sign_in_starts.take(meta.source.as_deref(), now_ms()) {
+            tracing::warn!(request_id = %meta.request_id, source = ?meta.source, "too many single sign-on starts");
+            return Err(Refusal::TooManyAttempts { minutes: 1 }.into());
+        }
         let provider = self.provider_by("p.slug = ?", slug).await?.ok_or(Error::NotFound)?;
         let client = self.oidc_client(&provider).await?;
         let (url, pending) = client.begin();
@@ -321,7 +339,8 @@ impl Platform {
 
     async fn provider_by(&self, condition: &str, value: &str) -> Result<Option<ProviderRow>, Error> {
         let row = sqlx::query(&format!(
-            "SELECT p.id, p.tenant_id, p.slug, p.issuer, p.client_id, p.client_secret, p.groups_claim, p.allowed_domains
+            "SELECT p.id, p.tenant_id, p.slug, p.issuer, p.client_id, p.client_secret, p.groups_claim, p.allowed_domains,
+                 p.set_by_operator
              FROM oidc_providers p LEFT JOIN tenants t ON t.id = p.tenant_id
              WHERE {condition} AND p.enabled = 1 AND (p.tenant_id IS NULL OR t.status = 'active')"
         ))
@@ -338,6 +357,7 @@ impl Platform {
                 client_secret: row.try_get("client_secret")?,
                 groups_claim: row.try_get("groups_claim")?,
                 allowed_domains: row.try_get("allowed_domains")?,
+                set_by_operator: row.try_get("set_by_operator")?,
             })
         })
         .transpose()
@@ -356,14 +376,17 @@ impl Platform {
             client_secret: provider.client_secret.clone(),
             redirect_url: self.sso_callback_url(),
             groups_claim: provider.groups_claim.clone(),
+            // Checked again at every call, not only at save: DNS can change.
+            reach: if provider.set_by_operator { Reach::Private } else { self.issuer_reach },
         };
         let key = ProviderConfigKey(format!(
-            "{}\n{}\n{}\n{}\n{}",
+            "{}\n{}\n{}\n{}\n{}\n{:?}",
             config.issuer,
             config.client_id,
             sha256_hex(config.client_secret.as_deref().unwrap_or_default()),
             config.redirect_url,
-            config.groups_claim
+            config.groups_claim,
+            config.reach
         ));
         let mut clients = self.oidc_clients.lock().await;
         if let Some((cached, client)) = clients.get(&provider.id)
@@ -410,11 +433,26 @@ impl Platform {
         })
     }
 
+    /// An issuer someone typed in the UI: https, and (unless the operator started Berth with
+    /// `--allow-private-issuers`) on a public address, its host's addresses included as
+    /// they resolve now. The same rule holds at every later call to the provider.
+    async fn tenant_issuer(&self, issuer: &str) -> Result<String, Error> {
+        let issuer = tenancy::validate_issuer(issuer, self.issuer_reach)?;
+        if self.issuer_reach == Reach::Public {
+            let host = url::Url::parse(&issuer).ok().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_default();
+            // A name that does not resolve yet is no danger: it is checked again at each call.
+            if let Resolved::Private(address) = crate::provider_http::resolve(&host).await {
+                return Err(Refusal::PrivateIssuer(format!("{host} ({address})")).into());
+            }
+        }
+        Ok(issuer)
+    }
+
     /// Creates or replaces the tenant's SSO connection and its group mappings, all at once.
     pub async fn set_sso(&self, caller: &Caller, tenant_id: i64, settings: &SsoSettings) -> Result<(), Error> {
         self.authorize_object_in(caller, Action::SsoManage, tenant_id).await?;
         let display_name = tenancy::validate_display_name(&settings.display_name)?;
-        let issuer = tenancy::validate_issuer(&settings.issuer)?;
+        let issuer = self.tenant_issuer(&settings.issuer).await?;
         let client_id = settings.client_id.trim();
         if client_id.is_empty() {
             return Err(Refusal::InvalidSso("the client id is required").into());
@@ -439,7 +477,7 @@ impl Platform {
         let provider_id = match existing {
             Some(id) => {
                 sqlx::query(
-                    "UPDATE oidc_providers SET display_name = ?, issuer = ?, client_id = ?,
+                    "UPDATE oidc_providers SET display_name = ?, issuer = ?, client_id = ?, set_by_operator = 0,
                          client_secret = CASE WHEN ? = '' THEN client_secret ELSE ? END,
                          groups_claim = ?, allowed_domains = ?, enabled = ? WHERE id = ?",
                 )
@@ -498,13 +536,16 @@ impl Platform {
         client_secret: Option<&str>,
         groups: &[(String, String)],
     ) -> Result<(), Error> {
-        let issuer = tenancy::validate_issuer(issuer)?;
+        // The operator's own choice: a provider on the private network is theirs to name.
+        let issuer = tenancy::validate_issuer(issuer, Reach::Private)?;
         let mut tx = self.begin_write().await?;
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO oidc_providers (tenant_id, slug, display_name, issuer, client_id, client_secret, created_at)
-             VALUES (NULL, 'sso', ?, ?, ?, ?, ?)
+            "INSERT INTO oidc_providers (tenant_id, slug, display_name, issuer, client_id, client_secret, created_at,
+                 set_by_operator)
+             VALUES (NULL, 'sso', ?, ?, ?, ?, ?, 1)
              ON CONFLICT (slug) DO UPDATE SET display_name = excluded.display_name, issuer = excluded.issuer,
-                 client_id = excluded.client_id, client_secret = excluded.client_secret, enabled = 1
+                 client_id = excluded.client_id, client_secret = excluded.client_secret, enabled = 1,
+                 set_by_operator = 1
              RETURNING id",
         )
         .bind(display_name)
@@ -593,17 +634,17 @@ impl std::fmt::Display for SignInFailure {
 
 impl SignInFailure {
     fn into_error(self) -> Error {
-        let say = |s: &'static str| Error::Refused(Refusal::SignInFailed(s));
+        let say = |problem| Error::Refused(Refusal::SignInFailed(problem));
         match self {
             SignInFailure::UnknownState | SignInFailure::OtherBrowser | SignInFailure::ProviderGone => {
-                say("this sign-in link has expired or was already used; start again")
+                say(SignInProblem::Expired)
             }
-            SignInFailure::Protocol(_) => say("your identity provider's answer could not be verified; start again"),
+            SignInFailure::Protocol(_) => say(SignInProblem::Unverified),
             SignInFailure::DomainNotAllowed | SignInFailure::NoRole | SignInFailure::NoVerifiedEmail => {
-                say("your account has no access to Berth yet; ask your tenant admin to invite you or map your group")
+                say(SignInProblem::NoAccess)
             }
             SignInFailure::EmailTaken | SignInFailure::WrongTenant | SignInFailure::NotActive => {
-                say("this account cannot sign in here; ask your tenant admin")
+                say(SignInProblem::NotHere)
             }
             SignInFailure::Internal(e) => e,
         }

@@ -122,7 +122,7 @@ impl Platform {
         };
         audit::record(&mut tx, &user.caller(meta.clone()).actor(), event).await?;
         tx.commit().await?;
-        self.throttle.succeeded(&user.email);
+        self.throttle.succeeded(&user.email, meta.source.as_deref());
         Ok(user)
     }
 }

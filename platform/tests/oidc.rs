@@ -14,7 +14,9 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use base64::prelude::{BASE64_STANDARD, BASE64_URL_SAFE_NO_PAD};
-use berth_platform::oidc::{Callback, Client, IdTokenProblem, Identity, OidcError, PendingLogin, ProviderConfig};
+use berth_platform::oidc::{
+    Callback, Client, IdTokenProblem, Identity, OidcError, PendingLogin, ProviderConfig, Reach,
+};
 use openidconnect::core::{CoreHmacKey, CoreJsonWebKey, CoreJwsSigningAlgorithm, CoreRsaPrivateSigningKey};
 use openidconnect::{
     AccessToken, AccessTokenHash, JsonWebKeyId, PkceCodeChallenge, PkceCodeVerifier, PrivateSigningKey,
@@ -160,6 +162,8 @@ impl FakeProvider {
             client_secret: Some(CLIENT_SECRET.into()),
             redirect_url: REDIRECT_URL.into(),
             groups_claim: "groups".into(),
+            // The test provider listens on loopback.
+            reach: Reach::Private,
         }
     }
 

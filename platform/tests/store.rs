@@ -65,6 +65,67 @@ async fn the_first_start_creates_one_admin_whose_password_works_once_shown(pool:
 }
 
 #[sqlx::test(migrations = "../migrations")]
+async fn the_printed_first_start_password_only_lets_its_holder_choose_another(pool: SqlitePool) {
+    let platform = Platform::new(pool.clone());
+    let admin = platform.bootstrap_admin().await.expect("bootstrap").expect("admin");
+    let user = platform.sign_in(&admin.email, &admin.password, &meta()).await.expect("sign in");
+    assert!(platform.must_change_password(&user).await.expect("must change"), "the printed one must go");
+    for (new, again, why) in [
+        ("short", "short", Refusal::WeakPassword("must be 12 to 256 characters long")),
+        ("a long enough one", "a long enough 0ne", Refusal::WeakPassword("and its repetition differ")),
+        (admin.password.as_str(), admin.password.as_str(), Refusal::SamePassword),
+    ] {
+        let refused = platform.replace_first_password(user.id, new, again, &meta()).await;
+        assert!(matches!(&refused, Err(Error::Refused(r)) if *r == why), "{refused:?}");
+    }
+    platform.replace_first_password(user.id, "my own passphrase", "my own passphrase", &meta()).await.expect("chosen");
+    assert!(!platform.must_change_password(&user).await.expect("must change"));
+    // The step is done once: it cannot be used again to set a password without the old one.
+    let again = platform.replace_first_password(user.id, "someone else's", "someone else's", &meta()).await;
+    assert!(matches!(again, Err(Error::Unauthenticated)), "{again:?}");
+    assert!(matches!(platform.sign_in(&admin.email, &admin.password, &meta()).await, Err(Error::BadCredentials)));
+    platform.sign_in(&admin.email, "my own passphrase", &meta()).await.expect("the chosen password works");
+
+    // Changing it later takes the current one.
+    let caller = user.caller(meta());
+    let wrong = platform.change_password(&caller, "not it", "yet another phrase", "yet another phrase").await;
+    assert!(matches!(wrong, Err(Error::Refused(Refusal::WrongPassword))), "{wrong:?}");
+    platform
+        .change_password(&caller, "my own passphrase", "yet another phrase", "yet another phrase")
+        .await
+        .expect("changed");
+    platform.sign_in(&admin.email, "yet another phrase", &meta()).await.expect("the new password works");
+    let audited: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'user.password'")
+        .fetch_one(&pool)
+        .await
+        .expect("audit");
+    assert_eq!(audited, 3, "chosen, refused once, changed");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn another_platform_admin_resets_a_lost_authenticator_but_nobody_their_own(pool: SqlitePool) {
+    let platform = Platform::new(pool.clone());
+    let admin = platform.bootstrap_admin().await.expect("bootstrap").expect("admin");
+    let first = platform.sign_in(&admin.email, &admin.password, &meta()).await.expect("sign in");
+    let secret = totp::new_secret();
+    let code = totp::code_at(&secret, now_ms() / 30_000).expect("code");
+    platform.complete_second_factor(first.id, &code, Some(&secret), &meta()).await.expect("enrolled");
+    assert!(platform.has_totp(first.id).await.expect("has"));
+    let second = platform
+        .create_user("ops@example.com", "Ops", "a long password", Role::PlatformAdmin, None)
+        .await
+        .expect("ops");
+    let own = platform.reset_second_factor(&first.caller(meta()), &admin.email).await;
+    assert!(matches!(own, Err(Error::Refused(Refusal::NotALocalAccount(_)))), "{own:?}");
+    platform.reset_second_factor(&second.caller(meta()), &admin.email).await.expect("reset by another admin");
+    assert!(!platform.has_totp(first.id).await.expect("has"), "set up again at the next sign-in");
+    let member =
+        platform.create_user("m@example.com", "M", "a long password", Role::PlatformAuditor, None).await.expect("m");
+    let refused = platform.reset_second_factor(&member.caller(meta()), &admin.email).await;
+    assert!(matches!(refused, Err(Error::Forbidden)), "{refused:?}");
+}
+
+#[sqlx::test(migrations = "../migrations")]
 async fn administrators_set_up_a_one_time_code_and_each_code_works_once(pool: SqlitePool) {
     let platform = Platform::new(pool.clone());
     let admin = platform.bootstrap_admin().await.expect("bootstrap").expect("admin");
@@ -86,7 +147,7 @@ async fn administrators_set_up_a_one_time_code_and_each_code_works_once(pool: Sq
 }
 
 #[sqlx::test(migrations = "../migrations")]
-async fn repeated_failures_lock_an_email_even_against_the_right_password(pool: SqlitePool) {
+async fn repeated_failures_lock_an_account_from_that_address_but_not_its_owner_elsewhere(pool: SqlitePool) {
     let platform = Platform::new(pool.clone());
     let admin = platform.bootstrap_admin().await.expect("bootstrap").expect("admin");
     for _ in 0..5 {
@@ -95,6 +156,9 @@ async fn repeated_failures_lock_an_email_even_against_the_right_password(pool: S
     }
     let locked = platform.sign_in(&admin.email, &admin.password, &meta()).await;
     assert!(matches!(locked, Err(Error::Refused(Refusal::TooManyAttempts { .. }))), "{locked:?}");
+    // The attacker's failures do not lock the owner out from where they are.
+    let elsewhere = RequestMeta { request_id: "req-2".into(), source: Some("192.0.2.7".into()) };
+    assert!(platform.sign_in(&admin.email, &admin.password, &elsewhere).await.is_ok(), "the owner signs in elsewhere");
     // An unknown email locks the same way, so the lockout tells nothing about accounts.
     for _ in 0..5 {
         let _ = platform.sign_in("nobody@example.com", "guess", &meta()).await;

@@ -177,6 +177,19 @@ pub struct ServeArgs {
     /// Minutes a GPU stays free between two bookings, for scrubbing and health checks.
     #[arg(long, env = "BERTH_CLEANING_GAP", default_value_t = 15)]
     pub cleaning_gap: u32,
+    /// Let tenants' identity providers (set on their Team page) be on loopback, link-local
+    /// or private addresses. Off by default: otherwise a tenant admin could make Berth fetch
+    /// from its own network. The operator's own provider (`--oidc-issuer`) may always be.
+    #[arg(long, env = "BERTH_ALLOW_PRIVATE_ISSUERS", default_value_t = false)]
+    pub allow_private_issuers: bool,
+    /// Serve `/metrics` on this address only (e.g. `127.0.0.1:9464` or an internal
+    /// interface), not on the main listener.
+    #[arg(long, env = "BERTH_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Serve `/metrics` on the main listener to requests with `Authorization: Bearer <this>`.
+    /// Without this or `--metrics-listen`, metrics are not served.
+    #[arg(long, env = "BERTH_METRICS_TOKEN", hide_env_values = true)]
+    pub metrics_token: Option<String>,
     /// A platform-wide OpenID provider (besides the tenants' own): its issuer URL.
     #[arg(long, env = "BERTH_OIDC_ISSUER", requires = "oidc_client_id")]
     pub oidc_issuer: Option<String>,
@@ -328,7 +341,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_policy(policy)
         .with_public_url(&public.url)
         .with_environment_origins(origins)
-        .with_fabric(args.fabric()?);
+        .with_fabric(args.fabric()?)
+        .with_private_issuers(args.allow_private_issuers);
     platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
     let backend: Arc<dyn Backend> = match (args.backend, kubernetes) {
         (BackendKind::Kubernetes, Some(kubernetes)) => kubernetes,
@@ -373,10 +387,25 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }));
 
     let environments = platform.environment_origin("<id>");
-    let router = crate::http::router(platform, pool, &args, &public).await?;
+    let routers = crate::http::router(platform, pool, &args, &public).await?;
+    let router = routers.portal;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.listen))?;
+    if let Some(address) = args.metrics_listen {
+        let metrics = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|e| format!("cannot listen for metrics on {address}: {e}"))?;
+        let mut metrics_stop = stop_rx.clone();
+        tokio::spawn(async move {
+            let stopped = async move {
+                let _ = metrics_stop.wait_for(|stop| *stop).await;
+            };
+            if let Err(e) = axum::serve(metrics, routers.metrics).with_graceful_shutdown(stopped).await {
+                tracing::error!(error = %e, "the metrics listener stopped");
+            }
+        });
+    }
     tracing::info!(listen = %args.listen, gpus = fleet.gpu_count(), nodes = fleet.nodes.len(), "berth is serving");
     print_welcome(&args, &public, &environments, admin.as_ref());
 

@@ -33,12 +33,19 @@ pub struct AppState {
     pub proxy: Arc<crate::proxy::Proxy>,
 }
 
+/// What `berth serve` serves: the portal (with the environments' origins) on the main
+/// listener, and `/metrics` alone for `--metrics-listen`.
+pub struct Routers {
+    pub portal: Router,
+    pub metrics: Router,
+}
+
 pub async fn router(
     platform: Platform,
     pool: sqlx::SqlitePool,
     args: &ServeArgs,
     public: &PublicUrl,
-) -> Result<Router, String> {
+) -> Result<Routers, String> {
     let leptos_options = LeptosOptions::builder()
         .output_name("berth")
         .site_root(args.site_root.as_str())
@@ -68,19 +75,41 @@ pub async fn router(
         .with_expiry(Expiry::OnInactivity(tower_sessions::cookie::time::Duration::minutes(IDLE_TIMEOUT_MINUTES)));
 
     let routes = generate_route_list(App);
-    let context_platform = platform.clone();
+    // Metrics say how busy Berth is and with what: only where the operator chose.
+    let metrics_token = args.metrics_token.clone().map(Arc::<str>::from);
+    let exposed_metrics = match metrics_token {
+        Some(token) => Router::new().route("/metrics", get(metrics)).route_layer(middleware::from_fn(
+            move |request: Request, next: Next| {
+                let token = token.clone();
+                async move {
+                    if bearer_is(&request, &token) {
+                        next.run(request).await
+                    } else {
+                        (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], "metrics need their token")
+                            .into_response()
+                    }
+                }
+            },
+        )),
+        None => Router::new(),
+    };
+    let metrics_only = Router::new().route("/metrics", get(metrics)).with_state(state.clone());
     let portal = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .merge(exposed_metrics)
         .merge(crate::api::routes())
         .merge(crate::web::routes())
-        .leptos_routes_with_context(&state, routes, move || provide_context(context_platform.clone()), {
+        .leptos_routes_with_context(&state, routes, page_context(platform.clone()), {
             let options = state.leptos_options.clone();
             move || shell(options.clone())
         })
-        .fallback(leptos_axum::file_and_error_handler::<AppState, _>(shell))
-        .layer(session_layer);
+        .fallback(leptos_axum::file_and_error_handler_with_context::<AppState, _>(
+            page_context(platform.clone()),
+            shell,
+        ))
+        .layer(session_layer)
+        .layer(middleware::from_fn(no_store_unless_asset));
     let portal = common_layers(portal, &state, public.tls);
     // The environments' origins know nothing of Berth's session: no session layer.
     let environments = common_layers(crate::proxy::routes(), &state, origins.secure());
@@ -103,7 +132,15 @@ pub async fn router(
         };
         target.oneshot(request)
     });
-    Ok(Router::new().fallback_service(dispatch))
+    Ok(Routers { portal: Router::new().fallback_service(dispatch), metrics: metrics_only })
+}
+
+/// Whether the request carries `Authorization: Bearer <token>` (compared in constant time).
+fn bearer_is(request: &Request, token: &str) -> bool {
+    use subtle::ConstantTimeEq;
+    let given = request.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+    let given = given.and_then(|v| v.strip_prefix("Bearer ")).unwrap_or_default();
+    given.len() == token.len() && bool::from(given.as_bytes().ct_eq(token.as_bytes()))
 }
 
 /// What every answer gets, the portal's and the environments' alike: request ids, logs,
@@ -131,12 +168,33 @@ fn common_layers(router: Router<AppState>, state: &AppState, tls: bool) -> Route
 /// A session unused this long ends (the absolute limit is in the app's session code).
 const IDLE_TIMEOUT_MINUTES: i64 = 120;
 
-/// Scripts and styles only from this origin (inline ones are the hydration bootstrap and
-/// Leptos' own; a per-request nonce would let `'unsafe-inline'` go), WebAssembly allowed, no
+/// What every rendered page (the 404 page too) gets: the platform, and a policy that lets
+/// only this response's inline scripts run, by the nonce Leptos puts on each of them (the
+/// hydration bootstrap, resources' data).
+fn page_context(platform: Platform) -> impl Fn() + Clone + Send + 'static {
+    move || {
+        provide_context(platform.clone());
+        let nonce = leptos::nonce::use_nonce();
+        if let (Some(nonce), Some(response)) = (nonce, use_context::<leptos_axum::ResponseOptions>())
+            && let Ok(policy) = HeaderValue::from_str(&content_security_policy(Some(&nonce)))
+        {
+            response.insert_header(header::CONTENT_SECURITY_POLICY, policy);
+        }
+    }
+}
+
+/// Scripts only from this origin, and inline ones only with this response's nonce (pages;
+/// other answers have none and run no inline script); WebAssembly allowed; styles from this
+/// origin and inline (Tailwind's classes need no inline styles, but Leptos' own may); no
 /// framing, forms only back to Berth.
-const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self' 'unsafe-inline' 'wasm-unsafe-eval'; \
-    style-src 'self' 'unsafe-inline'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; \
-    form-action 'self'; frame-ancestors 'none'";
+fn content_security_policy(nonce: Option<&str>) -> String {
+    let inline = nonce.map(|nonce| format!(" 'nonce-{nonce}'")).unwrap_or_default();
+    format!(
+        "default-src 'self'; script-src 'self'{inline} 'wasm-unsafe-eval'; style-src 'self' 'unsafe-inline'; \
+         img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; \
+         frame-ancestors 'none'"
+    )
+}
 
 type Header = SetResponseHeaderLayer<HeaderValue>;
 type HeaderLayers = tower::layer::util::Stack<
@@ -147,7 +205,7 @@ type HeaderLayers = tower::layer::util::Stack<
 fn security_headers() -> HeaderLayers {
     let csp = SetResponseHeaderLayer::if_not_present(
         header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+        HeaderValue::from_str(&content_security_policy(None)).unwrap_or(HeaderValue::from_static("default-src 'self'")),
     );
     let nosniff =
         SetResponseHeaderLayer::if_not_present(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
@@ -173,21 +231,58 @@ fn security_headers() -> HeaderLayers {
 }
 
 /// CSRF defence: a state-changing request that a browser marks as coming from another
-/// origin is refused before any handler runs. (Clients that are not browsers send no
-/// `Origin` and carry no ambient cookies worth forging.) Pages change nothing on GET.
+/// origin is refused before any handler runs. Browsers say so with `Sec-Fetch-Site` (only
+/// `same-origin`, or `none` for what the user did themselves, may write: `same-site` would
+/// let an environment's origin, whose pages its owner writes, post to the portal) and with
+/// `Origin`; a write carrying cookies but neither header is refused too, as an old browser's
+/// cross-site form could look like that. Clients that are not browsers send a token, not
+/// cookies, and are unaffected. Pages change nothing on GET.
 async fn same_origin_writes(request: Request, next: Next) -> Response {
     let writes = !matches!(request.method(), &http::Method::GET | &http::Method::HEAD | &http::Method::OPTIONS);
-    let origin = request.headers().get(header::ORIGIN).and_then(|v| v.to_str().ok());
-    let host = request.headers().get(header::HOST).and_then(|v| v.to_str().ok());
-    if writes && let Some(origin) = origin {
-        let same = host.is_some_and(|host| origin.split_once("://").is_some_and(|(_, rest)| rest == host));
-        if !same {
-            let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
-            tracing::warn!(origin, host, path = %request.uri().path(), request_id, "refused a cross-origin write");
-            return (StatusCode::FORBIDDEN, "cross-origin requests may not change anything").into_response();
-        }
+    if writes && let Err(why) = same_origin(request.headers()) {
+        let request_id = request.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("");
+        tracing::warn!(why, path = %request.uri().path(), request_id, "refused a cross-origin write");
+        return (StatusCode::FORBIDDEN, "cross-origin requests may not change anything").into_response();
     }
     next.run(request).await
+}
+
+/// Whether a write comes from this origin, as far as its headers tell; why not otherwise.
+fn same_origin(headers: &http::HeaderMap) -> Result<(), &'static str> {
+    let text = |name| headers.get(name).map(|v: &HeaderValue| v.to_str().unwrap_or("?"));
+    let fetch_site = text(HeaderName::from_static("sec-fetch-site"));
+    if fetch_site.is_some_and(|site| site != "same-origin" && site != "none") {
+        return Err("Sec-Fetch-Site is not same-origin");
+    }
+    match text(header::ORIGIN) {
+        Some(origin) => {
+            let same =
+                text(header::HOST).is_some_and(|host| origin.split_once("://").is_some_and(|(_, rest)| rest == host));
+            if same { Ok(()) } else { Err("Origin is not this host") }
+        }
+        None if fetch_site.is_none()
+            && headers.contains_key(header::COOKIE)
+            && !headers.contains_key(header::AUTHORIZATION) =>
+        {
+            Err("a write with cookies but neither Origin nor Sec-Fetch-Site")
+        }
+        None => Ok(()),
+    }
+}
+
+/// Pages, server functions' answers, the API and downloads depend on who asks: no cache
+/// keeps them. Only the site's assets (styles, scripts, WebAssembly, images, fonts), which
+/// are the same for everyone, may be cached.
+async fn no_store_unless_asset(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let asset = ["text/css", "text/javascript", "application/javascript", "application/wasm", "image/", "font/"]
+        .iter()
+        .any(|kind| content_type.starts_with(kind));
+    if !asset && !response.headers().contains_key(header::CACHE_CONTROL) {
+        response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    response
 }
 
 async fn record_metrics(State(metrics): State<Arc<HttpMetrics>>, request: Request, next: Next) -> Response {
@@ -251,12 +346,16 @@ mod tests {
         Router::new().route("/api/launch", post(|| async { "launched" })).layer(middleware::from_fn(same_origin_writes))
     }
 
-    async fn post_from(origin: Option<&str>) -> StatusCode {
+    async fn post_with(headers: &[(HeaderName, &str)]) -> StatusCode {
         let mut request = Request::post("/api/launch").header(header::HOST, "berth.example:3000");
-        if let Some(origin) = origin {
-            request = request.header(header::ORIGIN, origin);
+        for (name, value) in headers {
+            request = request.header(name, *value);
         }
         app().oneshot(request.body(Body::empty()).expect("request")).await.expect("response").status()
+    }
+
+    async fn post_from(origin: Option<&str>) -> StatusCode {
+        post_with(&origin.map(|o| (header::ORIGIN, o)).into_iter().collect::<Vec<_>>()).await
     }
 
     #[tokio::test]
@@ -266,5 +365,27 @@ mod tests {
         assert_eq!(post_from(Some("https://evil.example")).await, StatusCode::FORBIDDEN);
         assert_eq!(post_from(Some("https://berth.example:3000.evil.example")).await, StatusCode::FORBIDDEN);
         assert_eq!(post_from(Some("null")).await, StatusCode::FORBIDDEN);
+    }
+
+    #[tokio::test]
+    async fn browsers_fetch_metadata_is_followed_and_cookies_need_one_of_the_headers() {
+        let site = HeaderName::from_static("sec-fetch-site");
+        let cookie = (header::COOKIE, "berth_session=abc");
+        assert_eq!(post_with(&[(site.clone(), "same-origin"), cookie.clone()]).await, StatusCode::OK);
+        assert_eq!(post_with(&[(site.clone(), "none"), cookie.clone()]).await, StatusCode::OK);
+        for elsewhere in ["cross-site", "same-site"] {
+            assert_eq!(post_with(&[(site.clone(), elsewhere), cookie.clone()]).await, StatusCode::FORBIDDEN);
+            assert_eq!(
+                post_with(&[(site.clone(), elsewhere), (header::ORIGIN, "https://berth.example:3000")]).await,
+                StatusCode::FORBIDDEN,
+                "{elsewhere} wins over a matching Origin"
+            );
+        }
+        assert_eq!(post_with(&[cookie.clone()]).await, StatusCode::FORBIDDEN, "cookies, and neither header");
+        assert_eq!(
+            post_with(&[cookie, (header::AUTHORIZATION, "Bearer berth_x")]).await,
+            StatusCode::OK,
+            "a token's caller is no browser form"
+        );
     }
 }

@@ -105,6 +105,11 @@ async fn sign_in(
 ) -> Response {
     let meta = request_meta(&parts);
     let proxy = &state.proxy;
+    // Before the ticket is spent: a `next` that would leave this origin is refused.
+    let next = match berth_domain::redirect::next_or(query.next.as_deref(), "/") {
+        Ok(next) => next,
+        Err(refusal) => return (StatusCode::BAD_REQUEST, refusal.to_string()).into_response(),
+    };
     let mut response = match state.platform.redeem_ticket(&id, &query.ticket, &meta).await {
         Ok(session) => {
             let max_age = (session.expires_at - berth_platform::now_ms()).clamp(0, SESSION_TTL_MS) / 1000;
@@ -113,7 +118,6 @@ async fn sign_in(
                 "{}={}; Path=/; HttpOnly; SameSite=Lax; Max-Age={max_age}{secure}",
                 proxy.cookie, session.secret
             );
-            let next = berth_app::serverfns::safe_next_or(query.next.as_deref(), "/");
             let mut response = Redirect::to(&next).into_response();
             if let Ok(value) = HeaderValue::from_str(&cookie) {
                 response.headers_mut().insert(header::SET_COOKIE, value);
@@ -121,7 +125,7 @@ async fn sign_in(
             response
         }
         Err(Error::Unauthenticated) => {
-            let again = open_url(&state, &id, query.next.as_deref().unwrap_or("/"));
+            let again = open_url(&state, &id, &next);
             let page = format!(
                 "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Sign-in link used · Berth</title></head>\
                  <body><p>This sign-in link was used already, has expired, or is not for this environment.</p>\

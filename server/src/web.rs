@@ -6,7 +6,8 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
 use berth_app::error::AppError;
-use berth_app::serverfns::safe_next;
+use berth_app::serverfns::after_sign_in;
+use berth_domain::{Refusal, SignInProblem};
 use berth_platform::audit::{AuditFilter, to_csv};
 use berth_platform::oidc::Callback;
 use berth_platform::sso::CALLBACK_PATH;
@@ -50,6 +51,11 @@ async fn open_environment(
     parts: Parts,
 ) -> Response {
     let meta = request_meta(&parts);
+    // Before a ticket is made: where it leads must be a path on the environment's origin.
+    let next = match berth_domain::redirect::next_or(q.next.as_deref(), "/") {
+        Ok(next) => next,
+        Err(refusal) => return (StatusCode::BAD_REQUEST, refusal.to_string()).into_response(),
+    };
     let user = match berth_app::session::signed_in_user(&session, &state.platform, &meta).await {
         Ok(Some(user)) => user,
         Ok(None) if crate::proxy::is_page_load(&parts) => {
@@ -61,7 +67,6 @@ async fn open_environment(
     };
     match state.platform.open_notebook(&user.caller(meta.clone()), &id).await {
         Ok(ticket) => {
-            let next = berth_app::serverfns::safe_next_or(q.next.as_deref(), "/");
             let url = format!(
                 "{}{}?ticket={ticket}&next={}",
                 state.platform.environment_origin(&id),
@@ -89,10 +94,33 @@ async fn old_link(Path(params): Path<Vec<(String, String)>>, parts: Parts) -> Re
     Redirect::to(&format!("/environments/{id}/open?next={}", berth_app::url_encode(&next))).into_response()
 }
 
-/// Back to the sign-in page with a message it shows.
-fn to_login(message: &str) -> Response {
-    let query = berth_app::url_encode(message);
-    Redirect::to(&format!("/login?sso_error={query}")).into_response()
+/// Back to the sign-in page, which shows the problem's own words (never the URL's); an
+/// internal failure carries the request id the log has it under.
+fn to_login(problem: SignInProblem, request_id: Option<&str>) -> Response {
+    let mut url = format!("/login?sso_error={}", problem.code());
+    if let Some(id) = request_id {
+        url = format!("{url}&request_id={}", berth_app::url_encode(id));
+    }
+    Redirect::to(&url).into_response()
+}
+
+/// The sign-in page's code for a refused or failed single sign-on; internal causes are
+/// logged with the request id.
+fn sign_in_problem(error: berth_platform::Error, request_id: &str) -> (SignInProblem, Option<&str>) {
+    match error {
+        berth_platform::Error::Refused(Refusal::SignInFailed(problem)) => (problem, None),
+        berth_platform::Error::Refused(Refusal::TooManyAttempts { .. }) => (SignInProblem::TooMany, None),
+        berth_platform::Error::NotFound => (SignInProblem::UnknownProvider, None),
+        other => {
+            tracing::error!(request_id, error = %other, "single sign-on failed");
+            (SignInProblem::Internal, Some(request_id))
+        }
+    }
+}
+
+fn session_failed(error: AppError, request_id: &str) -> Response {
+    tracing::error!(request_id, error = %error, "single sign-on: the session could not be kept");
+    to_login(SignInProblem::Internal, Some(request_id))
 }
 
 async fn start_sign_in(
@@ -103,19 +131,21 @@ async fn start_sign_in(
     parts: Parts,
 ) -> Response {
     let meta = request_meta(&parts);
+    let Ok(next) = after_sign_in(q.next.as_deref()) else { return to_login(SignInProblem::NotLocalPath, None) };
     let binding = match berth_app::session::new_sso_binding(&session, &meta).await {
         Ok(binding) => binding,
-        Err(e) => return to_login(&e.to_string()),
+        Err(e) => return session_failed(e, &meta.request_id),
     };
-    match state.platform.begin_sign_in(&slug, &safe_next(q.next.as_deref()), &binding).await {
+    match state.platform.begin_sign_in(&slug, &next, &binding, &meta).await {
         Ok(url) => Redirect::to(&url).into_response(),
-        Err(berth_platform::Error::NotFound) => to_login("there is no such sign-in option"),
+        Err(berth_platform::Error::NotFound) => to_login(SignInProblem::UnknownProvider, None),
+        Err(e @ berth_platform::Error::Refused(_)) => {
+            let (problem, request_id) = sign_in_problem(e, &meta.request_id);
+            to_login(problem, request_id)
+        }
         Err(e) => {
             tracing::error!(request_id = %meta.request_id, error = %e, provider = %slug, "could not start single sign-on");
-            to_login(&format!(
-                "could not reach your identity provider; try again later (request id {})",
-                meta.request_id
-            ))
+            to_login(SignInProblem::Unreachable, Some(&meta.request_id))
         }
     }
 }
@@ -138,19 +168,25 @@ async fn finish_sign_in(
     let meta = request_meta(&parts);
     if let Some(error) = q.error {
         tracing::info!(request_id = %meta.request_id, error = %error, "identity provider returned an error");
-        return to_login("your identity provider did not sign you in");
+        return to_login(SignInProblem::Declined, None);
     }
     let binding = match berth_app::session::sso_binding(&session, &meta).await {
         Ok(binding) => binding,
-        Err(e) => return to_login(&e.to_string()),
+        Err(e) => return session_failed(e, &meta.request_id),
     };
     let callback = Callback { code: q.code, state: q.state, iss: q.iss };
     match state.platform.finish_sign_in(&callback, binding.as_deref(), &meta).await {
         Ok((user, next)) => match berth_app::session::start(&session, &meta, user.id).await {
-            Ok(()) => Redirect::to(&next).into_response(),
-            Err(e) => to_login(&e.to_string()),
+            // `next` was checked when the sign-in began; checked again, as it goes into a header.
+            Ok(()) => {
+                Redirect::to(&after_sign_in(Some(&next)).unwrap_or_else(|_| "/environments".into())).into_response()
+            }
+            Err(e) => session_failed(e, &meta.request_id),
         },
-        Err(e) => to_login(&AppError::from_platform_quiet(e, &meta.request_id).to_string()),
+        Err(e) => {
+            let (problem, request_id) = sign_in_problem(e, &meta.request_id);
+            to_login(problem, request_id)
+        }
     }
 }
 

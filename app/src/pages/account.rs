@@ -3,7 +3,7 @@ use leptos_meta::Title;
 
 use crate::components::{ErrorAlert, RequireUser};
 use crate::model::{AccountView, NewTokenView, SshKeyView, TokenView};
-use crate::serverfns::{AddSshKey, CreateToken, RemoveSshKey, RevokeToken, account};
+use crate::serverfns::{AddSshKey, ChangePassword, CreateToken, RemoveSshKey, ResetSecondFactor, RevokeToken, account};
 
 const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
 const LABEL: &str = "block text-xs font-medium text-slate-600";
@@ -36,9 +36,11 @@ pub fn AccountPage() -> impl IntoView {
                     match account.await {
                         Ok(mut view) => {
                             let keys = std::mem::take(&mut view.ssh_keys);
+                            let (local, resets) = (view.local_account, view.resets_authenticators);
                             view! {
                                 <AccountBody view create revoke/>
                                 <SshKeys keys add=add_key remove=remove_key/>
+                                {local.then(|| view! { <LocalAccount resets/> })}
                             }
                             .into_any()
                         }
@@ -258,4 +260,61 @@ fn SshKeyTable(keys: Vec<SshKeyView>, remove: ServerAction<RemoveSshKey>) -> imp
         </div>
     }
     .into_any()
+}
+
+/// A local account's password, and, for platform admins, another administrator's lost
+/// authenticator. (People who sign in with single sign-on change their password there.)
+#[component]
+fn LocalAccount(resets: bool) -> impl IntoView {
+    let change = ServerAction::<ChangePassword>::new();
+    let reset = ServerAction::<ResetSecondFactor>::new();
+    let query = leptos_router::hooks::use_query_map();
+    let said = move |key: &str, value: &str| query.read().get(key).is_some_and(|v| v == value);
+    let changed = move || said("password", "changed");
+    let was_reset = move || said("authenticator", "reset");
+    let change_result = change.value();
+    let reset_result = reset.value();
+    view! {
+        <section class="mt-10" aria-labelledby="password">
+            <h2 id="password" class="text-xl font-bold tracking-tight text-slate-900">"Password"</h2>
+            <div class="mt-4 rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
+                <ActionForm action=change attr:class="space-y-3 sm:w-1/2">
+                    <div>
+                        <label for="p-current" class=LABEL>"Current password"</label>
+                        <input id="p-current" name="current" type="password" required autocomplete="current-password" class=INPUT/>
+                    </div>
+                    <div>
+                        <label for="p-new" class=LABEL>"New password (12 characters or more)"</label>
+                        <input id="p-new" name="password" type="password" required minlength="12" autocomplete="new-password" class=INPUT/>
+                    </div>
+                    <div>
+                        <label for="p-again" class=LABEL>"New password again"</label>
+                        <input id="p-again" name="again" type="password" required minlength="12" autocomplete="new-password" class=INPUT/>
+                    </div>
+                    <button type="submit" class="rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">"Change password"</button>
+                </ActionForm>
+                <div class="mt-3" role="status">
+                    {move || changed().then(|| view! { <p class="text-sm text-emerald-700" data-testid="password-changed">"Your password was changed."</p> })}
+                    {move || change_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+                </div>
+            </div>
+            {resets.then(|| view! {
+                <div class="mt-4 rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
+                    <h3 class="text-sm font-semibold text-slate-900">"Another administrator lost their authenticator"</h3>
+                    <p class="mt-1 text-sm text-slate-600">"Clears their one-time code set-up; their next sign-in, with their password, sets up a new one. Audited. Your own needs another platform admin."</p>
+                    <ActionForm action=reset attr:class="mt-3 flex flex-wrap items-end gap-3">
+                        <div>
+                            <label for="r-email" class=LABEL>"Their email"</label>
+                            <input id="r-email" name="email" type="email" required autocomplete="off" class=INPUT/>
+                        </div>
+                        <button type="submit" class="rounded-lg bg-white px-4 py-2 text-sm font-semibold text-red-700 ring-1 ring-red-300 hover:bg-red-50">"Reset authenticator"</button>
+                    </ActionForm>
+                    <div class="mt-3" role="status">
+                        {move || was_reset().then(|| view! { <p class="text-sm text-emerald-700">"Their authenticator was reset."</p> })}
+                        {move || reset_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+                    </div>
+                </div>
+            })}
+        </section>
+    }
 }

@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::components::{Auth, ErrorAlert};
 use crate::error::AppError;
-use crate::serverfns::{VerifyCode, second_factor, sign_in_options};
+use crate::serverfns::{ChoosePassword, VerifyCode, second_factor, sign_in_options};
 
 #[component]
 pub fn LoginPage() -> impl IntoView {
@@ -14,7 +14,19 @@ pub fn LoginPage() -> impl IntoView {
     let sign_in = auth.sign_in_action();
     let result = sign_in.value();
     let providers = Resource::new(|| (), |_| sign_in_options());
-    let sso_error = move || query.read().get("sso_error");
+    // Only a known code's own words, so a crafted link cannot put text on this page; the
+    // request id only if it looks like one.
+    let sso_error = move || {
+        let query = query.read();
+        let problem = berth_domain::SignInProblem::from_code(&query.get("sso_error")?);
+        let request_id = query
+            .get("request_id")
+            .filter(|id| id.len() <= 36 && id.chars().all(|c| c.is_ascii_hexdigit() || c == '-'));
+        Some(match request_id {
+            Some(id) => format!("{problem} (request id {id})"),
+            None => problem.to_string(),
+        })
+    };
     view! {
         <Title text="Sign in"/>
         <div class="mx-auto mt-8 max-w-sm">
@@ -122,6 +134,52 @@ pub fn SecondFactorPage() -> impl IntoView {
                     <button type="submit" class="mt-4 w-full rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">
                         "Verify"
                     </button>
+                </ActionForm>
+            </div>
+        </div>
+    }
+    .into_any()
+}
+
+/// The first sign-in with a password someone else chose or saw (the first-start
+/// administrator's, printed in the log): the person chooses their own before going on.
+#[component]
+pub fn NewPasswordPage() -> impl IntoView {
+    let query = use_query_map();
+    let next = move || query.read().get("next").unwrap_or_else(|| "/environments".to_owned());
+    let Some(auth) = Auth::get() else { return ().into_any() };
+    let choose = ServerAction::<ChoosePassword>::new();
+    Effect::new(move |_| {
+        if choose.version().get() > 0 {
+            auth.refresh();
+        }
+    });
+    let result = choose.value();
+    let input = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
+    view! {
+        <Title text="Choose your password"/>
+        <div class="mx-auto mt-8 max-w-sm">
+            <h1 class="text-center text-2xl font-bold tracking-tight text-slate-900">"Choose your password"</h1>
+            <p class="mt-4 text-center text-sm text-slate-600">
+                "The password you signed in with was printed when Berth first started, so others may have seen it. Choose your own (12 characters or more); the printed one stops working."
+            </p>
+            <div class="mt-6 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
+                <ActionForm action=choose>
+                    <input type="hidden" name="next" value=next/>
+                    <div class="space-y-4">
+                        <div>
+                            <label for="new-password" class="block text-sm font-medium text-slate-700">"New password"</label>
+                            <input id="new-password" name="password" type="password" required minlength="12" autocomplete="new-password" class=input/>
+                        </div>
+                        <div>
+                            <label for="new-password-again" class="block text-sm font-medium text-slate-700">"New password again"</label>
+                            <input id="new-password-again" name="again" type="password" required minlength="12" autocomplete="new-password" class=input/>
+                        </div>
+                        {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+                        <button type="submit" class="w-full rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">
+                            "Save and continue"
+                        </button>
+                    </div>
                 </ActionForm>
             </div>
         </div>

@@ -22,7 +22,7 @@ pub use environments::EnvironmentsPage;
 pub use fabric::FabricPage;
 pub use fleet::FleetPage;
 pub use launch::LaunchPage;
-pub use login::{LoginPage, SecondFactorPage};
+pub use login::{LoginPage, NewPasswordPage, SecondFactorPage};
 pub use quotas::QuotasPage;
 pub use tenants::{TenantPage, TenantsPage};
 

@@ -20,7 +20,37 @@ pub async fn account() -> Result<AccountView, AppError> {
         response.insert_header(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-store"));
     }
     let new_token = new_token.map(|t| views::new_token(&t, platform.public_url()));
-    Ok(views::account(&tokens, &ssh_keys, caller.principal.role, new_token, berth_platform::now_ms()))
+    let mut view = views::account(&tokens, &ssh_keys, caller.principal.role, new_token, berth_platform::now_ms());
+    view.local_account = platform
+        .has_password(caller.user_id())
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    Ok(view)
+}
+
+/// A local account changes its password, giving the current one.
+#[server(endpoint = "change_password")]
+pub async fn change_password(current: String, password: String, again: String) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform
+        .change_password(&caller, &current, &password, &again)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect("/account?password=changed");
+    Ok(())
+}
+
+/// A platform admin clears another local administrator's authenticator; they set up a new
+/// one at their next sign-in.
+#[server(endpoint = "reset_second_factor")]
+pub async fn reset_second_factor(email: String) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform
+        .reset_second_factor(&caller, &email)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect("/account?authenticator=reset");
+    Ok(())
 }
 
 /// Creates an API token for the caller (no actions chosen: all their role has) and answers
@@ -113,6 +143,8 @@ pub(crate) mod views {
             new_token,
             max_days: TOKEN_MAX_DAYS,
             ssh_keys: ssh_keys.iter().map(ssh_key).collect(),
+            local_account: false,
+            resets_authenticators: role == Role::PlatformAdmin,
         }
     }
 

@@ -34,18 +34,53 @@ pub async fn sign_in(email: String, password: String, next: Option<String>) -> R
     use super::ssr;
     let meta = ssr::request_meta().await;
     let platform = ssr::platform(&meta)?;
-    let user =
-        platform.sign_in(&email, &password, &meta).await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
+    let fail = |e| AppError::from_platform(e, &meta.request_id);
+    // Checked before the password, so a refused `next` spends no attempt.
+    let next = after_sign_in(next.as_deref()).map_err(|r| fail(r.into()))?;
+    let user = platform.sign_in(&email, &password, &meta).await.map_err(fail)?;
     let session = ssr::session(&meta).await?;
-    if platform.needs_second_factor(&user) {
-        crate::session::await_second_factor(&session, &meta, user.id).await?;
-        let next = crate::components::url_encode(&safe_next(next.as_deref()));
-        leptos_axum::redirect(&format!("/login/code?next={next}"));
+    if platform.must_change_password(&user).await.map_err(fail)? {
+        crate::session::await_new_password(&session, &meta, user.id).await?;
+        leptos_axum::redirect(&format!("/login/password?next={}", crate::components::url_encode(&next)));
         return Ok(());
     }
-    crate::session::start(&session, &meta, user.id).await?;
-    leptos_axum::redirect(&safe_next(next.as_deref()));
+    after_password(&platform, &session, &meta, &user, &next).await
+}
+
+/// The sign-in after the password: the one-time code step for those who owe one, the
+/// session otherwise.
+#[cfg(feature = "ssr")]
+async fn after_password(
+    platform: &berth_platform::Platform,
+    session: &tower_sessions::Session,
+    meta: &berth_platform::RequestMeta,
+    user: &berth_platform::accounts::User,
+    next: &str,
+) -> Result<(), AppError> {
+    if platform.needs_second_factor(user) {
+        crate::session::await_second_factor(session, meta, user.id).await?;
+        leptos_axum::redirect(&format!("/login/code?next={}", crate::components::url_encode(next)));
+        return Ok(());
+    }
+    crate::session::start(session, meta, user.id).await?;
+    leptos_axum::redirect(next);
     Ok(())
+}
+
+/// The first sign-in with a password someone else chose (the first-start administrator's):
+/// the person chooses their own, typed twice, and the sign-in goes on.
+#[server(endpoint = "choose_password")]
+pub async fn choose_password(password: String, again: String, next: Option<String>) -> Result<(), AppError> {
+    use super::ssr;
+    let meta = ssr::request_meta().await;
+    let platform = ssr::platform(&meta)?;
+    let fail = |e| AppError::from_platform(e, &meta.request_id);
+    let next = after_sign_in(next.as_deref()).map_err(|r| fail(r.into()))?;
+    let session = ssr::session(&meta).await?;
+    let user_id = crate::session::new_password_user(&session, &meta).await?.ok_or(AppError::Unauthenticated)?;
+    let user = platform.replace_first_password(user_id, &password, &again, &meta).await.map_err(fail)?;
+    crate::session::new_password_chosen(&session, &meta).await?;
+    after_password(&platform, &session, &meta, &user, &next).await
 }
 
 /// What the one-time code step shows: just the field once an authenticator is set up;
@@ -73,15 +108,14 @@ pub async fn verify_code(code: String, next: Option<String>) -> Result<(), AppEr
     use super::ssr;
     let meta = ssr::request_meta().await;
     let platform = ssr::platform(&meta)?;
+    let fail = |e| AppError::from_platform(e, &meta.request_id);
+    let next = after_sign_in(next.as_deref()).map_err(|r| fail(r.into()))?;
     let session = ssr::session(&meta).await?;
     let user_id = crate::session::second_factor_user(&session, &meta).await?.ok_or(AppError::Unauthenticated)?;
     let enrolling = crate::session::stored_enrolling_secret(&session, &meta).await?;
-    let user = platform
-        .complete_second_factor(user_id, &code, enrolling.as_deref(), &meta)
-        .await
-        .map_err(|e| AppError::from_platform(e, &meta.request_id))?;
+    let user = platform.complete_second_factor(user_id, &code, enrolling.as_deref(), &meta).await.map_err(fail)?;
     crate::session::start(&session, &meta, user.id).await?;
-    leptos_axum::redirect(&safe_next(next.as_deref()));
+    leptos_axum::redirect(&next);
     Ok(())
 }
 
@@ -102,31 +136,9 @@ pub async fn sign_out() -> Result<(), AppError> {
     Ok(())
 }
 
-/// Only same-site paths, so a crafted link cannot bounce a fresh session elsewhere.
-pub fn safe_next(next: Option<&str>) -> String {
-    safe_next_or(next, "/environments")
-}
-
-/// `next` if it is a path on this site, `fallback` otherwise.
-pub fn safe_next_or(next: Option<&str>, fallback: &str) -> String {
-    match next {
-        Some(path) if path.starts_with('/') && !path.starts_with("//") && !path.contains('\\') => path.to_owned(),
-        _ => fallback.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::safe_next;
-
-    #[test]
-    fn next_stays_on_this_site() {
-        assert_eq!(safe_next(Some("/launch/notebook")), "/launch/notebook");
-        assert_eq!(safe_next(Some("//evil.example")), "/environments");
-        assert_eq!(safe_next(Some("https://evil.example")), "/environments");
-        assert_eq!(safe_next(Some("/\\evil.example")), "/environments");
-        assert_eq!(safe_next(None), "/environments");
-        assert_eq!(super::safe_next_or(Some("/lab?reset"), "/"), "/lab?reset");
-        assert_eq!(super::safe_next_or(Some("https://evil.example"), "/"), "/");
-    }
+/// Where a browser goes once signed in: `next` if it is a path on this site, the
+/// environments list when none was given; any other `next` is refused (so a crafted link
+/// cannot bounce a fresh session elsewhere), before anything is spent.
+pub fn after_sign_in(next: Option<&str>) -> Result<String, berth_domain::Refusal> {
+    berth_domain::redirect::next_or(next, "/environments")
 }

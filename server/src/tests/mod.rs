@@ -4,6 +4,7 @@
 mod agent;
 mod baremetal;
 mod fabric;
+mod hardening;
 mod host_network;
 mod matrix;
 mod proxy;
@@ -89,22 +90,32 @@ impl Berth {
     /// Berth as `berth serve [--public-url URL]` builds it, on a database of its own with
     /// the test fleet and no users.
     pub async fn start(public_url: Option<&str>) -> Berth {
-        Berth::start_with(public_url, FLEET, None).await
+        Berth::start_with(public_url, FLEET, None, &[]).await
+    }
+
+    /// As [`Berth::start`], with more of `berth serve`'s flags.
+    pub async fn start_with_flags(flags: &[&str]) -> Berth {
+        Berth::start_with(None, FLEET, None, flags).await
     }
 
     /// As [`Berth::start`], on the fleet described by `fleet`.
     pub async fn start_with_fleet(public_url: Option<&str>, fleet: &str) -> Berth {
-        Berth::start_with(public_url, fleet, None).await
+        Berth::start_with(public_url, fleet, None, &[]).await
     }
 
     /// Berth with its reconciler driving an instant simulated fleet, so environments
     /// become ready and serve.
     pub async fn start_running() -> Berth {
         let fleet = std::sync::Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults: Vec::new() }));
-        Berth::start_with(None, FLEET, Some(fleet)).await
+        Berth::start_with(None, FLEET, Some(fleet), &[]).await
     }
 
-    async fn start_with(public_url: Option<&str>, fleet_spec: &str, fleet: Option<std::sync::Arc<Simulated>>) -> Berth {
+    async fn start_with(
+        public_url: Option<&str>,
+        fleet_spec: &str,
+        fleet: Option<std::sync::Arc<Simulated>>,
+        flags: &[&str],
+    ) -> Berth {
         let dir = tempfile::tempdir().expect("temp dir");
         let database = format!("sqlite://{}", dir.path().join("berth.db").display());
         let site_root = dir.path().join("site");
@@ -117,6 +128,7 @@ impl Berth {
                 argv.extend(["--environments-url", "https://env.berth.example"]);
             }
         }
+        argv.extend(flags);
         let Command::Serve(args) = Cli::try_parse_from(argv).expect("serve arguments").command else {
             panic!("not the serve command")
         };
@@ -128,7 +140,8 @@ impl Berth {
         let mut platform = Platform::new(pool.clone())
             .with_public_url(&public.url)
             .with_environment_origins(origins)
-            .with_fabric(fabric);
+            .with_fabric(fabric)
+            .with_private_issuers(args.allow_private_issuers);
         platform.sync_fleet(&FleetSpec::parse(fleet_spec).expect("test fleet")).await.expect("fleet");
         if let Some(fleet) = &fleet {
             platform = platform.with_backend(fleet.clone());
@@ -136,7 +149,7 @@ impl Berth {
             let reconciler = Reconciler::new(platform.clone(), fleet.clone(), config);
             tokio::spawn(reconciler.run(std::future::pending()));
         }
-        let router = crate::http::router(platform.clone(), pool, &args, &public).await.expect("router");
+        let router = crate::http::router(platform.clone(), pool, &args, &public).await.expect("router").portal;
         Berth { platform, router, fleet, _dir: dir }
     }
 
@@ -159,7 +172,9 @@ impl Berth {
     /// Calls a server function the way the browser does: a form-encoded POST carrying the
     /// session cookie.
     pub async fn call(&self, path: &str, form: &str, cookie: Option<&str>) -> Reply {
-        let mut request = Request::post(path).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+        let mut request = Request::post(path)
+            .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header("sec-fetch-site", "same-origin");
         if let Some(cookie) = cookie {
             request = request.header(header::COOKIE, cookie);
         }

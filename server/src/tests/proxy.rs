@@ -454,3 +454,35 @@ async fn an_endpoint_answers_its_api_key_only_on_its_own_origin() {
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     assert!(reply.body.contains("you said: hello"), "{}", reply.body);
 }
+
+/// Where a ticket leads must stay on the environment's origin, and a refused `next` leaves
+/// the ticket unspent; no `next` reaches a header unchecked.
+#[tokio::test]
+async fn a_next_that_leaves_the_environments_origin_is_refused_before_anything_is_spent() {
+    let berth = Berth::start_running().await;
+    let (owner, ..) = people(&berth).await;
+    let id = berth.launch_ready(&owner, notebook("lab")).await;
+    let session = berth.sign_in(&owner.email, None).await;
+    for hostile in
+        ["/%09/evil.example/x", "/%0D%0ASet-Cookie:%20a=b", "//evil.example", "/%5Cevil.example", "/.//evil.example"]
+    {
+        // On the portal, before a ticket is made.
+        let opened =
+            request(&berth, None, &format!("/environments/{id}/open?next={hostile}"), Some(&session), true).await;
+        assert_eq!(opened.status, StatusCode::BAD_REQUEST, "{hostile}: {}", opened.body);
+        assert_eq!(opened.header("location"), None);
+        // On the environment's origin, before the ticket is redeemed.
+        let ticket = ticket_of(&open(&berth, &id, Some(&session)).await, &id);
+        let refused = page_on(&berth, &id, &format!("/_berth/auth?ticket={ticket}&next={hostile}"), None).await;
+        assert_eq!(refused.status, StatusCode::BAD_REQUEST, "{hostile}: {}", refused.body);
+        assert_eq!(refused.header("location"), None);
+        assert_eq!(refused.cookie(), None);
+        let redeemed = redeem(&berth, &id, &ticket).await;
+        assert_eq!(
+            redeemed.status,
+            StatusCode::SEE_OTHER,
+            "{hostile}: the refusal spent the ticket: {}",
+            redeemed.body
+        );
+    }
+}

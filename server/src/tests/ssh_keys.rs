@@ -19,6 +19,7 @@ async fn plain_post(berth: &Berth, path: &str, form: &str, cookie: &str) -> Repl
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
         .header(header::ACCEPT, "text/html,application/xhtml+xml")
         .header(header::REFERER, "http://127.0.0.1:3000/account")
+        .header("sec-fetch-site", "same-origin")
         .header(header::COOKIE, cookie)
         .body(Body::from(form.to_owned()))
         .expect("request");
