@@ -131,6 +131,11 @@ fn routes() -> Vec<Route> {
         session("/api/sign_out"),
         session("/api/second_factor"),
         session("/api/verify_code"),
+        // A person's own credentials, outside the role table: the store tests check who
+        // may (the holder of the password; another platform admin for an authenticator).
+        session("/api/choose_password"),
+        session("/api/change_password"),
+        session("/api/reset_second_factor"),
         sf("/api/current_user", None, ""),
         sf("/api/sign_in_options", None, ""),
         sf("/api/fleet_capacity", None, ""),
