@@ -97,7 +97,7 @@ pub fn validate_new_password(password: &str, again: &str) -> Result<(), Refusal>
     if !PASSWORD_LENGTH.contains(&password.chars().count()) {
         return Err(Refusal::WeakPassword("must be 12 to 256 characters long"));
     }
-    if password.trim().is_empty() || password.chars().all(|c| Some(c) == password.chars().next()) {
+    if password.trim().is_empty() || password.chars().all(|c| password.starts_with(c)) {
         return Err(Refusal::WeakPassword("must not be one character repeated"));
     }
     if password != again {
