@@ -1,10 +1,11 @@
-//! The authorization matrix: every server function and every API route, called as each of
-//! the five roles on their own tenant's object, another tenant's object and an id that
-//! does not exist.
+//! The authorization matrix: every server function and every route of the router (the API,
+//! the browser routes, an environment's origin), called as each role of `Role::ALL` on their
+//! own tenant's object, another tenant's object and an id that does not exist.
 //!
 //! The table below says only which `Action` a route needs and what it acts on; whether a
 //! call may succeed is asked of `berth_domain::policy` itself. The test fails on a route
-//! the table does not list, on any success the policy does not allow (or a refusal it does
+//! the table does not list (server_fn's registry and `crate::served` say what is served),
+//! on any success the policy does not allow (or a refusal it does
 //! not call for), on a denial that left no audit row, on another tenant's object answering
 //! differently from a missing one, on tenant B's data showing up in anything tenant A's
 //! people can read, and on anything but 401 for a caller with no session and no token.
@@ -649,11 +650,14 @@ async fn every_server_function_answers_malformed_arguments_4xx() {
     // The session's own functions last: signing out ends the session the others are called with.
     let mut functions: Vec<&Route> = table.iter().filter(|r| matches!(r.via, Via::ServerFn | Via::SessionFn)).collect();
     functions.sort_by_key(|r| (r.via == Via::SessionFn, r.path == "/api/sign_out"));
-    let callers: Vec<Option<&Person>> = [Role::TenantAdmin, Role::PlatformAdmin]
-        .iter()
-        .map(|role| people.iter().find(|p| p.user.role == *role))
-        .chain([None])
-        .collect();
+    let person = |role| people.iter().find(|p: &&Person| p.user.role == role);
+    // Who calls, and whether as a plain HTML form post (no WASM yet, no Referer to go back to).
+    let callers = [
+        (person(Role::TenantAdmin), false),
+        (person(Role::PlatformAdmin), false),
+        (None, false),
+        (person(Role::Member), true),
+    ];
 
     let mut failures = Vec::new();
     let (mut calls, mut undecodable) = (0, 0);
@@ -661,14 +665,18 @@ async fn every_server_function_answers_malformed_arguments_4xx() {
         let id = route.needs.map(|(_, aim)| objects.id(aim, Case::OwnTenant)).unwrap_or_default();
         let form = fill(route, route.body, &id, &objects.owners[0].to_string(), 0);
         for (content_type, body) in malformed(&form) {
-            for caller in &callers {
+            for (caller, plain_form_post) in &callers {
                 calls += 1;
                 let mut request = http::Request::post(route.path).header(http::header::CONTENT_TYPE, content_type);
                 if let Some(person) = caller {
                     request = request.header(http::header::COOKIE, &person.cookie);
                 }
+                if *plain_form_post {
+                    request = request.header(http::header::ACCEPT, "text/html");
+                }
                 let reply = berth.send(request.body(axum::body::Body::from(body.clone())).expect("request")).await;
                 let who = caller.map_or("nobody", |p| p.label.as_str());
+                let who = if *plain_form_post { format!("{who} (a plain form post)") } else { who.to_owned() };
                 let sent = String::from_utf8_lossy(&body);
                 let call = format!("{} {content_type} {sent:?} as {who}", route.path);
                 if reply.status.is_server_error() {
