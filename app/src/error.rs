@@ -1,6 +1,7 @@
 use serde::{Deserialize, Serialize};
 use server_fn::codec::JsonEncoding;
 use server_fn::error::{FromServerFnError, ServerFnErrorErr};
+use server_fn::{Bytes, Encodes};
 use thiserror::Error;
 
 /// The UI layer's one error type: what a server function can answer, worded for users.
@@ -19,6 +20,10 @@ pub enum AppError {
     Unauthenticated,
     #[error("the email or password is not right")]
     BadCredentials,
+    /// The request's arguments could not be read (a missing field, a number that is not
+    /// one): the caller's mistake, answered 400.
+    #[error("the request is malformed: {0}")]
+    Malformed(String),
     #[error("something went wrong on our side; if it keeps happening, quote request id {request_id}")]
     Internal { request_id: String },
     /// The request did not reach Berth or its answer could not be read.
@@ -29,8 +34,29 @@ pub enum AppError {
 impl FromServerFnError for AppError {
     type Encoder = JsonEncoding;
 
+    /// Errors of server_fn itself. On the server they are about the request's arguments (a
+    /// form or body that does not decode into them): the caller's to fix. In the browser
+    /// they are about reaching Berth.
     fn from_server_fn_error(value: ServerFnErrorErr) -> AppError {
-        AppError::Transport(value.to_string())
+        match value {
+            ServerFnErrorErr::Args(why) => AppError::Malformed(why),
+            ServerFnErrorErr::MissingArg(name) => AppError::Malformed(format!("missing argument {name}")),
+            #[cfg(feature = "ssr")]
+            ServerFnErrorErr::Deserialization(why) => AppError::Malformed(why),
+            other => AppError::Transport(other.to_string()),
+        }
+    }
+
+    /// The error as the browser gets it. server_fn answers every error 500; on the server
+    /// this is where a server function's error gets the status that says whose fault it is,
+    /// unless the function chose one.
+    fn ser(&self) -> Bytes {
+        #[cfg(feature = "ssr")]
+        self.answer_with_status(false);
+        let encoded = <JsonEncoding as Encodes<AppError>>::encode(self);
+        encoded
+            .or_else(|e| <JsonEncoding as Encodes<AppError>>::encode(&AppError::Transport(e.to_string())))
+            .unwrap_or_default()
     }
 }
 
@@ -56,26 +82,40 @@ impl AppError {
         }
     }
 
-    /// Maps a platform error at the edge, logging internal causes with the request id.
+    /// Maps a platform error at the edge, logging internal causes with the request id, and
+    /// gives the answer (a server function's, or a page's whose data it is) its status.
     pub fn from_platform(error: berth_platform::Error, request_id: &str) -> AppError {
-        use berth_platform::Error as E;
+        let error = AppError::from_platform_quiet(error, request_id);
+        error.answer_with_status(true);
+        error
+    }
+
+    /// What the error says about whose fault it is: 4xx for the caller's (refusals are
+    /// theirs to fix too), 5xx for ours.
+    pub fn status(&self) -> http::StatusCode {
         use http::StatusCode;
-        // Refusals are the caller's to fix: answer 4xx so clients and logs can tell them
-        // from our own failures.
-        let status = match &error {
-            E::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            E::NotFound => StatusCode::NOT_FOUND,
-            E::Forbidden => StatusCode::FORBIDDEN,
-            E::Unauthenticated | E::BadCredentials => StatusCode::UNAUTHORIZED,
-            E::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-        };
-        // A plain form post (no WASM yet) must keep the redirect back to its page, which
-        // carries the error for the form to show.
-        if let Some(response) = leptos::prelude::use_context::<leptos_axum::ResponseOptions>()
-            .filter(|_| !crate::serverfns::ssr::plain_form_post())
-        {
-            response.set_status(status);
+        match self {
+            AppError::Malformed(_) => StatusCode::BAD_REQUEST,
+            AppError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            AppError::NotFound => StatusCode::NOT_FOUND,
+            AppError::Forbidden => StatusCode::FORBIDDEN,
+            AppError::Unauthenticated | AppError::BadCredentials => StatusCode::UNAUTHORIZED,
+            AppError::Internal { .. } | AppError::Transport(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
-        AppError::from_platform_quiet(error, request_id)
+    }
+
+    /// Sets the answer's status to this error's (`replace`: even when one was set). A plain
+    /// form post (no WASM yet) keeps its redirect back to its page, which carries the error
+    /// for the form to show.
+    fn answer_with_status(&self, replace: bool) {
+        let Some(response) = leptos::prelude::use_context::<leptos_axum::ResponseOptions>()
+            .filter(|_| !crate::serverfns::ssr::plain_form_post())
+        else {
+            return;
+        };
+        let mut answer = response.0.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if replace || answer.status.is_none() {
+            answer.status = Some(self.status());
+        }
     }
 }

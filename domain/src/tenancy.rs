@@ -62,9 +62,12 @@ pub fn validate_slug(slug: &str) -> Result<String, Refusal> {
     Ok(slug.to_owned())
 }
 
-/// A display name: not blank, at most 80 characters.
+/// A display name: not blank, one line of printable characters, at most 80 of them.
 pub fn validate_display_name(name: &str) -> Result<String, Refusal> {
     let name = name.trim();
+    if name.chars().any(char::is_control) {
+        return Err(Refusal::InvalidName("must be one line of printable characters"));
+    }
     match name.chars().count() {
         0 => Err(Refusal::InvalidName("must not be empty")),
         81.. => Err(Refusal::InvalidName("must be at most 80 characters")),
@@ -169,6 +172,9 @@ pub fn validate_token_request(role: Role, name: &str, days: &str, actions: &[Str
     if name.is_empty() || name.chars().count() > 60 {
         return Err(Refusal::InvalidToken("name must be 1 to 60 characters".into()));
     }
+    if name.chars().any(char::is_control) {
+        return Err(Refusal::InvalidToken("name must be one line of printable characters".into()));
+    }
     let days: i64 = days.trim().parse().ok().filter(|d| (1..=TOKEN_MAX_DAYS).contains(d)).ok_or_else(|| {
         Refusal::InvalidToken(format!("lifetime must be a whole number of days from 1 to {TOKEN_MAX_DAYS}"))
     })?;
@@ -213,6 +219,16 @@ mod tests {
         assert!(validate_slug("platform-staff-0123456789ab").is_err());
         assert_eq!(validate_slug("acme-0123456789"), Ok("acme-0123456789".into()), "11 digits");
         assert_eq!(validate_slug("acme-0123456789xy"), Ok("acme-0123456789xy".into()));
+    }
+
+    #[test]
+    fn names_are_one_printable_line() {
+        assert_eq!(validate_display_name("  Acme Research "), Ok("Acme Research".into()));
+        for bad in ["", "   ", "\0", "a\0b", "two\nlines", "bell\u{7}"] {
+            assert!(validate_display_name(bad).is_err(), "{bad:?}");
+            assert!(validate_token_request(Role::Member, bad, "30", &[]).is_err(), "{bad:?}");
+        }
+        assert!(validate_display_name(&"x".repeat(81)).is_err());
     }
 
     #[test]

@@ -167,6 +167,9 @@ impl Platform {
         if reason.chars().count() > 200 {
             return Err(Refusal::InvalidReason("must be at most 200 characters").into());
         }
+        if reason.chars().any(char::is_control) {
+            return Err(Refusal::InvalidReason("must be one line of printable characters").into());
+        }
         let starts_at = booking::start_at(booking::parse_start(start)?, now, &self.policy)?;
         let ends_at = booking::parse_start(end)?.ok_or(Refusal::EndNotAfterStart)?;
         if ends_at <= starts_at {

@@ -8,7 +8,6 @@
 use axum::Json;
 use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use berth_domain::agent::NodeReport;
 use berth_domain::catalog::Offering;
 use berth_domain::launch::LaunchRequest;
@@ -22,28 +21,10 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::http::AppState;
+use crate::served::{Routes, get, post};
 
-/// Every API route, so the authorization matrix test can insist each one is covered.
-#[cfg_attr(not(test), allow(dead_code))]
-pub const ROUTES: &[(&str, &str)] = &[
-    ("GET", "/api/v1/me"),
-    ("GET", "/api/v1/environments"),
-    ("POST", "/api/v1/environments"),
-    ("GET", "/api/v1/environments/{id}"),
-    ("POST", "/api/v1/environments/{id}/stop"),
-    ("POST", "/api/v1/environments/{id}/end"),
-    ("GET", "/api/v1/tenants"),
-    ("GET", "/api/v1/tenants/{id}/members"),
-    ("GET", "/api/v1/tokens"),
-    ("POST", "/api/v1/tokens/{id}/revoke"),
-    ("GET", "/api/v1/audit"),
-    ("POST", "/api/v1/agent/report"),
-    ("GET", "/api/v1/agent/plan"),
-    ("POST", "/api/v1/agent/plan"),
-];
-
-pub fn routes() -> axum::Router<AppState> {
-    axum::Router::new()
+pub fn routes() -> Routes {
+    Routes::new()
         .route("/api/v1/me", get(me))
         .route("/api/v1/environments", get(environments).post(launch))
         .route("/api/v1/environments/{id}", get(environment))

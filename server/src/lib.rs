@@ -8,6 +8,7 @@ pub mod http;
 pub mod metrics;
 pub mod node;
 pub mod proxy;
+pub mod served;
 #[cfg(test)]
 mod tests;
 pub mod web;

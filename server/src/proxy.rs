@@ -25,7 +25,6 @@ use axum::Router;
 use axum::body::Body;
 use axum::extract::{Extension, Query, Request, State};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::{any, get};
 use berth_app::error::AppError;
 use berth_domain::Refusal;
 use berth_platform::backend::Upstream;
@@ -42,13 +41,10 @@ use serde::Deserialize;
 
 use crate::api::request_meta;
 use crate::http::AppState;
+use crate::served::{Routes, any, get};
 
 /// Where an environment's origin redeems a ticket from the portal; never forwarded.
 pub const AUTH_PATH: &str = "/_berth/auth";
-
-/// The routes of an environment's origin, for the authorization matrix (which fails on a
-/// route it does not list).
-pub const ROUTES: &[&str] = &[AUTH_PATH, "/", "/{*rest}"];
 
 /// The environment a request's `Host` names; the router puts it on requests it sends here.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -76,7 +72,7 @@ impl Proxy {
 }
 
 pub fn routes() -> Router<AppState> {
-    Router::new().route(AUTH_PATH, get(sign_in)).route("/", any(proxy)).route("/{*rest}", any(proxy))
+    Routes::new().route(AUTH_PATH, get(sign_in)).route("/", any(proxy)).route("/{*rest}", any(proxy)).into()
 }
 
 /// How the request is let in.

@@ -4,7 +4,6 @@
 
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Redirect, Response};
-use axum::routing::get;
 use berth_app::error::AppError;
 use berth_app::serverfns::after_sign_in;
 use berth_domain::{Refusal, SignInProblem};
@@ -18,9 +17,10 @@ use tower_sessions::Session;
 
 use crate::api::request_meta;
 use crate::http::AppState;
+use crate::served::{Routes, get};
 
-pub fn routes() -> axum::Router<AppState> {
-    axum::Router::new()
+pub fn routes() -> Routes {
+    Routes::new()
         .route("/auth/oidc/{slug}/start", get(start_sign_in))
         .route(CALLBACK_PATH, get(finish_sign_in))
         .route("/audit.csv", get(audit_csv))

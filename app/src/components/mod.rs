@@ -111,7 +111,7 @@ pub fn urlencode(s: &str) -> String {
 #[component]
 pub fn ErrorAlert(error: AppError) -> impl IntoView {
     let (title, body) = match &error {
-        AppError::Refused(_) => ("That did not work", error.to_string()),
+        AppError::Refused(_) | AppError::Malformed(_) => ("That did not work", error.to_string()),
         AppError::NotFound => ("Not found", "There is nothing here, or it is not yours to see.".to_owned()),
         AppError::Unauthenticated => ("Signed out", "Your session has ended; sign in again.".to_owned()),
         AppError::Forbidden => ("Not allowed", "Your role does not allow this.".to_owned()),

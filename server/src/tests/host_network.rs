@@ -20,24 +20,19 @@ struct Lab {
 }
 
 impl Lab {
-    /// The lab, or `None` after saying loudly why this machine cannot have one.
+    /// The lab, or `None` after saying loudly why this machine cannot have one. In CI as
+    /// root (`CI=true`, uid 0) there is no excuse: no lab fails the test instead.
     fn open() -> Option<Lab> {
         let root = std::fs::read_to_string("/proc/self/status")
             .ok()
             .and_then(|s| s.lines().find(|l| l.starts_with("Uid:")).map(|l| l.split_whitespace().nth(1) == Some("0")))
             .unwrap_or(false);
         if !root {
-            eprintln!(
-                "\n!!!!!!!! SKIPPED tenant network isolation test: it needs root (network namespaces) !!!!!!!!\n"
-            );
-            return None;
+            return skipped("it needs root (network namespaces)", false);
         }
         let mut lab = Lab { prefix: format!("berth-t{}-", std::process::id()), namespaces: Vec::new() };
         if let Err(error) = lab.namespace("probe") {
-            eprintln!(
-                "\n!!!!!!!! SKIPPED tenant network isolation test: no network namespaces here ({error}) !!!!!!!!\n"
-            );
-            return None;
+            return skipped(&format!("no network namespaces here ({error})"), true);
         }
         Some(lab)
     }
@@ -77,6 +72,16 @@ impl Drop for Lab {
             let _ = run("ip", &["netns", "delete", ns]);
         }
     }
+}
+
+/// Says on the terminal that the test did not run, and why; or, where it must run (CI as
+/// root), fails it. Straight to stderr: libtest hides a passing test's `eprintln!`.
+fn skipped(why: &str, root: bool) -> Option<Lab> {
+    let ci = std::env::var("CI").is_ok_and(|v| v.eq_ignore_ascii_case("true") || v == "1");
+    assert!(!(ci && root), "the tenant network isolation test must run in CI as root, but: {why}");
+    let line = format!("\n!!!!!!!! SKIPPED tenant network isolation test: {why} !!!!!!!!\n");
+    let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
+    None
 }
 
 fn run(program: &str, args: &[&str]) -> Result<String, String> {

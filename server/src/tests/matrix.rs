@@ -1,16 +1,18 @@
-//! The authorization matrix: every server function and every API route, called as each of
-//! the five roles on their own tenant's object, another tenant's object and an id that
-//! does not exist.
+//! The authorization matrix: every server function and every route of the router (the API,
+//! the browser routes, an environment's origin), called as each role of `Role::ALL` on their
+//! own tenant's object, another tenant's object and an id that does not exist.
 //!
 //! The table below says only which `Action` a route needs and what it acts on; whether a
 //! call may succeed is asked of `berth_domain::policy` itself. The test fails on a route
-//! the table does not list, on any success the policy does not allow (or a refusal it does
+//! the table does not list (server_fn's registry and `crate::served` say what is served),
+//! on any success the policy does not allow (or a refusal it does
 //! not call for), on a denial that left no audit row, on another tenant's object answering
 //! differently from a missing one, on tenant B's data showing up in anything tenant A's
 //! people can read, and on anything but 401 for a caller with no session and no token.
 
 use std::collections::{BTreeSet, HashMap};
 
+use berth_app::error::AppError;
 use berth_domain::policy::{Action, Principal, Role, Target};
 use berth_domain::tenancy::Isolation;
 use berth_platform::accounts::User;
@@ -38,6 +40,9 @@ enum Via {
     Proxy,
     /// The JSON API for `berth agent`, with a node token: every person's token is refused.
     NodeAgent(Method),
+    /// A plain browser GET, with the session cookie, that sends anyone on elsewhere: to the
+    /// identity provider or back to sign-in, to the open route.
+    Redirect,
 }
 
 /// What a route's action is about.
@@ -90,7 +95,7 @@ struct Route {
     /// The action the route needs and what it is about; `None` for what anyone may call.
     needs: Option<(Action, Aim)>,
     /// Form (server functions) or JSON (API); `{id}`, `{owner}`, `{n}`, `{end}`, `{later}`
-    /// and `{later_end}` are filled in.
+    /// and `{later_end}` are filled in, and in the path `{slug}` and `{*rest}` too.
     body: &'static str,
     /// The body names a member or project that never exists: a call the policy allows
     /// answers 404 after the access check.
@@ -118,7 +123,9 @@ fn routes() -> Vec<Route> {
     let sf = |path, needs, body| Route { via: Via::ServerFn, path, needs, body, names_missing: false };
     let sf_missing = |path, needs, body| Route { via: Via::ServerFn, path, needs, body, names_missing: true };
     let api = |method, path, needs, body| Route { via: Via::Api(method), path, needs, body, names_missing: false };
-    let session = |path| Route { via: Via::SessionFn, path, needs: None, body: "", names_missing: false };
+    // The session tests call these; the bodies are for the malformed-arguments test.
+    let session = |path, body| Route { via: Via::SessionFn, path, needs: None, body, names_missing: false };
+    let redirect = |path| Route { via: Via::Redirect, path, needs: None, body: "", names_missing: false };
     let tenant = |action| Some((action, Aim::Tenant));
     let environment = Some((EnvironmentRead, Aim::Environment));
     let change = Some((EnvironmentChange, Aim::Environment));
@@ -127,15 +134,20 @@ fn routes() -> Vec<Route> {
     let proxy = |path| Route { via: Via::Proxy, path, needs: connect, body: "", names_missing: false };
     let open = |path| Route { via: Via::Open, path, needs: connect, body: "", names_missing: false };
     vec![
-        session("/api/sign_in"),
-        session("/api/sign_out"),
-        session("/api/second_factor"),
-        session("/api/verify_code"),
+        session("/api/sign_in", "email=nobody%40example.com&password=wrong&next=%2F"),
+        session("/api/sign_out", ""),
+        session("/api/second_factor", ""),
+        session("/api/verify_code", "code=000000&next=%2F"),
         // A person's own credentials, outside the role table: the store tests check who
         // may (the holder of the password; another platform admin for an authenticator).
-        session("/api/choose_password"),
-        session("/api/change_password"),
-        session("/api/reset_second_factor"),
+        session("/api/choose_password", "password=a+long+enough+one&again=a+long+enough+one&next=%2F"),
+        session("/api/change_password", "current=wrong&password=a+long+enough+one&again=a+long+enough+one"),
+        session("/api/reset_second_factor", "email=nobody%40example.com"),
+        // Before `save_sso` gives tenant A a provider this one would try to reach.
+        redirect("/auth/oidc/{slug}/start"),
+        redirect(berth_platform::sso::CALLBACK_PATH),
+        redirect("/env/{id}"),
+        redirect("/env/{id}/{*rest}"),
         sf("/api/current_user", None, ""),
         sf("/api/sign_in_options", None, ""),
         sf("/api/fleet_capacity", None, ""),
@@ -174,7 +186,7 @@ fn routes() -> Vec<Route> {
         sf("/api/replace_api_key", connect, "id={id}"),
         open("/environments/{id}/open"),
         proxy("/"),
-        proxy("/lab"),
+        proxy("/{*rest}"),
         sf("/api/stop_environment", change, "id={id}"),
         api(M::POST, "/api/v1/environments/{id}/stop", change, ""),
         sf("/api/launch", launch, LAUNCH_FORM),
@@ -249,7 +261,7 @@ fn routes() -> Vec<Route> {
 
 /// One signed-in person with a session and an API token carrying all of their role's actions.
 struct Person {
-    label: &'static str,
+    label: String,
     user: User,
     cookie: String,
     token: String,
@@ -335,6 +347,8 @@ fn judge(expect: Expect, reply: &Reply, new_denials: i64, route: &Route) -> Opti
         {
             None
         }
+        // On to the identity provider, sign-in or the open route: the same for everyone.
+        Expect::Allowed if route.via == Via::Redirect && status.is_redirection() && new_denials == 0 => None,
         // The proxy's rule refusal: the environment is not ready yet.
         Expect::Allowed if route.via == Via::Proxy && status == StatusCode::SERVICE_UNAVAILABLE && new_denials == 0 => {
             None
@@ -361,21 +375,23 @@ async fn seed(berth: &Berth) -> (Objects, Vec<Person>) {
     let p = &berth.platform;
     let tenant_a = p.ensure_tenant("tenant-a", "Tenant A", Isolation::Soft).await.expect("tenant A");
     let tenant_b = p.ensure_tenant("tenant-b", "Tenant B", Isolation::Soft).await.expect("tenant B");
+    // The callers: every role there is, platform staff and each tenant role in tenant A.
+    // Tenant B has its tenant roles too, the people tenant A's must never see.
     let mut users = Vec::new();
-    for (label, role, tenant) in [
-        ("tenant admin of A", Role::TenantAdmin, Some(tenant_a)),
-        ("member of A", Role::Member, Some(tenant_a)),
-        ("viewer of A", Role::Viewer, Some(tenant_a)),
-        ("platform admin", Role::PlatformAdmin, None),
-        ("platform auditor", Role::PlatformAuditor, None),
-    ] {
+    let mut people_b = Vec::new();
+    for role in Role::ALL {
+        let name = role.label().to_lowercase();
+        let (label, tenant) = if role.is_platform() { (name, None) } else { (format!("{name} of A"), Some(tenant_a)) };
         let email = format!("{}@example.com", label.replace(' ', "."));
         users.push((label, berth.person(&email, role, tenant).await));
+        if !role.is_platform() {
+            people_b.push(berth.person(&format!("{}.b@example.com", role.as_str()), role, Some(tenant_b)).await);
+        }
     }
-    berth.person("admin.b@example.com", Role::TenantAdmin, Some(tenant_b)).await;
-    berth.person("viewer.b@example.com", Role::Viewer, Some(tenant_b)).await;
-    let member_b = berth.person("member.b@example.com", Role::Member, Some(tenant_b)).await;
-    let (member_a, admin) = (users[1].1.clone(), users[3].1.clone());
+    let with_role = |people: &[User], role| people.iter().find(|u| u.role == role).cloned().expect("every role");
+    let people_a: Vec<User> = users.iter().map(|(_, user)| user.clone()).collect();
+    let (member_a, admin) = (with_role(&people_a, Role::Member), with_role(&people_a, Role::PlatformAdmin));
+    let member_b = with_role(&people_b, Role::Member);
 
     let (spare_a, _) = berth.token(&member_a, &[]).await;
     let (spare_b, _) = berth.token(&member_b, &[]).await;
@@ -420,7 +436,9 @@ async fn seed(berth: &Berth) -> (Objects, Vec<Person>) {
     (objects, people)
 }
 
-/// Fails unless the table lists exactly the registered server functions and `api::ROUTES`.
+/// Fails unless the table lists exactly the server functions in server_fn's registry and
+/// the routes the real router was built with (`crate::served`: the API, the browser routes
+/// and an environment's origin).
 fn assert_lists_every_route(table: &[Route]) {
     let registered: BTreeSet<(String, String)> = leptos::server_fn::axum::server_fn_paths()
         .map(|(path, method)| (method.to_string(), path.to_owned()))
@@ -431,28 +449,23 @@ fn assert_lists_every_route(table: &[Route]) {
         .map(|r| ("POST".to_owned(), r.path.to_owned()))
         .collect();
     assert_eq!(registered, listed, "server functions registered (left) and in the matrix (right)");
-    let api_routes: BTreeSet<(String, String)> =
-        crate::api::ROUTES.iter().map(|(method, path)| ((*method).to_owned(), (*path).to_owned())).collect();
-    let api_listed: BTreeSet<(String, String)> = table
+    let served: BTreeSet<(String, String)> =
+        crate::served::served().into_iter().map(|(method, path)| (method.to_owned(), path)).collect();
+    let mut listed: BTreeSet<(String, String)> = table
         .iter()
         .filter_map(|r| match &r.via {
+            Via::ServerFn | Via::SessionFn => None,
             Via::Api(method) | Via::NodeAgent(method) => Some((method.to_string(), r.path.to_owned())),
-            _ => None,
+            Via::Page | Via::Open | Via::Redirect => Some(("GET".to_owned(), r.path.to_owned())),
+            // The proxy forwards every method.
+            Via::Proxy => Some(("ANY".to_owned(), r.path.to_owned())),
         })
         .collect();
-    assert_eq!(api_routes, api_listed, "API routes in api::ROUTES (left) and in the matrix (right)");
-    // The patterns of an environment's origin, each called (the catch-all through a
-    // notebook's `lab`, the ticket's redemption on the way to every proxied call).
-    let mut proxied: BTreeSet<String> = table
-        .iter()
-        .filter(|r| r.via == Via::Proxy)
-        .map(|r| if r.path == "/" { "/".to_owned() } else { "/{*rest}".to_owned() })
-        .collect();
-    if !proxied.is_empty() {
-        proxied.insert(crate::proxy::AUTH_PATH.to_owned());
+    // Every proxied call redeems the portal's ticket on the way.
+    if table.iter().any(|r| r.via == Via::Proxy) {
+        listed.insert(("GET".to_owned(), crate::proxy::AUTH_PATH.to_owned()));
     }
-    let routes: BTreeSet<String> = crate::proxy::ROUTES.iter().map(|p| (*p).to_owned()).collect();
-    assert_eq!(routes, proxied, "proxy routes (left) and in the matrix (right)");
+    assert_eq!(served, listed, "routes the router serves (left) and in the matrix (right)");
 }
 
 /// A UTC time `days` from now.
@@ -460,26 +473,34 @@ fn in_days(days: i64) -> String {
     in_hours(24 * days)
 }
 
+/// `text` of `route` (its path or body) about object `id` and member `owner`; `n` makes
+/// names unique.
+fn fill(route: &Route, text: &str, id: &str, owner: &str, n: usize) -> String {
+    // Form values are percent-encoded; JSON takes them as they are.
+    let form = matches!(route.via, Via::ServerFn | Via::SessionFn);
+    let value = |v: String| if form { encode(&v) } else { v };
+    // A route anyone may call still needs something in its path.
+    let id = if id.is_empty() { "anything" } else { id };
+    text.replace("{id}", id)
+        .replace("{slug}", "tenant-a")
+        .replace("{*rest}", "lab")
+        .replace("{owner}", owner)
+        .replace("{n}", &n.to_string())
+        .replace("{end}", &value(in_hours(3)))
+        .replace("{later_end}", &value(in_days(41)))
+        .replace("{later}", &value(in_days(40)))
+}
+
 /// Calls `route` as `person` (nobody when `None`) about object `id`; `n` makes names unique.
 async fn call(berth: &Berth, route: &Route, person: Option<&Person>, id: &str, owner: &str, n: usize) -> Reply {
-    // Form values are percent-encoded; JSON takes them as they are.
-    let value = |v: String| if route.via == Via::ServerFn { encode(&v) } else { v };
-    let fill = |text: &str| {
-        text.replace("{id}", id)
-            .replace("{owner}", owner)
-            .replace("{n}", &n.to_string())
-            .replace("{end}", &value(in_hours(3)))
-            .replace("{later_end}", &value(in_days(41)))
-            .replace("{later}", &value(in_days(40)))
-    };
-    let (path, body) = (fill(route.path), fill(route.body));
+    let (path, body) = (fill(route, route.path, id, owner, n), fill(route, route.body, id, owner, n));
     let cookie = person.map(|p| p.cookie.as_str());
     match &route.via {
         Via::ServerFn => berth.call(&path, &body, cookie).await,
         Via::Api(method) | Via::NodeAgent(method) => {
             berth.api(method.clone(), &path, &body, person.map(|p| p.token.as_str())).await
         }
-        Via::Page | Via::Open => berth.get(&path, cookie).await,
+        Via::Page | Via::Open | Via::Redirect => berth.get(&path, cookie).await,
         Via::Proxy => {
             let opened = berth.get(&format!("/environments/{id}/open"), cookie).await;
             let Some(location) = opened.header("location").filter(|_| opened.status == StatusCode::SEE_OTHER) else {
@@ -575,6 +596,115 @@ async fn every_route_answers_every_role_as_the_policy_says() {
         }
     }
     assert!(failures.is_empty(), "{} of {calls} calls broke the policy:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// Bodies that do not decode into the arguments `form` carries, or decode into values of the
+/// wrong kind: the whole body garbled, each field left out, given a value of the wrong type,
+/// given a map for a value or given twice, and JSON where a form is expected. With their
+/// content types.
+fn malformed(form: &str) -> Vec<(&'static str, Vec<u8>)> {
+    const FORM: &str = "application/x-www-form-urlencoded";
+    const JSON: &str = "application/json";
+    let mut bodies: Vec<(&str, Vec<u8>)> = Vec::new();
+    for garbage in ["", "%", "%zz=%", "&&==&", "[]]=x", "a[=1", "=x", "\u{0}\u{1}\u{7f}"] {
+        bodies.push((FORM, garbage.into()));
+    }
+    bodies.push((FORM, vec![0xff, 0xfe, b'=', 0x80]));
+    for garbage in ["{}", "null", "[1, 2]", r#"{"id": 1}"#, "{", "not json"] {
+        bodies.push((JSON, garbage.into()));
+    }
+    let fields: Vec<(String, String)> = form
+        .split('&')
+        .filter(|f| !f.is_empty())
+        .map(|f| f.split_once('=').unwrap_or((f, "")))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let shapes: Vec<String> = fields.iter().map(|(k, _)| format!("{k:?}: [{{}}]")).collect();
+    bodies.push((JSON, format!("{{{}}}", shapes.join(", ")).into()));
+    let encoded = |fields: &[(String, String)]| {
+        fields.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join("&").into_bytes()
+    };
+    for i in 0..fields.len() {
+        let mut without = fields.clone();
+        let (key, value) = without.remove(i);
+        bodies.push((FORM, encoded(&without)));
+        for wrong in ["not-a-number", "", "-1", "99999999999999999999999", "1.5", "true", "%FF", "%00"] {
+            let mut changed = fields.clone();
+            changed[i].1 = wrong.to_owned();
+            bodies.push((FORM, encoded(&changed)));
+        }
+        let mut nested = fields.clone();
+        nested[i].0 = format!("{key}[x]");
+        bodies.push((FORM, encoded(&nested)));
+        let mut twice = fields.clone();
+        twice.push((key, format!("{value}x")));
+        bodies.push((FORM, encoded(&twice)));
+    }
+    bodies
+}
+
+/// Malformed arguments are the caller's mistake, whoever calls: every server function in
+/// server_fn's registry answers them 4xx, 400 with a plain message where they do not decode,
+/// and never 5xx.
+#[tokio::test]
+async fn every_server_function_answers_malformed_arguments_4xx() {
+    let berth = Berth::start(None).await;
+    let (objects, people) = seed(&berth).await;
+    let table = routes();
+    assert_lists_every_route(&table);
+    // The session's own functions last: signing out ends the session the others are called with.
+    let mut functions: Vec<&Route> = table.iter().filter(|r| matches!(r.via, Via::ServerFn | Via::SessionFn)).collect();
+    functions.sort_by_key(|r| (r.via == Via::SessionFn, r.path == "/api/sign_out"));
+    let person = |role| people.iter().find(|p: &&Person| p.user.role == role);
+    // Who calls, and whether as a plain HTML form post (no WASM yet, no Referer to go back to).
+    let callers = [
+        (person(Role::TenantAdmin), false),
+        (person(Role::PlatformAdmin), false),
+        (None, false),
+        (person(Role::Member), true),
+    ];
+
+    let mut failures = Vec::new();
+    let (mut calls, mut undecodable) = (0, 0);
+    for route in functions {
+        let id = route.needs.map(|(_, aim)| objects.id(aim, Case::OwnTenant)).unwrap_or_default();
+        let form = fill(route, route.body, &id, &objects.owners[0].to_string(), 0);
+        for (content_type, body) in malformed(&form) {
+            for (caller, plain_form_post) in &callers {
+                calls += 1;
+                // As a browser sends it: its own page's post.
+                let mut request = http::Request::post(route.path)
+                    .header(http::header::CONTENT_TYPE, content_type)
+                    .header("sec-fetch-site", "same-origin");
+                if let Some(person) = caller {
+                    request = request.header(http::header::COOKIE, &person.cookie);
+                }
+                if *plain_form_post {
+                    request = request.header(http::header::ACCEPT, "text/html");
+                }
+                let reply = berth.send(request.body(axum::body::Body::from(body.clone())).expect("request")).await;
+                let who = caller.map_or("nobody", |p| p.label.as_str());
+                let who = if *plain_form_post { format!("{who} (a plain form post)") } else { who.to_owned() };
+                let sent = String::from_utf8_lossy(&body);
+                let call = format!("{} {content_type} {sent:?} as {who}", route.path);
+                if reply.status.is_server_error() {
+                    failures.push(format!("{call}: {} {}", reply.status, reply.body));
+                } else if reply.status == StatusCode::BAD_REQUEST {
+                    match serde_json::from_str(&reply.body) {
+                        Ok(AppError::Malformed(_)) => undecodable += 1,
+                        _ => failures.push(format!("{call}: 400 without a plain message: {}", reply.body)),
+                    }
+                }
+            }
+        }
+    }
+    assert!(undecodable > calls / 4, "only {undecodable} of {calls} malformed calls were found undecodable");
+    assert!(
+        failures.is_empty(),
+        "{} of {calls} malformed calls were not refused 4xx:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 /// A token carries only the actions it was made with, and a revoked one stops at once.
