@@ -37,7 +37,10 @@ async fn send(router: &Router, request: Request<Body>) -> (StatusCode, Option<St
 }
 
 async fn post(router: &Router, path: &str, form: String, cookie: Option<&str>) -> (StatusCode, Option<String>, String) {
-    let mut request = Request::post(path).header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+    // As the browser posts its own page's form.
+    let mut request = Request::post(path)
+        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
+        .header("sec-fetch-site", "same-origin");
     if let Some(cookie) = cookie {
         request = request.header(header::COOKIE, cookie);
     }
@@ -82,7 +85,7 @@ fn main() {
             seed::GPUS,
             seeding.elapsed().as_secs_f64()
         );
-        let router = berth_server::http::router(platform.clone(), pool, &args, &public).await.expect("router");
+        let router = berth_server::http::router(platform.clone(), pool, &args, &public).await.expect("router").portal;
         platform
             .create_user("fleet@bench", "Fleet admin", PASSWORD, Role::PlatformAdmin, None)
             .await
