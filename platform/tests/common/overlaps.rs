@@ -86,12 +86,12 @@ pub async fn overlapping_reservations(pool: &SqlitePool) -> i64 {
 /// Leases of one kind and value whose lives overlap: both held, or one handed out again
 /// before the other's quarantine ended (a lease still held has no quarantine end yet).
 pub async fn overlapping_leases(pool: &SqlitePool) -> i64 {
-    let rows: Vec<(i64, String, String, i64, Option<i64>)> =
+    let rows: Vec<(i64, String, i64, i64, Option<i64>)> =
         sqlx::query_as("SELECT id, kind, value, held_at, quarantine_until FROM fabric_leases")
             .fetch_all(pool)
             .await
             .expect("fabric leases");
-    let mut by_identifier: HashMap<(String, String), Vec<(i64, i64)>> = HashMap::new();
+    let mut by_identifier: HashMap<(String, i64), Vec<(i64, i64)>> = HashMap::new();
     for (_, kind, value, held_at, quarantine_until) in rows {
         by_identifier.entry((kind, value)).or_default().push((held_at, quarantine_until.unwrap_or(i64::MAX)));
     }
