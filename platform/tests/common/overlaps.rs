@@ -35,13 +35,14 @@ pub async fn double_bookings(pool: &SqlitePool, gap_ms: i64) -> Vec<(HeldSlices,
     .fetch_all(pool)
     .await
     .expect("reservations");
-    let reclaimed: HashSet<String> =
-        sqlx::query_scalar("SELECT target FROM audit_events WHERE action = 'environment.reclaimed' AND target IS NOT NULL")
-            .fetch_all(pool)
-            .await
-            .expect("reclaims")
-            .into_iter()
-            .collect();
+    let reclaimed: HashSet<String> = sqlx::query_scalar(
+        "SELECT target FROM audit_events WHERE action = 'environment.reclaimed' AND target IS NOT NULL",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("reclaims")
+    .into_iter()
+    .collect();
     let mut by_gpu: HashMap<i64, Vec<HeldSlices>> = HashMap::new();
     for (id, environment_id, gpu_id, slice_start, slice_size, starts_at, ends_at) in rows {
         let held = HeldSlices {
