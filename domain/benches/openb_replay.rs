@@ -8,7 +8,8 @@
 //! - `OPENB_DIR`: the folder with the two CSV files (default `../shared/data/openb` from the
 //!   workspace root).
 //! - `OPENB_PLACEMENTS`: a folder to write one placements CSV per policy and seed into
-//!   (`arrival,task,node,gpu_indexes,gpu_milli_per_gpu`; a skipped task has an empty node).
+//!   (`arrival,task,node,gpu_indexes,gpu_milli_per_gpu`; a skipped task has an empty node),
+//!   and `replay.csv`, what each run reported; `bench/check_openb.py` checks them.
 //! - `OPENB_SEEDS`: how many seeds from 42 (default 10).
 //! - `OPENB_POLICIES`: comma-separated policy names to run (default all).
 //! - `OPENB_MIG=0`: skip the MIG benchmark.
@@ -46,6 +47,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     let wanted: Option<Vec<String>> =
         std::env::var("OPENB_POLICIES").ok().map(|s| s.split(',').map(|p| p.trim().to_string()).collect());
     let placements_dir = std::env::var_os("OPENB_PLACEMENTS").map(PathBuf::from);
+    // What each run reported, for the independent check to recompute from the placements.
+    let mut reported = String::from("policy,seed,placed,skipped,around_full,at_full,at_end\n");
     if let Some(d) = &placements_dir {
         fs::create_dir_all(d)?;
     }
@@ -108,6 +111,16 @@ fn main() -> Result<(), Box<dyn Error>> {
             skipped += report.skipped;
             if let Some(d) = &placements_dir {
                 write_placements(&d.join(format!("placements-{name}-seed{seed}.csv")), &trace, order, &rows)?;
+                let figure = |f: Option<f64>| f.map(|f| f.to_string()).unwrap_or_default();
+                writeln!(
+                    reported,
+                    "{name},{seed},{},{},{},{},{}",
+                    report.placed,
+                    report.skipped,
+                    figure(report.allocation_around_full_arrival),
+                    figure(report.allocation_at_full_arrival),
+                    report.allocation_at_end
+                )?;
             }
         }
         let (mean, min, max) = stats(&window);
@@ -122,6 +135,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             skipped as f64 / window.len() as f64,
             elapsed.as_secs_f64()
         );
+    }
+    if let Some(d) = &placements_dir {
+        fs::write(d.join("replay.csv"), &reported)?;
     }
     println!("published (FGD paper, 10 seeds): best-fit 92.86%, FGD 95.23%");
     println!("mean/min/max: mean allocation over arrivals at 99.5..=100.5% (the simulator's reading);");
