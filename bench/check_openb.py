@@ -20,6 +20,16 @@ any of the replay's code (this is Python on purpose: nothing to share with the R
   99.5..=100.5%) and at the end, and placed and skipped counts, equal what the replay
   reported for that run (`replay.csv`).
 
+The MIG part (`mig-placements-*.csv`, `mig-replay.csv`): the same workload on the same nodes,
+every GPU an H100-80GB. A share becomes the smallest of 1g/2g/3g/4g/7g with at least
+ceil(milli * 7 / 1000) compute slices; whole GPUs stay whole. Checked as NVIDIA's MIG user
+guide gives the H100's geometry (profile -> compute slices, memory slices, allowed starts):
+CPU and memory as above; an instance's profile is the one its share rounds to, at an allowed
+start, on a GPU not taken whole, its memory slices overlapping no other instance's, the GPU's
+compute slices at most 7 and no profile above its count per GPU; a whole-GPU task takes GPUs
+with no instance; a skipped task fit nowhere; allocated compute slices (7 per whole GPU) at
+100% arrival and at the end, and the counts, equal what the replay reported.
+
 Usage: bench/check_openb.py <trace dir> <placements dir>
 Prints one line per run and exits 1 on the first kind of violation found in any run.
 """
@@ -187,34 +197,167 @@ def check_run(path, nodes, tasks, reported):
     return ours, errors
 
 
+# H100-80GB MIG profiles (NVIDIA MIG user guide): compute slices, memory slices (of 8),
+# allowed starts, most instances per GPU.
+MIG_PROFILES = {
+    "1g.10gb": (1, 1, (0, 1, 2, 3, 4, 5, 6), 7),
+    "2g.20gb": (2, 2, (0, 2, 4), 3),
+    "3g.40gb": (3, 4, (0, 4), 2),
+    "4g.40gb": (4, 4, (0,), 1),
+    "7g.80gb": (7, 8, (0,), 1),
+}
+COMPUTE_SLICES = 7
+
+
+def mig_profile_for(milli):
+    slices = -(-milli * COMPUTE_SLICES // MILLI_PER_GPU)
+    return min((p for p, v in MIG_PROFILES.items() if v[0] >= slices), key=lambda p: MIG_PROFILES[p][0])
+
+
+def mig_room(gpu, profile):
+    """The starts at which an instance of `profile` fits the GPU `gpu` (whole flag, instances)."""
+    if gpu["whole"]:
+        return []
+    compute, memory, starts, most = MIG_PROFILES[profile]
+    if sum(MIG_PROFILES[p][0] for p, _ in gpu["instances"]) + compute > COMPUTE_SLICES:
+        return []
+    if sum(1 for p, _ in gpu["instances"] if p == profile) >= most:
+        return []
+    taken = set()
+    for p, start in gpu["instances"]:
+        taken.update(range(start, start + MIG_PROFILES[p][1]))
+    return [s for s in starts if not taken & set(range(s, s + memory))]
+
+
+def check_mig_run(path, nodes, tasks, reported):
+    errors = []
+
+    def fail(message):
+        if len(errors) < 10:
+            errors.append(message)
+
+    total = sum(n["gpus"] for n in nodes.values()) * COMPUTE_SLICES
+    state = {
+        name: {
+            "cpu": n["cpu"],
+            "memory": n["memory"],
+            "gpus": [{"whole": False, "instances": []} for _ in range(n["gpus"])],
+        }
+        for name, n in nodes.items()
+    }
+
+    def fits(task, s):
+        if s["cpu"] < task["cpu"] or s["memory"] < task["memory"]:
+            return False
+        if task["kind"] == "share":
+            return any(mig_room(g, mig_profile_for(task["milli"])) for g in s["gpus"])
+        if task["kind"] == "whole":
+            return sum(1 for g in s["gpus"] if not g["whole"] and not g["instances"]) >= task["count"]
+        return True
+
+    arrived = allocated = placed = skipped = 0
+    at_full = None
+    for number, row in enumerate(read_rows(path)):
+        where = f"{os.path.basename(path)} arrival {row['arrival']}"
+        if int(row["arrival"]) != number:
+            fail(f"{where}: arrivals out of order")
+        task = tasks.get(re.sub(r"-tuned-\d+$", "", row["task"]))
+        if task is None:
+            fail(f"{where}: {row['task']} is no task of the trace")
+            continue
+        want = mig_profile_for(task["milli"]) if task["kind"] == "share" else None
+        arrived += MIG_PROFILES[want][0] if want else COMPUTE_SLICES * task["count"]
+        if not row["node"]:
+            skipped += 1
+            fitting = next((n for n, s in state.items() if fits(task, s)), None)
+            if fitting:
+                fail(f"{where}: {row['task']} was skipped but fits {fitting}")
+        elif row["node"] not in nodes:
+            fail(f"{where}: no node {row['node']}")
+            continue
+        else:
+            s = state[row["node"]]
+            gpus = [int(g) for g in row["gpu_indexes"].split("-")] if row["gpu_indexes"] else []
+            s["cpu"] -= task["cpu"]
+            s["memory"] -= task["memory"]
+            if s["cpu"] < 0 or s["memory"] < 0:
+                fail(f"{where}: {row['node']} over-committed (cpu {s['cpu']}, memory {s['memory']} left)")
+            if len(set(gpus)) != len(gpus) or any(g < 0 or g >= len(s["gpus"]) for g in gpus):
+                fail(f"{where}: GPUs {gpus} are not distinct GPUs of {row['node']}")
+                continue
+            if task["kind"] == "cpu" and (gpus or row["profile"]):
+                fail(f"{where}: a CPU-only task took GPUs {gpus} {row['profile']}")
+            if task["kind"] == "whole":
+                if len(gpus) != task["count"] or row["profile"]:
+                    fail(f"{where}: {task['count']} whole GPUs placed as {gpus} {row['profile']}")
+                for g in gpus:
+                    gpu = s["gpus"][g]
+                    if gpu["whole"] or gpu["instances"]:
+                        fail(f"{where}: whole GPU {g} of {row['node']} is in use")
+                    gpu["whole"] = True
+                allocated += COMPUTE_SLICES * len(gpus)
+            if task["kind"] == "share":
+                if len(gpus) != 1 or row["profile"] != want:
+                    fail(f"{where}: a share of {task['milli']} milli (a {want}) placed as {gpus} {row['profile']}")
+                    continue
+                gpu, start = s["gpus"][gpus[0]], int(row["start"])
+                if start not in mig_room(gpu, want):
+                    fail(f"{where}: {want} at {start} does not fit GPU {gpus[0]} of {row['node']} {gpu}")
+                gpu["instances"].append((want, start))
+                allocated += MIG_PROFILES[want][0]
+            placed += 1
+        if at_full is None and arrived >= total:
+            at_full = (allocated, skipped)
+
+    ours = {
+        "placed": placed,
+        "skipped": skipped,
+        "allocated_at_full": at_full[0] if at_full else None,
+        "skipped_at_full": at_full[1] if at_full else None,
+        "allocated_at_end": allocated,
+        "total": total,
+    }
+    if reported is None:
+        fail("the replay reported no figures for this run (mig-replay.csv)")
+    else:
+        for key, value in ours.items():
+            if str(value) != reported[key]:
+                fail(f"{key}: the replay reported {reported[key]}, the placements give {value}")
+    return ours, errors
+
+
 def main():
     if len(sys.argv) != 3:
         raise SystemExit(__doc__)
     trace_dir, placements_dir = sys.argv[1], sys.argv[2]
     nodes, tasks = read_trace(trace_dir)
-    reported = {}
-    summary = os.path.join(placements_dir, "replay.csv")
-    if os.path.exists(summary):
-        for row in read_rows(summary):
-            reported[(row["policy"], row["seed"])] = row
-    files = sorted(glob.glob(os.path.join(placements_dir, "placements-*-seed*.csv")))
-    if not files:
-        raise SystemExit(f"no placements files in {placements_dir}")
     bad = 0
-    for path in files:
-        policy, seed = re.match(r"placements-(.+)-seed(\d+)\.csv$", os.path.basename(path)).groups()
-        ours, errors = check_run(path, nodes, tasks, reported.get((policy, seed)))
-        around = "-" if ours["around_full"] is None else f"{100 * ours['around_full']:.2f}%"
-        print(
-            f"{policy:<14} seed {seed}: {ours['placed']} placed, {ours['skipped']} skipped, "
-            f"allocation at 100% arrival {around}: {'ok' if not errors else 'WRONG'}"
-        )
-        for e in errors:
-            print(f"  {e}")
-        bad += bool(errors)
-    if len(reported) != len(files):
-        print(f"replay.csv names {len(reported)} runs, {len(files)} placements files were written")
-        bad += 1
+    for prefix, summary, check in [("", "replay.csv", check_run), ("mig-", "mig-replay.csv", check_mig_run)]:
+        reported = {}
+        if os.path.exists(os.path.join(placements_dir, summary)):
+            for row in read_rows(os.path.join(placements_dir, summary)):
+                reported[(row["policy"], row["seed"])] = row
+        files = sorted(glob.glob(os.path.join(placements_dir, f"{prefix}placements-*-seed*.csv")))
+        if not files and not prefix:
+            raise SystemExit(f"no placements files in {placements_dir}")
+        for path in files:
+            policy, seed = re.match(rf"{prefix}placements-(.+)-seed(\d+)\.csv$", os.path.basename(path)).groups()
+            ours, errors = check(path, nodes, tasks, reported.get((policy, seed)))
+            if prefix:
+                figure = f"compute slices allocated at 100% arrival {ours['allocated_at_full']}"
+            else:
+                around = ours["around_full"]
+                figure = f"allocation at 100% arrival {'-' if around is None else f'{100 * around:.2f}%'}"
+            print(
+                f"{prefix + policy:<18} seed {seed}: {ours['placed']} placed, {ours['skipped']} skipped, "
+                f"{figure}: {'ok' if not errors else 'WRONG'}"
+            )
+            for e in errors:
+                print(f"  {e}")
+            bad += bool(errors)
+        if len(reported) != len(files):
+            print(f"{summary} names {len(reported)} runs, {len(files)} placements files were written")
+            bad += 1
     sys.exit(1 if bad else 0)
 
 
