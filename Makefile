@@ -20,7 +20,8 @@ BERTH := $(CARGO_TARGET_DIR)/debug/berth
 WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p;}' Cargo.lock)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: idp run test build tools rust-tools node-tools browser host-tools site server unit e2e lint fmt clean bench
+.PHONY: idp run test build tools rust-tools node-tools browser host-tools bench-tools site server unit e2e lint fmt clean \
+	bench bench-smoke
 
 ## run: install what is missing, build, and start Berth on http://127.0.0.1:3000
 run: build
@@ -30,9 +31,9 @@ run: build
 idp: node-tools
 	node e2e/idp.mjs
 
-## test: every test: formatting and clippy, Rust unit and integration tests, then the
-## browser end-to-end tests
-test: build browser lint unit e2e
+## test: every test: formatting and clippy, Rust unit and integration tests, every benchmark
+## in its smoke mode, then the browser end-to-end tests
+test: build browser lint unit bench-smoke e2e
 
 build: tools site server
 
@@ -62,6 +63,10 @@ browser:
 # namespaces and sets them up with the agent's own code.
 host-tools:
 	@command -v ip >/dev/null && command -v nft >/dev/null && command -v ping >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 nftables iputils-ping; }
+
+# wrk for the load benchmark, python3 for its one-time code and the openb checker.
+bench-tools:
+	@command -v wrk >/dev/null && command -v python3 >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk python3; }
 
 ## site: the browser side: hydration WASM, its JS glue, CSS and static files in target/site
 site: rust-tools node-tools
@@ -99,7 +104,21 @@ clean:
 	rm -rf $(SITE)
 
 ## bench: the load benchmark of BENCHMARKS.md against a release build
-bench: build
-	@command -v wrk >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq wrk; }
+bench: build bench-tools
 	cargo build --release -p berth-server
 	BERTH_BIN=$(CARGO_TARGET_DIR)/release/berth bench/load.sh
+
+# The openb trace (CI has shared/ beside the clone).
+OPENB_DIR ?= $(abspath $(CURDIR)/../shared/data/openb)
+OPENB_SMOKE := $(CARGO_TARGET_DIR)/openb-smoke
+
+## bench-smoke: every benchmark of BENCHMARKS.md for a few seconds on small sizes (debug
+## builds), so one that breaks fails `make test`; its figures mean nothing. The openb
+## replay's placements of three seeds are checked by bench/check_openb.py.
+bench-smoke: build bench-tools
+	BENCH_SMOKE=1 cargo test -p berth-platform --bench booking
+	BENCH_SMOKE=1 cargo test -p berth-server --bench fleet_page
+	rm -rf $(OPENB_SMOKE)
+	OPENB_DIR=$(OPENB_DIR) OPENB_SEEDS=3 OPENB_PLACEMENTS=$(OPENB_SMOKE) cargo test -p berth-domain --bench openb_replay
+	python3 bench/check_openb.py $(OPENB_DIR) $(OPENB_SMOKE)
+	BERTH_BIN=$(BERTH) bench/load.sh --smoke

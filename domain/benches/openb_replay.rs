@@ -8,7 +8,10 @@
 //! - `OPENB_DIR`: the folder with the two CSV files (default `../shared/data/openb` from the
 //!   workspace root).
 //! - `OPENB_PLACEMENTS`: a folder to write one placements CSV per policy and seed into
-//!   (`arrival,task,node,gpu_indexes,gpu_milli_per_gpu`; a skipped task has an empty node).
+//!   (`arrival,task,node,gpu_indexes,gpu_milli_per_gpu`; a skipped task has an empty node),
+//!   and `replay.csv`, what each run reported; likewise `mig-placements-<policy>-seed<n>.csv`
+//!   (`arrival,task,node,gpu_indexes,profile,start`) and `mig-replay.csv` for the MIG part.
+//!   `bench/check_openb.py` checks them.
 //! - `OPENB_SEEDS`: how many seeds from 42 (default 10).
 //! - `OPENB_POLICIES`: comma-separated policy names to run (default all).
 //! - `OPENB_MIG=0`: skip the MIG benchmark.
@@ -20,6 +23,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use berth_domain::gpu::GpuModel;
 use berth_domain::sharing::{
     BestFit, Cluster, Demand, Fgd, FirstFit, FragmentationAware, MigCluster, MigDemand, MigFirstFit, MigPacking,
     MigPolicy, MigUsage, NodeOrder, NodeShape, Policy, TaskMix, replay, replay_mig, tuned_arrivals,
@@ -46,6 +50,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     let wanted: Option<Vec<String>> =
         std::env::var("OPENB_POLICIES").ok().map(|s| s.split(',').map(|p| p.trim().to_string()).collect());
     let placements_dir = std::env::var_os("OPENB_PLACEMENTS").map(PathBuf::from);
+    // What each run reported, for the independent check to recompute from the placements.
+    let mut reported = String::from("policy,seed,placed,skipped,around_full,at_full,at_end\n");
     if let Some(d) = &placements_dir {
         fs::create_dir_all(d)?;
     }
@@ -108,6 +114,16 @@ fn main() -> Result<(), Box<dyn Error>> {
             skipped += report.skipped;
             if let Some(d) = &placements_dir {
                 write_placements(&d.join(format!("placements-{name}-seed{seed}.csv")), &trace, order, &rows)?;
+                let figure = |f: Option<f64>| f.map(|f| f.to_string()).unwrap_or_default();
+                writeln!(
+                    reported,
+                    "{name},{seed},{},{},{},{},{}",
+                    report.placed,
+                    report.skipped,
+                    figure(report.allocation_around_full_arrival),
+                    figure(report.allocation_at_full_arrival),
+                    report.allocation_at_end
+                )?;
             }
         }
         let (mean, min, max) = stats(&window);
@@ -122,6 +138,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             skipped as f64 / window.len() as f64,
             elapsed.as_secs_f64()
         );
+    }
+    if let Some(d) = &placements_dir {
+        fs::write(d.join("replay.csv"), &reported)?;
     }
     println!("published (FGD paper, 10 seeds): best-fit 92.86%, FGD 95.23%");
     println!("mean/min/max: mean allocation over arrivals at 99.5..=100.5% (the simulator's reading);");
@@ -141,17 +160,42 @@ fn main() -> Result<(), Box<dyn Error>> {
     type MakeMig = fn() -> Box<dyn MigPolicy>;
     let mig_policies: [(&str, MakeMig); 2] =
         [("first-fit", || Box::new(MigFirstFit)), ("berth", || Box::new(MigPacking))];
+    let mut mig_reported =
+        String::from("policy,seed,placed,skipped,allocated_at_full,skipped_at_full,allocated_at_end,total\n");
     for (name, make) in mig_policies {
         let mut at_full: Vec<(MigUsage, usize)> = Vec::new();
         let mut at_end: Vec<MigUsage> = Vec::new();
         let mut elapsed = Duration::ZERO;
-        for order in &workloads {
+        for (k, order) in workloads.iter().enumerate() {
+            let seed = FIRST_SEED + k as u64;
             let mut cluster = MigCluster::new(trace.shapes.iter().copied());
             let mut policy = make();
+            let mut rows: Vec<Option<String>> = Vec::with_capacity(order.len());
             let started = Instant::now();
-            let report = replay_mig(&mut cluster, order.iter().map(|&i| &mig_demands[i]), policy.as_mut())?;
+            let report = replay_mig(&mut cluster, order.iter().map(|&i| &mig_demands[i]), policy.as_mut(), |_, p| {
+                if placements_dir.is_some() {
+                    rows.push(p.map(|p| {
+                        let gpus: Vec<String> = p.gpus.iter().map(u8::to_string).collect();
+                        let (profile, start) = p
+                            .instance
+                            .map(|i| (i.profile.name(GpuModel::H100_80GB).unwrap_or_default(), i.start.to_string()))
+                            .unwrap_or_default();
+                        format!("{},{},{profile},{start}", trace.node_names[p.node], gpus.join("-"))
+                    }));
+                }
+            })?;
             elapsed += started.elapsed();
-            at_full.push(report.at_full_arrival.ok_or("MIG workload never reached 100% arrival")?);
+            let full = report.at_full_arrival.ok_or("MIG workload never reached 100% arrival")?;
+            if let Some(d) = &placements_dir {
+                let path = d.join(format!("mig-placements-{name}-seed{seed}.csv"));
+                write_arrivals(&path, "node,gpu_indexes,profile,start", &trace, order, &rows)?;
+                writeln!(
+                    mig_reported,
+                    "{name},{seed},{},{},{},{},{},{}",
+                    report.placed, report.skipped, full.0.allocated, full.1, report.at_end.allocated, full.0.total
+                )?;
+            }
+            at_full.push(full);
             at_end.push(report.at_end);
         }
         let n = at_full.len() as f64;
@@ -170,6 +214,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             100.0 * at_end.iter().map(|u| u.allocated as f64).sum::<f64>() / n / total,
             elapsed.as_secs_f64()
         );
+    }
+    if let Some(d) = &placements_dir {
+        fs::write(d.join("mig-replay.csv"), &mig_reported)?;
     }
     println!("stranded: free slices no MIG instance could use, given their GPU's layout; free partial: free");
     println!("slices on GPUs that hold an instance; at end: allocation after the whole (130%) workload");
@@ -245,26 +292,41 @@ fn read_trace(dir: &Path) -> Result<Trace, Box<dyn Error>> {
     Ok(trace)
 }
 
-/// One line per arrival; tasks drawn again by the tuning are named `<task>-tuned-<n>` as in the
-/// published simulator.
+/// One line per arrival of the share replay.
 fn write_placements(
     path: &Path,
     trace: &Trace,
     order: &[usize],
     rows: &[Option<(usize, Vec<u8>, u16)>],
 ) -> Result<(), Box<dyn Error>> {
+    let rows: Vec<Option<String>> = rows
+        .iter()
+        .map(|row| {
+            row.as_ref().map(|(node, gpus, milli)| {
+                let gpus: Vec<String> = gpus.iter().map(u8::to_string).collect();
+                format!("{},{},{milli}", trace.node_names[*node], gpus.join("-"))
+            })
+        })
+        .collect();
+    write_arrivals(path, "node,gpu_indexes,gpu_milli_per_gpu", trace, order, &rows)
+}
+
+/// One line per arrival, `arrival,task,` and then `columns` (all empty for a skipped task);
+/// tasks drawn again by the tuning are named `<task>-tuned-<n>` as in the published simulator.
+fn write_arrivals(
+    path: &Path,
+    columns: &str,
+    trace: &Trace,
+    order: &[usize],
+    rows: &[Option<String>],
+) -> Result<(), Box<dyn Error>> {
     let originals = trace.demands.len();
-    let mut out = String::from("arrival,task,node,gpu_indexes,gpu_milli_per_gpu\n");
+    let skipped = ",".repeat(columns.matches(',').count());
+    let mut out = format!("arrival,task,{columns}\n");
     for (arrival, (&task, row)) in order.iter().zip(rows).enumerate() {
         let name = &trace.task_names[task];
         let tuned = arrival.checked_sub(originals).map(|n| format!("{name}-tuned-{n}")).unwrap_or_else(|| name.clone());
-        match row {
-            Some((node, gpus, milli)) => {
-                let gpus: Vec<String> = gpus.iter().map(u8::to_string).collect();
-                writeln!(out, "{arrival},{tuned},{},{},{milli}", trace.node_names[*node], gpus.join("-"))?;
-            }
-            None => writeln!(out, "{arrival},{tuned},,,")?,
-        }
+        writeln!(out, "{arrival},{tuned},{}", row.as_deref().unwrap_or(&skipped))?;
     }
     fs::write(path, out)?;
     Ok(())

@@ -1400,11 +1400,12 @@ pub struct MigReport {
 }
 
 /// Places `arrivals` on an MIG fleet one at a time, never removing any; a task that fits
-/// nowhere is skipped.
+/// nowhere is skipped. `record` hears every arrival's outcome in order.
 pub fn replay_mig<'a>(
     cluster: &mut MigCluster,
     arrivals: impl IntoIterator<Item = &'a MigDemand>,
     policy: &mut dyn MigPolicy,
+    mut record: impl FnMut(&MigDemand, Option<&MigPlacement>),
 ) -> Result<MigReport, PlaceError> {
     let capacity = cluster.usage().total;
     let (mut arrived, mut placed, mut skipped) = (0u64, 0, 0);
@@ -1412,8 +1413,14 @@ pub fn replay_mig<'a>(
     for demand in arrivals {
         arrived += u64::from(demand.ask.compute_slices());
         match cluster.place(demand, policy) {
-            Ok(_) => placed += 1,
-            Err(PlaceError::NoNodeFits) => skipped += 1,
+            Ok(placement) => {
+                placed += 1;
+                record(demand, Some(&placement));
+            }
+            Err(PlaceError::NoNodeFits) => {
+                skipped += 1;
+                record(demand, None);
+            }
             Err(e) => return Err(e),
         }
         if at_full.is_none() && arrived >= capacity {

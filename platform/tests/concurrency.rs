@@ -5,8 +5,10 @@ mod common;
 
 use std::collections::HashSet;
 
+use berth_domain::booking::MINUTE_MS;
 use berth_platform::store;
-use common::{TestBerth, overlapping_reservations};
+use common::{TestBerth, overlapping_reservations, trigger_abort};
+use sqlx::SqlitePool;
 
 /// 50 launches race for a fleet of 4 H100s (28 1g slices) and 2 L40S. Run on a real
 /// database file with the production pool settings, so the writers really contend.
@@ -46,7 +48,10 @@ async fn fifty_concurrent_launches_never_share_a_gpu_or_slice() {
                 l40s += usize::from(env.size.id == "l40s-1");
             }
             Err(berth_platform::Error::Refused(berth_domain::Refusal::NoCapacity { .. })) => {}
-            Err(other) => panic!("unexpected error under contention: {other}"),
+            Err(other) => match trigger_abort(&other) {
+                Some(abort) => panic!("a launch reached the database double-booked (the trigger said: {abort})"),
+                None => panic!("unexpected error under contention: {other}"),
+            },
         }
     }
     // Twelve asked for an L40S; exactly the two the fleet has were given out. The H100s
@@ -69,4 +74,37 @@ async fn fifty_concurrent_launches_never_share_a_gpu_or_slice() {
         }
     }
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// The checker is not the trigger over again: it finds two bookings of a GPU closer than the
+/// cleaning gap, which the database lets through, and `trigger_abort` tells the trigger's
+/// refusal of an overlapping booking from the product's own refusals.
+#[sqlx::test(migrations = "../migrations")]
+async fn the_checker_holds_the_cleaning_gap_and_names_trigger_aborts(pool: SqlitePool) {
+    let berth = TestBerth::new(pool.clone()).await;
+    berth.launch("training", "h100-1", "first").await.expect("a launch on an empty fleet");
+    assert_eq!(overlapping_reservations(&pool).await, 0);
+
+    // Written past the product: the same GPU again, five minutes after the booking ends.
+    // No trigger minds; the cleaning gap is 15 minutes.
+    let behind = |from_end: i64| {
+        format!(
+            "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, starts_at, ends_at)
+             SELECT environment_id, gpu_id, slice_start, slice_size, ends_at + {from_end}, ends_at + {from_end} + 3600000
+             FROM reservations"
+        )
+    };
+    sqlx::query(&behind(5 * MINUTE_MS)).execute(&pool).await.expect("the database keeps no cleaning gap");
+    assert_eq!(overlapping_reservations(&pool).await, 1, "a booking inside the cleaning gap");
+
+    // One that overlaps: the trigger refuses it, and that is told apart from a refusal.
+    let refused = sqlx::query(&behind(-MINUTE_MS)).execute(&pool).await.expect_err("the trigger refuses overlaps");
+    let refused = berth_platform::Error::from(refused);
+    assert_eq!(trigger_abort(&refused).as_deref(), Some("reservation overlaps a held reservation"));
+    for n in 0..4 {
+        let _ = berth.launch("training", "h100-1", &format!("fill-{n}")).await;
+    }
+    let full = berth.launch("training", "h100-1", "one-too-many").await.expect_err("the H100s are taken");
+    assert!(matches!(full, berth_platform::Error::Refused(_)), "{full}");
+    assert_eq!(trigger_abort(&full), None);
 }

@@ -31,6 +31,7 @@ use berth_platform::tenants::TenantChange;
 use berth_platform::{Caller, Error, Platform};
 use common::{
     fast_reconciler, overlapping_leases, overlapping_reservations, production_pool, tenants_sharing_nodes, test_meta,
+    trigger_abort,
 };
 use kubernetes_api::{FakeCluster, Faults};
 use rand::Rng;
@@ -1192,8 +1193,10 @@ async fn random_cycles(site: Site, workers: usize) {
                         tokio::time::sleep(Duration::from_millis(5)).await;
                         continue;
                     }
-                    Err(_) => {
-                        // The process crashed under the request; the client tries again.
+                    Err(e) => {
+                        // The process crashed under the request; the client tries again. A
+                        // booking the database's trigger refused is no crash but a bug.
+                        assert_eq!(trigger_abort(&e), None, "{name}: a launch reached the database: {e}");
                         tally.crashed_requests.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(10)).await;
                         continue;
@@ -1213,7 +1216,9 @@ async fn random_cycles(site: Site, workers: usize) {
                         tokio::time::sleep(pause / 2).await;
                     }
                 }
-                let _ = site.platform().stop(&caller, &env.id).await;
+                if let Err(e) = site.platform().stop(&caller, &env.id).await {
+                    assert_eq!(trigger_abort(&e), None, "{name}: a stop reached the database: {e}");
+                }
                 let _ = site.wait_for(&env.id, &[EnvState::Released, EnvState::Failed], Duration::from_secs(3)).await;
             }
         }));
@@ -1243,7 +1248,8 @@ async fn random_cycles(site: Site, workers: usize) {
                     tenants.active.choose(&mut rand::rng()).map(|t| t.0)
                 };
                 let Some(victim) = victim else { continue };
-                if site.platform().change_tenant(&site.admin, victim, TenantChange::Delete).await.is_err() {
+                if let Err(e) = site.platform().change_tenant(&site.admin, victim, TenantChange::Delete).await {
+                    assert_eq!(trigger_abort(&e), None, "{name}: a tenant deletion reached the database: {e}");
                     continue; // the process crashed under it; try another later
                 }
                 tally.tenants_deleted.fetch_add(1, Ordering::SeqCst);

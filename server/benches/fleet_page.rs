@@ -2,7 +2,8 @@
 //! real router `berth serve` builds (session, authorization, server function, chart and
 //! HTML), signed in as a platform admin, on 10,000 GPUs with 100,000 bookings.
 //!
-//! `cargo bench -p berth-server --bench fleet_page`
+//! `cargo bench -p berth-server --bench fleet_page` (`BENCH_SMOKE=1`: 160 GPUs, 1,000
+//! bookings, 5 runs, as `make bench-smoke` runs it to prove the benchmark still works).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)] // a benchmark's output is its point
 
 #[path = "../../platform/benches/seed/mod.rs"]
@@ -36,11 +37,18 @@ async fn send(router: &Router, request: Request<Body>) -> (StatusCode, Option<St
     (parts.status, cookie, String::from_utf8_lossy(&bytes).into_owned())
 }
 
-async fn post(router: &Router, path: &str, form: String, cookie: Option<&str>) -> (StatusCode, Option<String>, String) {
-    // As the browser posts its own page's form.
+/// A form POST as a browser on Berth's own page sends it: its `Origin` is the `Host` asked.
+async fn post(
+    router: &Router,
+    origin: &str,
+    path: &str,
+    form: String,
+    cookie: Option<&str>,
+) -> (StatusCode, Option<String>, String) {
     let mut request = Request::post(path)
         .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .header("sec-fetch-site", "same-origin");
+        .header(header::ORIGIN, origin)
+        .header(header::HOST, origin.split_once("://").map_or(origin, |(_, host)| host));
     if let Some(cookie) = cookie {
         request = request.header(header::COOKIE, cookie);
     }
@@ -48,21 +56,26 @@ async fn post(router: &Router, path: &str, form: String, cookie: Option<&str>) -
 }
 
 /// Password, then the authenticator a platform admin sets up at the first sign-in.
-async fn sign_in(router: &Router, email: &str) -> String {
-    let (status, cookie, body) = post(router, "/api/sign_in", format!("email={email}&password={PASSWORD}"), None).await;
+async fn sign_in(router: &Router, origin: &str, email: &str) -> String {
+    let form = format!("email={email}&password={PASSWORD}");
+    let (status, cookie, body) = post(router, origin, "/api/sign_in", form, None).await;
     assert!(status.is_success(), "sign-in: {status} {body}");
     let cookie = cookie.expect("session cookie");
-    let (_, _, step) = post(router, "/api/second_factor", String::new(), Some(&cookie)).await;
+    let (_, _, step) = post(router, origin, "/api/second_factor", String::new(), Some(&cookie)).await;
     let view: serde_json::Value = serde_json::from_str(&step).expect("second factor view");
     let secret = view["secret"].as_str().expect("authenticator secret");
     let code = berth_platform::totp::code_at(secret, now_ms() / 30_000).expect("code");
-    let (status, renewed, body) = post(router, "/api/verify_code", format!("code={code}"), Some(&cookie)).await;
+    let (status, renewed, body) = post(router, origin, "/api/verify_code", format!("code={code}"), Some(&cookie)).await;
     assert!(status.is_success(), "one-time code: {status} {body}");
     renewed.unwrap_or(cookie)
 }
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
+    let scale = seed::Scale::from_env();
+    if scale.smoke {
+        println!("smoke run (BENCH_SMOKE=1): small sizes, to prove the benchmark works; the figures mean nothing");
+    }
     runtime.block_on(async {
         let dir = tempfile::tempdir().expect("temp dir");
         let database = format!("sqlite://{}", dir.path().join("berth.db").display());
@@ -77,12 +90,13 @@ fn main() {
         let pool = store::connect(&database).await.expect("database");
         store::migrate(&pool).await.expect("migrations");
         let platform = Platform::new(pool.clone()).with_public_url(&public.url);
-        platform.sync_fleet(&seed::fleet()).await.expect("fleet");
+        platform.sync_fleet(&scale.fleet()).await.expect("fleet");
         let seeding = Instant::now();
-        seed::seed_bookings(&pool, 100_000, now_ms()).await;
+        seed::seed_bookings(&pool, scale.bookings, now_ms()).await;
         println!(
-            "== month Gantt page: {} GPUs, 100,000 bookings (seeded in {:.1} s)",
-            seed::GPUS,
+            "== month Gantt page: {} GPUs, {} bookings (seeded in {:.1} s)",
+            scale.gpus(),
+            scale.bookings,
             seeding.elapsed().as_secs_f64()
         );
         let router = berth_server::http::router(platform.clone(), pool, &args, &public).await.expect("router").portal;
@@ -90,13 +104,12 @@ fn main() {
             .create_user("fleet@bench", "Fleet admin", PASSWORD, Role::PlatformAdmin, None)
             .await
             .expect("platform admin");
-        let cookie = sign_in(&router, "fleet%40bench").await;
+        let cookie = sign_in(&router, &public.url, "fleet%40bench").await;
 
-        let nodes = seed::SITES * seed::NODES_PER_SITE;
-        let pages = nodes.div_ceil(berth_platform::maintenance::NODES_PER_PAGE);
+        let pages = scale.nodes().div_ceil(berth_platform::maintenance::NODES_PER_PAGE);
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
         let (mut times, mut bytes, mut bars) = (Vec::new(), 0, 0);
-        let runs = 50;
+        let runs = scale.runs;
         for run in 0..=runs {
             let page = rng.random_range(1..=pages);
             let request = Request::get(format!("/admin/fleet?days=30&page={page}"))

@@ -1,5 +1,6 @@
-//! The benchmarks' fleet and bookings: 10,000 H100s and 100,000 bookings over 90 days,
-//! shared by the booking benchmark (platform) and the fleet page benchmark (server).
+//! The benchmarks' fleet and bookings: 10,000 H100s and 100,000 bookings over 90 days (a
+//! small fleet in a smoke run), shared by the booking benchmark (platform) and the fleet
+//! page benchmark (server).
 
 use berth_domain::booking::{DAY_MS, HOUR_MS};
 use berth_domain::fleet::FleetSpec;
@@ -7,19 +8,49 @@ use rand::{Rng, SeedableRng};
 use sqlx::SqlitePool;
 
 pub const SITES: usize = 5;
-pub const NODES_PER_SITE: usize = 250;
 pub const GPUS_PER_NODE: usize = 8;
-pub const GPUS: usize = SITES * NODES_PER_SITE * GPUS_PER_NODE;
 
-/// 5 sites x 250 nodes x 8 H100-80GB.
-pub fn fleet() -> FleetSpec {
-    let mut toml = String::new();
-    for s in 0..SITES {
-        toml += &format!(
-            "[[site]]\nname = \"site-{s}\"\n[[site.pool]]\nprefix = \"s{s}-h100\"\nmodel = \"H100-80GB\"\nnodes = {NODES_PER_SITE}\ngpus_per_node = {GPUS_PER_NODE}\nnvlink = true\n"
-        );
+/// How big a run is: the measurement of BENCHMARKS.md, or, with `BENCH_SMOKE=1`, a run of a
+/// few seconds on a small fleet that only proves the benchmark still works (`make test`
+/// runs it; its figures mean nothing).
+#[derive(Debug, Clone, Copy)]
+pub struct Scale {
+    pub smoke: bool,
+    pub nodes_per_site: usize,
+    /// Bookings seeded for the calendar and the fleet page.
+    pub bookings: usize,
+    /// Timed runs of each query.
+    pub runs: usize,
+}
+
+impl Scale {
+    pub fn from_env() -> Scale {
+        if std::env::var("BENCH_SMOKE").is_ok_and(|v| v == "1") {
+            Scale { smoke: true, nodes_per_site: 4, bookings: 1_000, runs: 5 }
+        } else {
+            Scale { smoke: false, nodes_per_site: 250, bookings: 100_000, runs: 50 }
+        }
     }
-    FleetSpec::parse(&toml).expect("fleet")
+
+    pub fn nodes(&self) -> usize {
+        SITES * self.nodes_per_site
+    }
+
+    pub fn gpus(&self) -> usize {
+        self.nodes() * GPUS_PER_NODE
+    }
+
+    /// 5 sites x `nodes_per_site` x 8 H100-80GB (10,000 GPUs in the full run).
+    pub fn fleet(&self) -> FleetSpec {
+        let mut toml = String::new();
+        for s in 0..SITES {
+            toml += &format!(
+                "[[site]]\nname = \"site-{s}\"\n[[site.pool]]\nprefix = \"s{s}-h100\"\nmodel = \"H100-80GB\"\nnodes = {}\ngpus_per_node = {GPUS_PER_NODE}\nnvlink = true\n",
+                self.nodes_per_site
+            );
+        }
+        FleetSpec::parse(&toml).expect("fleet")
+    }
 }
 
 /// 100,000 bookings over 90 days written straight into the tables (through `launch` it

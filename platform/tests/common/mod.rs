@@ -21,6 +21,11 @@ use sqlx::sqlite::SqliteConnectOptions;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+mod overlaps;
+// Each test file uses some of them.
+#[allow(unused_imports)]
+pub use overlaps::{HeldSlices, double_bookings, overlapping_leases, overlapping_reservations, trigger_abort};
+
 /// Two H100 nodes of 2 GPUs each and one L40S node of 2 GPUs.
 pub const SMALL_FLEET: &str = r#"
 [[site]]
@@ -172,35 +177,6 @@ impl TestBerth {
 pub async fn production_pool(pool: &SqlitePool) -> SqlitePool {
     let options = SqliteConnectOptions::clone(&pool.connect_options());
     store::open(options).await.expect("open the test database")
-}
-
-/// Pairs of unreleased reservations that share a GPU's memory slices in overlapping
-/// windows. Written independently of the placement code on purpose.
-pub async fn overlapping_reservations(pool: &SqlitePool) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM reservations a JOIN reservations b
-           ON a.gpu_id = b.gpu_id AND a.id < b.id
-          AND a.released_at IS NULL AND b.released_at IS NULL
-          AND a.slice_start < b.slice_start + b.slice_size AND b.slice_start < a.slice_start + a.slice_size
-          AND a.starts_at < b.ends_at AND b.starts_at < a.ends_at",
-    )
-    .fetch_one(pool)
-    .await
-    .expect("overlap query")
-}
-
-/// Leases of one kind and value whose lives overlap: both held, or one handed out again
-/// before the other's quarantine ended. Written without the platform's code on purpose.
-pub async fn overlapping_leases(pool: &SqlitePool) -> i64 {
-    sqlx::query_scalar(
-        "SELECT count(*) FROM fabric_leases a JOIN fabric_leases b
-           ON a.kind = b.kind AND a.value = b.value AND a.id < b.id
-          AND a.held_at < coalesce(b.quarantine_until, 9223372036854775807)
-          AND b.held_at < coalesce(a.quarantine_until, 9223372036854775807)",
-    )
-    .fetch_one(pool)
-    .await
-    .expect("checker query")
 }
 
 /// Pairs of unreleased reservations on one node in overlapping windows whose tenants
