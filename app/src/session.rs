@@ -87,39 +87,51 @@ pub async fn sso_binding(session: &Session, meta: &RequestMeta) -> Result<Option
     session.get::<String>(SSO_BINDING_KEY).await.map_err(store_failed(meta))
 }
 
-/// Remembers that `user_id` gave the right password and owes a one-time code. The session
-/// is not signed in until then.
-pub async fn await_second_factor(session: &Session, meta: &RequestMeta, user_id: i64) -> Result<(), AppError> {
+/// A step of a sign-in still owed after the right password: the session keeps who owes
+/// it and since when, and is not signed in until every step is done.
+#[derive(Clone, Copy)]
+struct Owed {
+    user_key: &'static str,
+    at_key: &'static str,
+}
+
+const SECOND_FACTOR: Owed = Owed { user_key: SECOND_FACTOR_USER_KEY, at_key: SECOND_FACTOR_AT_KEY };
+const NEW_PASSWORD: Owed = Owed { user_key: NEW_PASSWORD_USER_KEY, at_key: NEW_PASSWORD_AT_KEY };
+
+async fn owe(session: &Session, meta: &RequestMeta, step: Owed, user_id: i64) -> Result<(), AppError> {
     session.cycle_id().await.map_err(store_failed(meta))?;
-    session.insert(SECOND_FACTOR_USER_KEY, user_id).await.map_err(store_failed(meta))?;
-    session.insert(SECOND_FACTOR_AT_KEY, berth_platform::now_ms()).await.map_err(store_failed(meta))
+    session.insert(step.user_key, user_id).await.map_err(store_failed(meta))?;
+    session.insert(step.at_key, berth_platform::now_ms()).await.map_err(store_failed(meta))
+}
+
+/// The user owing `step`, if their password step was recent.
+async fn owed_by(session: &Session, meta: &RequestMeta, step: Owed) -> Result<Option<i64>, AppError> {
+    let at = session.get::<i64>(step.at_key).await.map_err(store_failed(meta))?.unwrap_or(0);
+    if berth_platform::now_ms() - at > SECOND_FACTOR_TTL_MS {
+        return Ok(None);
+    }
+    session.get::<i64>(step.user_key).await.map_err(store_failed(meta))
+}
+
+/// Remembers that `user_id` gave the right password and owes a one-time code.
+pub async fn await_second_factor(session: &Session, meta: &RequestMeta, user_id: i64) -> Result<(), AppError> {
+    owe(session, meta, SECOND_FACTOR, user_id).await
 }
 
 /// The user owing a one-time code, if the password step was recent.
 pub async fn second_factor_user(session: &Session, meta: &RequestMeta) -> Result<Option<i64>, AppError> {
-    let at = session.get::<i64>(SECOND_FACTOR_AT_KEY).await.map_err(store_failed(meta))?.unwrap_or(0);
-    if berth_platform::now_ms() - at > SECOND_FACTOR_TTL_MS {
-        return Ok(None);
-    }
-    session.get::<i64>(SECOND_FACTOR_USER_KEY).await.map_err(store_failed(meta))
+    owed_by(session, meta, SECOND_FACTOR).await
 }
 
 /// Remembers that `user_id` gave the right password but must choose a new one before the
-/// sign-in goes on. The session is not signed in until then.
+/// sign-in goes on.
 pub async fn await_new_password(session: &Session, meta: &RequestMeta, user_id: i64) -> Result<(), AppError> {
-    session.cycle_id().await.map_err(store_failed(meta))?;
-    session.insert(NEW_PASSWORD_USER_KEY, user_id).await.map_err(store_failed(meta))?;
-    session.insert(NEW_PASSWORD_AT_KEY, berth_platform::now_ms()).await.map_err(store_failed(meta))
+    owe(session, meta, NEW_PASSWORD, user_id).await
 }
 
-/// The user owing a new password, if their password step was recent; taken out of the
-/// session, so the step is done once.
+/// The user owing a new password, if their password step was recent.
 pub async fn new_password_user(session: &Session, meta: &RequestMeta) -> Result<Option<i64>, AppError> {
-    let at = session.get::<i64>(NEW_PASSWORD_AT_KEY).await.map_err(store_failed(meta))?.unwrap_or(0);
-    if berth_platform::now_ms() - at > SECOND_FACTOR_TTL_MS {
-        return Ok(None);
-    }
-    session.get::<i64>(NEW_PASSWORD_USER_KEY).await.map_err(store_failed(meta))
+    owed_by(session, meta, NEW_PASSWORD).await
 }
 
 /// The new password was chosen: that step is over.

@@ -381,7 +381,11 @@ mod tests {
                 "{elsewhere} wins over a matching Origin"
             );
         }
-        assert_eq!(post_with(std::slice::from_ref(&cookie)).await, StatusCode::FORBIDDEN, "cookies, and neither header");
+        assert_eq!(
+            post_with(std::slice::from_ref(&cookie)).await,
+            StatusCode::FORBIDDEN,
+            "cookies, and neither header"
+        );
         assert_eq!(
             post_with(&[cookie, (header::AUTHORIZATION, "Bearer berth_x")]).await,
             StatusCode::OK,
