@@ -434,6 +434,12 @@ async fn forward(
         if !parts.headers.contains_key(header::X_FRAME_OPTIONS) {
             parts.headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("SAMEORIGIN"));
         }
+        // The notebook's pages are its owner's code on an origin of their own, which Berth's
+        // portal policy (no inline scripts but its own) would break; without a policy of
+        // the notebook's, only framing by other origins is refused.
+        if !parts.headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+            parts.headers.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static("frame-ancestors 'self'"));
+        }
         for cookie in set_cookies {
             // The notebook may set its own cookies, never one of Berth's.
             if !sets_berth_cookie(&cookie) {

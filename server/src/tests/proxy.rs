@@ -325,6 +325,8 @@ async fn the_notebook_sees_none_of_berths_cookies_nor_can_it_set_them() {
     };
     let reply = berth.send(post(origin(&id))).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    // The notebook's own scripts run (not the portal's policy), framed only by itself.
+    assert_eq!(reply.header("content-security-policy"), Some("frame-ancestors 'self'"));
     let seen: Value = serde_json::from_str(&reply.body).expect("echo");
     let headers = &seen["headers"];
     assert_eq!(seen["path"], "/api/berth/echo", "a notebook serves at its origin's root");
