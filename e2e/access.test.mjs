@@ -60,7 +60,7 @@ test('signed out, the notebook link leads through sign-in and back to the notebo
   await other.waitForURL((url) => url.origin === berth.url && url.pathname === '/login');
   const id = new URL(notebookUrl).hostname.split('.')[0];
   assert.equal(new URL(other.url()).searchParams.get('next'), `/environments/${id}/open?next=/lab`);
-  await other.getByLabel('Email').fill('admin@berth.local');
+  await other.getByLabel('Email', { exact: true }).fill('admin@berth.local');
   await other.getByLabel('Password').fill(berth.adminPassword());
   await other.getByRole('button', { name: 'Sign in' }).click();
   await enterOneTimeCode(other, berth);

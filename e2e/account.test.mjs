@@ -130,7 +130,7 @@ test('without JavaScript, a new token is shown once and can be revoked', async (
   const context = await chrome.newContext({ javaScriptEnabled: false });
   const plain = await context.newPage();
   await plain.goto(`${berth.url}/login?next=/account`);
-  await plain.getByLabel('Email').fill('admin@berth.local');
+  await plain.getByLabel('Email', { exact: true }).fill('admin@berth.local');
   await plain.getByLabel('Password').fill(berth.adminPassword());
   await plain.getByRole('button', { name: 'Sign in' }).click();
   await enterOneTimeCode(plain, berth);
@@ -214,7 +214,7 @@ test('the printed first-start password was spent at the first sign-in, and a loc
   const context = await chrome.newContext();
   const other = await context.newPage();
   await other.goto(`${berth.url}/login`);
-  await other.getByLabel('Email').fill('admin@berth.local');
+  await other.getByLabel('Email', { exact: true }).fill('admin@berth.local');
   await other.getByLabel('Password').fill(printed);
   await other.getByRole('button', { name: 'Sign in' }).click();
   await other.getByRole('alert').getByText('The email or password is not right').waitFor();

@@ -176,7 +176,7 @@ export function totp(secret, step = Math.floor(Date.now() / 30_000)) {
  */
 export async function signInAsAdmin(page, berth, next) {
   await page.goto(`${berth.url}/login?next=${next}`);
-  await page.getByLabel('Email').fill('admin@berth.local');
+  await page.getByLabel('Email', { exact: true }).fill('admin@berth.local');
   await page.getByLabel('Password').fill(berth.adminPassword());
   await page.getByRole('button', { name: 'Sign in' }).click();
   await enterOneTimeCode(page, berth);

@@ -18,7 +18,7 @@ const idp = await startOidcProvider({
 });
 process.stdout.write(
   `OpenID provider at ${idp.issuer} (client acme-berth / acme-secret, redirect ${berth}/auth/oidc/callback)\n` +
-    'Sign in at Berth with "Sign in with Acme SSO"; at the provider, use ada@acme.example, bob@acme.example or vic@acme.example with any password.\n',
+    'On Berth\'s sign-in page, type ada@acme.example (or "acme") under single sign-on; at the provider, use ada@acme.example, bob@acme.example or vic@acme.example with any password.\n',
 );
 const stop = async () => {
   await idp.stop();

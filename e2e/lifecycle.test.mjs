@@ -44,7 +44,7 @@ test('launching asks for a sign-in and comes back to the form', async () => {
   await page.getByRole('heading', { name: 'Sign in to continue' }).waitFor();
   await page.getByRole('link', { name: 'Sign in' }).last().click();
   await page.waitForURL(/\/login\?next=/);
-  await page.getByLabel('Email').fill('admin@berth.local');
+  await page.getByLabel('Email', { exact: true }).fill('admin@berth.local');
   await page.getByLabel('Password').fill('not the password');
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('alert').getByText('The email or password is not right').waitFor();

@@ -19,13 +19,13 @@ after(async () => {
 
 test('sign in, a refused launch, a launch and a stop, all without JavaScript', async () => {
   await page.goto(`${berth.url}/login?next=/launch/inference`);
-  await page.getByLabel('Email').fill('admin@berth.local');
+  await page.getByLabel('Email', { exact: true }).fill('admin@berth.local');
   await page.getByLabel('Password').fill('wrong');
   await page.getByRole('button', { name: 'Sign in' }).click();
   await page.getByRole('alert').getByText('The email or password is not right').waitFor();
 
   // A plain form post reloads the page, so the fields start empty again.
-  await page.getByLabel('Email').fill('admin@berth.local');
+  await page.getByLabel('Email', { exact: true }).fill('admin@berth.local');
   await page.getByLabel('Password').fill(berth.adminPassword());
   await page.getByRole('button', { name: 'Sign in' }).click();
   await enterOneTimeCode(page, berth);

@@ -1,7 +1,8 @@
 // Single sign-on in real Chromium against a real OpenID provider (oidc-provider on
 // loopback): a platform admin connects two tenants to their provider in the UI; people of
-// each tenant sign in with "Sign in with <company>", land in their tenant with the role their
-// groups give, sign out, and their old session is gone. Someone without a role is refused
+// each tenant sign in with their work email (the sign-in page names no tenant: Berth finds
+// the provider by the email's domain, or by the organization's name), land in their tenant
+// with the role their groups give, sign out, and their old session is gone. Someone without a role is refused
 // with a clear message and no session.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -56,13 +57,15 @@ async function connect(tenantName, { label, clientId, secret, mappings, domains 
   await admin.getByLabel('Client secret (stored; leave empty to keep it)').waitFor();
 }
 
-/** A fresh browser (no provider session) signing in through `button` as `login`. */
-async function ssoSignIn(button, login) {
+/** A fresh browser (no provider session) that types `hint` (a work email or an
+ * organization) on Berth's sign-in page, then signs in at the provider as `login`. */
+async function ssoSignIn(hint, login = hint) {
   const context = await chrome.newContext({ viewport: { width: 1400, height: 1000 } });
   const page = await context.newPage();
   const consoleErrors = watchConsole(page);
   await page.goto(`${berth.url}/login?next=/environments`);
-  await page.getByRole('link', { name: button }).click();
+  await page.getByLabel('Work email or organization').fill(hint);
+  await page.getByRole('button', { name: 'Continue with single sign-on' }).click();
   await signInAtProvider(page, login);
   return { context, page, consoleErrors };
 }
@@ -76,19 +79,30 @@ test('a platform admin connects two tenants to their identity provider', async (
     label: 'Globex SSO', clientId: 'globex-berth', secret: 'globex-secret',
     mappings: 'globex-ml = member\nglobex-readers = viewer', domains: 'globex.example',
   });
-  await admin.goto(`${berth.url}/login`);
-  await admin.getByRole('link', { name: 'Sign in with Acme SSO' }).waitFor();
-  await admin.getByRole('link', { name: 'Sign in with Globex SSO' }).waitFor();
+  // The Team page says how its people sign in; the sign-in page names no tenant.
+  assert.equal(await admin.getByTestId('sign-in-link').textContent(), `${berth.url}/auth/oidc/globex/start`);
+  const visitor = await chrome.newContext();
+  const login = await visitor.newPage();
+  await login.goto(`${berth.url}/login`);
+  await login.getByRole('button', { name: 'Continue with single sign-on' }).waitFor();
+  const text = await login.locator('main').textContent();
+  for (const name of ['Acme', 'Globex']) assert.ok(!text.includes(name), `the sign-in page names ${name}`);
+  // Someone whose email no tenant allows is told so, on the sign-in page.
+  await login.getByLabel('Work email or organization').fill('mallory@elsewhere.example');
+  await login.getByRole('button', { name: 'Continue with single sign-on' }).click();
+  await login.getByRole('alert').filter({ hasText: 'No organization here signs in with that email or name' }).waitFor();
+  await visitor.close();
 });
 
 test('people of two tenants land in their tenant with their role, then sign out for good', async () => {
   const cases = [
-    { button: 'Sign in with Acme SSO', login: 'ada@acme.example', role: 'Tenant admin', tenant: 'Acme Research' },
-    { button: 'Sign in with Globex SSO', login: 'bob@globex.example', role: 'Member', tenant: 'Globex AI' },
-    { button: 'Sign in with Globex SSO', login: 'vic@globex.example', role: 'Viewer', tenant: 'Globex AI' },
+    { hint: 'ada@acme.example', login: 'ada@acme.example', role: 'Tenant admin', tenant: 'Acme Research' },
+    { hint: 'bob@globex.example', login: 'bob@globex.example', role: 'Member', tenant: 'Globex AI' },
+    // By the organization's name, as a person whose email is elsewhere would.
+    { hint: 'globex', login: 'vic@globex.example', role: 'Viewer', tenant: 'Globex AI' },
   ];
   for (const c of cases) {
-    const { context, page, consoleErrors } = await ssoSignIn(c.button, c.login);
+    const { context, page, consoleErrors } = await ssoSignIn(c.hint, c.login);
     await page.waitForURL((url) => url.pathname === '/environments');
     assert.equal(await page.getByTestId('role').textContent(), c.role, c.login);
     assert.equal(await page.getByTestId('tenant').textContent(), c.tenant, c.login);
@@ -124,7 +138,7 @@ test('people of two tenants land in their tenant with their role, then sign out 
 });
 
 test('a tenant admin invites someone by email; their first SSO sign-in links the invitation', async () => {
-  const ada = await ssoSignIn('Sign in with Acme SSO', 'ada@acme.example');
+  const ada = await ssoSignIn('ada@acme.example');
   await ada.page.waitForURL((url) => url.pathname === '/environments');
   await ada.page.getByRole('link', { name: 'Team', exact: true }).click();
   await ada.page.getByLabel('Invite by email').fill('carol@acme.example');
@@ -136,7 +150,7 @@ test('a tenant admin invites someone by email; their first SSO sign-in links the
   await ada.context.close();
 
   // Carol's groups map to nothing; the invitation alone lets her in, as a viewer.
-  const carol = await ssoSignIn('Sign in with Acme SSO', 'carol@acme.example');
+  const carol = await ssoSignIn('carol@acme.example');
   await carol.page.waitForURL((url) => url.pathname === '/environments');
   assert.equal(await carol.page.getByTestId('role').textContent(), 'Viewer');
   assert.equal(await carol.page.getByTestId('tenant').textContent(), 'Acme Research');
@@ -144,7 +158,7 @@ test('a tenant admin invites someone by email; their first SSO sign-in links the
 });
 
 test('a tenant admin limits a project; a booking in it is refused with the project\'s reason', async () => {
-  const ada = await ssoSignIn('Sign in with Acme SSO', 'ada@acme.example');
+  const ada = await ssoSignIn('ada@acme.example');
   await ada.page.waitForURL((url) => url.pathname === '/environments');
   await ada.page.getByRole('link', { name: 'Quotas', exact: true }).click();
   await ada.page.waitForURL((url) => url.pathname === '/admin/quotas');
@@ -175,7 +189,7 @@ test('a tenant admin limits a project; a booking in it is refused with the proje
 });
 
 test('someone whose groups give no role is refused, with no session', async () => {
-  const { context, page } = await ssoSignIn('Sign in with Acme SSO', 'eve@acme.example');
+  const { context, page } = await ssoSignIn('eve@acme.example');
   await page.waitForURL((url) => url.pathname === '/login');
   await page.getByRole('alert').filter({ hasText: 'no access to Berth yet' }).waitFor();
   await page.screenshot({ path: join(artifacts, 'sso-refused.png') });
@@ -185,7 +199,7 @@ test('someone whose groups give no role is refused, with no session', async () =
 
 test('one tenant\'s provider does not sign in another tenant\'s people', async () => {
   // Bob's email is not in Acme's allowed domains (and Globex's groups mean nothing to Acme).
-  const { context, page } = await ssoSignIn('Sign in with Acme SSO', 'bob@globex.example');
+  const { context, page } = await ssoSignIn('acme', 'bob@globex.example');
   await page.waitForURL((url) => url.pathname === '/login');
   await page.getByRole('alert').waitFor();
   assert.equal(await page.getByTestId('role').count(), 0);
@@ -199,8 +213,8 @@ test('a replayed sign-in callback is refused and makes no session, in any browse
   page.on('request', (r) => {
     if (r.url().includes('/auth/oidc/callback')) callback = r.url();
   });
-  await page.goto(`${berth.url}/login?next=/environments`);
-  await page.getByRole('link', { name: 'Sign in with Globex SSO' }).click();
+  // Straight from the link Globex's Team page shows.
+  await page.goto(`${berth.url}/auth/oidc/globex/start?next=/environments`);
   await signInAtProvider(page, 'bob@globex.example');
   await page.waitForURL((url) => url.pathname === '/environments');
   assert.match(callback, /[?&]code=.+&?/);

@@ -18,6 +18,10 @@ mod components;
 mod pages;
 
 pub use components::url_encode;
+
+/// Where the sign-in page's "Continue with single sign-on" goes: the server finds the
+/// person's provider by `hint` (work email or organization) and sends them on.
+pub const SSO_FIND_PATH: &str = "/auth/oidc/find";
 pub use shell::{App, shell};
 
 #[cfg(feature = "hydrate")]

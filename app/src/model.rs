@@ -359,6 +359,10 @@ pub struct SsoView {
     pub enabled: bool,
     /// The redirect URI to register at the provider.
     pub redirect_uri: String,
+    /// The organization's short name people may type on the sign-in page, and the link
+    /// that signs them in at once, once the connection is saved.
+    pub organization: Option<String>,
+    pub sign_in_link: Option<String>,
 }
 
 /// A tenant's page: its members, projects and SSO connection, and what the viewer may do.

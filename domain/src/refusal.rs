@@ -169,6 +169,10 @@ pub enum Refusal {
 pub enum SignInProblem {
     #[error("there is no such sign-in option")]
     UnknownProvider,
+    #[error(
+        "no organization here signs in with that email or name; ask your tenant admin for your organization's sign-in link"
+    )]
+    UnknownOrganization,
     #[error("could not reach your identity provider; try again later")]
     Unreachable,
     #[error("your identity provider did not sign you in")]
@@ -190,8 +194,9 @@ pub enum SignInProblem {
 }
 
 impl SignInProblem {
-    const ALL: [SignInProblem; 10] = [
+    const ALL: [SignInProblem; 11] = [
         SignInProblem::UnknownProvider,
+        SignInProblem::UnknownOrganization,
         SignInProblem::Unreachable,
         SignInProblem::Declined,
         SignInProblem::Expired,
@@ -207,6 +212,7 @@ impl SignInProblem {
     pub fn code(self) -> &'static str {
         match self {
             SignInProblem::UnknownProvider => "unknown-provider",
+            SignInProblem::UnknownOrganization => "unknown-organization",
             SignInProblem::Unreachable => "unreachable",
             SignInProblem::Declined => "declined",
             SignInProblem::Expired => "expired",

@@ -126,8 +126,9 @@ impl Platform {
         let mut tx = self.begin_write().await?;
         let provider: i64 = sqlx::query_scalar(
             "INSERT INTO oidc_providers (tenant_id, slug, display_name, issuer, client_id, client_secret, created_at,
-                 set_by_operator)
-             VALUES (?, 'acme', 'Acme SSO (local test provider)', ?, 'acme-berth', 'acme-secret', ?, 1) RETURNING id",
+                 set_by_operator, allowed_domains)
+             VALUES (?, 'acme', 'Acme SSO (local test provider)', ?, 'acme-berth', 'acme-secret', ?, 1, 'acme.example')
+             RETURNING id",
         )
         .bind(acme)
         .bind(DEMO_ISSUER)

@@ -72,8 +72,10 @@ pub struct Platform {
     oidc_clients: Arc<sso::ClientCache>,
     /// Failed password sign-ins, for lockouts.
     throttle: Arc<throttle::Throttle>,
-    /// Single sign-on starts per source address; see `sso`.
+    /// Single sign-on starts, and lookups of a person's provider, per source address; see
+    /// `sso`.
     sign_in_starts: Arc<throttle::Rate>,
+    sign_in_finds: Arc<throttle::Rate>,
     /// Whether identity providers chosen in the UI may be on private addresses (the
     /// operator's `--allow-private-issuers`); see `provider_http`.
     issuer_reach: oidc::Reach,
@@ -99,6 +101,7 @@ impl Platform {
             oidc_clients: Default::default(),
             throttle: Default::default(),
             sign_in_starts: Arc::new(throttle::Rate::new(sso::STARTS_PER_MINUTE, 60_000)),
+            sign_in_finds: Arc::new(throttle::Rate::new(sso::FINDS_PER_MINUTE, 60_000)),
             issuer_reach: oidc::Reach::Public,
             access: Default::default(),
             jobs: Default::default(),

@@ -58,6 +58,10 @@ pub(crate) type ClientCache = tokio::sync::Mutex<HashMap<i64, (ProviderConfigKey
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ProviderConfigKey(String);
 
+/// Lookups of a person's provider (by email or organization) allowed per source address
+/// per minute: each says whether a domain or name is a customer's.
+pub const FINDS_PER_MINUTE: u32 = 30;
+
 /// Single sign-on starts allowed per source address per minute: a person needs a few, and
 /// each costs a pending login and may cost a fetch from the provider.
 pub const STARTS_PER_MINUTE: u32 = 30;
@@ -76,15 +80,48 @@ struct ProviderRow {
 }
 
 impl Platform {
-    /// The providers a visitor may sign in with.
+    /// The operator's providers, offered to every visitor. A tenant's provider is not
+    /// listed: the sign-in page would tell anyone who Berth's customers are. People find
+    /// theirs with [`Platform::find_sign_in`].
     pub async fn sign_in_options(&self) -> Result<Vec<SignInOption>, Error> {
         let rows: Vec<(String, String)> = sqlx::query_as(
-            "SELECT p.slug, p.display_name FROM oidc_providers p LEFT JOIN tenants t ON t.id = p.tenant_id
-             WHERE p.enabled = 1 AND (p.tenant_id IS NULL OR t.status = 'active') ORDER BY p.tenant_id IS NOT NULL, p.display_name",
+            "SELECT slug, display_name FROM oidc_providers WHERE enabled = 1 AND tenant_id IS NULL ORDER BY display_name",
         )
         .fetch_all(&self.db)
         .await?;
         Ok(rows.into_iter().map(|(slug, display_name)| SignInOption { slug, display_name }).collect())
+    }
+
+    /// The provider a person signs in with, found by their work email (the domains its
+    /// tenant allows) or by their organization's short name (its slug, as in the link a
+    /// tenant admin shares: `/auth/oidc/<slug>/start`). Anyone may ask, so each address may
+    /// ask only so many times a minute, and an unknown hint says no more than that.
+    pub async fn find_sign_in(&self, hint: &str, meta: &RequestMeta) -> Result<SignInOption, Error> {
+        if !self.sign_in_finds.take(meta.source.as_deref(), now_ms()) {
+            tracing::warn!(request_id = %meta.request_id, source = ?meta.source, "too many single sign-on lookups");
+            return Err(Refusal::TooManyAttempts { minutes: 1 }.into());
+        }
+        let hint = hint.trim().to_ascii_lowercase();
+        let unknown = || Error::Refused(Refusal::SignInFailed(SignInProblem::UnknownOrganization));
+        if hint.is_empty() || hint.len() > 254 {
+            return Err(unknown());
+        }
+        let rows: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT p.slug, p.display_name, p.allowed_domains FROM oidc_providers p JOIN tenants t ON t.id = p.tenant_id
+             WHERE p.enabled = 1 AND t.status = 'active' ORDER BY p.id",
+        )
+        .fetch_all(&self.db)
+        .await?;
+        let found = rows.into_iter().find(|(slug, _, domains)| match hint.rsplit_once('@') {
+            // Only a tenant that names its domains is found by email: one that allows any
+            // email would be everyone's.
+            Some(_) => {
+                let domains = tenancy::parse_domains(domains).unwrap_or_default();
+                !domains.is_empty() && email_in_domains(&hint, &domains)
+            }
+            None => *slug == hint,
+        });
+        found.map(|(slug, display_name, _)| SignInOption { slug, display_name }).ok_or_else(unknown)
     }
 
     /// Starts a sign-in with provider `slug`: the authorization URL to send the browser to.

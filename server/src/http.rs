@@ -24,6 +24,7 @@ use tower_sessions_sqlx_store::SqliteStore;
 
 use crate::cli::{PublicUrl, ServeArgs};
 use crate::metrics::HttpMetrics;
+use crate::served::{self, Routes, Served};
 
 #[derive(Clone, FromRef)]
 pub struct AppState {
@@ -38,6 +39,9 @@ pub struct AppState {
 pub struct Routers {
     pub portal: Router,
     pub metrics: Router,
+    /// What the portal serves (an environment's origin included), for the authorization
+    /// matrix.
+    pub served: Served,
 }
 
 pub async fn router(
@@ -78,8 +82,9 @@ pub async fn router(
     // Metrics say how busy Berth is and with what: only where the operator chose.
     let metrics_token = args.metrics_token.clone().map(Arc::<str>::from);
     let exposed_metrics = match metrics_token {
-        Some(token) => Router::new().route("/metrics", get(metrics)).route_layer(middleware::from_fn(
-            move |request: Request, next: Next| {
+        Some(token) => {
+            let (metrics, served) = Routes::new().route("/metrics", served::get(metrics)).into_parts();
+            let metrics = metrics.route_layer(middleware::from_fn(move |request: Request, next: Next| {
                 let token = token.clone();
                 async move {
                     if bearer_is(&request, &token) {
@@ -89,21 +94,29 @@ pub async fn router(
                             .into_response()
                     }
                 }
-            },
-        )),
-        None => Router::new(),
+            }));
+            Routes::new().with(metrics, served)
+        }
+        None => Routes::new(),
     };
     let metrics_only = Router::new().route("/metrics", get(metrics)).with_state(state.clone());
-    let portal = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
+    let pages: Vec<(&'static str, String)> = routes
+        .iter()
+        .flat_map(|page| page.methods().map(move |method| (method_name(method), page.path().to_owned())))
+        .collect();
+    let pages_router = Router::new().leptos_routes_with_context(&state, routes, page_context(platform.clone()), {
+        let options = state.leptos_options.clone();
+        move || shell(options.clone())
+    });
+    let (portal, mut served) = Routes::new()
+        .route("/healthz", served::get(healthz))
+        .route("/readyz", served::get(readyz))
         .merge(exposed_metrics)
         .merge(crate::api::routes())
         .merge(crate::web::routes())
-        .leptos_routes_with_context(&state, routes, page_context(platform.clone()), {
-            let options = state.leptos_options.clone();
-            move || shell(options.clone())
-        })
+        .with(pages_router, pages)
+        .into_parts();
+    let portal = portal
         .fallback(leptos_axum::file_and_error_handler_with_context::<AppState, _>(
             page_context(platform.clone()),
             shell,
@@ -112,7 +125,9 @@ pub async fn router(
         .layer(middleware::from_fn(no_store_unless_asset));
     let portal = common_layers(portal, &state, public.tls);
     // The environments' origins know nothing of Berth's session: no session layer.
-    let environments = common_layers(crate::proxy::routes(), &state, origins.secure());
+    let (environments, on_environments) = crate::proxy::routes().into_parts();
+    served.extend(on_environments);
+    let environments = common_layers(environments, &state, origins.secure());
 
     // By Host: `<id>.<environments domain>` is that environment's origin, anything else the
     // portal's. The portal never serves an environment, nor an environment the portal.
@@ -132,7 +147,23 @@ pub async fn router(
         };
         target.oneshot(request)
     });
-    Ok(Routers { portal: Router::new().fallback_service(dispatch), metrics: metrics_only })
+    Ok(Routers { portal: Router::new().fallback_service(dispatch), metrics: metrics_only, served })
+}
+
+/// `text` safe inside HTML text and quoted attributes, for the few answers written by hand.
+pub(crate) fn escape_html(text: &str) -> String {
+    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
+}
+
+/// A page route's method as the matrix names it.
+fn method_name(method: leptos_router::Method) -> &'static str {
+    match method {
+        leptos_router::Method::Get => "GET",
+        leptos_router::Method::Post => "POST",
+        leptos_router::Method::Put => "PUT",
+        leptos_router::Method::Delete => "DELETE",
+        leptos_router::Method::Patch => "PATCH",
+    }
 }
 
 /// Whether the request carries `Authorization: Bearer <token>` (compared in constant time).

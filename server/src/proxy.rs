@@ -21,7 +21,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::{Extension, Query, Request, State};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -71,8 +70,8 @@ impl Proxy {
     }
 }
 
-pub fn routes() -> Router<AppState> {
-    Routes::new().route(AUTH_PATH, get(sign_in)).route("/", any(proxy)).route("/{*rest}", any(proxy)).into()
+pub fn routes() -> Routes {
+    Routes::new().route(AUTH_PATH, get(sign_in)).route("/", any(proxy)).route("/{*rest}", any(proxy))
 }
 
 /// How the request is let in.
@@ -126,7 +125,7 @@ async fn sign_in(
                 "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Sign-in link used · Berth</title></head>\
                  <body><p>This sign-in link was used already, has expired, or is not for this environment.</p>\
                  <p><a href=\"{}\">Open it again from Berth</a></p></body></html>",
-                escape(&again)
+                crate::http::escape_html(&again)
             );
             (StatusCode::UNAUTHORIZED, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
         }
@@ -236,10 +235,6 @@ fn signed_out(state: &AppState, id: &str, parts: &Parts) -> Response {
     }
     let message = "open this notebook from Berth, or call the endpoint with its API key: Authorization: Bearer <key>";
     (StatusCode::UNAUTHORIZED, [(header::WWW_AUTHENTICATE, "Bearer")], message).into_response()
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
 /// The answer the same for another's environment and one that does not exist.

@@ -1,50 +1,58 @@
-//! The routes Berth serves beside Leptos' pages and server functions (the JSON API, the
-//! browser routes, an environment's origin), recorded as they are added. axum cannot list a
-//! router's routes, and the authorization matrix must see every route the real router has:
-//! a route added through [`Routes`] fails that test until the matrix calls it.
+//! The routes Berth's portal serves, recorded as they are added: axum cannot list a router's
+//! routes, and the authorization matrix must see every route the real router has. A route
+//! added through [`Routes`] fails that test until the matrix calls it.
 
 use std::collections::BTreeSet;
-use std::sync::{Mutex, PoisonError};
 
 use axum::handler::Handler;
 use axum::routing::MethodRouter;
 
 use crate::http::AppState;
 
-/// Every `(method, path pattern)` a [`Routes`] was given in this process; `ANY` for a route
-/// that takes every method.
-static SERVED: Mutex<BTreeSet<(&'static str, String)>> = Mutex::new(BTreeSet::new());
+/// `(method, path pattern)` pairs; `ANY` for a route that takes every method.
+pub type Served = BTreeSet<(&'static str, String)>;
 
-/// The routes served so far: those of every router built in this process.
-#[cfg_attr(not(test), allow(dead_code))]
-pub fn served() -> BTreeSet<(&'static str, String)> {
-    SERVED.lock().unwrap_or_else(PoisonError::into_inner).clone()
+/// An axum router that keeps the list of what it serves.
+pub struct Routes {
+    router: axum::Router<AppState>,
+    served: Served,
 }
-
-/// An axum router that records what it serves.
-pub struct Routes(axum::Router<AppState>);
 
 impl Routes {
     pub fn new() -> Routes {
-        Routes(axum::Router::new())
+        Routes { router: axum::Router::new(), served: Served::new() }
     }
 
-    pub fn route(self, path: &str, handlers: Handlers) -> Routes {
-        let mut served = SERVED.lock().unwrap_or_else(PoisonError::into_inner);
-        served.extend(handlers.methods.iter().map(|method| (*method, path.to_owned())));
-        Routes(self.0.route(path, handlers.router))
+    pub fn route(mut self, path: &str, handlers: Handlers) -> Routes {
+        self.served.extend(handlers.methods.iter().map(|method| (*method, path.to_owned())));
+        Routes { router: self.router.route(path, handlers.router), served: self.served }
+    }
+
+    /// These routes and `other`'s.
+    pub fn merge(mut self, other: Routes) -> Routes {
+        self.served.extend(other.served);
+        Routes { router: self.router.merge(other.router), served: self.served }
+    }
+
+    /// Routes served by a router built elsewhere (Leptos' pages), listed here.
+    pub fn with(
+        mut self,
+        router: axum::Router<AppState>,
+        served: impl IntoIterator<Item = (&'static str, String)>,
+    ) -> Routes {
+        self.served.extend(served);
+        Routes { router: self.router.merge(router), served: self.served }
+    }
+
+    /// The router, and what it serves.
+    pub fn into_parts(self) -> (axum::Router<AppState>, Served) {
+        (self.router, self.served)
     }
 }
 
 impl Default for Routes {
     fn default() -> Routes {
         Routes::new()
-    }
-}
-
-impl From<Routes> for axum::Router<AppState> {
-    fn from(routes: Routes) -> axum::Router<AppState> {
-        routes.0
     }
 }
 

@@ -21,6 +21,7 @@ use crate::served::{Routes, get};
 
 pub fn routes() -> Routes {
     Routes::new()
+        .route(berth_app::SSO_FIND_PATH, get(find_sign_in))
         .route("/auth/oidc/{slug}/start", get(start_sign_in))
         .route(CALLBACK_PATH, get(finish_sign_in))
         .route("/audit.csv", get(audit_csv))
@@ -121,6 +122,46 @@ fn sign_in_problem(error: berth_platform::Error, request_id: &str) -> (SignInPro
 fn session_failed(error: AppError, request_id: &str) -> Response {
     tracing::error!(request_id, error = %error, "single sign-on: the session could not be kept");
     to_login(SignInProblem::Internal, Some(request_id))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct FindQuery {
+    hint: String,
+    next: Option<String>,
+}
+
+/// The sign-in page's "Continue with single sign-on" (`?hint=<work email or
+/// organization>&next=<path>`): on to the start of the provider the
+/// person's email or organization names (a plain GET form, so it works before the page's
+/// script has loaded).
+async fn find_sign_in(State(state): State<AppState>, Query(q): Query<FindQuery>, parts: Parts) -> Response {
+    let meta = request_meta(&parts);
+    let Ok(next) = after_sign_in(q.next.as_deref()) else { return to_login(SignInProblem::NotLocalPath, None) };
+    match state.platform.find_sign_in(&q.hint, &meta).await {
+        Ok(option) => {
+            let slug = berth_app::url_encode(&option.slug);
+            let start = format!("/auth/oidc/{slug}/start?next={}", berth_app::url_encode(&next));
+            on_to(&start, &option.display_name)
+        }
+        Err(e) => {
+            let (problem, request_id) = sign_in_problem(e, &meta.request_id);
+            to_login(problem, request_id)
+        }
+    }
+}
+
+/// A page that goes on to `start` (same origin) at once. Not a redirect: the sign-in form's
+/// navigation may not leave Berth (CSP `form-action 'self'` holds for its redirects too), and
+/// the start goes on to the provider; a fresh navigation may.
+fn on_to(start: &str, provider: &str) -> Response {
+    let (start, provider) = (crate::http::escape_html(start), crate::http::escape_html(provider));
+    let page = format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"0;url={start}\"><title>Signing in</title></head>\
+         <body><p>On to <a href=\"{start}\">{provider}</a>…</p></body></html>"
+    );
+    ([(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
 }
 
 async fn start_sign_in(

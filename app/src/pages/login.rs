@@ -34,11 +34,13 @@ pub fn LoginPage() -> impl IntoView {
             {move || sso_error().map(|message| view! {
                 <div class="mt-6"><ErrorAlert error=AppError::Refused(message)/></div>
             })}
+            // The operator's providers by name; a tenant's is found by the person's email or
+            // organization, so this page lists no customers.
             <Suspense fallback=|| ()>
                 {move || Suspend::new(async move {
                     let providers = providers.await.unwrap_or_default();
                     (!providers.is_empty()).then(|| view! {
-                        <div class="mt-8 space-y-2" aria-label="Single sign-on">
+                        <div class="mt-8 space-y-2" aria-label="Platform sign-in">
                             {providers.into_iter().map(|p| {
                                 let href = format!("/auth/oidc/{}/start?next={}", p.slug, crate::components::url_encode(&next()));
                                 view! {
@@ -48,12 +50,24 @@ pub fn LoginPage() -> impl IntoView {
                                     </a>
                                 }
                             }).collect_view()}
-                            <p class="pt-2 text-center text-xs text-slate-500">"or, for local accounts"</p>
                         </div>
                     })
                 })}
             </Suspense>
-            <div class="mt-6 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
+            <form method="get" action=crate::SSO_FIND_PATH class="mt-6 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
+                <input type="hidden" name="next" value=next/>
+                <label for="sso-hint" class="block text-sm font-medium text-slate-700">"Work email or organization"</label>
+                <input id="sso-hint" name="hint" type="text" required autocomplete="email" spellcheck="false"
+                    aria-describedby="sso-hint-help"
+                    class="mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500"/>
+                <p id="sso-hint-help" class="mt-1 text-xs text-slate-500">"We send you to your organization's single sign-on."</p>
+                <button type="submit"
+                    class="mt-4 w-full rounded-lg bg-slate-900 px-4 py-2 text-sm font-semibold text-white hover:bg-slate-700">
+                    "Continue with single sign-on"
+                </button>
+            </form>
+            <p class="mt-6 text-center text-xs text-slate-500">"or, for local accounts"</p>
+            <div class="mt-2 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
                 <ActionForm action=sign_in>
                     <input type="hidden" name="next" value=next/>
                     <div class="space-y-4">

@@ -393,6 +393,15 @@ fn Sso(sso: SsoView, manage: bool, tenant_id: i64, actions: TenantActions) -> im
                 <code class="rounded bg-slate-100 px-1" data-testid="redirect-uri">{sso.redirect_uri.clone()}</code>
                 ". Scopes: openid email profile (and groups where the provider has it)."
             </p>
+            {sso.sign_in_link.clone().map(|link| view! {
+                <p class="mt-1 text-xs text-slate-600">
+                    "People sign in with their work email (in the allowed domains) or the organization name "
+                    <code class="rounded bg-slate-100 px-1" data-testid="organization">{sso.organization.clone()}</code>
+                    " on the sign-in page, or straight from this link: "
+                    <code class="rounded bg-slate-100 px-1 break-all" data-testid="sign-in-link">{link}</code>
+                    ". The sign-in page lists no tenant by name."
+                </p>
+            })}
             {if manage {
                 view! {
                     <ActionForm action=actions.sso attr:class="mt-3 grid gap-3 sm:grid-cols-2">

@@ -92,7 +92,7 @@ pub async fn tenant_detail(id: i64) -> Result<TenantPageView, AppError> {
             .into_iter()
             .map(|p| crate::model::ProjectView { id: p.id, name: p.name, members: p.members })
             .collect(),
-        sso: sso.map(|s| view::sso(s, &platform.sso_callback_url())),
+        sso: sso.map(|s| view::sso(s, &platform.sso_callback_url(), platform.public_url())),
         can_manage_members: may(Action::MemberManage),
         can_manage_projects: may(Action::ProjectManage),
         can_manage_sso: may(Action::SsoManage),
@@ -234,8 +234,10 @@ mod view {
         }
     }
 
-    pub fn sso(s: SsoSettings, redirect_uri: &str) -> SsoView {
+    pub fn sso(s: SsoSettings, redirect_uri: &str, public_url: &str) -> SsoView {
         SsoView {
+            sign_in_link: s.slug.as_ref().map(|slug| format!("{public_url}/auth/oidc/{slug}/start")),
+            organization: s.slug,
             display_name: s.display_name,
             issuer: s.issuer,
             client_id: s.client_id,

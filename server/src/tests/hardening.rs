@@ -196,3 +196,74 @@ async fn anonymous_single_sign_on_starts_are_limited_per_address() {
     }
     assert_eq!(limited, 5);
 }
+
+#[tokio::test]
+async fn the_sign_in_page_lists_no_tenants_and_finds_a_persons_provider_by_email_or_organization() {
+    let berth = Berth::start(None).await;
+    let provider = |tenant: i64, slug: &str, name: &str, domains: &str| {
+        sqlx::query(
+            "INSERT INTO oidc_providers (tenant_id, slug, display_name, issuer, client_id, allowed_domains, created_at)
+             VALUES (?, ?, ?, 'https://idp.example', 'c', ?, 0)",
+        )
+        .bind(tenant)
+        .bind(slug.to_owned())
+        .bind(name.to_owned())
+        .bind(domains.to_owned())
+        .execute(berth.platform.db())
+    };
+    let acme = berth.platform.ensure_tenant("acme", "Acme Research", Isolation::Soft).await.expect("tenant");
+    let globex = berth.platform.ensure_tenant("globex", "Globex AI", Isolation::Soft).await.expect("tenant");
+    provider(acme, "acme", "Acme SSO", "acme.example labs.acme.example").await.expect("provider");
+    provider(globex, "globex", "Globex <b>SSO</b>", "").await.expect("provider");
+
+    // Anyone may open the sign-in page: it must not say who Berth's customers are.
+    let page = berth.get("/login", None).await;
+    assert_eq!(page.status, StatusCode::OK);
+    for name in ["Acme", "acme", "Globex", "globex"] {
+        assert!(!page.body.contains(name), "the sign-in page names {name}");
+    }
+    assert!(page.body.contains("Continue with single sign-on"));
+
+    /// Where the lookup sends the browser: back to sign-in (a redirect), or on to the
+    /// provider's start (a page that goes there: the form may not be redirected off Berth).
+    async fn find_on(berth: &Berth, hint: &str) -> Option<String> {
+        let reply = berth.get(&format!("/auth/oidc/find?hint={}&next=%2Fcalendar", encode(hint)), None).await;
+        if reply.status == StatusCode::OK {
+            let (_, after) = reply.body.split_once("content=\"0;url=")?;
+            return after.split_once('"').map(|(url, _)| url.replace("&amp;", "&"));
+        }
+        reply.header("location").map(str::to_owned)
+    }
+    let find = |hint: &'static str| find_on(&berth, hint);
+    let to_acme = Some("/auth/oidc/acme/start?next=/calendar".to_owned());
+    assert_eq!(find("ada@acme.example").await, to_acme);
+    assert_eq!(find("  Ada@LABS.Acme.Example ").await, to_acme, "any allowed domain, any case");
+    assert_eq!(find("acme").await, to_acme, "by organization");
+    // A tenant that allows any email is found only by its name, not by everyone's email.
+    let unknown = Some("/login?sso_error=unknown-organization".to_owned());
+    assert_eq!(find("bob@globex.example").await, unknown);
+    assert_eq!(find("globex").await.as_deref(), Some("/auth/oidc/globex/start?next=/calendar"));
+    let page = berth.get("/auth/oidc/find?hint=globex", None).await;
+    assert!(page.body.contains("Globex &lt;b&gt;SSO") && !page.body.contains("<b>"), "{}", page.body);
+    for hint in ["eve@evil.example", "evil", "", "@acme.example.evil", "ada@notacme.example"] {
+        assert_eq!(find(hint).await, unknown, "{hint:?}");
+    }
+    // A suspended tenant's provider is not found.
+    sqlx::query("UPDATE tenants SET status = 'suspended' WHERE id = ?")
+        .bind(acme)
+        .execute(berth.platform.db())
+        .await
+        .expect("suspend");
+    assert_eq!(find("ada@acme.example").await, unknown);
+    // A hostile `next` is refused before anything is looked up.
+    let reply = berth.get("/auth/oidc/find?hint=globex&next=%2F%2Fevil.example", None).await;
+    assert_eq!(reply.header("location"), Some("/login?sso_error=not-local-path"));
+    // Each address may look up only so many a minute: it says whether a name is a customer.
+    let mut limited = 0;
+    for _ in 0..berth_platform::sso::FINDS_PER_MINUTE {
+        if find("globex").await.as_deref() == Some("/login?sso_error=too-many") {
+            limited += 1;
+        }
+    }
+    assert!(limited > 0, "lookups are limited");
+}

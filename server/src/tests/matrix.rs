@@ -43,6 +43,11 @@ enum Via {
     /// A plain browser GET, with the session cookie, that sends anyone on elsewhere: to the
     /// identity provider or back to sign-in, to the open route.
     Redirect,
+    /// A Leptos page, with the session cookie: rendered for anyone (signed out, it offers
+    /// sign-in). What it shows comes from the server functions this table checks, so a page
+    /// is held only to never failing (5xx) and never showing another tenant's things, for
+    /// whatever object its path names.
+    Shell,
 }
 
 /// What a route's action is about.
@@ -133,7 +138,34 @@ fn routes() -> Vec<Route> {
     let connect = Some((EnvironmentConnect, Aim::Environment));
     let proxy = |path| Route { via: Via::Proxy, path, needs: connect, body: "", names_missing: false };
     let open = |path| Route { via: Via::Open, path, needs: connect, body: "", names_missing: false };
+    let anyone = |path| Route { via: Via::Page, path, needs: None, body: "", names_missing: false };
+    // A page's `needs` only names what its path is about; no answer is judged by it.
+    let page = |path, about: Option<Aim>| Route {
+        via: Via::Shell,
+        path,
+        needs: about.map(|aim| (EnvironmentRead, aim)),
+        body: "",
+        names_missing: false,
+    };
     vec![
+        anyone("/healthz"),
+        anyone("/readyz"),
+        page("/", None),
+        page("/catalog", None),
+        page("/launch/{offering}", None),
+        page("/environments", None),
+        page("/environments/{id}", Some(Aim::Environment)),
+        page("/calendar", None),
+        page("/account", None),
+        page("/audit", None),
+        page("/admin/fleet", None),
+        page("/admin/fabric", None),
+        page("/admin/quotas", None),
+        page("/admin/tenants", None),
+        page("/tenants/{id}", Some(Aim::Tenant)),
+        page("/login", None),
+        page("/login/code", None),
+        page("/login/password", None),
         session("/api/sign_in", "email=nobody%40example.com&password=wrong&next=%2F"),
         session("/api/sign_out", ""),
         session("/api/second_factor", ""),
@@ -144,6 +176,7 @@ fn routes() -> Vec<Route> {
         session("/api/change_password", "current=wrong&password=a+long+enough+one&again=a+long+enough+one"),
         session("/api/reset_second_factor", "email=nobody%40example.com"),
         // Before `save_sso` gives tenant A a provider this one would try to reach.
+        redirect(berth_app::SSO_FIND_PATH),
         redirect("/auth/oidc/{slug}/start"),
         redirect(berth_platform::sso::CALLBACK_PATH),
         redirect("/env/{id}"),
@@ -335,6 +368,9 @@ enum Expect {
 /// Why the answer breaks the policy, if it does.
 fn judge(expect: Expect, reply: &Reply, new_denials: i64, route: &Route) -> Option<String> {
     let (status, names_missing) = (reply.status, route.names_missing);
+    if route.via == Via::Shell {
+        return status.is_server_error().then(|| format!("the page failed: {status} {}", reply.body));
+    }
     let refused = matches!(status, StatusCode::FORBIDDEN | StatusCode::NOT_FOUND);
     match expect {
         Expect::Allowed if names_missing && status == StatusCode::NOT_FOUND && new_denials == 0 => None,
@@ -437,9 +473,9 @@ async fn seed(berth: &Berth) -> (Objects, Vec<Person>) {
 }
 
 /// Fails unless the table lists exactly the server functions in server_fn's registry and
-/// the routes the real router was built with (`crate::served`: the API, the browser routes
-/// and an environment's origin).
-fn assert_lists_every_route(table: &[Route]) {
+/// the routes the real router was built with (`crate::served`: health probes, the API, the
+/// browser routes, the pages and an environment's origin).
+fn assert_lists_every_route(table: &[Route], served: &crate::served::Served) {
     let registered: BTreeSet<(String, String)> = leptos::server_fn::axum::server_fn_paths()
         .map(|(path, method)| (method.to_string(), path.to_owned()))
         .collect();
@@ -450,13 +486,13 @@ fn assert_lists_every_route(table: &[Route]) {
         .collect();
     assert_eq!(registered, listed, "server functions registered (left) and in the matrix (right)");
     let served: BTreeSet<(String, String)> =
-        crate::served::served().into_iter().map(|(method, path)| (method.to_owned(), path)).collect();
+        served.iter().map(|(method, path)| ((*method).to_owned(), path.clone())).collect();
     let mut listed: BTreeSet<(String, String)> = table
         .iter()
         .filter_map(|r| match &r.via {
             Via::ServerFn | Via::SessionFn => None,
             Via::Api(method) | Via::NodeAgent(method) => Some((method.to_string(), r.path.to_owned())),
-            Via::Page | Via::Open | Via::Redirect => Some(("GET".to_owned(), r.path.to_owned())),
+            Via::Page | Via::Open | Via::Redirect | Via::Shell => Some(("GET".to_owned(), r.path.to_owned())),
             // The proxy forwards every method.
             Via::Proxy => Some(("ANY".to_owned(), r.path.to_owned())),
         })
@@ -483,6 +519,7 @@ fn fill(route: &Route, text: &str, id: &str, owner: &str, n: usize) -> String {
     let id = if id.is_empty() { "anything" } else { id };
     text.replace("{id}", id)
         .replace("{slug}", "tenant-a")
+        .replace("{offering}", "notebook")
         .replace("{*rest}", "lab")
         .replace("{owner}", owner)
         .replace("{n}", &n.to_string())
@@ -500,7 +537,7 @@ async fn call(berth: &Berth, route: &Route, person: Option<&Person>, id: &str, o
         Via::Api(method) | Via::NodeAgent(method) => {
             berth.api(method.clone(), &path, &body, person.map(|p| p.token.as_str())).await
         }
-        Via::Page | Via::Open | Via::Redirect => berth.get(&path, cookie).await,
+        Via::Page | Via::Open | Via::Redirect | Via::Shell => berth.get(&path, cookie).await,
         Via::Proxy => {
             let opened = berth.get(&format!("/environments/{id}/open"), cookie).await;
             let Some(location) = opened.header("location").filter(|_| opened.status == StatusCode::SEE_OTHER) else {
@@ -521,7 +558,7 @@ async fn every_route_answers_every_role_as_the_policy_says() {
     let berth = Berth::start(None).await;
     let (objects, people) = seed(&berth).await;
     let table = routes();
-    assert_lists_every_route(&table);
+    assert_lists_every_route(&table, &berth.served);
 
     let mut failures = Vec::new();
     let mut calls = 0;
@@ -568,6 +605,7 @@ async fn every_route_answers_every_role_as_the_policy_says() {
             }
             // Another tenant's object the caller may not even see must look exactly missing.
             if let Some((action, aim)) = route.needs
+                && route.via != Via::Shell
                 && let (Some(other), Some(missing)) = (answers.get(&Case::OtherTenant), answers.get(&Case::Missing))
                 && let Some(target) = objects.target(aim, Case::OtherTenant, &principal)
                 && principal.authorize(action.read(), target).is_err()
@@ -586,13 +624,26 @@ async fn every_route_answers_every_role_as_the_policy_says() {
         }
     }
     // Nobody signed in, no token: everything that needs a permission asks for a sign-in.
-    let needs_credentials = |r: &&Route| r.needs.is_some() || matches!(r.via, Via::NodeAgent(_));
+    let needs_credentials =
+        |r: &&Route| (r.needs.is_some() && r.via != Via::Shell) || matches!(r.via, Via::NodeAgent(_));
     for route in table.iter().filter(needs_credentials).filter(|r| r.via != Via::SessionFn) {
         calls += 1;
         let id = route.needs.map(|(_, aim)| objects.id(aim, Case::OwnTenant)).unwrap_or_default();
         let reply = call(&berth, route, None, &id, "0", calls).await;
         if reply.status != StatusCode::UNAUTHORIZED {
             failures.push(format!("{} without credentials answered {}: {}", route.path, reply.status, reply.body));
+        }
+    }
+    // Signed out, every page still answers, and shows nobody's things.
+    for route in table.iter().filter(|r| r.via == Via::Shell) {
+        calls += 1;
+        let id = route.needs.map(|(_, aim)| objects.id(aim, Case::OwnTenant)).unwrap_or_default();
+        let reply = call(&berth, route, None, &id, "0", calls).await;
+        if let Some(why) = judge(Expect::Allowed, &reply, 0, route) {
+            failures.push(format!("{} without credentials: {why}", route.path));
+        }
+        if let Some(mark) = objects.tenant_b_marks.iter().find(|m| reply.body.contains(m.as_str())) {
+            failures.push(format!("{} without credentials shows tenant B's {mark}", route.path));
         }
     }
     assert!(failures.is_empty(), "{} of {calls} calls broke the policy:\n{}", failures.len(), failures.join("\n"));
@@ -651,7 +702,7 @@ async fn every_server_function_answers_malformed_arguments_4xx() {
     let berth = Berth::start(None).await;
     let (objects, people) = seed(&berth).await;
     let table = routes();
-    assert_lists_every_route(&table);
+    assert_lists_every_route(&table, &berth.served);
     // The session's own functions last: signing out ends the session the others are called with.
     let mut functions: Vec<&Route> = table.iter().filter(|r| matches!(r.via, Via::ServerFn | Via::SessionFn)).collect();
     functions.sort_by_key(|r| (r.via == Via::SessionFn, r.path == "/api/sign_out"));

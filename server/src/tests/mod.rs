@@ -50,6 +50,8 @@ const PASSWORD: &str = "correct horse battery staple";
 pub struct Berth {
     pub platform: Platform,
     router: Router,
+    /// What the router serves.
+    pub served: crate::served::Served,
     /// The simulated fleet, when the reconciler runs (`start_running`).
     pub fleet: Option<std::sync::Arc<Simulated>>,
     _dir: tempfile::TempDir,
@@ -149,8 +151,8 @@ impl Berth {
             let reconciler = Reconciler::new(platform.clone(), fleet.clone(), config);
             tokio::spawn(reconciler.run(std::future::pending()));
         }
-        let router = crate::http::router(platform.clone(), pool, &args, &public).await.expect("router").portal;
-        Berth { platform, router, fleet, _dir: dir }
+        let routers = crate::http::router(platform.clone(), pool, &args, &public).await.expect("router");
+        Berth { platform, router: routers.portal, served: routers.served, fleet, _dir: dir }
     }
 
     /// Serves this Berth on a free loopback port, as `berth serve` does; its URL.
