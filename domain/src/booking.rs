@@ -63,6 +63,11 @@ impl Window {
     }
 }
 
+/// A time as refusals and pages say it: "Tue 24 Nov 14:15 UTC".
+pub fn utc_short(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%a %-d %b %H:%M UTC").to_string()).unwrap_or_default()
+}
+
 /// Reads the start a user typed: empty for "now", else a UTC date and time as an HTML
 /// `datetime-local` input sends it (`2026-11-23T14:00`), or RFC 3339 with an offset.
 pub fn parse_start(text: &str) -> Result<Option<i64>, Refusal> {

@@ -34,6 +34,14 @@ impl Isolation {
     }
 }
 
+/// Whether an environment of a tenant shares the tenant's space on the backend (on
+/// Kubernetes its namespace, `berth-<slug>`, with one quota over what they all hold): a soft
+/// tenant's, but for a dedicated cluster, which needs a space limited to its own nodes. The
+/// one home of this rule; `tenant_queues::follow_holdings` says it again in SQL.
+pub fn shares_tenant_space(offering: crate::catalog::Offering, isolation: Isolation) -> bool {
+    isolation == Isolation::Soft && offering != crate::catalog::Offering::DedicatedCluster
+}
+
 /// What backends call platform staff's own environments where they need a tenant's name
 /// (Kubernetes namespaces and labels), so no tenant may take it.
 pub const STAFF_SLUG: &str = "platform-staff";

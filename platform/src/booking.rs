@@ -5,7 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use berth_domain::Refusal;
-use berth_domain::booking::{self, GpuSet, Timeline, Window};
+use berth_domain::booking::{self, GpuSet, Timeline, Window, utc_short};
 use berth_domain::catalog::{Offering, Size};
 use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Desired, EnvState};
@@ -18,11 +18,6 @@ use crate::audit::{self, Event, Outcome};
 use crate::environments::{Environment, environment_in};
 use crate::quotas::QuotaAsk;
 use crate::{Caller, Error, Platform, now_ms};
-
-/// "Tue 24 Nov 14:15 UTC"
-pub fn utc_short(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%a %-d %b %H:%M UTC").to_string()).unwrap_or_default()
-}
 
 /// One row of the availability calendar: how many of a shape are free in each bucket.
 #[derive(Debug, Clone, PartialEq)]

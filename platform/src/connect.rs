@@ -19,7 +19,7 @@ use sqlx::SqliteConnection;
 use subtle::ConstantTimeEq;
 
 use crate::audit::{self, Event, Outcome};
-use crate::backend::{Backend, JobLogs, Upstream, Workload};
+use crate::backend::{Backend, JobLogs, Upstream};
 use crate::environments::{Environment, environment_in};
 use crate::{Caller, Error, Platform, lock, now_ms, random_secret, sha256_hex};
 
@@ -140,12 +140,6 @@ impl Platform {
         let upstream = backend.upstream(&workload).await.map_err(|e| Refusal::WorkloadUnreachable(e.0))?;
         lock(&self.access.upstreams).insert(env.id.clone(), (upstream.clone(), now));
         Ok(upstream)
-    }
-
-    /// The workload of `env` as its backend knows it (every unreleased unit).
-    pub(crate) async fn workload(&self, env: &Environment) -> Result<Workload, Error> {
-        let mut conn = self.db.acquire().await?;
-        crate::reconciler::workload_of(&mut conn, env, |_| true).await
     }
 
     /// Shows endpoint `id`'s key to its owner (or their tenant admin), once. Audited.

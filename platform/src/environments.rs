@@ -15,9 +15,9 @@ use sqlx::{Row, SqliteConnection};
 use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
 use crate::backend::Connection;
-use crate::booking::utc_short;
 use crate::quotas::{Booker, QuotaAsk};
 use crate::{Caller, Error, Platform, now_ms};
+use berth_domain::booking::utc_short;
 
 /// One environment as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]

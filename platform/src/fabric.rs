@@ -15,8 +15,8 @@ use berth_domain::tenancy::Isolation;
 use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::booking::utc_short;
 use crate::{Caller, Error, Platform, now_ms};
+use berth_domain::booking::utc_short;
 
 /// One identifier a tenant holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -64,7 +64,7 @@ impl Platform {
         let workload = {
             let mut conn = self.db.acquire().await?;
             let env = environment_in(&mut conn, id).await?;
-            crate::reconciler::workload_of(&mut conn, &env, |_| true).await?
+            crate::workloads::workload_of(&mut conn, &env, |_| true).await?
         };
         let logs = match tokio::time::timeout(timeout, backend.job_logs(&workload, LOG_TAIL)).await {
             Ok(Ok(logs)) => logs,

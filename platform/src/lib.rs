@@ -36,6 +36,7 @@ pub mod tenants;
 mod throttle;
 pub mod tokens;
 pub mod totp;
+mod workloads;
 
 use std::collections::HashMap;
 use std::sync::Arc;

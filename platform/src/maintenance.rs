@@ -10,8 +10,8 @@ use berth_domain::policy::{Action, Target};
 use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
-use crate::booking::utc_short;
 use crate::{Caller, Error, Platform, now_ms};
+use berth_domain::booking::utc_short;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MaintenanceWindow {

@@ -82,7 +82,7 @@ impl Platform {
                 let holds = timeline.place(env.size.shape, window, occupant).map_err(|refusal| match refusal {
                     Refusal::NoCapacity { size, detail, .. } => Refusal::NoCapacity {
                         size: format!("replica {} ({size})", replica + 1),
-                        when: format!("until {}", crate::booking::utc_short(window.ends_at)),
+                        when: format!("until {}", berth_domain::booking::utc_short(window.ends_at)),
                         detail,
                         hint: format!("; the endpoint keeps its {held} replica(s)"),
                     },
@@ -160,7 +160,7 @@ impl Platform {
         let env = environment_in(&mut conn, id).await?;
         let wanted: i64 =
             sqlx::query_scalar("SELECT replicas FROM environments WHERE id = ?").bind(id).fetch_one(&mut *conn).await?;
-        let workload = crate::reconciler::workload_of(&mut conn, &env, |u| u.replica < wanted).await?;
+        let workload = crate::workloads::workload_of(&mut conn, &env, |u| u.replica < wanted).await?;
         let dropped: Vec<PlacedUnit> = held_units(&mut conn, id)
             .await?
             .into_iter()

@@ -8,9 +8,9 @@ use berth_domain::booking::{Tier, Timeline, Window};
 use berth_domain::placement::{Hold, Occupant, Shape};
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::booking::utc_short;
 use crate::store::WriteTx;
 use crate::{Error, Platform};
+use berth_domain::booking::utc_short;
 
 impl Platform {
     /// Placement for a guaranteed booking that found no free capacity: placed as if no spot

@@ -157,7 +157,7 @@ pub(crate) async fn follow(conn: &mut SqliteConnection, id: Option<i64>) -> Resu
 
 /// Marks the space of environment `environment_id`'s tenant as having to follow what the
 /// environment holds (it started, was scaled, or released its capacity), when the
-/// environment shares its tenant's space (see `reconciler::shares_tenant_space`).
+/// environment shares its tenant's space (see `berth_domain::tenancy::shares_tenant_space`).
 pub(crate) async fn follow_holdings(conn: &mut SqliteConnection, environment_id: &str) -> Result<(), Error> {
     sqlx::query(
         "UPDATE tenants SET queue_version = queue_version + 1
@@ -220,9 +220,9 @@ async fn tenant_queue_of(conn: &mut SqliteConnection, tenant_id: i64) -> Result<
     }
     // A soft tenant's space: its members and what its environments there hold, read after
     // the version (see `sync_tenant_queue`).
-    let scope = crate::reconciler::tenant_scope(&mut *conn, Some(tenant_id)).await?;
+    let scope = crate::workloads::tenant_scope(&mut *conn, Some(tenant_id)).await?;
     let space = if scope.isolation == berth_domain::tenancy::Isolation::Soft {
-        let holdings = crate::reconciler::tenant_holdings(&mut *conn, tenant_id, scope.isolation, None).await?;
+        let holdings = crate::workloads::tenant_holdings(&mut *conn, tenant_id, scope.isolation, None).await?;
         Some(TenantSpace { members: scope.members, holdings })
     } else {
         None

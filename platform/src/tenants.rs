@@ -298,7 +298,7 @@ impl Platform {
                 isolation: isolation.as_str(),
                 detail: format!(
                     "{shared} of its environments share a node with another tenant's until {}; stop them or change the isolation after that",
-                    crate::booking::utc_short(until)
+                    berth_domain::booking::utc_short(until)
                 ),
             }
             .into()),

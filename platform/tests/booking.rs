@@ -91,7 +91,7 @@ async fn bookings_share_a_gpu_over_time_but_never_at_once_and_keep_the_cleaning_
     let text = err.to_string();
     assert!(text.starts_with("no capacity for 1 x H100-80GB from "), "{text}");
     // The gap after the 4-hour bookings is 15 minutes.
-    let expected = berth_platform::booking::utc_short(t0 + 4 * HOUR_MS + 15 * MINUTE_MS);
+    let expected = berth_domain::booking::utc_short(t0 + 4 * HOUR_MS + 15 * MINUTE_MS);
     assert!(text.contains(&format!("the earliest start for 2 h is {expected}")), "{text}");
 
     let err = book(&berth, "h100-1", "too-soon", Some(t0 + 4 * HOUR_MS + 5 * MINUTE_MS), 2).await;
@@ -142,7 +142,7 @@ async fn a_booking_can_be_extended_into_free_time_and_shortened(pool: SqlitePool
     assert_eq!(longer.ends_at, t0 + 3 * HOUR_MS);
     let blocked = berth.platform.change_end(&berth.caller, &env.id, &rfc3339(t0 + 5 * HOUR_MS)).await;
     let text = blocked.expect_err("runs into the later booking").to_string();
-    let latest = berth_platform::booking::utc_short(later - 15 * MINUTE_MS);
+    let latest = berth_domain::booking::utc_short(later - 15 * MINUTE_MS);
     assert!(text.contains(&format!("it can run until {latest} at the latest")), "{text}");
 
     let shorter = berth.platform.change_end(&berth.caller, &env.id, &rfc3339(t0 + HOUR_MS)).await.expect("shorten");
@@ -776,7 +776,7 @@ async fn a_hard_tenants_booking_avoids_a_node_with_a_soft_tenants_notebook(pool:
         "{text}"
     );
     // Once the notebook (and the cleaning gap after it) is over, its node is free.
-    let earliest = berth_platform::booking::utc_short(notebook.ends_at + 15 * MINUTE_MS);
+    let earliest = berth_domain::booking::utc_short(notebook.ends_at + 15 * MINUTE_MS);
     assert!(text.contains(&format!("the earliest start for 2 h is {earliest}")), "{text}");
     assert_eq!(
         berth.platform.earliest_start(vault.tenant_id(), one, 2, now_ms()).await.expect("earliest"),
@@ -884,8 +884,8 @@ async fn extending_a_hard_tenants_booking_stops_at_another_tenant_on_its_node(po
 
     let blocked = berth.platform.change_end(&vault, &hard.id, &rfc3339(t0 + 4 * HOUR_MS)).await;
     let text = blocked.expect_err("runs into the soft booking's node").to_string();
-    let starts = berth_platform::booking::utc_short(soft_start);
-    let latest = berth_platform::booking::utc_short(soft_start - 15 * MINUTE_MS);
+    let starts = berth_domain::booking::utc_short(soft_start);
+    let latest = berth_domain::booking::utc_short(soft_start - 15 * MINUTE_MS);
     assert!(text.contains(&format!("its node is held by another tenant from {starts}")), "{text}");
     assert!(text.contains(&format!("it can run until {latest} at the latest")), "{text}");
     let longer = berth.platform.change_end(&vault, &hard.id, &rfc3339(soft_start - 15 * MINUTE_MS)).await;

@@ -40,7 +40,7 @@ pub async fn size_hints(offering: String, hours: String) -> Result<Vec<crate::mo
             size_id: s.size.id.to_owned(),
             text: match (s.free_now, s.earliest_start) {
                 (0, Some(t)) => {
-                    format!("none free now; earliest start for {hours} h: {}", berth_platform::booking::utc_short(t))
+                    format!("none free now; earliest start for {hours} h: {}", berth_domain::booking::utc_short(t))
                 }
                 (0, None) => format!("none free for {hours} h within the booking horizon"),
                 (n, _) => format!("{n} free now for {hours} h"),

@@ -302,9 +302,10 @@ fn labelled(labels: &BTreeMap<String, String>, name: &str, namespace: Option<&st
 }
 
 /// Whether the environment lives in its tenant's namespace: a soft tenant's notebooks,
-/// training jobs and inference endpoints do (see the module's comment).
+/// training jobs and inference endpoints do (see the module's comment and
+/// `berth_domain::tenancy::shares_tenant_space`); platform staff's have no tenant.
 pub fn shares_tenant_namespace(w: &Workload) -> bool {
-    w.tenant.slug.is_some() && !dedicates_nodes(w)
+    w.tenant.slug.is_some() && berth_domain::tenancy::shares_tenant_space(w.offering, w.tenant.isolation)
 }
 
 /// The environment placed as it would be in the other home: in its own namespace when it
