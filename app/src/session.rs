@@ -3,7 +3,7 @@
 //! form post and the render that shows it. Used by the server functions and by the
 //! server's own routes (SSO callbacks, downloads), so there is one rule for both.
 
-use berth_platform::accounts::User;
+use berth_platform::people::User;
 use berth_platform::{Platform, RequestMeta};
 use tower_sessions::Session;
 

@@ -3,61 +3,14 @@
 use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString, rand_core::OsRng};
 use berth_domain::Refusal;
-use berth_domain::policy::{Principal, Role};
+use berth_domain::policy::Role;
 use rand::Rng;
 use rand::distr::Alphanumeric;
 use sqlx::Row;
-use sqlx::sqlite::SqliteRow;
 
 use crate::audit::{self, Actor, Event, Outcome};
+use crate::people::{USER_COLUMNS, USER_IS_ACTIVE, User, user_from_row};
 use crate::{Caller, Error, Platform, RequestMeta, now_ms};
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct User {
-    pub id: i64,
-    pub email: String,
-    pub display_name: String,
-    pub role: Role,
-    /// `None` for platform staff.
-    pub tenant_id: Option<i64>,
-    pub tenant_name: Option<String>,
-}
-
-/// The columns `user_from_row` reads, for queries over `users u`.
-pub(crate) const USER_COLUMNS: &str = "u.id, u.email, u.display_name, u.role, u.tenant_id,
-    (SELECT t.name FROM tenants t WHERE t.id = u.tenant_id) AS tenant_name";
-
-pub(crate) fn user_from_row(row: &SqliteRow) -> Result<User, Error> {
-    let role: String = row.try_get("role")?;
-    Ok(User {
-        id: row.try_get("id")?,
-        email: row.try_get("email")?,
-        display_name: row.try_get("display_name")?,
-        role: Role::parse(&role).ok_or_else(|| Error::internal(format!("unknown role {role}")))?,
-        tenant_id: row.try_get("tenant_id")?,
-        tenant_name: row.try_get("tenant_name")?,
-    })
-}
-
-/// Only active users of active tenants (or platform staff) may act; anyone else's
-/// sessions and tokens stop working at once.
-pub(crate) const USER_IS_ACTIVE: &str = "u.status = 'active'
-    AND (u.tenant_id IS NULL OR EXISTS (SELECT 1 FROM tenants t WHERE t.id = u.tenant_id AND t.status = 'active'))";
-
-impl User {
-    pub fn is_admin(&self) -> bool {
-        self.role == Role::PlatformAdmin
-    }
-
-    /// The user acting from a browser session.
-    pub fn principal(&self) -> Principal {
-        Principal { user_id: self.id, tenant_id: self.tenant_id, role: self.role, token_actions: None }
-    }
-
-    pub fn caller(&self, meta: RequestMeta) -> Caller {
-        Caller { principal: self.principal(), meta }
-    }
-}
 
 /// The administrator account made at first start; the password is shown once and kept
 /// only as a hash.
@@ -377,17 +330,6 @@ impl Platform {
         audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit().await?;
         Ok(())
-    }
-
-    /// The user behind a session or token, if they may still act (active, in an active
-    /// tenant); anyone else is `NotFound`.
-    pub async fn active_user(&self, id: i64) -> Result<User, Error> {
-        let row = sqlx::query(&format!("SELECT {USER_COLUMNS} FROM users u WHERE u.id = ? AND {USER_IS_ACTIVE}"))
-            .bind(id)
-            .fetch_optional(&self.db)
-            .await?
-            .ok_or(Error::NotFound)?;
-        user_from_row(&row)
     }
 }
 

@@ -15,9 +15,9 @@ use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::policy::Action;
 
-use crate::accounts::User;
 use crate::audit::{self, Event, Outcome};
 use crate::environments::Environment;
+use crate::people::User;
 use crate::{Caller, Error, Platform, now_ms, random_secret, sha256_hex};
 
 /// How long a ticket may take from the portal to the notebook's origin.

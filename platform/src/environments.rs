@@ -5,16 +5,16 @@ use berth_domain::booking::{self as rules, Tier, Window};
 use berth_domain::catalog::{Offering, Size};
 use berth_domain::gpu::GpuModel;
 use berth_domain::launch::{self, LaunchRequest};
-use berth_domain::lifecycle::{Desired, EnvState, Phase, Step};
+use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::mig::MigProfile;
 use berth_domain::placement::Hold;
 use berth_domain::policy::{Action, Role, Target};
+use serde::{Deserialize, Serialize};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{Row, SqliteConnection};
 
 use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
-use crate::backend::Connection;
 use crate::quotas::{Booker, QuotaAsk};
 use crate::{Caller, Error, Platform, now_ms};
 use berth_domain::booking::utc_short;
@@ -47,17 +47,15 @@ pub struct Environment {
     pub tier: Tier,
 }
 
-/// One row of the step journal.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StepRecord {
-    pub phase: Phase,
-    pub index: i64,
-    pub step: Step,
-    pub status: String,
-    pub attempts: i64,
-    pub started_at: i64,
-    pub finished_at: Option<i64>,
-    pub detail: Option<String>,
+/// How the owner reaches a ready environment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Connection {
+    pub url: String,
+    /// e.g. "Token" or "API key"; shown with `secret`.
+    pub secret_label: Option<String>,
+    pub secret: Option<String>,
+    /// A command that uses the connection, for copy and paste.
+    pub example: String,
 }
 
 /// A GPU or MIG slice an environment holds (or held).
@@ -73,32 +71,6 @@ pub struct HeldUnit {
     pub released_at: Option<i64>,
     /// Which replica of an inference endpoint holds it (0 for everything else).
     pub replica: i64,
-}
-
-impl HeldUnit {
-    /// The unit as a backend is told of it, held by `environment_id`.
-    pub(crate) fn placed(self, environment_id: &str) -> crate::backend::PlacedUnit {
-        crate::backend::PlacedUnit {
-            environment_id: environment_id.to_owned(),
-            site: self.site,
-            node: self.node,
-            gpu_index: self.gpu_index,
-            slice_start: self.slice_start,
-            slice_size: self.slice_size,
-            mig_profile: self.mig_profile,
-        }
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EnvironmentDetail {
-    pub environment: Environment,
-    pub steps: Vec<StepRecord>,
-    pub units: Vec<HeldUnit>,
-    /// Whether the caller may act inside it (open the notebook, see the endpoint's key).
-    pub may_connect: bool,
-    /// An inference endpoint's key and replicas.
-    pub endpoint: Option<crate::connect::EndpointState>,
 }
 
 impl Environment {
@@ -169,7 +141,7 @@ impl Platform {
 
         let mut tx = self.begin_write().await?;
         if let Some(tenant_id) = caller.tenant_id() {
-            crate::tenants::ensure_tenant_active(&mut tx, tenant_id).await?;
+            ensure_tenant_active(&mut tx, tenant_id).await?;
         }
         let booker = Booker {
             user_id: caller.user_id(),
@@ -360,39 +332,6 @@ impl Platform {
         Ok(env)
     }
 
-    /// One environment with its step journal and the capacity it holds or held.
-    pub async fn environment_detail(&self, caller: &Caller, id: &str) -> Result<EnvironmentDetail, Error> {
-        let environment = self.environment_of(caller, id).await?;
-        let mut conn = self.db.acquire().await?;
-        let steps = sqlx::query(
-            "SELECT phase, idx, step, status, attempts, started_at, finished_at, detail
-             FROM environment_steps WHERE environment_id = ? ORDER BY phase = 'teardown', idx",
-        )
-        .bind(id)
-        .fetch_all(&mut *conn)
-        .await?
-        .iter()
-        .map(|row| {
-            let phase: String = row.try_get("phase")?;
-            let step: String = row.try_get("step")?;
-            Ok(StepRecord {
-                phase: Phase::parse(&phase).ok_or_else(|| Error::internal("unknown phase"))?,
-                index: row.try_get("idx")?,
-                step: Step::parse(&step).ok_or_else(|| Error::internal("unknown step"))?,
-                status: row.try_get("status")?,
-                attempts: row.try_get("attempts")?,
-                started_at: row.try_get("started_at")?,
-                finished_at: row.try_get("finished_at")?,
-                detail: row.try_get("detail")?,
-            })
-        })
-        .collect::<Result<Vec<_>, Error>>()?;
-        let units = held_units(&mut conn, id).await?;
-        let endpoint = crate::connect::endpoint_state(&mut conn, &environment).await?;
-        let may_connect = self.may_connect(caller, &environment);
-        Ok(EnvironmentDetail { environment, steps, units, may_connect, endpoint })
-    }
-
     /// Environments per state, for `/metrics`.
     pub async fn environments_by_state(&self) -> Result<Vec<(EnvState, i64)>, Error> {
         let rows: Vec<(String, i64)> =
@@ -472,4 +411,17 @@ pub(crate) async fn insert_reservation(
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// Refuses when the tenant is suspended or deleted. Inside a write transaction this holds
+/// against a tenant change committed a moment before, which the caller's session did not
+/// see yet: nothing is launched into a deleted tenant.
+async fn ensure_tenant_active(conn: &mut SqliteConnection, tenant_id: i64) -> Result<(), Error> {
+    let status: Option<String> =
+        sqlx::query_scalar("SELECT status FROM tenants WHERE id = ?").bind(tenant_id).fetch_optional(conn).await?;
+    match status.as_deref() {
+        Some("active") => Ok(()),
+        Some("suspended") => Err(Refusal::TenantNotActive("suspended").into()),
+        _ => Err(Refusal::TenantNotActive("deleted").into()),
+    }
 }

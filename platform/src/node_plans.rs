@@ -24,7 +24,7 @@ use berth_domain::ssh_key::SshPublicKey;
 use serde::{Deserialize, Serialize};
 use sqlx::SqliteConnection;
 
-use crate::accounts::USER_IS_ACTIVE;
+use crate::people::USER_IS_ACTIVE;
 use crate::{Error, Platform, RequestMeta, now_ms};
 
 /// What a part of a node's plan is about.

@@ -226,7 +226,7 @@ impl Platform {
         let event =
             Event { action: "quota.set", target: Some(&target), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &caller.actor(), event).await?;
-        crate::tenant_queues::follow_quota(&mut tx, subject).await?;
+        follow_quota(&mut tx, subject).await?;
         tx.commit().await?;
         self.wake_reconciler();
         Ok(())
@@ -252,7 +252,7 @@ impl Platform {
         let target = subject_label(subject);
         let event = Event { action: "quota.remove", target: Some(&target), outcome: Outcome::Success, detail: None };
         audit::record(&mut tx, &caller.actor(), event).await?;
-        crate::tenant_queues::follow_quota(&mut tx, subject).await?;
+        follow_quota(&mut tx, subject).await?;
         tx.commit().await?;
         self.wake_reconciler();
         Ok(())
@@ -476,4 +476,43 @@ async fn gpu_hours_in_month(
             hold.gpu_equivalents() * (to - from).max(0) as f64 / booking::HOUR_MS as f64
         })
         .sum())
+}
+
+// A tenant's queue on the backend mirrors its quota (see `tenant_queues`). Whatever it must
+// follow raises the tenant's `queue_version` in the transaction of that change; the
+// reconciler applies the queue after the commit.
+
+/// The queue of a tenant whose quota changed must follow; a quota of anyone else
+/// (everyone's default, a project's, a user's) leaves tenants' queues as they are.
+pub(crate) async fn follow_quota(conn: &mut SqliteConnection, subject: QuotaSubject) -> Result<(), Error> {
+    if let QuotaSubject::Tenant(id) = subject {
+        follow(conn, Some(id)).await?;
+    }
+    Ok(())
+}
+
+/// Marks the queue of tenant `id` (of every tenant not deleted, for `None`) as having to
+/// follow a change; the reconciler applies it after the commit.
+pub(crate) async fn follow(conn: &mut SqliteConnection, id: Option<i64>) -> Result<(), Error> {
+    sqlx::query(
+        "UPDATE tenants SET queue_version = queue_version + 1 WHERE (?1 IS NULL AND status <> 'deleted') OR id = ?1",
+    )
+    .bind(id)
+    .execute(conn)
+    .await?;
+    Ok(())
+}
+
+/// Marks the space of environment `environment_id`'s tenant as having to follow what the
+/// environment holds (it started, was scaled, or released its capacity), when the
+/// environment shares its tenant's space (see `berth_domain::tenancy::shares_tenant_space`).
+pub(crate) async fn follow_holdings(conn: &mut SqliteConnection, environment_id: &str) -> Result<(), Error> {
+    sqlx::query(
+        "UPDATE tenants SET queue_version = queue_version + 1
+         WHERE isolation = 'soft' AND id = (SELECT tenant_id FROM environments WHERE id = ?1 AND offering <> 'cluster')",
+    )
+    .bind(environment_id)
+    .execute(conn)
+    .await?;
+    Ok(())
 }

@@ -547,12 +547,12 @@ impl Reconciler {
                     .execute(&mut *tx)
                     .await?;
                 // The tenant's space no longer holds it (see `tenant_queues`).
-                crate::tenant_queues::follow_holdings(&mut tx, &env.id).await?;
+                crate::quotas::follow_holdings(&mut tx, &env.id).await?;
             }
             // These steps applied the tenant space's quota as read when they began; the
             // tenant's sync applies it again after them, with whatever changed since.
             Step::ConfigurePartition | Step::StartWorkload => {
-                crate::tenant_queues::follow_holdings(&mut tx, &env.id).await?;
+                crate::quotas::follow_holdings(&mut tx, &env.id).await?;
             }
             _ => {}
         }

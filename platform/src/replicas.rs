@@ -197,7 +197,7 @@ impl Platform {
             return Ok(());
         }
         // What the endpoint holds changed: its tenant's space follows (see `tenant_queues`).
-        crate::tenant_queues::follow_holdings(&mut tx, id).await?;
+        crate::quotas::follow_holdings(&mut tx, id).await?;
         let released = sqlx::query(
             "UPDATE reservations SET released_at = ? WHERE environment_id = ? AND replica >= ? AND released_at IS NULL",
         )

@@ -13,9 +13,9 @@ use berth_domain::tenancy::{self, email_in_domains};
 use berth_domain::{Refusal, SignInProblem};
 use sqlx::{Row, SqliteConnection};
 
-use crate::accounts::{USER_COLUMNS, User, user_from_row};
 use crate::audit::{self, Actor, Event, Outcome};
 use crate::oidc::{Callback, Client, Identity, PendingLogin, ProviderConfig, Reach};
+use crate::people::{USER_COLUMNS, User, user_from_row};
 use crate::provider_http::Resolved;
 use crate::{Caller, Error, Platform, RequestMeta, now_ms, sha256_hex};
 

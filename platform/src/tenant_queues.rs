@@ -22,7 +22,7 @@ use sqlx::{Row, SqliteConnection};
 use tokio::task::JoinSet;
 
 use crate::backend::{Backend, ModelAllowance, TenantQueue, TenantSpace};
-use crate::quotas::{QuotaSubject, tenant_quota};
+use crate::quotas::{follow, tenant_quota};
 use crate::{Error, Platform, lock, now_ms};
 
 /// The reconciler's bookkeeping of queue syncs in this process.
@@ -132,41 +132,6 @@ impl Platform {
         follow(&mut tx, None).await?;
         tx.commit().await
     }
-}
-
-/// The queue of a tenant whose quota changed must follow; a quota of anyone else
-/// (everyone's default, a project's, a user's) leaves tenants' queues as they are.
-pub(crate) async fn follow_quota(conn: &mut SqliteConnection, subject: QuotaSubject) -> Result<(), Error> {
-    if let QuotaSubject::Tenant(id) = subject {
-        follow(conn, Some(id)).await?;
-    }
-    Ok(())
-}
-
-/// Marks the queue of tenant `id` (of every tenant not deleted, for `None`) as having to
-/// follow a change; the reconciler applies it after the commit.
-pub(crate) async fn follow(conn: &mut SqliteConnection, id: Option<i64>) -> Result<(), Error> {
-    sqlx::query(
-        "UPDATE tenants SET queue_version = queue_version + 1 WHERE (?1 IS NULL AND status <> 'deleted') OR id = ?1",
-    )
-    .bind(id)
-    .execute(conn)
-    .await?;
-    Ok(())
-}
-
-/// Marks the space of environment `environment_id`'s tenant as having to follow what the
-/// environment holds (it started, was scaled, or released its capacity), when the
-/// environment shares its tenant's space (see `berth_domain::tenancy::shares_tenant_space`).
-pub(crate) async fn follow_holdings(conn: &mut SqliteConnection, environment_id: &str) -> Result<(), Error> {
-    sqlx::query(
-        "UPDATE tenants SET queue_version = queue_version + 1
-         WHERE isolation = 'soft' AND id = (SELECT tenant_id FROM environments WHERE id = ?1 AND offering <> 'cluster')",
-    )
-    .bind(environment_id)
-    .execute(conn)
-    .await?;
-    Ok(())
 }
 
 /// What tenant `tenant_id` may hold of each GPU model of the fleet (its own quota row's

@@ -224,7 +224,7 @@ impl Platform {
             detail = Some(format!("{stopped} environments stopped"));
             fabric::release(&mut tx, &self.fabric, id, &Actor { tenant_id: Some(id), ..caller.actor() }).await?;
             // Its queue goes too (Kueue keeps a queue in use until its workloads are gone).
-            crate::tenant_queues::follow(&mut tx, Some(id)).await?;
+            crate::quotas::follow(&mut tx, Some(id)).await?;
         }
         let target = format!("tenant:{id}");
         let event = Event { action, target: Some(&target), outcome: Outcome::Success, detail: detail.as_deref() };
@@ -264,7 +264,7 @@ impl Platform {
         audit::record(&mut tx, &Actor { tenant_id: Some(id), ..caller.actor() }, event).await?;
         fabric::settle(&mut tx, &self.fabric, id, isolation, &Actor { tenant_id: Some(id), ..caller.actor() }).await?;
         // A soft tenant's space on the backend is applied with its queue; a hard one has none.
-        crate::tenant_queues::follow(&mut tx, Some(id)).await?;
+        crate::quotas::follow(&mut tx, Some(id)).await?;
         let occupant = Occupant::of(Some(id), isolation);
         tx.commit_and(|| self.with_book(|book| book.set_occupant(id, occupant))).await?;
         Ok(())
@@ -544,26 +544,13 @@ async fn insert_tenant(
     .await?)
 }
 
-/// Refuses when the tenant is suspended or deleted. Inside a write transaction this holds
-/// against a tenant change committed a moment before, which the caller's session did not
-/// see yet: nothing is launched into a deleted tenant.
-pub(crate) async fn ensure_tenant_active(conn: &mut SqliteConnection, tenant_id: i64) -> Result<(), Error> {
-    let status: Option<String> =
-        sqlx::query_scalar("SELECT status FROM tenants WHERE id = ?").bind(tenant_id).fetch_optional(conn).await?;
-    match status.as_deref() {
-        Some("active") => Ok(()),
-        Some("suspended") => Err(Refusal::TenantNotActive("suspended").into()),
-        _ => Err(Refusal::TenantNotActive("deleted").into()),
-    }
-}
-
 /// The members of `tenants` or their roles changed, in this transaction: whose keys open
 /// their dedicated clusters' nodes, and what their members may do in their space on the
 /// backend (applied with their queues), follow.
 pub(crate) async fn members_changed(conn: &mut SqliteConnection, tenants: &[i64]) -> Result<(), Error> {
     crate::node_plans::refresh_access_plans(&mut *conn, now_ms()).await?;
     for &tenant_id in tenants {
-        crate::tenant_queues::follow(&mut *conn, Some(tenant_id)).await?;
+        crate::quotas::follow(&mut *conn, Some(tenant_id)).await?;
     }
     Ok(())
 }

@@ -9,8 +9,8 @@ use berth_domain::policy::{Action, Principal, Target};
 use berth_domain::tenancy;
 use sqlx::Row;
 
-use crate::accounts::{USER_COLUMNS, USER_IS_ACTIVE, user_from_row};
 use crate::audit::{self, Actor, Event, Outcome};
+use crate::people::{USER_COLUMNS, USER_IS_ACTIVE, user_from_row};
 use crate::{Caller, Error, Platform, RequestMeta, now_ms, random_secret, sha256_hex};
 
 /// What the token list shows; never the secret.

@@ -7,8 +7,8 @@ use hmac::{Hmac, Mac};
 use rand::RngCore;
 use sha1::Sha1;
 
-use crate::accounts::{USER_COLUMNS, User, user_from_row};
 use crate::audit::{self, Event, Outcome};
+use crate::people::{USER_COLUMNS, User, user_from_row};
 use crate::{Error, Platform, RequestMeta, now_ms};
 use berth_domain::Refusal;
 

@@ -12,6 +12,21 @@ use crate::backend::{Holding, PlacedUnit, TenantScope, Workload};
 use crate::environments::{ENVIRONMENT_COLUMNS, Environment, HeldUnit, environment_from_row, held_units};
 use crate::{Error, Platform, now_ms};
 
+impl HeldUnit {
+    /// The unit as a backend is told of it, held by `environment_id`.
+    pub(crate) fn placed(self, environment_id: &str) -> PlacedUnit {
+        PlacedUnit {
+            environment_id: environment_id.to_owned(),
+            site: self.site,
+            node: self.node,
+            gpu_index: self.gpu_index,
+            slice_start: self.slice_start,
+            slice_size: self.slice_size,
+            mig_profile: self.mig_profile,
+        }
+    }
+}
+
 impl Platform {
     /// The workload of `env` as its backend knows it (every unreleased unit).
     pub(crate) async fn workload(&self, env: &Environment) -> Result<Workload, Error> {

@@ -153,7 +153,8 @@ pub(crate) mod views {
     use berth_domain::mig::{MEMORY_SLICES, time_slice_share};
     use berth_platform::backend::{JobLogs, JobStatus};
     use berth_platform::connect::KeyState;
-    use berth_platform::environments::{Environment, EnvironmentDetail};
+    use berth_platform::environments::Environment;
+    use berth_platform::journal::EnvironmentDetail;
 
     use crate::components::time::{duration_words, input_value, utc};
     use crate::model::{

@@ -23,7 +23,7 @@ pub use tenants::*;
 
 #[cfg(feature = "ssr")]
 pub(crate) mod ssr {
-    use berth_platform::accounts::User;
+    use berth_platform::people::User;
     use berth_platform::{Caller, Platform, RequestMeta};
     use tower_sessions::Session;
 

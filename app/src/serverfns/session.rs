@@ -54,7 +54,7 @@ async fn after_password(
     platform: &berth_platform::Platform,
     session: &tower_sessions::Session,
     meta: &berth_platform::RequestMeta,
-    user: &berth_platform::accounts::User,
+    user: &berth_platform::people::User,
     next: &str,
 ) -> Result<(), AppError> {
     if platform.needs_second_factor(user) {

@@ -117,16 +117,9 @@ pub struct PlacedUnit {
     pub mig_profile: Option<String>,
 }
 
-/// How the owner reaches a ready environment.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Connection {
-    pub url: String,
-    /// e.g. "Token" or "API key"; shown with `secret`.
-    pub secret_label: Option<String>,
-    pub secret: Option<String>,
-    /// A command that uses the connection, for copy and paste.
-    pub example: String,
-}
+/// What a backend answers once an environment is ready: how its owner reaches it (kept
+/// with the environment).
+pub use crate::environments::Connection;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepOutput {

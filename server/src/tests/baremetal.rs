@@ -18,10 +18,10 @@ use berth_domain::lifecycle::{EnvState, provision_plan, teardown_plan};
 use berth_domain::node_plan::{Device, NodePlan, WorkloadState, WorkloadStatus};
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
-use berth_platform::accounts::User;
 use berth_platform::backend::Backend;
 use berth_platform::backend::baremetal::{BareMetal, BareMetalConfig};
 use berth_platform::environments::Environment;
+use berth_platform::people::User;
 use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
 
 use super::{Berth, meta};

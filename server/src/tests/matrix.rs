@@ -15,7 +15,7 @@ use std::collections::{BTreeSet, HashMap};
 use berth_app::error::AppError;
 use berth_domain::policy::{Action, Principal, Role, Target};
 use berth_domain::tenancy::Isolation;
-use berth_platform::accounts::User;
+use berth_platform::people::User;
 use http::{Method, StatusCode};
 
 use super::{Berth, Reply, encode, in_hours};

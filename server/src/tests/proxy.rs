@@ -8,7 +8,7 @@ use axum::body::Body;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
-use berth_platform::accounts::User;
+use berth_platform::people::User;
 use futures_util::{SinkExt, StreamExt};
 use http::{Method, Request, StatusCode, header};
 use serde_json::Value;
