@@ -145,7 +145,7 @@ pub async fn enrolling_secret(session: &Session, meta: &RequestMeta) -> Result<S
     if let Some(secret) = stored_enrolling_secret(session, meta).await? {
         return Ok(secret);
     }
-    let secret = berth_platform::totp::new_secret();
+    let secret = berth_platform::identity::totp::new_secret();
     session.insert(ENROLLING_SECRET_KEY, &secret).await.map_err(store_failed(meta))?;
     Ok(secret)
 }

@@ -5,40 +5,16 @@
 //! this layer's one error type, [`Error`].
 
 pub mod access;
-pub mod accounts;
 pub mod audit;
-pub mod backend;
-mod book;
-pub mod booking;
-pub mod connect;
+pub mod capacity;
 pub mod demo;
-pub mod environment_sessions;
-pub mod environments;
 mod error;
-pub mod fabric;
-pub mod fleet;
-mod jobs;
-pub mod journal;
-pub mod maintenance;
-pub mod node_agents;
-pub mod node_plans;
-pub mod oidc;
+pub mod identity;
 pub mod origins;
 pub mod people;
-mod provider_http;
-pub mod quotas;
-pub mod reconciler;
-pub mod replicas;
-mod spot;
-pub mod ssh_keys;
-pub mod sso;
+pub mod provisioning;
 pub mod store;
-mod tenant_queues;
-pub mod tenants;
-mod throttle;
-pub mod tokens;
-pub mod totp;
-mod workloads;
+pub mod tenancy;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -51,6 +27,10 @@ use sqlx::SqlitePool;
 use tokio::sync::Notify;
 
 pub use error::Error;
+
+use crate::capacity::book;
+use crate::identity::{oidc, sso, throttle};
+use crate::provisioning::{connect, jobs};
 
 /// The handle the web layer and the reconciler share.
 #[derive(Clone)]

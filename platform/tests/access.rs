@@ -12,9 +12,9 @@ use berth_domain::booking::Quota;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::lifecycle::EnvState;
 use berth_domain::policy::Role;
-use berth_platform::backend::JobStatus;
-use berth_platform::connect::{ENDPOINT_KEY_PREFIX, KeyState};
-use berth_platform::quotas::QuotaSubject;
+use berth_platform::capacity::quotas::QuotaSubject;
+use berth_platform::provisioning::backend::JobStatus;
+use berth_platform::provisioning::connect::{ENDPOINT_KEY_PREFIX, KeyState};
 use berth_platform::{Caller, Error};
 use common::TestBerth;
 use sqlx::SqlitePool;
@@ -102,7 +102,11 @@ async fn ready_endpoint(berth: &TestBerth, name: &str) -> String {
     env.id
 }
 
-async fn endpoint_state(berth: &TestBerth, caller: &Caller, id: &str) -> berth_platform::connect::EndpointState {
+async fn endpoint_state(
+    berth: &TestBerth,
+    caller: &Caller,
+    id: &str,
+) -> berth_platform::provisioning::connect::EndpointState {
     berth.platform.environment_detail(caller, id).await.expect("detail").endpoint.expect("an endpoint")
 }
 
@@ -244,7 +248,7 @@ async fn train(berth: &TestBerth, name: &str, command: &str) -> String {
 }
 
 /// A job that ends on its own releases its capacity; its log and status are kept.
-async fn finished_logs(berth: &TestBerth, id: &str, end: EnvState) -> berth_platform::backend::JobLogs {
+async fn finished_logs(berth: &TestBerth, id: &str, end: EnvState) -> berth_platform::provisioning::backend::JobLogs {
     let env = berth.wait_for(id, end).await;
     let held: i64 =
         sqlx::query_scalar("SELECT count(*) FROM reservations WHERE environment_id = ? AND released_at IS NULL")

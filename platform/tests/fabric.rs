@@ -10,7 +10,7 @@ use std::time::Duration;
 use berth_domain::Refusal;
 use berth_domain::fabric::{FabricConfig, IdentifierKind, Pool};
 use berth_domain::policy::Role;
-use berth_platform::tenants::TenantChange;
+use berth_platform::tenancy::tenants::TenantChange;
 use berth_platform::{Caller, Error, Platform};
 use common::{overlapping_leases, production_pool, test_meta};
 use sqlx::SqlitePool;

@@ -17,12 +17,12 @@ use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Step, provision_plan, teardown_plan};
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
-use berth_platform::backend::kubernetes::manifests::{
+use berth_platform::provisioning::backend::kubernetes::manifests::{
     self, ClusterSettings, Manifest, NodeStage, endpoint_manifest, namespace_bundle, node_manifest,
     tenant_cluster_queue, tenant_namespace_bundle, workload_manifests,
 };
-use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
-use berth_platform::backend::{
+use berth_platform::provisioning::backend::kubernetes::{Kubernetes, KubernetesConfig};
+use berth_platform::provisioning::backend::{
     Backend, Holding, JobStatus, Live, ModelAllowance, OwnedObject, PlacedUnit, TenantQueue, TenantScope, TenantSpace,
     Workload, orphans,
 };

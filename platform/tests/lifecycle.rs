@@ -10,7 +10,7 @@ use berth_domain::Refusal;
 use berth_domain::lifecycle::{EnvState, Phase, Step};
 use berth_domain::policy::Role;
 use berth_platform::Error;
-use berth_platform::backend::simulated::FaultRule;
+use berth_platform::provisioning::backend::simulated::FaultRule;
 use common::TestBerth;
 use sqlx::SqlitePool;
 

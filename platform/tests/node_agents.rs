@@ -177,7 +177,7 @@ async fn unknown_revoked_and_personal_tokens_are_refused_and_audited(pool: Sqlit
     assert!(matches!(missing, Err(Error::Refused(Refusal::UnknownNode(_)))), "{missing:?}");
     let agents = berth
         .platform
-        .node_agents(&admin, &berth_platform::maintenance::NodeFilter::default())
+        .node_agents(&admin, &berth_platform::capacity::maintenance::NodeFilter::default())
         .await
         .expect("node agents");
     assert_eq!(agents.len(), 1);

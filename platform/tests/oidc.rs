@@ -14,7 +14,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use base64::prelude::{BASE64_STANDARD, BASE64_URL_SAFE_NO_PAD};
-use berth_platform::oidc::{
+use berth_platform::identity::oidc::{
     Callback, Client, IdTokenProblem, Identity, OidcError, PendingLogin, ProviderConfig, Reach,
 };
 use openidconnect::core::{CoreHmacKey, CoreJsonWebKey, CoreJwsSigningAlgorithm, CoreRsaPrivateSigningKey};

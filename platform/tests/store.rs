@@ -6,7 +6,7 @@ mod common;
 use berth_domain::Refusal;
 use berth_domain::fleet::FleetSpec;
 use berth_domain::policy::Role;
-use berth_platform::totp;
+use berth_platform::identity::totp;
 use berth_platform::{Error, Platform, RequestMeta, now_ms};
 use common::SMALL_FLEET;
 use sqlx::SqlitePool;

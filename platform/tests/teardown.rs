@@ -19,15 +19,15 @@ use berth_domain::launch::LaunchRequest;
 use berth_domain::lifecycle::{EnvState, Step};
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
-use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
-use berth_platform::backend::simulated::{FaultRule, LATE_BY, Simulated, SimulatedConfig};
-use berth_platform::backend::{
+use berth_platform::capacity::environments::Environment;
+use berth_platform::capacity::quotas::QuotaSubject;
+use berth_platform::provisioning::backend::kubernetes::{Kubernetes, KubernetesConfig};
+use berth_platform::provisioning::backend::simulated::{FaultRule, LATE_BY, Simulated, SimulatedConfig};
+use berth_platform::provisioning::backend::{
     Backend, Live, OwnedFuture, OwnedObject, RemoveFuture, StepFuture, TenantScope, Workload, orphans,
 };
-use berth_platform::environments::Environment;
-use berth_platform::quotas::QuotaSubject;
-use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
-use berth_platform::tenants::TenantChange;
+use berth_platform::provisioning::reconciler::{Reconciler, ReconcilerConfig};
+use berth_platform::tenancy::tenants::TenantChange;
 use berth_platform::{Caller, Error, Platform};
 use common::{
     fast_reconciler, overlapping_leases, overlapping_reservations, production_pool, tenants_sharing_nodes, test_meta,

@@ -64,7 +64,7 @@ async fn sign_in(router: &Router, origin: &str, email: &str) -> String {
     let (_, _, step) = post(router, origin, "/api/second_factor", String::new(), Some(&cookie)).await;
     let view: serde_json::Value = serde_json::from_str(&step).expect("second factor view");
     let secret = view["secret"].as_str().expect("authenticator secret");
-    let code = berth_platform::totp::code_at(secret, now_ms() / 30_000).expect("code");
+    let code = berth_platform::identity::totp::code_at(secret, now_ms() / 30_000).expect("code");
     let (status, renewed, body) = post(router, origin, "/api/verify_code", format!("code={code}"), Some(&cookie)).await;
     assert!(status.is_success(), "one-time code: {status} {body}");
     renewed.unwrap_or(cookie)
@@ -106,7 +106,7 @@ fn main() {
             .expect("platform admin");
         let cookie = sign_in(&router, &public.url, "fleet%40bench").await;
 
-        let pages = scale.nodes().div_ceil(berth_platform::maintenance::NODES_PER_PAGE);
+        let pages = scale.nodes().div_ceil(berth_platform::capacity::maintenance::NODES_PER_PAGE);
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);
         let (mut times, mut bytes, mut bars) = (Vec::new(), 0, 0);
         let runs = scale.runs;

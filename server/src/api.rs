@@ -13,7 +13,7 @@ use berth_domain::catalog::Offering;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::node_plan::PlanReport;
 use berth_platform::audit::AuditFilter;
-use berth_platform::environments::Environment;
+use berth_platform::capacity::environments::Environment;
 use berth_platform::{Caller, Error, Platform, RequestMeta};
 use http::request::Parts;
 use http::{StatusCode, header};

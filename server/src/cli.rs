@@ -8,13 +8,13 @@ use std::time::Duration;
 use berth_domain::booking::{BookingPolicy, DAY_MS, HOUR_MS, MINUTE_MS};
 use berth_domain::fabric::{FabricConfig, GIB, IdentifierKind, NetworkSegment, Pool};
 use berth_domain::fleet::FleetSpec;
-use berth_platform::backend::Backend;
-use berth_platform::backend::baremetal::{BareMetal, BareMetalConfig};
-use berth_platform::backend::kubernetes::manifests::ClusterSettings;
-use berth_platform::backend::kubernetes::{Kubernetes, KubernetesConfig};
-use berth_platform::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
 use berth_platform::origins::EnvironmentOrigins;
-use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
+use berth_platform::provisioning::backend::Backend;
+use berth_platform::provisioning::backend::baremetal::{BareMetal, BareMetalConfig};
+use berth_platform::provisioning::backend::kubernetes::manifests::ClusterSettings;
+use berth_platform::provisioning::backend::kubernetes::{Kubernetes, KubernetesConfig};
+use berth_platform::provisioning::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
+use berth_platform::provisioning::reconciler::{Reconciler, ReconcilerConfig};
 use berth_platform::{Platform, store};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -448,7 +448,7 @@ fn print_welcome(
     args: &ServeArgs,
     public: &PublicUrl,
     environments: &str,
-    admin: Option<&berth_platform::accounts::BootstrapAdmin>,
+    admin: Option<&berth_platform::identity::accounts::BootstrapAdmin>,
 ) {
     let url = &public.url;
     println!();
@@ -464,7 +464,7 @@ fn print_welcome(
         }
         None => println!(
             "  Sign in at {url}/login as {} with the password printed at first start",
-            berth_platform::accounts::ADMIN_EMAIL
+            berth_platform::identity::accounts::ADMIN_EMAIL
         ),
     }
     println!();

@@ -15,7 +15,7 @@
 //!   (`Authorization: Bearer <key>`), 401 otherwise; the key stays with Berth, and no
 //!   cookie goes either way.
 //!
-//! The decisions are the platform's (`berth_platform::connect`, `environment_sessions`);
+//! The decisions are the platform's (`berth_platform::provisioning::connect`, `environment_sessions`);
 //! this module moves bytes.
 
 use std::sync::Arc;
@@ -26,9 +26,9 @@ use axum::extract::{Extension, Query, Request, State};
 use axum::response::{IntoResponse, Redirect, Response};
 use berth_app::error::AppError;
 use berth_domain::Refusal;
-use berth_platform::backend::Upstream;
-use berth_platform::environment_sessions::SESSION_TTL_MS;
 use berth_platform::origins::EnvironmentOrigins;
+use berth_platform::provisioning::backend::Upstream;
+use berth_platform::provisioning::environment_sessions::SESSION_TTL_MS;
 use berth_platform::{Error, RequestMeta};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;

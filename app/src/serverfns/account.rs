@@ -119,8 +119,8 @@ pub async fn remove_ssh_key(id: i64) -> Result<(), AppError> {
 pub(crate) mod views {
     use berth_domain::policy::{Action, Role, reach};
     use berth_domain::tenancy::TOKEN_MAX_DAYS;
-    use berth_platform::ssh_keys::SshKeyInfo;
-    use berth_platform::tokens::TokenInfo;
+    use berth_platform::identity::ssh_keys::SshKeyInfo;
+    use berth_platform::identity::tokens::TokenInfo;
 
     use crate::components::time::utc;
     use crate::model::{AccountView, ActionChoice, NewTokenView, SshKeyView, TokenView};

@@ -32,9 +32,9 @@ pub async fn fleet_schedule(
 
 /// The fleet page's node filter as its query string gives it.
 #[cfg(feature = "ssr")]
-fn node_filter(site: String, search: String, page: &str) -> berth_platform::maintenance::NodeFilter {
+fn node_filter(site: String, search: String, page: &str) -> berth_platform::capacity::maintenance::NodeFilter {
     let site = Some(site.trim().to_owned()).filter(|s| !s.is_empty());
-    berth_platform::maintenance::NodeFilter {
+    berth_platform::capacity::maintenance::NodeFilter {
         site,
         search: search.trim().to_owned(),
         page: page.trim().parse().unwrap_or(1),
@@ -92,7 +92,7 @@ pub async fn cancel_maintenance(id: i64) -> Result<(), AppError> {
 mod chart {
     use berth_domain::booking::DAY_MS;
     use berth_domain::mig::{MEMORY_SLICES, time_slice_share};
-    use berth_platform::maintenance::{FleetSchedule, NodeFilter};
+    use berth_platform::capacity::maintenance::{FleetSchedule, NodeFilter};
     use chrono::DateTime;
 
     use crate::components::time::{date, utc};
@@ -249,7 +249,7 @@ mod chart {
                 urlencode(&filter.search)
             )
         };
-        let first = (schedule.page - 1) * berth_platform::maintenance::NODES_PER_PAGE;
+        let first = (schedule.page - 1) * berth_platform::capacity::maintenance::NODES_PER_PAGE;
         FleetView {
             title: format!("{} to {}", date(from), date(to - DAY_MS)),
             prev_href: href(from - days * DAY_MS, schedule.page),
@@ -282,7 +282,7 @@ mod chart {
 #[server(endpoint = "quotas")]
 pub async fn quotas() -> Result<crate::model::QuotasView, AppError> {
     use berth_domain::policy::{Action, Reach};
-    use berth_platform::quotas::QuotaSubject;
+    use berth_platform::capacity::quotas::QuotaSubject;
     let (platform, caller) = super::ssr::caller().await?;
     let rows = platform.quotas(&caller).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     let reach = caller.principal.reach(Action::QuotaManage);
@@ -418,7 +418,7 @@ pub async fn revoke_node_token(id: i64) -> Result<(), AppError> {
 
 #[cfg(feature = "ssr")]
 mod agents {
-    use berth_platform::node_agents::NodeAgent;
+    use berth_platform::provisioning::node_agents::NodeAgent;
 
     use crate::components::time::utc;
     use crate::model::{NewNodeTokenView, NodeAgentView};

@@ -55,8 +55,8 @@ mod build {
     use berth_domain::booking::{DAY_MS, HOUR_MS};
     use berth_domain::catalog::{Offering, Size};
     use berth_domain::placement::Shape;
-    use berth_platform::booking::Availability;
-    use berth_platform::environments::Environment;
+    use berth_platform::capacity::booking::Availability;
+    use berth_platform::capacity::environments::Environment;
     use chrono::DateTime;
 
     use crate::components::time::{date, input_value};

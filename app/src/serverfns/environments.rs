@@ -151,10 +151,10 @@ pub(crate) mod views {
     use berth_domain::catalog::format_cents;
     use berth_domain::lifecycle::{Desired, EnvState, Phase, provision_plan, teardown_plan};
     use berth_domain::mig::{MEMORY_SLICES, time_slice_share};
-    use berth_platform::backend::{JobLogs, JobStatus};
-    use berth_platform::connect::KeyState;
-    use berth_platform::environments::Environment;
-    use berth_platform::journal::EnvironmentDetail;
+    use berth_platform::capacity::environments::Environment;
+    use berth_platform::provisioning::backend::{JobLogs, JobStatus};
+    use berth_platform::provisioning::connect::KeyState;
+    use berth_platform::provisioning::journal::EnvironmentDetail;
 
     use crate::components::time::{duration_words, input_value, utc};
     use crate::model::{

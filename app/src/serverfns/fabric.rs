@@ -29,7 +29,7 @@ pub async fn set_port_guids(tenant_id: i64, guids: String) -> Result<(), AppErro
 #[cfg(feature = "ssr")]
 mod view {
     use berth_domain::fabric::{IdentifierKind, NetworkSegment, PKey};
-    use berth_platform::fabric::{FabricOverview, TenantFabric};
+    use berth_platform::tenancy::fabric::{FabricOverview, TenantFabric};
 
     use crate::components::time::{duration_words, utc};
     use crate::model::{FabricTenantView, FabricView, PoolView, QuarantinedView};

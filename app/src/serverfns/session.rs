@@ -98,7 +98,7 @@ pub async fn second_factor() -> Result<SecondFactorView, AppError> {
     }
     let user = platform.active_user(user_id).await.map_err(fail)?;
     let secret = crate::session::enrolling_secret(&session, &meta).await?;
-    let uri = berth_platform::totp::otpauth_uri(&user.email, &secret);
+    let uri = berth_platform::identity::totp::otpauth_uri(&user.email, &secret);
     Ok(SecondFactorView { secret: Some(secret), uri: Some(uri) })
 }
 

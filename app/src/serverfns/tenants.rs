@@ -38,7 +38,7 @@ pub async fn create_tenant(slug: String, name: String, isolation: String, first_
 /// `suspend`, `resume` or `delete` a tenant. Platform admins only.
 #[server(endpoint = "change_tenant")]
 pub async fn change_tenant(id: i64, change: String) -> Result<(), AppError> {
-    use berth_platform::tenants::TenantChange;
+    use berth_platform::tenancy::tenants::TenantChange;
     let (platform, caller) = super::ssr::caller().await?;
     let change = match change.as_str() {
         "suspend" => TenantChange::Suspend,
@@ -180,7 +180,7 @@ pub async fn save_sso(
     enabled: Option<String>,
 ) -> Result<(), AppError> {
     let (platform, caller) = super::ssr::caller().await?;
-    let settings = berth_platform::sso::SsoSettings {
+    let settings = berth_platform::identity::sso::SsoSettings {
         display_name,
         issuer,
         client_id,
@@ -201,8 +201,8 @@ pub async fn save_sso(
 
 #[cfg(feature = "ssr")]
 mod view {
-    use berth_platform::sso::SsoSettings;
-    use berth_platform::tenants::{Member, Tenant};
+    use berth_platform::identity::sso::SsoSettings;
+    use berth_platform::tenancy::tenants::{Member, Tenant};
 
     use crate::components::time::utc;
     use crate::model::{MemberView, SsoView, TenantView};

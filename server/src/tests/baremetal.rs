@@ -18,11 +18,11 @@ use berth_domain::lifecycle::{EnvState, provision_plan, teardown_plan};
 use berth_domain::node_plan::{Device, NodePlan, WorkloadState, WorkloadStatus};
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
-use berth_platform::backend::Backend;
-use berth_platform::backend::baremetal::{BareMetal, BareMetalConfig};
-use berth_platform::environments::Environment;
+use berth_platform::capacity::environments::Environment;
 use berth_platform::people::User;
-use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
+use berth_platform::provisioning::backend::Backend;
+use berth_platform::provisioning::backend::baremetal::{BareMetal, BareMetalConfig};
+use berth_platform::provisioning::reconciler::{Reconciler, ReconcilerConfig};
 
 use super::{Berth, meta};
 use crate::agent::{Agent, GpuProbe};
@@ -509,7 +509,7 @@ async fn the_sweep_takes_a_part_no_live_environment_explains_off_its_node() {
     // A step whose write landed after teardown (its answer lost): the released notebook's
     // container is back in its node's plan, and the node runs it again.
     let workload = running.workloads.iter().find(|w| w.environment_id == id).expect("workload").clone();
-    let writes = [(node.to_owned(), berth_platform::node_plans::PartWrite::Workload(workload))];
+    let writes = [(node.to_owned(), berth_platform::provisioning::node_plans::PartWrite::Workload(workload))];
     metal.berth.platform.write_node_parts(&id, &writes, false).await.expect("late write");
     metal.settled().await;
     assert_eq!(metal.node_running(&id).0, node);
@@ -548,7 +548,10 @@ async fn a_training_job_that_exits_on_a_node_releases_its_gpus_and_keeps_its_log
     assert_eq!(logs.lines, log);
     assert_eq!(
         logs.status,
-        berth_platform::backend::JobStatus::Failed { exit_code: Some(137), reason: "exited with code 137".into() }
+        berth_platform::provisioning::backend::JobStatus::Failed {
+            exit_code: Some(137),
+            reason: "exited with code 137".into()
+        }
     );
     metal.assert_nothing_left().await;
     let _ = stop.send(true);
@@ -704,7 +707,7 @@ async fn a_deleted_tenant_leaves_nothing_on_its_nodes() {
             .expect("leases");
     assert_eq!(leases, 4, "a hard tenant holds its identifiers");
 
-    p.change_tenant(&staff.caller(meta()), acme_id, berth_platform::tenants::TenantChange::Delete)
+    p.change_tenant(&staff.caller(meta()), acme_id, berth_platform::tenancy::tenants::TenantChange::Delete)
         .await
         .expect("deleted");
     for id in &ids {

@@ -188,7 +188,7 @@ async fn a_tenant_admins_identity_provider_may_not_point_at_berths_own_network()
 async fn anonymous_single_sign_on_starts_are_limited_per_address() {
     let berth = Berth::start(None).await;
     let mut limited = 0;
-    for _ in 0..berth_platform::sso::STARTS_PER_MINUTE + 5 {
+    for _ in 0..berth_platform::identity::sso::STARTS_PER_MINUTE + 5 {
         let reply = berth.get("/auth/oidc/nobody/start", None).await;
         if reply.header("location") == Some("/login?sso_error=too-many") {
             limited += 1;
@@ -260,7 +260,7 @@ async fn the_sign_in_page_lists_no_tenants_and_finds_a_persons_provider_by_email
     assert_eq!(reply.header("location"), Some("/login?sso_error=not-local-path"));
     // Each address may look up only so many a minute: it says whether a name is a customer.
     let mut limited = 0;
-    for _ in 0..berth_platform::sso::FINDS_PER_MINUTE {
+    for _ in 0..berth_platform::identity::sso::FINDS_PER_MINUTE {
         if find("globex").await.as_deref() == Some("/login?sso_error=too-many") {
             limited += 1;
         }

@@ -178,7 +178,7 @@ fn routes() -> Vec<Route> {
         // Before `save_sso` gives tenant A a provider this one would try to reach.
         redirect(berth_app::SSO_FIND_PATH),
         redirect("/auth/oidc/{slug}/start"),
-        redirect(berth_platform::sso::CALLBACK_PATH),
+        redirect(berth_platform::identity::sso::CALLBACK_PATH),
         redirect("/env/{id}"),
         redirect("/env/{id}/{*rest}"),
         sf("/api/current_user", None, ""),

@@ -16,9 +16,9 @@ use axum::body::Body;
 use berth_domain::fleet::FleetSpec;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::policy::Role;
-use berth_platform::backend::simulated::{Simulated, SimulatedConfig};
 use berth_platform::people::User;
-use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
+use berth_platform::provisioning::backend::simulated::{Simulated, SimulatedConfig};
+use berth_platform::provisioning::reconciler::{Reconciler, ReconcilerConfig};
 use berth_platform::{Platform, RequestMeta, store};
 use clap::Parser;
 use http::{HeaderMap, Method, Request, StatusCode, header};
@@ -230,14 +230,14 @@ impl Berth {
         }
         let view: serde_json::Value = serde_json::from_str(&step.body).expect("second factor view");
         let secret = view["secret"].as_str().expect("a first sign-in sets up the authenticator").to_owned();
-        let code = berth_platform::totp::code_at(&secret, berth_platform::now_ms() / 30_000).expect("code");
+        let code = berth_platform::identity::totp::code_at(&secret, berth_platform::now_ms() / 30_000).expect("code");
         let reply = self.call("/api/verify_code", &format!("code={code}"), Some(&cookie)).await;
         assert!(reply.status.is_success(), "one-time code of {email} refused: {} {}", reply.status, reply.body);
         reply.cookie().unwrap_or(cookie)
     }
 
     /// A bearer token of `user` for `actions` (all of the role's when empty): its id and secret.
-    pub async fn token(&self, user: &User, actions: &[&str]) -> (berth_platform::tokens::TokenInfo, String) {
+    pub async fn token(&self, user: &User, actions: &[&str]) -> (berth_platform::identity::tokens::TokenInfo, String) {
         let actions: Vec<String> = actions.iter().map(|a| (*a).to_owned()).collect();
         self.platform.create_token(&user.caller(meta()), "tests", "30", &actions).await.expect("token")
     }

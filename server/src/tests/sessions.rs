@@ -5,7 +5,7 @@
 use axum::body::Body;
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
-use berth_platform::tenants::TenantChange;
+use berth_platform::tenancy::tenants::TenantChange;
 use http::{Method, Request, StatusCode, header};
 
 use super::{Berth, Reply, encode, meta};

@@ -11,7 +11,7 @@ use berth_domain::placement::{GpuUnit, Hold, Occupant};
 use berth_domain::tenancy::Isolation;
 use sqlx::{Row, SqliteConnection};
 
-use crate::quotas::{Booker, Holder};
+use crate::capacity::quotas::{Booker, Holder};
 use crate::store::WriteTx;
 use crate::{Error, Platform, now_ms, read, write};
 
@@ -94,7 +94,7 @@ impl BookingBook {
         .fetch_all(&mut *conn)
         .await?;
         for (id, gpu, starts_at, ends_at) in maintenance {
-            book.add_maintenance(&crate::maintenance::hold_id(id), &[gpu], Window { starts_at, ends_at });
+            book.add_maintenance(&crate::capacity::maintenance::hold_id(id), &[gpu], Window { starts_at, ends_at });
         }
         Ok(book)
     }

@@ -88,7 +88,7 @@ impl Platform {
         .ok_or(Error::Unauthenticated)?;
         let user = user_from_row(&row)?;
         if !self.throttle.allows(&user.email, meta.source.as_deref(), now) {
-            return Err(Refusal::TooManyAttempts { minutes: crate::throttle::WINDOW_MS / 60_000 }.into());
+            return Err(Refusal::TooManyAttempts { minutes: crate::identity::throttle::WINDOW_MS / 60_000 }.into());
         }
         let stored: Option<String> = sqlx::Row::try_get(&row, "totp_secret")?;
         let last_step: Option<i64> = sqlx::Row::try_get(&row, "totp_last_step")?;

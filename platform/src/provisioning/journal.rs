@@ -5,8 +5,8 @@
 use berth_domain::lifecycle::{Phase, Step};
 use sqlx::Row;
 
-use crate::connect::EndpointState;
-use crate::environments::{Environment, HeldUnit, held_units};
+use crate::capacity::environments::{Environment, HeldUnit, held_units};
+use crate::provisioning::connect::EndpointState;
 use crate::{Caller, Error, Platform};
 
 /// One row of the step journal.
@@ -62,7 +62,7 @@ impl Platform {
         })
         .collect::<Result<Vec<_>, Error>>()?;
         let units = held_units(&mut conn, id).await?;
-        let endpoint = crate::connect::endpoint_state(&mut conn, &environment).await?;
+        let endpoint = crate::provisioning::connect::endpoint_state(&mut conn, &environment).await?;
         let may_connect = self.may_connect(caller, &environment);
         Ok(EnvironmentDetail { environment, steps, units, may_connect, endpoint })
     }

@@ -28,9 +28,9 @@ use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::backend::{Backend, Live, OwnedObject, StepOutput, Workload, orphans};
-use crate::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row};
-use crate::tenant_queues::QueueSyncs;
+use crate::capacity::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row};
+use crate::provisioning::backend::{Backend, Live, OwnedObject, StepOutput, Workload, orphans};
+use crate::provisioning::tenant_queues::QueueSyncs;
 use crate::{Error, Platform, RequestMeta, lock, now_ms};
 
 #[derive(Debug, Clone)]
@@ -492,7 +492,7 @@ impl Reconciler {
     pub async fn workload_of(&self, environment_id: &str) -> Result<Workload, Error> {
         let env = {
             let mut conn = self.platform.db.acquire().await?;
-            crate::environments::environment_in(&mut conn, environment_id).await?
+            crate::capacity::environments::environment_in(&mut conn, environment_id).await?
         };
         self.platform.workload(&env).await
     }
@@ -528,7 +528,7 @@ impl Reconciler {
         }
         // An endpoint's API key is made once, when it is first exposed (see `connect`).
         if step == Step::ExposeEndpoint && env.offering == berth_domain::catalog::Offering::InferenceEndpoint {
-            crate::connect::issue_endpoint_key(&mut tx, &env.id).await?;
+            crate::provisioning::connect::issue_endpoint_key(&mut tx, &env.id).await?;
         }
         match step {
             // Connection secrets are of no use once the endpoint is gone.
@@ -547,12 +547,12 @@ impl Reconciler {
                     .execute(&mut *tx)
                     .await?;
                 // The tenant's space no longer holds it (see `tenant_queues`).
-                crate::quotas::follow_holdings(&mut tx, &env.id).await?;
+                crate::capacity::quotas::follow_holdings(&mut tx, &env.id).await?;
             }
             // These steps applied the tenant space's quota as read when they began; the
             // tenant's sync applies it again after them, with whatever changed since.
             Step::ConfigurePartition | Step::StartWorkload => {
-                crate::quotas::follow_holdings(&mut tx, &env.id).await?;
+                crate::capacity::quotas::follow_holdings(&mut tx, &env.id).await?;
             }
             _ => {}
         }

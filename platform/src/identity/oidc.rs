@@ -64,7 +64,7 @@ use subtle::ConstantTimeEq;
 
 pub use berth_domain::outbound::Reach;
 
-use crate::provider_http::ProviderHttp;
+use crate::identity::provider_http::ProviderHttp;
 
 /// A token with an unknown `kid` makes a client refetch the JWKS at most this often, so forged
 /// tokens cannot turn Berth into a load generator against the provider.

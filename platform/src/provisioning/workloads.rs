@@ -8,8 +8,8 @@ use berth_domain::policy::Role;
 use berth_domain::tenancy::{self, Isolation};
 use sqlx::Row;
 
-use crate::backend::{Holding, PlacedUnit, TenantScope, Workload};
-use crate::environments::{ENVIRONMENT_COLUMNS, Environment, HeldUnit, environment_from_row, held_units};
+use crate::capacity::environments::{ENVIRONMENT_COLUMNS, Environment, HeldUnit, environment_from_row, held_units};
+use crate::provisioning::backend::{Holding, PlacedUnit, TenantScope, Workload};
 use crate::{Error, Platform, now_ms};
 
 impl HeldUnit {

@@ -21,8 +21,8 @@ use berth_domain::gpu::GpuModel;
 use sqlx::{Row, SqliteConnection};
 use tokio::task::JoinSet;
 
-use crate::backend::{Backend, ModelAllowance, TenantQueue, TenantSpace};
-use crate::quotas::{follow, tenant_quota};
+use crate::capacity::quotas::{follow, tenant_quota};
+use crate::provisioning::backend::{Backend, ModelAllowance, TenantQueue, TenantSpace};
 use crate::{Error, Platform, lock, now_ms};
 
 /// The reconciler's bookkeeping of queue syncs in this process.
@@ -185,9 +185,10 @@ async fn tenant_queue_of(conn: &mut SqliteConnection, tenant_id: i64) -> Result<
     }
     // A soft tenant's space: its members and what its environments there hold, read after
     // the version (see `sync_tenant_queue`).
-    let scope = crate::workloads::tenant_scope(&mut *conn, Some(tenant_id)).await?;
+    let scope = crate::provisioning::workloads::tenant_scope(&mut *conn, Some(tenant_id)).await?;
     let space = if scope.isolation == berth_domain::tenancy::Isolation::Soft {
-        let holdings = crate::workloads::tenant_holdings(&mut *conn, tenant_id, scope.isolation, None).await?;
+        let holdings =
+            crate::provisioning::workloads::tenant_holdings(&mut *conn, tenant_id, scope.isolation, None).await?;
         Some(TenantSpace { members: scope.members, holdings })
     } else {
         None

@@ -19,8 +19,8 @@ use sqlx::SqliteConnection;
 use subtle::ConstantTimeEq;
 
 use crate::audit::{self, Event, Outcome};
-use crate::backend::{Backend, JobLogs, Upstream};
-use crate::environments::{Environment, environment_in};
+use crate::capacity::environments::{Environment, environment_in};
+use crate::provisioning::backend::{Backend, JobLogs, Upstream};
 use crate::{Caller, Error, Platform, lock, now_ms, random_secret, sha256_hex};
 
 /// The prefix that makes a leaked endpoint key easy to recognise.

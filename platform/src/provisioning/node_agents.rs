@@ -12,7 +12,7 @@ use berth_domain::policy::{Action, Target};
 use sqlx::Row;
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::maintenance::{NodeFilter, nodes_on_page};
+use crate::capacity::maintenance::{NodeFilter, nodes_on_page};
 use crate::{Caller, Error, Platform, RequestMeta, now_ms, random_secret, sha256_hex};
 
 /// The prefix of node token secrets: told apart at a glance from a person's `berth_…`.

@@ -11,9 +11,9 @@ use sqlx::SqliteConnection;
 use tokio::task::JoinSet;
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::backend::{Backend, JobLogs, JobStatus, Workload};
-use crate::connect::LOG_TAIL;
-use crate::environments::environment_in;
+use crate::capacity::environments::environment_in;
+use crate::provisioning::backend::{Backend, JobLogs, JobStatus, Workload};
+use crate::provisioning::connect::LOG_TAIL;
 use crate::{Error, Platform, lock, now_ms};
 
 /// Which jobs are being asked right now, and when each was last asked.
@@ -64,7 +64,7 @@ impl Platform {
         let workload = {
             let mut conn = self.db.acquire().await?;
             let env = environment_in(&mut conn, id).await?;
-            crate::workloads::workload_of(&mut conn, &env, |_| true).await?
+            crate::provisioning::workloads::workload_of(&mut conn, &env, |_| true).await?
         };
         let logs = match tokio::time::timeout(timeout, backend.job_logs(&workload, LOG_TAIL)).await {
             Ok(Ok(logs)) => logs,

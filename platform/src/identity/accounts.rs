@@ -99,7 +99,7 @@ impl Platform {
         .await?;
         let user = user_from_row(&row)?;
         if let Some(tenant_id) = tenant_id {
-            crate::tenants::members_changed(&mut tx, &[tenant_id]).await?;
+            crate::tenancy::tenants::members_changed(&mut tx, &[tenant_id]).await?;
         }
         tx.commit().await?;
         Ok(user)
@@ -118,7 +118,7 @@ impl Platform {
                 detail: Some("too many failed attempts: locked for a while"),
             };
             audit::record(&mut conn, &Actor { user_id: None, tenant_id: None, meta }, event).await?;
-            return Err(Refusal::TooManyAttempts { minutes: crate::throttle::WINDOW_MS / 60_000 }.into());
+            return Err(Refusal::TooManyAttempts { minutes: crate::identity::throttle::WINDOW_MS / 60_000 }.into());
         }
         let row = sqlx::query(&format!(
             "SELECT {USER_COLUMNS}, u.password_hash, {USER_IS_ACTIVE} AS active FROM users u WHERE u.email = ?"
@@ -169,7 +169,7 @@ impl Platform {
     /// portal's session cookie does not reach.
     pub async fn record_sign_out(&self, caller: &Caller) -> Result<(), Error> {
         let mut tx = self.begin_write().await?;
-        crate::environment_sessions::end_for_user(&mut tx, caller.user_id()).await?;
+        crate::provisioning::environment_sessions::end_for_user(&mut tx, caller.user_id()).await?;
         let event = Event { action: "session.sign_out", target: None, outcome: Outcome::Success, detail: None };
         audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit().await?;
@@ -238,7 +238,7 @@ impl Platform {
         };
         let source = caller.meta.source.as_deref();
         if !self.throttle.allows(&user.email, source, now_ms()) {
-            return Err(Refusal::TooManyAttempts { minutes: crate::throttle::WINDOW_MS / 60_000 }.into());
+            return Err(Refusal::TooManyAttempts { minutes: crate::identity::throttle::WINDOW_MS / 60_000 }.into());
         }
         berth_domain::tenancy::validate_new_password(password, again)?;
         let (given, hash) = (current.to_owned(), old.clone());

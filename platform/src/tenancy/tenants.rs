@@ -10,7 +10,7 @@ use berth_domain::tenancy::{self, Isolation};
 use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::fabric;
+use crate::tenancy::fabric;
 use crate::{Caller, Error, Platform, now_ms};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -224,13 +224,13 @@ impl Platform {
             detail = Some(format!("{stopped} environments stopped"));
             fabric::release(&mut tx, &self.fabric, id, &Actor { tenant_id: Some(id), ..caller.actor() }).await?;
             // Its queue goes too (Kueue keeps a queue in use until its workloads are gone).
-            crate::quotas::follow(&mut tx, Some(id)).await?;
+            crate::capacity::quotas::follow(&mut tx, Some(id)).await?;
         }
         let target = format!("tenant:{id}");
         let event = Event { action, target: Some(&target), outcome: Outcome::Success, detail: detail.as_deref() };
         audit::record(&mut tx, &Actor { tenant_id: Some(id), ..caller.actor() }, event).await?;
         // A suspended or deleted tenant's people lose their shells on its nodes at once.
-        crate::node_plans::refresh_access_plans(&mut tx, now_ms()).await?;
+        crate::provisioning::node_plans::refresh_access_plans(&mut tx, now_ms()).await?;
         tx.commit().await?;
         if change == TenantChange::Delete {
             self.wake_reconciler();
@@ -264,7 +264,7 @@ impl Platform {
         audit::record(&mut tx, &Actor { tenant_id: Some(id), ..caller.actor() }, event).await?;
         fabric::settle(&mut tx, &self.fabric, id, isolation, &Actor { tenant_id: Some(id), ..caller.actor() }).await?;
         // A soft tenant's space on the backend is applied with its queue; a hard one has none.
-        crate::quotas::follow(&mut tx, Some(id)).await?;
+        crate::capacity::quotas::follow(&mut tx, Some(id)).await?;
         let occupant = Occupant::of(Some(id), isolation);
         tx.commit_and(|| self.with_book(|book| book.set_occupant(id, occupant))).await?;
         Ok(())
@@ -548,9 +548,9 @@ async fn insert_tenant(
 /// their dedicated clusters' nodes, and what their members may do in their space on the
 /// backend (applied with their queues), follow.
 pub(crate) async fn members_changed(conn: &mut SqliteConnection, tenants: &[i64]) -> Result<(), Error> {
-    crate::node_plans::refresh_access_plans(&mut *conn, now_ms()).await?;
+    crate::provisioning::node_plans::refresh_access_plans(&mut *conn, now_ms()).await?;
     for &tenant_id in tenants {
-        crate::quotas::follow(&mut *conn, Some(tenant_id)).await?;
+        crate::capacity::quotas::follow(&mut *conn, Some(tenant_id)).await?;
     }
     Ok(())
 }

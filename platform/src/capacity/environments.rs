@@ -15,7 +15,7 @@ use sqlx::{Row, SqliteConnection};
 
 use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
-use crate::quotas::{Booker, QuotaAsk};
+use crate::capacity::quotas::{Booker, QuotaAsk};
 use crate::{Caller, Error, Platform, now_ms};
 use berth_domain::booking::utc_short;
 
@@ -160,7 +160,7 @@ impl Platform {
         }
         // Only bookings that could conflict with the window matter to placement; a hard
         // or hybrid tenant's nodes are its own, so who books matters too.
-        let occupant = crate::book::occupant_of(&mut tx, booker.tenant_id).await?;
+        let occupant = crate::capacity::book::occupant_of(&mut tx, booker.tenant_id).await?;
         let nearby = self.timeline_in(&mut tx, model, now, Some(window)).await?;
         let (assignments, reclaim) = match nearby.place(spec.size.shape, window, occupant) {
             Ok(assignments) => (assignments, Vec::new()),
@@ -169,7 +169,7 @@ impl Platform {
                 Some(placed) => placed,
                 None => {
                     let (offering, size, hours) = (spec.offering, spec.size, spec.hours);
-                    let asked = crate::booking::Asked { offering, size, hours, window, occupant };
+                    let asked = crate::capacity::booking::Asked { offering, size, hours, window, occupant };
                     let explained = self.explain_no_capacity(&mut tx, refusal, &nearby, asked, now).await?;
                     return Err(explained);
                 }

@@ -23,9 +23,9 @@ use berth_domain::policy::Action;
 use tokio::task::JoinSet;
 
 use crate::audit::{self, Event, Outcome};
-use crate::backend::{Backend, PlacedUnit};
-use crate::environments::{Environment, environment_in, held_units};
-use crate::quotas::QuotaAsk;
+use crate::capacity::environments::{Environment, environment_in, held_units};
+use crate::capacity::quotas::QuotaAsk;
+use crate::provisioning::backend::{Backend, PlacedUnit};
 use crate::{Caller, Error, Platform, lock, now_ms};
 
 /// A failed scaling is tried again after this long.
@@ -60,7 +60,7 @@ impl Platform {
         .fetch_one(&mut *tx)
         .await?;
         let window = Window { starts_at: now, ends_at: env.ends_at };
-        let occupant = crate::book::occupant_of(&mut tx, env.tenant_id).await?;
+        let occupant = crate::capacity::book::occupant_of(&mut tx, env.tenant_id).await?;
         let mut placed: Vec<(i64, Vec<Hold>)> = Vec::new();
         if i64::from(wanted) > held {
             if window.ends_at <= now {
@@ -95,7 +95,7 @@ impl Platform {
             self.check_quota(&mut tx, env.booker(), ask, None).await?;
             for (replica, holds) in &placed {
                 for hold in holds {
-                    crate::environments::insert_reservation(&mut tx, id, hold, window, *replica).await?;
+                    crate::capacity::environments::insert_reservation(&mut tx, id, hold, window, *replica).await?;
                 }
             }
         }
@@ -160,7 +160,7 @@ impl Platform {
         let env = environment_in(&mut conn, id).await?;
         let wanted: i64 =
             sqlx::query_scalar("SELECT replicas FROM environments WHERE id = ?").bind(id).fetch_one(&mut *conn).await?;
-        let workload = crate::workloads::workload_of(&mut conn, &env, |u| u.replica < wanted).await?;
+        let workload = crate::provisioning::workloads::workload_of(&mut conn, &env, |u| u.replica < wanted).await?;
         let dropped: Vec<PlacedUnit> = held_units(&mut conn, id)
             .await?
             .into_iter()
@@ -197,7 +197,7 @@ impl Platform {
             return Ok(());
         }
         // What the endpoint holds changed: its tenant's space follows (see `tenant_queues`).
-        crate::quotas::follow_holdings(&mut tx, id).await?;
+        crate::capacity::quotas::follow_holdings(&mut tx, id).await?;
         let released = sqlx::query(
             "UPDATE reservations SET released_at = ? WHERE environment_id = ? AND replica >= ? AND released_at IS NULL",
         )
@@ -208,7 +208,7 @@ impl Platform {
         .await?
         .rows_affected();
         let kept = unreleased_bookings(&mut tx, id).await?;
-        let occupant = crate::book::occupant_of(&mut tx, env.tenant_id).await?;
+        let occupant = crate::capacity::book::occupant_of(&mut tx, env.tenant_id).await?;
         let (booker, spot) = (env.booker(), env.tier == rules::Tier::Spot);
         tx.commit_and(|| {
             if released > 0 {

@@ -14,9 +14,9 @@ use berth_domain::{Refusal, SignInProblem};
 use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::oidc::{Callback, Client, Identity, PendingLogin, ProviderConfig, Reach};
+use crate::identity::oidc::{Callback, Client, Identity, PendingLogin, ProviderConfig, Reach};
+use crate::identity::provider_http::Resolved;
 use crate::people::{USER_COLUMNS, User, user_from_row};
-use crate::provider_http::Resolved;
 use crate::{Caller, Error, Platform, RequestMeta, now_ms, sha256_hex};
 
 /// A sign-in must come back within this long.
@@ -347,7 +347,7 @@ impl Platform {
                 .await
                 .map_err(internal)?;
             let affected: Vec<i64> = [user.tenant_id, tenant].into_iter().flatten().collect();
-            crate::tenants::members_changed(&mut tx, &affected).await.map_err(SignInFailure::Internal)?;
+            crate::tenancy::tenants::members_changed(&mut tx, &affected).await.map_err(SignInFailure::Internal)?;
             let detail = format!("{} -> {} from the provider's groups", user.role.as_str(), role.as_str());
             let event = Event {
                 action: "member.role",
@@ -478,7 +478,7 @@ impl Platform {
         if self.issuer_reach == Reach::Public {
             let host = url::Url::parse(&issuer).ok().and_then(|u| u.host_str().map(str::to_owned)).unwrap_or_default();
             // A name that does not resolve yet is no danger: it is checked again at each call.
-            if let Resolved::Private(address) = crate::provider_http::resolve(&host).await {
+            if let Resolved::Private(address) = crate::identity::provider_http::resolve(&host).await {
                 return Err(Refusal::PrivateIssuer(format!("{host} ({address})")).into());
             }
         }

@@ -30,7 +30,7 @@ use super::{
     StepFuture, StepOutput, Upstream, UpstreamFuture, Workload, workload_secret,
 };
 use crate::Platform;
-use crate::node_plans::{AccessPart, MigSlice, NetworkPart, NodeTarget, PartKind, PartWrite};
+use crate::provisioning::node_plans::{AccessPart, MigSlice, NetworkPart, NodeTarget, PartKind, PartWrite};
 
 #[derive(Debug, Clone)]
 pub struct BareMetalConfig {

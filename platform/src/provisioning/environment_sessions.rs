@@ -16,7 +16,7 @@ use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::policy::Action;
 
 use crate::audit::{self, Event, Outcome};
-use crate::environments::Environment;
+use crate::capacity::environments::Environment;
 use crate::people::User;
 use crate::{Caller, Error, Platform, now_ms, random_secret, sha256_hex};
 

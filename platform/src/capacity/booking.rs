@@ -15,8 +15,8 @@ use berth_domain::policy::Action;
 use sqlx::SqliteConnection;
 
 use crate::audit::{self, Event, Outcome};
-use crate::environments::{Environment, environment_in};
-use crate::quotas::QuotaAsk;
+use crate::capacity::environments::{Environment, environment_in};
+use crate::capacity::quotas::QuotaAsk;
 use crate::{Caller, Error, Platform, now_ms};
 
 /// One row of the availability calendar: how many of a shape are free in each bucket.
@@ -85,7 +85,7 @@ impl Platform {
     /// Who a user of `tenant` (`None`: platform staff, or nobody signed in) books as.
     async fn occupant_for(&self, tenant: Option<i64>) -> Result<Occupant, Error> {
         let mut conn = self.db.acquire().await?;
-        crate::book::occupant_of(&mut conn, tenant).await
+        crate::capacity::book::occupant_of(&mut conn, tenant).await
     }
 
     /// Free capacity of every catalog shape in `buckets` consecutive buckets of `bucket_ms`

@@ -51,7 +51,7 @@ use berth_domain::tenancy::Isolation;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::backend::{Holding, PlacedUnit, TenantQueue, TenantSpace, Workload};
+use crate::provisioning::backend::{Holding, PlacedUnit, TenantQueue, TenantSpace, Workload};
 
 pub const FIELD_MANAGER: &str = "berth";
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -319,7 +319,7 @@ pub fn other_home(w: &Workload) -> Option<Workload> {
     }
     let isolation = if shares_tenant_namespace(w) { Isolation::Hard } else { Isolation::Soft };
     Some(Workload {
-        tenant: crate::backend::TenantScope { isolation, ..w.tenant.clone() },
+        tenant: crate::provisioning::backend::TenantScope { isolation, ..w.tenant.clone() },
         tenant_holdings: Vec::new(),
         ..w.clone()
     })
@@ -1251,11 +1251,11 @@ pub fn connection(
     credential: Option<&str>,
     api_server_url: &str,
     kubeconfig: Option<String>,
-) -> crate::backend::Connection {
+) -> crate::provisioning::backend::Connection {
     let names = Names::of(w);
     let ns = &names.namespace;
     match w.offering {
-        Offering::Notebook => crate::backend::Connection {
+        Offering::Notebook => crate::provisioning::backend::Connection {
             url: format!("http://{}.{ns}.svc:{NOTEBOOK_PORT}/lab", names.workload),
             secret_label: Some("Token".into()),
             secret: credential.map(str::to_owned),
@@ -1264,13 +1264,13 @@ pub fn connection(
                 names.workload
             ),
         },
-        Offering::TrainingJob => crate::backend::Connection {
+        Offering::TrainingJob => crate::provisioning::backend::Connection {
             url: format!("{api_server_url}/apis/batch/v1/namespaces/{ns}/jobs/{}", names.workload),
             secret_label: None,
             secret: None,
             example: format!("kubectl logs -n {ns} -f job/{}", names.workload),
         },
-        Offering::InferenceEndpoint => crate::backend::Connection {
+        Offering::InferenceEndpoint => crate::provisioning::backend::Connection {
             url: format!("http://{}.{ns}.svc:{INFERENCE_PORT}/v1", names.workload),
             secret_label: Some("API key".into()),
             secret: credential.map(str::to_owned),
@@ -1279,7 +1279,7 @@ pub fn connection(
                 names.workload
             ),
         },
-        Offering::DedicatedCluster => crate::backend::Connection {
+        Offering::DedicatedCluster => crate::provisioning::backend::Connection {
             url: api_server_url.to_owned(),
             secret_label: Some("Kubeconfig".into()),
             secret: kubeconfig,

@@ -95,7 +95,7 @@ impl Platform {
         let event =
             Event { action: "ssh_key.add", target: Some(&name), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &caller.actor(), event).await?;
-        crate::node_plans::refresh_access_plans(&mut tx, now).await?;
+        crate::provisioning::node_plans::refresh_access_plans(&mut tx, now).await?;
         tx.commit().await?;
         Ok(SshKeyInfo {
             id,
@@ -137,7 +137,7 @@ impl Platform {
             detail: Some(&fingerprint),
         };
         audit::record(&mut tx, &crate::audit::Actor { tenant_id, ..caller.actor() }, event).await?;
-        crate::node_plans::refresh_access_plans(&mut tx, now).await?;
+        crate::provisioning::node_plans::refresh_access_plans(&mut tx, now).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -66,7 +66,7 @@ impl Platform {
             }
         }
         // Tenants without a limit of a model may hold the fleet's capacity of it.
-        crate::quotas::follow(&mut tx, None).await?;
+        crate::capacity::quotas::follow(&mut tx, None).await?;
         tx.commit_and(|| self.forget_fleet()).await?;
         Ok(())
     }

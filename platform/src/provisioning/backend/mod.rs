@@ -119,7 +119,7 @@ pub struct PlacedUnit {
 
 /// What a backend answers once an environment is ready: how its owner reaches it (kept
 /// with the environment).
-pub use crate::environments::Connection;
+pub use crate::capacity::environments::Connection;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepOutput {

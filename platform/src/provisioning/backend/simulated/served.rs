@@ -21,8 +21,8 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::World;
-use crate::backend::Workload;
 use crate::lock;
+use crate::provisioning::backend::Workload;
 
 /// One workload's server.
 pub(super) struct Server {
