@@ -10,7 +10,7 @@ use http::{Method, StatusCode};
 use serde_json::json;
 
 use super::{Berth, meta};
-use crate::agent::{Agent, GpuProbe};
+use berth_agent::{Agent, GpuProbe};
 
 /// A node whose GPUs read the same every time.
 struct FakeNode(Vec<GpuReport>);

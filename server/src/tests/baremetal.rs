@@ -25,8 +25,8 @@ use berth_platform::environments::Environment;
 use berth_platform::reconciler::{Reconciler, ReconcilerConfig};
 
 use super::{Berth, meta};
-use crate::agent::{Agent, GpuProbe};
-use crate::node::NodeHost;
+use berth_agent::node::NodeHost;
+use berth_agent::{Agent, GpuProbe};
 
 /// Three nodes of eight H100s: room for a dedicated node next to shared ones.
 const FLEET: &str = r#"

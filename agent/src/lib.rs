@@ -17,6 +17,8 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
 
+pub mod node;
+
 use crate::node::NodeHost;
 
 /// Where the agent posts its reports, under the portal's URL.
@@ -270,23 +272,6 @@ impl Agent {
     }
 }
 
-/// `--interval`: `30s`, `2m`, `1h` or plain seconds; at least one second.
-pub fn parse_interval(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let n: u64 = number.parse().map_err(|_| format!("\"{text}\" is not a duration like 30s, 2m or 1h"))?;
-    let seconds = match unit {
-        "" | "s" => n,
-        "m" => n.saturating_mul(60),
-        "h" => n.saturating_mul(3600),
-        _ => return Err(format!("\"{text}\" is not a duration like 30s, 2m or 1h")),
-    };
-    if seconds == 0 {
-        return Err("the interval must be at least 1s".to_owned());
-    }
-    Ok(Duration::from_secs(seconds))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,15 +307,5 @@ mod tests {
         let waits: Vec<u64> = (1..=10).map(|n| retry_delay(n).as_secs()).collect();
         assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]);
         assert_eq!(retry_delay(u32::MAX), MAX_RETRY);
-    }
-
-    #[test]
-    fn intervals_read_like_durations() {
-        assert_eq!(parse_interval("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_interval("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_interval("45"), Ok(Duration::from_secs(45)));
-        assert!(parse_interval("0s").is_err());
-        assert!(parse_interval("soon").is_err());
-        assert!(parse_interval("5d").is_err());
     }
 }

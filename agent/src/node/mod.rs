@@ -10,6 +10,9 @@ pub mod mig;
 pub mod network;
 pub mod workloads;
 
+#[cfg(test)]
+mod host_network_test;
+
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
