@@ -279,8 +279,9 @@ async fn agent(args: AgentArgs) -> Result<(), String> {
     if let Some(message) = no_nvml {
         tracing::warn!("{message}");
     }
-    let agent = berth_agent::Agent::new(&args.portal, &args.token, args.interval, probe)?
-        .with_host(machine(&args)?, args.plan_interval);
+    let agent = berth_agent::Agent::new(&args.portal, &args.token, args.interval, probe)
+        .map_err(|e| e.to_string())?
+        .with_host(machine(&args).map_err(|e| e.to_string())?, args.plan_interval);
     tracing::info!(portal = %args.portal, interval = ?args.interval, "berth agent is reporting");
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(shutdown_signal(stop_tx));
@@ -293,7 +294,7 @@ async fn agent(args: AgentArgs) -> Result<(), String> {
 }
 
 /// This node as the agent applies plans to it, from the agent's flags.
-fn machine(args: &AgentArgs) -> Result<Arc<dyn berth_agent::node::NodeHost>, String> {
+fn machine(args: &AgentArgs) -> Result<Arc<dyn berth_agent::node::NodeHost>, berth_agent::NodeError> {
     use berth_agent::node::commands::{CommandRunner, SystemRunner};
     let runner: Arc<dyn CommandRunner> = Arc::new(SystemRunner::new());
     let network = match &args.underlay_interface {
