@@ -59,7 +59,7 @@ node-tools:
 browser:
 	@command -v chromium >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
-# iproute2, nftables and ping for the tenant network test (berth-server), which builds hosts in network
+# iproute2, nftables and ping for the tenant network test (berth-agent), which builds hosts in network
 # namespaces and sets them up with the agent's own code.
 host-tools:
 	@command -v ip >/dev/null && command -v nft >/dev/null && command -v ping >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 nftables iputils-ping; }
@@ -84,6 +84,7 @@ unit: host-tools
 	cargo test -p berth-domain
 	cargo test -p berth-platform
 	cargo test -p berth-app --features ssr
+	cargo test -p berth-agent
 	cargo test -p berth-server
 
 e2e: build browser
@@ -95,6 +96,7 @@ lint:
 	cargo clippy -p berth-platform --all-targets -- -D warnings
 	cargo clippy -p berth-app --all-targets --features ssr -- -D warnings
 	cargo clippy -p berth-app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate -- -D warnings
+	cargo clippy -p berth-agent --all-targets -- -D warnings
 	cargo clippy -p berth-server --all-targets -- -D warnings
 
 fmt:

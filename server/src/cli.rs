@@ -69,10 +69,10 @@ pub struct AgentArgs {
     #[arg(long, env = "BERTH_NODE_TOKEN", hide_env_values = true)]
     pub token: String,
     /// How often to report: `30s`, `2m`, `1h`.
-    #[arg(long, env = "BERTH_AGENT_INTERVAL", default_value = "30s", value_parser = crate::agent::parse_interval)]
+    #[arg(long, env = "BERTH_AGENT_INTERVAL", default_value = "30s", value_parser = parse_interval)]
     pub interval: Duration,
     /// How often to fetch and apply the node's plan (`--backend baremetal` portals).
-    #[arg(long, env = "BERTH_AGENT_PLAN_INTERVAL", default_value = "5s", value_parser = crate::agent::parse_interval)]
+    #[arg(long, env = "BERTH_AGENT_PLAN_INTERVAL", default_value = "5s", value_parser = parse_interval)]
     pub plan_interval: Duration,
     /// The interface hard and hybrid tenants' networks run over (VXLAN leaves through it,
     /// VLANs sit on it), e.g. `bond0`. Without it the node takes no tenant networks.
@@ -172,7 +172,7 @@ pub struct ServeArgs {
     pub step_timeout: u64,
     /// How often to look for objects Berth owns on the backend that no live environment
     /// explains (orphans) and remove them, each written to the audit log: `5m`, `30s`, `1h`.
-    #[arg(long, env = "BERTH_SWEEP_INTERVAL", default_value = "5m", value_parser = crate::agent::parse_interval)]
+    #[arg(long, env = "BERTH_SWEEP_INTERVAL", default_value = "5m", value_parser = parse_interval)]
     pub sweep_interval: Duration,
     /// Minutes a GPU stays free between two bookings, for scrubbing and health checks.
     #[arg(long, env = "BERTH_CLEANING_GAP", default_value_t = 15)]
@@ -233,6 +233,24 @@ pub struct ServeArgs {
     pub fabric_volume_gib: u32,
 }
 
+/// `--interval`, `--plan-interval`, `--sweep-interval`: `30s`, `2m`, `1h` or plain seconds;
+/// at least one second.
+pub fn parse_interval(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let n: u64 = number.parse().map_err(|_| format!("\"{text}\" is not a duration like 30s, 2m or 1h"))?;
+    let seconds = match unit {
+        "" | "s" => n,
+        "m" => n.saturating_mul(60),
+        "h" => n.saturating_mul(3600),
+        _ => return Err(format!("\"{text}\" is not a duration like 30s, 2m or 1h")),
+    };
+    if seconds == 0 {
+        return Err("the interval must be at least 1s".to_owned());
+    }
+    Ok(Duration::from_secs(seconds))
+}
+
 pub fn init_logging(cli: &Cli) {
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -257,12 +275,13 @@ pub async fn run(cli: Cli) -> Result<(), String> {
 }
 
 async fn agent(args: AgentArgs) -> Result<(), String> {
-    let (probe, no_nvml) = crate::agent::open_probe();
+    let (probe, no_nvml) = berth_agent::open_probe();
     if let Some(message) = no_nvml {
         tracing::warn!("{message}");
     }
-    let agent = crate::agent::Agent::new(&args.portal, &args.token, args.interval, probe)?
-        .with_host(machine(&args)?, args.plan_interval);
+    let agent = berth_agent::Agent::new(&args.portal, &args.token, args.interval, probe)
+        .map_err(|e| e.to_string())?
+        .with_host(machine(&args).map_err(|e| e.to_string())?, args.plan_interval);
     tracing::info!(portal = %args.portal, interval = ?args.interval, "berth agent is reporting");
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(shutdown_signal(stop_tx));
@@ -275,26 +294,26 @@ async fn agent(args: AgentArgs) -> Result<(), String> {
 }
 
 /// This node as the agent applies plans to it, from the agent's flags.
-fn machine(args: &AgentArgs) -> Result<Arc<dyn crate::node::NodeHost>, String> {
-    use crate::node::commands::{CommandRunner, SystemRunner};
+fn machine(args: &AgentArgs) -> Result<Arc<dyn berth_agent::node::NodeHost>, berth_agent::NodeError> {
+    use berth_agent::node::commands::{CommandRunner, SystemRunner};
     let runner: Arc<dyn CommandRunner> = Arc::new(SystemRunner::new());
     let network = match &args.underlay_interface {
         Some(interface) => {
             let address = match args.underlay_address {
                 Some(address) => address,
-                None => crate::node::interface_address(runner.as_ref(), interface)?,
+                None => berth_agent::node::interface_address(runner.as_ref(), interface)?,
             };
             let underlay = berth_domain::host_network::Underlay { interface: interface.clone(), address };
             tracing::info!(%interface, %address, "tenant networks run over the underlay");
-            Some(crate::node::network::NodeNetwork { underlay, management: args.management_address.clone() })
+            Some(berth_agent::node::network::NodeNetwork { underlay, management: args.management_address.clone() })
         }
         None => None,
     };
-    let runtime = crate::node::workloads::Runtime::choose(&args.container_runtime, runner.as_ref())?;
+    let runtime = berth_agent::node::workloads::Runtime::choose(&args.container_runtime, runner.as_ref())?;
     if runtime.is_none() {
         tracing::warn!("neither podman nor docker is installed: this node can take no workloads");
     }
-    Ok(Arc::new(crate::node::Machine::new(runner, network, runtime).with_gpu_groups(args.gpu_groups.clone())))
+    Ok(Arc::new(berth_agent::node::Machine::new(runner, network, runtime).with_gpu_groups(args.gpu_groups.clone())))
 }
 
 async fn open_database(url: &str) -> Result<sqlx::SqlitePool, String> {
@@ -642,5 +661,15 @@ mod tests {
         assert!(error.contains("VLAN id pool 1-100 must lie within 2-4094"), "{error}");
         assert!(serve_args(&["--fabric-pkeys", "0x7000-0x7fff"]).fabric().is_err());
         assert!(Cli::try_parse_from(["berth", "serve", "--fabric-segment", "geneve"]).is_err());
+    }
+
+    #[test]
+    fn intervals_read_like_durations() {
+        assert_eq!(parse_interval("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_interval("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_interval("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_interval("0s").is_err());
+        assert!(parse_interval("soon").is_err());
+        assert!(parse_interval("5d").is_err());
     }
 }

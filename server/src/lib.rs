@@ -1,12 +1,10 @@
 //! The parts of the `berth` binary, as a library so that benchmarks drive the same router
 //! and command line that `berth serve` runs.
 
-pub mod agent;
 pub mod api;
 pub mod cli;
 pub mod http;
 pub mod metrics;
-pub mod node;
 pub mod proxy;
 pub mod served;
 #[cfg(test)]

@@ -4,19 +4,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use berth_agent::{Agent, GpuProbe};
 use berth_domain::agent::GpuReport;
 use berth_domain::policy::Role;
 use http::{Method, StatusCode};
 use serde_json::json;
 
 use super::{Berth, meta};
-use crate::agent::{Agent, GpuProbe};
 
 /// A node whose GPUs read the same every time.
 struct FakeNode(Vec<GpuReport>);
 
 impl GpuProbe for FakeNode {
-    fn gpus(&self) -> Result<Vec<GpuReport>, String> {
+    fn gpus(&self) -> Result<Vec<GpuReport>, berth_agent::Error> {
         Ok(self.0.clone())
     }
 }
@@ -94,7 +94,7 @@ async fn the_portal_refuses_personal_tokens_bad_reports_and_is_told_apart_when_d
     let url = berth.serve_on_loopback().await;
     let (_, personal) = berth.token(&admin, &[]).await;
     let agent = Agent::new(&url, &personal, Duration::from_secs(30), Arc::new(FakeNode(vec![l40s(0)]))).expect("agent");
-    let refused = agent.report_once().await.expect_err("a person's token is no node token");
+    let refused = agent.report_once().await.expect_err("a person's token is no node token").to_string();
     assert!(
         refused.starts_with("the portal refused the report (401 Unauthorized): a valid node token is needed"),
         "{refused}"
@@ -120,6 +120,6 @@ async fn the_portal_refuses_personal_tokens_bad_reports_and_is_told_apart_when_d
     // Nothing listens on port 1: the agent says it cannot reach the portal.
     let down =
         Agent::new("http://127.0.0.1:1", &secret, Duration::from_secs(30), Arc::new(FakeNode(vec![]))).expect("agent");
-    let error = down.report_once().await.expect_err("no portal");
+    let error = down.report_once().await.expect_err("no portal").to_string();
     assert!(error.starts_with("cannot reach the portal at http://127.0.0.1:1/api/v1/agent/report"), "{error}");
 }

@@ -11,6 +11,9 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use berth_agent::node::NodeHost;
+use berth_agent::node::commands::{CommandError, Failure};
+use berth_agent::{Agent, GpuProbe, NodeError};
 use berth_domain::agent::GpuReport;
 use berth_domain::host_network::TenantSegment;
 use berth_domain::launch::LaunchRequest;
@@ -25,8 +28,6 @@ use berth_platform::provisioning::backend::baremetal::{BareMetal, BareMetalConfi
 use berth_platform::provisioning::reconciler::{Reconciler, ReconcilerConfig};
 
 use super::{Berth, meta};
-use crate::agent::{Agent, GpuProbe};
-use crate::node::NodeHost;
 
 /// Three nodes of eight H100s: room for a dedicated node next to shared ones.
 const FLEET: &str = r#"
@@ -47,7 +48,7 @@ const NODES: [&str; 3] = ["h100-01", "h100-02", "h100-03"];
 struct FakeNode {
     underlay: Ipv4Addr,
     applied: Mutex<NodePlan>,
-    fail: Mutex<Option<String>>,
+    fail: Mutex<Option<NodeError>>,
     /// Containers that ended: environment -> exit code and the log they wrote.
     ended: Mutex<BTreeMap<String, (i64, Vec<String>)>>,
 }
@@ -69,11 +70,11 @@ impl FakeNode {
 }
 
 impl NodeHost for FakeNode {
-    fn apply(&self, plan: &NodePlan) -> Result<Vec<WorkloadStatus>, String> {
+    fn apply(&self, plan: &NodePlan) -> Result<Vec<WorkloadStatus>, NodeError> {
         if let Some(error) = self.fail.lock().expect("fail").clone() {
             return Err(error);
         }
-        plan.validate().map_err(|e| e.to_string())?;
+        plan.validate().map_err(NodeError::InvalidPlan)?;
         *self.applied.lock().expect("applied") = plan.clone();
         let ended = self.ended.lock().expect("ended");
         Ok(plan
@@ -104,7 +105,7 @@ impl NodeHost for FakeNode {
 }
 
 impl GpuProbe for FakeNode {
-    fn gpus(&self) -> Result<Vec<GpuReport>, String> {
+    fn gpus(&self) -> Result<Vec<GpuReport>, berth_agent::Error> {
         Ok((0..8)
             .map(|index| GpuReport {
                 index,
@@ -382,7 +383,11 @@ async fn each_offering_provisions_on_the_nodes_and_tears_down_leaving_nothing() 
 async fn an_agents_error_fails_the_step_with_its_words_and_teardown_finishes_once_it_recovers() {
     let metal = Metal::start().await;
     for node in metal.nodes.values() {
-        *node.fail.lock().expect("fail") = Some("nvidia-smi is not installed on this node".into());
+        let missing = CommandError {
+            command: "nvidia-smi --query-gpu=index,mig.mode.current --format=csv,noheader".into(),
+            failure: Failure::NotInstalled { program: "nvidia-smi".into() },
+        };
+        *node.fail.lock().expect("fail") = Some(NodeError::Command(missing));
     }
     let (stop, reconciler) = metal.run_reconciler();
     let id =

@@ -5,7 +5,6 @@ mod agent;
 mod baremetal;
 mod fabric;
 mod hardening;
-mod host_network;
 mod matrix;
 mod proxy;
 mod sessions;

@@ -13,6 +13,7 @@ use berth_domain::mig::{MigInstance, MigProfile};
 use berth_domain::node_plan::{Device, GpuMig};
 
 use super::commands::{CommandRunner, Failure};
+use crate::NodeError;
 
 /// One GPU instance on the node as `nvidia-smi mig -lgi` lists it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,40 +23,35 @@ pub struct GpuInstance {
     pub instance: MigInstance,
 }
 
-const NO_NVIDIA_SMI: &str =
-    "nvidia-smi is not installed on this node: MIG layouts and GPU workloads need the NVIDIA driver";
-
-fn run(runner: &dyn CommandRunner, program: &'static str, args: &[&str]) -> Result<String, String> {
+fn run(runner: &dyn CommandRunner, program: &'static str, args: &[&str]) -> Result<String, NodeError> {
     runner.run(&Command::new(program, args)).map_err(|e| match e.failure {
-        Failure::NotInstalled { .. } => NO_NVIDIA_SMI.to_owned(),
-        Failure::Failed { .. } => e.to_string(),
+        Failure::NotInstalled { .. } => NodeError::NoNvidiaSmi,
+        Failure::Failed { .. } => NodeError::Command(e),
     })
 }
 
 /// Brings the node's GPUs to `layouts` (every GPU not listed: MIG off). Nothing is asked
 /// of `nvidia-smi` when no GPU should have MIG and none has it: a node without the driver
 /// can still run plans without MIG.
-pub fn apply(runner: &dyn CommandRunner, layouts: &[GpuMig]) -> Result<Vec<String>, String> {
+pub fn apply(runner: &dyn CommandRunner, layouts: &[GpuMig]) -> Result<Vec<String>, NodeError> {
     let modes = match mig_modes(runner) {
         Ok(modes) => modes,
-        Err(e) if layouts.is_empty() && e == NO_NVIDIA_SMI => return Ok(Vec::new()),
+        Err(NodeError::NoNvidiaSmi) if layouts.is_empty() => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     let mut done = Vec::new();
     for layout in layouts {
         match modes.get(&layout.gpu) {
             None => {
-                return Err(format!("GPU {} is not on this node (nvidia-smi lists {:?})", layout.gpu, modes.keys()));
+                return Err(NodeError::GpuNotListed { gpu: layout.gpu, listed: modes.keys().copied().collect() });
             }
-            Some(None) => return Err(format!("GPU {} does not support MIG", layout.gpu)),
+            Some(None) => return Err(NodeError::NoMigSupport(layout.gpu)),
             Some(Some(true)) => {}
             Some(Some(false)) => {
                 let gpu = layout.gpu.to_string();
                 run(runner, "nvidia-smi", &["-i", &gpu, "-mig", "1"])?;
                 if mig_modes(runner)?.get(&layout.gpu) != Some(&Some(true)) {
-                    return Err(format!(
-                        "MIG mode on GPU {gpu} is pending: the GPU is in use or needs a reset (nvidia-smi -i {gpu} -r)"
-                    ));
+                    return Err(NodeError::MigPending(layout.gpu));
                 }
                 done.push(format!("MIG enabled on GPU {gpu}"));
             }
@@ -92,12 +88,12 @@ pub fn apply(runner: &dyn CommandRunner, layouts: &[GpuMig]) -> Result<Vec<Strin
 }
 
 /// Each GPU's MIG mode: `Some(enabled)`, or `None` for a GPU without MIG.
-fn mig_modes(runner: &dyn CommandRunner) -> Result<BTreeMap<u32, Option<bool>>, String> {
+fn mig_modes(runner: &dyn CommandRunner) -> Result<BTreeMap<u32, Option<bool>>, NodeError> {
     let text = run(runner, "nvidia-smi", &["--query-gpu=index,mig.mode.current", "--format=csv,noheader"])?;
     let mut modes = BTreeMap::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let (index, mode) = line.split_once(',').ok_or_else(|| format!("nvidia-smi said \"{line}\""))?;
-        let index: u32 = index.trim().parse().map_err(|_| format!("nvidia-smi said \"{line}\""))?;
+        let (index, mode) = line.split_once(',').ok_or_else(|| NodeError::NvidiaSmiSaid(line.to_owned()))?;
+        let index: u32 = index.trim().parse().map_err(|_| NodeError::NvidiaSmiSaid(line.to_owned()))?;
         let mode = match mode.trim() {
             "Enabled" => Some(true),
             "Disabled" => Some(false),
@@ -110,13 +106,13 @@ fn mig_modes(runner: &dyn CommandRunner) -> Result<BTreeMap<u32, Option<bool>>, 
 
 /// The GPU instances of every MIG-enabled GPU, from `nvidia-smi mig -lgi`'s table:
 /// `|   0  MIG 3g.40gb        9        1          4:4     |`.
-fn instances(runner: &dyn CommandRunner, modes: &BTreeMap<u32, Option<bool>>) -> Result<Vec<GpuInstance>, String> {
+fn instances(runner: &dyn CommandRunner, modes: &BTreeMap<u32, Option<bool>>) -> Result<Vec<GpuInstance>, NodeError> {
     if !modes.values().any(|m| *m == Some(true)) {
         return Ok(Vec::new());
     }
     let text = match run(runner, "nvidia-smi", &["mig", "-lgi"]) {
         Ok(text) => text,
-        Err(e) if e.contains("No GPU instances found") => return Ok(Vec::new()),
+        Err(e) if e.to_string().contains("No GPU instances found") => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     Ok(parse_instances(&text))
@@ -145,7 +141,7 @@ pub fn parse_instances(text: &str) -> Vec<GpuInstance> {
 /// A MIG device's UUID is listed by `nvidia-smi -L` under its "MIG Dev" number; the
 /// `nvidia-smi` overview maps that number to its GPU instance, and `-lgi` the instance to
 /// its placement.
-pub fn device_uuids(runner: &dyn CommandRunner, devices: &[Device]) -> Result<Vec<String>, String> {
+pub fn device_uuids(runner: &dyn CommandRunner, devices: &[Device]) -> Result<Vec<String>, NodeError> {
     if devices.is_empty() {
         return Ok(Vec::new());
     }
@@ -163,20 +159,18 @@ pub fn device_uuids(runner: &dyn CommandRunner, devices: &[Device]) -> Result<Ve
     devices
         .iter()
         .map(|device| match device {
-            Device::Gpu(gpu) => gpus.get(gpu).cloned().ok_or_else(|| format!("GPU {gpu} is not on this node")),
+            Device::Gpu(gpu) => gpus.get(gpu).cloned().ok_or(NodeError::UnknownGpu(*gpu)),
             Device::Mig { gpu, instance } => {
                 let gi = placements
                     .iter()
                     .find(|p| p.gpu == *gpu && p.instance == *instance)
-                    .ok_or_else(|| format!("GPU {gpu} has no MIG instance {instance}"))?;
+                    .ok_or(NodeError::NoMigInstance { gpu: *gpu, instance: *instance })?;
                 let dev = mig_devices
                     .iter()
                     .find(|(g, id, _)| *g == *gpu && *id == gi.id)
                     .map(|(_, _, dev)| *dev)
-                    .ok_or_else(|| format!("MIG instance {instance} on GPU {gpu} has no compute instance"))?;
-                migs.get(&(*gpu, dev))
-                    .cloned()
-                    .ok_or_else(|| format!("nvidia-smi -L lists no MIG device {dev} on GPU {gpu}"))
+                    .ok_or(NodeError::NoComputeInstance { gpu: *gpu, instance: *instance })?;
+                migs.get(&(*gpu, dev)).cloned().ok_or(NodeError::NoMigDevice { gpu: *gpu, dev })
             }
         })
         .collect()
@@ -308,7 +302,11 @@ mod tests {
         node.answer("nvidia-smi --query-gpu", "0, Disabled\n");
         let layouts = vec![GpuMig { gpu: 0, instances: vec![g(MigProfile::G7, 0)] }];
         let error = apply(&node, &layouts).expect_err("pending");
-        assert_eq!(error, "MIG mode on GPU 0 is pending: the GPU is in use or needs a reset (nvidia-smi -i 0 -r)");
+        assert_eq!(error, NodeError::MigPending(0));
+        assert_eq!(
+            error.to_string(),
+            "MIG mode on GPU 0 is pending: the GPU is in use or needs a reset (nvidia-smi -i 0 -r)"
+        );
         assert!(node.take().contains(&"nvidia-smi -i 0 -mig 1".to_owned()));
     }
 
@@ -318,8 +316,12 @@ mod tests {
         node.fail("nvidia-smi", Failure::NotInstalled { program: "nvidia-smi".into() });
         assert_eq!(apply(&node, &[]), Ok(Vec::new()));
         let layouts = vec![GpuMig { gpu: 0, instances: vec![g(MigProfile::G7, 0)] }];
-        assert_eq!(apply(&node, &layouts), Err(NO_NVIDIA_SMI.to_owned()));
-        assert_eq!(device_uuids(&node, &[Device::Gpu(0)]), Err(NO_NVIDIA_SMI.to_owned()));
+        assert_eq!(apply(&node, &layouts), Err(NodeError::NoNvidiaSmi));
+        assert_eq!(device_uuids(&node, &[Device::Gpu(0)]), Err(NodeError::NoNvidiaSmi));
+        assert_eq!(
+            NodeError::NoNvidiaSmi.to_string(),
+            "nvidia-smi is not installed on this node: MIG layouts and GPU workloads need the NVIDIA driver"
+        );
     }
 
     #[test]
@@ -349,6 +351,7 @@ mod tests {
             Ok(vec!["MIG-1g-at-6".to_owned(), "GPU-bbbb".to_owned(), "MIG-7g".to_owned()])
         );
         let missing = [Device::Mig { gpu: 0, instance: g(MigProfile::G2, 4) }];
-        assert_eq!(device_uuids(&node, &missing), Err("GPU 0 has no MIG instance 2g@4".to_owned()));
+        let error = device_uuids(&node, &missing).expect_err("no such instance");
+        assert_eq!(error.to_string(), "GPU 0 has no MIG instance 2g@4");
     }
 }

@@ -26,6 +26,8 @@ pub enum Failure {
     Failed { message: String },
 }
 
+impl std::error::Error for CommandError {}
+
 impl std::fmt::Display for CommandError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.failure {

@@ -8,6 +8,7 @@ use berth_domain::agent::Command;
 use berth_domain::node_access::{self, AccessChange, NodeAccount, ObservedAccess, ObservedAccount};
 
 use super::commands::{CommandRunner, Failure};
+use crate::NodeError;
 
 /// The groups a dedicated cluster's account joins when the node has them: those that own
 /// the GPU device files where the driver does not leave them open to everyone
@@ -20,17 +21,14 @@ pub fn apply(
     runner: &dyn CommandRunner,
     gpu_groups: &[String],
     accounts: &[NodeAccount],
-) -> Result<Vec<AccessChange>, String> {
+) -> Result<Vec<AccessChange>, NodeError> {
     let observed = observe(runner)?;
-    let changes = node_access::changes(&observed, accounts, gpu_groups).map_err(|e| e.to_string())?;
+    let changes = node_access::changes(&observed, accounts, gpu_groups)?;
     for change in &changes {
         for command in change.commands() {
             runner.run(&command).map_err(|e| match e.failure {
-                Failure::NotInstalled { program } => format!(
-                    "{program} is not installed on this node; SSH access to dedicated clusters needs useradd, \
-                     usermod, userdel (passwd), runuser (util-linux) and pkill (procps)"
-                ),
-                Failure::Failed { .. } => format!("cannot set up SSH access: {e}"),
+                Failure::NotInstalled { program } => NodeError::NoAccountTool(program),
+                Failure::Failed { .. } => NodeError::CommandFailed { doing: "set up SSH access".into(), source: e },
             })?;
         }
     }
@@ -38,9 +36,11 @@ pub fn apply(
 }
 
 /// Berth's accounts on the node as they are now, with the groups the node has.
-pub fn observe(runner: &dyn CommandRunner) -> Result<ObservedAccess, String> {
+pub fn observe(runner: &dyn CommandRunner) -> Result<ObservedAccess, NodeError> {
     let read = |args: &[&str]| {
-        runner.run(&Command::new("getent", args)).map_err(|e| format!("cannot read the node's accounts: {e}"))
+        runner
+            .run(&Command::new("getent", args))
+            .map_err(|source| NodeError::CommandFailed { doing: "read the node's accounts".into(), source })
     };
     let passwd = read(&["passwd"])?;
     let group = read(&["group"])?;
@@ -184,11 +184,11 @@ mod tests {
     fn missing_tools_and_failures_are_named() {
         let node = bare_node();
         node.fail("useradd", Failure::NotInstalled { program: "useradd".into() });
-        let error = apply(&node, &groups(), &[cluster()]).expect_err("no useradd");
+        let error = apply(&node, &groups(), &[cluster()]).expect_err("no useradd").to_string();
         assert!(error.starts_with("useradd is not installed on this node; SSH access"), "{error}");
         let node = bare_node();
         node.fail("useradd", Failure::Failed { message: "useradd: group 'render' does not exist".into() });
-        let error = apply(&node, &groups(), &[cluster()]).expect_err("failed");
+        let error = apply(&node, &groups(), &[cluster()]).expect_err("failed").to_string();
         assert!(error.starts_with("cannot set up SSH access: `useradd --create-home"), "{error}");
     }
 }

@@ -12,6 +12,7 @@ use berth_domain::host_network::{
 use serde_json::Value;
 
 use super::commands::{CommandRunner, Failure};
+use crate::NodeError;
 
 /// Where the node's tenant networks run and which of its addresses tenants may not reach.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -28,22 +29,21 @@ pub fn apply(
     runner: &dyn CommandRunner,
     node: &NodeNetwork,
     attachments: &[TenantAttachment],
-) -> Result<Vec<Change>, String> {
-    let plan = host_network::plan(&node.underlay, &node.management, attachments).map_err(|e| e.to_string())?;
+) -> Result<Vec<Change>, NodeError> {
+    let plan = host_network::plan(&node.underlay, &node.management, attachments)?;
     apply_plan(runner, &plan)
 }
 
-pub fn apply_plan(runner: &dyn CommandRunner, plan: &HostNetworkPlan) -> Result<Vec<Change>, String> {
+pub fn apply_plan(runner: &dyn CommandRunner, plan: &HostNetworkPlan) -> Result<Vec<Change>, NodeError> {
     let observed = observe(runner)?;
     let changes = host_network::changes(&observed, plan);
     for change in &changes {
         for command in change.commands() {
             runner.run(&command).map_err(|e| match e.failure {
-                Failure::NotInstalled { program } => format!(
-                    "{program} is not installed on this node; tenant networks need iproute2 and nftables \
-                     (Debian and Ubuntu: apt-get install iproute2 nftables)"
-                ),
-                Failure::Failed { .. } => format!("cannot set up the tenant networks: {e}"),
+                Failure::NotInstalled { program } => NodeError::NoNetworkTool(program),
+                Failure::Failed { .. } => {
+                    NodeError::CommandFailed { doing: "set up the tenant networks".into(), source: e }
+                }
             })?;
         }
     }
@@ -51,11 +51,15 @@ pub fn apply_plan(runner: &dyn CommandRunner, plan: &HostNetworkPlan) -> Result<
 }
 
 /// Berth's part of the node's network as it is now.
-pub fn observe(runner: &dyn CommandRunner) -> Result<ObservedNetwork, String> {
-    let read = |program: &'static str, args: &[&str]| -> Result<Value, String> {
-        let text =
-            runner.run(&Command::new(program, args)).map_err(|e| format!("cannot read the node's network: {e}"))?;
-        serde_json::from_str(&text).map_err(|e| format!("cannot read `{program} {}`'s answer: {e}", args.join(" ")))
+pub fn observe(runner: &dyn CommandRunner) -> Result<ObservedNetwork, NodeError> {
+    let read = |program: &'static str, args: &[&str]| -> Result<Value, NodeError> {
+        let text = runner
+            .run(&Command::new(program, args))
+            .map_err(|source| NodeError::CommandFailed { doing: "read the node's network".into(), source })?;
+        serde_json::from_str(&text).map_err(|e| NodeError::Unreadable {
+            what: format!("`{program} {}`'s answer", args.join(" ")),
+            reason: e.to_string(),
+        })
     };
     let links = parse_links(&read("ip", &["-details", "-json", "link", "show"])?);
     let addresses = parse_addresses(&read("ip", &["-json", "address", "show"])?);
@@ -66,7 +70,7 @@ pub fn observe(runner: &dyn CommandRunner) -> Result<ObservedNetwork, String> {
         // tries to write it.
         Err(e) if matches!(e.failure, Failure::NotInstalled { .. }) => None,
         Err(e) if e.to_string().contains("No such file or directory") => None,
-        Err(e) => return Err(format!("cannot read the node's nftables: {e}")),
+        Err(source) => return Err(NodeError::CommandFailed { doing: "read the node's nftables".into(), source }),
     };
     Ok(ObservedNetwork { links, addresses, flood, table_fingerprint })
 }
@@ -257,8 +261,9 @@ mod tests {
         let node = bare_node();
         node.fail("nft", Failure::NotInstalled { program: "nft".into() });
         let error = apply(&node, &this_node(), &[acme()]).expect_err("no nft");
+        assert_eq!(error, NodeError::NoNetworkTool("nft".into()));
         assert_eq!(
-            error,
+            error.to_string(),
             "nft is not installed on this node; tenant networks need iproute2 and nftables (Debian and Ubuntu: apt-get install iproute2 nftables)"
         );
         // Without tenants, a node without nft is fine.
@@ -268,14 +273,15 @@ mod tests {
         node.fail("ip link add bvx5000", Failure::Failed { message: "Error: Unknown device type.".into() });
         let error = apply(&node, &this_node(), &[acme()]).expect_err("no vxlan");
         assert_eq!(
-            error,
+            error.to_string(),
             "cannot set up the tenant networks: `ip link add bvx5000 type vxlan id 5000 local 10.0.0.1 dev eth0 dstport 4789 nolearning` failed: Error: Unknown device type."
         );
         // A plan the domain refuses never reaches the node.
         let node = bare_node();
         let twice = [acme(), TenantAttachment { tenant: "globex".into(), ..acme() }];
         let error = apply(&node, &this_node(), &twice).expect_err("refused");
-        assert_eq!(error, "host network: tenants acme and globex share VXLAN VNI 5000 on this node");
+        assert!(matches!(error, NodeError::Refused(_)), "{error:?}");
+        assert_eq!(error.to_string(), "host network: tenants acme and globex share VXLAN VNI 5000 on this node");
         assert_eq!(node.take(), Vec::<String>::new());
     }
 

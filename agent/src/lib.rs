@@ -17,6 +17,10 @@ use nvml_wrapper::Nvml;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
 use nvml_wrapper::error::NvmlError;
 
+mod error;
+pub mod node;
+
+pub use crate::error::{Error, NodeError};
 use crate::node::NodeHost;
 
 /// Where the agent posts its reports, under the portal's URL.
@@ -33,14 +37,14 @@ const MAX_RETRY: Duration = Duration::from_secs(300);
 pub trait GpuProbe: Send + Sync {
     /// Every GPU the node has, read now. An error means nothing could be read (the
     /// driver is gone), not that a GPU is sick: a sick GPU is a reading.
-    fn gpus(&self) -> Result<Vec<GpuReport>, String>;
+    fn gpus(&self) -> Result<Vec<GpuReport>, Error>;
 }
 
 /// A node where NVML could not start: it has no GPUs Berth can use.
 pub struct NoGpus;
 
 impl GpuProbe for NoGpus {
-    fn gpus(&self) -> Result<Vec<GpuReport>, String> {
+    fn gpus(&self) -> Result<Vec<GpuReport>, Error> {
         Ok(Vec::new())
     }
 }
@@ -51,8 +55,8 @@ pub struct NvmlProbe {
 }
 
 impl GpuProbe for NvmlProbe {
-    fn gpus(&self) -> Result<Vec<GpuReport>, String> {
-        let count = self.nvml.device_count().map_err(|e| format!("NVML cannot count the GPUs: {e}"))?;
+    fn gpus(&self) -> Result<Vec<GpuReport>, Error> {
+        let count = self.nvml.device_count().map_err(Error::Nvml)?;
         let mut gpus = Vec::new();
         for index in 0..count {
             // A GPU NVML cannot open is left out; the portal fails it as not reported.
@@ -108,7 +112,7 @@ pub fn probe_or_none<P: GpuProbe + 'static>(init: Result<P, NvmlError>) -> (Arc<
 }
 
 /// The node's report as `probe` reads it now.
-pub fn node_report(probe: &dyn GpuProbe) -> Result<NodeReport, String> {
+pub fn node_report(probe: &dyn GpuProbe) -> Result<NodeReport, Error> {
     Ok(NodeReport { agent_version: env!("CARGO_PKG_VERSION").to_owned(), gpus: probe.gpus()? })
 }
 
@@ -130,16 +134,16 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub fn new(portal: &str, token: &str, interval: Duration, probe: Arc<dyn GpuProbe>) -> Result<Agent, String> {
+    pub fn new(portal: &str, token: &str, interval: Duration, probe: Arc<dyn GpuProbe>) -> Result<Agent, Error> {
         let portal = portal.trim_end_matches('/');
         if !(portal.starts_with("https://") || portal.starts_with("http://")) {
-            return Err(format!("--portal must be the portal's URL, e.g. https://berth.example.com (got {portal})"));
+            return Err(Error::PortalUrl(portal.to_owned()));
         }
         let client = reqwest::Client::builder()
             .timeout(Duration::from_secs(20))
             .user_agent(concat!("berth-agent/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|e| format!("cannot set up the HTTP client: {e}"))?;
+            .map_err(Error::HttpClient)?;
         Ok(Agent { client, portal: portal.to_owned(), token: token.trim().to_owned(), interval, probe, host: None })
     }
 
@@ -156,20 +160,20 @@ impl Agent {
         method: reqwest::Method,
         path: &str,
         body: Option<Vec<u8>>,
-    ) -> Result<serde_json::Value, String> {
+    ) -> Result<serde_json::Value, Error> {
         let url = format!("{}{path}", self.portal);
         let mut request = self.client.request(method, &url).bearer_auth(&self.token);
         if let Some(body) = body {
             request = request.header(reqwest::header::CONTENT_TYPE, "application/json").body(body);
         }
-        let response = request.send().await.map_err(|e| format!("cannot reach the portal at {url}: {e}"))?;
+        let response = request.send().await.map_err(|source| Error::Unreachable { url, source })?;
         let status = response.status();
-        let text = response.text().await.map_err(|e| format!("the portal's answer broke off: {e}"))?;
+        let text = response.text().await.map_err(Error::AnswerBrokeOff)?;
         let answer: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
         if !status.is_success() {
             let message = answer["error"].as_str().map_or_else(|| text.chars().take(200).collect(), str::to_owned);
             let what = if path == REPORT_PATH { "the report" } else { "the plan" };
-            return Err(format!("the portal refused {what} ({status}): {message}"));
+            return Err(Error::Refused { what, status, message });
         }
         Ok(answer)
     }
@@ -177,10 +181,10 @@ impl Agent {
     /// Fetches the node's plan, applies it and reports the outcome: the generation worked
     /// on, `None` when nothing was ever planned for the node (it is left as it is), and
     /// `Err` only when the portal could not be asked or told.
-    pub async fn sync_plan(&self) -> Result<Option<i64>, String> {
+    pub async fn sync_plan(&self) -> Result<Option<i64>, Error> {
         let Some((host, _)) = &self.host else { return Ok(None) };
         let plan: NodePlan = serde_json::from_value(self.call(reqwest::Method::GET, PLAN_PATH, None).await?)
-            .map_err(|e| format!("cannot read the portal's plan: {e}"))?;
+            .map_err(Error::UnreadablePlan)?;
         if plan.generation == 0 {
             return Ok(None);
         }
@@ -190,28 +194,28 @@ impl Agent {
         let (outcome, underlay_address) =
             tokio::task::spawn_blocking(move || (node.apply(&plan), node.underlay_address()))
                 .await
-                .map_err(|e| format!("applying the plan stopped: {e}"))?;
+                .map_err(|source| Error::Stopped { what: "applying the plan", source })?;
         let report = match outcome {
             Ok(workloads) => PlanReport { generation, error: None, underlay_address, workloads },
             Err(error) => {
                 tracing::warn!(generation, %error, "cannot apply the node's plan");
-                PlanReport { generation, error: Some(error), underlay_address, workloads: Vec::new() }
+                PlanReport { generation, error: Some(error.to_string()), underlay_address, workloads: Vec::new() }
             }
         };
-        let body = serde_json::to_vec(&report).map_err(|e| format!("cannot encode the plan report: {e}"))?;
+        let body = serde_json::to_vec(&report).map_err(|source| Error::Encode { what: "the plan report", source })?;
         self.call(reqwest::Method::POST, PLAN_PATH, Some(body)).await?;
         Ok(Some(generation))
     }
 
     /// Reads the GPUs and posts one report; the portal's answer (which GPUs changed
     /// health) or why it failed.
-    pub async fn report_once(&self) -> Result<serde_json::Value, String> {
+    pub async fn report_once(&self) -> Result<serde_json::Value, Error> {
         // NVML calls block, at times for long on a sick GPU: off the async threads.
         let probe = self.probe.clone();
         let report = tokio::task::spawn_blocking(move || node_report(probe.as_ref()))
             .await
-            .map_err(|e| format!("reading the GPUs stopped: {e}"))??;
-        let body = serde_json::to_vec(&report).map_err(|e| format!("cannot encode the report: {e}"))?;
+            .map_err(|source| Error::Stopped { what: "reading the GPUs", source })??;
+        let body = serde_json::to_vec(&report).map_err(|source| Error::Encode { what: "the report", source })?;
         self.call(reqwest::Method::POST, REPORT_PATH, Some(body)).await
     }
 
@@ -270,23 +274,6 @@ impl Agent {
     }
 }
 
-/// `--interval`: `30s`, `2m`, `1h` or plain seconds; at least one second.
-pub fn parse_interval(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
-    let n: u64 = number.parse().map_err(|_| format!("\"{text}\" is not a duration like 30s, 2m or 1h"))?;
-    let seconds = match unit {
-        "" | "s" => n,
-        "m" => n.saturating_mul(60),
-        "h" => n.saturating_mul(3600),
-        _ => return Err(format!("\"{text}\" is not a duration like 30s, 2m or 1h")),
-    };
-    if seconds == 0 {
-        return Err("the interval must be at least 1s".to_owned());
-    }
-    Ok(Duration::from_secs(seconds))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,15 +309,5 @@ mod tests {
         let waits: Vec<u64> = (1..=10).map(|n| retry_delay(n).as_secs()).collect();
         assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300]);
         assert_eq!(retry_delay(u32::MAX), MAX_RETRY);
-    }
-
-    #[test]
-    fn intervals_read_like_durations() {
-        assert_eq!(parse_interval("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_interval("2m"), Ok(Duration::from_secs(120)));
-        assert_eq!(parse_interval("45"), Ok(Duration::from_secs(45)));
-        assert!(parse_interval("0s").is_err());
-        assert!(parse_interval("soon").is_err());
-        assert!(parse_interval("5d").is_err());
     }
 }

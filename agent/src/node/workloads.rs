@@ -24,8 +24,9 @@ use berth_domain::node_plan::{
     CONTAINER_PREFIX, LOG_TAIL_LINES, NodeWorkload, WorkloadState, WorkloadStatus, container_port, tail_of,
 };
 
-use super::commands::{CommandRunner, Failure};
+use super::commands::{CommandError, CommandRunner};
 use super::mig;
+use crate::NodeError;
 
 /// The container engine the agent drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,13 +52,13 @@ impl Runtime {
     }
 
     /// `podman`, `docker`, or `auto` (podman when installed, else docker).
-    pub fn choose(preference: &str, runner: &dyn CommandRunner) -> Result<Option<Runtime>, String> {
+    pub fn choose(preference: &str, runner: &dyn CommandRunner) -> Result<Option<Runtime>, NodeError> {
         let installed = |r: Runtime| runner.run(&Command::new(r.program(), &["--version"])).is_ok();
         match preference.trim() {
             "podman" => Ok(Some(Runtime::Podman)),
             "docker" => Ok(Some(Runtime::Docker)),
             "auto" => Ok([Runtime::Podman, Runtime::Docker].into_iter().find(|r| installed(*r))),
-            other => Err(format!("--container-runtime must be auto, podman or docker, not \"{other}\"")),
+            other => Err(NodeError::UnknownRuntime(other.to_owned())),
         }
     }
 }
@@ -83,22 +84,16 @@ pub fn apply(
     runtime: Option<Runtime>,
     workloads: &[NodeWorkload],
     networks: &[TenantAttachment],
-) -> Result<Vec<WorkloadStatus>, String> {
+) -> Result<Vec<WorkloadStatus>, NodeError> {
     let Some(runtime) = runtime else {
         if workloads.is_empty() {
             return Ok(Vec::new());
         }
-        return Err(
-            "no container runtime on this node: install podman or docker with the NVIDIA Container Toolkit".into()
-        );
+        return Err(NodeError::NoContainerRuntime);
     };
     let program = runtime.program();
-    let run = |args: &[&str]| {
-        runner.run(&Command::new(program, args)).map_err(|e| match e.failure {
-            Failure::NotInstalled { .. } => format!("{program} is not installed on this node"),
-            Failure::Failed { .. } => e.to_string(),
-        })
-    };
+    // A missing runtime reads "podman is not installed on this node" (`CommandError`).
+    let run = |args: &[&str]| runner.run(&Command::new(program, args));
     let listing = run(&[
         "ps",
         "--all",
@@ -143,7 +138,7 @@ pub fn apply(
                 environment_id: workload.environment_id.clone(),
                 state: None,
                 exit_code: None,
-                error: Some(error),
+                error: Some(error.to_string()),
                 log_tail: Vec::new(),
             },
         });
@@ -169,17 +164,21 @@ fn job_log(runner: &dyn CommandRunner, program: &'static str, w: &NodeWorkload) 
 }
 
 /// Pulls the image when the node lacks it and, when the workload should run, starts it.
-fn bring_up(runner: &dyn CommandRunner, runtime: Runtime, w: &NodeWorkload) -> Result<WorkloadState, String> {
+fn bring_up(runner: &dyn CommandRunner, runtime: Runtime, w: &NodeWorkload) -> Result<WorkloadState, NodeError> {
     let program = runtime.program();
     if runner.run(&Command::new(program, &["image", "inspect", "--format", "{{.Id}}", &w.image])).is_err() {
-        runner.run(&Command::new(program, &["pull", &w.image])).map_err(|e| format!("cannot pull {}: {e}", w.image))?;
+        runner
+            .run(&Command::new(program, &["pull", &w.image]))
+            .map_err(|source| NodeError::CommandFailed { doing: format!("pull {}", w.image), source })?;
     }
     if !w.run {
         return Ok(WorkloadState::Pulled);
     }
     let uuids = mig::device_uuids(runner, &w.devices)?;
     for command in start_commands(runtime, w, &uuids) {
-        runner.run(&command).map_err(|e| format!("cannot start {}: {e}", w.container_name()))?;
+        runner
+            .run(&command)
+            .map_err(|source| NodeError::CommandFailed { doing: format!("start {}", w.container_name()), source })?;
     }
     Ok(WorkloadState::Running)
 }
@@ -188,10 +187,10 @@ fn bring_up(runner: &dyn CommandRunner, runtime: Runtime, w: &NodeWorkload) -> R
 /// containers are gone by now).
 fn converge_networks(
     runtime: Runtime,
-    run: &dyn Fn(&[&str]) -> Result<String, String>,
+    run: &dyn Fn(&[&str]) -> Result<String, CommandError>,
     workloads: &[NodeWorkload],
     networks: &[TenantAttachment],
-) -> Result<(), String> {
+) -> Result<(), NodeError> {
     let needed: BTreeMap<String, &TenantAttachment> = workloads
         .iter()
         .filter_map(|w| w.network.as_ref())
@@ -202,14 +201,20 @@ fn converge_networks(
     let present: Vec<&str> = listing.lines().map(str::trim).filter(|n| is_berth_runtime_network(n)).collect();
     for name in &present {
         if !needed.contains_key(*name) {
-            run(&["network", "rm", name]).map_err(|e| format!("cannot remove the container network {name}: {e}"))?;
+            run(&["network", "rm", name]).map_err(|source| NodeError::CommandFailed {
+                doing: format!("remove the container network {name}"),
+                source,
+            })?;
         }
     }
     for (name, attachment) in &needed {
         if !present.contains(&name.as_str()) {
             let command = network_create_command(runtime, attachment);
             let args: Vec<&str> = command.args.iter().map(String::as_str).collect();
-            run(&args).map_err(|e| format!("cannot make the container network {name}: {e}"))?;
+            run(&args).map_err(|source| NodeError::CommandFailed {
+                doing: format!("make the container network {name}"),
+                source,
+            })?;
         }
     }
     Ok(())
@@ -373,6 +378,7 @@ mod tests {
     use berth_domain::node_plan::{ContainerNetwork, Device};
 
     use super::*;
+    use crate::node::commands::Failure;
     use crate::node::commands::recording::Recording;
 
     fn notebook(run: bool) -> NodeWorkload {
@@ -507,9 +513,10 @@ mod tests {
                 "cannot pull quay.io/jupyter/pytorch-notebook:cuda12-latest: `podman pull quay.io/jupyter/pytorch-notebook:cuda12-latest` failed: manifest unknown"
             )
         );
+        let error = apply(&node, None, &[notebook(true)], &[]).expect_err("no runtime");
         assert_eq!(
-            apply(&node, None, &[notebook(true)], &[]),
-            Err("no container runtime on this node: install podman or docker with the NVIDIA Container Toolkit".into())
+            error.to_string(),
+            "no container runtime on this node: install podman or docker with the NVIDIA Container Toolkit"
         );
         assert_eq!(apply(&node, None, &[], &[]), Ok(Vec::new()));
     }
@@ -592,7 +599,9 @@ mod tests {
     fn a_tenant_network_that_cannot_be_made_is_the_nodes_error() {
         let node = node();
         node.fail("podman network create", Failure::Failed { message: "unknown bridge mode \"unmanaged\"".into() });
-        let error = apply(&node, Some(Runtime::Podman), &[on_acme(notebook(true))], &[acme()]).expect_err("refused");
+        let error = apply(&node, Some(Runtime::Podman), &[on_acme(notebook(true))], &[acme()])
+            .expect_err("refused")
+            .to_string();
         assert!(error.starts_with("cannot make the container network berth-vl100: `podman network create"), "{error}");
         assert!(error.ends_with("failed: unknown bridge mode \"unmanaged\""), "{error}");
     }

@@ -10,6 +10,9 @@ pub mod mig;
 pub mod network;
 pub mod workloads;
 
+#[cfg(test)]
+mod host_network_test;
+
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
@@ -19,12 +22,13 @@ use berth_domain::node_plan::{NodePlan, WorkloadStatus};
 use self::commands::CommandRunner;
 use self::network::NodeNetwork;
 use self::workloads::Runtime;
+use crate::NodeError;
 
 /// The node the agent runs on, as far as plans go.
 pub trait NodeHost: Send + Sync {
     /// Brings the node to `plan`; each workload's status, or what stopped the node from
     /// getting there (a MIG layout or network that could not be set up).
-    fn apply(&self, plan: &NodePlan) -> Result<Vec<WorkloadStatus>, String>;
+    fn apply(&self, plan: &NodePlan) -> Result<Vec<WorkloadStatus>, NodeError>;
     /// The node's address on its underlay network, for the tenants' other nodes.
     fn underlay_address(&self) -> Option<Ipv4Addr>;
 }
@@ -53,8 +57,8 @@ impl Machine {
 }
 
 impl NodeHost for Machine {
-    fn apply(&self, plan: &NodePlan) -> Result<Vec<WorkloadStatus>, String> {
-        plan.validate().map_err(|e| format!("the plan cannot be applied: {e}"))?;
+    fn apply(&self, plan: &NodePlan) -> Result<Vec<WorkloadStatus>, NodeError> {
+        plan.validate().map_err(NodeError::InvalidPlan)?;
         // MIG first (workloads run on its instances), then the networks the workloads use.
         let changed = mig::apply(self.runner.as_ref(), &plan.mig)?;
         for change in changed {
@@ -67,11 +71,7 @@ impl NodeHost for Machine {
                 }
             }
             None if plan.networks.is_empty() => {}
-            None => {
-                return Err("tenant networks are planned for this node, but its agent runs without \
-                            --underlay-interface"
-                    .into());
-            }
+            None => return Err(NodeError::NoUnderlayInterface),
         }
         for change in access::apply(self.runner.as_ref(), &self.gpu_groups, &plan.accounts)? {
             tracing::info!(change = ?change, "SSH access changed");
@@ -85,18 +85,18 @@ impl NodeHost for Machine {
 }
 
 /// The first IPv4 address of `interface`, from `ip -json -4 address show dev IFACE`.
-pub fn interface_address(runner: &dyn CommandRunner, interface: &str) -> Result<Ipv4Addr, String> {
+pub fn interface_address(runner: &dyn CommandRunner, interface: &str) -> Result<Ipv4Addr, NodeError> {
     let text = runner
         .run(&Command::new("ip", &["-json", "-4", "address", "show", "dev", interface]))
-        .map_err(|e| format!("cannot read {interface}'s address: {e}"))?;
-    let json: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| format!("cannot read {interface}'s address: {e}"))?;
+        .map_err(|source| NodeError::CommandFailed { doing: format!("read {interface}'s address"), source })?;
+    let json: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| NodeError::Unreadable { what: format!("{interface}'s address"), reason: e.to_string() })?;
     json.as_array()
         .into_iter()
         .flatten()
         .flat_map(|link| link["addr_info"].as_array().into_iter().flatten())
         .find_map(|a| a["local"].as_str().and_then(|a| a.parse().ok()))
-        .ok_or_else(|| format!("{interface} has no IPv4 address; give --underlay-address"))
+        .ok_or_else(|| NodeError::NoUnderlayAddress(interface.to_owned()))
 }
 
 #[cfg(test)]
@@ -120,7 +120,8 @@ mod tests {
             ..NodePlan::default()
         };
         let error = machine.apply(&plan).expect_err("no underlay");
-        assert!(error.contains("without --underlay-interface"), "{error}");
+        assert_eq!(error, NodeError::NoUnderlayInterface);
+        assert!(error.to_string().ends_with("but its agent runs without --underlay-interface"), "{error}");
         assert_eq!(machine.apply(&NodePlan::default()), Ok(Vec::new()));
         let network = NodeNetwork {
             underlay: Underlay { interface: "eth0".into(), address: Ipv4Addr::new(10, 0, 0, 1) },
@@ -139,6 +140,7 @@ mod tests {
         );
         assert_eq!(interface_address(&node, "eth0"), Ok(Ipv4Addr::new(10, 0, 0, 7)));
         node.answer("ip -json -4 address show dev eth0", "[]");
-        assert_eq!(interface_address(&node, "eth0"), Err("eth0 has no IPv4 address; give --underlay-address".into()));
+        let error = interface_address(&node, "eth0").expect_err("no address");
+        assert_eq!(error.to_string(), "eth0 has no IPv4 address; give --underlay-address");
     }
 }

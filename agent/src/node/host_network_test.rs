@@ -10,8 +10,8 @@ use std::process::Command;
 
 use berth_domain::host_network::{Change, TenantAttachment, TenantSegment, Underlay, tenant_address};
 
-use crate::node::commands::SystemRunner;
-use crate::node::network::{NodeNetwork, apply};
+use super::commands::SystemRunner;
+use super::network::{NodeNetwork, apply};
 
 /// Network namespaces named after this process, deleted however the test ends.
 struct Lab {
