@@ -1,4 +1,4 @@
-//! Replays Alibaba's openb GPU-sharing trace through `berth_domain::sharing`, the way the FGD
+//! Replays Alibaba's openb GPU-sharing trace through `berth_domain::replay`, the way the FGD
 //! paper's simulator does (Weng et al., USENIX ATC'23): seeds 42..=51, the workload tuned to
 //! 1.3 x the fleet's GPU milli, shuffled, placed one task at a time, nothing leaves.
 //!
@@ -24,9 +24,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use berth_domain::gpu::GpuModel;
-use berth_domain::sharing::{
-    BestFit, Cluster, Demand, Fgd, FirstFit, FragmentationAware, MigCluster, MigDemand, MigFirstFit, MigPacking,
-    MigPolicy, MigUsage, NodeOrder, NodeShape, Policy, TaskMix, replay, replay_mig, tuned_arrivals,
+use berth_domain::replay::mig::{MigCluster, MigDemand, MigFirstFit, MigPacking, MigPolicy, MigUsage, replay_mig};
+use berth_domain::replay::{
+    BestFit, Cluster, Demand, Fgd, FirstFit, FragmentationAware, NodeOrder, NodeShape, Policy, TaskMix, replay,
+    tuned_arrivals,
 };
 
 const FIRST_SEED: u64 = 42;

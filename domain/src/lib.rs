@@ -16,7 +16,7 @@
 //! - [`outbound`]: which addresses a URL that a tenant chose may make Berth reach.
 //! - [`placement`]: choosing concrete GPUs and MIG slices for a size.
 //! - [`booking`]: windows in time, availability over time, earliest fits and quotas.
-//! - [`sharing`]: fractional and whole GPU sharing on nodes with CPU and memory, its policies, and the openb replay.
+//! - [`replay`]: the GPU-sharing replay of a production trace (fractional and whole GPUs on nodes with CPU and memory) and the policies it compares; not what places bookings.
 //! - [`launch`]: validating a launch request before anything is written.
 //! - [`lifecycle`]: the environment state machine and its step plans.
 //! - [`redirect`]: where a `next` parameter may send a browser (only this origin).
@@ -38,7 +38,7 @@ pub mod placement;
 pub mod policy;
 pub mod redirect;
 mod refusal;
-pub mod sharing;
+pub mod replay;
 pub mod ssh_key;
 pub mod tenancy;
 
