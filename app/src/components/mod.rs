@@ -1,7 +1,13 @@
-//! Pieces every page uses: the signed-in user, state badges, alerts, time words.
+//! Pieces every page uses: the signed-in user, state badges, alerts, time words, tables
+//! and form fields.
 
+pub mod form;
+pub mod table;
 #[cfg(feature = "ssr")]
 pub mod time;
+
+pub use form::Field;
+pub use table::Table;
 
 use leptos::prelude::*;
 use leptos_router::components::A;
@@ -10,6 +16,9 @@ use leptos_router::hooks::use_location;
 use crate::error::AppError;
 use crate::model::SessionUser;
 use crate::serverfns::{SignIn, SignOut, current_user};
+
+/// A page's section in a white box, with its heading, forms or tables.
+pub const CARD: &str = "mt-6 rounded-xl border border-slate-200 bg-white p-4 shadow-sm";
 
 /// The session as the UI knows it, refreshed after every sign-in and sign-out.
 #[derive(Clone, Copy)]

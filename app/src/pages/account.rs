@@ -1,12 +1,11 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use crate::components::{ErrorAlert, RequireUser};
+use crate::components::form::{BUTTON, LABEL, SMALL_DANGER_BUTTON};
+use crate::components::table::{CELL, ROW_HEADER};
+use crate::components::{CARD, ErrorAlert, Field, RequireUser, Table};
 use crate::model::{AccountView, NewTokenView, SshKeyView, TokenView};
 use crate::serverfns::{AddSshKey, ChangePassword, CreateToken, RemoveSshKey, ResetSecondFactor, RevokeToken, account};
-
-const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
-const LABEL: &str = "block text-xs font-medium text-slate-600";
 
 /// The signed-in user's personal API tokens (create one, its secret shown once; see when
 /// each was last used; revoke them) and SSH keys (for their dedicated clusters' nodes).
@@ -82,18 +81,13 @@ fn AccountBody(
     view! {
         // Created by a plain form post (no WASM yet): the secret waited in the session.
         {view.new_token.map(|token| view! { <NewTokenBox token/> })}
-        <section class="mt-6 rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="create-token">
+        <section class=CARD aria-labelledby="create-token">
             <h2 id="create-token" class="text-sm font-semibold text-slate-900">"Create a token"</h2>
             <ActionForm action=create attr:class="mt-3 space-y-4">
                 <div class="grid gap-3 sm:grid-cols-3">
-                    <div class="sm:col-span-2">
-                        <label for="t-name" class=LABEL>"Name"</label>
-                        <input id="t-name" name="name" class=INPUT placeholder="ci-pipeline" autocomplete="off"/>
-                    </div>
-                    <div>
-                        <label for="t-days" class=LABEL>{format!("Lifetime (days, at most {})", view.max_days)}</label>
-                        <input id="t-days" name="days" inputmode="numeric" value="30" class=INPUT/>
-                    </div>
+                    <Field id="t-name" name="name" label="Name" placeholder="ci-pipeline" autocomplete="off" class="sm:col-span-2"/>
+                    <Field id="t-days" name="days" label=format!("Lifetime (days, at most {})", view.max_days) inputmode="numeric"
+                        value="30"/>
                 </div>
                 <fieldset>
                     <legend class=LABEL>"What it may do (tick none for everything your role allows)"</legend>
@@ -109,7 +103,7 @@ fn AccountBody(
                         }).collect_view()}
                     </div>
                 </fieldset>
-                <button type="submit" class="rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">"Create token"</button>
+                <button type="submit" class=BUTTON>"Create token"</button>
             </ActionForm>
             <div class="mt-3">
                 {move || create_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
@@ -131,41 +125,26 @@ fn TokenTable(tokens: Vec<TokenView>, revoke: ServerAction<RevokeToken>) -> impl
         return view! { <p class="mt-2 text-sm text-slate-500">"No tokens yet."</p> }.into_any();
     }
     view! {
-        <div class="mt-2 overflow-x-auto rounded-xl border border-slate-200 bg-white shadow-sm">
-            <table class="min-w-full divide-y divide-slate-200 text-sm" aria-label="Your tokens">
-                <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
-                    <tr>
-                        <th scope="col" class="px-4 py-2">"Name"</th>
-                        <th scope="col" class="px-4 py-2">"May do"</th>
-                        <th scope="col" class="px-4 py-2">"Created"</th>
-                        <th scope="col" class="px-4 py-2">"Expires"</th>
-                        <th scope="col" class="px-4 py-2">"Last used"</th>
-                        <th scope="col" class="px-4 py-2">"Status"</th>
-                        <th scope="col" class="px-4 py-2"><span class="sr-only">"Revoke"</span></th>
-                    </tr>
-                </thead>
-                <tbody class="divide-y divide-slate-100">
-                    {tokens.into_iter().map(|t| view! {
-                        <tr data-token=t.name.clone()>
-                            <th scope="row" class="px-4 py-2 text-left font-medium text-slate-900">{t.name.clone()}</th>
-                            <td class="max-w-xs px-4 py-2 text-slate-600" title=t.action_names.clone()>{t.actions.clone()}</td>
-                            <td class="whitespace-nowrap px-4 py-2 text-slate-600">{t.created.clone()}</td>
-                            <td class="whitespace-nowrap px-4 py-2 text-slate-600">{t.expires.clone()}</td>
-                            <td class="whitespace-nowrap px-4 py-2 text-slate-600">{t.last_used.clone()}</td>
-                            <td class="px-4 py-2"><TokenStatus status=t.status.clone()/></td>
-                            <td class="px-4 py-2 text-right">
-                                {(t.status == "active").then(|| view! {
-                                    <ActionForm action=revoke>
-                                        <input type="hidden" name="id" value=t.id/>
-                                        <button type="submit" class="rounded-lg bg-white px-3 py-1 text-xs font-semibold text-red-700 ring-1 ring-red-300 hover:bg-red-50">"Revoke"</button>
-                                    </ActionForm>
-                                })}
-                            </td>
-                        </tr>
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+        <Table label="Your tokens" columns=&["Name", "May do", "Created", "Expires", "Last used", "Status"] buttons_column="Revoke">
+            {tokens.into_iter().map(|t| view! {
+                <tr data-token=t.name.clone()>
+                    <th scope="row" class=ROW_HEADER>{t.name.clone()}</th>
+                    <td class="max-w-xs px-4 py-2 text-slate-600" title=t.action_names.clone()>{t.actions.clone()}</td>
+                    <td class="whitespace-nowrap px-4 py-2 text-slate-600">{t.created.clone()}</td>
+                    <td class="whitespace-nowrap px-4 py-2 text-slate-600">{t.expires.clone()}</td>
+                    <td class="whitespace-nowrap px-4 py-2 text-slate-600">{t.last_used.clone()}</td>
+                    <td class=CELL><TokenStatus status=t.status.clone()/></td>
+                    <td class="px-4 py-2 text-right">
+                        {(t.status == "active").then(|| view! {
+                            <ActionForm action=revoke>
+                                <input type="hidden" name="id" value=t.id/>
+                                <button type="submit" class=SMALL_DANGER_BUTTON>"Revoke"</button>
+                            </ActionForm>
+                        })}
+                    </td>
+                </tr>
+            }).collect_view()}
+        </Table>
     }
     .into_any()
 }
@@ -196,19 +175,15 @@ fn SshKeys(keys: Vec<SshKeyView>, add: ServerAction<AddSshKey>, remove: ServerAc
             <p class="mt-1 text-sm text-slate-600">
                 "Your public keys for the nodes of dedicated clusters: each node gets an account named after the cluster (ssh berth-\u{2026}@node) that lets in its owner's keys and their tenant admins'. Keys you add or remove reach running clusters within seconds; the account goes when the cluster ends."
             </p>
-            <div class="mt-4 rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
+            <div class=CARD>
                 <h3 class="text-sm font-semibold text-slate-900">"Add a key"</h3>
                 <ActionForm action=add attr:class="mt-3 space-y-3">
-                    <div>
-                        <label for="k-key" class=LABEL>"Public key (the contents of ~/.ssh/id_ed25519.pub; ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa of 2048 bits or more)"</label>
-                        <textarea id="k-key" name="public_key" rows="3" spellcheck="false" autocomplete="off"
-                            class=format!("{INPUT} font-mono text-xs") placeholder="ssh-ed25519 AAAAC3Nza... you@laptop"></textarea>
-                    </div>
-                    <div class="sm:w-1/2">
-                        <label for="k-name" class=LABEL>"Name (optional; the key's comment otherwise)"</label>
-                        <input id="k-name" name="name" class=INPUT placeholder="work laptop" autocomplete="off"/>
-                    </div>
-                    <button type="submit" class="rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">"Add key"</button>
+                    <Field id="k-key" name="public_key" rows=3 autocomplete="off" monospace=true
+                        label="Public key (the contents of ~/.ssh/id_ed25519.pub; ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa of 2048 bits or more)"
+                        placeholder="ssh-ed25519 AAAAC3Nza... you@laptop"/>
+                    <Field id="k-name" name="name" label="Name (optional; the key's comment otherwise)" placeholder="work laptop"
+                        autocomplete="off" class="sm:w-1/2"/>
+                    <button type="submit" class=BUTTON>"Add key"</button>
                 </ActionForm>
                 <div class="mt-3">
                     {move || add_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
@@ -228,36 +203,22 @@ fn SshKeyTable(keys: Vec<SshKeyView>, remove: ServerAction<RemoveSshKey>) -> imp
         return view! { <p class="mt-3 text-sm text-slate-500">"No SSH keys yet."</p> }.into_any();
     }
     view! {
-        <div class="mt-3 overflow-x-auto rounded-xl border border-slate-200 bg-white shadow-sm">
-            <table class="min-w-full divide-y divide-slate-200 text-sm" aria-label="Your SSH keys">
-                <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
-                    <tr>
-                        <th scope="col" class="px-4 py-2">"Name"</th>
-                        <th scope="col" class="px-4 py-2">"Kind"</th>
-                        <th scope="col" class="px-4 py-2">"Fingerprint"</th>
-                        <th scope="col" class="px-4 py-2">"Added"</th>
-                        <th scope="col" class="px-4 py-2"><span class="sr-only">"Remove"</span></th>
-                    </tr>
-                </thead>
-                <tbody class="divide-y divide-slate-100">
-                    {keys.into_iter().map(|k| view! {
-                        <tr data-ssh-key=k.fingerprint.clone()>
-                            <th scope="row" class="px-4 py-2 text-left font-medium text-slate-900">{k.name.clone()}</th>
-                            <td class="whitespace-nowrap px-4 py-2 text-slate-600">{k.kind.clone()}</td>
-                            <td class="px-4 py-2 font-mono text-xs text-slate-700 break-all">{k.fingerprint.clone()}</td>
-                            <td class="whitespace-nowrap px-4 py-2 text-slate-600">{k.added.clone()}</td>
-                            <td class="px-4 py-2 text-right">
-                                <ActionForm action=remove>
-                                    <input type="hidden" name="id" value=k.id/>
-                                    <button type="submit" aria-label=format!("Remove {}", k.name)
-                                        class="rounded-lg bg-white px-3 py-1 text-xs font-semibold text-red-700 ring-1 ring-red-300 hover:bg-red-50">"Remove"</button>
-                                </ActionForm>
-                            </td>
-                        </tr>
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+        <Table label="Your SSH keys" columns=&["Name", "Kind", "Fingerprint", "Added"] buttons_column="Remove">
+            {keys.into_iter().map(|k| view! {
+                <tr data-ssh-key=k.fingerprint.clone()>
+                    <th scope="row" class=ROW_HEADER>{k.name.clone()}</th>
+                    <td class="whitespace-nowrap px-4 py-2 text-slate-600">{k.kind.clone()}</td>
+                    <td class="px-4 py-2 font-mono text-xs text-slate-700 break-all">{k.fingerprint.clone()}</td>
+                    <td class="whitespace-nowrap px-4 py-2 text-slate-600">{k.added.clone()}</td>
+                    <td class="px-4 py-2 text-right">
+                        <ActionForm action=remove>
+                            <input type="hidden" name="id" value=k.id/>
+                            <button type="submit" aria-label=format!("Remove {}", k.name) class=SMALL_DANGER_BUTTON>"Remove"</button>
+                        </ActionForm>
+                    </td>
+                </tr>
+            }).collect_view()}
+        </Table>
     }
     .into_any()
 }
@@ -277,21 +238,15 @@ fn LocalAccount(resets: bool) -> impl IntoView {
     view! {
         <section class="mt-10" aria-labelledby="password">
             <h2 id="password" class="text-xl font-bold tracking-tight text-slate-900">"Password"</h2>
-            <div class="mt-4 rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
+            <div class=CARD>
                 <ActionForm action=change attr:class="space-y-3 sm:w-1/2">
-                    <div>
-                        <label for="p-current" class=LABEL>"Current password"</label>
-                        <input id="p-current" name="current" type="password" required autocomplete="current-password" class=INPUT/>
-                    </div>
-                    <div>
-                        <label for="p-new" class=LABEL>"New password (12 characters or more)"</label>
-                        <input id="p-new" name="password" type="password" required minlength="12" autocomplete="new-password" class=INPUT/>
-                    </div>
-                    <div>
-                        <label for="p-again" class=LABEL>"New password again"</label>
-                        <input id="p-again" name="again" type="password" required minlength="12" autocomplete="new-password" class=INPUT/>
-                    </div>
-                    <button type="submit" class="rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">"Change password"</button>
+                    <Field id="p-current" name="current" label="Current password" input_type="password" required=true
+                        autocomplete="current-password"/>
+                    <Field id="p-new" name="password" label="New password (12 characters or more)" input_type="password"
+                        required=true minlength=12 autocomplete="new-password"/>
+                    <Field id="p-again" name="again" label="New password again" input_type="password" required=true minlength=12
+                        autocomplete="new-password"/>
+                    <button type="submit" class=BUTTON>"Change password"</button>
                 </ActionForm>
                 <div class="mt-3" role="status">
                     {move || changed().then(|| view! { <p class="text-sm text-emerald-700" data-testid="password-changed">"Your password was changed."</p> })}
@@ -299,14 +254,11 @@ fn LocalAccount(resets: bool) -> impl IntoView {
                 </div>
             </div>
             {resets.then(|| view! {
-                <div class="mt-4 rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
+                <div class=CARD>
                     <h3 class="text-sm font-semibold text-slate-900">"Another administrator lost their authenticator"</h3>
                     <p class="mt-1 text-sm text-slate-600">"Clears their one-time code set-up; their next sign-in, with their password, sets up a new one. Audited. Your own needs another platform admin."</p>
                     <ActionForm action=reset attr:class="mt-3 flex flex-wrap items-end gap-3">
-                        <div>
-                            <label for="r-email" class=LABEL>"Their email"</label>
-                            <input id="r-email" name="email" type="email" required autocomplete="off" class=INPUT/>
-                        </div>
+                        <Field id="r-email" name="email" label="Their email" input_type="email" required=true autocomplete="off"/>
                         <button type="submit" class="rounded-lg bg-white px-4 py-2 text-sm font-semibold text-red-700 ring-1 ring-red-300 hover:bg-red-50">"Reset authenticator"</button>
                     </ActionForm>
                     <div class="mt-3" role="status">

@@ -2,12 +2,10 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
-use crate::components::{ErrorAlert, RequireUser};
+use crate::components::form::BUTTON;
+use crate::components::{CARD, ErrorAlert, Field, RequireUser, Table};
 use crate::model::{AuditRowView, AuditView};
 use crate::serverfns::audit_log;
-
-const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
-const LABEL: &str = "block text-xs font-medium text-slate-600";
 
 /// The audit log: everything for platform staff, their tenant for a tenant admin. The
 /// filters live in the query string, so a filtered view can be shared as a link. Its
@@ -53,31 +51,19 @@ fn AuditBody(view: AuditView, filters: Filters) -> impl IntoView {
     view! {
         // A plain GET form: the filters end up in the URL, with or without the WASM.
         <form method="get" action="/audit" role="search" aria-label="Filter the audit log"
-            class="mt-6 grid gap-3 rounded-xl border border-slate-200 bg-white p-4 shadow-sm sm:grid-cols-5">
+            class=format!("{CARD} grid gap-3 sm:grid-cols-5")>
             {view.tenant_filter.then(|| view! {
-                <div>
-                    <label for="a-tenant" class=LABEL>"Tenant (short name)"</label>
-                    <input id="a-tenant" name="tenant" value=tenant class=INPUT placeholder="acme"/>
-                </div>
+                <Field id="a-tenant" name="tenant" label="Tenant (short name)" value=tenant placeholder="acme"/>
             })}
-            <div>
-                <label for="a-actor" class=LABEL>"Actor email contains"</label>
-                <input id="a-actor" name="actor" value=actor class=INPUT placeholder="dana"/>
-            </div>
-            <div>
-                <label for="a-action" class=LABEL>"Action starts with"</label>
-                <input id="a-action" name="action" value=action class=INPUT placeholder="session."/>
-            </div>
-            <div>
-                <label for="a-outcome" class=LABEL>"Outcome"</label>
-                <select id="a-outcome" name="outcome" class=INPUT>
-                    {outcomes.into_iter().map(|(value, label)| view! {
-                        <option value=value selected=outcome == value>{label}</option>
-                    }).collect_view()}
-                </select>
-            </div>
+            <Field id="a-actor" name="actor" label="Actor email contains" value=actor placeholder="dana"/>
+            <Field id="a-action" name="action" label="Action starts with" value=action placeholder="session."/>
+            <Field id="a-outcome" name="outcome" label="Outcome">
+                {outcomes.into_iter().map(|(value, label)| view! {
+                    <option value=value selected=outcome == value>{label}</option>
+                }).collect_view()}
+            </Field>
             <div class="flex items-end gap-2">
-                <button type="submit" class="rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">"Filter"</button>
+                <button type="submit" class=BUTTON>"Filter"</button>
                 <a href="/audit" class="px-2 py-2 text-sm text-slate-600 hover:text-slate-900">"Clear"</a>
             </div>
         </form>
@@ -109,46 +95,32 @@ fn AuditBody(view: AuditView, filters: Filters) -> impl IntoView {
 
 #[component]
 fn AuditTable(rows: Vec<AuditRowView>) -> impl IntoView {
-    const CELL: &str = "px-3 py-2 align-top";
+    // Small print, aligned at the top: a row's target and detail can run long.
+    const CELL: &str = "px-4 py-2 align-top";
     view! {
-        <div class="mt-2 overflow-x-auto rounded-xl border border-slate-200 bg-white shadow-sm">
-            <table class="min-w-full divide-y divide-slate-200 text-xs" aria-label="Audit events">
-                <thead class="bg-slate-50 text-left font-medium text-slate-500">
-                    <tr>
-                        <th scope="col" class=CELL>"Time (UTC)"</th>
-                        <th scope="col" class=CELL>"Actor"</th>
-                        <th scope="col" class=CELL>"Tenant"</th>
-                        <th scope="col" class=CELL>"Action"</th>
-                        <th scope="col" class=CELL>"Target"</th>
-                        <th scope="col" class=CELL>"Outcome"</th>
-                        <th scope="col" class=CELL>"Source"</th>
-                        <th scope="col" class=CELL>"Request id"</th>
-                        <th scope="col" class=CELL>"Detail"</th>
-                    </tr>
-                </thead>
-                <tbody class="divide-y divide-slate-100 text-slate-700">
-                    {rows.into_iter().map(|r| view! {
-                        <tr data-audit-id=r.id data-audit-action=r.action.clone()>
-                            <td class=format!("{CELL} whitespace-nowrap")>{r.time}</td>
-                            <td class=CELL>
-                                {if r.actor.is_empty() {
-                                    view! { <span class="text-slate-400" title="Berth itself, or someone not signed in">"—"</span> }.into_any()
-                                } else {
-                                    view! { <span class="text-slate-900">{r.actor}</span> }.into_any()
-                                }}
-                            </td>
-                            <td class=CELL>{r.tenant}</td>
-                            <td class=format!("{CELL} whitespace-nowrap font-mono text-slate-900")>{r.action.clone()}</td>
-                            <td class=format!("{CELL} break-words")>{r.target}</td>
-                            <td class=CELL><OutcomeBadge outcome=r.outcome/></td>
-                            <td class=format!("{CELL} whitespace-nowrap font-mono")>{r.source}</td>
-                            <td class=format!("{CELL} font-mono text-slate-500")>{r.request_id}</td>
-                            <td class=format!("{CELL} max-w-xs break-words")>{r.detail}</td>
-                        </tr>
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+        <Table label="Audit events" columns=&[
+            "Time (UTC)", "Actor", "Tenant", "Action", "Target", "Outcome", "Source", "Request id", "Detail",
+        ]>
+            {rows.into_iter().map(|r| view! {
+                <tr data-audit-id=r.id data-audit-action=r.action.clone() class="text-xs text-slate-700">
+                    <td class=format!("{CELL} whitespace-nowrap")>{r.time}</td>
+                    <td class=CELL>
+                        {if r.actor.is_empty() {
+                            view! { <span class="text-slate-400" title="Berth itself, or someone not signed in">"—"</span> }.into_any()
+                        } else {
+                            view! { <span class="text-slate-900">{r.actor}</span> }.into_any()
+                        }}
+                    </td>
+                    <td class=CELL>{r.tenant}</td>
+                    <td class=format!("{CELL} whitespace-nowrap font-mono text-slate-900")>{r.action.clone()}</td>
+                    <td class=format!("{CELL} break-words")>{r.target}</td>
+                    <td class=CELL><OutcomeBadge outcome=r.outcome/></td>
+                    <td class=format!("{CELL} whitespace-nowrap font-mono")>{r.source}</td>
+                    <td class=format!("{CELL} font-mono text-slate-500")>{r.request_id}</td>
+                    <td class=format!("{CELL} max-w-xs break-words")>{r.detail}</td>
+                </tr>
+            }).collect_view()}
+        </Table>
     }
 }
 

@@ -1,13 +1,14 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use crate::components::{ErrorAlert, RequireUser};
+use crate::components::form::{SMALL_BUTTON, SMALL_INPUT};
+use crate::components::table::{CELL, ROW_HEADER};
+use crate::components::{CARD, ErrorAlert, RequireUser, Table};
 use crate::model::{FabricTenantView, FabricView};
 use crate::serverfns::{SetPortGuids, fabric_overview};
 
-const TH: &str = "px-4 py-2";
+/// The identifier cells: a port GUIDs form makes the tenants' rows tall.
 const TD: &str = "px-4 py-2 align-top";
-const CARD: &str = "mt-6 overflow-x-auto rounded-xl border border-slate-200 bg-white shadow-sm";
 
 /// Platform staff: each hard and hybrid tenant's fabric isolation identifiers, those in
 /// quarantine, how full each pool is, the tenants' InfiniBand port GUIDs and the OpenSM
@@ -41,88 +42,57 @@ fn Fabric(view: FabricView, ports: ServerAction<SetPortGuids>) -> impl IntoView 
     let can_manage = view.can_manage;
     view! {
         <section class=CARD aria-labelledby="fabric-tenants">
-            <h2 id="fabric-tenants" class="px-4 pt-4 text-sm font-semibold text-slate-900">
+            <h2 id="fabric-tenants" class="text-sm font-semibold text-slate-900">
                 "Tenants (" {view.segment.clone()} " segments)"
             </h2>
             {if view.tenants.is_empty() {
-                view! { <p class="p-4 text-sm text-slate-500">"No hard or hybrid tenants."</p> }.into_any()
+                view! { <p class="mt-2 text-sm text-slate-500">"No hard or hybrid tenants."</p> }.into_any()
             } else {
                 view! {
-                    <table class="mt-2 min-w-full divide-y divide-slate-200 text-sm" aria-label="Tenant identifiers">
-                        <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
-                            <tr>
-                                <th scope="col" class=TH>"Tenant"</th>
-                                <th scope="col" class=TH>"Segment"</th>
-                                <th scope="col" class=TH>"P_Key"</th>
-                                <th scope="col" class=TH>"NVLink partition"</th>
-                                <th scope="col" class=TH>"Storage volume"</th>
-                                <th scope="col" class=TH>"InfiniBand port GUIDs"</th>
-                            </tr>
-                        </thead>
-                        <tbody class="divide-y divide-slate-100">
-                            {view.tenants.clone().into_iter().map(|tenant| view! { <TenantRow tenant ports can_manage/> }).collect_view()}
-                        </tbody>
-                    </table>
+                    <Table label="Tenant identifiers" columns=&[
+                        "Tenant", "Segment", "P_Key", "NVLink partition", "Storage volume", "InfiniBand port GUIDs",
+                    ]>
+                        {view.tenants.clone().into_iter().map(|tenant| view! { <TenantRow tenant ports can_manage/> }).collect_view()}
+                    </Table>
                 }.into_any()
             }}
         </section>
         <section class=CARD aria-labelledby="fabric-pools">
-            <h2 id="fabric-pools" class="px-4 pt-4 text-sm font-semibold text-slate-900">"Pools"</h2>
-            <table class="mt-2 min-w-full divide-y divide-slate-200 text-sm" aria-label="Pools">
-                <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
-                    <tr>
-                        <th scope="col" class=TH>"Identifier"</th>
-                        <th scope="col" class=TH>"Range"</th>
-                        <th scope="col" class=TH>"Held"</th>
-                        <th scope="col" class=TH>"In quarantine"</th>
-                        <th scope="col" class=TH>"Free"</th>
+            <h2 id="fabric-pools" class="text-sm font-semibold text-slate-900">"Pools"</h2>
+            <Table label="Pools" columns=&["Identifier", "Range", "Held", "In quarantine", "Free"]>
+                {view.pools.clone().into_iter().map(|p| view! {
+                    <tr data-pool=p.what.clone()>
+                        <th scope="row" class=ROW_HEADER>{p.what.clone()}</th>
+                        <td class=CELL><code>{p.range.clone()}</code></td>
+                        <td class=CELL>{p.held}</td>
+                        <td class=CELL>{p.quarantined}</td>
+                        <td class=CELL>{p.free.clone()} " of " {p.size.clone()}</td>
                     </tr>
-                </thead>
-                <tbody class="divide-y divide-slate-100">
-                    {view.pools.clone().into_iter().map(|p| view! {
-                        <tr data-pool=p.what.clone()>
-                            <th scope="row" class="px-4 py-2 text-left font-medium">{p.what.clone()}</th>
-                            <td class=TD><code>{p.range.clone()}</code></td>
-                            <td class=TD>{p.held}</td>
-                            <td class=TD>{p.quarantined}</td>
-                            <td class=TD>{p.free.clone()} " of " {p.size.clone()}</td>
-                        </tr>
-                    }).collect_view()}
-                </tbody>
-            </table>
+                }).collect_view()}
+            </Table>
         </section>
         <section class=CARD aria-labelledby="fabric-quarantine">
-            <h2 id="fabric-quarantine" class="px-4 pt-4 text-sm font-semibold text-slate-900">
+            <h2 id="fabric-quarantine" class="text-sm font-semibold text-slate-900">
                 "In quarantine (" {view.quarantine.clone()} " after release)"
             </h2>
             {if view.quarantined.is_empty() {
-                view! { <p class="p-4 text-sm text-slate-500">"Nothing is in quarantine."</p> }.into_any()
+                view! { <p class="mt-2 text-sm text-slate-500">"Nothing is in quarantine."</p> }.into_any()
             } else {
                 view! {
-                    <table class="mt-2 min-w-full divide-y divide-slate-200 text-sm" aria-label="Quarantined identifiers">
-                        <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
+                    <Table label="Quarantined identifiers" columns=&["Identifier", "Last held by", "Released", "Free again"]>
+                        {view.quarantined.clone().into_iter().map(|q| view! {
                             <tr>
-                                <th scope="col" class=TH>"Identifier"</th>
-                                <th scope="col" class=TH>"Last held by"</th>
-                                <th scope="col" class=TH>"Released"</th>
-                                <th scope="col" class=TH>"Free again"</th>
+                                <th scope="row" class=ROW_HEADER>{q.identifier.clone()}</th>
+                                <td class=CELL>{q.tenant.clone()}</td>
+                                <td class=CELL>{q.released.clone()}</td>
+                                <td class=CELL>{q.free_at.clone()} <span class="ml-1 text-xs text-slate-500">{q.free_in.clone()}</span></td>
                             </tr>
-                        </thead>
-                        <tbody class="divide-y divide-slate-100">
-                            {view.quarantined.clone().into_iter().map(|q| view! {
-                                <tr>
-                                    <th scope="row" class="px-4 py-2 text-left font-medium">{q.identifier.clone()}</th>
-                                    <td class=TD>{q.tenant.clone()}</td>
-                                    <td class=TD>{q.released.clone()}</td>
-                                    <td class=TD>{q.free_at.clone()} <span class="ml-1 text-xs text-slate-500">{q.free_in.clone()}</span></td>
-                                </tr>
-                            }).collect_view()}
-                        </tbody>
-                    </table>
+                        }).collect_view()}
+                    </Table>
                 }.into_any()
             }}
         </section>
-        <section class="mt-6 rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="partitions-conf">
+        <section class=CARD aria-labelledby="partitions-conf">
             <h2 id="partitions-conf" class="text-sm font-semibold text-slate-900">"OpenSM partitions.conf"</h2>
             <p class="mt-1 text-xs text-slate-500">
                 "One partition per tenant holding a P_Key, its ports full members. Add it to the subnet manager's partitions.conf (or a UFM partitions.conf.user_ext)."
@@ -141,7 +111,7 @@ fn TenantRow(tenant: FabricTenantView, ports: ServerAction<SetPortGuids>, can_ma
     let dash = |s: String| if s.is_empty() { "—".to_owned() } else { s };
     view! {
         <tr data-tenant=tenant.slug.clone()>
-            <th scope="row" class="px-4 py-2 text-left align-top font-medium">
+            <th scope="row" class=format!("{ROW_HEADER} align-top")>
                 {tenant.name.clone()}
                 <span class="ml-2 text-xs text-slate-500">{tenant.slug.clone()} " · " {tenant.isolation.clone()}</span>
             </th>
@@ -156,10 +126,8 @@ fn TenantRow(tenant: FabricTenantView, ports: ServerAction<SetPortGuids>, can_ma
                             <input type="hidden" name="tenant_id" value=id/>
                             <label class="sr-only" for=field.clone()>{field_label}</label>
                             <textarea id=field name="guids" rows="3" placeholder="0x0002c9030001e3f1"
-                                class="w-64 rounded border border-slate-300 px-2 py-1 font-mono text-xs">{listed}</textarea>
-                            <button type="submit" class="self-start rounded-md px-2 py-1 text-xs font-medium ring-1 ring-inset ring-slate-300 hover:bg-slate-50">
-                                "Save ports"
-                            </button>
+                                class=format!("w-64 {SMALL_INPUT} font-mono")>{listed}</textarea>
+                            <button type="submit" class=format!("self-start {SMALL_BUTTON}")>"Save ports"</button>
                         </ActionForm>
                     }.into_any()
                 } else if guids.is_empty() {

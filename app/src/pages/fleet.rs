@@ -2,15 +2,14 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
-use crate::components::{ErrorAlert, RequireUser};
+use crate::components::form::{SMALL_BUTTON, SMALL_DANGER_BUTTON};
+use crate::components::table::CELL;
+use crate::components::{CARD, ErrorAlert, Field, RequireUser, Table};
 use crate::error::AppError;
 use crate::model::{Bar, FleetNode, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
 use crate::serverfns::{
     CancelMaintenance, CreateNodeToken, RevokeNodeToken, ScheduleMaintenance, SetGpuHealth, fleet_schedule, node_agents,
 };
-
-const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
-const LABEL: &str = "block text-xs font-medium text-slate-600";
 
 /// Platform admins: a Gantt chart of every node and GPU (MIG slices drawn inside their
 /// GPU) with bookings and maintenance windows, and maintenance scheduling.
@@ -98,7 +97,7 @@ fn NodeAgents(
     let created = create.value();
     let revoke_result = revoke.value();
     view! {
-        <section class="mt-6 rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="node-agents">
+        <section class=CARD aria-labelledby="node-agents">
             <h2 id="node-agents" class="text-sm font-semibold text-slate-900">"Node agents"</h2>
             <p class="mt-1 text-xs text-slate-500">"The nodes of the chart's page. On a bare-metal GPU node, " <code>"berth agent"</code> " reports its GPUs and their health with a node token. A GPU the node does not report, or reports with ECC errors, is marked failed."</p>
             // Made with the WASM running: the secret came back as the action's answer.
@@ -107,39 +106,36 @@ fn NodeAgents(
             {view.new_token.clone().map(|token| view! { <NewNodeTokenBox token/> })}
             {move || created.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
             {move || revoke_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
-            <table class="mt-3 w-full text-left text-sm">
-                <thead class="text-xs text-slate-500">
-                    <tr><th class="py-1 font-medium">"Node"</th><th class="py-1 font-medium">"Last report"</th><th class="py-1 font-medium">"Agent"</th><th class="py-1 font-medium">"Tokens"</th><th></th></tr>
-                </thead>
-                <tbody class="divide-y divide-slate-100">
-                    {view.nodes.into_iter().map(|n| { let node = n.node.clone(); view! {
-                        <tr data-agent-node=n.node.clone()>
-                            <td class="py-2 font-medium text-slate-900">{n.node.clone()} <span class="text-xs font-normal text-slate-500">" · " {n.site.clone()}</span></td>
-                            <td class="py-2 text-slate-700" data-last-report="">{n.last_report.clone()}</td>
-                            <td class="py-2 text-slate-700">{n.agent_version.clone()}</td>
-                            <td class="py-2">
-                                <ul class="space-y-1">
-                                    {n.tokens.into_iter().map(|(id, label)| view! {
-                                        <li class="flex items-center gap-2 text-xs text-slate-600">
-                                            {label}
-                                            <ActionForm action=revoke>
-                                                <input type="hidden" name="id" value=id/>
-                                                <button type="submit" class="rounded-md px-2 py-0.5 text-xs font-medium text-red-700 ring-1 ring-red-200 hover:bg-red-50">"Revoke"</button>
-                                            </ActionForm>
-                                        </li>
-                                    }).collect_view()}
-                                </ul>
-                            </td>
-                            <td class="py-2 text-right">
-                                <ActionForm action=create>
-                                    <input type="hidden" name="node" value=node.clone()/>
-                                    <button type="submit" class="rounded-md px-2 py-1 text-xs font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"New token"</button>
-                                </ActionForm>
-                            </td>
-                        </tr>
-                    }}).collect_view()}
-                </tbody>
-            </table>
+            <Table label="Node agents" columns=&["Node", "Last report", "Agent", "Tokens"] buttons_column="New token">
+                {view.nodes.into_iter().map(|n| { let node = n.node.clone(); view! {
+                    <tr data-agent-node=n.node.clone()>
+                        <td class="px-4 py-2 font-medium text-slate-900">
+                            {n.node.clone()} <span class="text-xs font-normal text-slate-500">" · " {n.site.clone()}</span>
+                        </td>
+                        <td class="px-4 py-2 text-slate-700" data-last-report="">{n.last_report.clone()}</td>
+                        <td class="px-4 py-2 text-slate-700">{n.agent_version.clone()}</td>
+                        <td class=CELL>
+                            <ul class="space-y-1">
+                                {n.tokens.into_iter().map(|(id, label)| view! {
+                                    <li class="flex items-center gap-2 text-xs text-slate-600">
+                                        {label}
+                                        <ActionForm action=revoke>
+                                            <input type="hidden" name="id" value=id/>
+                                            <button type="submit" class=SMALL_DANGER_BUTTON>"Revoke"</button>
+                                        </ActionForm>
+                                    </li>
+                                }).collect_view()}
+                            </ul>
+                        </td>
+                        <td class="px-4 py-2 text-right">
+                            <ActionForm action=create>
+                                <input type="hidden" name="node" value=node.clone()/>
+                                <button type="submit" class=SMALL_BUTTON>"New token"</button>
+                            </ActionForm>
+                        </td>
+                    </tr>
+                }}).collect_view()}
+            </Table>
         </section>
     }
 }
@@ -203,68 +199,45 @@ fn Fleet(
         <datalist id="fleet-node-names">
             {view.node_names.iter().map(|n| view! { <option value=n.clone()></option> }).collect_view()}
         </datalist>
-        <div class="mt-6 grid gap-6 lg:grid-cols-2">
-            <section class="rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="schedule-maintenance">
+        // Each card's top margin spaces the grid's rows.
+        <div class="grid gap-x-6 lg:grid-cols-2">
+            <section class=CARD aria-labelledby="schedule-maintenance">
                 <h2 id="schedule-maintenance" class="text-sm font-semibold text-slate-900">"Schedule maintenance"</h2>
                 <p class="mt-1 text-xs text-slate-500">"No booking can be placed on the node during the window; bookings already there are listed for rebooking."</p>
                 <ActionForm action=schedule attr:class="mt-3 grid gap-3 sm:grid-cols-2">
-                    <div>
-                        <label for="m-node" class=LABEL>"Node"</label>
-                        <input id="m-node" name="node" list="fleet-node-names" required autocomplete="off" placeholder="node name" class=INPUT/>
-                    </div>
-                    <div>
-                        <label for="m-gpu" class=LABEL>"GPU index (empty for the whole node)"</label>
-                        <input id="m-gpu" name="gpu" type="number" min="0" max="15" class=INPUT/>
-                    </div>
-                    <div class="sm:col-span-2">
-                        <label for="m-reason" class=LABEL>"Reason"</label>
-                        <input id="m-reason" name="reason" required maxlength="200" placeholder="firmware update" class=INPUT/>
-                    </div>
-                    <div>
-                        <label for="m-start" class=LABEL>"Start (UTC, empty for now)"</label>
-                        <input id="m-start" name="start" type="datetime-local" class=INPUT/>
-                    </div>
-                    <div>
-                        <label for="m-end" class=LABEL>"End (UTC)"</label>
-                        <input id="m-end" name="end" type="datetime-local" required class=INPUT/>
-                    </div>
+                    <Field id="m-node" name="node" label="Node" list="fleet-node-names" required=true autocomplete="off"
+                        placeholder="node name"/>
+                    <Field id="m-gpu" name="gpu" label="GPU index (empty for the whole node)" input_type="number" min=0 max=15/>
+                    <Field id="m-reason" name="reason" label="Reason" required=true maxlength=200 placeholder="firmware update"
+                        class="sm:col-span-2"/>
+                    <Field id="m-start" name="start" label="Start (UTC, empty for now)" input_type="datetime-local"/>
+                    <Field id="m-end" name="end" label="End (UTC)" input_type="datetime-local" required=true/>
                     <div class="sm:col-span-2 flex items-center justify-end">
                         <button type="submit" class="rounded-lg bg-amber-500 px-4 py-2 text-sm font-semibold text-white hover:bg-amber-400">"Schedule maintenance"</button>
                     </div>
                 </ActionForm>
                 {move || schedule_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
             </section>
-            <section class="rounded-xl border border-slate-200 bg-white p-4 shadow-sm lg:col-span-2" aria-labelledby="gpu-health">
+            <section class=format!("{CARD} lg:col-span-2") aria-labelledby="gpu-health">
                 <h2 id="gpu-health" class="text-sm font-semibold text-slate-900">"GPU health"</h2>
                 <p class="mt-1 text-xs text-slate-500">"Only healthy GPUs take new bookings. What still runs on a GPU you mark is in the chart above."</p>
                 <ActionForm action=health attr:class="mt-3 grid gap-3 sm:grid-cols-5">
-                    <div>
-                        <label for="h-node" class=LABEL>"Node"</label>
-                        <input id="h-node" name="node" list="fleet-node-names" required autocomplete="off" placeholder="node name" class=INPUT/>
-                    </div>
-                    <div>
-                        <label for="h-gpu" class=LABEL>"GPU index"</label>
-                        <input id="h-gpu" name="gpu" type="number" min="0" max="15" value="0" required class=INPUT/>
-                    </div>
-                    <div>
-                        <label for="h-health" class=LABEL>"Health"</label>
-                        <select id="h-health" name="health" class=INPUT>
-                            <option value="healthy">"healthy"</option>
-                            <option value="degraded">"degraded"</option>
-                            <option value="failed">"failed"</option>
-                        </select>
-                    </div>
-                    <div>
-                        <label for="h-note" class=LABEL>"Note"</label>
-                        <input id="h-note" name="note" maxlength="200" placeholder="XID 79, ECC errors" class=INPUT/>
-                    </div>
+                    <Field id="h-node" name="node" label="Node" list="fleet-node-names" required=true autocomplete="off"
+                        placeholder="node name"/>
+                    <Field id="h-gpu" name="gpu" label="GPU index" input_type="number" min=0 max=15 value="0" required=true/>
+                    <Field id="h-health" name="health" label="Health">
+                        <option value="healthy">"healthy"</option>
+                        <option value="degraded">"degraded"</option>
+                        <option value="failed">"failed"</option>
+                    </Field>
+                    <Field id="h-note" name="note" label="Note" maxlength=200 placeholder="XID 79, ECC errors"/>
                     <div class="flex items-end">
                         <button type="submit" class="w-full rounded-lg bg-slate-800 px-4 py-2 text-sm font-semibold text-white hover:bg-slate-700">"Record health"</button>
                     </div>
                 </ActionForm>
                 {move || health_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
             </section>
-            <section class="rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="maintenance-windows">
+            <section class=CARD aria-labelledby="maintenance-windows">
                 <h2 id="maintenance-windows" class="text-sm font-semibold text-slate-900">"Maintenance in this range"</h2>
                 {move || cancel_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
                 {if view.windows.is_empty() {
@@ -281,7 +254,7 @@ fn Fleet(
                                         </div>
                                         <ActionForm action=cancel>
                                             <input type="hidden" name="id" value=w.id/>
-                                            <button type="submit" class="rounded-md px-2 py-1 text-xs font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"End now"</button>
+                                            <button type="submit" class=SMALL_BUTTON>"End now"</button>
                                         </ActionForm>
                                     </div>
                                     {(!w.affected.is_empty()).then(|| view! {
@@ -314,25 +287,17 @@ fn NodePager(pager: FleetPager) -> impl IntoView {
         <div class="mt-6 flex flex-wrap items-end justify-between gap-4">
             <form method="get" action="/admin/fleet" class="flex flex-wrap items-end gap-3" aria-label="Filter nodes">
                 <input type="hidden" name="from" value=pager.from.clone()/>
-                <div>
-                    <label for="f-site" class=LABEL>"Site"</label>
-                    <select id="f-site" name="site" class=INPUT>
-                        <option value="" selected=pager.site.is_empty()>"All sites"</option>
-                        {pager.sites.iter().map(|s| view! { <option value=s.clone() selected=*s == pager.site>{s.clone()}</option> }).collect_view()}
-                    </select>
-                </div>
-                <div>
-                    <label for="f-search" class=LABEL>"Node name contains"</label>
-                    <input id="f-search" name="search" value=pager.search.clone() placeholder="h100-01" maxlength="100" class=INPUT/>
-                </div>
-                <div>
-                    <label for="f-days" class=LABEL>"Range"</label>
-                    <select id="f-days" name="days" class=INPUT>
-                        {[(1, "Day"), (7, "Week"), (14, "Two weeks"), (30, "Month")].into_iter().map(|(d, label)| view! {
-                            <option value=d.to_string() selected=d == days>{label}</option>
-                        }).collect_view()}
-                    </select>
-                </div>
+                <Field id="f-site" name="site" label="Site">
+                    <option value="" selected=pager.site.is_empty()>"All sites"</option>
+                    {pager.sites.iter().map(|s| view! { <option value=s.clone() selected=*s == pager.site>{s.clone()}</option> }).collect_view()}
+                </Field>
+                <Field id="f-search" name="search" label="Node name contains" value=pager.search.clone() placeholder="h100-01"
+                    maxlength=100/>
+                <Field id="f-days" name="days" label="Range">
+                    {[(1, "Day"), (7, "Week"), (14, "Two weeks"), (30, "Month")].into_iter().map(|(d, label)| view! {
+                        <option value=d.to_string() selected=d == days>{label}</option>
+                    }).collect_view()}
+                </Field>
                 <button type="submit" class="rounded-lg bg-slate-800 px-4 py-2 text-sm font-semibold text-white hover:bg-slate-700">"Show"</button>
             </form>
             <nav aria-label="Pages of nodes" class="flex items-center gap-2 text-sm text-slate-600">

@@ -3,14 +3,11 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
-use crate::components::{ErrorAlert, RequireUser};
+use crate::components::form::{BUTTON, LABEL};
+use crate::components::{ErrorAlert, Field, RequireUser};
 use crate::error::AppError;
 use crate::model::{ProjectOption, SizeHint};
 use crate::serverfns::{Launch, bookable_projects, size_hints};
-
-const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
-const LABEL: &str = "block text-sm font-medium text-slate-700";
-const HINT: &str = "mt-1 text-xs text-slate-500";
 
 /// The launch form for one offering. The server checks everything again and explains
 /// each refusal; nothing is written unless every rule passes. Its action and resources are
@@ -122,28 +119,17 @@ fn LaunchForm(
                             </div>
                         </fieldset>
                         <div class="grid gap-4 sm:grid-cols-3">
-                            <div>
-                                <label for="name" class=LABEL>"Name"</label>
-                                <input id="name" name="request[name]" required maxlength="40" placeholder="my-experiment" class=INPUT
-                                    aria-describedby="name-hint"/>
-                                <p id="name-hint" class=HINT>"Lowercase letters, digits and hyphens."</p>
-                            </div>
-                            <div>
-                                <label for="hours" class=LABEL>"Duration (hours)"</label>
-                                <input id="hours" name="request[hours]" type="number" min="1" max=max_hours value=hours required class=INPUT
-                                    on:input:target=move |ev| typed.set(Some((offering, ev.target().value())))
-                                    aria-describedby="hours-hint"/>
-                                <p id="hours-hint" class=HINT>"1 to " {max_hours} " hours; torn down automatically at the end."</p>
-                            </div>
-                            <div>
-                                <label for="start" class=LABEL>"Start (UTC)"</label>
-                                <input id="start" name="request[start]" type="datetime-local" value=start class=INPUT
-                                    aria-describedby="start-hint"/>
-                                <p id="start-hint" class=HINT>
+                            <Field id="name" name="request[name]" label="Name" required=true maxlength=40 placeholder="my-experiment"
+                                help=|| "Lowercase letters, digits and hyphens."/>
+                            <Field id="hours" name="request[hours]" label="Duration (hours)" input_type="number" min=1 max=max_hours
+                                value=hours required=true
+                                on:input=move |ev| typed.set(Some((offering, event_target_value(&ev))))
+                                help=move || view! { "1 to " {max_hours} " hours; torn down automatically at the end." }/>
+                            <Field id="start" name="request[start]" label="Start (UTC)" input_type="datetime-local" value=start
+                                help=|| view! {
                                     "Empty to start now, or book ahead. See "
                                     <a href="/calendar" class="text-indigo-600 hover:text-indigo-500">"availability"</a> "."
-                                </p>
-                            </div>
+                                }/>
                         </div>
                         <ProjectField projects/>
                         <fieldset>
@@ -163,18 +149,14 @@ fn LaunchForm(
                         </fieldset>
                         <ImageField offering/>
                         {offering.needs_command().then(|| view! {
-                            <div>
-                                <label for="command" class=LABEL>"Command"</label>
-                                <textarea id="command" name="request[command]" rows="3" required placeholder="python train.py --epochs 10"
-                                    class=format!("{INPUT} font-mono")></textarea>
-                            </div>
+                            <Field id="command" name="request[command]" label="Command" rows=3 required=true monospace=true
+                                placeholder="python train.py --epochs 10"/>
                         })}
                         {(!offering.needs_command()).then(|| view! { <input type="hidden" name="request[command]" value=""/> })}
                         {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
                         <div class="flex items-center justify-end gap-3">
                             <a href="/catalog" class="rounded-lg px-4 py-2 text-sm font-medium text-slate-700 hover:bg-slate-100">"Cancel"</a>
-                            <button type="submit" disabled=move || launch.pending().get()
-                                class="rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500 disabled:opacity-60">
+                            <button type="submit" disabled=move || launch.pending().get() class=format!("{BUTTON} disabled:opacity-60")>
                                 {move || if launch.pending().get() { "Launching..." } else { "Launch" }}
                             </button>
                         </div>
@@ -195,14 +177,11 @@ fn ProjectField(projects: Resource<Result<Vec<ProjectOption>, AppError>>) -> imp
             {move || Suspend::new(async move {
                 let projects = projects.await.unwrap_or_default();
                 (!projects.is_empty()).then(|| view! {
-                    <div>
-                        <label for="project" class=LABEL>"Project"</label>
-                        <select id="project" name="request[project]" class=INPUT aria-describedby="project-hint">
-                            <option value="">"No project"</option>
-                            {projects.into_iter().map(|p| view! { <option value=p.id.to_string()>{p.name}</option> }).collect_view()}
-                        </select>
-                        <p id="project-hint" class=HINT>"The booking also counts against the project's quota."</p>
-                    </div>
+                    <Field id="project" name="request[project]" label="Project"
+                        help=|| "The booking also counts against the project's quota.">
+                        <option value="">"No project"</option>
+                        {projects.into_iter().map(|p| view! { <option value=p.id.to_string()>{p.name}</option> }).collect_view()}
+                    </Field>
                 })
             })}
         </Transition>
@@ -223,20 +202,15 @@ fn ImageField(offering: Offering) -> impl IntoView {
     match offering.image_rule() {
         ImageRule::None => view! { <input type="hidden" name="request[image]" value=""/> }.into_any(),
         ImageRule::Curated(images) => view! {
-            <div>
-                <label for="image" class=LABEL>"Notebook image"</label>
-                <select id="image" name="request[image]" class=INPUT>
-                    {images.iter().map(|i| view! { <option value=*i>{*i}</option> }).collect_view()}
-                </select>
-            </div>
+            <Field id="image" name="request[image]" label="Notebook image">
+                {images.iter().map(|i| view! { <option value=*i>{*i}</option> }).collect_view()}
+            </Field>
         }
         .into_any(),
         ImageRule::Required => view! {
-            <div>
-                <label for="image" class=LABEL>"Container image"</label>
-                <input id="image" name="request[image]" required placeholder="ghcr.io/your-org/model-server:1.0" class=format!("{INPUT} font-mono")/>
-                <p class=HINT>"An image reference your cluster can pull, e.g. nvcr.io/nvidia/pytorch:24.05-py3."</p>
-            </div>
+            <Field id="image" name="request[image]" label="Container image" required=true monospace=true
+                placeholder="ghcr.io/your-org/model-server:1.0"
+                help=|| "An image reference your cluster can pull, e.g. nvcr.io/nvidia/pytorch:24.05-py3."/>
         }
         .into_any(),
     }

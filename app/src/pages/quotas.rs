@@ -1,12 +1,11 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use crate::components::{ErrorAlert, RequireUser};
+use crate::components::form::{BUTTON, SMALL_DANGER_BUTTON};
+use crate::components::table::{CELL, ROW_HEADER};
+use crate::components::{CARD, ErrorAlert, Field, RequireUser, Table};
 use crate::model::{QuotaView, QuotasView};
 use crate::serverfns::{RemoveQuota, SetQuota, quotas};
-
-const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
-const LABEL: &str = "block text-xs font-medium text-slate-600";
 
 /// Quotas at every level: platform admins set everyone's default and tenants' limits,
 /// tenant admins their projects' and members'; everyone with access reads the rows that
@@ -53,45 +52,26 @@ fn QuotaForm(page: QuotasView, set: ServerAction<SetQuota>) -> impl IntoView {
         &[("project", "Project (by name)"), ("user", "Member (by email)")]
     };
     view! {
-        <section class="mt-6 rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="set-quota">
+        <section class=CARD aria-labelledby="set-quota">
             <h2 id="set-quota" class="text-sm font-semibold text-slate-900">"Set a quota"</h2>
             <ActionForm action=set attr:class="mt-3 grid gap-3 sm:grid-cols-6">
-                <div class="sm:col-span-2">
-                    <label for="q-level" class=LABEL>"Applies to"</label>
-                    <select id="q-level" name="level" class=INPUT>
-                        {levels.iter().map(|(value, label)| view! { <option value=*value>{*label}</option> }).collect_view()}
-                    </select>
-                </div>
-                <div class="sm:col-span-4">
-                    <label for="q-who" class=LABEL>"Who (empty for everyone)"</label>
-                    <input id="q-who" name="who" class=INPUT placeholder="acme, acme/vision or dana@example.com"/>
-                </div>
-                <div>
-                    <label for="q-gpus" class=LABEL>"GPUs at once, per model"</label>
-                    <input id="q-gpus" name="max_gpus" inputmode="decimal" class=INPUT/>
-                </div>
-                <div class="sm:col-span-2">
-                    <label for="q-by-model" class=LABEL>"Limits of particular models"</label>
-                    <input id="q-by-model" name="by_model" class=INPUT placeholder="H100-80GB = 8, A100-80GB = 16"/>
-                </div>
-                <div>
-                    <label for="q-hours" class=LABEL>"GPU-hours a month"</label>
-                    <input id="q-hours" name="gpu_hours_per_month" inputmode="decimal" class=INPUT/>
-                </div>
-                <div>
-                    <label for="q-longest" class=LABEL>"Longest booking (h)"</label>
-                    <input id="q-longest" name="max_booking_hours" inputmode="numeric" class=INPUT/>
-                </div>
-                <div>
-                    <label for="q-overlap" class=LABEL>"Bookings at once"</label>
-                    <input id="q-overlap" name="max_overlapping" inputmode="numeric" class=INPUT/>
-                </div>
+                <Field id="q-level" name="level" label="Applies to" class="sm:col-span-2">
+                    {levels.iter().map(|(value, label)| view! { <option value=*value>{*label}</option> }).collect_view()}
+                </Field>
+                <Field id="q-who" name="who" label="Who (empty for everyone)" class="sm:col-span-4"
+                    placeholder="acme, acme/vision or dana@example.com"/>
+                <Field id="q-gpus" name="max_gpus" label="GPUs at once, per model" inputmode="decimal"/>
+                <Field id="q-by-model" name="by_model" label="Limits of particular models" class="sm:col-span-2"
+                    placeholder="H100-80GB = 8, A100-80GB = 16"/>
+                <Field id="q-hours" name="gpu_hours_per_month" label="GPU-hours a month" inputmode="decimal"/>
+                <Field id="q-longest" name="max_booking_hours" label="Longest booking (h)" inputmode="numeric"/>
+                <Field id="q-overlap" name="max_overlapping" label="Bookings at once" inputmode="numeric"/>
                 <label class="flex items-center gap-2 text-xs text-slate-700 sm:col-span-5">
                     <input type="checkbox" name="allow_spot" value="yes"/>
                     "May book beyond the GPU limits as spot (preemptible: reclaimed when a guaranteed booking needs the capacity). For users of a tenant with a quota, the tenant's row decides."
                 </label>
                 <div class="flex items-end">
-                    <button type="submit" class="w-full rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">"Save quota"</button>
+                    <button type="submit" class=format!("w-full {BUTTON}")>"Save quota"</button>
                 </div>
             </ActionForm>
             <p class="mt-2 text-xs text-slate-500">"Leave a limit empty for no limit. Saving replaces the row of the same level and name."</p>
@@ -107,46 +87,32 @@ fn QuotaTable(page: QuotasView, remove: ServerAction<RemoveQuota>) -> impl IntoV
         return view! { <p class="mt-4 text-sm text-slate-500">"No quotas: nobody is limited."</p> }.into_any();
     }
     view! {
-        <div class="mt-4 overflow-x-auto rounded-xl border border-slate-200 bg-white shadow-sm">
-            <table class="min-w-full divide-y divide-slate-200 text-sm" aria-label="Quotas">
-                <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
-                    <tr>
-                        <th scope="col" class="px-4 py-2">"Who"</th>
-                        <th scope="col" class="px-4 py-2">"Level"</th>
-                        <th scope="col" class="px-4 py-2">"GPUs at once"</th>
-                        <th scope="col" class="px-4 py-2">"Per model"</th>
-                        <th scope="col" class="px-4 py-2">"GPU-hours a month"</th>
-                        <th scope="col" class="px-4 py-2">"Longest booking (h)"</th>
-                        <th scope="col" class="px-4 py-2">"Bookings at once"</th>
-                        <th scope="col" class="px-4 py-2">"May burst as spot"</th>
-                        <th scope="col" class="px-4 py-2"><span class="sr-only">"Actions"</span></th>
-                    </tr>
-                </thead>
-                <tbody class="divide-y divide-slate-100">
-                    {page.rows.into_iter().map(|r: QuotaView| view! {
-                        <tr data-quota=r.key.clone()>
-                            <th scope="row" class="px-4 py-2 text-left font-medium text-slate-900">{r.who.clone()}</th>
-                            <td class="px-4 py-2 text-slate-600">{r.level}</td>
-                            <td class="px-4 py-2">{r.max_gpus}</td>
-                            <td class="px-4 py-2">{r.by_model}</td>
-                            <td class="px-4 py-2">{r.gpu_hours_per_month}</td>
-                            <td class="px-4 py-2">{r.max_booking_hours}</td>
-                            <td class="px-4 py-2">{r.max_overlapping}</td>
-                            <td class="px-4 py-2">{r.allow_spot}</td>
-                            <td class="px-4 py-2 text-right">
-                                {r.removable.then(|| view! {
-                                    <ActionForm action=remove>
-                                        <input type="hidden" name="id" value=r.id/>
-                                        <button type="submit" class="text-xs font-medium text-red-700 hover:text-red-600"
-                                            aria-label=format!("Remove the quota of {}", r.who)>"Remove"</button>
-                                    </ActionForm>
-                                })}
-                            </td>
-                        </tr>
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+        <Table label="Quotas" buttons_column="Actions" columns=&[
+            "Who", "Level", "GPUs at once", "Per model", "GPU-hours a month", "Longest booking (h)", "Bookings at once",
+            "May burst as spot",
+        ]>
+            {page.rows.into_iter().map(|r: QuotaView| view! {
+                <tr data-quota=r.key.clone()>
+                    <th scope="row" class=ROW_HEADER>{r.who.clone()}</th>
+                    <td class="px-4 py-2 text-slate-600">{r.level}</td>
+                    <td class=CELL>{r.max_gpus}</td>
+                    <td class=CELL>{r.by_model}</td>
+                    <td class=CELL>{r.gpu_hours_per_month}</td>
+                    <td class=CELL>{r.max_booking_hours}</td>
+                    <td class=CELL>{r.max_overlapping}</td>
+                    <td class=CELL>{r.allow_spot}</td>
+                    <td class="px-4 py-2 text-right">
+                        {r.removable.then(|| view! {
+                            <ActionForm action=remove>
+                                <input type="hidden" name="id" value=r.id/>
+                                <button type="submit" class=SMALL_DANGER_BUTTON
+                                    aria-label=format!("Remove the quota of {}", r.who)>"Remove"</button>
+                            </ActionForm>
+                        })}
+                    </td>
+                </tr>
+            }).collect_view()}
+        </Table>
     }
     .into_any()
 }

@@ -2,19 +2,14 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
-use crate::components::{ErrorAlert, RequireUser};
+use crate::components::form::{BUTTON, LABEL, SMALL_BUTTON, SMALL_DANGER_BUTTON, SMALL_INPUT};
+use crate::components::table::{CELL, ROW_HEADER};
+use crate::components::{CARD, ErrorAlert, Field, RequireUser, Table};
 use crate::model::{MemberView, ProjectView, SsoView, TenantPageView, TenantView, TokenView};
 use crate::serverfns::{
     AddProjectMember, ChangeMemberRole, ChangeTenant, CreateProject, CreateTenant, InviteMember, RemoveMember,
     RevokeTenantToken, SaveSso, SetTenantIsolation, tenant_detail, tenants_overview,
 };
-
-const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
-const LABEL: &str = "block text-xs font-medium text-slate-600";
-const BUTTON: &str = "rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500";
-const SMALL_BUTTON: &str =
-    "rounded-md px-2 py-1 text-xs font-medium ring-1 ring-inset ring-slate-300 hover:bg-slate-50";
-const CARD: &str = "mt-6 rounded-xl border border-slate-200 bg-white p-4 shadow-sm";
 
 /// Platform admins: every tenant, with its isolation and state; create, suspend, resume,
 /// delete.
@@ -56,26 +51,14 @@ pub fn TenantsPage() -> impl IntoView {
             <section class=CARD aria-labelledby="new-tenant">
                 <h2 id="new-tenant" class="text-sm font-semibold text-slate-900">"New tenant"</h2>
                 <ActionForm action=create attr:class="mt-3 grid gap-3 sm:grid-cols-5">
-                    <div>
-                        <label for="t-slug" class=LABEL>"Short name"</label>
-                        <input id="t-slug" name="slug" required class=INPUT placeholder="acme"/>
-                    </div>
-                    <div class="sm:col-span-2">
-                        <label for="t-name" class=LABEL>"Name"</label>
-                        <input id="t-name" name="name" required class=INPUT placeholder="Acme Research"/>
-                    </div>
-                    <div>
-                        <label for="t-isolation" class=LABEL>"Isolation"</label>
-                        <select id="t-isolation" name="isolation" class=INPUT>
-                            <option value="soft">"Soft"</option>
-                            <option value="hard">"Hard"</option>
-                            <option value="hybrid">"Hybrid"</option>
-                        </select>
-                    </div>
-                    <div>
-                        <label for="t-admin" class=LABEL>"First tenant admin (email)"</label>
-                        <input id="t-admin" name="first_admin" type="email" class=INPUT/>
-                    </div>
+                    <Field id="t-slug" name="slug" label="Short name" required=true placeholder="acme"/>
+                    <Field id="t-name" name="name" label="Name" required=true placeholder="Acme Research" class="sm:col-span-2"/>
+                    <Field id="t-isolation" name="isolation" label="Isolation">
+                        <option value="soft">"Soft"</option>
+                        <option value="hard">"Hard"</option>
+                        <option value="hybrid">"Hybrid"</option>
+                    </Field>
+                    <Field id="t-admin" name="first_admin" label="First tenant admin (email)" input_type="email"/>
                     <div><button type="submit" class=BUTTON>"Create tenant"</button></div>
                 </ActionForm>
             </section>
@@ -93,68 +76,54 @@ fn TenantTable(
         return view! { <p class="mt-4 text-sm text-slate-500">"No tenants yet."</p> }.into_any();
     }
     view! {
-        <div class="mt-4 overflow-x-auto rounded-xl border border-slate-200 bg-white shadow-sm">
-            <table class="min-w-full divide-y divide-slate-200 text-sm" aria-label="Tenants">
-                <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
-                    <tr>
-                        <th scope="col" class="px-4 py-2">"Tenant"</th>
-                        <th scope="col" class="px-4 py-2">"Isolation"</th>
-                        <th scope="col" class="px-4 py-2">"State"</th>
-                        <th scope="col" class="px-4 py-2">"Members"</th>
-                        <th scope="col" class="px-4 py-2">"Active environments"</th>
-                        <th scope="col" class="px-4 py-2"><span class="sr-only">"Actions"</span></th>
+        <Table label="Tenants" columns=&["Tenant", "Isolation", "State", "Members", "Active environments"] buttons_column="Actions">
+            {rows.into_iter().map(|t| {
+                let suspended = t.status == "suspended";
+                view! {
+                    <tr data-tenant=t.slug.clone()>
+                        <th scope="row" class=ROW_HEADER>
+                            <a href=format!("/tenants/{}", t.id) class="text-indigo-600 hover:text-indigo-500">{t.name.clone()}</a>
+                            <span class="ml-2 text-xs text-slate-500">{t.slug.clone()}</span>
+                            {t.queue_failure.clone().map(|failure| view! {
+                                <p data-queue-failure="" class="mt-1 max-w-md text-xs font-normal text-red-700">{failure}</p>
+                            })}
+                        </th>
+                        <td class=CELL>
+                            <ActionForm action=isolation attr:class="flex items-center gap-1">
+                                <input type="hidden" name="id" value=t.id/>
+                                <label class="sr-only" for=format!("iso-{}", t.id)>"Isolation"</label>
+                                <select id=format!("iso-{}", t.id) name="isolation" class=SMALL_INPUT>
+                                    {["soft", "hard", "hybrid"].into_iter().map(|mode| view! {
+                                        <option value=mode selected=mode == t.isolation>{mode}</option>
+                                    }).collect_view()}
+                                </select>
+                                <button type="submit" class=SMALL_BUTTON>"Set"</button>
+                            </ActionForm>
+                        </td>
+                        <td class=CELL data-status=t.status.clone()>{t.status.clone()}</td>
+                        <td class=CELL>{t.members}</td>
+                        <td class=CELL>{t.active_environments}</td>
+                        <td class=CELL>
+                            <div class="flex gap-2">
+                                <ActionForm action=change>
+                                    <input type="hidden" name="id" value=t.id/>
+                                    <input type="hidden" name="change" value=if suspended { "resume" } else { "suspend" }/>
+                                    <button type="submit" class=SMALL_BUTTON>{if suspended { "Resume" } else { "Suspend" }}</button>
+                                </ActionForm>
+                                <ActionForm action=change>
+                                    <input type="hidden" name="id" value=t.id/>
+                                    <input type="hidden" name="change" value="delete"/>
+                                    <button type="submit" class=SMALL_DANGER_BUTTON
+                                        title="Stops every environment of the tenant and ends its members' sessions">
+                                        "Delete"
+                                    </button>
+                                </ActionForm>
+                            </div>
+                        </td>
                     </tr>
-                </thead>
-                <tbody class="divide-y divide-slate-100">
-                    {rows.into_iter().map(|t| {
-                        let suspended = t.status == "suspended";
-                        view! {
-                            <tr data-tenant=t.slug.clone()>
-                                <th scope="row" class="px-4 py-2 text-left font-medium">
-                                    <a href=format!("/tenants/{}", t.id) class="text-indigo-600 hover:text-indigo-500">{t.name.clone()}</a>
-                                    <span class="ml-2 text-xs text-slate-500">{t.slug.clone()}</span>
-                                    {t.queue_failure.clone().map(|failure| view! {
-                                        <p data-queue-failure="" class="mt-1 max-w-md text-xs font-normal text-red-700">{failure}</p>
-                                    })}
-                                </th>
-                                <td class="px-4 py-2">
-                                    <ActionForm action=isolation attr:class="flex items-center gap-1">
-                                        <input type="hidden" name="id" value=t.id/>
-                                        <label class="sr-only" for=format!("iso-{}", t.id)>"Isolation"</label>
-                                        <select id=format!("iso-{}", t.id) name="isolation" class="rounded border border-slate-300 px-1 py-0.5 text-xs">
-                                            {["soft", "hard", "hybrid"].into_iter().map(|mode| view! {
-                                                <option value=mode selected=mode == t.isolation>{mode}</option>
-                                            }).collect_view()}
-                                        </select>
-                                        <button type="submit" class=SMALL_BUTTON>"Set"</button>
-                                    </ActionForm>
-                                </td>
-                                <td class="px-4 py-2" data-status=t.status.clone()>{t.status.clone()}</td>
-                                <td class="px-4 py-2">{t.members}</td>
-                                <td class="px-4 py-2">{t.active_environments}</td>
-                                <td class="px-4 py-2">
-                                    <div class="flex gap-2">
-                                        <ActionForm action=change>
-                                            <input type="hidden" name="id" value=t.id/>
-                                            <input type="hidden" name="change" value=if suspended { "resume" } else { "suspend" }/>
-                                            <button type="submit" class=SMALL_BUTTON>{if suspended { "Resume" } else { "Suspend" }}</button>
-                                        </ActionForm>
-                                        <ActionForm action=change>
-                                            <input type="hidden" name="id" value=t.id/>
-                                            <input type="hidden" name="change" value="delete"/>
-                                            <button type="submit" class="rounded-md px-2 py-1 text-xs font-medium text-red-700 ring-1 ring-inset ring-red-300 hover:bg-red-50"
-                                                title="Stops every environment of the tenant and ends its members' sessions">
-                                                "Delete"
-                                            </button>
-                                        </ActionForm>
-                                    </div>
-                                </td>
-                            </tr>
-                        }
-                    }).collect_view()}
-                </tbody>
-            </table>
-        </div>
+                }
+            }).collect_view()}
+        </Table>
     }
     .into_any()
 }
@@ -256,67 +225,52 @@ fn Members(members: Vec<MemberView>, manage: bool, me: i64, tenant_id: i64, acti
     view! {
         <section class=CARD aria-labelledby="members">
             <h2 id="members" class="text-sm font-semibold text-slate-900">"Members"</h2>
-            <table class="mt-3 min-w-full divide-y divide-slate-200 text-sm" aria-label="Members">
-                <thead class="text-left text-xs font-medium text-slate-500">
-                    <tr>
-                        <th scope="col" class="py-2 pr-4">"Person"</th>
-                        <th scope="col" class="py-2 pr-4">"Role"</th>
-                        <th scope="col" class="py-2 pr-4">"Signed in through SSO"</th>
-                        <th scope="col" class="py-2"><span class="sr-only">"Actions"</span></th>
-                    </tr>
-                </thead>
-                <tbody class="divide-y divide-slate-100">
-                    {members.into_iter().map(|m| {
-                        let editable = manage && m.user_id != me;
-                        view! {
-                            <tr data-member=m.email.clone()>
-                                <th scope="row" class="py-2 pr-4 text-left font-normal">
-                                    <span class="font-medium text-slate-900">{m.name.clone()}</span>
-                                    <span class="ml-2 text-xs text-slate-500">{m.email.clone()}</span>
-                                </th>
-                                <td class="py-2 pr-4">
-                                    {if editable {
-                                        view! {
-                                            <ActionForm action=actions.role attr:class="flex items-center gap-1">
-                                                <input type="hidden" name="tenant_id" value=tenant_id/>
-                                                <input type="hidden" name="user_id" value=m.user_id/>
-                                                <label class="sr-only" for=format!("role-{}", m.user_id)>"Role"</label>
-                                                <select id=format!("role-{}", m.user_id) name="role" class="rounded border border-slate-300 px-1 py-0.5 text-xs">
-                                                    <RoleOptions selected=m.role.clone()/>
-                                                </select>
-                                                <button type="submit" class=SMALL_BUTTON>"Change"</button>
-                                            </ActionForm>
-                                        }.into_any()
-                                    } else {
-                                        view! { <span data-role=m.role.clone()>{m.role_label.clone()}</span> }.into_any()
-                                    }}
-                                </td>
-                                <td class="py-2 pr-4">{if m.linked { "yes" } else { "not yet" }}</td>
-                                <td class="py-2">
-                                    {editable.then(|| view! {
-                                        <ActionForm action=actions.remove>
+            <Table label="Members" columns=&["Person", "Role", "Signed in through SSO"] buttons_column="Actions">
+                {members.into_iter().map(|m| {
+                    let editable = manage && m.user_id != me;
+                    view! {
+                        <tr data-member=m.email.clone()>
+                            <th scope="row" class=ROW_HEADER>
+                                {m.name.clone()}
+                                <span class="ml-2 text-xs font-normal text-slate-500">{m.email.clone()}</span>
+                            </th>
+                            <td class=CELL>
+                                {if editable {
+                                    view! {
+                                        <ActionForm action=actions.role attr:class="flex items-center gap-1">
                                             <input type="hidden" name="tenant_id" value=tenant_id/>
                                             <input type="hidden" name="user_id" value=m.user_id/>
-                                            <button type="submit" class="rounded-md px-2 py-1 text-xs font-medium text-red-700 ring-1 ring-inset ring-red-300 hover:bg-red-50">"Remove"</button>
+                                            <label class="sr-only" for=format!("role-{}", m.user_id)>"Role"</label>
+                                            <select id=format!("role-{}", m.user_id) name="role" class=SMALL_INPUT>
+                                                <RoleOptions selected=m.role.clone()/>
+                                            </select>
+                                            <button type="submit" class=SMALL_BUTTON>"Change"</button>
                                         </ActionForm>
-                                    })}
-                                </td>
-                            </tr>
-                        }
-                    }).collect_view()}
-                </tbody>
-            </table>
+                                    }.into_any()
+                                } else {
+                                    view! { <span data-role=m.role.clone()>{m.role_label.clone()}</span> }.into_any()
+                                }}
+                            </td>
+                            <td class=CELL>{if m.linked { "yes" } else { "not yet" }}</td>
+                            <td class=CELL>
+                                {editable.then(|| view! {
+                                    <ActionForm action=actions.remove>
+                                        <input type="hidden" name="tenant_id" value=tenant_id/>
+                                        <input type="hidden" name="user_id" value=m.user_id/>
+                                        <button type="submit" class=SMALL_DANGER_BUTTON>"Remove"</button>
+                                    </ActionForm>
+                                })}
+                            </td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </Table>
             {manage.then(|| view! {
                 <ActionForm action=actions.invite attr:class="mt-4 grid gap-3 sm:grid-cols-4">
                     <input type="hidden" name="tenant_id" value=tenant_id/>
-                    <div class="sm:col-span-2">
-                        <label for="invite-email" class=LABEL>"Invite by email"</label>
-                        <input id="invite-email" name="email" type="email" required class=INPUT placeholder="ada@example.com"/>
-                    </div>
-                    <div>
-                        <label for="invite-role" class=LABEL>"Role"</label>
-                        <select id="invite-role" name="role" class=INPUT><RoleOptions selected="member".to_owned()/></select>
-                    </div>
+                    <Field id="invite-email" name="email" label="Invite by email" input_type="email" required=true
+                        placeholder="ada@example.com" class="sm:col-span-2"/>
+                    <Field id="invite-role" name="role" label="Role"><RoleOptions selected="member".to_owned()/></Field>
                     <div class="flex items-end"><button type="submit" class=BUTTON>"Invite"</button></div>
                     <p class="text-xs text-slate-500 sm:col-span-4">
                         "They sign in with your company's SSO; the invitation is linked at their first sign-in with this (verified) email."
@@ -359,7 +313,7 @@ fn Projects(projects: Vec<ProjectView>, manage: bool, tenant_id: i64, actions: T
                                         <input type="hidden" name="project_id" value=p.id/>
                                         <label class="sr-only" for=format!("pm-{}", p.id)>"Member email"</label>
                                         <input id=format!("pm-{}", p.id) name="email" type="email" required placeholder="member email"
-                                            class="rounded border border-slate-300 px-2 py-0.5 text-xs"/>
+                                            class=SMALL_INPUT/>
                                         <button type="submit" class=SMALL_BUTTON>"Add"</button>
                                     </ActionForm>
                                 })}
@@ -371,10 +325,7 @@ fn Projects(projects: Vec<ProjectView>, manage: bool, tenant_id: i64, actions: T
             {manage.then(|| view! {
                 <ActionForm action=actions.project attr:class="mt-3 flex items-end gap-2">
                     <input type="hidden" name="tenant_id" value=tenant_id/>
-                    <div>
-                        <label for="project-name" class=LABEL>"New project"</label>
-                        <input id="project-name" name="name" required class=INPUT/>
-                    </div>
+                    <Field id="project-name" name="name" label="New project" required=true/>
                     <button type="submit" class=BUTTON>"Create"</button>
                 </ActionForm>
             })}
@@ -406,38 +357,19 @@ fn Sso(sso: SsoView, manage: bool, tenant_id: i64, actions: TenantActions) -> im
                 view! {
                     <ActionForm action=actions.sso attr:class="mt-3 grid gap-3 sm:grid-cols-2">
                         <input type="hidden" name="tenant_id" value=tenant_id/>
-                        <div>
-                            <label for="sso-name" class=LABEL>"Button label (\"Sign in with ...\")"</label>
-                            <input id="sso-name" name="display_name" required class=INPUT value=sso.display_name.clone() placeholder="Acme SSO"/>
-                        </div>
-                        <div>
-                            <label for="sso-issuer" class=LABEL>"Issuer URL"</label>
-                            <input id="sso-issuer" name="issuer" required class=INPUT value=sso.issuer.clone() placeholder="https://login.example.com/realms/acme"/>
-                        </div>
-                        <div>
-                            <label for="sso-client" class=LABEL>"Client id"</label>
-                            <input id="sso-client" name="client_id" required class=INPUT value=sso.client_id.clone()/>
-                        </div>
-                        <div>
-                            <label for="sso-secret" class=LABEL>
-                                {if sso.has_secret { "Client secret (stored; leave empty to keep it)" } else { "Client secret" }}
-                            </label>
-                            <input id="sso-secret" name="client_secret" type="password" autocomplete="off" class=INPUT/>
-                        </div>
-                        <div>
-                            <label for="sso-claim" class=LABEL>"Group claim"</label>
-                            <input id="sso-claim" name="groups_claim" class=INPUT value=sso.groups_claim.clone()/>
-                        </div>
-                        <div>
-                            <label for="sso-domains" class=LABEL>"Allowed email domains (empty: any)"</label>
-                            <input id="sso-domains" name="allowed_domains" class=INPUT value=sso.allowed_domains.clone() placeholder="acme.example"/>
-                        </div>
-                        <div class="sm:col-span-2">
-                            <label for="sso-groups" class=LABEL>"Group to role, one per line: group = tenant_admin | member | viewer"</label>
-                            <textarea id="sso-groups" name="group_roles" rows="4" class=INPUT placeholder="ml-admins = tenant_admin\nml-team = member">
-                                {sso.group_roles.clone()}
-                            </textarea>
-                        </div>
+                        <Field id="sso-name" name="display_name" label="Button label (\"Sign in with ...\")" required=true
+                            value=sso.display_name.clone() placeholder="Acme SSO"/>
+                        <Field id="sso-issuer" name="issuer" label="Issuer URL" required=true value=sso.issuer.clone()
+                            placeholder="https://login.example.com/realms/acme"/>
+                        <Field id="sso-client" name="client_id" label="Client id" required=true value=sso.client_id.clone()/>
+                        <Field id="sso-secret" name="client_secret" input_type="password" autocomplete="off"
+                            label=if sso.has_secret { "Client secret (stored; leave empty to keep it)" } else { "Client secret" }/>
+                        <Field id="sso-claim" name="groups_claim" label="Group claim" value=sso.groups_claim.clone()/>
+                        <Field id="sso-domains" name="allowed_domains" label="Allowed email domains (empty: any)"
+                            value=sso.allowed_domains.clone() placeholder="acme.example"/>
+                        <Field id="sso-groups" name="group_roles" rows=4 class="sm:col-span-2"
+                            label="Group to role, one per line: group = tenant_admin | member | viewer"
+                            placeholder="ml-admins = tenant_admin\nml-team = member" value=sso.group_roles.clone()/>
                         <label class="flex items-center gap-2 text-xs text-slate-700">
                             <input type="checkbox" name="enabled" value="yes" checked=sso.enabled || !configured/>
                             "Offer this sign-in on the sign-in page"
@@ -470,41 +402,29 @@ fn TenantTokens(tokens: Vec<TokenView>, manage: bool, tenant_id: i64, actions: T
                 view! { <p class="mt-2 text-sm text-slate-500">"No tokens."</p> }.into_any()
             } else {
                 view! {
-                    <table class="mt-3 min-w-full divide-y divide-slate-200 text-sm" aria-label="Tenant tokens">
-                        <thead class="text-left text-xs font-medium text-slate-500">
-                            <tr>
-                                <th scope="col" class="py-2 pr-4">"Owner"</th>
-                                <th scope="col" class="py-2 pr-4">"Name"</th>
-                                <th scope="col" class="py-2 pr-4">"Expires"</th>
-                                <th scope="col" class="py-2 pr-4">"Last used"</th>
-                                <th scope="col" class="py-2 pr-4">"State"</th>
-                                <th scope="col" class="py-2"><span class="sr-only">"Actions"</span></th>
-                            </tr>
-                        </thead>
-                        <tbody class="divide-y divide-slate-100">
-                            {tokens.into_iter().map(|t| {
-                                let active = t.status == "active";
-                                view! {
-                                    <tr data-token=t.name.clone()>
-                                        <td class="py-2 pr-4">{t.owner.clone()}</td>
-                                        <td class="py-2 pr-4" title=t.action_names.clone()>{t.name.clone()}</td>
-                                        <td class="py-2 pr-4">{t.expires.clone()}</td>
-                                        <td class="py-2 pr-4">{t.last_used.clone()}</td>
-                                        <td class="py-2 pr-4" data-status=t.status.clone()>{t.status.clone()}</td>
-                                        <td class="py-2">
-                                            {(manage && active).then(|| view! {
-                                                <ActionForm action=actions.revoke>
-                                                    <input type="hidden" name="tenant_id" value=tenant_id/>
-                                                    <input type="hidden" name="id" value=t.id/>
-                                                    <button type="submit" class="rounded-md px-2 py-1 text-xs font-medium text-red-700 ring-1 ring-inset ring-red-300 hover:bg-red-50">"Revoke"</button>
-                                                </ActionForm>
-                                            })}
-                                        </td>
-                                    </tr>
-                                }
-                            }).collect_view()}
-                        </tbody>
-                    </table>
+                    <Table label="Tenant tokens" columns=&["Owner", "Name", "Expires", "Last used", "State"] buttons_column="Actions">
+                        {tokens.into_iter().map(|t| {
+                            let active = t.status == "active";
+                            view! {
+                                <tr data-token=t.name.clone()>
+                                    <td class=CELL>{t.owner.clone()}</td>
+                                    <td class=CELL title=t.action_names.clone()>{t.name.clone()}</td>
+                                    <td class=CELL>{t.expires.clone()}</td>
+                                    <td class=CELL>{t.last_used.clone()}</td>
+                                    <td class=CELL data-status=t.status.clone()>{t.status.clone()}</td>
+                                    <td class=CELL>
+                                        {(manage && active).then(|| view! {
+                                            <ActionForm action=actions.revoke>
+                                                <input type="hidden" name="tenant_id" value=tenant_id/>
+                                                <input type="hidden" name="id" value=t.id/>
+                                                <button type="submit" class=SMALL_DANGER_BUTTON>"Revoke"</button>
+                                            </ActionForm>
+                                        })}
+                                    </td>
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </Table>
                 }.into_any()
             }}
         </section>

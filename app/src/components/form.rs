@@ -1,0 +1,97 @@
+//! A form's labelled field, and the classes every form's controls and buttons share.
+//! (Tailwind reads the classes from this source, so they stay literal strings.)
+
+use leptos::prelude::*;
+
+/// A text box, select or text area of a form.
+pub const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
+/// The small control of a table row (its label only for screen readers).
+pub const SMALL_INPUT: &str = "rounded border border-slate-300 px-2 py-0.5 text-xs";
+/// A field's label, a fieldset's legend, a definition list's term.
+pub const LABEL: &str = "block text-xs font-medium text-slate-600";
+/// Help under a field.
+pub const HINT: &str = "mt-1 text-xs text-slate-500";
+/// A form's main button.
+pub const BUTTON: &str = "rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500";
+/// A button in a table row or list item.
+pub const SMALL_BUTTON: &str =
+    "rounded-md px-2 py-1 text-xs font-medium ring-1 ring-inset ring-slate-300 hover:bg-slate-50";
+/// A row's button that takes something away: revoke, remove, delete.
+pub const SMALL_DANGER_BUTTON: &str =
+    "rounded-md px-2 py-1 text-xs font-medium text-red-700 ring-1 ring-inset ring-red-300 hover:bg-red-50";
+
+/// A label and its control: an `<input>`, or a `<select>` when given options (its
+/// children), or a `<textarea>` when given `rows`. With `help`, the help text sits under
+/// the control as `<id>-hint`, and the control names it in `aria-describedby`.
+///
+/// Event listeners set on the field (`on:input`) sit on its wrapper, where the control's
+/// events bubble up.
+#[component]
+pub fn Field(
+    /// The control's id, which the label points at.
+    id: &'static str,
+    /// The form argument the control fills.
+    name: &'static str,
+    #[prop(into)] label: String,
+    #[prop(optional, into)] help: Option<ViewFn>,
+    /// The wrapper's classes (its place in the form's grid).
+    #[prop(optional)]
+    class: Option<&'static str>,
+    /// An input's type (`email`, `password`, `number`, ...); none is text.
+    #[prop(optional)]
+    input_type: Option<&'static str>,
+    /// The starting value (a text area's text).
+    #[prop(optional, into)]
+    value: Option<String>,
+    #[prop(optional)] placeholder: Option<&'static str>,
+    #[prop(optional)] required: bool,
+    #[prop(optional)] autocomplete: Option<&'static str>,
+    #[prop(optional)] inputmode: Option<&'static str>,
+    #[prop(optional)] minlength: Option<u32>,
+    #[prop(optional)] maxlength: Option<u32>,
+    #[prop(optional)] min: Option<u32>,
+    #[prop(optional)] max: Option<u32>,
+    /// The id of a `<datalist>` of suggestions.
+    #[prop(optional)]
+    list: Option<&'static str>,
+    /// Makes it a text area this many rows high.
+    #[prop(optional)]
+    rows: Option<u32>,
+    /// For what is typed as code: image references, commands, keys.
+    #[prop(optional)]
+    monospace: bool,
+    /// The `<option>`s: makes it a select.
+    #[prop(optional)]
+    children: Option<Children>,
+) -> impl IntoView {
+    let hint = help.is_some().then(|| format!("{id}-hint"));
+    let class_of_control = if monospace { format!("{INPUT} font-mono") } else { INPUT.to_owned() };
+    let control = match (rows, children) {
+        (Some(rows), _) => view! {
+            <textarea id=id name=name rows=rows required=required placeholder=placeholder autocomplete=autocomplete
+                spellcheck="false" aria-describedby=hint.clone() class=class_of_control>
+                {value}
+            </textarea>
+        }
+        .into_any(),
+        (None, Some(options)) => view! {
+            <select id=id name=name required=required aria-describedby=hint.clone() class=class_of_control>
+                {options()}
+            </select>
+        }
+        .into_any(),
+        (None, None) => view! {
+            <input id=id name=name type=input_type value=value required=required placeholder=placeholder
+                autocomplete=autocomplete inputmode=inputmode minlength=minlength maxlength=maxlength min=min max=max
+                list=list aria-describedby=hint.clone() class=class_of_control/>
+        }
+        .into_any(),
+    };
+    view! {
+        <div class=class>
+            <label for=id class=LABEL>{label}</label>
+            {control}
+            {help.map(|help| view! { <p id=hint class=HINT>{help.run()}</p> })}
+        </div>
+    }
+}
