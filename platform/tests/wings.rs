@@ -1,7 +1,7 @@
 //! The platform's wings depend one way (ARCHITECTURE.md): a module may name its own wing,
-#![allow(clippy::expect_used)] // a test stops with its message
 //! a lower one or the root, never a higher wing. Read from the source, so a new `use` that
 //! reaches upward fails here, not in a reviewer's head.
+#![allow(clippy::expect_used)] // a test stops with its message
 
 use std::path::{Path, PathBuf};
 
