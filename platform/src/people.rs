@@ -3,7 +3,7 @@
 //! access and environment sessions only read them.
 
 use berth_domain::policy::{Principal, Role};
-use sqlx::Row;
+use sqlx::FromRow;
 use sqlx::sqlite::SqliteRow;
 
 use crate::{Caller, Error, Platform, RequestMeta};
@@ -24,15 +24,34 @@ pub(crate) const USER_COLUMNS: &str = "u.id, u.email, u.display_name, u.role, u.
     (SELECT t.name FROM tenants t WHERE t.id = u.tenant_id) AS tenant_name";
 
 pub(crate) fn user_from_row(row: &SqliteRow) -> Result<User, Error> {
-    let role: String = row.try_get("role")?;
-    Ok(User {
-        id: row.try_get("id")?,
-        email: row.try_get("email")?,
-        display_name: row.try_get("display_name")?,
-        role: Role::parse(&role).ok_or_else(|| Error::internal(format!("unknown role {role}")))?,
-        tenant_id: row.try_get("tenant_id")?,
-        tenant_name: row.try_get("tenant_name")?,
-    })
+    UserRow::from_row(row)?.try_into()
+}
+
+/// A person's row as [`USER_COLUMNS`] reads it.
+#[derive(sqlx::FromRow)]
+pub(crate) struct UserRow {
+    id: i64,
+    email: String,
+    display_name: String,
+    role: String,
+    tenant_id: Option<i64>,
+    tenant_name: Option<String>,
+}
+
+impl TryFrom<UserRow> for User {
+    type Error = Error;
+
+    fn try_from(row: UserRow) -> Result<User, Error> {
+        let role = Role::parse(&row.role).ok_or_else(|| Error::internal(format!("unknown role {}", row.role)))?;
+        Ok(User {
+            id: row.id,
+            email: row.email,
+            display_name: row.display_name,
+            role,
+            tenant_id: row.tenant_id,
+            tenant_name: row.tenant_name,
+        })
+    }
 }
 
 /// Only active users of active tenants (or platform staff) may act; anyone else's

@@ -1,7 +1,7 @@
 //! Launching, listing and stopping environments: the user-facing side of the lifecycle.
 
 use berth_domain::Refusal;
-use berth_domain::booking::{self as rules, Tier, Window};
+use berth_domain::booking::{self as rules, Tier, Window, utc_short};
 use berth_domain::catalog::{Offering, Size};
 use berth_domain::gpu::GpuModel;
 use berth_domain::launch::{self, LaunchRequest};
@@ -11,13 +11,12 @@ use berth_domain::placement::Hold;
 use berth_domain::policy::{Action, Role, Target};
 use serde::{Deserialize, Serialize};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{Row, SqliteConnection};
+use sqlx::{FromRow, SqliteConnection};
 
 use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
 use crate::capacity::quotas::{Booker, QuotaAsk};
 use crate::{Caller, Error, Platform, now_ms};
-use berth_domain::booking::utc_short;
 
 /// One environment as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,36 +89,65 @@ pub(crate) const ENVIRONMENT_COLUMNS: &str =
      desired, failure_reason, connection, created_at, starts_at, ends_at, state_changed_at, ready_at, finished_at, tier";
 
 pub(crate) fn environment_from_row(row: &SqliteRow) -> Result<Environment, Error> {
-    let corrupt = |what: &str| Error::internal(format!("environment row has an unknown {what}"));
-    let offering: String = row.try_get("offering")?;
-    let offering = Offering::parse(&offering).ok_or_else(|| corrupt("offering"))?;
-    let size_id: String = row.try_get("size_id")?;
-    let state: String = row.try_get("state")?;
-    let desired: String = row.try_get("desired")?;
-    let connection: Option<String> = row.try_get("connection")?;
-    Ok(Environment {
-        id: row.try_get("id")?,
-        owner_id: row.try_get("owner_id")?,
-        tenant_id: row.try_get("tenant_id")?,
-        project_id: row.try_get("project_id")?,
-        name: row.try_get("name")?,
-        offering,
-        size: offering.size(&size_id).ok_or_else(|| corrupt("size"))?,
-        image: row.try_get("image")?,
-        command: row.try_get("command")?,
-        cents_per_hour: row.try_get("cents_per_hour")?,
-        state: EnvState::parse(&state).ok_or_else(|| corrupt("state"))?,
-        desired: Desired::parse(&desired).ok_or_else(|| corrupt("desired state"))?,
-        failure_reason: row.try_get("failure_reason")?,
-        connection: connection.map(|c| serde_json::from_str(&c)).transpose().map_err(Error::internal)?,
-        created_at: row.try_get("created_at")?,
-        starts_at: row.try_get("starts_at")?,
-        ends_at: row.try_get("ends_at")?,
-        state_changed_at: row.try_get("state_changed_at")?,
-        ready_at: row.try_get("ready_at")?,
-        finished_at: row.try_get("finished_at")?,
-        tier: Tier::parse(row.try_get("tier")?).map_err(|_| corrupt("tier"))?,
-    })
+    EnvironmentRow::from_row(row)?.try_into()
+}
+
+/// An `environments` row as stored ([`ENVIRONMENT_COLUMNS`]); [`Environment`] is it read.
+#[derive(sqlx::FromRow)]
+pub(crate) struct EnvironmentRow {
+    id: String,
+    owner_id: i64,
+    tenant_id: Option<i64>,
+    project_id: Option<i64>,
+    name: String,
+    offering: String,
+    size_id: String,
+    image: Option<String>,
+    command: Option<String>,
+    cents_per_hour: i64,
+    state: String,
+    desired: String,
+    failure_reason: Option<String>,
+    connection: Option<String>,
+    created_at: i64,
+    starts_at: i64,
+    ends_at: i64,
+    state_changed_at: i64,
+    ready_at: Option<i64>,
+    finished_at: Option<i64>,
+    tier: String,
+}
+
+impl TryFrom<EnvironmentRow> for Environment {
+    type Error = Error;
+
+    fn try_from(row: EnvironmentRow) -> Result<Environment, Error> {
+        let corrupt = |what: &str| Error::internal(format!("environment row has an unknown {what}"));
+        let offering = Offering::parse(&row.offering).ok_or_else(|| corrupt("offering"))?;
+        Ok(Environment {
+            id: row.id,
+            owner_id: row.owner_id,
+            tenant_id: row.tenant_id,
+            project_id: row.project_id,
+            name: row.name,
+            offering,
+            size: offering.size(&row.size_id).ok_or_else(|| corrupt("size"))?,
+            image: row.image,
+            command: row.command,
+            cents_per_hour: row.cents_per_hour,
+            state: EnvState::parse(&row.state).ok_or_else(|| corrupt("state"))?,
+            desired: Desired::parse(&row.desired).ok_or_else(|| corrupt("desired state"))?,
+            failure_reason: row.failure_reason,
+            connection: row.connection.map(|c| serde_json::from_str(&c)).transpose().map_err(Error::internal)?,
+            created_at: row.created_at,
+            starts_at: row.starts_at,
+            ends_at: row.ends_at,
+            state_changed_at: row.state_changed_at,
+            ready_at: row.ready_at,
+            finished_at: row.finished_at,
+            tier: Tier::parse(&row.tier).map_err(|_| corrupt("tier"))?,
+        })
+    }
 }
 
 impl Platform {
@@ -355,36 +383,61 @@ pub(crate) async fn environment_in(conn: &mut SqliteConnection, id: &str) -> Res
 }
 
 pub(crate) async fn held_units(conn: &mut SqliteConnection, environment_id: &str) -> Result<Vec<HeldUnit>, Error> {
-    let rows = sqlx::query(
-        "SELECT s.name AS site, n.name AS node, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile, r.released_at,
-                r.replica
-         FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id JOIN sites s ON s.id = n.site_id
-         WHERE r.environment_id = ? ORDER BY n.name, g.idx, r.slice_start",
-    )
+    let rows: Vec<UnitRow> = sqlx::query_as(&format!(
+        "SELECT {UNIT_COLUMNS}, r.released_at, r.replica FROM {UNIT_TABLES}
+         WHERE r.environment_id = ? ORDER BY n.name, g.idx, r.slice_start"
+    ))
     .bind(environment_id)
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter()
-        .map(|row| {
-            let model: String = row.try_get("model")?;
-            let key: Option<String> = row.try_get("mig_profile")?;
-            // Stored model-independent (`3g`); shown as the model's name (`3g.40gb`).
-            let mig_profile = key.map(|k| {
-                GpuModel::parse(&model).zip(MigProfile::from_key(&k)).and_then(|(m, p)| p.name(m)).unwrap_or(k)
-            });
-            Ok(HeldUnit {
-                site: row.try_get("site")?,
-                node: row.try_get("node")?,
-                gpu_index: row.try_get("idx")?,
-                model,
-                slice_start: row.try_get("slice_start")?,
-                slice_size: row.try_get("slice_size")?,
-                mig_profile,
-                released_at: row.try_get("released_at")?,
-                replica: row.try_get("replica")?,
-            })
+    Ok(rows
+        .into_iter()
+        .map(|row| HeldUnit {
+            mig_profile: row.mig_profile_name(),
+            site: row.site,
+            node: row.node,
+            gpu_index: row.idx,
+            model: row.model,
+            slice_start: row.slice_start,
+            slice_size: row.slice_size,
+            released_at: row.released_at,
+            replica: row.replica,
         })
-        .collect()
+        .collect())
+}
+
+/// The columns [`UnitRow`] reads, from [`UNIT_TABLES`].
+pub(crate) const UNIT_COLUMNS: &str =
+    "r.environment_id, s.name AS site, n.name AS node, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile";
+/// A reservation with the GPU, node and site it is on (`r`, `g`, `n`, `s`).
+pub(crate) const UNIT_TABLES: &str = "reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+     JOIN sites s ON s.id = n.site_id";
+
+/// A reserved GPU or slice where it is: the part of a reservation that an environment's
+/// page and a backend both read.
+#[derive(sqlx::FromRow)]
+pub(crate) struct UnitRow {
+    pub environment_id: String,
+    pub site: String,
+    pub node: String,
+    pub idx: i64,
+    pub model: String,
+    pub slice_start: i64,
+    pub slice_size: i64,
+    /// Stored model-independent (`3g`).
+    pub mig_profile: Option<String>,
+    #[sqlx(default)]
+    pub released_at: Option<i64>,
+    #[sqlx(default)]
+    pub replica: i64,
+}
+
+impl UnitRow {
+    /// The slice's MIG profile as the model names it (`3g.40gb`), for pages and backends.
+    pub(crate) fn mig_profile_name(&self) -> Option<String> {
+        let key = self.mig_profile.clone()?;
+        Some(GpuModel::parse(&self.model).zip(MigProfile::from_key(&key)).and_then(|(m, p)| p.name(m)).unwrap_or(key))
+    }
 }
 
 /// Reserves `hold` for `window` for the environment (its replica `replica`, 0 for all but

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use berth_domain::Refusal;
-use berth_domain::booking::{self, Window};
+use berth_domain::booking::{self, Window, utc_short};
 use berth_domain::gpu::GpuModel;
 use berth_domain::mig::MigProfile;
 use berth_domain::policy::{Action, Target};
@@ -11,7 +11,6 @@ use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
 use crate::{Caller, Error, Platform, now_ms};
-use berth_domain::booking::utc_short;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MaintenanceWindow {

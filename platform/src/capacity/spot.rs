@@ -4,13 +4,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
-use berth_domain::booking::{Tier, Timeline, Window};
+use berth_domain::booking::{Tier, Timeline, Window, utc_short};
 use berth_domain::placement::{Hold, Occupant, Shape};
 
 use crate::audit::{self, Actor, Event, Outcome};
 use crate::store::WriteTx;
 use crate::{Error, Platform};
-use berth_domain::booking::utc_short;
 
 impl Platform {
     /// Placement for a guaranteed booking that found no free capacity: placed as if no spot

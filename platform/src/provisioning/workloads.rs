@@ -2,13 +2,12 @@
 //! database. The reconciler builds one for every step; connection details, job logs and
 //! endpoint scaling build the same one, so the backend always sees one description.
 
-use berth_domain::gpu::GpuModel;
-use berth_domain::mig::MigProfile;
 use berth_domain::policy::Role;
 use berth_domain::tenancy::{self, Isolation};
-use sqlx::Row;
 
-use crate::capacity::environments::{ENVIRONMENT_COLUMNS, Environment, HeldUnit, environment_from_row, held_units};
+use crate::capacity::environments::{
+    ENVIRONMENT_COLUMNS, Environment, HeldUnit, UNIT_COLUMNS, UNIT_TABLES, UnitRow, environment_from_row, held_units,
+};
 use crate::provisioning::backend::{Holding, PlacedUnit, TenantScope, Workload};
 use crate::{Error, Platform, now_ms};
 
@@ -167,10 +166,8 @@ async fn neighbours(
              AND (SELECT isolation FROM tenants WHERE id = e.tenant_id) IN ('hard', 'hybrid')"
         }
     };
-    let rows = sqlx::query(&format!(
-        "SELECT r.environment_id, s.name AS site, n.name AS node, g.idx, g.model, r.slice_start, r.slice_size, r.mig_profile
-         FROM reservations r JOIN environments e ON e.id = r.environment_id
-         JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id JOIN sites s ON s.id = n.site_id
+    let rows: Vec<UnitRow> = sqlx::query_as(&format!(
+        "SELECT {UNIT_COLUMNS} FROM {UNIT_TABLES} JOIN environments e ON e.id = r.environment_id
          WHERE r.environment_id <> ?1 AND r.released_at IS NULL AND r.starts_at <= ?2 AND {only}
            AND NOT EXISTS (SELECT 1 FROM environment_steps st WHERE st.environment_id = r.environment_id
                            AND st.phase = 'teardown' AND st.step = 'stop_workload' AND st.status = 'succeeded')
@@ -182,22 +179,17 @@ async fn neighbours(
     .bind(now_ms())
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter()
-        .map(|row| {
-            let model: String = row.try_get("model")?;
-            let key: Option<String> = row.try_get("mig_profile")?;
-            Ok(PlacedUnit {
-                environment_id: row.try_get("environment_id")?,
-                site: row.try_get("site")?,
-                node: row.try_get("node")?,
-                gpu_index: row.try_get("idx")?,
-                slice_start: row.try_get("slice_start")?,
-                slice_size: row.try_get("slice_size")?,
-                // Stored model-independent (`3g`); backends get the model's name (`3g.40gb`).
-                mig_profile: key.map(|key| {
-                    GpuModel::parse(&model).zip(MigProfile::from_key(&key)).and_then(|(m, p)| p.name(m)).unwrap_or(key)
-                }),
-            })
+    Ok(rows
+        .into_iter()
+        .map(|row| PlacedUnit {
+            // Stored model-independent (`3g`); backends get the model's name (`3g.40gb`).
+            mig_profile: row.mig_profile_name(),
+            environment_id: row.environment_id,
+            site: row.site,
+            node: row.node,
+            gpu_index: row.idx,
+            slice_start: row.slice_start,
+            slice_size: row.slice_size,
         })
-        .collect()
+        .collect())
 }

@@ -7,6 +7,7 @@
 //! a tenant is never created, switched or deleted with half of its identifiers.
 
 use berth_domain::Refusal;
+use berth_domain::booking::utc_short;
 use berth_domain::fabric::{
     self, FabricConfig, FabricLease, IdentifierKind, NetworkSegment, PKey, TenantPartition, parse_port_guids,
 };
@@ -16,7 +17,6 @@ use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Actor, Event, Outcome};
 use crate::{Caller, Error, Platform, now_ms};
-use berth_domain::booking::utc_short;
 
 /// One identifier a tenant holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
