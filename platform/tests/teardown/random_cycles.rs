@@ -1,0 +1,280 @@
+//! 1,000 random create/stop cycles with injected faults and reconciler crashes leak nothing.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use berth_domain::Refusal;
+use berth_domain::lifecycle::EnvState;
+use berth_domain::policy::Role;
+use berth_domain::tenancy::Isolation;
+use berth_platform::tenancy::tenants::TenantChange;
+use berth_platform::{Caller, Error};
+use rand::Rng;
+use rand::seq::IndexedRandom;
+use sqlx::SqlitePool;
+
+use crate::common::{overlapping_reservations, tenants_sharing_nodes, test_meta, trigger_abort};
+use crate::support::{Site, World};
+
+const CYCLES: usize = 1000;
+
+/// Sizes of each offering the fleet can hold, the small ones more often.
+const CHOICES: &[(&str, &str, u32)] = &[
+    ("notebook", "h100-1g.10gb", 6),
+    ("notebook", "h100-3g.40gb", 3),
+    ("notebook", "l40s-1", 3),
+    ("notebook", "l40s-dev", 3),
+    ("notebook", "h100-1", 2),
+    ("training", "h100-1", 3),
+    ("training", "h100-4", 2),
+    ("training", "h100-8", 1),
+    ("training", "a100-8", 1),
+    ("inference", "h100-1g.10gb", 4),
+    ("inference", "h100-3g.40gb", 2),
+    ("inference", "a100-3g.40gb", 2),
+    ("inference", "l40s-1", 3),
+    ("cluster", "h100-node-1", 1),
+    ("cluster", "a100-node-1", 1),
+];
+
+#[derive(Default)]
+struct Tally {
+    launched: AtomicUsize,
+    refused: AtomicUsize,
+    crashed_requests: AtomicUsize,
+    crashes: AtomicUsize,
+    tenants_deleted: AtomicUsize,
+}
+
+/// The tenants members book in; deleted ones leave the list (their members try anyway
+/// now and then, and must be refused).
+struct Tenants {
+    active: Vec<(i64, Vec<Caller>)>,
+    deleted: Vec<(i64, Vec<Caller>)>,
+    created: usize,
+}
+
+async fn random_cycles(site: Site, workers: usize) {
+    let name = site.world.name();
+    let started = std::time::Instant::now();
+    let site = Arc::new(site);
+    let mut tenants = Tenants { active: Vec::new(), deleted: Vec::new(), created: 0 };
+    for (slug, isolation) in [("t0", Isolation::Soft), ("t1", Isolation::Hard), ("t2", Isolation::Soft)] {
+        tenants.active.push(site.tenant(slug, isolation, 2).await);
+        tenants.created += 1;
+    }
+    let tenants = Arc::new(Mutex::new(tenants));
+    let tally = Arc::new(Tally::default());
+    let done = Arc::new(AtomicBool::new(false));
+    site.world.faults_on();
+
+    let mut cycles = Vec::new();
+    for worker in 0..workers {
+        let (site, tenants, tally) = (site.clone(), tenants.clone(), tally.clone());
+        cycles.push(tokio::spawn(async move {
+            let mut n = 0;
+            while tally.launched.load(Ordering::SeqCst) < CYCLES {
+                n += 1;
+                let (caller, offering, size, moment, pause) = {
+                    let tenants = tenants.lock().unwrap();
+                    let mut rng = rand::rng();
+                    let pool = if rng.random_bool(0.03) && !tenants.deleted.is_empty() {
+                        &tenants.deleted
+                    } else {
+                        &tenants.active
+                    };
+                    let caller = pool.choose(&mut rng).unwrap().1.choose(&mut rng).unwrap().clone();
+                    let &(offering, size, _) = CHOICES.choose_weighted(&mut rng, |c| c.2).unwrap();
+                    let pause = Duration::from_millis(rng.random_range(1..30));
+                    (caller, offering, size, rng.random_range(0..4u8), pause)
+                };
+                let env = match site.launch(&caller, offering, size, &format!("w{worker}-{n}")).await {
+                    Ok(env) => env,
+                    Err(Error::Refused(_)) => {
+                        tally.refused.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        // The process crashed under the request; the client tries again. A
+                        // booking the database's trigger refused is no crash but a bug.
+                        assert_eq!(trigger_abort(&e), None, "{name}: a launch reached the database: {e}");
+                        tally.crashed_requests.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                        continue;
+                    }
+                };
+                tally.launched.fetch_add(1, Ordering::SeqCst);
+                // Stopped at a random moment: at once, a little later, once ready, or
+                // not at all (the window's end would; the convergence below does).
+                match moment {
+                    0 => {}
+                    1 => tokio::time::sleep(pause).await,
+                    2 => {
+                        let _ = site.wait_for(&env.id, &[EnvState::Ready], Duration::from_millis(500)).await;
+                    }
+                    _ => {
+                        let _ = site.wait_for(&env.id, &[EnvState::Ready], Duration::from_millis(100)).await;
+                        tokio::time::sleep(pause / 2).await;
+                    }
+                }
+                if let Err(e) = site.platform().stop(&caller, &env.id).await {
+                    assert_eq!(trigger_abort(&e), None, "{name}: a stop reached the database: {e}");
+                }
+                let _ = site.wait_for(&env.id, &[EnvState::Released, EnvState::Failed], Duration::from_secs(3)).await;
+            }
+        }));
+    }
+
+    // The reconciler's process crashes now and then, wherever it is.
+    let crasher = {
+        let (site, tally, done) = (site.clone(), tally.clone(), done.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                let pause = Duration::from_millis(rand::rng().random_range(150..600));
+                tokio::time::sleep(pause).await;
+                site.crash().await;
+                tally.crashes.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+    };
+    // Tenants come and go; a hard tenant's identifiers must follow.
+    let churn = {
+        let (site, tenants, tally, done) = (site.clone(), tenants.clone(), tally.clone(), done.clone());
+        tokio::spawn(async move {
+            while !done.load(Ordering::SeqCst) {
+                let pause = Duration::from_millis(rand::rng().random_range(300..900));
+                tokio::time::sleep(pause).await;
+                let victim = {
+                    let tenants = tenants.lock().unwrap();
+                    tenants.active.choose(&mut rand::rng()).map(|t| t.0)
+                };
+                let Some(victim) = victim else { continue };
+                if let Err(e) = site.platform().change_tenant(&site.admin, victim, TenantChange::Delete).await {
+                    assert_eq!(trigger_abort(&e), None, "{name}: a tenant deletion reached the database: {e}");
+                    continue; // the process crashed under it; try another later
+                }
+                tally.tenants_deleted.fetch_add(1, Ordering::SeqCst);
+                let number = {
+                    let mut tenants = tenants.lock().unwrap();
+                    let index = tenants.active.iter().position(|t| t.0 == victim).unwrap();
+                    let gone = tenants.active.remove(index);
+                    tenants.deleted.push(gone);
+                    tenants.created += 1;
+                    tenants.created
+                };
+                let isolation = if number % 2 == 0 { Isolation::Hard } else { Isolation::Soft };
+                // A crash may cut a request whose change committed: the next try takes a
+                // new name, and the half-answered one stays as it is.
+                let mut attempt = 0;
+                let fresh = loop {
+                    attempt += 1;
+                    let slug = format!("t{number}-{attempt}");
+                    let platform = site.platform();
+                    match platform.create_tenant(&site.admin, &slug, "T", isolation.as_str(), "").await {
+                        Ok(t) => break t.id,
+                        Err(Error::Refused(Refusal::SlugInUse(_))) => {}
+                        Err(Error::Refused(r)) => panic!("tenant {slug}: {r}"),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                };
+                let mut members = Vec::new();
+                while members.len() < 2 {
+                    attempt += 1;
+                    let email = format!("m{attempt}@t{number}.test");
+                    let platform = site.platform();
+                    match platform.create_user(&email, &email, "a long passphrase", Role::Member, Some(fresh)).await {
+                        Ok(user) => members.push(user.caller(test_meta())),
+                        Err(Error::Refused(Refusal::EmailInUse(_))) => {}
+                        Err(Error::Refused(r)) => panic!("{email}: {r}"),
+                        Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+                    }
+                }
+                tenants.lock().unwrap().active.push((fresh, members));
+            }
+        })
+    };
+    // Checked all along, not only at the end: unreleased reservations never overlap, hard
+    // tenants never share a node, and no environment of a deleted tenant is meant to run.
+    let monitor = {
+        let (pool, done) = (site.pool.clone(), done.clone());
+        tokio::spawn(async move {
+            let mut checks = 0;
+            while !done.load(Ordering::SeqCst) {
+                assert_eq!(overlapping_reservations(&pool).await, 0, "overlapping reservations during the run");
+                assert_eq!(tenants_sharing_nodes(&pool).await, 0, "a hard tenant shared a node during the run");
+                let running: i64 = sqlx::query_scalar(
+                    "SELECT count(*) FROM environments e JOIN tenants t ON t.id = e.tenant_id
+                     WHERE t.status = 'deleted' AND e.desired = 'running' AND e.state NOT IN ('released', 'failed')",
+                )
+                .fetch_one(&pool)
+                .await
+                .expect("checker");
+                assert_eq!(running, 0, "an environment of a deleted tenant is meant to run");
+                checks += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            checks
+        })
+    };
+
+    for cycle in cycles {
+        cycle.await.expect("worker");
+    }
+    done.store(true, Ordering::SeqCst);
+    crasher.await.expect("crasher");
+    churn.await.expect("churn");
+    let checks = monitor.await.expect("monitor");
+
+    // Faults off: everything converges, late effects land, the sweep cleans up.
+    site.world.faults_off();
+    site.converge(Duration::from_secs(30)).await;
+    site.world.quiesce().await;
+    let report = site.reconciler().sweep().await.expect("final sweep");
+    site.assert_clean().await;
+
+    let stat = |sql: &str| {
+        let pool = site.pool.clone();
+        let sql = sql.to_owned();
+        async move { sqlx::query_scalar::<_, i64>(&sql).fetch_one(&pool).await.expect("stat") }
+    };
+    let failed = stat("SELECT count(*) FROM environments WHERE state = 'failed'").await;
+    let retried = stat("SELECT count(*) FROM environment_steps WHERE attempts > 1").await;
+    let swept = stat("SELECT count(*) FROM audit_events WHERE action = 'orphan.remove' AND outcome = 'success'").await;
+    let environments = stat("SELECT count(*) FROM environments").await;
+    let kinds: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT substr(target, 1, instr(target, ' ') - 1), count(*) FROM audit_events
+         WHERE action = 'orphan.remove' AND outcome = 'success' GROUP BY 1 ORDER BY 1",
+    )
+    .fetch_all(&site.pool)
+    .await
+    .expect("kinds");
+    eprintln!(
+        "{name}: {} cycles ({environments} environments, {failed} failed, {retried} steps retried), {} refused, \
+         {} requests cut by {} crashes, {} tenants deleted, {swept} orphans swept {kinds:?} ({} in the final sweep), \
+         {checks} checks during the run, {:.1} s",
+        tally.launched.load(Ordering::SeqCst),
+        tally.refused.load(Ordering::SeqCst),
+        tally.crashed_requests.load(Ordering::SeqCst),
+        tally.crashes.load(Ordering::SeqCst),
+        tally.tenants_deleted.load(Ordering::SeqCst),
+        report.removed.len(),
+        started.elapsed().as_secs_f64(),
+    );
+    // The faults really happened.
+    assert!(tally.launched.load(Ordering::SeqCst) >= CYCLES);
+    assert!(failed > 0 && retried > 0, "{name}: no step failed or was retried");
+    assert!(tally.crashes.load(Ordering::SeqCst) > 0 && tally.tenants_deleted.load(Ordering::SeqCst) > 0);
+    assert!(swept > 0, "{name}: no orphan was ever made and swept");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_thousand_random_cycles_leak_nothing_on_the_simulated_backend(pool: SqlitePool) {
+    random_cycles(Site::new(pool, World::simulated(vec![])).await, 12).await;
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_thousand_random_cycles_leak_nothing_on_kubernetes(pool: SqlitePool) {
+    random_cycles(Site::new(pool, World::kubernetes()).await, 12).await;
+}
