@@ -131,10 +131,9 @@ struct FindQuery {
     next: Option<String>,
 }
 
-/// The sign-in page's "Continue with single sign-on" (`?hint=<work email or
-/// organization>&next=<path>`): on to the start of the provider the
-/// person's email or organization names (a plain GET form, so it works before the page's
-/// script has loaded).
+/// The sign-in page's "Continue with single sign-on", `?hint=<work email or
+/// organization>&next=<path>`: on to the start of the provider the hint names (a plain GET
+/// form, so it works before the page's script has loaded).
 async fn find_sign_in(State(state): State<AppState>, Query(q): Query<FindQuery>, parts: Parts) -> Response {
     let meta = request_meta(&parts);
     let Ok(next) = after_sign_in(q.next.as_deref()) else { return to_login(SignInProblem::NotLocalPath, None) };
