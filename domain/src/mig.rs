@@ -162,6 +162,13 @@ impl MigProfile {
     }
 }
 
+/// A stored slice's profile as pages and backends name it: reservations keep it
+/// model-independent (`3g`), the GPU's model gives its name (`3g.40gb`). An unknown model
+/// or key is shown as stored.
+pub fn profile_name(model: &str, key: &str) -> String {
+    GpuModel::parse(model).zip(MigProfile::from_key(key)).and_then(|(m, p)| p.name(m)).unwrap_or_else(|| key.to_owned())
+}
+
 /// A contiguous run of memory slices on one GPU; a whole GPU is `0..8`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SliceRange {
@@ -564,6 +571,15 @@ fn is_label_value(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_slice_is_named_by_its_gpu_model() {
+        assert_eq!(profile_name("H100-80GB", "3g"), "3g.40gb");
+        assert_eq!(profile_name("H200", "1g"), "1g.18gb");
+        // What the store holds but Berth no longer knows is shown as it is.
+        assert_eq!(profile_name("TPU-v5", "3g"), "3g");
+        assert_eq!(profile_name("H100-80GB", "9g"), "9g");
+    }
     use proptest::prelude::*;
 
     fn layout(items: &[(MigProfile, u8)]) -> MigLayout {

@@ -3,10 +3,9 @@
 use berth_domain::Refusal;
 use berth_domain::booking::{self as rules, Tier, Window, utc_short};
 use berth_domain::catalog::{Offering, Size};
-use berth_domain::gpu::GpuModel;
 use berth_domain::launch::{self, LaunchRequest};
 use berth_domain::lifecycle::{Desired, EnvState};
-use berth_domain::mig::MigProfile;
+use berth_domain::mig::{MigProfile, profile_name};
 use berth_domain::placement::Hold;
 use berth_domain::policy::{Action, Role, Target};
 use serde::{Deserialize, Serialize};
@@ -435,8 +434,7 @@ pub(crate) struct UnitRow {
 impl UnitRow {
     /// The slice's MIG profile as the model names it (`3g.40gb`), for pages and backends.
     pub(crate) fn mig_profile_name(&self) -> Option<String> {
-        let key = self.mig_profile.clone()?;
-        Some(GpuModel::parse(&self.model).zip(MigProfile::from_key(&key)).and_then(|(m, p)| p.name(m)).unwrap_or(key))
+        self.mig_profile.as_deref().map(|key| profile_name(&self.model, key))
     }
 }
 

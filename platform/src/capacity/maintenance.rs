@@ -4,8 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use berth_domain::Refusal;
 use berth_domain::booking::{self, Window, utc_short};
-use berth_domain::gpu::GpuModel;
-use berth_domain::mig::MigProfile;
+use berth_domain::mig::profile_name;
 use berth_domain::policy::{Action, Target};
 use sqlx::{Row, SqliteConnection};
 
@@ -383,9 +382,7 @@ impl Platform {
             let Some((node_key, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
             let model: String = row.try_get(10)?;
             let profile_key: Option<String> = row.try_get(7)?;
-            let mig_profile = profile_key.map(|k| {
-                GpuModel::parse(&model).zip(MigProfile::from_key(&k)).and_then(|(m, p)| p.name(m)).unwrap_or(k)
-            });
+            let mig_profile = profile_key.map(|k| profile_name(&model, &k));
             if let Some(node) = nodes.get_mut(node_key) {
                 node.gpus[*i].bookings.push(ScheduledBooking {
                     environment_id: row.try_get(1)?,
