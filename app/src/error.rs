@@ -108,8 +108,8 @@ impl AppError {
     /// form post (no WASM yet) keeps its redirect back to its page, which carries the error
     /// for the form to show.
     fn answer_with_status(&self, replace: bool) {
-        let Some(response) = leptos::prelude::use_context::<leptos_axum::ResponseOptions>()
-            .filter(|_| !crate::serverfns::ssr::plain_form_post())
+        let Some(response) =
+            leptos::prelude::use_context::<leptos_axum::ResponseOptions>().filter(|_| !plain_form_post())
         else {
             return;
         };
@@ -118,4 +118,13 @@ impl AppError {
             answer.status = Some(self.status());
         }
     }
+}
+
+/// Whether this request is a plain HTML form post (no WASM yet): its answer is a
+/// redirect back to the page, which can carry an error but no return value.
+#[cfg(feature = "ssr")]
+pub fn plain_form_post() -> bool {
+    leptos::prelude::use_context::<http::request::Parts>().is_some_and(|parts| {
+        parts.headers.get(http::header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|v| v.contains("text/html"))
+    })
 }

@@ -5,7 +5,7 @@
 //! - [`shell`]: the HTML document and the router.
 //! - `pages/`: one module per page.
 //! - [`serverfns`]: the server functions; each authenticates, makes one platform call and
-//!   maps the result to the view types in [`model`].
+//!   maps the result to the view types in [`model`] (times in words by `time`).
 
 pub mod error;
 pub mod model;
@@ -13,16 +13,19 @@ pub mod serverfns;
 #[cfg(feature = "ssr")]
 pub mod session;
 pub mod shell;
+#[cfg(feature = "ssr")]
+pub mod time;
 
 mod components;
 mod pages;
 
 pub use components::url_encode;
 
+pub use shell::{App, shell};
+
 /// Where the sign-in page's "Continue with single sign-on" goes: the server finds the
 /// person's provider by `hint` (work email or organization) and sends them on.
 pub const SSO_FIND_PATH: &str = "/auth/oidc/find";
-pub use shell::{App, shell};
 
 #[cfg(feature = "hydrate")]
 #[wasm_bindgen::prelude::wasm_bindgen]

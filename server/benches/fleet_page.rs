@@ -99,7 +99,7 @@ fn main() {
             scale.bookings,
             seeding.elapsed().as_secs_f64()
         );
-        let router = berth_server::http::router(platform.clone(), pool, &args, &public).await.expect("router").portal;
+        let router = berth_server::http::router(platform.clone(), pool, &args.site(&public)).await.expect("router").portal;
         platform
             .create_user("fleet@bench", "Fleet admin", PASSWORD, Role::PlatformAdmin, None)
             .await

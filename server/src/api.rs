@@ -6,7 +6,7 @@
 //! is; internal causes are logged with the request id and never sent.
 
 use axum::Json;
-use axum::extract::{ConnectInfo, FromRequestParts, Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use berth_domain::agent::NodeReport;
 use berth_domain::catalog::Offering;
@@ -20,10 +20,10 @@ use http::{StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::http::AppState;
 use crate::served::{Routes, get, post};
+use crate::state::{AppState, request_meta};
 
-pub fn routes() -> Routes {
+pub fn routes() -> Routes<AppState> {
     Routes::new()
         .route("/api/v1/me", get(me))
         .route("/api/v1/environments", get(environments).post(launch))
@@ -119,12 +119,6 @@ impl FromRequestParts<AppState> for TokenCaller {
             state.platform.caller_from_token(&token, meta).await.map_err(|error| ApiError { error, request_id })?;
         Ok(TokenCaller(state.platform.clone(), caller))
     }
-}
-
-pub fn request_meta(parts: &Parts) -> RequestMeta {
-    let request_id = parts.headers.get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("unknown").to_owned();
-    let source = parts.extensions.get::<ConnectInfo<std::net::SocketAddr>>().map(|c| c.0.ip().to_string());
-    RequestMeta { request_id, source }
 }
 
 type ApiResult = Result<Json<Value>, ApiError>;

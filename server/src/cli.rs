@@ -406,7 +406,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     }));
 
     let environments = platform.environment_origin("<id>");
-    let routers = crate::http::router(platform, pool, &args, &public).await?;
+    let routers = crate::http::router(platform, pool, &args.site(&public)).await?;
     let router = routers.portal;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -524,6 +524,16 @@ impl PublicUrl {
 }
 
 impl ServeArgs {
+    /// What the router needs of these settings, served at `public`.
+    pub fn site<'a>(&'a self, public: &PublicUrl) -> crate::http::Site<'a> {
+        crate::http::Site {
+            root: &self.site_root,
+            listen: self.listen,
+            tls: public.tls,
+            metrics_token: self.metrics_token.as_deref(),
+        }
+    }
+
     /// The fabric pools and quarantine from the `--fabric-*` flags.
     pub fn fabric(&self) -> Result<FabricConfig, String> {
         let pool = |kind, text: &str| Pool::parse(kind, text).map_err(|e| e.to_string());

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{FromRef, MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -22,17 +22,9 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::SqliteStore;
 
-use crate::cli::{PublicUrl, ServeArgs};
 use crate::metrics::HttpMetrics;
 use crate::served::{self, Routes, Served};
-
-#[derive(Clone, FromRef)]
-pub struct AppState {
-    pub leptos_options: LeptosOptions,
-    pub platform: Platform,
-    pub metrics: Arc<HttpMetrics>,
-    pub proxy: Arc<crate::proxy::Proxy>,
-}
+use crate::state::AppState;
 
 /// What `berth serve` serves: the portal (with the environments' origins) on the main
 /// listener, and `/metrics` alone for `--metrics-listen`.
@@ -44,29 +36,30 @@ pub struct Routers {
     pub served: Served,
 }
 
-pub async fn router(
-    platform: Platform,
-    pool: sqlx::SqlitePool,
-    args: &ServeArgs,
-    public: &PublicUrl,
-) -> Result<Routers, String> {
+/// What the router needs of `berth serve`'s settings (`ServeArgs::site`).
+pub struct Site<'a> {
+    /// The folder with the compiled CSS, JavaScript and WebAssembly.
+    pub root: &'a str,
+    pub listen: std::net::SocketAddr,
+    /// Served over TLS: `Secure` cookies with the `__Host-` prefix, and HSTS.
+    pub tls: bool,
+    /// `/metrics` on the portal's listener for this bearer token.
+    pub metrics_token: Option<&'a str>,
+}
+
+pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>) -> Result<Routers, String> {
     let leptos_options = LeptosOptions::builder()
         .output_name("berth")
-        .site_root(args.site_root.as_str())
+        .site_root(site.root)
         .site_pkg_dir("pkg")
-        .site_addr(args.listen)
+        .site_addr(site.listen)
         .env(leptos_config::Env::PROD)
         .build();
     // `__Host-` binds the cookie to this exact origin (Secure, no Domain, Path=/); plain
     // http on loopback cannot carry it, and gets a plain name.
-    let session_cookie = if public.tls { "__Host-berth_session" } else { "berth_session" };
+    let session_cookie = if site.tls { "__Host-berth_session" } else { "berth_session" };
     let origins = platform.environment_origins().clone();
-    let state = AppState {
-        leptos_options,
-        platform: platform.clone(),
-        metrics: Arc::new(HttpMetrics::default()),
-        proxy: crate::proxy::state(origins.clone()),
-    };
+    let state = AppState { leptos_options, platform: platform.clone(), metrics: Arc::new(HttpMetrics::default()) };
 
     let sessions = SqliteStore::new(pool);
     sessions.migrate().await.map_err(|e| format!("cannot prepare the session table: {e}"))?;
@@ -75,12 +68,12 @@ pub async fn router(
         .with_path("/")
         .with_http_only(true)
         .with_same_site(SameSite::Lax)
-        .with_secure(public.tls)
+        .with_secure(site.tls)
         .with_expiry(Expiry::OnInactivity(tower_sessions::cookie::time::Duration::minutes(IDLE_TIMEOUT_MINUTES)));
 
     let routes = generate_route_list(App);
     // Metrics say how busy Berth is and with what: only where the operator chose.
-    let metrics_token = args.metrics_token.clone().map(Arc::<str>::from);
+    let metrics_token = site.metrics_token.map(Arc::<str>::from);
     let exposed_metrics = match metrics_token {
         Some(token) => {
             let (metrics, served) = Routes::new().route("/metrics", served::get(metrics)).into_parts();
@@ -123,10 +116,11 @@ pub async fn router(
         ))
         .layer(session_layer)
         .layer(middleware::from_fn(no_store_unless_asset));
-    let portal = common_layers(portal, &state, public.tls);
+    let portal = common_layers(portal.with_state(state.clone()), &state, site.tls);
     // The environments' origins know nothing of Berth's session: no session layer.
     let (environments, on_environments) = crate::proxy::routes().into_parts();
     served.extend(on_environments);
+    let environments = environments.with_state(crate::proxy::state(platform.clone(), origins.clone()));
     let environments = common_layers(environments, &state, origins.secure());
 
     // By Host: `<id>.<environments domain>` is that environment's origin, anything else the
@@ -150,11 +144,6 @@ pub async fn router(
     Ok(Routers { portal: Router::new().fallback_service(dispatch), metrics: metrics_only, served })
 }
 
-/// `text` safe inside HTML text and quoted attributes, for the few answers written by hand.
-pub(crate) fn escape_html(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;").replace('\'', "&#39;")
-}
-
 /// A page route's method as the matrix names it.
 fn method_name(method: leptos_router::Method) -> &'static str {
     match method {
@@ -176,7 +165,7 @@ fn bearer_is(request: &Request, token: &str) -> bool {
 
 /// What every answer gets, the portal's and the environments' alike: request ids, logs,
 /// metrics, security headers and the refusal of cross-origin writes.
-fn common_layers(router: Router<AppState>, state: &AppState, tls: bool) -> Router {
+fn common_layers(router: Router, state: &AppState, tls: bool) -> Router {
     router
         .layer(middleware::from_fn(same_origin_writes))
         .layer(middleware::from_fn_with_state(state.clone(), record_metrics))
@@ -193,7 +182,6 @@ fn common_layers(router: Router<AppState>, state: &AppState, tls: bool) -> Route
         }))
         .layer(PropagateRequestIdLayer::x_request_id())
         .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-        .with_state(state.clone())
 }
 
 /// A session unused this long ends (the absolute limit is in the app's session code).

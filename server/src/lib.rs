@@ -7,6 +7,7 @@ pub mod http;
 pub mod metrics;
 pub mod proxy;
 pub mod served;
+pub mod state;
 #[cfg(test)]
 mod tests;
 pub mod web;

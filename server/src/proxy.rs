@@ -29,7 +29,7 @@ use berth_domain::Refusal;
 use berth_platform::origins::EnvironmentOrigins;
 use berth_platform::provisioning::backend::Upstream;
 use berth_platform::provisioning::environment_sessions::SESSION_TTL_MS;
-use berth_platform::{Error, RequestMeta};
+use berth_platform::{Error, Platform, RequestMeta};
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::request::Parts;
 use http::{Method, StatusCode};
@@ -38,9 +38,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::Deserialize;
 
-use crate::api::request_meta;
-use crate::http::AppState;
 use crate::served::{Routes, any, get};
+use crate::state::{escape_html, request_meta};
 
 /// Where an environment's origin redeems a ticket from the portal; never forwarded.
 pub const AUTH_PATH: &str = "/_berth/auth";
@@ -70,7 +69,15 @@ impl Proxy {
     }
 }
 
-pub fn routes() -> Routes {
+/// What the proxy's handlers share: an environment's origin knows the platform and the
+/// proxy, nothing of the portal's pages or sessions.
+#[derive(Clone)]
+pub struct ProxyState {
+    pub platform: Platform,
+    pub proxy: Arc<Proxy>,
+}
+
+pub fn routes() -> Routes<ProxyState> {
     Routes::new().route(AUTH_PATH, get(sign_in)).route("/", any(proxy)).route("/{*rest}", any(proxy))
 }
 
@@ -93,7 +100,7 @@ struct Ticket {
 /// Redeems the portal's ticket for a session of this origin, then goes on to `next` (a path
 /// on this origin).
 async fn sign_in(
-    State(state): State<AppState>,
+    State(state): State<ProxyState>,
     Extension(EnvironmentHost(id)): Extension<EnvironmentHost>,
     Query(query): Query<Ticket>,
     parts: Parts,
@@ -125,7 +132,7 @@ async fn sign_in(
                 "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Sign-in link used · Berth</title></head>\
                  <body><p>This sign-in link was used already, has expired, or is not for this environment.</p>\
                  <p><a href=\"{}\">Open it again from Berth</a></p></body></html>",
-                crate::http::escape_html(&again)
+                escape_html(&again)
             );
             (StatusCode::UNAUTHORIZED, [(header::CONTENT_TYPE, "text/html; charset=utf-8")], page).into_response()
         }
@@ -144,12 +151,12 @@ pub(crate) fn keep_ticket_private(response: &mut Response) {
 }
 
 /// The portal's route that opens environment `id` at `next`.
-fn open_url(state: &AppState, id: &str, next: &str) -> String {
+fn open_url(state: &ProxyState, id: &str, next: &str) -> String {
     format!("{}/environments/{id}/open?next={}", state.platform.public_url(), berth_app::url_encode(next))
 }
 
 async fn proxy(
-    State(state): State<AppState>,
+    State(state): State<ProxyState>,
     Extension(EnvironmentHost(id)): Extension<EnvironmentHost>,
     request: Request,
 ) -> Response {
@@ -228,7 +235,7 @@ fn from_origin(headers: &HeaderMap, origin: &str) -> bool {
 
 /// Without this origin's session: a browser loading a page goes through the portal to get
 /// one (signing in there if need be); anything else is told to.
-fn signed_out(state: &AppState, id: &str, parts: &Parts) -> Response {
+fn signed_out(state: &ProxyState, id: &str, parts: &Parts) -> Response {
     if is_page_load(parts) {
         let here = parts.uri.path_and_query().map_or(parts.uri.path(), |p| p.as_str());
         return Redirect::to(&open_url(state, id, here)).into_response();
@@ -449,8 +456,8 @@ async fn forward(
 }
 
 /// The proxy state for the router.
-pub fn state(origins: EnvironmentOrigins) -> Arc<Proxy> {
-    Arc::new(Proxy::new(origins))
+pub fn state(platform: Platform, origins: EnvironmentOrigins) -> ProxyState {
+    ProxyState { platform, proxy: Arc::new(Proxy::new(origins)) }
 }
 
 #[cfg(test)]

@@ -7,29 +7,27 @@ use std::collections::BTreeSet;
 use axum::handler::Handler;
 use axum::routing::MethodRouter;
 
-use crate::http::AppState;
-
 /// `(method, path pattern)` pairs; `ANY` for a route that takes every method.
 pub type Served = BTreeSet<(&'static str, String)>;
 
-/// An axum router that keeps the list of what it serves.
-pub struct Routes {
-    router: axum::Router<AppState>,
+/// An axum router, with state `S`, that keeps the list of what it serves.
+pub struct Routes<S> {
+    router: axum::Router<S>,
     served: Served,
 }
 
-impl Routes {
-    pub fn new() -> Routes {
+impl<S: Clone + Send + Sync + 'static> Routes<S> {
+    pub fn new() -> Routes<S> {
         Routes { router: axum::Router::new(), served: Served::new() }
     }
 
-    pub fn route(mut self, path: &str, handlers: Handlers) -> Routes {
+    pub fn route(mut self, path: &str, handlers: Handlers<S>) -> Routes<S> {
         self.served.extend(handlers.methods.iter().map(|method| (*method, path.to_owned())));
         Routes { router: self.router.route(path, handlers.router), served: self.served }
     }
 
     /// These routes and `other`'s.
-    pub fn merge(mut self, other: Routes) -> Routes {
+    pub fn merge(mut self, other: Routes<S>) -> Routes<S> {
         self.served.extend(other.served);
         Routes { router: self.router.merge(other.router), served: self.served }
     }
@@ -37,54 +35,54 @@ impl Routes {
     /// Routes served by a router built elsewhere (Leptos' pages), listed here.
     pub fn with(
         mut self,
-        router: axum::Router<AppState>,
+        router: axum::Router<S>,
         served: impl IntoIterator<Item = (&'static str, String)>,
-    ) -> Routes {
+    ) -> Routes<S> {
         self.served.extend(served);
         Routes { router: self.router.merge(router), served: self.served }
     }
 
     /// The router, and what it serves.
-    pub fn into_parts(self) -> (axum::Router<AppState>, Served) {
+    pub fn into_parts(self) -> (axum::Router<S>, Served) {
         (self.router, self.served)
     }
 }
 
-impl Default for Routes {
-    fn default() -> Routes {
+impl<S: Clone + Send + Sync + 'static> Default for Routes<S> {
+    fn default() -> Routes<S> {
         Routes::new()
     }
 }
 
 /// The handlers of one path, and the methods they answer.
-pub struct Handlers {
+pub struct Handlers<S> {
     methods: Vec<&'static str>,
-    router: MethodRouter<AppState>,
+    router: MethodRouter<S>,
 }
 
-impl Handlers {
-    pub fn get<H: Handler<T, AppState>, T: 'static>(mut self, handler: H) -> Handlers {
+impl<S: Clone + Send + Sync + 'static> Handlers<S> {
+    pub fn get<H: Handler<T, S>, T: 'static>(mut self, handler: H) -> Handlers<S> {
         self.methods.push("GET");
         Handlers { methods: self.methods, router: self.router.get(handler) }
     }
 
-    pub fn post<H: Handler<T, AppState>, T: 'static>(mut self, handler: H) -> Handlers {
+    pub fn post<H: Handler<T, S>, T: 'static>(mut self, handler: H) -> Handlers<S> {
         self.methods.push("POST");
         Handlers { methods: self.methods, router: self.router.post(handler) }
     }
 }
 
 /// `handler` for GET (and HEAD).
-pub fn get<H: Handler<T, AppState>, T: 'static>(handler: H) -> Handlers {
+pub fn get<S: Clone + Send + Sync + 'static, H: Handler<T, S>, T: 'static>(handler: H) -> Handlers<S> {
     Handlers { methods: vec!["GET"], router: axum::routing::get(handler) }
 }
 
 /// `handler` for POST.
-pub fn post<H: Handler<T, AppState>, T: 'static>(handler: H) -> Handlers {
+pub fn post<S: Clone + Send + Sync + 'static, H: Handler<T, S>, T: 'static>(handler: H) -> Handlers<S> {
     Handlers { methods: vec!["POST"], router: axum::routing::post(handler) }
 }
 
 /// `handler` for every method.
-pub fn any<H: Handler<T, AppState>, T: 'static>(handler: H) -> Handlers {
+pub fn any<S: Clone + Send + Sync + 'static, H: Handler<T, S>, T: 'static>(handler: H) -> Handlers<S> {
     Handlers { methods: vec!["ANY"], router: axum::routing::any(handler) }
 }

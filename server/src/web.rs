@@ -15,11 +15,10 @@ use http::{StatusCode, header};
 use serde::Deserialize;
 use tower_sessions::Session;
 
-use crate::api::request_meta;
-use crate::http::AppState;
 use crate::served::{Routes, get};
+use crate::state::{AppState, escape_html, request_meta};
 
-pub fn routes() -> Routes {
+pub fn routes() -> Routes<AppState> {
     Routes::new()
         .route(berth_app::SSO_FIND_PATH, get(find_sign_in))
         .route("/auth/oidc/{slug}/start", get(start_sign_in))
@@ -154,7 +153,7 @@ async fn find_sign_in(State(state): State<AppState>, Query(q): Query<FindQuery>,
 /// navigation may not leave Berth (CSP `form-action 'self'` holds for its redirects too), and
 /// the start goes on to the provider; a fresh navigation may.
 fn on_to(start: &str, provider: &str) -> Response {
-    let (start, provider) = (crate::http::escape_html(start), crate::http::escape_html(provider));
+    let (start, provider) = (escape_html(start), escape_html(provider));
     let page = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta http-equiv=\"refresh\" content=\"0;url={start}\"><title>Signing in</title></head>\

@@ -1,10 +1,8 @@
-//! Pieces every page uses: the signed-in user, state badges, alerts, time words, tables
-//! and form fields.
+//! Pieces every page uses: the signed-in user, state badges, alerts, tables and form
+//! fields.
 
 pub mod form;
 pub mod table;
-#[cfg(feature = "ssr")]
-pub mod time;
 
 pub use form::Field;
 pub use table::Table;

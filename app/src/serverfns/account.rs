@@ -75,7 +75,7 @@ pub async fn create_token(
         expires_at: token.expires_at,
         shown_in: None,
     };
-    if super::ssr::plain_form_post() {
+    if crate::error::plain_form_post() {
         let session = super::ssr::session(&caller.meta).await?;
         crate::session::hold_new_token(&session, &caller.meta, &new_token).await?;
         leptos_axum::redirect("/account");
@@ -122,9 +122,9 @@ pub(crate) mod views {
     use berth_platform::identity::ssh_keys::SshKeyInfo;
     use berth_platform::identity::tokens::TokenInfo;
 
-    use crate::components::time::utc;
     use crate::model::{AccountView, ActionChoice, NewTokenView, SshKeyView, TokenView};
     use crate::session::NewToken;
+    use crate::time::utc;
 
     pub fn account(
         tokens: &[TokenInfo],

@@ -20,7 +20,7 @@ pub async fn fleet_schedule(
     let (platform, caller) = super::ssr::caller().await?;
     let now = berth_platform::now_ms();
     let days = days.parse::<i64>().ok().filter(|d| (1..=31).contains(d)).unwrap_or(7);
-    let from = crate::components::time::day_start(&from, now);
+    let from = crate::time::day_start(&from, now);
     let to = from + days * berth_domain::booking::DAY_MS;
     let filter = node_filter(site, search, &page);
     let schedule = platform
@@ -95,9 +95,9 @@ mod chart {
     use berth_platform::capacity::maintenance::{FleetSchedule, NodeFilter};
     use chrono::DateTime;
 
-    use crate::components::time::{date, utc};
     use crate::components::urlencode;
     use crate::model::{Bar, FleetGpu, FleetNode, FleetPager, FleetView, MaintenanceView};
+    use crate::time::{date, utc};
 
     pub fn fleet(schedule: &FleetSchedule, filter: &NodeFilter, from: i64, days: i64, now: i64) -> FleetView {
         let nodes = &schedule.nodes;
@@ -391,7 +391,7 @@ pub async fn create_node_token(node: String) -> Result<Option<NewNodeTokenView>,
         .create_node_token(&caller, &node)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    if super::ssr::plain_form_post() {
+    if crate::error::plain_form_post() {
         let held = crate::session::NewToken {
             name: format!("{}{}", agents::NODE_TOKEN_NAME, token.node),
             secret,
@@ -420,8 +420,8 @@ pub async fn revoke_node_token(id: i64) -> Result<(), AppError> {
 mod agents {
     use berth_platform::provisioning::node_agents::NodeAgent;
 
-    use crate::components::time::utc;
     use crate::model::{NewNodeTokenView, NodeAgentView};
+    use crate::time::utc;
 
     /// How a node token's secret is named while it waits in the session.
     pub const NODE_TOKEN_NAME: &str = "node:";

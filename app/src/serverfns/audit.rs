@@ -28,9 +28,9 @@ pub async fn audit_log(
 mod views {
     use berth_platform::audit::{AUDIT_PAGE, AuditFilter, AuditRow};
 
-    use crate::components::time::utc_seconds;
     use crate::components::urlencode;
     use crate::model::{AuditRowView, AuditView};
+    use crate::time::utc_seconds;
 
     pub fn audit(rows: &[AuditRow], filter: &AuditFilter, tenant_filter: bool) -> AuditView {
         let query = filter_query(filter);

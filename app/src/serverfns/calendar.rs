@@ -11,7 +11,7 @@ pub async fn calendar(view: String, from: String) -> Result<CalendarView, AppErr
     let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
     let now = berth_platform::now_ms();
     let span = build::Span::parse(&view);
-    let from = crate::components::time::day_start(&from, now);
+    let from = crate::time::day_start(&from, now);
     let (bucket_ms, buckets) = span.buckets();
     // Counted as the caller could book: a hard tenant's users see nodes free of others.
     let availability = platform.availability(caller.tenant_id(), from, bucket_ms, buckets).await.map_err(fail)?;
@@ -59,8 +59,8 @@ mod build {
     use berth_platform::capacity::environments::Environment;
     use chrono::DateTime;
 
-    use crate::components::time::{date, input_value};
     use crate::model::{CalendarBooking, CalendarCell, CalendarRow, CalendarView};
+    use crate::time::{date, input_value};
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Span {

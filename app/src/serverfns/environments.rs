@@ -101,7 +101,7 @@ pub async fn replace_api_key(id: String) -> Result<Option<String>, AppError> {
 /// waits in the session for the page's next render.
 #[cfg(feature = "ssr")]
 async fn hand_over_key(caller: &berth_platform::Caller, id: &str, key: String) -> Result<Option<String>, AppError> {
-    if super::ssr::plain_form_post() {
+    if crate::error::plain_form_post() {
         let session = super::ssr::session(&caller.meta).await?;
         let held = crate::session::NewEndpointKey {
             environment_id: id.to_owned(),
@@ -156,10 +156,10 @@ pub(crate) mod views {
     use berth_platform::provisioning::connect::KeyState;
     use berth_platform::provisioning::journal::EnvironmentDetail;
 
-    use crate::components::time::{duration_words, input_value, utc};
     use crate::model::{
         ConnectionView, EndpointView, EnvironmentSummary, EnvironmentView, JobLogsView, StepView, UnitView,
     };
+    use crate::time::{duration_words, input_value, utc};
 
     /// What the environment page needs beyond the environment itself.
     pub struct Access {

@@ -31,8 +31,8 @@ mod view {
     use berth_domain::fabric::{IdentifierKind, NetworkSegment, PKey};
     use berth_platform::tenancy::fabric::{FabricOverview, TenantFabric};
 
-    use crate::components::time::{duration_words, utc};
     use crate::model::{FabricTenantView, FabricView, PoolView, QuarantinedView};
+    use crate::time::{duration_words, utc};
 
     pub fn fabric(overview: &FabricOverview, now: i64, can_manage: bool) -> FabricView {
         FabricView {

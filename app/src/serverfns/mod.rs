@@ -46,18 +46,6 @@ pub(crate) mod ssr {
         leptos_axum::extract::<Session>().await.map_err(|e| AppError::internal(&meta.request_id, "no session layer", e))
     }
 
-    /// Whether this request is a plain HTML form post (no WASM yet): its answer is a
-    /// redirect back to the page, which can carry an error but no return value.
-    pub fn plain_form_post() -> bool {
-        leptos::prelude::use_context::<http::request::Parts>().is_some_and(|parts| {
-            parts
-                .headers
-                .get(http::header::ACCEPT)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|v| v.contains("text/html"))
-        })
-    }
-
     /// The signed-in caller, or `Unauthenticated` (answered 401, not the server functions'
     /// default 500).
     pub async fn caller() -> Result<(Platform, Caller), AppError> {

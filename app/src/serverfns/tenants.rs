@@ -204,8 +204,8 @@ mod view {
     use berth_platform::identity::sso::SsoSettings;
     use berth_platform::tenancy::tenants::{Member, Tenant};
 
-    use crate::components::time::utc;
     use crate::model::{MemberView, SsoView, TenantView};
+    use crate::time::utc;
 
     pub fn tenant(t: &Tenant) -> TenantView {
         TenantView {

@@ -150,7 +150,7 @@ impl Berth {
             let reconciler = Reconciler::new(platform.clone(), fleet.clone(), config);
             tokio::spawn(reconciler.run(std::future::pending()));
         }
-        let routers = crate::http::router(platform.clone(), pool, &args, &public).await.expect("router");
+        let routers = crate::http::router(platform.clone(), pool, &args.site(&public)).await.expect("router");
         Berth { platform, router: routers.portal, served: routers.served, fleet, _dir: dir }
     }
 
