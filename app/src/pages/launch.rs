@@ -45,7 +45,8 @@ pub fn LaunchPage() -> impl IntoView {
                     let hours = hours().unwrap_or_default();
                     view! { <LaunchForm offering chosen_size=chosen_size() start=start() hours form/> }.into_any()
                 }
-                None => view! { <ErrorAlert error=AppError::Refused("there is no such offering; pick one from the catalog".into())/> }.into_any(),
+                // No such offering: the page does not exist (404), as any other unknown path.
+                None => view! { <super::NotFound/> }.into_any(),
             }}
         </RequireUser>
     }

@@ -6,6 +6,7 @@ mod baremetal;
 mod fabric;
 mod hardening;
 mod matrix;
+mod pages;
 mod proxy;
 mod sessions;
 mod ssh_keys;
