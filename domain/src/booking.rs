@@ -430,13 +430,14 @@ impl Timeline {
         let of_model: Vec<usize> = (0..self.set.nodes.len()).filter(|&n| self.set.node_is(n, model)).collect();
         let barred = of_model.iter().filter(|&&n| stands[n] == Stand::Barred).count();
         let total = of_model.len();
+        let (hold, are) = if barred == 1 { ("holds", "is") } else { ("hold", "are") };
         let detail = if asker.is_dedicated() {
             format!(
-                "no node is free of other tenants for it: {barred} of the {total} {model} nodes hold other tenants' bookings at that time, and your tenant's isolation keeps it off them"
+                "no node is free of other tenants for it: {barred} of the {total} {model} nodes {hold} other tenants' bookings at that time, and your tenant's isolation keeps it off them"
             )
         } else {
             format!(
-                "no node is free of other tenants for it: {barred} of the {total} {model} nodes are dedicated to hard-isolated tenants at that time"
+                "no node is free of other tenants for it: {barred} of the {total} {model} nodes {are} dedicated to hard-isolated tenants at that time"
             )
         };
         Refusal::NoCapacity { size: shape.describe(), when: "right now".into(), detail, hint: String::new() }
@@ -908,8 +909,10 @@ pub fn check_quota(
         if peak + ask > max + 1e-9 {
             let room = (max - peak).max(0.0);
             let holds = if *scope == QuotaScope::User { "you hold" } else { "it holds" };
+            // "1 GPU-equivalent", "0.5 GPU-equivalents": only exactly one is singular.
+            let unit = if round2(max) == "1" { "GPU-equivalent" } else { "GPU-equivalents" };
             return Err(Refusal::QuotaExceeded(format!(
-                "{} limit is {} {model} GPU-equivalents at once; {holds} up to {} during this window and this booking asks for {}, so {} more would fit",
+                "{} limit is {} {model} {unit} at once; {holds} up to {} during this window and this booking asks for {}, so {} more would fit",
                 scope.whose(),
                 round2(max),
                 round2(peak),

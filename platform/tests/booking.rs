@@ -192,7 +192,7 @@ async fn quotas_count_gpu_equivalents_and_explain_themselves(pool: SqlitePool) {
     let err = berth.platform.launch(&berth.caller, &notebook("h100-3g.40gb", "c")).await.expect_err("9/7");
     assert_eq!(
         err.to_string(),
-        "quota: your limit is 1 H100-80GB GPU-equivalents at once; you hold up to 0.86 during this window and this booking asks for 0.43, so 0.14 more would fit"
+        "quota: your limit is 1 H100-80GB GPU-equivalent at once; you hold up to 0.86 during this window and this booking asks for 0.43, so 0.14 more would fit"
     );
     // Tomorrow the first two are over, so the same size fits again.
     let tomorrow = rfc3339(now_ms() + DAY_MS);
@@ -466,7 +466,7 @@ async fn tenant_and_project_quotas_add_up_their_members_bookings(pool: SqlitePoo
     let err = berth.platform.launch(&berth.caller, &in_vision("h100-1", "b", &vision_id)).await.expect_err("2 > 1");
     assert_eq!(
         err.to_string(),
-        "quota: project vision's limit is 1 H100-80GB GPU-equivalents at once; it holds up to 1 during this window and this booking asks for 1, so 0 more would fit"
+        "quota: project vision's limit is 1 H100-80GB GPU-equivalent at once; it holds up to 1 during this window and this booking asks for 1, so 0 more would fit"
     );
     // Outside the project only the tenant's limit counts: Dana's 1 + Bob's 2 = 3 H100s.
     berth.platform.launch(&bob, &in_vision("h100-1", "c1", "")).await.expect("2 of 3");
@@ -770,7 +770,7 @@ async fn a_hard_tenants_booking_avoids_a_node_with_a_soft_tenants_notebook(pool:
     assert!(
         text.starts_with(
             "no capacity for 1 x H100-80GB right now: no node is free of other tenants for it: \
-             1 of the 2 H100-80GB nodes hold other tenants' bookings at that time, \
+             1 of the 2 H100-80GB nodes holds other tenants' bookings at that time, \
              and your tenant's isolation keeps it off them. Instead: "
         ),
         "{text}"
@@ -807,7 +807,7 @@ async fn a_soft_tenants_booking_avoids_a_node_a_hard_tenant_holds(pool: SqlitePo
     let refused = book(&berth, "h100-1", "more", None, 2).await.expect_err("only the hard node has room");
     assert!(
         refused.to_string().contains(
-            "no node is free of other tenants for it: 1 of the 2 H100-80GB nodes are dedicated to hard-isolated tenants at that time"
+            "no node is free of other tenants for it: 1 of the 2 H100-80GB nodes is dedicated to hard-isolated tenants at that time"
         ),
         "{refused}"
     );

@@ -165,6 +165,10 @@ fn quota_refusals_say_which_limit_and_what_fits() {
         err.to_string(),
         "quota: tenant Acme's limit is 4 H100-80GB GPU-equivalents at once; it holds up to 3 during this window and this booking asks for 2, so 1 more would fit"
     );
+    // Exactly one is singular.
+    let one = Quota { max_gpus: Some(1.0), ..Quota::default() };
+    let err = check_quota(&one, &you, &Usage::default(), H100, at(0, 2), 2.0, Tier::Guaranteed).expect_err("2 > 1");
+    assert!(err.to_string().starts_with("quota: your limit is 1 H100-80GB GPU-equivalent at once;"), "{err}");
     let monthly = Quota { gpu_hours_per_month: Some(100.0), ..Quota::default() };
     let used = Usage { gpu_hours_this_month: 90.0, ..Usage::default() };
     assert!(check_quota(&monthly, &you, &used, H100, at(0, 10), 1.0, Tier::Guaranteed).is_ok());
