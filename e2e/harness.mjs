@@ -205,7 +205,13 @@ export async function enterOneTimeCode(page, berth) {
   // The step says either "set up with this key" or "enter the code"; wait for which.
   await page.locator('[data-testid="totp-secret"], [data-testid="totp-ready"]').first().waitFor();
   const shown = page.getByTestId('totp-secret');
-  if (await shown.count()) berth.totpSecret = (await shown.textContent()).trim();
+  if (await shown.count()) {
+    berth.totpSecret = (await shown.textContent()).trim();
+    // Beside the key, the same key as a QR code the page's policy lets the browser draw.
+    const qr = page.getByTestId('totp-qr');
+    await qr.waitFor();
+    await page.waitForFunction(() => document.querySelector('[data-testid="totp-qr"]')?.naturalWidth > 0);
+  }
   // Each code works once: wait for a fresh time step if this one was used.
   let step = Math.floor(Date.now() / 30_000);
   while (step <= (berth.lastTotpStep ?? -1)) {

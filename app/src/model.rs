@@ -385,9 +385,11 @@ pub struct TenantPageView {
 /// The one-time code step of a local administrator's sign-in.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SecondFactorView {
-    /// Set only while setting up an authenticator: the base32 secret and its otpauth URI.
+    /// Set only while setting up an authenticator: the base32 secret and its otpauth URI,
+    /// and that URI as a QR code (an `image/svg+xml` data URL) for the app's camera.
     pub secret: Option<String>,
     pub uri: Option<String>,
+    pub qr: Option<String>,
 }
 
 /// The personal API tokens page: the caller's tokens, the actions their role lets a token

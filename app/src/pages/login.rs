@@ -128,7 +128,12 @@ pub fn SecondFactorPage() -> impl IntoView {
                             {step.secret.map(|secret| view! {
                                 <div class="mt-6 rounded-xl border border-amber-200 bg-amber-50 p-4 text-sm text-amber-900">
                                     <p class="font-semibold">"Set up your authenticator app"</p>
-                                    <p class="mt-1">"Administrators with a local account sign in with a one-time code as well. Add this key to your authenticator app (time-based, 6 digits, 30 seconds), then enter the code it shows."</p>
+                                    <p class="mt-1">"Administrators with a local account sign in with a one-time code as well. Scan this code with your authenticator app, or add the key by hand (time-based, 6 digits, 30 seconds), then enter the code it shows."</p>
+                                    {step.qr.map(|qr| view! {
+                                        <img src=qr width="200" height="200" data-testid="totp-qr"
+                                            alt="QR code of the authenticator key below"
+                                            class="mx-auto mt-3 rounded bg-white p-2"/>
+                                    })}
                                     <p class="mt-2 font-mono text-base tracking-wider" data-testid="totp-secret">{secret}</p>
                                     <p class="mt-2 break-all text-xs">{step.uri.unwrap_or_default()}</p>
                                 </div>

@@ -94,12 +94,21 @@ pub async fn second_factor() -> Result<SecondFactorView, AppError> {
     let user_id = crate::session::second_factor_user(&session, &meta).await?.ok_or(AppError::Unauthenticated)?;
     let fail = |e| AppError::from_platform(e, &meta.request_id);
     if platform.has_totp(user_id).await.map_err(fail)? {
-        return Ok(SecondFactorView { secret: None, uri: None });
+        return Ok(SecondFactorView { secret: None, uri: None, qr: None });
     }
     let user = platform.active_user(user_id).await.map_err(fail)?;
     let secret = crate::session::enrolling_secret(&session, &meta).await?;
     let uri = berth_platform::identity::totp::otpauth_uri(&user.email, &secret);
-    Ok(SecondFactorView { secret: Some(secret), uri: Some(uri) })
+    let qr = qr_data_url(&uri).map_err(|e| AppError::internal(&meta.request_id, "authenticator QR code", e))?;
+    Ok(SecondFactorView { secret: Some(secret), uri: Some(uri), qr: Some(qr) })
+}
+
+/// `text` as a QR code, an SVG in a `data:` URL (the page's `img-src` allows `data:`).
+#[cfg(feature = "ssr")]
+pub fn qr_data_url(text: &str) -> Result<String, qrcode::types::QrError> {
+    let code = qrcode::QrCode::new(text.as_bytes())?;
+    let svg = code.render::<qrcode::render::svg::Color>().min_dimensions(200, 200).build();
+    Ok(format!("data:image/svg+xml,{}", crate::url_encode(&svg)))
 }
 
 /// The second step of a local administrator's sign-in: the code from their authenticator.
@@ -141,4 +150,19 @@ pub async fn sign_out() -> Result<(), AppError> {
 /// cannot bounce a fresh session elsewhere), before anything is spent.
 pub fn after_sign_in(next: Option<&str>) -> Result<String, berth_domain::Refusal> {
     berth_domain::redirect::next_or(next, "/environments")
+}
+
+#[cfg(all(test, feature = "ssr"))]
+mod tests {
+    #[test]
+    fn an_authenticator_key_is_offered_as_a_qr_code() {
+        let uri = "otpauth://totp/Berth:admin%40berth.local?secret=JBSWY3DPEHPK3PXP&issuer=Berth";
+        let url = super::qr_data_url(uri).expect("a QR code");
+        let svg = url.strip_prefix("data:image/svg+xml,").expect("an SVG data URL");
+        // Nothing in it ends the attribute or the URL early.
+        assert!(!svg.contains(['"', '<', '>', '#', ' ']), "percent-encoded: {svg}");
+        assert!(svg.contains("%3Csvg"), "an SVG image");
+        // A longer key makes a denser code, so the picture depends on what it encodes.
+        assert_ne!(url, super::qr_data_url(&format!("{uri}&algorithm=SHA1")).expect("another"));
+    }
 }
