@@ -192,7 +192,7 @@ pub fn NavBar() -> impl IntoView {
                                 {user.can_read_audit.then(|| view! {
                                     <A href="/audit" attr:class=NAV_LINK>"Audit"</A>
                                 })}
-                                <A href="/account" attr:class=NAV_LINK>"Tokens"</A>
+                                <A href="/account" attr:class=NAV_LINK>"Account"</A>
                                 <span class="hidden text-sm text-slate-300 sm:inline" title=user.email.clone() data-testid="who">
                                     {user.display_name.clone()}
                                     <span class="ml-2 rounded bg-slate-700 px-1.5 py-0.5 text-xs" data-testid="role">{user.role.clone()}</span>

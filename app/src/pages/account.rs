@@ -22,7 +22,7 @@ pub fn AccountPage() -> impl IntoView {
     );
     let created = create.value();
     view! {
-        <Title text="API tokens and SSH keys"/>
+        <Title text="Account: API tokens, SSH keys, password"/>
         <RequireUser>
             <h1 class="text-2xl font-bold tracking-tight text-slate-900">"API tokens"</h1>
             <p class="mt-1 text-sm text-slate-600">
