@@ -29,7 +29,7 @@ pub(crate) fn user_from_row(row: &SqliteRow) -> Result<User, Error> {
 
 /// A person's row as [`USER_COLUMNS`] reads it.
 #[derive(sqlx::FromRow)]
-pub(crate) struct UserRow {
+struct UserRow {
     id: i64,
     email: String,
     display_name: String,

@@ -93,7 +93,7 @@ pub(crate) fn environment_from_row(row: &SqliteRow) -> Result<Environment, Error
 
 /// An `environments` row as stored ([`ENVIRONMENT_COLUMNS`]); [`Environment`] is it read.
 #[derive(sqlx::FromRow)]
-pub(crate) struct EnvironmentRow {
+struct EnvironmentRow {
     id: String,
     owner_id: i64,
     tenant_id: Option<i64>,

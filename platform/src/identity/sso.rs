@@ -16,6 +16,7 @@ use sqlx::{Row, SqliteConnection};
 use crate::audit::{self, Actor, Event, Outcome};
 use crate::identity::oidc::{Callback, Client, Identity, PendingLogin, ProviderConfig, Reach};
 use crate::identity::provider_http::Resolved;
+use crate::identity::throttle::Rate;
 use crate::people::{USER_COLUMNS, User, user_from_row};
 use crate::{Caller, Error, Platform, RequestMeta, now_ms, sha256_hex};
 
@@ -66,6 +67,16 @@ pub const FINDS_PER_MINUTE: u32 = 30;
 /// each costs a pending login and may cost a fetch from the provider.
 pub const STARTS_PER_MINUTE: u32 = 30;
 
+/// Counts one anonymous request (single sign-on `what`) from the caller's address against
+/// `rate`; refused once the address has spent this minute's.
+fn take_anonymous(rate: &Rate, meta: &RequestMeta, what: &str) -> Result<(), Error> {
+    if rate.take(meta.source.as_deref(), now_ms()) {
+        return Ok(());
+    }
+    tracing::warn!(request_id = %meta.request_id, source = ?meta.source, "too many single sign-on {what}");
+    Err(Refusal::TooManyAttempts { minutes: 1 }.into())
+}
+
 struct ProviderRow {
     id: i64,
     tenant_id: Option<i64>,
@@ -97,10 +108,7 @@ impl Platform {
     /// tenant admin shares: `/auth/oidc/<slug>/start`). Anyone may ask, so each address may
     /// ask only so many times a minute, and an unknown hint says no more than that.
     pub async fn find_sign_in(&self, hint: &str, meta: &RequestMeta) -> Result<SignInOption, Error> {
-        if !self.sign_in_finds.take(meta.source.as_deref(), now_ms()) {
-            tracing::warn!(request_id = %meta.request_id, source = ?meta.source, "too many single sign-on lookups");
-            return Err(Refusal::TooManyAttempts { minutes: 1 }.into());
-        }
+        take_anonymous(&self.sign_in_finds, meta, "lookups")?;
         let hint = hint.trim().to_ascii_lowercase();
         let unknown = || Error::Refused(Refusal::SignInFailed(SignInProblem::UnknownOrganization));
         if hint.is_empty() || hint.len() > 254 {
@@ -135,10 +143,7 @@ impl Platform {
         binding: &str,
         meta: &RequestMeta,
     ) -> Result<String, Error> {
-        if !self.sign_in_starts.take(meta.source.as_deref(), now_ms()) {
-            tracing::warn!(request_id = %meta.request_id, source = ?meta.source, "too many single sign-on starts");
-            return Err(Refusal::TooManyAttempts { minutes: 1 }.into());
-        }
+        take_anonymous(&self.sign_in_starts, meta, "starts")?;
         let provider = self.provider_by("p.slug = ?", slug).await?.ok_or(Error::NotFound)?;
         let client = self.oidc_client(&provider).await?;
         let (url, pending) = client.begin();
