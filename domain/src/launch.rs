@@ -16,6 +16,11 @@ pub struct LaunchRequest {
     /// Empty for "now", else a UTC date and time (see `booking::parse_start`).
     #[serde(default)]
     pub start: String,
+    /// "As soon as possible": a number of days instead of a start. The booking gets the
+    /// earliest start at which the size is free for the whole duration, ending within the
+    /// booking horizon and starting within this many days; empty to use `start`.
+    #[serde(default)]
+    pub earliest_within_days: String,
     /// Empty or `guaranteed`, or `spot`.
     #[serde(default)]
     pub tier: String,
@@ -37,7 +42,14 @@ pub struct LaunchSpec {
     pub hours: u32,
     pub image: Option<String>,
     pub command: Option<String>,
+    /// Book at the earliest start within this many days (see
+    /// [`LaunchRequest::earliest_within_days`]).
+    pub earliest_within_days: Option<u32>,
 }
+
+/// The most days ahead an "as soon as possible" search may look; the booking horizon
+/// bounds it too.
+pub const MAX_EARLIEST_DAYS: u32 = 90;
 
 pub const MAX_NAME: usize = 40;
 pub const MAX_COMMAND: usize = 2000;
@@ -86,7 +98,23 @@ pub fn validate(req: &LaunchRequest) -> Result<LaunchSpec, Refusal> {
     } else {
         None
     };
-    Ok(LaunchSpec { offering, size, name, hours, image, command })
+    let earliest_within_days = match req.earliest_within_days.trim() {
+        "" => None,
+        days => {
+            if !req.start.trim().is_empty() {
+                return Err(Refusal::InvalidEarliestSearch(
+                    "give either a start or a number of days to find the earliest start in, not both".into(),
+                ));
+            }
+            let days = days.parse::<u32>().ok().filter(|d| (1..=MAX_EARLIEST_DAYS).contains(d)).ok_or_else(|| {
+                Refusal::InvalidEarliestSearch(format!(
+                    "\"{days}\" is not a number of days from 1 to {MAX_EARLIEST_DAYS} to find the earliest start in"
+                ))
+            })?;
+            Some(days)
+        }
+    };
+    Ok(LaunchSpec { offering, size, name, hours, image, command, earliest_within_days })
 }
 
 /// Names become Kubernetes object names later: DNS labels, short enough to add suffixes.
@@ -160,6 +188,13 @@ mod tests {
     }
 
     #[test]
+    fn as_soon_as_possible_is_a_number_of_days() {
+        let spec = validate(&LaunchRequest { earliest_within_days: " 7 ".into(), ..request("notebook", "l40s-1") });
+        assert_eq!(spec.map(|s| s.earliest_within_days), Ok(Some(7)));
+        assert_eq!(validate(&request("notebook", "l40s-1")).map(|s| s.earliest_within_days), Ok(None));
+    }
+
+    #[test]
     fn a_notebook_gets_the_default_image() {
         let spec = validate(&request("notebook", "h100-1g.10gb")).expect("valid");
         assert_eq!(spec.image.as_deref(), Some(crate::catalog::NOTEBOOK_IMAGES[0]));
@@ -190,6 +225,22 @@ mod tests {
             (LaunchRequest { hours: "two".into(), ..request("notebook", "l40s-1") }, "whole number"),
             (LaunchRequest { image: "evil/miner".into(), ..request("notebook", "l40s-1") }, "notebook images offered"),
             (LaunchRequest { image: "https://x/y".into(), ..request("inference", "l40s-1") }, "not a URL"),
+            (
+                LaunchRequest { earliest_within_days: "0".into(), ..request("notebook", "l40s-1") },
+                "from 1 to 90 to find the earliest start in",
+            ),
+            (
+                LaunchRequest { earliest_within_days: "a week".into(), ..request("notebook", "l40s-1") },
+                "\"a week\" is not a number of days",
+            ),
+            (
+                LaunchRequest {
+                    earliest_within_days: "3".into(),
+                    start: "2026-12-01T09:00".into(),
+                    ..request("notebook", "l40s-1")
+                },
+                "either a start or a number of days",
+            ),
         ];
         for (req, expected) in cases {
             let err = validate(&req).expect_err(expected).to_string();

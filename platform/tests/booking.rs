@@ -892,3 +892,53 @@ async fn extending_a_hard_tenants_booking_stops_at_another_tenant_on_its_node(po
     assert_eq!(longer.expect("up to the gap").ends_at, soft_start - 15 * MINUTE_MS);
     assert_eq!(common::tenants_sharing_nodes(berth.platform.db()).await, 0);
 }
+
+/// "As soon as possible": the earliest start within the days asked, found and booked in one
+/// writer turn, so two such bookings racing for the same free time never get the same GPUs.
+#[sqlx::test(migrations = "../migrations")]
+async fn as_soon_as_possible_books_the_earliest_start_and_says_which(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let asap = |name: &str, size: &str, hours: u32, days: &str| LaunchRequest {
+        offering: "cluster".into(),
+        size: size.into(),
+        name: name.into(),
+        hours: hours.to_string(),
+        earliest_within_days: days.into(),
+        ..LaunchRequest::default()
+    };
+    let now = now_ms();
+    // Both H100 nodes busy for the next three hours.
+    let first = book(&berth, "h100-node-1", "busy-1", None, 3).await.expect("node 1");
+    book(&berth, "h100-node-1", "busy-2", None, 3).await.expect("node 2");
+    let free_again = first.ends_at + 15 * MINUTE_MS;
+
+    // Two at once: both wait for the same moment, on different nodes.
+    let (soon_a, soon_b) = (asap("soon-a", "h100-node-1", 2, "2"), asap("soon-b", "h100-node-1", 2, "2"));
+    let (a, b) =
+        tokio::join!(berth.platform.launch(&berth.caller, &soon_a), berth.platform.launch(&berth.caller, &soon_b));
+    let (a, b) = (a.expect("first asap"), b.expect("second asap"));
+    // Both nodes come free within milliseconds of each other: each gets one.
+    for env in [&a, &b] {
+        assert!(
+            env.starts_at >= free_again && env.starts_at < free_again + MINUTE_MS,
+            "{} vs {free_again}",
+            env.starts_at
+        );
+    }
+    assert_ne!(node_of(&berth, &a.id).await, node_of(&berth, &b.id).await);
+    // The third finds the next free time, after those two.
+    let c = berth.platform.launch(&berth.caller, &asap("soon-c", "h100-node-1", 2, "2")).await.expect("third");
+    assert_eq!(c.starts_at, a.ends_at.min(b.ends_at) + 15 * MINUTE_MS);
+    assert_eq!(common::overlapping_reservations(berth.platform.db()).await, 0);
+
+    // A start the search cannot reach is refused, naming the days, and writes nothing.
+    book(&berth, "h100-node-1", "long-1", Some(c.ends_at + HOUR_MS), 72).await.expect("long 1");
+    book(&berth, "h100-node-1", "long-2", Some(c.ends_at + HOUR_MS), 72).await.expect("long 2");
+    let before = environments(&berth).await;
+    let err = berth.platform.launch(&berth.caller, &asap("never", "h100-node-1", 8, "1")).await.expect_err("none");
+    let text = err.to_string();
+    assert!(text.contains("within the next 1 days"), "{text}");
+    assert!(text.contains("free for all of 8 h"), "{text}");
+    assert_eq!(environments(&berth).await, before);
+    assert!(now < a.starts_at);
+}

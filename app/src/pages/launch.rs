@@ -132,6 +132,9 @@ fn LaunchForm(
                                     <a href="/calendar" class="text-indigo-600 hover:text-indigo-500">"availability"</a> "."
                                 }/>
                         </div>
+                        <Field id="earliest" name="request[earliest_within_days]" label="Or: as soon as possible within (days)"
+                            input_type="number" min=1 max=berth_domain::launch::MAX_EARLIEST_DAYS
+                            help=|| "Leave the start empty: Berth books the earliest time the size is free for the whole duration, within this many days, and shows the start it got."/>
                         <ProjectField projects/>
                         <fieldset>
                             <legend class=LABEL>"Tier"</legend>

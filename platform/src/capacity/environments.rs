@@ -3,10 +3,10 @@
 use berth_domain::Refusal;
 use berth_domain::booking::{self as rules, Tier, Window, utc_short};
 use berth_domain::catalog::{Offering, Size};
-use berth_domain::launch::{self, LaunchRequest};
+use berth_domain::launch::{self, LaunchRequest, LaunchSpec};
 use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::mig::{MigProfile, profile_name};
-use berth_domain::placement::Hold;
+use berth_domain::placement::{Hold, Occupant};
 use berth_domain::policy::{Action, Role, Target};
 use serde::{Deserialize, Serialize};
 use sqlx::sqlite::SqliteRow;
@@ -15,6 +15,7 @@ use sqlx::{FromRow, SqliteConnection};
 use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
 use crate::capacity::quotas::{Booker, QuotaAsk};
+use crate::store::WriteTx;
 use crate::{Caller, Error, Platform, now_ms};
 
 /// One environment as stored.
@@ -163,7 +164,8 @@ impl Platform {
         if tier == Tier::Spot && start.is_some_and(|s| s > now + self.policy.start_grace_ms) {
             return Err(Refusal::SpotStartsNow.into());
         }
-        let window = rules::new_window(start, spec.hours, now, &self.policy)?;
+        // "As soon as possible" finds its start under the writer turn, below.
+        let asked_window = rules::new_window(start, spec.hours, now, &self.policy)?;
         let model = spec.size.gpu_model();
 
         let mut tx = self.begin_write().await?;
@@ -188,6 +190,10 @@ impl Platform {
         // Only bookings that could conflict with the window matter to placement; a hard
         // or hybrid tenant's nodes are its own, so who books matters too.
         let occupant = crate::capacity::book::occupant_of(&mut tx, booker.tenant_id).await?;
+        let window = match spec.earliest_within_days {
+            None => asked_window,
+            Some(days) => self.earliest_window(&mut tx, &spec, days, now, tier, occupant).await?,
+        };
         let nearby = self.timeline_in(&mut tx, model, now, Some(window)).await?;
         let (assignments, reclaim) = match nearby.place(spec.size.shape, window, occupant) {
             Ok(assignments) => (assignments, Vec::new()),
@@ -253,6 +259,37 @@ impl Platform {
         .await?;
         self.wake_reconciler();
         self.environment_of(caller, &id).await
+    }
+
+    /// The window of an "as soon as possible" booking: the earliest start within `days` at
+    /// which the size is free for the whole duration. Found under the writer turn that then
+    /// books it, so nobody can take it in between.
+    async fn earliest_window(
+        &self,
+        tx: &mut WriteTx,
+        spec: &LaunchSpec,
+        days: u32,
+        now: i64,
+        tier: Tier,
+        occupant: Occupant,
+    ) -> Result<Window, Error> {
+        let search_days = i64::from(days).min(self.policy.horizon_ms / rules::DAY_MS);
+        let latest_start = now + search_days * rules::DAY_MS;
+        self.load_book(tx).await?;
+        let gpus = self.gpus_of_model(tx, spec.size.gpu_model()).await?;
+        let start = self
+            .earliest_start_on(&gpus, spec.size.shape, spec.hours, now, now, occupant)
+            .filter(|&t| t <= latest_start)
+            .ok_or_else(|| Refusal::NoCapacity {
+                size: spec.size.shape.describe(),
+                when: format!("within the next {search_days} days"),
+                detail: format!("no start in that time leaves it free for all of {} h", spec.hours),
+                hint: ". Instead: a longer search, a shorter duration or another size".into(),
+            })?;
+        if tier == Tier::Spot && start > now + self.policy.start_grace_ms {
+            return Err(Refusal::SpotStartsNow.into());
+        }
+        Ok(rules::new_window((start > now).then_some(start), spec.hours, now, &self.policy)?)
     }
 
     /// The projects the caller may book in, as `(id, name)` by name: those of their tenant
