@@ -122,3 +122,21 @@ test('"as soon as possible" books the earliest free time and the page shows the 
   await page.getByRole('alert').getByText('give either a start or a number of days').waitFor();
   assert.deepEqual(consoleErrors, []);
 });
+
+test('the catalog shows sizes sold on several GPU models, and the form may allow any of them', async () => {
+  await page.goto(`${berth.url}/catalog`);
+  await page.locator('[data-also="h100-8"]').getByText(/Also on A100-80GB \(\$16\.80\/h\)/).waitFor();
+  await page.goto(`${berth.url}/launch/training?size=h100-8`);
+  await page.locator('body[data-hydrated]').waitFor();
+  await page.getByLabel('Name').fill('any-model');
+  await page.getByLabel('Container image').fill('nvcr.io/nvidia/pytorch:24.05-py3');
+  await page.getByLabel('Command').fill('python train.py');
+  await page.getByLabel('Any GPU model of this size').check();
+  await page.getByLabel('GPU memory at least (GB)').fill('200');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.getByRole('alert').getByText('has 80 GB GPUs, less than the 200 GB asked for').waitFor();
+  await page.getByLabel('GPU memory at least (GB)').fill('80');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
+  assert.deepEqual(consoleErrors, []);
+});

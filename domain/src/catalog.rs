@@ -101,6 +101,13 @@ impl Offering {
     pub fn size(self, id: &str) -> Option<&'static Size> {
         self.sizes().iter().find(|s| s.id == id)
     }
+
+    /// The other sizes of the offering that ask for the same capacity as `size` on another
+    /// GPU model ("8 x A100 80GB" for "8 x H100 80GB"), in catalog order.
+    pub fn same_size_on_other_models(self, size: &Size) -> impl Iterator<Item = &'static Size> + '_ {
+        let (id, shape) = (size.id, size.shape);
+        self.sizes().iter().filter(move |s| s.id != id && s.shape.same_kind(shape))
+    }
 }
 
 pub const NOTEBOOK_IMAGES: &[&str] = &[

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
 use crate::catalog::{ImageRule, Offering, Size};
+use crate::gpu::GpuModel;
 
 /// What the launch form sends, as typed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -21,6 +22,16 @@ pub struct LaunchRequest {
     /// booking horizon and starting within this many days; empty to use `start`.
     #[serde(default)]
     pub earliest_within_days: String,
+    /// "Any of these models": other GPU models the booking may take instead of the size's
+    /// own, as names separated by commas (`A100-80GB,H100-80GB`), or `any` for every model
+    /// the offering sells this size on. Each becomes the offering's size of the same kind
+    /// on that model (its price and quota); the size asked for is tried first.
+    #[serde(default)]
+    pub models: String,
+    /// "Any model with at least N GB": the size of the same kind on every model whose GPUs
+    /// have at least this much memory (narrowing `models` when both are given).
+    #[serde(default)]
+    pub min_gpu_memory_gb: String,
     /// Empty or `guaranteed`, or `spot`.
     #[serde(default)]
     pub tier: String,
@@ -45,6 +56,9 @@ pub struct LaunchSpec {
     /// Book at the earliest start within this many days (see
     /// [`LaunchRequest::earliest_within_days`]).
     pub earliest_within_days: Option<u32>,
+    /// Sizes to book instead of `size`, in order, when it does not fit: the same capacity on
+    /// the other GPU models the request allows.
+    pub alternatives: Vec<&'static Size>,
 }
 
 /// The most days ahead an "as soon as possible" search may look; the booking horizon
@@ -114,7 +128,57 @@ pub fn validate(req: &LaunchRequest) -> Result<LaunchSpec, Refusal> {
             Some(days)
         }
     };
-    Ok(LaunchSpec { offering, size, name, hours, image, command, earliest_within_days })
+    let alternatives = alternatives(offering, size, &req.models, &req.min_gpu_memory_gb)?;
+    Ok(LaunchSpec { offering, size, name, hours, image, command, earliest_within_days, alternatives })
+}
+
+/// The sizes of the same kind as `size` on the other models `models` and `min_memory` allow.
+fn alternatives(
+    offering: Offering,
+    size: &'static Size,
+    models: &str,
+    min_memory: &str,
+) -> Result<Vec<&'static Size>, Refusal> {
+    let refuse = |what: String| Err(Refusal::InvalidModels(what));
+    let same: Vec<&'static Size> = offering.same_size_on_other_models(size).collect();
+    let mut out: Vec<&'static Size> = match models.trim() {
+        "" if min_memory.trim().is_empty() => return Ok(Vec::new()),
+        "" | "any" => same.clone(),
+        list => {
+            let mut out = Vec::new();
+            for name in list.split([',', '|']).map(str::trim).filter(|n| !n.is_empty()) {
+                let Some(model) = GpuModel::parse(name) else {
+                    return refuse(format!("there is no GPU model called \"{name}\""));
+                };
+                if model == size.gpu_model() {
+                    continue;
+                }
+                match same.iter().find(|s| s.gpu_model() == model) {
+                    Some(s) if !out.contains(s) => out.push(*s),
+                    Some(_) => {}
+                    None => {
+                        return refuse(format!("{} has no size like {} on {model}", offering.title(), size.label));
+                    }
+                }
+            }
+            out
+        }
+    };
+    if let Some(gb) =
+        match min_memory.trim() {
+            "" => None,
+            text => Some(text.parse::<u32>().ok().filter(|gb| (1..=10_000).contains(gb)).ok_or_else(|| {
+                Refusal::InvalidModels(format!("\"{text}\" is not a whole number of GB of GPU memory"))
+            })?),
+        }
+    {
+        let own = size.gpu_model().memory_gb();
+        if own < gb {
+            return refuse(format!("{} has {own} GB GPUs, less than the {gb} GB asked for", size.label));
+        }
+        out.retain(|s| s.gpu_model().memory_gb() >= gb);
+    }
+    Ok(out)
 }
 
 /// Names become Kubernetes object names later: DNS labels, short enough to add suffixes.
@@ -185,6 +249,37 @@ mod tests {
             hours: "4".into(),
             ..LaunchRequest::default()
         }
+    }
+
+    #[test]
+    fn other_gpu_models_become_the_same_size_on_them() {
+        let ids = |req: LaunchRequest| validate(&req).map(|s| s.alternatives.iter().map(|a| a.id).collect::<Vec<_>>());
+        let training = |models: &str, gb: &str| LaunchRequest {
+            image: "ghcr.io/acme/trainer:1".into(),
+            command: "python train.py".into(),
+            models: models.into(),
+            min_gpu_memory_gb: gb.into(),
+            ..request("training", "h100-8")
+        };
+        assert_eq!(ids(training("", "")), Ok(vec![]));
+        assert_eq!(ids(training("A100-80GB", "")), Ok(vec!["a100-8"]));
+        assert_eq!(ids(training("h100-80gb, a100-80gb", "")), Ok(vec!["a100-8"]), "its own model is no alternative");
+        assert_eq!(ids(training("any", "")), Ok(vec!["a100-8"]));
+        assert_eq!(ids(training("", "80")), Ok(vec!["a100-8"]), "every model with 80 GB or more");
+        let big =
+            LaunchRequest { models: "any".into(), min_gpu_memory_gb: "48".into(), ..request("notebook", "l40s-1") };
+        assert_eq!(ids(big), Ok(vec!["h100-1"]), "H100 80GB has 48 GB or more");
+        assert_eq!(ids(LaunchRequest { models: "any".into(), ..request("notebook", "l40s-1") }), Ok(vec!["h100-1"]));
+        let slice = LaunchRequest { models: "any".into(), ..request("inference", "h100-3g.40gb") };
+        let slice = LaunchRequest { image: "ghcr.io/acme/serve:1".into(), ..slice };
+        assert_eq!(ids(slice), Ok(vec!["a100-3g.40gb"]), "the same MIG profile");
+        let refused = |req: LaunchRequest| validate(&req).expect_err("refused").to_string();
+        assert!(refused(training("V100", "")).contains("no GPU model called \"V100\""));
+        assert!(
+            refused(training("L40S", "")).contains("Training job has no size like 8 x H100 80GB, full node on L40S")
+        );
+        assert!(refused(training("", "141")).contains("has 80 GB GPUs, less than the 141 GB asked for"));
+        assert!(refused(training("", "lots")).contains("\"lots\" is not a whole number of GB"));
     }
 
     #[test]

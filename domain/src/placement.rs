@@ -43,6 +43,18 @@ impl Shape {
         }
     }
 
+    /// Whether `other` asks for the same capacity on a GPU model of its own: the same
+    /// number of GPUs or nodes, the same MIG profile, or a share of as many ways.
+    pub fn same_kind(self, other: Shape) -> bool {
+        match (self, other) {
+            (Shape::MigSlice { profile: a, .. }, Shape::MigSlice { profile: b, .. }) => a == b,
+            (Shape::Gpus { count: a, .. }, Shape::Gpus { count: b, .. })
+            | (Shape::Nodes { count: a, .. }, Shape::Nodes { count: b, .. }) => a == b,
+            (Shape::Share { ways: a, .. }, Shape::Share { ways: b, .. }) => a == b,
+            _ => false,
+        }
+    }
+
     pub fn describe(self) -> String {
         match self {
             Shape::MigSlice { model, profile } => {

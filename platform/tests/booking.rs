@@ -942,3 +942,45 @@ async fn as_soon_as_possible_books_the_earliest_start_and_says_which(pool: Sqlit
     assert_eq!(environments(&berth).await, before);
     assert!(now < a.starts_at);
 }
+
+/// "Any of these models": a booking that allows another model takes the same size there
+/// when its own is full, at that size's price, counted against that model's quota; the
+/// refusal names every size it tried.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_booking_allowing_other_models_takes_the_same_size_on_one_that_is_free(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    let notebook = |name: &str, models: &str, gb: &str| LaunchRequest {
+        offering: "notebook".into(),
+        size: "h100-1".into(),
+        name: name.into(),
+        hours: "2".into(),
+        models: models.into(),
+        min_gpu_memory_gb: gb.into(),
+        ..LaunchRequest::default()
+    };
+    // Every H100 taken.
+    book(&berth, "h100-node-1", "all-1", None, 3).await.expect("node 1");
+    book(&berth, "h100-node-1", "all-2", None, 3).await.expect("node 2");
+
+    let only_h100 = berth.platform.launch(&berth.caller, &notebook("only", "", "")).await.expect_err("full");
+    assert!(only_h100.to_string().starts_with("no capacity for 1 x H100-80GB right now"), "{only_h100}");
+    let big = berth.platform.launch(&berth.caller, &notebook("big", "any", "80")).await.expect_err("L40S has 48 GB");
+    assert!(big.to_string().starts_with("no capacity for 1 x H100-80GB right now"), "{big}");
+
+    // A quota of 0 L40S GPUs stops it there, on the model actually placed.
+    let no_l40s = Quota { max_gpus_by_model: [(GpuModel::L40S, 0.0)].into(), ..Quota::default() };
+    berth.platform.set_quota(&admin, QuotaSubject::Everyone, &no_l40s).await.expect("quota");
+    let err = berth.platform.launch(&berth.caller, &notebook("quota", "L40S", "")).await.expect_err("quota");
+    assert!(err.to_string().contains("L40S"), "{err}");
+    berth.platform.set_quota(&admin, QuotaSubject::Everyone, &Quota::default()).await.expect("no quota");
+
+    let env = berth.platform.launch(&berth.caller, &notebook("either", "L40S", "")).await.expect("on an L40S");
+    assert_eq!((env.size.id, env.cents_per_hour), ("l40s-1", 110), "the L40S size, at its price");
+    assert_eq!(held_by(&berth, &env.id).await, 1);
+    let second = berth.platform.launch(&berth.caller, &notebook("either-2", "any", "")).await.expect("the other L40S");
+    assert_eq!(second.size.id, "l40s-1");
+    let none = berth.platform.launch(&berth.caller, &notebook("none", "any", "")).await.expect_err("all full");
+    assert!(none.to_string().starts_with("no capacity for 1 x H100-80GB or 1 x L40S right now"), "{none}");
+    assert_eq!(common::overlapping_reservations(berth.platform.db()).await, 0);
+}

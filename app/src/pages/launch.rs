@@ -135,6 +135,18 @@ fn LaunchForm(
                         <Field id="earliest" name="request[earliest_within_days]" label="Or: as soon as possible within (days)"
                             input_type="number" min=1 max=berth_domain::launch::MAX_EARLIEST_DAYS
                             help=|| "Leave the start empty: Berth books the earliest time the size is free for the whole duration, within this many days, and shows the start it got."/>
+                        <fieldset>
+                            <legend class=LABEL>"Other GPU models"</legend>
+                            <div class="mt-2 grid gap-4 sm:grid-cols-2">
+                                <label for="models-any" class="flex cursor-pointer items-start gap-3 rounded-lg border border-slate-200 p-3 has-[:checked]:border-indigo-500 has-[:checked]:bg-indigo-50">
+                                    <input type="checkbox" id="models-any" name="request[models]" value="any" class="mt-1"/>
+                                    <span class="text-sm"><span class="block font-medium text-slate-900">"Any GPU model of this size"</span>
+                                        <span class="block text-xs text-slate-600">"When the size you chose is full, take the same size on another model (see the catalog), at that size's price."</span></span>
+                                </label>
+                                <Field id="min-memory" name="request[min_gpu_memory_gb]" label="GPU memory at least (GB)" input_type="number" min=1 max=1000
+                                    help=|| "Optional: only models with this much memory per GPU; also takes other models of this size that have it."/>
+                            </div>
+                        </fieldset>
                         <ProjectField projects/>
                         <fieldset>
                             <legend class=LABEL>"Tier"</legend>

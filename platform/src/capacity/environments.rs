@@ -166,7 +166,6 @@ impl Platform {
         }
         // "As soon as possible" finds its start under the writer turn, below.
         let asked_window = rules::new_window(start, spec.hours, now, &self.policy)?;
-        let model = spec.size.gpu_model();
 
         let mut tx = self.begin_write().await?;
         if let Some(tenant_id) = caller.tenant_id() {
@@ -194,21 +193,9 @@ impl Platform {
             None => asked_window,
             Some(days) => self.earliest_window(&mut tx, &spec, days, now, tier, occupant).await?,
         };
-        let nearby = self.timeline_in(&mut tx, model, now, Some(window)).await?;
-        let (assignments, reclaim) = match nearby.place(spec.size.shape, window, occupant) {
-            Ok(assignments) => (assignments, Vec::new()),
-            // A guaranteed booking may take what spot bookings hold.
-            Err(refusal) => match self.place_reclaiming_spot(&nearby, spec.size.shape, window, now, tier, occupant) {
-                Some(placed) => placed,
-                None => {
-                    let (offering, size, hours) = (spec.offering, spec.size, spec.hours);
-                    let asked = crate::capacity::booking::Asked { offering, size, hours, window, occupant };
-                    let explained = self.explain_no_capacity(&mut tx, refusal, &nearby, asked, now).await?;
-                    return Err(explained);
-                }
-            },
-        };
-        let ask = QuotaAsk { model, window, gpus: rules::gpu_equivalents(&assignments), tier };
+        let (size, assignments, reclaim) = self.place_any(&mut tx, &spec, window, now, tier, occupant).await?;
+        // Quotas count the model actually placed.
+        let ask = QuotaAsk { model: size.gpu_model(), window, gpus: rules::gpu_equivalents(&assignments), tier };
         self.check_quota(&mut tx, booker, ask, None).await?;
         let reclaimed = self.reclaim(&mut tx, &reclaim, window, now).await?;
 
@@ -224,10 +211,10 @@ impl Platform {
         .bind(booker.project_id)
         .bind(&spec.name)
         .bind(spec.offering.id())
-        .bind(spec.size.id)
+        .bind(size.id)
         .bind(&spec.image)
         .bind(&spec.command)
-        .bind(i64::from(spec.size.cents_per_hour))
+        .bind(i64::from(size.cents_per_hour))
         .bind(now)
         .bind(window.starts_at)
         .bind(window.ends_at)
@@ -238,13 +225,8 @@ impl Platform {
         for a in &assignments {
             insert_reservation(&mut tx, &id, a, window, 0).await?;
         }
-        let detail = format!(
-            "{} {} for {} h from {}",
-            spec.offering.id(),
-            spec.size.id,
-            spec.hours,
-            utc_short(window.starts_at)
-        );
+        let detail =
+            format!("{} {} for {} h from {}", spec.offering.id(), size.id, spec.hours, utc_short(window.starts_at));
         let event =
             Event { action: "environment.launch", target: Some(&id), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &caller.actor(), event).await?;
@@ -261,9 +243,55 @@ impl Platform {
         self.environment_of(caller, &id).await
     }
 
+    /// The sizes a launch may take, in order: the one asked for, then the same size on the
+    /// other GPU models the request allows.
+    fn sizes_of(spec: &LaunchSpec) -> impl Iterator<Item = &'static Size> + '_ {
+        std::iter::once(spec.size).chain(spec.alternatives.iter().copied())
+    }
+
+    /// Places the first of the launch's sizes that is free for `window`; failing that, for a
+    /// guaranteed booking, the first that spot bookings hold (free capacity on another model
+    /// goes before taking anyone's). If none fits, the refusal explains the size asked for
+    /// and names the others.
+    async fn place_any(
+        &self,
+        tx: &mut WriteTx,
+        spec: &LaunchSpec,
+        window: Window,
+        now: i64,
+        tier: Tier,
+        occupant: Occupant,
+    ) -> Result<(&'static Size, Vec<Hold>, Vec<std::sync::Arc<str>>), Error> {
+        let mut tried = Vec::new();
+        for size in Self::sizes_of(spec) {
+            let nearby = self.timeline_in(tx, size.gpu_model(), now, Some(window)).await?;
+            match nearby.place(size.shape, window, occupant) {
+                Ok(assignments) => return Ok((size, assignments, Vec::new())),
+                Err(refusal) => tried.push((size, nearby, refusal)),
+            }
+        }
+        for (size, nearby, _) in &tried {
+            if let Some((assignments, reclaim)) =
+                self.place_reclaiming_spot(nearby, size.shape, window, now, tier, occupant)
+            {
+                return Ok((size, assignments, reclaim));
+            }
+        }
+        let (size, nearby, refusal) = tried.swap_remove(0);
+        let asked =
+            crate::capacity::booking::Asked { offering: spec.offering, size, hours: spec.hours, window, occupant };
+        let mut explained = self.explain_no_capacity(tx, refusal, &nearby, asked, now).await?;
+        if let Error::Refused(Refusal::NoCapacity { size: what, .. }) = &mut explained
+            && !spec.alternatives.is_empty()
+        {
+            *what = Self::sizes_of(spec).map(|s| s.shape.describe()).collect::<Vec<_>>().join(" or ");
+        }
+        Err(explained)
+    }
+
     /// The window of an "as soon as possible" booking: the earliest start within `days` at
-    /// which the size is free for the whole duration. Found under the writer turn that then
-    /// books it, so nobody can take it in between.
+    /// which one of its sizes is free for the whole duration. Found under the writer turn
+    /// that then books it, so nobody can take it in between.
     async fn earliest_window(
         &self,
         tx: &mut WriteTx,
@@ -276,16 +304,18 @@ impl Platform {
         let search_days = i64::from(days).min(self.policy.horizon_ms / rules::DAY_MS);
         let latest_start = now + search_days * rules::DAY_MS;
         self.load_book(tx).await?;
-        let gpus = self.gpus_of_model(tx, spec.size.gpu_model()).await?;
-        let start = self
-            .earliest_start_on(&gpus, spec.size.shape, spec.hours, now, now, occupant)
-            .filter(|&t| t <= latest_start)
-            .ok_or_else(|| Refusal::NoCapacity {
-                size: spec.size.shape.describe(),
-                when: format!("within the next {search_days} days"),
-                detail: format!("no start in that time leaves it free for all of {} h", spec.hours),
-                hint: ". Instead: a longer search, a shorter duration or another size".into(),
-            })?;
+        let mut earliest: Option<i64> = None;
+        for size in Self::sizes_of(spec) {
+            let gpus = self.gpus_of_model(tx, size.gpu_model()).await?;
+            let start = self.earliest_start_on(&gpus, size.shape, spec.hours, now, now, occupant);
+            earliest = earliest.into_iter().chain(start).min();
+        }
+        let start = earliest.filter(|&t| t <= latest_start).ok_or_else(|| Refusal::NoCapacity {
+            size: Self::sizes_of(spec).map(|s| s.shape.describe()).collect::<Vec<_>>().join(" or "),
+            when: format!("within the next {search_days} days"),
+            detail: format!("no start in that time leaves it free for all of {} h", spec.hours),
+            hint: ". Instead: a longer search, a shorter duration or another size".into(),
+        })?;
         if tier == Tier::Spot && start > now + self.policy.start_grace_ms {
             return Err(Refusal::SpotStartsNow.into());
         }
