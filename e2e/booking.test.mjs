@@ -38,6 +38,11 @@ test('the calendar shows free capacity per size and links free cells to the laun
   await page.locator('body[data-hydrated]').waitFor();
   await page.getByLabel('Duration (hours)').fill('3');
   await page.locator('[data-hint="h100-8"]').getByText('4 free now for 3 h').waitFor();
+  // The cost of the booking follows the size and the duration, before anything is sent.
+  await page.locator('[data-cost]').getByText('$76.80 for 3 h (8 x H100 80GB, full node at $25.60/h)').waitFor();
+  await page.getByLabel('8 x A100 80GB, full node').check();
+  await page.locator('[data-cost]').getByText('$50.40 for 3 h (8 x A100 80GB, full node at $16.80/h)').waitFor();
+  await page.getByLabel('8 x H100 80GB, full node').check();
 });
 
 test('a booking for tomorrow is scheduled, waits, and shows on the calendar', async () => {
