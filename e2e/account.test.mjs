@@ -119,7 +119,7 @@ test('the CSV download carries the same filters', async () => {
   const [download] = await Promise.all([page.waitForEvent('download'), link.click()]);
   const csv = readFileSync(await download.path(), 'utf8');
   const [header, ...lines] = csv.trim().split('\r\n');
-  assert.equal(header, 'id,time_utc,actor,tenant,action,target,outcome,source,request_id,detail');
+  assert.equal(header, 'id,time_utc,actor,tenant,action,target,target_name,outcome,source,request_id,detail');
   const actions = lines.map((line) => line.split(',')[4]);
   assert.ok(actions.includes('token.create') && actions.includes('token.revoke'), csv);
   assert.ok(actions.every((a) => a.startsWith('token.')), csv);
