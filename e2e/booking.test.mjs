@@ -76,7 +76,8 @@ test('moving the end works into free time, and an end before the start is refuse
 });
 
 test('cancelling the booking releases it without ever provisioning', async () => {
-  await page.getByRole('button', { name: 'Cancel booking' }).click();
+  await page.locator('summary', { hasText: 'Cancel booking' }).click();
+  await page.getByRole('button', { name: 'Yes, cancel the booking' }).click();
   await page.locator('[data-state="released"]').waitFor({ timeout: 30_000 });
   assert.deepEqual(consoleErrors, []);
 });
