@@ -30,7 +30,7 @@ test('the calendar shows free capacity per size and links free cells to the laun
   await page.screenshot({ path: join(artifacts, 'calendar.png'), fullPage: true });
   await cell.click();
   await page.waitForURL(/\/launch\/training\?size=h100-8&start=/);
-  assert.equal(await page.getByLabel('Start (UTC)').inputValue(), `${tomorrow}T10:00`);
+  assert.equal(await page.getByLabel('Start (UTC)').inputValue(), `${tomorrow} 10:00`);
   assert.equal(await page.getByLabel('8 x H100 80GB, full node').isChecked(), true);
   // Each size says what is free for the duration, and follows it as it is typed.
   await page.locator('[data-hint="h100-8"]').getByText('4 free now for 1 h').waitFor();
@@ -54,7 +54,7 @@ test('a booking for tomorrow is scheduled, waits, and shows on the calendar', as
   await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
   await page.locator('[data-state="scheduled"]').waitFor();
   await page.getByText(`${tomorrow} 10:00 UTC`).first().waitFor();
-  assert.equal(await page.getByLabel('Window ends (UTC)').inputValue(), `${tomorrow}T13:00`);
+  assert.equal(await page.getByLabel('Window ends (UTC)').inputValue(), `${tomorrow} 13:00`);
   const envUrl = page.url();
 
   await page.goto(`${berth.url}/calendar?view=day&from=${tomorrow}`);
@@ -101,7 +101,7 @@ test('dragging across free cells of a row books the whole stretch', async () => 
   assert.equal(await page.locator('a[data-selected="true"]').count(), 4);
   await page.mouse.up();
   await page.waitForURL(/\/launch\/training\?size=h100-8&start=.*&hours=4$/);
-  assert.equal(await page.getByLabel('Start (UTC)').inputValue(), `${tomorrow}T14:00`);
+  assert.equal(await page.getByLabel('Start (UTC)').inputValue(), `${tomorrow} 14:00`);
   assert.equal(await page.getByLabel('Duration (hours)').inputValue(), '4');
   assert.deepEqual(consoleErrors, []);
 });

@@ -53,7 +53,7 @@ pub struct EnvironmentSummary {
     /// Booked or running and not stopping: its end can still move.
     pub resizable: bool,
     pub finished: bool,
-    /// The window's end as a `datetime-local` value, to prefill the change-end form.
+    /// The window's end as a time field's value, to prefill the change-end form.
     pub ends_input: String,
 }
 

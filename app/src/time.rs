@@ -13,9 +13,15 @@ pub fn utc_seconds(ms: i64) -> String {
         .unwrap_or_default()
 }
 
-/// "2026-11-22T18:41", the value an HTML `datetime-local` input takes (read as UTC).
+/// "2026-11-22T18:41": a time in a link's query (`?start=`), read as UTC.
 pub fn input_value(ms: i64) -> String {
     chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%dT%H:%M").to_string()).unwrap_or_default()
+}
+
+/// "2026-11-22 18:41": a time field's value, in the one format every page shows times in
+/// (see `components::form::UTC_TIME_PATTERN`).
+pub fn field_value(ms: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d %H:%M").to_string()).unwrap_or_default()
 }
 
 /// "2026-11-22"
@@ -66,6 +72,7 @@ mod tests {
         assert_eq!(utc(0), "1970-01-01 00:00 UTC");
         assert_eq!(utc_seconds(1_795_442_407_500), "2026-11-23 14:00:07 UTC");
         assert_eq!(input_value(1_795_442_400_000), "2026-11-23T14:00");
+        assert_eq!(field_value(1_795_442_400_000), "2026-11-23 14:00");
     }
 
     #[test]

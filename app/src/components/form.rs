@@ -11,6 +11,13 @@ pub const SMALL_INPUT: &str = "rounded border border-slate-300 px-2 py-0.5 text-
 pub const LABEL: &str = "block text-xs font-medium text-slate-600";
 /// Help under a field.
 pub const HINT: &str = "mt-1 text-xs text-slate-500";
+/// What a time field accepts: a UTC date and 24-hour time, `2026-11-27 14:00` (a `T`
+/// in place of the space too, as links and scripts write it). Not `datetime-local`,
+/// which browsers show in the reader's locale, with a 12-hour clock in many.
+pub const UTC_TIME_PATTERN: &str = r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}";
+/// The example a time field shows while empty.
+pub const UTC_TIME_PLACEHOLDER: &str = "2026-11-27 14:00";
+
 /// A form's main button.
 pub const BUTTON: &str = "rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500";
 /// A button in a table row or list item.
@@ -51,6 +58,9 @@ pub fn Field(
     #[prop(optional)] maxlength: Option<u32>,
     #[prop(optional)] min: Option<u32>,
     #[prop(optional)] max: Option<u32>,
+    /// Makes it a UTC time field (see [`UTC_TIME_PATTERN`]).
+    #[prop(optional)]
+    utc_time: bool,
     /// The id of a `<datalist>` of suggestions.
     #[prop(optional)]
     list: Option<&'static str>,
@@ -65,6 +75,8 @@ pub fn Field(
     children: Option<Children>,
 ) -> impl IntoView {
     let hint = help.is_some().then(|| format!("{id}-hint"));
+    let pattern = utc_time.then_some(UTC_TIME_PATTERN);
+    let placeholder = if utc_time { Some(UTC_TIME_PLACEHOLDER) } else { placeholder };
     let class_of_control = if monospace { format!("{INPUT} font-mono") } else { INPUT.to_owned() };
     let control = match (rows, children) {
         (Some(rows), _) => view! {
@@ -82,7 +94,7 @@ pub fn Field(
         .into_any(),
         (None, None) => view! {
             <input id=id name=name type=input_type value=value required=required placeholder=placeholder
-                autocomplete=autocomplete inputmode=inputmode minlength=minlength maxlength=maxlength min=min max=max
+                autocomplete=autocomplete inputmode=inputmode minlength=minlength maxlength=maxlength min=min max=max pattern=pattern
                 list=list aria-describedby=hint.clone() class=class_of_control/>
         }
         .into_any(),

@@ -2,6 +2,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
+use crate::components::form::{UTC_TIME_PATTERN, UTC_TIME_PLACEHOLDER};
 use crate::components::{ConfirmButton, ErrorAlert, RequireUser, StateBadge, poll_every};
 use crate::model::{ConnectionView, EndpointView, EnvironmentView, JobLogsView, StepView};
 use crate::serverfns::{ChangeEnd, ReplaceApiKey, RevealApiKey, SetReplicas, StopEnvironment, environment};
@@ -123,7 +124,8 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
                 <input type="hidden" name="id" value=id_for_change/>
                 <div>
                     <label for="end" class="block text-xs font-medium text-slate-600">"Window ends (UTC)"</label>
-                    <input id="end" name="end" type="datetime-local" value=s.ends_input.clone() required
+                    <input id="end" name="end" type="text" value=s.ends_input.clone() required
+                        pattern=UTC_TIME_PATTERN placeholder=UTC_TIME_PLACEHOLDER
                         class="mt-1 rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500"/>
                 </div>
                 <button type="submit" class="rounded-lg bg-white px-3 py-1.5 text-sm font-semibold text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">

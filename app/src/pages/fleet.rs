@@ -211,8 +211,8 @@ fn Fleet(
                     <Field id="m-gpu" name="gpu" label="GPU index (empty for the whole node)" input_type="number" min=0 max=15/>
                     <Field id="m-reason" name="reason" label="Reason" required=true maxlength=200 placeholder="firmware update"
                         class="sm:col-span-2"/>
-                    <Field id="m-start" name="start" label="Start (UTC, empty for now)" input_type="datetime-local"/>
-                    <Field id="m-end" name="end" label="End (UTC)" input_type="datetime-local" required=true/>
+                    <Field id="m-start" name="start" label="Start (UTC, empty for now)" utc_time=true/>
+                    <Field id="m-end" name="end" label="End (UTC)" utc_time=true required=true/>
                     <div class="sm:col-span-2 flex items-center justify-end">
                         <button type="submit" class="rounded-lg bg-amber-500 px-4 py-2 text-sm font-semibold text-white hover:bg-amber-400">"Schedule maintenance"</button>
                     </div>

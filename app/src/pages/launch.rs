@@ -138,7 +138,7 @@ fn LaunchForm(
                                 value=hours required=true
                                 on:input=move |ev| typed.set(Some((offering, event_target_value(&ev))))
                                 help=move || view! { "1 to " {max_hours} " hours; torn down automatically at the end." }/>
-                            <Field id="start" name="request[start]" label="Start (UTC)" input_type="datetime-local" value=start
+                            <Field id="start" name="request[start]" label="Start (UTC)" utc_time=true value=start.replace('T', " ")
                                 help=|| view! {
                                     "Empty to start now, or book ahead. See "
                                     <a href="/calendar" class="text-indigo-600 hover:text-indigo-500">"availability"</a> "."

@@ -159,7 +159,7 @@ pub(crate) mod views {
     use crate::model::{
         ConnectionView, EndpointView, EnvironmentSummary, EnvironmentView, JobLogsView, StepView, UnitView,
     };
-    use crate::time::{duration_words, input_value, utc};
+    use crate::time::{duration_words, field_value, utc};
 
     /// What the environment page needs beyond the environment itself.
     pub struct Access {
@@ -207,7 +207,7 @@ pub(crate) mod views {
             spot: e.tier == berth_domain::booking::Tier::Spot,
             resizable: running && matches!(e.state, EnvState::Requested | EnvState::Provisioning | EnvState::Ready),
             finished: e.state.is_final(),
-            ends_input: input_value(e.ends_at),
+            ends_input: field_value(e.ends_at),
         }
     }
 
