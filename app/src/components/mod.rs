@@ -160,20 +160,76 @@ pub fn StateBadge(state: String, label: String) -> impl IntoView {
     }
 }
 
-const NAV_LINK: &str = "rounded-md px-3 py-1.5 text-sm text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white";
-
-/// The top bar: brand, navigation, and who is signed in.
+/// The top bar: brand, navigation, and who is signed in. From `xl` widths on, everything
+/// sits in one line; below, the links and the account collapse behind a "Menu" button (a
+/// `<details>`, so it opens without JavaScript too).
 #[component]
 pub fn NavBar() -> impl IntoView {
+    // The menu closes when a link in it has taken the reader to another page.
+    let menu = NodeRef::<leptos::html::Details>::new();
+    let location = leptos_router::hooks::use_location();
+    Effect::new(move |_| {
+        location.pathname.track();
+        if let Some(details) = menu.get_untracked() {
+            let _ = details.remove_attribute("open");
+        }
+    });
+    view! {
+        <header class="bg-slate-900">
+            <nav class="mx-auto flex max-w-7xl items-center justify-between gap-4 px-4 py-3" aria-label="Main">
+                <div class="flex items-center gap-6">
+                    <A href="/catalog" attr:class="flex items-center gap-2 text-white">
+                        <span class="grid h-8 w-8 place-items-center rounded-lg bg-indigo-500 font-bold">"B"</span>
+                        <span class="text-lg font-semibold tracking-tight">"Berth"</span>
+                    </A>
+                    <div class="hidden gap-1 xl:flex">
+                        <MainLinks/>
+                    </div>
+                </div>
+                <div class="hidden xl:block">
+                    <UserArea wide=true/>
+                </div>
+                <details node_ref=menu class="relative xl:hidden" data-menu="">
+                    <summary class="cursor-pointer list-none rounded-md px-3 py-1.5 text-sm text-slate-100 ring-1 ring-slate-600 hover:bg-slate-800 [&::-webkit-details-marker]:hidden">
+                        "Menu"
+                    </summary>
+                    <div class="absolute right-0 z-30 mt-2 flex w-64 flex-col gap-1 rounded-lg bg-slate-900 p-2 shadow-xl ring-1 ring-slate-700">
+                        <MainLinks/>
+                        <UserArea wide=false/>
+                    </div>
+                </details>
+            </nav>
+        </header>
+    }
+}
+
+const NAV_LINK: &str = "rounded-md px-2.5 py-1.5 text-sm text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white";
+
+/// Catalog, my environments, availability: for everyone.
+#[component]
+fn MainLinks() -> impl IntoView {
+    view! {
+        <A href="/catalog" attr:class=NAV_LINK>"Catalog"</A>
+        <A href="/environments" attr:class=NAV_LINK>"My environments"</A>
+        <A href="/calendar" attr:class=NAV_LINK>"Availability"</A>
+    }
+}
+
+/// The links a role may use, who is signed in, and signing out; "Sign in" for the others.
+/// `wide`: in the one-line bar (the test ids are there), else stacked in the menu.
+#[component]
+fn UserArea(wide: bool) -> impl IntoView {
     let auth = Auth::get();
-    let user_area = move || {
+    let layout = if wide { "flex items-center gap-1" } else { "flex flex-col gap-1 border-t border-slate-700 pt-2" };
+    let testid = move |id: &'static str| wide.then_some(id);
+    move || {
         let auth = auth?;
         Some(view! {
             <Transition fallback=|| ()>
                 {move || Suspend::new(async move {
                     match auth.user.await {
                         Ok(Some(user)) => view! {
-                            <div class="flex items-center gap-3">
+                            <div class=layout>
                                 {user.can_read_fleet.then(|| view! {
                                     <A href="/admin/fleet" attr:class=NAV_LINK>"Fleet"</A>
                                 })}
@@ -193,10 +249,10 @@ pub fn NavBar() -> impl IntoView {
                                     <A href="/audit" attr:class=NAV_LINK>"Audit"</A>
                                 })}
                                 <A href="/account" attr:class=NAV_LINK>"Account"</A>
-                                <span class="hidden text-sm text-slate-300 sm:inline" title=user.email.clone() data-testid="who">
-                                    {user.display_name.clone()}
-                                    <span class="ml-2 rounded bg-slate-700 px-1.5 py-0.5 text-xs" data-testid="role">{user.role.clone()}</span>
-                                    {user.tenant_name.clone().map(|t| view! { <span class="ml-1 text-xs text-slate-400" data-testid="tenant">{t}</span> })}
+                                <span class="px-2 text-sm text-slate-300" title=user.email.clone() data-testid=testid("who")>
+                                    <span class=if wide { "hidden 2xl:inline" } else { "" }>{user.display_name.clone()}</span>
+                                    <span class="ml-2 rounded bg-slate-700 px-1.5 py-0.5 text-xs" data-testid=testid("role")>{user.role.clone()}</span>
+                                    {user.tenant_name.clone().map(|t| view! { <span class="ml-1 text-xs text-slate-400" data-testid=testid("tenant")>{t}</span> })}
                                 </span>
                                 <ActionForm action=auth.sign_out>
                                     <button type="submit" class="rounded-md px-3 py-1.5 text-sm text-slate-200 ring-1 ring-slate-600 hover:bg-slate-800">
@@ -214,24 +270,6 @@ pub fn NavBar() -> impl IntoView {
                 })}
             </Transition>
         })
-    };
-    view! {
-        <header class="bg-slate-900">
-            <nav class="mx-auto flex max-w-6xl items-center justify-between px-4 py-3" aria-label="Main">
-                <div class="flex items-center gap-8">
-                    <A href="/catalog" attr:class="flex items-center gap-2 text-white">
-                        <span class="grid h-8 w-8 place-items-center rounded-lg bg-indigo-500 font-bold">"B"</span>
-                        <span class="text-lg font-semibold tracking-tight">"Berth"</span>
-                    </A>
-                    <div class="flex gap-1 text-sm">
-                        <A href="/catalog" attr:class="rounded-md px-3 py-1.5 text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"Catalog"</A>
-                        <A href="/environments" attr:class="rounded-md px-3 py-1.5 text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"My environments"</A>
-                        <A href="/calendar" attr:class="rounded-md px-3 py-1.5 text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white">"Availability"</A>
-                    </div>
-                </div>
-                {user_area}
-            </nav>
-        </header>
     }
 }
 
