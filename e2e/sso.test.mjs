@@ -242,8 +242,9 @@ test('every sign-in, refusal and sign-out is in the audit log', async () => {
   const res = await admin.request.get(`${berth.url}/audit.csv?action=session.`);
   assert.equal(res.status(), 200);
   const csv = await res.text();
-  assert.match(csv, /ada@acme\.example,acme,session\.sign_in,ada@acme\.example,success/);
-  assert.match(csv, /bob@globex\.example,globex,session\.sign_out,,success/);
+  // target, then target_name (empty: a person's email names itself), then the outcome.
+  assert.match(csv, /ada@acme\.example,acme,session\.sign_in,ada@acme\.example,,success/);
+  assert.match(csv, /bob@globex\.example,globex,session\.sign_out,,,success/);
   assert.match(csv, /,acme,session\.sign_in,,failure/);
   assert.doesNotMatch(csv, /acme-secret|globex-secret/);
 });
