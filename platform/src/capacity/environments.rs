@@ -286,9 +286,7 @@ impl Platform {
         .bind(tier.as_str())
         .execute(&mut **tx)
         .await?;
-        for a in &assignments {
-            insert_reservation(tx, id, a, window, 0).await?;
-        }
+        insert_reservations(tx, id, &assignments, window).await?;
         let detail = format!(
             "{} {} for {} h from {}",
             spec.offering.id(),
@@ -512,6 +510,35 @@ pub(crate) async fn insert_reservation(
     .bind(replica)
     .execute(&mut *conn)
     .await?;
+    Ok(())
+}
+
+/// Reserves a launch's `holds` (up to a node's GPUs) for `window` in one statement: one
+/// round trip to the database inside the writer turn rather than one per GPU. The
+/// triggers check each row as [`insert_reservation`]'s.
+async fn insert_reservations(
+    conn: &mut SqliteConnection,
+    environment_id: &str,
+    holds: &[Hold],
+    window: Window,
+) -> Result<(), Error> {
+    if holds.is_empty() {
+        return Ok(());
+    }
+    let mut insert = sqlx::QueryBuilder::new(
+        "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at, replica) ",
+    );
+    insert.push_values(holds, |mut row, hold| {
+        row.push_bind(environment_id)
+            .push_bind(hold.gpu_id)
+            .push_bind(i64::from(hold.slices.start))
+            .push_bind(i64::from(hold.slices.size))
+            .push_bind(hold.profile.map(MigProfile::key))
+            .push_bind(window.starts_at)
+            .push_bind(window.ends_at)
+            .push_bind(0_i64);
+    });
+    insert.build().execute(&mut *conn).await?;
     Ok(())
 }
 

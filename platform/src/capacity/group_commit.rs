@@ -122,6 +122,7 @@ impl Platform {
             drop(tx);
             return answer_all(batch, &broken);
         }
+        tracing::debug!(launches = batch.len(), "committing a batch of launches");
         let committed = tx
             .commit_and(|| {
                 self.with_book(|book| {
