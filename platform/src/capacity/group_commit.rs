@@ -101,6 +101,11 @@ impl Platform {
     /// answers them.
     async fn decide_batch(&self, mut tx: WriteTx) {
         let batch = self.launches.take();
+        // Loaded before any launch writes: loaded later, it would read this transaction's
+        // uncommitted rows as if they were committed.
+        if let Err(e) = self.load_book(&mut tx).await {
+            return answer_all(batch, &e);
+        }
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut broken = None;
         {
@@ -123,8 +128,12 @@ impl Platform {
             return answer_all(batch, &broken);
         }
         tracing::debug!(launches = batch.len(), "committing a batch of launches");
+        // Answered right after the book, still in the turn: a launch waiting for the turn
+        // finds its answer rather than beginning a transaction with nothing to do.
+        let mut decided = Some((batch, outcomes));
         let committed = tx
             .commit_and(|| {
+                let Some((batch, outcomes)) = decided.take() else { return };
                 self.with_book(|book| {
                     for outcome in &outcomes {
                         if let Outcome::Booked(d) = outcome {
@@ -134,20 +143,20 @@ impl Platform {
                             book.add(&d.id, d.booker, d.occupant, &d.assignments, d.window, d.spot);
                         }
                     }
-                })
+                });
+                for (queued, outcome) in batch.into_iter().zip(outcomes) {
+                    let answer = match outcome {
+                        Outcome::Booked(decided) => Ok(decided.id),
+                        Outcome::AlreadyBooked => Ok(queued.ask.id),
+                        Outcome::Refused(e) => Err(e),
+                    };
+                    // Its caller may have gone away meanwhile: booked all the same.
+                    let _ = queued.answer.send(answer);
+                }
             })
             .await;
-        if let Err(e) = committed {
-            return answer_all(batch, &e);
-        }
-        for (queued, outcome) in batch.into_iter().zip(outcomes) {
-            let answer = match outcome {
-                Outcome::Booked(decided) => Ok(decided.id),
-                Outcome::AlreadyBooked => Ok(queued.ask.id),
-                Outcome::Refused(e) => Err(e),
-            };
-            // Its caller may have gone away meanwhile: booked all the same.
-            let _ = queued.answer.send(answer);
+        if let (Err(e), Some((batch, _))) = (committed, decided) {
+            answer_all(batch, &e);
         }
     }
 
