@@ -1,10 +1,11 @@
 //! Group commit of launches: the launch that gets the writer turn decides every launch
 //! waiting for it, in the order they asked, in one transaction.
 //!
-//! Measured before (64 clients, 10,000 GPUs): a booking held the turn for about 2.2 ms,
-//! and a third of that went to what every transaction pays whatever it writes: BEGIN,
-//! COMMIT with its WAL append, handing the turn and a connection to the next writer. So
-//! launches queue here, and the one that gets the turn (the leader) takes the queue:
+//! Measured before (64 clients, 10,000 GPUs): a booking held the turn for about 2.4 ms,
+//! about 0.5 ms of it for what every transaction pays whatever it writes: BEGIN, COMMIT
+//! with its WAL append, handing the turn and a connection to the next writer (placement
+//! was most of the rest; see BENCHMARKS.md). So launches queue here, and the one that
+//! gets the turn (the leader) takes the queue:
 //!
 //! - each launch runs in its own SAVEPOINT; a refused one (or one that fails) rolls back to
 //!   it alone and gets its own error, and the batch goes on;
@@ -36,7 +37,8 @@ use crate::store::WriteTx;
 use crate::{Error, Platform};
 
 /// At most this many launches share a transaction, so one batch holds the turn for a
-/// bounded time (64 launches take about 60 ms) and other writers get theirs.
+/// bounded time (64 launches of the contention benchmark take about 0.1 s) and other
+/// writers get theirs.
 const MAX_BATCH: usize = 64;
 
 /// Launches waiting for a leader, in the order they asked.
