@@ -12,8 +12,8 @@ any of the replay's code (this is Python on purpose: nothing to share with the R
   are never over-committed; a CPU-only task takes no GPU; a whole-GPU task of n GPUs takes n
   distinct GPUs of that node, each entirely free, at 1000 milli each; a share takes one GPU
   with its milli free, at exactly the milli asked; no GPU ever holds more than 1000 milli;
-  a GPU model the task names (`gpu_spec`, `|`-separated) is the node's (the default trace
-  names none);
+  a GPU task naming GPU models (`gpu_spec`, `|`-separated) lands on a node of one of them
+  (the default trace names none; the variants, e.g. `openb_pod_list_gpuspec33.csv`, do);
 - each skipped task really fit nowhere at its arrival (CPU, memory and GPU, as above);
 - the figures: allocated GPU milli over the fleet's after each arrival, read at 100% arrival
   (the first arrival whose arrived ask reaches capacity, and the mean over arrivals at
@@ -30,7 +30,8 @@ compute slices at most 7 and no profile above its count per GPU; a whole-GPU tas
 with no instance; a skipped task fit nowhere; allocated compute slices (7 per whole GPU) at
 100% arrival and at the end, and the counts, equal what the replay reported.
 
-Usage: bench/check_openb.py <trace dir> <placements dir>
+Usage: bench/check_openb.py <trace dir> <placements dir> [pod list file, default $OPENB_TRACE or
+openb_pod_list_default.csv]
 Prints one line per run and exits 1 on the first kind of violation found in any run.
 """
 
@@ -49,7 +50,7 @@ def read_rows(path):
         return list(csv.DictReader(f))
 
 
-def read_trace(trace_dir):
+def read_trace(trace_dir, pods):
     nodes = {}
     for row in read_rows(os.path.join(trace_dir, "openb_node_list_gpu_node.csv")):
         nodes[row["sn"]] = {
@@ -59,7 +60,7 @@ def read_trace(trace_dir):
             "model": row.get("model", ""),
         }
     tasks = {}
-    for row in read_rows(os.path.join(trace_dir, "openb_pod_list_default.csv")):
+    for row in read_rows(os.path.join(trace_dir, pods)):
         num_gpu, gpu_milli = int(row["num_gpu"]), int(row["gpu_milli"])
         if num_gpu == 0 or gpu_milli == 0:
             kind, count, milli = "cpu", 0, 0
@@ -85,7 +86,7 @@ def fits(task, node, state):
     """Whether `task` fits the node in `state` (free cpu, memory, per-GPU milli)."""
     if state["cpu"] < task["cpu"] or state["memory"] < task["memory"]:
         return False
-    if task["models"] and node["model"] not in task["models"]:
+    if task["kind"] != "cpu" and task["models"] and node["model"] not in task["models"]:
         return False
     if task["kind"] == "share":
         return any(free >= task["milli"] for free in state["gpu_free"])
@@ -141,7 +142,7 @@ def check_run(path, nodes, tasks, reported):
             s = state[row["node"]]
             gpus = [int(g) for g in row["gpu_indexes"].split("-")] if row["gpu_indexes"] else []
             milli = int(row["gpu_milli_per_gpu"] or 0)
-            if task["models"] and node["model"] not in task["models"]:
+            if task["kind"] != "cpu" and task["models"] and node["model"] not in task["models"]:
                 fail(f"{where}: {row['task']} asks for {task['models']}, {row['node']} is {node['model']}")
             s["cpu"] -= task["cpu"]
             s["memory"] -= task["memory"]
@@ -327,10 +328,12 @@ def check_mig_run(path, nodes, tasks, reported):
 
 
 def main():
-    if len(sys.argv) != 3:
+    if len(sys.argv) not in (3, 4):
         raise SystemExit(__doc__)
     trace_dir, placements_dir = sys.argv[1], sys.argv[2]
-    nodes, tasks = read_trace(trace_dir)
+    # The pod list the replay read (its OPENB_TRACE); the default trace unless named.
+    pods = sys.argv[3] if len(sys.argv) == 4 else os.environ.get("OPENB_TRACE", "openb_pod_list_default.csv")
+    nodes, tasks = read_trace(trace_dir, pods)
     bad = 0
     for prefix, summary, check in [("", "replay.csv", check_run), ("mig-", "mig-replay.csv", check_mig_run)]:
         reported = {}

@@ -76,9 +76,12 @@ test('the token works on the JSON API', async () => {
 
 test('a revoked token stops working at once', async () => {
   const row = page.locator('tr[data-token="ci-e2e"]');
-  await row.getByRole('button', { name: 'Revoke' }).click();
+  // Revoking asks first (without JavaScript too): the first button only opens the question.
+  await row.locator('summary', { hasText: 'Revoke' }).click();
+  await row.getByText('Anything that uses this token stops working at once.').waitFor();
+  await row.getByRole('button', { name: 'Yes, revoke' }).click();
   await row.locator('[data-status="revoked"]').waitFor();
-  assert.equal(await row.getByRole('button', { name: 'Revoke' }).count(), 0);
+  assert.equal(await row.locator('summary', { hasText: 'Revoke' }).count(), 0);
   assert.equal((await api('/api/v1/me', secret)).status, 401);
   assert.equal((await api('/api/v1/environments', secret)).status, 401);
 });
@@ -119,7 +122,7 @@ test('the CSV download carries the same filters', async () => {
   const [download] = await Promise.all([page.waitForEvent('download'), link.click()]);
   const csv = readFileSync(await download.path(), 'utf8');
   const [header, ...lines] = csv.trim().split('\r\n');
-  assert.equal(header, 'id,time_utc,actor,tenant,action,target,outcome,source,request_id,detail');
+  assert.equal(header, 'id,time_utc,actor,tenant,action,target,target_name,outcome,source,request_id,detail');
   const actions = lines.map((line) => line.split(',')[4]);
   assert.ok(actions.includes('token.create') && actions.includes('token.revoke'), csv);
   assert.ok(actions.every((a) => a.startsWith('token.')), csv);
@@ -162,7 +165,8 @@ test('without JavaScript, a new token is shown once and can be revoked', async (
   await plain.reload();
   await row.waitFor();
   assert.equal(await plain.getByTestId('new-token').count(), 0);
-  await row.getByRole('button', { name: 'Revoke' }).click();
+  await row.locator('summary', { hasText: 'Revoke' }).click();
+  await row.getByRole('button', { name: 'Yes, revoke' }).click();
   await row.locator('[data-status="revoked"]').waitFor();
   assert.equal((await api('/api/v1/me', plainSecret)).status, 401);
   await context.close();
@@ -200,7 +204,8 @@ test('an SSH key is checked, listed with its fingerprint, refused a second time,
   await keys.getByRole('alert').getByText('you added this SSH key already (as "ada@laptop")').waitFor();
   assert.equal(await page.locator('tr[data-ssh-key]').count(), 1);
 
-  await row.getByRole('button', { name: 'Remove ada@laptop' }).click();
+  await row.getByLabel('Remove ada@laptop').click();
+  await row.getByRole('button', { name: 'Yes, remove' }).click();
   await keys.getByText('No SSH keys yet.').waitFor();
   await page.reload();
   await keys.getByText('No SSH keys yet.').waitFor();

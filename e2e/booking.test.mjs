@@ -34,8 +34,15 @@ test('the calendar shows free capacity per size and links free cells to the laun
   assert.equal(await page.getByLabel('8 x H100 80GB, full node').isChecked(), true);
   // Each size says what is free for the duration, and follows it as it is typed.
   await page.locator('[data-hint="h100-8"]').getByText('4 free now for 1 h').waitFor();
+  // Typing is followed only once the page is hydrated (on a busy machine that comes later).
+  await page.locator('body[data-hydrated]').waitFor();
   await page.getByLabel('Duration (hours)').fill('3');
   await page.locator('[data-hint="h100-8"]').getByText('4 free now for 3 h').waitFor();
+  // The cost of the booking follows the size and the duration, before anything is sent.
+  await page.locator('[data-cost]').getByText('$76.80 for 3 h (8 x H100 80GB, full node at $25.60/h)').waitFor();
+  await page.getByLabel('8 x A100 80GB, full node').check();
+  await page.locator('[data-cost]').getByText('$50.40 for 3 h (8 x A100 80GB, full node at $16.80/h)').waitFor();
+  await page.getByLabel('8 x H100 80GB, full node').check();
 });
 
 test('a booking for tomorrow is scheduled, waits, and shows on the calendar', async () => {
@@ -69,7 +76,8 @@ test('moving the end works into free time, and an end before the start is refuse
 });
 
 test('cancelling the booking releases it without ever provisioning', async () => {
-  await page.getByRole('button', { name: 'Cancel booking' }).click();
+  await page.locator('summary', { hasText: 'Cancel booking' }).click();
+  await page.getByRole('button', { name: 'Yes, cancel the booking' }).click();
   await page.locator('[data-state="released"]').waitFor({ timeout: 30_000 });
   assert.deepEqual(consoleErrors, []);
 });
@@ -95,5 +103,46 @@ test('dragging across free cells of a row books the whole stretch', async () => 
   await page.waitForURL(/\/launch\/training\?size=h100-8&start=.*&hours=4$/);
   assert.equal(await page.getByLabel('Start (UTC)').inputValue(), `${tomorrow}T14:00`);
   assert.equal(await page.getByLabel('Duration (hours)').inputValue(), '4');
+  assert.deepEqual(consoleErrors, []);
+});
+
+test('"as soon as possible" books the earliest free time and the page shows the start it got', async () => {
+  await page.goto(`${berth.url}/launch/training?size=h100-8`);
+  await page.getByLabel('Name').fill('asap-run');
+  await page.getByLabel('Container image').fill('nvcr.io/nvidia/pytorch:24.05-py3');
+  await page.getByLabel('Command').fill('python train.py');
+  await page.getByLabel('Duration (hours)').fill('2');
+  await page.getByLabel('Or: as soon as possible within (days)').fill('3');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
+  // Free now on the demo fleet, so it starts now: its window begins today.
+  const today = new Date().toISOString().slice(0, 10);
+  await page.getByText(new RegExp(`${today} \\d\\d:\\d\\d UTC`)).first().waitFor();
+  // A start and a search together are refused with the reason, before anything is written.
+  await page.goto(`${berth.url}/launch/training?size=h100-8&start=${tomorrow}T10:00`);
+  await page.getByLabel('Name').fill('asap-both');
+  await page.getByLabel('Container image').fill('nvcr.io/nvidia/pytorch:24.05-py3');
+  await page.getByLabel('Command').fill('python train.py');
+  await page.getByLabel('Or: as soon as possible within (days)').fill('3');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.getByRole('alert').getByText('give either a start or a number of days').waitFor();
+  assert.deepEqual(consoleErrors, []);
+});
+
+test('the catalog shows sizes sold on several GPU models, and the form may allow any of them', async () => {
+  await page.goto(`${berth.url}/catalog`);
+  await page.locator('[data-also="h100-8"]').getByText(/Also on A100-80GB \(\$16\.80\/h\)/).waitFor();
+  await page.goto(`${berth.url}/launch/training?size=h100-8`);
+  await page.locator('body[data-hydrated]').waitFor();
+  await page.getByLabel('Name').fill('any-model');
+  await page.getByLabel('Container image').fill('nvcr.io/nvidia/pytorch:24.05-py3');
+  await page.getByLabel('Command').fill('python train.py');
+  await page.getByLabel('Any GPU model of this size').check();
+  await page.getByLabel('GPU memory at least (GB)').fill('200');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.getByRole('alert').getByText('has 80 GB GPUs, less than the 200 GB asked for').waitFor();
+  await page.getByLabel('GPU memory at least (GB)').fill('80');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
   assert.deepEqual(consoleErrors, []);
 });

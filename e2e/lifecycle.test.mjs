@@ -95,7 +95,8 @@ test('a launched notebook moves to ready without a reload and shows how to conne
 test('stopping tears it down and gives the capacity back', async () => {
   await page.locator('tr[data-environment="analysis"]').getByRole('link', { name: 'analysis' }).click();
   await page.evaluate(() => { window.__berthMark = true; });
-  await page.getByRole('button', { name: 'Stop and release' }).click();
+  await page.locator('summary', { hasText: 'Stop and release' }).click();
+  await page.getByRole('button', { name: 'Yes, stop and release' }).click();
   await page.locator('[data-state="released"]').waitFor({ timeout: 30_000 });
   assert.equal(await page.evaluate(() => window.__berthMark), true);
   await page.getByText('Release capacity').waitFor();

@@ -68,7 +68,9 @@ test('sign in, a refused launch, a launch and a stop, all without JavaScript', a
   const listed = await (await fetchLocal(`${url}/models`, { headers: { authorization: `Bearer ${key}` } })).json();
   assert.equal(listed.replicas, 2);
 
-  await page.getByRole('button', { name: 'Stop and release' }).click();
+  // Asked first, without JavaScript too: a <details> holds the real button.
+  await page.locator('summary', { hasText: 'Stop and release' }).click();
+  await page.getByRole('button', { name: 'Yes, stop and release' }).click();
   await untilState('released');
 });
 

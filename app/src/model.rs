@@ -476,6 +476,8 @@ pub struct AuditRowView {
     pub tenant: String,
     pub action: String,
     pub target: String,
+    /// What the target is called where it is an id (an environment's name), else empty.
+    pub target_name: String,
     /// `success`, `failure` or `denied`.
     pub outcome: String,
     pub source: String,

@@ -12,6 +12,9 @@
 //!   and `replay.csv`, what each run reported; likewise `mig-placements-<policy>-seed<n>.csv`
 //!   (`arrival,task,node,gpu_indexes,profile,start`) and `mig-replay.csv` for the MIG part.
 //!   `bench/check_openb.py` checks them.
+//! - `OPENB_TRACE`: the pod list to replay, a file in `OPENB_DIR` (default
+//!   `openb_pod_list_default.csv`; the variants, e.g. `openb_pod_list_gpuspec33.csv`, have the
+//!   same columns). A task's `gpu_spec` is honoured: it lands only on the models it names.
 //! - `OPENB_SEEDS`: how many seeds from 42 (default 10).
 //! - `OPENB_POLICIES`: comma-separated policy names to run (default all).
 //! - `OPENB_MIG=0`: skip the MIG benchmark.
@@ -26,7 +29,7 @@ use std::time::{Duration, Instant};
 use berth_domain::gpu::GpuModel;
 use berth_domain::replay::mig::{MigCluster, MigDemand, MigFirstFit, MigPacking, MigPolicy, MigUsage, replay_mig};
 use berth_domain::replay::{
-    BestFit, Cluster, Demand, Fgd, FirstFit, FragmentationAware, NodeOrder, NodeShape, Policy, TaskMix, replay,
+    Berth, BestFit, Cluster, Demand, Fgd, FirstFit, Models, NodeOrder, NodeShape, Policy, TaskMix, replay,
     tuned_arrivals,
 };
 
@@ -46,7 +49,8 @@ struct Trace {
 
 fn main() -> Result<(), Box<dyn Error>> {
     let dir = std::env::var_os("OPENB_DIR").map(PathBuf::from).unwrap_or_else(default_dir);
-    let trace = read_trace(&dir)?;
+    let pods = std::env::var("OPENB_TRACE").unwrap_or_else(|_| "openb_pod_list_default.csv".into());
+    let trace = read_trace(&dir, &pods)?;
     let seeds: u64 = std::env::var("OPENB_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(10);
     let wanted: Option<Vec<String>> =
         std::env::var("OPENB_POLICIES").ok().map(|s| s.split(',').map(|p| p.trim().to_string()).collect());
@@ -82,7 +86,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         ("first-fit", Box::new(|_| Box::new(FirstFit))),
         ("best-fit", Box::new(|seed| Box::new(BestFit::new(ties(seed))))),
         ("fgd-published", Box::new(|seed| Box::new(Fgd::new(mix.clone(), ties(seed))))),
-        ("berth", Box::new(|seed| Box::new(FragmentationAware::new(mix.clone(), ties(seed))))),
+        ("berth", Box::new(|seed| Box::new(Berth::new(mix.clone(), ties(seed))))),
     ];
 
     println!();
@@ -264,21 +268,31 @@ fn number<T: std::str::FromStr>(field: &str, what: &str) -> Result<T, Box<dyn Er
     field.parse().map_err(|_| format!("{what}: not a number: {field:?}").into())
 }
 
-fn read_trace(dir: &Path) -> Result<Trace, Box<dyn Error>> {
-    let nodes = read_csv(&dir.join("openb_node_list_gpu_node.csv"), &["sn", "cpu_milli", "memory_mib", "gpu"])?;
+/// The nodes and the tasks of `pods` (a pod list in `dir`). GPU models are numbered in the
+/// order the node list first names them; a task's `gpu_spec` (models separated by `|`) allows
+/// only those, and a model no node has allows nothing.
+fn read_trace(dir: &Path, pods: &str) -> Result<Trace, Box<dyn Error>> {
+    let nodes =
+        read_csv(&dir.join("openb_node_list_gpu_node.csv"), &["sn", "cpu_milli", "memory_mib", "gpu", "model"])?;
     let mut trace = Trace { node_names: Vec::new(), shapes: Vec::new(), task_names: Vec::new(), demands: Vec::new() };
+    let mut models: Vec<String> = Vec::new();
     for row in nodes {
+        let model = match models.iter().position(|m| *m == row[4]) {
+            Some(i) => i,
+            None => {
+                models.push(row[4].clone());
+                models.len() - 1
+            }
+        };
         trace.shapes.push(NodeShape {
             cpu_milli: number(&row[1], &row[0])?,
             memory_mib: number(&row[2], &row[0])?,
             gpus: number(&row[3], &row[0])?,
+            model: u8::try_from(model).ok().filter(|&m| m < 32).ok_or("more than 32 GPU models")?,
         });
         trace.node_names.push(row[0].clone());
     }
-    let tasks = read_csv(
-        &dir.join("openb_pod_list_default.csv"),
-        &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"],
-    )?;
+    let tasks = read_csv(&dir.join(pods), &["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec"])?;
     for row in tasks {
         let demand = Demand::from_trace(
             number(&row[1], &row[0])?,
@@ -287,6 +301,12 @@ fn read_trace(dir: &Path) -> Result<Trace, Box<dyn Error>> {
             number(&row[4], &row[0])?,
         )
         .map_err(|e| format!("{}: {e}", row[0]))?;
+        let spec: Vec<&str> = row[5].split('|').map(str::trim).filter(|m| !m.is_empty()).collect();
+        let demand = if spec.is_empty() {
+            demand
+        } else {
+            demand.on(Models::of(spec.iter().filter_map(|name| models.iter().position(|m| m == name)).map(|i| i as u8)))
+        };
         trace.demands.push(demand);
         trace.task_names.push(row[0].clone());
     }

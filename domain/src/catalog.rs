@@ -101,6 +101,13 @@ impl Offering {
     pub fn size(self, id: &str) -> Option<&'static Size> {
         self.sizes().iter().find(|s| s.id == id)
     }
+
+    /// The other sizes of the offering that ask for the same capacity as `size` on another
+    /// GPU model ("8 x A100 80GB" for "8 x H100 80GB"), in catalog order.
+    pub fn same_size_on_other_models(self, size: &Size) -> impl Iterator<Item = &'static Size> + '_ {
+        let (id, shape) = (size.id, size.shape);
+        self.sizes().iter().filter(move |s| s.id != id && s.shape.same_kind(shape))
+    }
 }
 
 pub const NOTEBOOK_IMAGES: &[&str] = &[
@@ -213,14 +220,51 @@ const INFERENCE_SIZES: &[Size] = &[
 ];
 
 const CLUSTER_SIZES: &[Size] = &[
-    nodes("h100-node-1", "1 node, 8 x H100 80GB, NVLink", GpuModel::H100_80GB, 1, 2400),
-    nodes("h100-node-2", "2 nodes, 16 x H100 80GB, NVLink", GpuModel::H100_80GB, 2, 4800),
-    nodes("a100-node-1", "1 node, 8 x A100 80GB", GpuModel::A100_80GB, 1, 1600),
+    nodes("h100-node-1", "1 node, 8 x H100 80GB, NVLink", GpuModel::H100_80GB, 1, 2640),
+    nodes("h100-node-2", "2 nodes, 16 x H100 80GB, NVLink", GpuModel::H100_80GB, 2, 5280),
+    nodes("a100-node-1", "1 node, 8 x A100 80GB", GpuModel::A100_80GB, 1, 1760),
 ];
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// GPU-equivalents of a size: what it holds of its model's GPUs.
+    fn gpu_equivalents(size: &Size) -> f64 {
+        match size.shape {
+            Shape::MigSlice { profile, .. } => f64::from(profile.compute_slices()) / 7.0,
+            Shape::Gpus { count, .. } => f64::from(count),
+            Shape::Nodes { count, .. } => f64::from(count * 8),
+            Shape::Share { ways, .. } => 1.0 / f64::from(ways),
+        }
+    }
+
+    /// Prices never contradict each other: of two sizes of one model, in any offerings, the
+    /// one with at least as many GPUs, vCPUs and memory never costs less (a dedicated node
+    /// is not cheaper than a training job on the same node).
+    #[test]
+    fn more_of_everything_never_costs_less() {
+        let all: Vec<(Offering, &Size)> =
+            Offering::ALL.iter().flat_map(|&o| o.sizes().iter().map(move |s| (o, s))).collect();
+        for (oa, a) in &all {
+            for (ob, b) in &all {
+                let dominates = a.gpu_model() == b.gpu_model()
+                    && gpu_equivalents(a) >= gpu_equivalents(b)
+                    && a.vcpus >= b.vcpus
+                    && a.memory_gb >= b.memory_gb;
+                assert!(
+                    !dominates || a.cents_per_hour >= b.cents_per_hour,
+                    "{} {} ({}) costs less than {} {} ({})",
+                    oa.id(),
+                    a.id,
+                    a.price_per_hour(),
+                    ob.id(),
+                    b.id,
+                    b.price_per_hour()
+                );
+            }
+        }
+    }
 
     #[test]
     fn every_offering_has_sizes_with_unique_ids_and_a_price() {

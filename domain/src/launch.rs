@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
 use crate::catalog::{ImageRule, Offering, Size};
+use crate::gpu::GpuModel;
 
 /// What the launch form sends, as typed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -16,6 +17,21 @@ pub struct LaunchRequest {
     /// Empty for "now", else a UTC date and time (see `booking::parse_start`).
     #[serde(default)]
     pub start: String,
+    /// "As soon as possible": a number of days instead of a start. The booking gets the
+    /// earliest start at which the size is free for the whole duration, ending within the
+    /// booking horizon and starting within this many days; empty to use `start`.
+    #[serde(default)]
+    pub earliest_within_days: String,
+    /// "Any of these models": other GPU models the booking may take instead of the size's
+    /// own, as names separated by commas (`A100-80GB,H100-80GB`), or `any` for every model
+    /// the offering sells this size on. Each becomes the offering's size of the same kind
+    /// on that model (its price and quota); the size asked for is tried first.
+    #[serde(default)]
+    pub models: String,
+    /// "Any model with at least N GB": the size of the same kind on every model whose GPUs
+    /// have at least this much memory (narrowing `models` when both are given).
+    #[serde(default)]
+    pub min_gpu_memory_gb: String,
     /// Empty or `guaranteed`, or `spot`.
     #[serde(default)]
     pub tier: String,
@@ -37,7 +53,17 @@ pub struct LaunchSpec {
     pub hours: u32,
     pub image: Option<String>,
     pub command: Option<String>,
+    /// Book at the earliest start within this many days (see
+    /// [`LaunchRequest::earliest_within_days`]).
+    pub earliest_within_days: Option<u32>,
+    /// Sizes to book instead of `size`, in order, when it does not fit: the same capacity on
+    /// the other GPU models the request allows.
+    pub alternatives: Vec<&'static Size>,
 }
+
+/// The most days ahead an "as soon as possible" search may look; the booking horizon
+/// bounds it too.
+pub const MAX_EARLIEST_DAYS: u32 = 90;
 
 pub const MAX_NAME: usize = 40;
 pub const MAX_COMMAND: usize = 2000;
@@ -86,7 +112,73 @@ pub fn validate(req: &LaunchRequest) -> Result<LaunchSpec, Refusal> {
     } else {
         None
     };
-    Ok(LaunchSpec { offering, size, name, hours, image, command })
+    let earliest_within_days = match req.earliest_within_days.trim() {
+        "" => None,
+        days => {
+            if !req.start.trim().is_empty() {
+                return Err(Refusal::InvalidEarliestSearch(
+                    "give either a start or a number of days to find the earliest start in, not both".into(),
+                ));
+            }
+            let days = days.parse::<u32>().ok().filter(|d| (1..=MAX_EARLIEST_DAYS).contains(d)).ok_or_else(|| {
+                Refusal::InvalidEarliestSearch(format!(
+                    "\"{days}\" is not a number of days from 1 to {MAX_EARLIEST_DAYS} to find the earliest start in"
+                ))
+            })?;
+            Some(days)
+        }
+    };
+    let alternatives = alternatives(offering, size, &req.models, &req.min_gpu_memory_gb)?;
+    Ok(LaunchSpec { offering, size, name, hours, image, command, earliest_within_days, alternatives })
+}
+
+/// The sizes of the same kind as `size` on the other models `models` and `min_memory` allow.
+fn alternatives(
+    offering: Offering,
+    size: &'static Size,
+    models: &str,
+    min_memory: &str,
+) -> Result<Vec<&'static Size>, Refusal> {
+    let refuse = |what: String| Err(Refusal::InvalidModels(what));
+    let same: Vec<&'static Size> = offering.same_size_on_other_models(size).collect();
+    let mut out: Vec<&'static Size> = match models.trim() {
+        "" if min_memory.trim().is_empty() => return Ok(Vec::new()),
+        "" | "any" => same.clone(),
+        list => {
+            let mut out = Vec::new();
+            for name in list.split([',', '|']).map(str::trim).filter(|n| !n.is_empty()) {
+                let Some(model) = GpuModel::parse(name) else {
+                    return refuse(format!("there is no GPU model called \"{name}\""));
+                };
+                if model == size.gpu_model() {
+                    continue;
+                }
+                match same.iter().find(|s| s.gpu_model() == model) {
+                    Some(s) if !out.contains(s) => out.push(*s),
+                    Some(_) => {}
+                    None => {
+                        return refuse(format!("{} has no size like {} on {model}", offering.title(), size.label));
+                    }
+                }
+            }
+            out
+        }
+    };
+    if let Some(gb) =
+        match min_memory.trim() {
+            "" => None,
+            text => Some(text.parse::<u32>().ok().filter(|gb| (1..=10_000).contains(gb)).ok_or_else(|| {
+                Refusal::InvalidModels(format!("\"{text}\" is not a whole number of GB of GPU memory"))
+            })?),
+        }
+    {
+        let own = size.gpu_model().memory_gb();
+        if own < gb {
+            return refuse(format!("{} has {own} GB GPUs, less than the {gb} GB asked for", size.label));
+        }
+        out.retain(|s| s.gpu_model().memory_gb() >= gb);
+    }
+    Ok(out)
 }
 
 /// Names become Kubernetes object names later: DNS labels, short enough to add suffixes.
@@ -160,6 +252,44 @@ mod tests {
     }
 
     #[test]
+    fn other_gpu_models_become_the_same_size_on_them() {
+        let ids = |req: LaunchRequest| validate(&req).map(|s| s.alternatives.iter().map(|a| a.id).collect::<Vec<_>>());
+        let training = |models: &str, gb: &str| LaunchRequest {
+            image: "ghcr.io/acme/trainer:1".into(),
+            command: "python train.py".into(),
+            models: models.into(),
+            min_gpu_memory_gb: gb.into(),
+            ..request("training", "h100-8")
+        };
+        assert_eq!(ids(training("", "")), Ok(vec![]));
+        assert_eq!(ids(training("A100-80GB", "")), Ok(vec!["a100-8"]));
+        assert_eq!(ids(training("h100-80gb, a100-80gb", "")), Ok(vec!["a100-8"]), "its own model is no alternative");
+        assert_eq!(ids(training("any", "")), Ok(vec!["a100-8"]));
+        assert_eq!(ids(training("", "80")), Ok(vec!["a100-8"]), "every model with 80 GB or more");
+        let big =
+            LaunchRequest { models: "any".into(), min_gpu_memory_gb: "48".into(), ..request("notebook", "l40s-1") };
+        assert_eq!(ids(big), Ok(vec!["h100-1"]), "H100 80GB has 48 GB or more");
+        assert_eq!(ids(LaunchRequest { models: "any".into(), ..request("notebook", "l40s-1") }), Ok(vec!["h100-1"]));
+        let slice = LaunchRequest { models: "any".into(), ..request("inference", "h100-3g.40gb") };
+        let slice = LaunchRequest { image: "ghcr.io/acme/serve:1".into(), ..slice };
+        assert_eq!(ids(slice), Ok(vec!["a100-3g.40gb"]), "the same MIG profile");
+        let refused = |req: LaunchRequest| validate(&req).expect_err("refused").to_string();
+        assert!(refused(training("V100", "")).contains("no GPU model called \"V100\""));
+        assert!(
+            refused(training("L40S", "")).contains("Training job has no size like 8 x H100 80GB, full node on L40S")
+        );
+        assert!(refused(training("", "141")).contains("has 80 GB GPUs, less than the 141 GB asked for"));
+        assert!(refused(training("", "lots")).contains("\"lots\" is not a whole number of GB"));
+    }
+
+    #[test]
+    fn as_soon_as_possible_is_a_number_of_days() {
+        let spec = validate(&LaunchRequest { earliest_within_days: " 7 ".into(), ..request("notebook", "l40s-1") });
+        assert_eq!(spec.map(|s| s.earliest_within_days), Ok(Some(7)));
+        assert_eq!(validate(&request("notebook", "l40s-1")).map(|s| s.earliest_within_days), Ok(None));
+    }
+
+    #[test]
     fn a_notebook_gets_the_default_image() {
         let spec = validate(&request("notebook", "h100-1g.10gb")).expect("valid");
         assert_eq!(spec.image.as_deref(), Some(crate::catalog::NOTEBOOK_IMAGES[0]));
@@ -190,6 +320,22 @@ mod tests {
             (LaunchRequest { hours: "two".into(), ..request("notebook", "l40s-1") }, "whole number"),
             (LaunchRequest { image: "evil/miner".into(), ..request("notebook", "l40s-1") }, "notebook images offered"),
             (LaunchRequest { image: "https://x/y".into(), ..request("inference", "l40s-1") }, "not a URL"),
+            (
+                LaunchRequest { earliest_within_days: "0".into(), ..request("notebook", "l40s-1") },
+                "from 1 to 90 to find the earliest start in",
+            ),
+            (
+                LaunchRequest { earliest_within_days: "a week".into(), ..request("notebook", "l40s-1") },
+                "\"a week\" is not a number of days",
+            ),
+            (
+                LaunchRequest {
+                    earliest_within_days: "3".into(),
+                    start: "2026-12-01T09:00".into(),
+                    ..request("notebook", "l40s-1")
+                },
+                "either a start or a number of days",
+            ),
         ];
         for (req, expected) in cases {
             let err = validate(&req).expect_err(expected).to_string();

@@ -1,13 +1,19 @@
 //! Choosing concrete capacity for a size: which GPUs, and which MIG slices on them.
 //!
 //! Placement is a pure function of the fleet and of what is already held, so the
-//! platform can run it inside the same transaction that records the result.
+//! platform can run it inside the same transaction that records the result. Whole GPUs and
+//! time-sliced shares are placed by [`rule`], the fragmentation-aware rule the openb replay
+//! measures; MIG slices by their layouts ([`slice_fit`]), which the replay's MIG part uses
+//! too.
+
+pub mod rule;
 
 use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
+use crate::catalog::Offering;
 use crate::gpu::GpuModel;
 use crate::mig::{COMPUTE_SLICES, MEMORY_SLICES, MigInstance, MigLayout, MigProfile, SliceRange};
 use crate::tenancy::Isolation;
@@ -34,6 +40,18 @@ impl Shape {
             | Shape::Gpus { model, .. }
             | Shape::Nodes { model, .. }
             | Shape::Share { model, .. } => model,
+        }
+    }
+
+    /// Whether `other` asks for the same capacity on a GPU model of its own: the same
+    /// number of GPUs or nodes, the same MIG profile, or a share of as many ways.
+    pub fn same_kind(self, other: Shape) -> bool {
+        match (self, other) {
+            (Shape::MigSlice { profile: a, .. }, Shape::MigSlice { profile: b, .. }) => a == b,
+            (Shape::Gpus { count: a, .. }, Shape::Gpus { count: b, .. })
+            | (Shape::Nodes { count: a, .. }, Shape::Nodes { count: b, .. }) => a == b,
+            (Shape::Share { ways: a, .. }, Shape::Share { ways: b, .. }) => a == b,
+            _ => false,
         }
     }
 
@@ -163,11 +181,72 @@ impl Hold {
 /// What placement decided; the platform records one reservation per assignment.
 pub type Assignment = Hold;
 
+/// How well a GPU whose instances form `layout` takes one more `profile` instance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SliceFit {
+    /// Higher is better: the compute slices already used (the fullest GPU first, keeping
+    /// empty GPUs whole), then the MIG options left open after placing.
+    pub key: (u8, usize),
+    /// Where the instance goes: the start that leaves the most options open.
+    pub start: u8,
+}
+
+/// See [`SliceFit`]; `None` when `profile` does not fit `layout`.
+pub fn slice_fit(layout: &MigLayout, profile: MigProfile) -> Option<SliceFit> {
+    let start = layout.best_start(profile)?;
+    let used: u8 = layout.instances.iter().map(|i| i.profile.compute_slices()).sum();
+    let mut after = layout.clone();
+    after.instances.push(MigInstance { profile, start });
+    Some(SliceFit { key: (used, after.open_options()), start })
+}
+
+/// The tasks placement expects on GPUs of `model`, for the fragmentation measure: every
+/// catalog size of that model and kind (whole GPUs, or shares of GPUs time-sliced `ways`
+/// ways), equally likely. The product does not yet know its nodes' CPU and memory, so the
+/// kinds ask none and the measure is FGD's on GPUs alone.
+fn expected_tasks(model: GpuModel, shares_of: Option<u8>) -> rule::TaskMix {
+    let mut kinds: Vec<rule::GpuAsk> = Offering::ALL
+        .iter()
+        .flat_map(|o| o.sizes())
+        .filter_map(|size| match (size.shape, shares_of) {
+            (Shape::Gpus { model: m, count }, None) if m == model => Some(rule::GpuAsk::Whole(count.min(255) as u8)),
+            (Shape::Share { model: m, ways }, Some(w)) if m == model && ways == w => {
+                Some(rule::GpuAsk::Share(rule::MILLI_PER_GPU / u16::from(ways)))
+            }
+            _ => None,
+        })
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    rule::TaskMix::from_counts(kinds.into_iter().map(|gpu| (0, gpu, 1.0)))
+}
+
+/// Places `ask` on `nodes` (each a node's candidate GPUs in order, with their free milli) by
+/// the fragmentation-aware rule, ties to the earliest node; the GPUs chosen, with the index
+/// on its node of each.
+fn by_rule(nodes: &[Vec<(&GpuUnit, u16)>], ask: rule::GpuAsk, mix: rule::TaskMix) -> Option<(usize, Vec<u8>)> {
+    let states = nodes
+        .iter()
+        .map(|gpus| {
+            let shape = rule::NodeShape::new(0, 0, u8::try_from(gpus.len()).unwrap_or(u8::MAX));
+            let free = gpus.iter().take(usize::from(shape.gpus)).map(|&(_, f)| f).collect();
+            rule::NodeState::with_free(shape, 0, 0, free)
+        })
+        .collect::<Option<Vec<_>>>()?;
+    let mut cluster = rule::Cluster::of(states);
+    let demand = rule::Demand::new(0, 0, ask);
+    let choice = rule::Rule::berth(mix, rule::NodeOrder::fleet(nodes.len())).choose(&cluster, &demand)?;
+    let placed = cluster.take(&demand, choice).ok()?;
+    Some((placed.node, placed.gpus))
+}
+
 /// Choose capacity for `shape` on `gpus`, given what `holds` already take.
 ///
-/// Slices go to the GPU that is already most used (keeping whole GPUs free), at the start
-/// that leaves the most MIG options open; whole GPUs go to the node with the fewest free
-/// GPUs that still fits; whole nodes to the lowest-numbered free nodes.
+/// Whole GPUs and time-sliced shares go where the fragmentation-aware rule ([`rule::Rule`])
+/// leaves the least unusable for the catalog's other sizes of the model (in effect the
+/// fullest node that still fits, and the fullest shared GPU); slices go to the GPU that is
+/// already most used (keeping whole GPUs free), at the start that leaves the most options
+/// open; whole nodes to the lowest-numbered free nodes.
 pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assignment>, Refusal> {
     let refuse = |detail: String| Refusal::NoCapacity {
         size: shape.describe(),
@@ -195,11 +274,10 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
 
     match shape {
         Shape::MigSlice { profile, .. } => {
-            // (used compute slices, options left after placing, gpu, start): best is the
-            // fullest GPU, then the placement that keeps the most options open. Most GPUs
-            // share a few layouts (above all the empty one), so each layout is scored once.
-            let mut scored: HashMap<Vec<MigInstance>, Option<(u8, usize, u8)>> = HashMap::new();
-            let mut best: Option<(u8, usize, i64, u8)> = None;
+            // Most GPUs share a few layouts (above all the empty one), so each layout is
+            // scored once; equal fits go to the first GPU.
+            let mut scored: HashMap<Vec<MigInstance>, Option<SliceFit>> = HashMap::new();
+            let mut best: Option<((u8, usize), i64, u8)> = None;
             for gpu in of_model.iter().filter(|g| g.mig_capable) {
                 if holds_on(gpu.id).any(|h| h.profile.is_none()) {
                     continue;
@@ -208,20 +286,15 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
                     .filter_map(|h| h.profile.map(|profile| MigInstance { profile, start: h.slices.start }))
                     .collect();
                 instances.sort_by_key(|i| i.start);
-                let score = *scored.entry(instances).or_insert_with_key(|instances| {
-                    let layout = MigLayout::new(instances.clone());
-                    let start = layout.best_start(profile)?;
-                    let used: u8 = layout.instances.iter().map(|i| i.profile.compute_slices()).sum();
-                    let mut after = layout;
-                    after.instances.push(MigInstance { profile, start });
-                    Some((used, after.open_options(), start))
-                });
-                let Some((used, options, start)) = score else { continue };
-                if best.is_none_or(|b| (used, options) > (b.0, b.1)) {
-                    best = Some((used, options, gpu.id, start));
+                let fit = *scored
+                    .entry(instances)
+                    .or_insert_with_key(|instances| slice_fit(&MigLayout::new(instances.clone()), profile));
+                let Some(fit) = fit else { continue };
+                if best.is_none_or(|(key, _, _)| fit.key > key) {
+                    best = Some((fit.key, gpu.id, fit.start));
                 }
             }
-            let (_, _, gpu_id, start) = best
+            let (_, gpu_id, start) = best
                 .ok_or_else(|| refuse(format!("every {model} GPU is fully used or partitioned without room for it")))?;
             Ok(vec![Hold {
                 gpu_id,
@@ -230,43 +303,55 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
             }])
         }
         Shape::Gpus { count, .. } => {
-            let mut free_by_node: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-            for gpu in &of_model {
-                let entry = free_by_node.entry(gpu.node_id).or_default();
-                if is_free(gpu.id) {
-                    entry.push(gpu.id);
-                }
+            // Each node's GPUs of the model: a GPU anything holds (a MIG slice included) is
+            // not free for whole-GPU work.
+            let mut by_node: BTreeMap<i64, Vec<(&GpuUnit, u16)>> = BTreeMap::new();
+            for &gpu in &of_model {
+                let free = if is_free(gpu.id) { rule::MILLI_PER_GPU } else { 0 };
+                by_node.entry(gpu.node_id).or_default().push((gpu, free));
             }
-            let most_free = free_by_node.values().map(Vec::len).max().unwrap_or(0);
-            let chosen = free_by_node
-                .values()
-                .filter(|free| free.len() >= count as usize)
-                .min_by_key(|free| free.len())
-                .ok_or_else(|| {
-                    refuse(format!(
-                        "no node has {count} free {model} GPUs together (the most free on one node is {most_free})"
-                    ))
-                })?;
-            Ok(chosen.iter().take(count as usize).map(|&gpu_id| whole(gpu_id)).collect())
+            let nodes: Vec<Vec<(&GpuUnit, u16)>> = by_node.into_values().collect();
+            let placed = u8::try_from(count)
+                .ok()
+                .and_then(|n| by_rule(&nodes, rule::GpuAsk::Whole(n), expected_tasks(model, None)));
+            let Some((node, indexes)) = placed else {
+                let most_free = nodes
+                    .iter()
+                    .map(|gpus| gpus.iter().filter(|(_, f)| *f == rule::MILLI_PER_GPU).count())
+                    .max()
+                    .unwrap_or(0);
+                return Err(refuse(format!(
+                    "no node has {count} free {model} GPUs together (the most free on one node is {most_free})"
+                )));
+            };
+            Ok(indexes.iter().map(|&i| whole(nodes[node][usize::from(i)].0.id)).collect())
         }
         Shape::Share { ways, .. } => {
-            // Shares pack onto the fullest shared GPU, so others stay empty for later.
-            let width = MEMORY_SLICES / ways.max(1);
-            let best = of_model
-                .iter()
-                .filter(|g| g.time_slices == ways)
-                .filter_map(|g| {
-                    // A maintenance window holds the whole GPU, and so every share of it.
-                    let taken: Vec<SliceRange> = holds_on(g.id).map(|h| h.slices).collect();
-                    let is_free =
-                        |start: &u8| !taken.iter().any(|t| t.overlaps(SliceRange { start: *start, size: width }));
-                    let free = (0..ways).map(|k| k * width).find(is_free)?;
-                    Some((taken.len(), std::cmp::Reverse(g.id), g.id, free))
-                })
-                .max();
-            let (_, _, gpu_id, start) = best
-                .ok_or_else(|| refuse(format!("every share of the {model} GPUs time-sliced {ways} ways is taken")))?;
-            Ok(vec![Hold { gpu_id, slices: SliceRange { start, size: width }, profile: None }])
+            let ways = ways.max(1);
+            let width = MEMORY_SLICES / ways;
+            let share_milli = rule::MILLI_PER_GPU / u16::from(ways);
+            // The free shares of a GPU, by start. A maintenance window holds the whole GPU,
+            // and so every share of it.
+            let free_starts = |gpu: &GpuUnit| -> Vec<u8> {
+                let taken: Vec<SliceRange> = holds_on(gpu.id).map(|h| h.slices).collect();
+                (0..ways)
+                    .map(|k| k * width)
+                    .filter(|&start| !taken.iter().any(|t| t.overlaps(SliceRange { start, size: width })))
+                    .collect()
+            };
+            let mut by_node: BTreeMap<i64, Vec<(&GpuUnit, u16)>> = BTreeMap::new();
+            for &gpu in of_model.iter().filter(|g| g.time_slices == ways) {
+                let free = free_starts(gpu).len() as u16 * share_milli;
+                by_node.entry(gpu.node_id).or_default().push((gpu, free));
+            }
+            let nodes: Vec<Vec<(&GpuUnit, u16)>> = by_node.into_values().collect();
+            let placed = by_rule(&nodes, rule::GpuAsk::Share(share_milli), expected_tasks(model, Some(ways)));
+            let gpu = placed.and_then(|(node, indexes)| Some(nodes[node][usize::from(*indexes.first()?)].0));
+            let start = gpu.and_then(|gpu| free_starts(gpu).first().copied());
+            let (Some(gpu), Some(start)) = (gpu, start) else {
+                return Err(refuse(format!("every share of the {model} GPUs time-sliced {ways} ways is taken")));
+            };
+            Ok(vec![Hold { gpu_id: gpu.id, slices: SliceRange { start, size: width }, profile: None }])
         }
         Shape::Nodes { count, .. } => {
             let mut nodes: BTreeMap<i64, (Span, i64, bool, Vec<i64>)> = BTreeMap::new();

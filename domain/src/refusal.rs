@@ -31,6 +31,12 @@ pub enum Refusal {
     NotStoppable(&'static str),
     #[error("start {0}")]
     InvalidStart(String),
+    /// GPU models a launch may also take that do not make sense for its size.
+    #[error("GPU models: {0}")]
+    InvalidModels(String),
+    /// An "as soon as possible" request that cannot be searched as asked.
+    #[error("as soon as possible: {0}")]
+    InvalidEarliestSearch(String),
     #[error("the start is in the past; leave it empty to start now")]
     StartInPast,
     #[error("bookings may end at most {days} days from now")]

@@ -102,8 +102,7 @@ async fn contention(seconds: u64, scale: Scale) {
                     start: chrono::DateTime::from_timestamp_millis(start).expect("time").to_rfc3339(),
                     image: if offering == "training" { "ghcr.io/acme/train:1".into() } else { String::new() },
                     command: if offering == "training" { "python train.py".into() } else { String::new() },
-                    tier: String::new(),
-                    project: String::new(),
+                    ..LaunchRequest::default()
                 };
                 n += 1;
                 let t = Instant::now();

@@ -81,6 +81,8 @@ pub struct AuditRow {
     pub tenant: Option<String>,
     pub action: String,
     pub target: Option<String>,
+    /// What the target is called where the target is an id: an environment's name.
+    pub target_name: Option<String>,
     pub outcome: String,
     pub source: Option<String>,
     pub request_id: Option<String>,
@@ -118,9 +120,10 @@ impl crate::Platform {
         let like = |s: &str| format!("%{}%", s.trim().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
         let prefix = |s: &str| format!("{}%", s.trim().replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
         let rows = sqlx::query(
-            "SELECT a.id, a.at, u.email AS actor, t.slug AS tenant, a.action, a.target, a.outcome, a.source,
-                    a.request_id, a.detail
+            "SELECT a.id, a.at, u.email AS actor, t.slug AS tenant, a.action, a.target, e.name AS target_name,
+                    a.outcome, a.source, a.request_id, a.detail
              FROM audit_events a LEFT JOIN users u ON u.id = a.actor_id LEFT JOIN tenants t ON t.id = a.tenant_id
+             LEFT JOIN environments e ON e.id = a.target AND (a.action LIKE 'environment.%' OR a.action LIKE 'endpoint.%')
              WHERE (? OR a.tenant_id = ?)
                AND (? = '' OR t.slug = ?)
                AND (? = '' OR u.email LIKE ? ESCAPE '\\')
@@ -154,6 +157,7 @@ impl crate::Platform {
                     tenant: row.try_get("tenant")?,
                     action: row.try_get("action")?,
                     target: row.try_get("target")?,
+                    target_name: row.try_get("target_name")?,
                     outcome: row.try_get("outcome")?,
                     source: row.try_get("source")?,
                     request_id: row.try_get("request_id")?,
@@ -178,7 +182,8 @@ pub fn to_csv(rows: &[AuditRow]) -> String {
             out.push_str(&value);
         }
     }
-    let mut out = String::from("id,time_utc,actor,tenant,action,target,outcome,source,request_id,detail\r\n");
+    let mut out =
+        String::from("id,time_utc,actor,tenant,action,target,target_name,outcome,source,request_id,detail\r\n");
     for row in rows {
         let time = chrono::DateTime::from_timestamp_millis(row.at)
             .map(|t| t.format("%Y-%m-%dT%H:%M:%S%.3fZ").to_string())
@@ -190,6 +195,7 @@ pub fn to_csv(rows: &[AuditRow]) -> String {
             row.tenant.clone().unwrap_or_default(),
             row.action.clone(),
             row.target.clone().unwrap_or_default(),
+            row.target_name.clone().unwrap_or_default(),
             row.outcome.clone(),
             row.source.clone().unwrap_or_default(),
             row.request_id.clone().unwrap_or_default(),

@@ -75,10 +75,9 @@ impl Platform {
                 name: name.into(),
                 hours: hours.to_string(),
                 start,
-                tier: String::new(),
-                project: String::new(),
                 image: image.into(),
                 command: command.into(),
+                ..LaunchRequest::default()
             };
             // A fleet file without these models simply gets fewer demo environments.
             match self.launch(&dana, &request).await {

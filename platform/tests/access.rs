@@ -294,3 +294,25 @@ async fn a_training_job_shows_its_log_and_exit_status(pool: SqlitePool) {
         .expect("audit");
     assert_eq!(ended, 2);
 }
+
+/// The audit log names what an id stands for: an environment's actions show its name
+/// beside its id, on the page and in the CSV.
+#[sqlx::test(migrations = "../migrations")]
+async fn audit_rows_name_the_environment_they_are_about(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    let request = LaunchRequest {
+        offering: "notebook".into(),
+        size: "h100-1g.10gb".into(),
+        name: "named-in-audit".into(),
+        hours: "1".into(),
+        ..LaunchRequest::default()
+    };
+    let env = berth.platform.launch(&berth.caller, &request).await.expect("launch");
+    let filter = berth_platform::audit::AuditFilter { action: "environment.launch".into(), ..Default::default() };
+    let rows = berth.platform.audit_log(&admin, &filter, 10).await.expect("audit");
+    let row = rows.iter().find(|r| r.target.as_deref() == Some(env.id.as_str())).expect("the launch row");
+    assert_eq!(row.target_name.as_deref(), Some("named-in-audit"));
+    let csv = berth_platform::audit::to_csv(&rows);
+    assert!(csv.contains(&format!("{},named-in-audit,success", env.id)), "{csv}");
+}

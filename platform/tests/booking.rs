@@ -892,3 +892,95 @@ async fn extending_a_hard_tenants_booking_stops_at_another_tenant_on_its_node(po
     assert_eq!(longer.expect("up to the gap").ends_at, soft_start - 15 * MINUTE_MS);
     assert_eq!(common::tenants_sharing_nodes(berth.platform.db()).await, 0);
 }
+
+/// "As soon as possible": the earliest start within the days asked, found and booked in one
+/// writer turn, so two such bookings racing for the same free time never get the same GPUs.
+#[sqlx::test(migrations = "../migrations")]
+async fn as_soon_as_possible_books_the_earliest_start_and_says_which(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let asap = |name: &str, size: &str, hours: u32, days: &str| LaunchRequest {
+        offering: "cluster".into(),
+        size: size.into(),
+        name: name.into(),
+        hours: hours.to_string(),
+        earliest_within_days: days.into(),
+        ..LaunchRequest::default()
+    };
+    let now = now_ms();
+    // Both H100 nodes busy for the next three hours.
+    let first = book(&berth, "h100-node-1", "busy-1", None, 3).await.expect("node 1");
+    book(&berth, "h100-node-1", "busy-2", None, 3).await.expect("node 2");
+    let free_again = first.ends_at + 15 * MINUTE_MS;
+
+    // Two at once: both wait for the same moment, on different nodes.
+    let (soon_a, soon_b) = (asap("soon-a", "h100-node-1", 2, "2"), asap("soon-b", "h100-node-1", 2, "2"));
+    let (a, b) =
+        tokio::join!(berth.platform.launch(&berth.caller, &soon_a), berth.platform.launch(&berth.caller, &soon_b));
+    let (a, b) = (a.expect("first asap"), b.expect("second asap"));
+    // Both nodes come free within milliseconds of each other: each gets one.
+    for env in [&a, &b] {
+        assert!(
+            env.starts_at >= free_again && env.starts_at < free_again + MINUTE_MS,
+            "{} vs {free_again}",
+            env.starts_at
+        );
+    }
+    assert_ne!(node_of(&berth, &a.id).await, node_of(&berth, &b.id).await);
+    // The third finds the next free time, after those two.
+    let c = berth.platform.launch(&berth.caller, &asap("soon-c", "h100-node-1", 2, "2")).await.expect("third");
+    assert_eq!(c.starts_at, a.ends_at.min(b.ends_at) + 15 * MINUTE_MS);
+    assert_eq!(common::overlapping_reservations(berth.platform.db()).await, 0);
+
+    // A start the search cannot reach is refused, naming the days, and writes nothing.
+    book(&berth, "h100-node-1", "long-1", Some(c.ends_at + HOUR_MS), 72).await.expect("long 1");
+    book(&berth, "h100-node-1", "long-2", Some(c.ends_at + HOUR_MS), 72).await.expect("long 2");
+    let before = environments(&berth).await;
+    let err = berth.platform.launch(&berth.caller, &asap("never", "h100-node-1", 8, "1")).await.expect_err("none");
+    let text = err.to_string();
+    assert!(text.contains("within the next 1 days"), "{text}");
+    assert!(text.contains("free for all of 8 h"), "{text}");
+    assert_eq!(environments(&berth).await, before);
+    assert!(now < a.starts_at);
+}
+
+/// "Any of these models": a booking that allows another model takes the same size there
+/// when its own is full, at that size's price, counted against that model's quota; the
+/// refusal names every size it tried.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_booking_allowing_other_models_takes_the_same_size_on_one_that_is_free(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    let notebook = |name: &str, models: &str, gb: &str| LaunchRequest {
+        offering: "notebook".into(),
+        size: "h100-1".into(),
+        name: name.into(),
+        hours: "2".into(),
+        models: models.into(),
+        min_gpu_memory_gb: gb.into(),
+        ..LaunchRequest::default()
+    };
+    // Every H100 taken.
+    book(&berth, "h100-node-1", "all-1", None, 3).await.expect("node 1");
+    book(&berth, "h100-node-1", "all-2", None, 3).await.expect("node 2");
+
+    let only_h100 = berth.platform.launch(&berth.caller, &notebook("only", "", "")).await.expect_err("full");
+    assert!(only_h100.to_string().starts_with("no capacity for 1 x H100-80GB right now"), "{only_h100}");
+    let big = berth.platform.launch(&berth.caller, &notebook("big", "any", "80")).await.expect_err("L40S has 48 GB");
+    assert!(big.to_string().starts_with("no capacity for 1 x H100-80GB right now"), "{big}");
+
+    // A quota of 0 L40S GPUs stops it there, on the model actually placed.
+    let no_l40s = Quota { max_gpus_by_model: [(GpuModel::L40S, 0.0)].into(), ..Quota::default() };
+    berth.platform.set_quota(&admin, QuotaSubject::Everyone, &no_l40s).await.expect("quota");
+    let err = berth.platform.launch(&berth.caller, &notebook("quota", "L40S", "")).await.expect_err("quota");
+    assert!(err.to_string().contains("L40S"), "{err}");
+    berth.platform.set_quota(&admin, QuotaSubject::Everyone, &Quota::default()).await.expect("no quota");
+
+    let env = berth.platform.launch(&berth.caller, &notebook("either", "L40S", "")).await.expect("on an L40S");
+    assert_eq!((env.size.id, env.cents_per_hour), ("l40s-1", 110), "the L40S size, at its price");
+    assert_eq!(held_by(&berth, &env.id).await, 1);
+    let second = berth.platform.launch(&berth.caller, &notebook("either-2", "any", "")).await.expect("the other L40S");
+    assert_eq!(second.size.id, "l40s-1");
+    let none = berth.platform.launch(&berth.caller, &notebook("none", "any", "")).await.expect_err("all full");
+    assert!(none.to_string().starts_with("no capacity for 1 x H100-80GB or 1 x L40S right now"), "{none}");
+    assert_eq!(common::overlapping_reservations(berth.platform.db()).await, 0);
+}

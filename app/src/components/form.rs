@@ -95,3 +95,41 @@ pub fn Field(
         </div>
     }
 }
+
+/// The submit button of an action that takes something away (stop, cancel, revoke, remove,
+/// delete), asked twice: `label` opens a panel that says what will happen and holds the
+/// real submit button, `confirm`. A `<details>` element, so it asks without JavaScript too.
+/// Goes inside the action's form.
+#[component]
+pub fn ConfirmButton(
+    /// What the first button says ("Revoke").
+    #[prop(into)]
+    label: String,
+    /// What happens, in a sentence.
+    #[prop(into)]
+    consequence: String,
+    /// What the submit button says ("Yes, revoke").
+    #[prop(into)]
+    confirm: String,
+    /// The first button's classes.
+    #[prop(optional)]
+    class: Option<&'static str>,
+    /// The first button's name for screen readers where `label` alone is ambiguous
+    /// ("Remove ada@laptop" in a list of keys).
+    #[prop(optional, into)]
+    aria_label: Option<String>,
+) -> impl IntoView {
+    let class = format!(
+        "{} cursor-pointer list-none select-none [&::-webkit-details-marker]:hidden",
+        class.unwrap_or(SMALL_DANGER_BUTTON)
+    );
+    view! {
+        <details data-confirm="" class="relative inline-block text-left">
+            <summary class=class aria-label=aria_label>{label}</summary>
+            <div class="absolute right-0 z-10 mt-1 w-64 rounded-lg border border-red-200 bg-white p-3 text-left text-xs text-slate-800 shadow-lg">
+                <p>{consequence}</p>
+                <button type="submit" class="mt-2 rounded-md bg-red-700 px-2 py-1 text-xs font-semibold text-white hover:bg-red-600">{confirm}</button>
+            </div>
+        </details>
+    }
+}

@@ -4,7 +4,7 @@
 pub mod form;
 pub mod table;
 
-pub use form::Field;
+pub use form::{ConfirmButton, Field};
 pub use table::Table;
 
 use leptos::prelude::*;

@@ -1,9 +1,9 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
 
-use crate::components::form::{BUTTON, LABEL, SMALL_DANGER_BUTTON};
+use crate::components::form::{BUTTON, LABEL};
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ErrorAlert, Field, RequireUser, Table};
+use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, Table};
 use crate::model::{AccountView, NewTokenView, SshKeyView, TokenView};
 use crate::serverfns::{AddSshKey, ChangePassword, CreateToken, RemoveSshKey, ResetSecondFactor, RevokeToken, account};
 
@@ -138,7 +138,8 @@ fn TokenTable(tokens: Vec<TokenView>, revoke: ServerAction<RevokeToken>) -> impl
                         {(t.status == "active").then(|| view! {
                             <ActionForm action=revoke>
                                 <input type="hidden" name="id" value=t.id/>
-                                <button type="submit" class=SMALL_DANGER_BUTTON>"Revoke"</button>
+                                <ConfirmButton label="Revoke" confirm="Yes, revoke"
+                                    consequence="Anything that uses this token stops working at once."/>
                             </ActionForm>
                         })}
                     </td>
@@ -213,7 +214,8 @@ fn SshKeyTable(keys: Vec<SshKeyView>, remove: ServerAction<RemoveSshKey>) -> imp
                     <td class="px-4 py-2 text-right">
                         <ActionForm action=remove>
                             <input type="hidden" name="id" value=k.id/>
-                            <button type="submit" aria-label=format!("Remove {}", k.name) class=SMALL_DANGER_BUTTON>"Remove"</button>
+                            <ConfirmButton label="Remove" aria_label=format!("Remove {}", k.name) confirm="Yes, remove"
+                                consequence="Nodes booked from now on no longer accept this key; running ones keep it until they end."/>
                         </ActionForm>
                     </td>
                 </tr>

@@ -113,7 +113,10 @@ fn AuditTable(rows: Vec<AuditRowView>) -> impl IntoView {
                     </td>
                     <td class=CELL>{r.tenant}</td>
                     <td class=format!("{CELL} whitespace-nowrap font-mono text-slate-900")>{r.action.clone()}</td>
-                    <td class=format!("{CELL} break-words")>{r.target}</td>
+                    <td class=format!("{CELL} break-words")>
+                        {(!r.target_name.is_empty()).then(|| view! { <span class="block text-slate-900">{r.target_name.clone()}</span> })}
+                        <span class=if r.target_name.is_empty() { "" } else { "font-mono text-slate-500" }>{r.target}</span>
+                    </td>
                     <td class=CELL><OutcomeBadge outcome=r.outcome/></td>
                     <td class=format!("{CELL} whitespace-nowrap font-mono")>{r.source}</td>
                     <td class=format!("{CELL} font-mono text-slate-500")>{r.request_id}</td>

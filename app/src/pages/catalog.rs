@@ -77,11 +77,20 @@ fn SizeRow(offering: Offering, size: &'static Size) -> impl IntoView {
         Shape::Nodes { .. } => "whole nodes",
         Shape::Share { .. } => "development tier: time-sliced, shared with others, no isolation guarantees",
     };
+    // The same size on other GPU models: a launch may take whichever is free.
+    let others: String = offering
+        .same_size_on_other_models(size)
+        .map(|s| format!("{} ({}/h)", s.gpu_model(), s.price_per_hour()))
+        .collect::<Vec<_>>()
+        .join(", ");
     view! {
         <tr>
             <td class="px-5 py-2.5">
                 <div class="font-medium text-slate-900">{size.label}</div>
                 <div class="text-xs text-slate-500">{kind}</div>
+                {(!others.is_empty()).then(|| view! {
+                    <div class="text-xs text-slate-600" data-also=size.id>"Also on " {others.clone()} ": a booking may allow either"</div>
+                })}
             </td>
             <td class="px-2 py-2.5 text-slate-600">{size.vcpus} " / " {size.memory_gb} " GB"</td>
             <td class="px-2 py-2.5 text-right font-medium text-slate-900">{size.price_per_hour()} <span class="text-slate-500">"/h"</span></td>

@@ -2,7 +2,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
-use crate::components::{ErrorAlert, RequireUser, StateBadge, poll_every};
+use crate::components::{ConfirmButton, ErrorAlert, RequireUser, StateBadge, poll_every};
 use crate::model::{ConnectionView, EndpointView, EnvironmentView, JobLogsView, StepView};
 use crate::serverfns::{ChangeEnd, ReplaceApiKey, RevealApiKey, SetReplicas, StopEnvironment, environment};
 
@@ -80,7 +80,15 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
     let change_error = change.value();
     let id_for_change = s.id.clone();
     let id_for_endpoint = s.id.clone();
-    let stop_label = if s.state == "scheduled" { "Cancel booking" } else { "Stop and release" };
+    let (stop_label, stop_consequence, stop_confirm) = if s.state == "scheduled" {
+        ("Cancel booking", "Cancels the booking and frees its time for others.", "Yes, cancel the booking")
+    } else {
+        (
+            "Stop and release",
+            "Stops it now and releases its GPUs. Files outside your volumes are lost.",
+            "Yes, stop and release",
+        )
+    };
     view! {
         <Title text=s.name.clone()/>
         <a href="/environments" class="text-sm text-indigo-600 hover:text-indigo-500">"← My environments"</a>
@@ -105,9 +113,8 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
             {s.stoppable.then(|| view! {
                 <ActionForm action=stop>
                     <input type="hidden" name="id" value=s.id.clone()/>
-                    <button type="submit" class="rounded-lg bg-white px-4 py-2 text-sm font-semibold text-red-700 ring-1 ring-red-300 hover:bg-red-50">
-                        {stop_label}
-                    </button>
+                    <ConfirmButton label=stop_label consequence=stop_consequence confirm=stop_confirm
+                        class="rounded-lg bg-white px-4 py-2 text-sm font-semibold text-red-700 ring-1 ring-red-300 hover:bg-red-50"/>
                 </ActionForm>
             })}
         </div>

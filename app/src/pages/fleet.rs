@@ -2,9 +2,9 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
-use crate::components::form::{SMALL_BUTTON, SMALL_DANGER_BUTTON};
+use crate::components::form::SMALL_BUTTON;
 use crate::components::table::CELL;
-use crate::components::{CARD, ErrorAlert, Field, RequireUser, Table};
+use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, Table};
 use crate::error::AppError;
 use crate::model::{Bar, FleetNode, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
 use crate::serverfns::{
@@ -121,7 +121,8 @@ fn NodeAgents(
                                         {label}
                                         <ActionForm action=revoke>
                                             <input type="hidden" name="id" value=id/>
-                                            <button type="submit" class=SMALL_DANGER_BUTTON>"Revoke"</button>
+                                            <ConfirmButton label="Revoke" confirm="Yes, revoke"
+                                                consequence="The node's agent can no longer report with this token."/>
                                         </ActionForm>
                                     </li>
                                 }).collect_view()}

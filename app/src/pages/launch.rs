@@ -1,4 +1,4 @@
-use berth_domain::catalog::{ImageRule, Offering};
+use berth_domain::catalog::{ImageRule, Offering, format_cents};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
@@ -81,6 +81,17 @@ fn LaunchForm(
     let sizes = offering.sizes();
     let chosen = chosen_size.filter(|id| offering.size(id).is_some()).unwrap_or_else(|| sizes[0].id.to_owned());
     let max_hours = offering.max_hours();
+    // What the booking costs, following the size picked and the duration typed.
+    let picked = RwSignal::new(chosen.clone());
+    let initial_hours = hours.clone();
+    let cost = move || {
+        let size = offering.size(&picked.get())?;
+        let typed =
+            typed.get().filter(|(o, _)| *o == offering).map(|(_, h)| h).unwrap_or_else(|| initial_hours.clone());
+        let hours = typed.trim().parse::<u32>().ok().filter(|h| (1..=max_hours).contains(h))?;
+        let total = size.cents_per_hour.checked_mul(hours)?;
+        Some(format!("{} for {hours} h ({} at {}/h)", format_cents(total), size.label, size.price_per_hour()))
+    };
     view! {
         <Title text=format!("Launch {}", with_article(offering))/>
         <div class="mx-auto max-w-2xl">
@@ -100,7 +111,8 @@ fn LaunchForm(
                                     let size_id = s.id;
                                     view! {
                                         <label for=label_for class="flex cursor-pointer items-start gap-3 rounded-lg border border-slate-200 p-3 hover:border-indigo-300 has-[:checked]:border-indigo-500 has-[:checked]:bg-indigo-50">
-                                            <input type="radio" id=id name="request[size]" value=s.id checked=s.id == chosen class="mt-1"/>
+                                            <input type="radio" id=id name="request[size]" value=s.id checked=s.id == chosen class="mt-1"
+                                                on:change=move |_| picked.set(size_id.to_owned())/>
                                             <span>
                                                 <span class="block text-sm font-medium text-slate-900">{s.label}</span>
                                                 <span class="block text-xs text-slate-500">{s.vcpus} " vCPU · " {s.memory_gb} " GB RAM · " {s.price_per_hour()} "/h"</span>
@@ -132,6 +144,21 @@ fn LaunchForm(
                                     <a href="/calendar" class="text-indigo-600 hover:text-indigo-500">"availability"</a> "."
                                 }/>
                         </div>
+                        <Field id="earliest" name="request[earliest_within_days]" label="Or: as soon as possible within (days)"
+                            input_type="number" min=1 max=berth_domain::launch::MAX_EARLIEST_DAYS
+                            help=|| "Leave the start empty: Berth books the earliest time the size is free for the whole duration, within this many days, and shows the start it got."/>
+                        <fieldset>
+                            <legend class=LABEL>"Other GPU models"</legend>
+                            <div class="mt-2 grid gap-4 sm:grid-cols-2">
+                                <label for="models-any" class="flex cursor-pointer items-start gap-3 rounded-lg border border-slate-200 p-3 has-[:checked]:border-indigo-500 has-[:checked]:bg-indigo-50">
+                                    <input type="checkbox" id="models-any" name="request[models]" value="any" class="mt-1"/>
+                                    <span class="text-sm"><span class="block font-medium text-slate-900">"Any GPU model of this size"</span>
+                                        <span class="block text-xs text-slate-600">"When the size you chose is full, take the same size on another model (see the catalog), at that size's price."</span></span>
+                                </label>
+                                <Field id="min-memory" name="request[min_gpu_memory_gb]" label="GPU memory at least (GB)" input_type="number" min=1 max=1000
+                                    help=|| "Optional: only models with this much memory per GPU; also takes other models of this size that have it."/>
+                            </div>
+                        </fieldset>
                         <ProjectField projects/>
                         <fieldset>
                             <legend class=LABEL>"Tier"</legend>
@@ -155,6 +182,9 @@ fn LaunchForm(
                         })}
                         {(!offering.needs_command()).then(|| view! { <input type="hidden" name="request[command]" value=""/> })}
                         {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+                        <p class="text-sm text-slate-700" data-cost="">
+                            {move || cost().map(|c| view! { "Cost: " <span class="font-semibold text-slate-900">{c}</span> })}
+                        </p>
                         <div class="flex items-center justify-end gap-3">
                             <a href="/catalog" class="rounded-lg px-4 py-2 text-sm font-medium text-slate-700 hover:bg-slate-100">"Cancel"</a>
                             <button type="submit" disabled=move || launch.pending().get() class=format!("{BUTTON} disabled:opacity-60")>

@@ -2,9 +2,9 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
-use crate::components::form::{BUTTON, LABEL, SMALL_BUTTON, SMALL_DANGER_BUTTON, SMALL_INPUT};
+use crate::components::form::{BUTTON, LABEL, SMALL_BUTTON, SMALL_INPUT};
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ErrorAlert, Field, RequireUser, Table};
+use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, Table};
 use crate::model::{MemberView, ProjectView, SsoView, TenantPageView, TenantView, TokenView};
 use crate::serverfns::{
     AddProjectMember, ChangeMemberRole, ChangeTenant, CreateProject, CreateTenant, InviteMember, RemoveMember,
@@ -113,10 +113,8 @@ fn TenantTable(
                                 <ActionForm action=change>
                                     <input type="hidden" name="id" value=t.id/>
                                     <input type="hidden" name="change" value="delete"/>
-                                    <button type="submit" class=SMALL_DANGER_BUTTON
-                                        title="Stops every environment of the tenant and ends its members' sessions">
-                                        "Delete"
-                                    </button>
+                                    <ConfirmButton label="Delete" confirm="Yes, delete the tenant"
+                                        consequence="Stops every environment of the tenant, releases its capacity and ends its members' sessions."/>
                                 </ActionForm>
                             </div>
                         </td>
@@ -257,7 +255,8 @@ fn Members(members: Vec<MemberView>, manage: bool, me: i64, tenant_id: i64, acti
                                     <ActionForm action=actions.remove>
                                         <input type="hidden" name="tenant_id" value=tenant_id/>
                                         <input type="hidden" name="user_id" value=m.user_id/>
-                                        <button type="submit" class=SMALL_DANGER_BUTTON>"Remove"</button>
+                                        <ConfirmButton label="Remove" confirm="Yes, remove"
+                                            consequence="They lose access to the tenant at once; their environments keep running until stopped."/>
                                     </ActionForm>
                                 })}
                             </td>
@@ -417,7 +416,8 @@ fn TenantTokens(tokens: Vec<TokenView>, manage: bool, tenant_id: i64, actions: T
                                             <ActionForm action=actions.revoke>
                                                 <input type="hidden" name="tenant_id" value=tenant_id/>
                                                 <input type="hidden" name="id" value=t.id/>
-                                                <button type="submit" class=SMALL_DANGER_BUTTON>"Revoke"</button>
+                                                <ConfirmButton label="Revoke" confirm="Yes, revoke"
+                                                    consequence="Anything that uses this token stops working at once."/>
                                             </ActionForm>
                                         })}
                                     </td>

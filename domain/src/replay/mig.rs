@@ -4,6 +4,7 @@
 use crate::mig::{COMPUTE_SLICES, MigInstance, MigLayout, MigProfile};
 
 use super::{Demand, GpuAsk, MILLI_PER_GPU, NodeShape, PlaceError};
+use crate::placement::{SliceFit, slice_fit};
 
 /// The MIG profiles a share may be rounded up to.
 pub const MIG_SHARE_PROFILES: [MigProfile; 5] =
@@ -77,10 +78,10 @@ impl MigGpu {
 #[derive(Debug, Clone, Copy)]
 struct LayoutFacts {
     compute_used: u8,
-    /// Per share profile: (lowest free start, the start `MigLayout::best_start` picks and the
-    /// open options it leaves), `None` when the profile does not fit.
+    /// Per share profile: the lowest free start, and how placement's MIG rule rates the GPU
+    /// for it ([`slice_fit`]), `None` when the profile does not fit.
     first_start: [Option<u8>; 5],
-    best_start: [Option<(u8, usize)>; 5],
+    best_fit: [Option<SliceFit>; 5],
     /// Free compute slices no combination of instances could ever use.
     stranded: u8,
 }
@@ -137,20 +138,16 @@ impl MigFacts {
         let layout = self.layout(mask);
         let compute_used: u8 = layout.instances.iter().map(|i| i.profile.compute_slices()).sum();
         let mut first_start = [None; 5];
-        let mut best_start = [None; 5];
+        let mut best_fit = [None; 5];
         for (k, &p) in MIG_SHARE_PROFILES.iter().enumerate() {
             first_start[k] = layout.free_starts(p).first().copied();
-            best_start[k] = layout.best_start(p).map(|s| {
-                let mut after = layout.clone();
-                after.instances.push(MigInstance { profile: p, start: s });
-                (s, after.open_options())
-            });
+            best_fit[k] = slice_fit(&layout, p);
         }
         let usable = self.most_compute_addable(mask);
         let f = LayoutFacts {
             compute_used,
             first_start,
-            best_start,
+            best_fit,
             stranded: COMPUTE_SLICES.saturating_sub(compute_used).saturating_sub(usable),
         };
         self.facts[usize::from(mask)] = Some(f);
@@ -191,10 +188,10 @@ impl MigFacts {
         if gpu.whole { None } else { self.facts(gpu.instances).first_start[k] }
     }
 
-    /// `MigLayout::best_start` for `profile` on `gpu`, with the open options it leaves.
-    pub fn best_start(&mut self, gpu: MigGpu, profile: MigProfile) -> Option<(u8, usize)> {
+    /// How placement's MIG rule rates `gpu` for a new `profile` instance ([`slice_fit`]).
+    pub fn slice_fit(&mut self, gpu: MigGpu, profile: MigProfile) -> Option<SliceFit> {
         let k = MIG_SHARE_PROFILES.iter().position(|&p| p == profile)?;
-        if gpu.whole { None } else { self.facts(gpu.instances).best_start[k] }
+        if gpu.whole { None } else { self.facts(gpu.instances).best_fit[k] }
     }
 }
 
@@ -275,9 +272,9 @@ impl MigPolicy for MigFirstFit {
     }
 }
 
-/// Berth's MIG placement rule (as in [`crate::placement::place`]), with CPU and memory: an
-/// instance goes to the GPU already most used, at the start (`MigLayout::best_start`) that
-/// leaves the most options open; whole GPUs go to the node with the fewest empty GPUs that
+/// Berth's MIG placement rule, with CPU and memory: an instance goes where placement's own
+/// [`slice_fit`] rates best (the GPU already most used, at the start that leaves the most
+/// options open, as [`crate::placement::place`] does); whole GPUs go to the node with the fewest empty GPUs that
 /// still has enough; a CPU-only task goes where it takes least from GPU work: the node with
 /// the fewest free compute slices, then the least free CPU. Ties go to the lowest index.
 #[derive(Debug, Clone, Default)]
@@ -293,10 +290,9 @@ impl MigPolicy for MigPacking {
                         continue;
                     }
                     for (g, &gpu) in node.gpus.iter().enumerate() {
-                        let Some((start, open)) = facts.best_start(gpu, p) else { continue };
-                        let key = (facts.compute_used(gpu), open);
-                        if best.is_none_or(|(b, _)| key > b) {
-                            best = Some((key, MigChoice { node: i, gpu: Some((g as u8, start)) }));
+                        let Some(fit) = facts.slice_fit(gpu, p) else { continue };
+                        if best.is_none_or(|(b, _)| fit.key > b) {
+                            best = Some((fit.key, MigChoice { node: i, gpu: Some((g as u8, fit.start)) }));
                         }
                     }
                 }

@@ -5,11 +5,11 @@ use crate::mig::MigProfile;
 use proptest::prelude::*;
 
 fn share(cpu: u32, milli: u16) -> Demand {
-    Demand { cpu_milli: cpu, memory_mib: 0, gpu: GpuAsk::Share(milli) }
+    Demand { cpu_milli: cpu, memory_mib: 0, gpu: GpuAsk::Share(milli), models: Models::ANY }
 }
 
 fn node(cpu: u32, gpus: u8) -> NodeShape {
-    NodeShape { cpu_milli: cpu, memory_mib: 1024, gpus }
+    NodeShape { cpu_milli: cpu, memory_mib: 1024, gpus, model: 0 }
 }
 
 #[test]
@@ -39,7 +39,7 @@ fn whole_gpus_need_entirely_free_gpus_on_one_node() {
     let mut cluster = Cluster::new([node(64_000, 2), node(64_000, 2)]);
     let mut policy = FirstFit;
     cluster.place(&share(0, 100), &mut policy).expect("share fits");
-    let two = Demand { cpu_milli: 0, memory_mib: 0, gpu: GpuAsk::Whole(2) };
+    let two = Demand { cpu_milli: 0, memory_mib: 0, gpu: GpuAsk::Whole(2), models: Models::ANY };
     assert_eq!(cluster.place(&two, &mut policy).map(|p| p.node), Ok(1));
     assert_eq!(cluster.place(&two, &mut policy), Err(PlaceError::NoNodeFits));
     let one = Demand { gpu: GpuAsk::Whole(1), ..two };
@@ -48,9 +48,9 @@ fn whole_gpus_need_entirely_free_gpus_on_one_node() {
 
 #[test]
 fn cpu_and_memory_bound_a_node_too() {
-    let mut cluster = Cluster::new([NodeShape { cpu_milli: 4000, memory_mib: 100, gpus: 1 }]);
+    let mut cluster = Cluster::new([NodeShape { cpu_milli: 4000, memory_mib: 100, gpus: 1, model: 0 }]);
     let mut policy = FirstFit;
-    let big_memory = Demand { cpu_milli: 1, memory_mib: 101, gpu: GpuAsk::None };
+    let big_memory = Demand { cpu_milli: 1, memory_mib: 101, gpu: GpuAsk::None, models: Models::ANY };
     assert_eq!(cluster.place(&big_memory, &mut policy), Err(PlaceError::NoNodeFits));
     cluster.place(&share(4000, 100), &mut policy).expect("fits");
     assert_eq!(cluster.place(&share(1, 100), &mut policy), Err(PlaceError::NoNodeFits));
@@ -79,10 +79,17 @@ fn best_fit_takes_the_fullest_node_and_the_tightest_gpu() {
 
 #[test]
 fn best_fit_scores_as_the_published_simulator() {
-    let cluster = Cluster::new([NodeShape { cpu_milli: 128_000, memory_mib: 1, gpus: 8 }]);
+    let cluster = Cluster::new([NodeShape { cpu_milli: 128_000, memory_mib: 1, gpus: 8, model: 0 }]);
     let n = &cluster.nodes()[0];
     // Left after: 96000 CPU (0.375) and 7000 milli (0.4375): (1 - 0.8125) * 100 = 18.75 -> 18.
-    assert_eq!(BestFit::score(&cluster, n, &Demand { cpu_milli: 32_000, memory_mib: 0, gpu: GpuAsk::Whole(1) }), 18);
+    assert_eq!(
+        BestFit::score(
+            &cluster,
+            n,
+            &Demand { cpu_milli: 32_000, memory_mib: 0, gpu: GpuAsk::Whole(1), models: Models::ANY }
+        ),
+        18
+    );
 }
 
 #[test]
@@ -90,15 +97,15 @@ fn unusable_milli_counts_gpus_too_small_for_the_mix() {
     // Half the tasks want 500 milli, half a whole GPU, all with 1 CPU.
     let mix = TaskMix::from_counts([(1000, GpuAsk::Share(500), 1.0), (1000, GpuAsk::Whole(1), 1.0)]);
     // GPUs 1000 and 300 free: the 500 can use it all but the 300; the whole GPU the 1000.
-    assert!((mix.unusable_gpu_milli(8000, &[1000, 300]) - (0.5 * 300.0 + 0.5 * 300.0)).abs() < 1e-9);
+    assert!((mix.unusable_gpu_milli(0, 8000, &[1000, 300]) - (0.5 * 300.0 + 0.5 * 300.0)).abs() < 1e-9);
     // No CPU: nothing can be used.
-    assert!((mix.unusable_gpu_milli(0, &[1000, 300]) - 1300.0).abs() < 1e-9);
-    assert_eq!(mix.unusable_gpu_milli(8000, &[0, 0]), 0.0);
+    assert!((mix.unusable_gpu_milli(0, 0, &[1000, 300]) - 1300.0).abs() < 1e-9);
+    assert_eq!(mix.unusable_gpu_milli(0, 8000, &[0, 0]), 0.0);
 }
 
 #[test]
 fn unfed_milli_is_what_free_cpu_and_memory_cannot_feed() {
-    let demands = [Demand { cpu_milli: 10_000, memory_mib: 40_000, gpu: GpuAsk::Whole(1) }];
+    let demands = [Demand { cpu_milli: 10_000, memory_mib: 40_000, gpu: GpuAsk::Whole(1), models: Models::ANY }];
     let mix = TaskMix::typical(&demands, 1.0);
     assert_eq!(mix.appetite(), Appetite { cpu_milli_per_gpu_milli: 10.0, memory_mib_per_gpu_milli: 40.0 });
     // 30 cores feed 3 GPUs of the 8 free: 5000 milli unfed.
@@ -112,14 +119,14 @@ fn unfed_milli_is_what_free_cpu_and_memory_cannot_feed() {
 fn berth_keeps_cpu_where_gpus_need_it() {
     // Whole-GPU tasks need 12 cores each. Node 0: 8 GPUs, 96 cores (just enough);
     // node 1: 2 GPUs, 104 cores. A CPU-only task of 30 cores belongs on node 1.
-    let gpu_task = Demand { cpu_milli: 12_000, memory_mib: 0, gpu: GpuAsk::Whole(1) };
-    let cpu_task = Demand { cpu_milli: 30_000, memory_mib: 0, gpu: GpuAsk::None };
+    let gpu_task = Demand { cpu_milli: 12_000, memory_mib: 0, gpu: GpuAsk::Whole(1), models: Models::ANY };
+    let cpu_task = Demand { cpu_milli: 30_000, memory_mib: 0, gpu: GpuAsk::None, models: Models::ANY };
     let mut demands = vec![gpu_task; 9];
     demands.push(cpu_task);
     let mix = TaskMix::typical(&demands, 1.0);
     let shapes = [node(96_000, 8), node(104_000, 2)];
     let mut cluster = Cluster::new(shapes);
-    let mut policy = FragmentationAware::new(mix, NodeOrder::fleet(2));
+    let mut policy = Berth::new(mix, NodeOrder::fleet(2));
     assert_eq!(cluster.place(&cpu_task, &mut policy).map(|p| p.node), Ok(1));
 }
 
@@ -140,8 +147,8 @@ fn typical_mix_keeps_the_common_kinds() {
     demands.extend(vec![share(1000, 250); 9]);
     demands.push(share(7, 7));
     let mix = TaskMix::typical(&demands, 0.95);
-    assert_eq!(mix.groups.len(), 2);
-    let weight: f64 = mix.groups.iter().flat_map(|g| g.kinds.iter().map(|k| k.1)).sum();
+    assert_eq!(mix.kinds().count(), 2);
+    let weight: f64 = mix.kinds().map(|k| k.3).sum();
     assert!((weight - 1.0).abs() < 1e-9);
 }
 
@@ -151,8 +158,7 @@ fn fragmentation_aware_keeps_a_gpu_whole_when_a_share_fits_elsewhere() {
     let mix = TaskMix::from_counts([(0, GpuAsk::Share(500), 1.0), (0, GpuAsk::Whole(1), 1.0)]);
     let mut cluster = Cluster::new([node(64_000, 1), node(64_000, 1)]);
     cluster.take(&share(0, 500), Choice { node: 1, share_gpu: Some(0) }).expect("fits");
-    let p =
-        cluster.place(&share(0, 500), &mut FragmentationAware::new(mix.clone(), NodeOrder::fleet(2))).expect("fits");
+    let p = cluster.place(&share(0, 500), &mut Berth::new(mix.clone(), NodeOrder::fleet(2))).expect("fits");
     assert_eq!(p.node, 1);
     let p = cluster.place(&share(0, 500), &mut Fgd::new(mix, NodeOrder::fleet(2))).expect("fits");
     assert_eq!(p.node, 0);
@@ -162,12 +168,50 @@ fn fragmentation_aware_keeps_a_gpu_whole_when_a_share_fits_elsewhere() {
 fn policies_remember_offers_only_until_a_node_changes() {
     let mix = TaskMix::from_counts([(0, GpuAsk::Share(300), 1.0)]);
     let mut cluster = Cluster::new([node(64_000, 1), node(64_000, 1)]);
-    let mut policy = FragmentationAware::new(mix, NodeOrder::fleet(2));
+    let mut policy = Berth::new(mix, NodeOrder::fleet(2));
     let first = cluster.place(&share(0, 300), &mut policy).expect("fits").node;
     // The same kind again must see the change and pack onto the same GPU (700 free).
     assert_eq!(cluster.place(&share(0, 300), &mut policy).map(|p| p.node), Ok(first));
     // A third there would strand 100 milli no 300 can use: it goes to the other node.
     assert_eq!(cluster.place(&share(0, 300), &mut policy).map(|p| p.node), Ok(1 - first));
+}
+
+/// A trace like openb's `gpu_spec` variants, built here: two models, a third of the tasks
+/// allowing only one of them. Every placement honours the task's models, a constrained task
+/// is skipped while the other model still has room, and the models count in the measure.
+#[test]
+fn tasks_naming_gpu_models_land_only_on_them() {
+    let (p100, v100) = (0u8, 1u8);
+    let shapes: Vec<NodeShape> = (0..12)
+        .map(|i| NodeShape { cpu_milli: 64_000, memory_mib: 262_144, gpus: 4, model: if i < 8 { p100 } else { v100 } })
+        .collect();
+    let demands: Vec<Demand> = (0..120u16)
+        .map(|i| {
+            let gpu = if i % 4 == 0 { GpuAsk::Whole(1 + (i % 3) as u8) } else { GpuAsk::Share(200 + 50 * (i % 7)) };
+            let demand = Demand::new(4_000, 8_192, gpu);
+            if i % 3 == 0 { demand.on(Models::of([v100])) } else { demand }
+        })
+        .collect();
+    let mix = TaskMix::typical(&demands, 0.95);
+    assert!(mix.kinds().any(|k| k.2 == Models::of([v100])), "the mix keeps the constrained kinds");
+    let mut cluster = Cluster::new(shapes.clone());
+    let mut policy = Berth::new(mix, NodeOrder::shuffled(shapes.len(), 7));
+    let mut constrained_skipped_with_room_elsewhere = 0;
+    replay(&mut cluster, demands.iter(), &mut policy, |demand, placed| match placed {
+        Some(p) => assert!(demand.models.allows(shapes[p.node].model), "{demand:?} on a {} node", shapes[p.node].model),
+        None if demand.models != Models::ANY => constrained_skipped_with_room_elsewhere += 1,
+        None => {}
+    })
+    .expect("no misfit");
+    // The V100 nodes fill up first for the constrained tasks; P100 room stays unused by them.
+    assert!(constrained_skipped_with_room_elsewhere > 0);
+    let v100_free: u32 = cluster.nodes()[8..].iter().map(|n| n.gpu_free_total()).sum();
+    let p100_free: u32 = cluster.nodes()[..8].iter().map(|n| n.gpu_free_total()).sum();
+    assert!(p100_free > v100_free, "P100 {p100_free} free, V100 {v100_free}");
+    // Kinds that may not land on a node's model ask nothing of it.
+    let only_v100 = TaskMix::of_kinds([(0, GpuAsk::Share(500), Models::of([v100]), 1.0)]);
+    assert_eq!(only_v100.unusable_gpu_milli(p100, 64_000, &[1000, 300]), 0.0);
+    assert_eq!(only_v100.unusable_gpu_milli(v100, 64_000, &[1000, 300]), 300.0);
 }
 
 #[test]
@@ -177,6 +221,7 @@ fn tuning_reaches_the_ratio_and_no_further() {
             cpu_milli: 1,
             memory_mib: 1,
             gpu: if i % 5 == 0 { GpuAsk::None } else { GpuAsk::Share(100 + i) },
+            models: Models::ANY,
         })
         .collect();
     let capacity = 4000;
@@ -249,7 +294,10 @@ fn mig_packing_fills_used_gpus_first() {
 }
 
 fn arb_demand() -> impl Strategy<Value = Demand> {
-    (0u32..40_000, 0u32..2048, 0u8..4, 1u16..1000).prop_map(|(cpu, mem, kind, milli)| Demand {
+    // Half of the demands name models (a random subset of the three the shapes use).
+    let models =
+        prop_oneof![Just(Models::ANY), (0u8..8).prop_map(|bits| Models::of((0..3).filter(|m| bits & 1 << m != 0)))];
+    (0u32..40_000, 0u32..2048, 0u8..4, 1u16..1000, models).prop_map(|(cpu, mem, kind, milli, models)| Demand {
         cpu_milli: cpu,
         memory_mib: mem,
         gpu: match kind {
@@ -257,12 +305,18 @@ fn arb_demand() -> impl Strategy<Value = Demand> {
             1 | 2 => GpuAsk::Share(milli),
             _ => GpuAsk::Whole(1 + (milli % 4) as u8),
         },
+        models,
     })
 }
 
 fn arb_shapes() -> impl Strategy<Value = Vec<NodeShape>> {
     proptest::collection::vec(
-        (1u32..128_000, 1u32..4096, 0u8..9).prop_map(|(c, m, g)| NodeShape { cpu_milli: c, memory_mib: m, gpus: g }),
+        (1u32..128_000, 1u32..4096, 0u8..9, 0u8..3).prop_map(|(c, m, g, model)| NodeShape {
+            cpu_milli: c,
+            memory_mib: m,
+            gpus: g,
+            model,
+        }),
         1..8,
     )
 }
@@ -284,7 +338,8 @@ fn check_nodes(cluster: &Cluster) -> Result<(), TestCaseError> {
 
 proptest! {
     /// Whatever arrives, no policy ever takes more than 1000 milli of a GPU or more than
-    /// a node's CPU or memory, and a task is refused only when no node could take it.
+    /// a node's CPU or memory, never puts a task on a GPU model it does not allow, and a task
+    /// is refused only when no node could take it.
     #[test]
     fn no_policy_overfills_or_refuses_what_fits(
         shapes in arb_shapes(),
@@ -296,7 +351,7 @@ proptest! {
             Box::new(FirstFit),
             Box::new(BestFit::new(NodeOrder::shuffled(shapes.len(), seed))),
             Box::new(Fgd::new(mix.clone(), NodeOrder::shuffled(shapes.len(), seed))),
-            Box::new(FragmentationAware::new(mix, NodeOrder::fleet(shapes.len()))),
+            Box::new(Berth::new(mix, NodeOrder::fleet(shapes.len()))),
         ];
         for mut policy in policies {
             let mut cluster = Cluster::new(shapes.clone());
@@ -306,6 +361,8 @@ proptest! {
                     Ok(p) => {
                         prop_assert!(could);
                         prop_assert_eq!(p.gpus.len(), usize::from(d.gpu.gpu_count()));
+                        let model = cluster.nodes()[p.node].shape().model;
+                        prop_assert!(d.gpu == GpuAsk::None || d.models.allows(model));
                     }
                     Err(e) => {
                         prop_assert_eq!(e, PlaceError::NoNodeFits);

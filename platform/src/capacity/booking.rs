@@ -313,7 +313,7 @@ impl Platform {
     /// The earliest start at or after `not_before` for `shape` held `hours` on `gpus` by
     /// `occupant`, ending within the horizon. Searched a week at a time (then two, four,
     /// ...), so the common answer, something soon, looks at few bookings.
-    fn earliest_start_on(
+    pub(crate) fn earliest_start_on(
         &self,
         gpus: &Arc<GpuSet>,
         shape: Shape,

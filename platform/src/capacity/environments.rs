@@ -31,6 +31,7 @@ pub(crate) struct LaunchAsk {
     pub project: String,
     pub spec: LaunchSpec,
     pub tier: Tier,
+    /// As asked; an "as soon as possible" launch finds its own in the turn.
     pub window: Window,
     pub now: i64,
     /// Asked again after the batch that took it was dropped before answering.
@@ -201,14 +202,15 @@ impl Platform {
         if tier == Tier::Spot && start.is_some_and(|s| s > now + self.policy.start_grace_ms) {
             return Err(Refusal::SpotStartsNow.into());
         }
-        let window = rules::new_window(start, spec.hours, now, &self.policy)?;
+        // "As soon as possible" finds its start under the writer turn (`decide_launch`).
+        let asked_window = rules::new_window(start, spec.hours, now, &self.policy)?;
         let ask = LaunchAsk {
             id: uuid::Uuid::new_v4().to_string(),
             caller: caller.clone(),
             project: request.project.clone(),
             spec,
             tier,
-            window,
+            window: asked_window,
             now,
             retried: false,
         };
@@ -222,9 +224,8 @@ impl Platform {
     /// it in the batch decided, quota, and its rows. The booking book follows after the
     /// COMMIT, from what this returns.
     pub(crate) async fn decide_launch(&self, tx: &mut WriteTx, ask: &LaunchAsk) -> Result<Decided, Error> {
-        let LaunchAsk { id, caller, spec, tier, window, now, .. } = ask;
-        let (tier, window, now) = (*tier, *window, *now);
-        let model = spec.size.gpu_model();
+        let LaunchAsk { id, caller, spec, tier, window: asked_window, now, .. } = ask;
+        let (tier, asked_window, now) = (*tier, *asked_window, *now);
         if let Some(tenant_id) = caller.tenant_id() {
             ensure_tenant_active(tx, tenant_id).await?;
         }
@@ -246,21 +247,13 @@ impl Platform {
         // Only bookings that could conflict with the window matter to placement; a hard
         // or hybrid tenant's nodes are its own, so who books matters too.
         let occupant = crate::capacity::book::occupant_of(tx, booker.tenant_id).await?;
-        let nearby = self.timeline_in(tx, model, now, Some(window)).await?;
-        let (assignments, reclaim) = match nearby.place(spec.size.shape, window, occupant) {
-            Ok(assignments) => (assignments, Vec::new()),
-            // A guaranteed booking may take what spot bookings hold.
-            Err(refusal) => match self.place_reclaiming_spot(&nearby, spec.size.shape, window, now, tier, occupant) {
-                Some(placed) => placed,
-                None => {
-                    let (offering, size, hours) = (spec.offering, spec.size, spec.hours);
-                    let asked = crate::capacity::booking::Asked { offering, size, hours, window, occupant };
-                    let explained = self.explain_no_capacity(tx, refusal, &nearby, asked, now).await?;
-                    return Err(explained);
-                }
-            },
+        let window = match spec.earliest_within_days {
+            None => asked_window,
+            Some(days) => self.earliest_window(tx, spec, days, now, tier, occupant).await?,
         };
-        let ask = QuotaAsk { model, window, gpus: rules::gpu_equivalents(&assignments), tier };
+        let (size, assignments, reclaim) = self.place_any(tx, spec, window, now, tier, occupant).await?;
+        // Quotas count the model actually placed.
+        let ask = QuotaAsk { model: size.gpu_model(), window, gpus: rules::gpu_equivalents(&assignments), tier };
         self.check_quota(tx, booker, ask, None).await?;
         let reclaimed = self.reclaim(tx, &reclaim, window, now).await?;
 
@@ -275,10 +268,10 @@ impl Platform {
         .bind(booker.project_id)
         .bind(&spec.name)
         .bind(spec.offering.id())
-        .bind(spec.size.id)
+        .bind(size.id)
         .bind(&spec.image)
         .bind(&spec.command)
-        .bind(i64::from(spec.size.cents_per_hour))
+        .bind(i64::from(size.cents_per_hour))
         .bind(now)
         .bind(window.starts_at)
         .bind(window.ends_at)
@@ -287,13 +280,8 @@ impl Platform {
         .execute(&mut **tx)
         .await?;
         insert_reservations(tx, id, &assignments, window).await?;
-        let detail = format!(
-            "{} {} for {} h from {}",
-            spec.offering.id(),
-            spec.size.id,
-            spec.hours,
-            utc_short(window.starts_at)
-        );
+        let detail =
+            format!("{} {} for {} h from {}", spec.offering.id(), size.id, spec.hours, utc_short(window.starts_at));
         let event = Event {
             action: "environment.launch",
             target: Some(id.as_str()),
@@ -302,6 +290,85 @@ impl Platform {
         };
         audit::record(tx, &caller.actor(), event).await?;
         Ok(Decided { id: id.clone(), booker, occupant, assignments, window, spot: tier == Tier::Spot, reclaimed })
+    }
+
+    /// The sizes a launch may take, in order: the one asked for, then the same size on the
+    /// other GPU models the request allows.
+    fn sizes_of(spec: &LaunchSpec) -> impl Iterator<Item = &'static Size> + '_ {
+        std::iter::once(spec.size).chain(spec.alternatives.iter().copied())
+    }
+
+    /// Places the first of the launch's sizes that is free for `window`; failing that, for a
+    /// guaranteed booking, the first that spot bookings hold (free capacity on another model
+    /// goes before taking anyone's). If none fits, the refusal explains the size asked for
+    /// and names the others.
+    async fn place_any(
+        &self,
+        tx: &mut WriteTx,
+        spec: &LaunchSpec,
+        window: Window,
+        now: i64,
+        tier: Tier,
+        occupant: Occupant,
+    ) -> Result<(&'static Size, Vec<Hold>, Vec<std::sync::Arc<str>>), Error> {
+        let mut tried = Vec::new();
+        for size in Self::sizes_of(spec) {
+            let nearby = self.timeline_in(tx, size.gpu_model(), now, Some(window)).await?;
+            match nearby.place(size.shape, window, occupant) {
+                Ok(assignments) => return Ok((size, assignments, Vec::new())),
+                Err(refusal) => tried.push((size, nearby, refusal)),
+            }
+        }
+        for (size, nearby, _) in &tried {
+            if let Some((assignments, reclaim)) =
+                self.place_reclaiming_spot(nearby, size.shape, window, now, tier, occupant)
+            {
+                return Ok((size, assignments, reclaim));
+            }
+        }
+        let (size, nearby, refusal) = tried.swap_remove(0);
+        let asked =
+            crate::capacity::booking::Asked { offering: spec.offering, size, hours: spec.hours, window, occupant };
+        let mut explained = self.explain_no_capacity(tx, refusal, &nearby, asked, now).await?;
+        if let Error::Refused(Refusal::NoCapacity { size: what, .. }) = &mut explained
+            && !spec.alternatives.is_empty()
+        {
+            *what = Self::sizes_of(spec).map(|s| s.shape.describe()).collect::<Vec<_>>().join(" or ");
+        }
+        Err(explained)
+    }
+
+    /// The window of an "as soon as possible" booking: the earliest start within `days` at
+    /// which one of its sizes is free for the whole duration. Found under the writer turn
+    /// that then books it, so nobody can take it in between.
+    async fn earliest_window(
+        &self,
+        tx: &mut WriteTx,
+        spec: &LaunchSpec,
+        days: u32,
+        now: i64,
+        tier: Tier,
+        occupant: Occupant,
+    ) -> Result<Window, Error> {
+        let search_days = i64::from(days).min(self.policy.horizon_ms / rules::DAY_MS);
+        let latest_start = now + search_days * rules::DAY_MS;
+        self.load_book(tx).await?;
+        let mut earliest: Option<i64> = None;
+        for size in Self::sizes_of(spec) {
+            let gpus = self.gpus_of_model(tx, size.gpu_model()).await?;
+            let start = self.earliest_start_on(&gpus, size.shape, spec.hours, now, now, occupant);
+            earliest = earliest.into_iter().chain(start).min();
+        }
+        let start = earliest.filter(|&t| t <= latest_start).ok_or_else(|| Refusal::NoCapacity {
+            size: Self::sizes_of(spec).map(|s| s.shape.describe()).collect::<Vec<_>>().join(" or "),
+            when: format!("within the next {search_days} days"),
+            detail: format!("no start in that time leaves it free for all of {} h", spec.hours),
+            hint: ". Instead: a longer search, a shorter duration or another size".into(),
+        })?;
+        if tier == Tier::Spot && start > now + self.policy.start_grace_ms {
+            return Err(Refusal::SpotStartsNow.into());
+        }
+        Ok(rules::new_window((start > now).then_some(start), spec.hours, now, &self.policy)?)
     }
 
     /// The projects the caller may book in, as `(id, name)` by name: those of their tenant

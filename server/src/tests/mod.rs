@@ -2,6 +2,7 @@
 //! time: the authorization matrix and the session tests.
 
 mod agent;
+mod api;
 mod baremetal;
 mod fabric;
 mod hardening;
