@@ -116,10 +116,12 @@ OPENB_SMOKE := $(CARGO_TARGET_DIR)/openb-smoke
 
 ## bench-smoke: every benchmark of BENCHMARKS.md for a few seconds on small sizes (debug
 ## builds), so one that breaks fails `make test`; its figures mean nothing. The openb
-## replay's placements of three seeds are checked by bench/check_openb.py.
+## replay's placements of three seeds are checked by bench/check_openb.py; the crash
+## benchmark SIGKILLs a debug `berth serve` three times and checks what clients were told.
 bench-smoke: build bench-tools
 	BENCH_SMOKE=1 cargo test -p berth-platform --bench booking
 	BENCH_SMOKE=1 cargo test -p berth-server --bench fleet_page
+	BENCH_SMOKE=1 cargo test -p berth-server --bench crash
 	rm -rf $(OPENB_SMOKE)
 	OPENB_DIR=$(OPENB_DIR) OPENB_SEEDS=3 OPENB_PLACEMENTS=$(OPENB_SMOKE) cargo test -p berth-domain --bench openb_replay
 	python3 bench/check_openb.py $(OPENB_DIR) $(OPENB_SMOKE)

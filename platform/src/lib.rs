@@ -44,6 +44,8 @@ pub struct Platform {
     fabric: Arc<FabricConfig>,
     /// Whose turn it is to write; see `store::WriteTx`.
     writer: Arc<tokio::sync::Mutex<()>>,
+    /// Launches waiting to be decided in a writer turn; see `capacity::group_commit`.
+    launches: Arc<capacity::group_commit::LaunchQueue>,
     /// In-service GPUs per model, read once: the fleet changes only through `sync_fleet`,
     /// and every booking and calendar query needs it.
     fleet: Arc<std::sync::RwLock<HashMap<GpuModel, Arc<berth_domain::booking::GpuSet>>>>,
@@ -78,6 +80,7 @@ impl Platform {
             policy: BookingPolicy::default(),
             fabric: Default::default(),
             writer: Default::default(),
+            launches: Default::default(),
             fleet: Default::default(),
             book: Default::default(),
             public_url: "http://127.0.0.1:3000".into(),

@@ -129,6 +129,26 @@ impl WriteTx {
         }
     }
 
+    /// Opens the savepoint one member of a group commit runs in (see
+    /// `capacity::group_commit`): what it writes can be undone alone.
+    pub(crate) async fn savepoint(&mut self) -> Result<(), Error> {
+        sqlx::query("SAVEPOINT member").execute(&mut **self).await?;
+        Ok(())
+    }
+
+    /// Keeps what the member wrote, as part of the transaction (nothing is durable before
+    /// the COMMIT).
+    pub(crate) async fn release_savepoint(&mut self) -> Result<(), Error> {
+        sqlx::query("RELEASE member").execute(&mut **self).await?;
+        Ok(())
+    }
+
+    /// Undoes what the member wrote and nothing else: the members before it stay.
+    pub(crate) async fn roll_back_to_savepoint(&mut self) -> Result<(), Error> {
+        sqlx::query("ROLLBACK TO member").execute(&mut **self).await?;
+        self.release_savepoint().await
+    }
+
     fn held(&self) -> &Held {
         #[allow(clippy::expect_used)] // only `drop` takes it
         self.held.as_ref().expect("a write transaction holds its connection until dropped")

@@ -108,3 +108,67 @@ async fn the_checker_holds_the_cleaning_gap_and_names_trigger_aborts(pool: Sqlit
     assert!(matches!(full, berth_platform::Error::Refused(_)), "{full}");
     assert_eq!(trigger_abort(&full), None);
 }
+
+/// Launches that wait for the writer turn together are decided in one transaction (group
+/// commit), yet each is all or nothing on its own: of twenty launches at once, ten share
+/// one name. Exactly one of those is booked; the nine others are refused with their own
+/// error and leave no row, while the ten launches with names of their own are all booked,
+/// whichever batches they landed in. Afterwards the launch form (the booking book) shows
+/// exactly what the reservations table leaves free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_launch_in_a_batch_undoes_only_itself() {
+    let dir = std::env::temp_dir().join(format!("berth-test-{}", uuid::Uuid::new_v4()));
+    let pool = store::connect(&format!("sqlite://{}/berth.db", dir.display())).await.expect("connect");
+    store::migrate(&pool).await.expect("migrate");
+    let berth = TestBerth::new(pool.clone()).await;
+    let free_before = shown_free_1g(&berth.platform).await;
+
+    let mut tasks = Vec::new();
+    for i in 0..20 {
+        let (platform, caller) = (berth.platform.clone(), berth.caller.clone());
+        let name = if i % 2 == 0 { "shared".to_owned() } else { format!("own-{i}") };
+        tasks.push(tokio::spawn(async move {
+            let request = berth_domain::launch::LaunchRequest {
+                offering: "notebook".into(),
+                size: "h100-1g.10gb".into(),
+                name: name.clone(),
+                hours: "1".into(),
+                ..Default::default()
+            };
+            (name, platform.launch(&caller, &request).await)
+        }));
+    }
+    let (mut shared_booked, mut shared_refused, mut own_booked) = (0, 0, 0);
+    for task in tasks {
+        match task.await.expect("task") {
+            (name, Ok(env)) => {
+                assert_eq!(env.name, name);
+                if name == "shared" { shared_booked += 1 } else { own_booked += 1 }
+            }
+            (name, Err(berth_platform::Error::Refused(berth_domain::Refusal::NameInUse(_)))) if name == "shared" => {
+                shared_refused += 1;
+            }
+            (name, Err(other)) => panic!("{name}: unexpected error {other}"),
+        }
+    }
+    assert_eq!((shared_booked, shared_refused, own_booked), (1, 9, 10));
+    let environments: i64 = sqlx::query_scalar("SELECT count(*) FROM environments").fetch_one(&pool).await.unwrap();
+    let held: i64 = sqlx::query_scalar("SELECT count(*) FROM reservations WHERE released_at IS NULL")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let launched: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'environment.launch'")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!((environments, held, launched), (11, 11, 11), "a refused launch left rows behind");
+    assert_eq!(shown_free_1g(&berth.platform).await, free_before - 11, "the booking book differs from the table");
+    assert_eq!(overlapping_reservations(&pool).await, 0);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// 1g slices free now for two hours, as the launch form shows them.
+async fn shown_free_1g(platform: &berth_platform::Platform) -> u32 {
+    let sizes = platform.size_availability(None, berth_domain::catalog::Offering::Notebook, 2).await.expect("sizes");
+    sizes.iter().find(|s| s.size.id == "h100-1g.10gb").expect("the size").free_now
+}

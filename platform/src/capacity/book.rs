@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use berth_domain::booking::{Booking, GpuSet, Timeline, Window};
 use berth_domain::gpu::GpuModel;
 use berth_domain::mig::{MigProfile, SliceRange};
@@ -22,10 +24,40 @@ use crate::{Error, Platform, now_ms, read, write};
 /// writer turn, right after their commit (`WriteTx::commit_and`), so it always equals
 /// the committed table. The database stays the authority: its trigger refuses an
 /// overlapping reservation even if this copy were ever wrong.
+///
+/// A group commit of launches (`group_commit`) decides several bookings before its one
+/// COMMIT; each must see those decided before it. They wait in `deciding`, which only the
+/// task deciding them sees (as a transaction sees its own writes), and join the book
+/// itself only after the COMMIT.
 #[derive(Debug, Default)]
 pub(crate) struct BookingBook {
-    by_gpu: HashMap<i64, Vec<Held>>,
+    /// Fx rather than SipHash: every booking looks up each of its model's GPUs here
+    /// (10,000 in the contention benchmark), and the keys are our own ids.
+    by_gpu: FxHashMap<i64, Vec<Held>>,
     by_environment: HashMap<Arc<str>, Vec<i64>>,
+    deciding: Deciding,
+}
+
+/// Bookings decided in the open group commit and not committed yet.
+#[derive(Debug, Default)]
+struct Deciding {
+    /// Who decided them, holding the writer turn.
+    task: Option<DecidingTask>,
+    by_gpu: FxHashMap<i64, Vec<Held>>,
+}
+
+/// The task running a group commit's leader; a future run by `block_on` (a test's body)
+/// is no task, and is known by its thread, which polls nothing else meanwhile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DecidingTask {
+    Task(tokio::task::Id),
+    Thread(std::thread::ThreadId),
+}
+
+impl DecidingTask {
+    pub(crate) fn current() -> DecidingTask {
+        tokio::task::try_id().map_or_else(|| DecidingTask::Thread(std::thread::current().id()), DecidingTask::Task)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -130,6 +162,44 @@ impl BookingBook {
         }
     }
 
+    /// A launch decided in the open group commit: seen by the deciding task alone until
+    /// [`BookingBook::add`] enters it after the COMMIT.
+    pub(crate) fn decide(
+        &mut self,
+        environment_id: &str,
+        booker: Booker,
+        occupant: Occupant,
+        holds: &[Hold],
+        window: Window,
+        spot: bool,
+    ) {
+        let id: Arc<str> = Arc::from(environment_id);
+        self.deciding.task = Some(DecidingTask::current());
+        for &hold in holds {
+            let held = Held {
+                environment_id: id.clone(),
+                booker,
+                booking: Booking { hold, window, occupant },
+                until_released: true,
+                spot,
+            };
+            self.deciding.by_gpu.entry(hold.gpu_id).or_default().push(held);
+        }
+    }
+
+    /// Before the group commit `task` led commits (the book then takes its launches), or
+    /// when it ends without: what it decided is seen no more.
+    pub(crate) fn forget_decided_by(&mut self, task: DecidingTask) {
+        if self.deciding.task == Some(task) {
+            self.deciding = Deciding::default();
+        }
+    }
+
+    /// Whether the caller is the leader deciding the open group commit, and so sees it.
+    fn sees_decided(&self) -> bool {
+        !self.deciding.by_gpu.is_empty() && self.deciding.task == Some(DecidingTask::current())
+    }
+
     /// After a tenant's isolation changed: its bookings are held by `occupant` now.
     pub(crate) fn set_occupant(&mut self, tenant_id: i64, occupant: Occupant) {
         for held in self.by_gpu.values_mut().flatten() {
@@ -163,8 +233,9 @@ impl BookingBook {
     /// counted against one user, project or tenant.
     fn bookings(&self, gpus: &[GpuUnit], now: i64, holder: Option<Holder>, range: Option<Window>) -> Vec<BookedBy> {
         let mut out = Vec::new();
+        let decided = self.sees_decided();
         for gpu in gpus {
-            for held in self.held_on(gpu.id, now, range) {
+            for held in self.held_on(gpu.id, now, range, decided) {
                 if holder.is_none_or(|h| held.booker.counts_for(h)) {
                     out.push(BookedBy {
                         environment_id: held.environment_id.clone(),
@@ -177,12 +248,15 @@ impl BookingBook {
         out
     }
 
-    /// What is held on `gpu_id` that overlaps `range` (everything with `None`).
-    fn held_on(&self, gpu_id: i64, now: i64, range: Option<Window>) -> impl Iterator<Item = &Held> {
+    /// What is held on `gpu_id` that overlaps `range` (everything with `None`), with what
+    /// the open group commit decided if `decided` (see [`BookingBook::sees_decided`]).
+    fn held_on(&self, gpu_id: i64, now: i64, range: Option<Window>, decided: bool) -> impl Iterator<Item = &Held> {
+        let decided = if decided { self.deciding.by_gpu.get(&gpu_id) } else { None };
         self.by_gpu
             .get(&gpu_id)
             .into_iter()
             .flatten()
+            .chain(decided.into_iter().flatten())
             .filter(move |held| range.is_none_or(|r| held.booking_until(now).window.conflicts(r, 0)))
     }
 }
@@ -276,9 +350,10 @@ impl Platform {
         let gap = self.policy.cleaning_gap_ms;
         let range = range.map(|r| r.widened(gap));
         let book = read(&self.book);
+        let decided = book.as_ref().is_some_and(BookingBook::sees_decided);
         Timeline::on(gpus.clone(), gap, |gpu, out| {
             if let Some(book) = book.as_ref() {
-                let held = book.held_on(gpu.id, now, range).filter(|h| with_spot || !h.spot);
+                let held = book.held_on(gpu.id, now, range, decided).filter(|h| with_spot || !h.spot);
                 out.extend(held.map(|h| h.booking_until(now)));
             }
         })

@@ -1,5 +1,7 @@
 //! Launching, listing and stopping environments: the user-facing side of the lifecycle.
 
+use std::sync::Arc;
+
 use berth_domain::Refusal;
 use berth_domain::booking::{self as rules, Tier, Window, utc_short};
 use berth_domain::catalog::{Offering, Size};
@@ -17,6 +19,38 @@ use crate::audit::{self, Event, Outcome};
 use crate::capacity::quotas::{Booker, QuotaAsk};
 use crate::store::WriteTx;
 use crate::{Caller, Error, Platform, now_ms};
+
+/// A launch that passed validation, waiting for its writer turn (`group_commit`).
+#[derive(Debug, Clone)]
+pub(crate) struct LaunchAsk {
+    /// Chosen before the turn, so that a launch asked again after the batch deciding it
+    /// was dropped finds out whether that batch committed it.
+    pub id: String,
+    pub caller: Caller,
+    /// The project as the request names it.
+    pub project: String,
+    pub spec: LaunchSpec,
+    pub tier: Tier,
+    /// As asked; an "as soon as possible" launch finds its own in the turn.
+    pub window: Window,
+    pub now: i64,
+    /// Asked again after the batch that took it was dropped before answering.
+    pub retried: bool,
+}
+
+/// What a launch decided and wrote inside its batch: what the booking book takes after the
+/// COMMIT.
+#[derive(Debug)]
+pub(crate) struct Decided {
+    pub id: String,
+    pub booker: Booker,
+    pub occupant: Occupant,
+    pub assignments: Vec<Hold>,
+    pub window: Window,
+    pub spot: bool,
+    /// Spot bookings it reclaimed, with their new ends.
+    pub reclaimed: Vec<(Arc<str>, i64)>,
+}
 
 /// One environment as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,9 +186,13 @@ impl TryFrom<EnvironmentRow> for Environment {
 
 impl Platform {
     /// Validates the request, places it on capacity free for its window (now or later)
-    /// and records the environment and its reservations in one `BEGIN IMMEDIATE`
+    /// and records the environment and its reservations in a `BEGIN IMMEDIATE`
     /// transaction together with the quota check: either all of it is written or none,
     /// and two bookings can never be given the same GPU or slice at the same time.
+    ///
+    /// Launches that wait for the writer turn together are decided in one transaction,
+    /// each in its own savepoint, in the order they asked (`group_commit`); each is still
+    /// all or nothing, and its answer comes only after the COMMIT.
     pub async fn launch(&self, caller: &Caller, request: &LaunchRequest) -> Result<Environment, Error> {
         self.authorize_in_tenant(caller, Action::EnvironmentLaunch).await?;
         let spec = launch::validate(request)?;
@@ -164,48 +202,67 @@ impl Platform {
         if tier == Tier::Spot && start.is_some_and(|s| s > now + self.policy.start_grace_ms) {
             return Err(Refusal::SpotStartsNow.into());
         }
-        // "As soon as possible" finds its start under the writer turn, below.
+        // "As soon as possible" finds its start under the writer turn (`decide_launch`).
         let asked_window = rules::new_window(start, spec.hours, now, &self.policy)?;
+        let ask = LaunchAsk {
+            id: uuid::Uuid::new_v4().to_string(),
+            caller: caller.clone(),
+            project: request.project.clone(),
+            spec,
+            tier,
+            window: asked_window,
+            now,
+            retried: false,
+        };
+        let id = self.launch_in_turn(ask).await?;
+        self.wake_reconciler();
+        self.environment_of(caller, &id).await
+    }
 
-        let mut tx = self.begin_write().await?;
+    /// One launch's share of a writer turn, inside the group commit's transaction and its
+    /// own savepoint: checks, placement among what is booked and what the launches before
+    /// it in the batch decided, quota, and its rows. The booking book follows after the
+    /// COMMIT, from what this returns.
+    pub(crate) async fn decide_launch(&self, tx: &mut WriteTx, ask: &LaunchAsk) -> Result<Decided, Error> {
+        let LaunchAsk { id, caller, spec, tier, window: asked_window, now, .. } = ask;
+        let (tier, asked_window, now) = (*tier, *asked_window, *now);
         if let Some(tenant_id) = caller.tenant_id() {
-            ensure_tenant_active(&mut tx, tenant_id).await?;
+            ensure_tenant_active(tx, tenant_id).await?;
         }
         let booker = Booker {
             user_id: caller.user_id(),
             tenant_id: caller.tenant_id(),
-            project_id: self.project_to_book_in(&mut tx, caller, &request.project).await?,
+            project_id: self.project_to_book_in(tx, caller, &ask.project).await?,
         };
         let in_use: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM environments WHERE owner_id = ? AND name = ? AND state NOT IN ('released', 'failed')",
         )
         .bind(caller.user_id())
         .bind(&spec.name)
-        .fetch_one(&mut *tx)
+        .fetch_one(&mut **tx)
         .await?;
         if in_use > 0 {
-            return Err(Refusal::NameInUse(spec.name).into());
+            return Err(Refusal::NameInUse(spec.name.clone()).into());
         }
         // Only bookings that could conflict with the window matter to placement; a hard
         // or hybrid tenant's nodes are its own, so who books matters too.
-        let occupant = crate::capacity::book::occupant_of(&mut tx, booker.tenant_id).await?;
+        let occupant = crate::capacity::book::occupant_of(tx, booker.tenant_id).await?;
         let window = match spec.earliest_within_days {
             None => asked_window,
-            Some(days) => self.earliest_window(&mut tx, &spec, days, now, tier, occupant).await?,
+            Some(days) => self.earliest_window(tx, spec, days, now, tier, occupant).await?,
         };
-        let (size, assignments, reclaim) = self.place_any(&mut tx, &spec, window, now, tier, occupant).await?;
+        let (size, assignments, reclaim) = self.place_any(tx, spec, window, now, tier, occupant).await?;
         // Quotas count the model actually placed.
         let ask = QuotaAsk { model: size.gpu_model(), window, gpus: rules::gpu_equivalents(&assignments), tier };
-        self.check_quota(&mut tx, booker, ask, None).await?;
-        let reclaimed = self.reclaim(&mut tx, &reclaim, window, now).await?;
+        self.check_quota(tx, booker, ask, None).await?;
+        let reclaimed = self.reclaim(tx, &reclaim, window, now).await?;
 
-        let id = uuid::Uuid::new_v4().to_string();
         sqlx::query(
             "INSERT INTO environments (id, owner_id, tenant_id, project_id, name, offering, size_id, image, command,
                  cents_per_hour, state, desired, created_at, starts_at, ends_at, state_changed_at, tier)
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'requested', 'running', ?, ?, ?, ?, ?)",
         )
-        .bind(&id)
+        .bind(id)
         .bind(booker.user_id)
         .bind(booker.tenant_id)
         .bind(booker.project_id)
@@ -220,27 +277,19 @@ impl Platform {
         .bind(window.ends_at)
         .bind(now)
         .bind(tier.as_str())
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await?;
-        for a in &assignments {
-            insert_reservation(&mut tx, &id, a, window, 0).await?;
-        }
+        insert_reservations(tx, id, &assignments, window).await?;
         let detail =
             format!("{} {} for {} h from {}", spec.offering.id(), size.id, spec.hours, utc_short(window.starts_at));
-        let event =
-            Event { action: "environment.launch", target: Some(&id), outcome: Outcome::Success, detail: Some(&detail) };
-        audit::record(&mut tx, &caller.actor(), event).await?;
-        tx.commit_and(|| {
-            self.with_book(|book| {
-                for (victim, ends_at) in &reclaimed {
-                    book.set_end(victim, *ends_at);
-                }
-                book.add(&id, booker, occupant, &assignments, window, tier == Tier::Spot);
-            })
-        })
-        .await?;
-        self.wake_reconciler();
-        self.environment_of(caller, &id).await
+        let event = Event {
+            action: "environment.launch",
+            target: Some(id.as_str()),
+            outcome: Outcome::Success,
+            detail: Some(&detail),
+        };
+        audit::record(tx, &caller.actor(), event).await?;
+        Ok(Decided { id: id.clone(), booker, occupant, assignments, window, spot: tier == Tier::Spot, reclaimed })
     }
 
     /// The sizes a launch may take, in order: the one asked for, then the same size on the
@@ -528,6 +577,35 @@ pub(crate) async fn insert_reservation(
     .bind(replica)
     .execute(&mut *conn)
     .await?;
+    Ok(())
+}
+
+/// Reserves a launch's `holds` (up to a node's GPUs) for `window` in one statement: one
+/// round trip to the database inside the writer turn rather than one per GPU. The
+/// triggers check each row as [`insert_reservation`]'s.
+async fn insert_reservations(
+    conn: &mut SqliteConnection,
+    environment_id: &str,
+    holds: &[Hold],
+    window: Window,
+) -> Result<(), Error> {
+    if holds.is_empty() {
+        return Ok(());
+    }
+    let mut insert = sqlx::QueryBuilder::new(
+        "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at, replica) ",
+    );
+    insert.push_values(holds, |mut row, hold| {
+        row.push_bind(environment_id)
+            .push_bind(hold.gpu_id)
+            .push_bind(i64::from(hold.slices.start))
+            .push_bind(i64::from(hold.slices.size))
+            .push_bind(hold.profile.map(MigProfile::key))
+            .push_bind(window.starts_at)
+            .push_bind(window.ends_at)
+            .push_bind(0_i64);
+    });
+    insert.build().execute(&mut *conn).await?;
     Ok(())
 }
 
