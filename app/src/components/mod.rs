@@ -165,15 +165,14 @@ pub fn StateBadge(state: String, label: String) -> impl IntoView {
 /// `<details>`, so it opens without JavaScript too).
 #[component]
 pub fn NavBar() -> impl IntoView {
-    // The menu closes when a link in it has taken the reader to another page.
+    // The menu closes when anything in it is clicked: a link then goes to another page
+    // while the bar stays (without JavaScript the new page comes with the menu closed).
     let menu = NodeRef::<leptos::html::Details>::new();
-    let location = leptos_router::hooks::use_location();
-    Effect::new(move |_| {
-        location.pathname.track();
+    let close_menu = move |_| {
         if let Some(details) = menu.get_untracked() {
             let _ = details.remove_attribute("open");
         }
-    });
+    };
     view! {
         <header class="bg-slate-900">
             <nav class="mx-auto flex max-w-7xl items-center justify-between gap-4 px-4 py-3" aria-label="Main">
@@ -193,7 +192,7 @@ pub fn NavBar() -> impl IntoView {
                     <summary class="cursor-pointer list-none rounded-md px-3 py-1.5 text-sm text-slate-100 ring-1 ring-slate-600 hover:bg-slate-800 [&::-webkit-details-marker]:hidden">
                         "Menu"
                     </summary>
-                    <div class="absolute right-0 z-30 mt-2 flex w-64 flex-col gap-1 rounded-lg bg-slate-900 p-2 shadow-xl ring-1 ring-slate-700">
+                    <div on:click=close_menu class="absolute right-0 z-30 mt-2 flex w-64 flex-col gap-1 rounded-lg bg-slate-900 p-2 shadow-xl ring-1 ring-slate-700">
                         <MainLinks/>
                         <UserArea wide=false/>
                     </div>
