@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Load benchmark: 50 concurrent clients against the catalog page and "My environments"
-# (signed in, with environments in the list) on a real `berth serve`. Prints wrk's
-# latency distribution for each.
+# Load benchmark: 50 concurrent clients against each main page of a real `berth serve`:
+# the catalog, "My environments" (with ten environments in the list), the availability
+# calendar, one environment's page and the fleet chart, signed in as the administrator.
+# Prints wrk's latency distribution for each.
 #
 #   bench/load.sh [seconds]   the measurement of BENCHMARKS.md (make bench; 30 s per page)
 #   bench/load.sh --smoke     two seconds a page with 4 clients, to prove the script still
 #                             works (make bench-smoke, part of make test); curl stands in
 #                             for wrk where wrk is missing. Figures from it mean nothing.
 #
-# Fails when sign-in, a launch or the signed-in list breaks, or when wrk saw an answer
-# other than 2xx/3xx.
+# Fails when sign-in or a launch breaks, when a page does not answer 200 with its content
+# (an error box or the sign-in prompt instead), or when wrk saw an answer other than 2xx/3xx.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -84,15 +85,42 @@ sign_in() {
 sign_in
 cookie=$(awk '$6 == "berth_session" { print $7 }' "$dir/jar")
 [ -n "$cookie" ] || { echo "no session cookie after sign-in" >&2; exit 1; }
-# Ten environments of the administrator's own, so the list has rows to render.
+# Ten environments of the administrator's own, so the list has rows to render. The launch
+# answers the new environment's id (a JSON string); the first one's page is measured.
 for i in $(seq 10); do
-  post /api/launch -o /dev/null \
+  id=$(post /api/launch \
     --data-urlencode 'request[offering]=notebook' --data-urlencode 'request[size]=h100-1g.10gb' \
-    --data-urlencode "request[name]=bench-$i" --data-urlencode 'request[hours]=4'
+    --data-urlencode "request[name]=bench-$i" --data-urlencode 'request[hours]=4' |
+    python3 -c 'import json, sys; print(json.load(sys.stdin))')
+  [ "$i" = 1 ] && first=$id
 done
+[ -n "${first:-}" ] || { echo "the first launch answered no environment id" >&2; exit 1; }
 
 rows=$(curl -fs -H "Cookie: berth_session=$cookie" "$url/environments" | grep -o 'bench-[0-9]*' | sort -u | wc -l)
 [ "$rows" = 10 ] || { echo "the signed-in list shows $rows of 10 environments; not benchmarking" >&2; exit 1; }
+
+# Each page must answer 200 with what it shows when it works, before it is measured: wrk
+# would count a redirect to the sign-in page, or a page with an error box, as a success.
+check_page() {
+  local path=$1 expect=$2 page
+  page=$(curl -fsS -H "Cookie: berth_session=$cookie" "$url$path") || {
+    echo "GET $path did not answer 200" >&2
+    exit 1
+  }
+  if grep -q 'role="alert"' <<<"$page" || grep -q 'Sign in to continue' <<<"$page"; then
+    echo "GET $path shows an error or the sign-in prompt instead of the page" >&2
+    exit 1
+  fi
+  grep -qF -- "$expect" <<<"$page" || {
+    echo "GET $path does not show '$expect'" >&2
+    exit 1
+  }
+}
+check_page /catalog 'Service catalog'
+check_page /environments 'bench-10'
+check_page /calendar 'aria-label="Free capacity per size over time"'
+check_page "/environments/$first" '>bench-1</h1>'
+check_page /admin/fleet 'Page 1 of'
 
 # wrk counts 3xx as success; a signed-out /environments would redirect, which the row check
 # above rules out for this cookie.
@@ -119,3 +147,12 @@ measure "$url/catalog"
 echo
 echo "== GET /environments (signed in, 10 environments), $connections connections, ${seconds}s"
 measure -H "Cookie: berth_session=$cookie" "$url/environments"
+echo
+echo "== GET /calendar (week, signed in), $connections connections, ${seconds}s"
+measure -H "Cookie: berth_session=$cookie" "$url/calendar"
+echo
+echo "== GET /environments/<id> (one of the ten), $connections connections, ${seconds}s"
+measure -H "Cookie: berth_session=$cookie" "$url/environments/$first"
+echo
+echo "== GET /admin/fleet (the administrator), $connections connections, ${seconds}s"
+measure -H "Cookie: berth_session=$cookie" "$url/admin/fleet"

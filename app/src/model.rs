@@ -138,7 +138,9 @@ pub struct JobLogsView {
 }
 
 /// The availability calendar: a heatmap of free capacity per size over time, with the
-/// caller's own bookings drawn on the same columns.
+/// caller's own bookings drawn on the same columns. Hundreds of cells are sent with the
+/// page for hydration, so a cell carries only its count and tone: its link and title are
+/// made from its row and column when it is drawn (`CalendarView::cell_href`, `cell_title`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CalendarView {
     /// `day`, `week` or `month`.
@@ -147,13 +149,40 @@ pub struct CalendarView {
     pub prev_href: String,
     pub next_href: String,
     pub today_href: String,
+    /// Each column's label ("Thu 26 06h").
     pub columns: Vec<String>,
+    /// Each column's start as the launch form's start field takes it; empty for a column
+    /// that has begun (the form then starts now).
+    pub starts: Vec<String>,
     pub rows: Vec<CalendarRow>,
     pub bookings: Vec<CalendarBooking>,
     /// "15 min 0 s": free time kept between bookings of a GPU.
     pub cleaning_gap: String,
     /// Hours per column.
     pub bucket_hours: u32,
+}
+
+impl CalendarView {
+    /// The launch form for `row`'s size from the start of `first` for `columns` columns
+    /// (at most as many hours as the offering allows).
+    pub fn launch_href(&self, row: &CalendarRow, first: usize, columns: usize) -> String {
+        let hours = (u32::try_from(columns).unwrap_or(1).saturating_mul(self.bucket_hours)).clamp(1, row.max_hours);
+        let start = self.starts.get(first).map(String::as_str).unwrap_or_default();
+        format!("{}&start={start}&hours={hours}", row.launch)
+    }
+
+    /// A cell's link: the launch form for its size and column; `None` when the column is
+    /// over or full.
+    pub fn cell_href(&self, row: &CalendarRow, column: usize) -> Option<String> {
+        row.cells.get(column).filter(|c| c.tone.bookable()).map(|_| self.launch_href(row, column, 1))
+    }
+
+    /// "H100 slice 1g.10gb: 112 of 224 free from Mon 30 00h".
+    pub fn cell_title(&self, row: &CalendarRow, column: usize) -> String {
+        let free = row.cells.get(column).map_or(0, |c| c.free);
+        let from = self.columns.get(column).map(String::as_str).unwrap_or_default();
+        format!("{}: {free} of {} free from {from}", row.label, row.capacity)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -168,16 +197,37 @@ pub struct CalendarRow {
     pub cells: Vec<CalendarCell>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CalendarCell {
     pub free: u32,
-    /// `past`, `none`, `low` or `plenty`.
-    pub tone: String,
-    /// The launch form for this size and bucket; empty when the bucket is over or full.
-    pub href: String,
-    /// The bucket's start as the launch form's start field takes it; empty for "now".
-    pub start: String,
-    pub title: String,
+    pub tone: Tone,
+}
+
+/// How a calendar cell is drawn: over, nothing free, under a quarter free, or more.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Tone {
+    Past,
+    None,
+    Low,
+    Plenty,
+}
+
+impl Tone {
+    /// The cell's `data-tone`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tone::Past => "past",
+            Tone::None => "none",
+            Tone::Low => "low",
+            Tone::Plenty => "plenty",
+        }
+    }
+
+    /// Whether a cell of this tone links to the launch form.
+    pub fn bookable(self) -> bool {
+        matches!(self, Tone::Low | Tone::Plenty)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

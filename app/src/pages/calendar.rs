@@ -1,9 +1,12 @@
+use std::sync::Arc;
+
+use leptos::either::Either;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::{ErrorAlert, RequireUser};
-use crate::model::{CalendarCell, CalendarRow, CalendarView};
+use crate::model::{CalendarCell, CalendarView};
 use crate::serverfns::calendar;
 
 /// Free capacity per size over a day, week or month, with the caller's own bookings drawn
@@ -53,19 +56,19 @@ impl Selection {
 
     /// The launch form for the selected stretch: its first cell's start, for as many
     /// hours as the cells cover (at most what the offering allows).
-    fn href(self, row: &CalendarRow, bucket_hours: u32) -> String {
+    fn href(self, view: &CalendarView) -> Option<String> {
         let columns = self.columns();
-        let hours = (u32::try_from(columns.clone().count()).unwrap_or(1) * bucket_hours).clamp(1, row.max_hours);
-        let start = row.cells.get(*columns.start()).map(|c| c.start.as_str()).unwrap_or_default();
-        format!("{}&start={start}&hours={hours}", row.launch)
+        let row = view.rows.get(self.row)?;
+        Some(view.launch_href(row, *columns.start(), columns.count()))
     }
 }
 
 #[component]
 fn Calendar(view: CalendarView) -> impl IntoView {
     let drag = RwSignal::new(None::<Selection>);
-    let rows = StoredValue::new(view.rows.clone());
-    let bucket_hours = view.bucket_hours;
+    // Shared, not copied: the dragging handlers need the rows and starts after drawing.
+    let view = Arc::new(view);
+    let shared = StoredValue::new(Arc::clone(&view));
     let navigate = leptos_router::hooks::use_navigate();
     // Effects run only in the browser: the table says when dragging works there.
     let draggable = RwSignal::new(false);
@@ -76,7 +79,7 @@ fn Calendar(view: CalendarView) -> impl IntoView {
         let Some(selection) = drag.get_untracked() else { return };
         drag.set(None);
         if selection.anchor != selection.to
-            && let Some(href) = rows.with_value(|rows| rows.get(selection.row).map(|r| selection.href(r, bucket_hours)))
+            && let Some(href) = shared.with_value(|view| selection.href(view))
         {
             navigate(&href, Default::default());
         }
@@ -126,15 +129,15 @@ fn Calendar(view: CalendarView) -> impl IntoView {
                 </thead>
                 <tbody>
                     {view.rows.iter().enumerate().map(|(r, row)| {
-                        let bookable: Vec<bool> = row.cells.iter().map(|c| !c.href.is_empty()).collect();
+                        let bookable: Arc<[bool]> = row.cells.iter().map(|c| c.tone.bookable()).collect();
                         view! {
                             <tr data-size=row.label.clone()>
                                 <th scope="row" class="whitespace-nowrap pr-3 text-left font-medium text-slate-800">
                                     {row.label.clone()}
                                     <span class="block text-[11px] font-normal text-slate-500">{row.capacity} " at most"</span>
                                 </th>
-                                {row.cells.iter().cloned().enumerate().map(|(c, cell)| {
-                                    let bookable = bookable.clone();
+                                {row.cells.iter().enumerate().map(|(c, cell)| {
+                                    let bookable = Arc::clone(&bookable);
                                     // Only across free cells: a full or past one ends the stretch.
                                     let extend = move || drag.update(|d| {
                                         if let Some(s) = d.as_mut()
@@ -144,9 +147,11 @@ fn Calendar(view: CalendarView) -> impl IntoView {
                                             s.to = c;
                                         }
                                     });
-                                    let selected = Signal::derive(move || drag.get().is_some_and(|s| s.row == r && s.columns().contains(&c)));
+                                    let selected = move || drag.get().is_some_and(|s| s.row == r && s.columns().contains(&c));
                                     let press = move || drag.set(Some(Selection { row: r, anchor: c, to: c }));
-                                    view! { <Cell cell selected press extend/> }
+                                    let href = view.cell_href(row, c);
+                                    let title = view.cell_title(row, c);
+                                    view! { <Cell cell=*cell href title selected press extend/> }
                                 }).collect_view()}
                             </tr>
                         }
@@ -181,38 +186,33 @@ fn Calendar(view: CalendarView) -> impl IntoView {
     }
 }
 
+/// One bucket of a size: its free count, a link to book it when it is free and ahead.
+/// Its look comes from `calendar-cell` and its `data-tone` (style/main.css): the calendar
+/// draws hundreds of cells, and the classes on each were most of the page.
 #[component]
 fn Cell(
     cell: CalendarCell,
-    selected: Signal<bool>,
+    href: Option<String>,
+    title: String,
+    selected: impl Fn() -> bool + Send + Sync + 'static,
     press: impl Fn() + Send + Sync + 'static,
     extend: impl Fn() + Send + Sync + 'static,
 ) -> impl IntoView {
-    let tone = match cell.tone.as_str() {
-        "past" => "bg-slate-100 text-slate-400",
-        "none" => "bg-rose-100 text-rose-700",
-        "low" => "bg-amber-100 text-amber-800 hover:ring-2 hover:ring-amber-400",
-        _ => "bg-emerald-100 text-emerald-800 hover:ring-2 hover:ring-emerald-500",
-    };
-    let class = format!(
-        "block h-8 rounded text-center leading-8 tabular-nums {tone} data-[selected=true]:bg-indigo-500 data-[selected=true]:text-white"
-    );
     view! {
-        <td data-tone=cell.tone.clone() class="p-0">
-            {if cell.href.is_empty() {
-                view! { <span class=class title=cell.title.clone()>{cell.free}</span> }.into_any()
-            } else {
-                view! {
-                    <a href=cell.href.clone() class=format!("{class} focus:outline-none focus:ring-2 focus:ring-indigo-600")
-                        title=cell.title.clone() aria-label=format!("Book: {}", cell.title) draggable="false"
-                        data-selected=move || selected.get().to_string()
+        <td data-tone=cell.tone.as_str() class="p-0">
+            // `Either`, not `into_any`: no boxed view for each of hundreds of cells.
+            {match href {
+                None => Either::Left(view! { <span class="calendar-cell" title=title>{cell.free}</span> }),
+                Some(href) => Either::Right(view! {
+                    <a href=href class="calendar-cell" aria-label=format!("Book: {title}") title=title draggable="false"
+                        data-selected=move || if selected() { "true" } else { "false" }
                         on:pointerdown=move |ev| {
                             if ev.button() == 0 && ev.is_primary() {
                                 press();
                             }
                         }
                         on:pointerenter=move |_| extend()>{cell.free}</a>
-                }.into_any()
+                }),
             }}
         </td>
     }

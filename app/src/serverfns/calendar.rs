@@ -59,7 +59,7 @@ mod build {
     use berth_platform::capacity::environments::Environment;
     use chrono::DateTime;
 
-    use crate::model::{CalendarBooking, CalendarCell, CalendarRow, CalendarView};
+    use crate::model::{CalendarBooking, CalendarCell, CalendarRow, CalendarView, Tone};
     use crate::time::{date, input_value};
 
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +104,7 @@ mod build {
         }
     }
 
-    /// Midnight UTC of `date` (`YYYY-MM-DD`), or of today when it is empty or unreadable.
+    /// A column's label: the hour of a day, the day and hour of a week, the day of a month.
     fn column_label(span: Span, ms: i64) -> String {
         let format = match span {
             Span::Day => "%H:00",
@@ -133,6 +133,12 @@ mod build {
     ) -> CalendarView {
         let (bucket_ms, buckets) = span.buckets();
         let columns = (0..buckets).map(|i| column_label(span, from + i as i64 * bucket_ms)).collect();
+        let starts = (0..buckets)
+            .map(|i| {
+                let start = from + i as i64 * bucket_ms;
+                if start <= now { String::new() } else { input_value(start) }
+            })
+            .collect();
         let rows = a
             .rows
             .iter()
@@ -143,31 +149,17 @@ mod build {
                     .iter()
                     .enumerate()
                     .map(|(i, &free)| {
-                        let start = from + i as i64 * bucket_ms;
-                        let end = start + bucket_ms;
+                        let end = from + (i as i64 + 1) * bucket_ms;
                         let tone = if end <= now {
-                            "past"
+                            Tone::Past
                         } else if free == 0 {
-                            "none"
+                            Tone::None
                         } else if free * 4 < row.capacity {
-                            "low"
+                            Tone::Low
                         } else {
-                            "plenty"
+                            Tone::Plenty
                         };
-                        let hours = (bucket_ms / HOUR_MS).clamp(1, i64::from(offering.max_hours()));
-                        let start_value = if start <= now { String::new() } else { input_value(start) };
-                        let href = if matches!(tone, "past" | "none") {
-                            String::new()
-                        } else {
-                            format!("/launch/{}?size={}&start={start_value}&hours={hours}", offering.id(), size.id)
-                        };
-                        let title = format!(
-                            "{}: {free} of {} free from {}",
-                            size.label,
-                            row.capacity,
-                            column_label(span, start)
-                        );
-                        CalendarCell { free, tone: tone.to_owned(), href, start: start_value, title }
+                        CalendarCell { free, tone }
                     })
                     .collect();
                 Some(CalendarRow {
@@ -213,10 +205,52 @@ mod build {
             next_href: href(span, from + step),
             today_href: href(span, now),
             columns,
+            starts,
             rows,
             bookings,
             cleaning_gap: format!("{} min", gap_ms / 60_000),
             bucket_hours: u32::try_from(bucket_ms / HOUR_MS).unwrap_or(1),
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use berth_platform::capacity::booking::AvailabilityRow;
+
+        use super::*;
+
+        /// The links and titles a cell shows are made from its row and column when drawn;
+        /// they must read as they did when each cell carried its own.
+        #[test]
+        fn cells_link_to_the_launch_form_of_their_size_and_hour() {
+            let size = Offering::Notebook.size("h100-1g.10gb").expect("size");
+            let from = crate::time::day_start("2026-11-27", 0);
+            let now = from + 2 * HOUR_MS + HOUR_MS / 2;
+            let mut free = vec![8; 24];
+            (free[3], free[4]) = (0, 1);
+            let a = Availability {
+                from,
+                bucket_ms: HOUR_MS,
+                rows: vec![AvailabilityRow { shape: size.shape, capacity: 8, free }],
+            };
+            let view = calendar(Span::Day, from, now, &a, &[], 15 * 60_000);
+            let row = &view.rows[0];
+            let tones: Vec<&str> = row.cells[..6].iter().map(|c| c.tone.as_str()).collect();
+            assert_eq!(tones, ["past", "past", "plenty", "none", "low", "plenty"]);
+            assert_eq!(view.cell_href(row, 1), None, "an hour gone by");
+            assert_eq!(view.cell_href(row, 3), None, "nothing free");
+            // The hour under way books from now: the form's start stays empty.
+            assert_eq!(view.cell_href(row, 2).as_deref(), Some("/launch/notebook?size=h100-1g.10gb&start=&hours=1"));
+            assert_eq!(
+                view.cell_href(row, 4).as_deref(),
+                Some("/launch/notebook?size=h100-1g.10gb&start=2026-11-27T04:00&hours=1")
+            );
+            assert_eq!(view.cell_title(row, 4), format!("{}: 1 of 8 free from 04:00", size.label));
+            // A dragged stretch of three hours from 05:00.
+            assert_eq!(
+                view.launch_href(row, 5, 3),
+                "/launch/notebook?size=h100-1g.10gb&start=2026-11-27T05:00&hours=3"
+            );
         }
     }
 }

@@ -98,13 +98,18 @@ impl Platform {
         buckets: usize,
     ) -> Result<Availability, Error> {
         let now = now_ms();
-        let occupant = self.occupant_for(tenant).await?;
+        // One connection for the occupant and every model's GPUs (cached after the first
+        // read), not one per model: the calendar is the portal's busiest page.
+        self.ensure_book().await?;
+        let mut conn = self.db.acquire().await?;
+        let occupant = crate::capacity::book::occupant_of(&mut conn, tenant).await?;
         let all_shapes = catalog_shapes();
         let models: BTreeSet<GpuModel> = all_shapes.iter().map(|s| s.model()).collect();
+        let range = Window { starts_at: from, ends_at: from + bucket_ms * buckets as i64 };
         let mut rows = Vec::new();
         for model in models {
-            let range = Window { starts_at: from, ends_at: from + bucket_ms * buckets as i64 };
-            let timeline = self.timeline(model, now, Some(range)).await?;
+            let gpus = self.gpus_of_model(&mut conn, model).await?;
+            let timeline = self.timeline_of(&gpus, now, Some(range), true);
             if timeline.gpus().is_empty() {
                 continue;
             }
