@@ -245,6 +245,6 @@ test('every sign-in, refusal and sign-out is in the audit log', async () => {
   // target, then target_name (empty: a person's email names itself), then the outcome.
   assert.match(csv, /ada@acme\.example,acme,session\.sign_in,ada@acme\.example,,success/);
   assert.match(csv, /bob@globex\.example,globex,session\.sign_out,,,success/);
-  assert.match(csv, /,acme,session\.sign_in,,failure/);
+  assert.match(csv, /,acme,session\.sign_in,,,failure/);
   assert.doesNotMatch(csv, /acme-secret|globex-secret/);
 });
