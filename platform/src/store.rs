@@ -64,7 +64,10 @@ pub async fn open(options: SqliteConnectOptions) -> Result<SqlitePool, Error> {
     if let Some(dir) = options.get_filename().parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(Error::internal)?;
     }
-    let pool = SqlitePoolOptions::new().max_connections(8).connect_with(options).await?;
+    // No ping before handing out a connection (sqlx's default): a local SQLite file does not
+    // drop connections, and the ping is a round trip to the connection's thread on every
+    // query a page makes.
+    let pool = SqlitePoolOptions::new().max_connections(8).test_before_acquire(false).connect_with(options).await?;
     Ok(pool)
 }
 

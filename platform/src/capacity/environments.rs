@@ -279,7 +279,7 @@ impl Platform {
         .bind(tier.as_str())
         .execute(&mut **tx)
         .await?;
-        insert_reservations(tx, id, &assignments, window).await?;
+        insert_reservations(tx, id, &assignments, window, 0).await?;
         let detail =
             format!("{} {} for {} h from {}", spec.offering.id(), size.id, spec.hours, utc_short(window.starts_at));
         let event = Event {
@@ -554,40 +554,16 @@ impl UnitRow {
     }
 }
 
-/// Reserves `hold` for `window` for the environment (its replica `replica`, 0 for all but
-/// inference endpoints' extra replicas). The database's triggers refuse an overlap.
-pub(crate) async fn insert_reservation(
-    conn: &mut SqliteConnection,
-    environment_id: &str,
-    hold: &Hold,
-    window: Window,
-    replica: i64,
-) -> Result<(), Error> {
-    sqlx::query(
-        "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at, replica)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(environment_id)
-    .bind(hold.gpu_id)
-    .bind(i64::from(hold.slices.start))
-    .bind(i64::from(hold.slices.size))
-    .bind(hold.profile.map(MigProfile::key))
-    .bind(window.starts_at)
-    .bind(window.ends_at)
-    .bind(replica)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
-/// Reserves a launch's `holds` (up to a node's GPUs) for `window` in one statement: one
-/// round trip to the database inside the writer turn rather than one per GPU. The
-/// triggers check each row as [`insert_reservation`]'s.
-async fn insert_reservations(
+/// Reserves `holds` (up to a node's GPUs) of an environment's `replica` (0 for all but an
+/// endpoint's extra replicas) for `window` in one statement: one round trip to the
+/// database inside the writer turn rather than one per GPU. The database's triggers check
+/// every row for overlaps.
+pub(crate) async fn insert_reservations(
     conn: &mut SqliteConnection,
     environment_id: &str,
     holds: &[Hold],
     window: Window,
+    replica: i64,
 ) -> Result<(), Error> {
     if holds.is_empty() {
         return Ok(());
@@ -603,7 +579,7 @@ async fn insert_reservations(
             .push_bind(hold.profile.map(MigProfile::key))
             .push_bind(window.starts_at)
             .push_bind(window.ends_at)
-            .push_bind(0_i64);
+            .push_bind(replica);
     });
     insert.build().execute(&mut *conn).await?;
     Ok(())

@@ -94,9 +94,7 @@ impl Platform {
             let ask = QuotaAsk { model, window, gpus: rules::gpu_equivalents(&new_holds), tier: env.tier };
             self.check_quota(&mut tx, env.booker(), ask, None).await?;
             for (replica, holds) in &placed {
-                for hold in holds {
-                    crate::capacity::environments::insert_reservation(&mut tx, id, hold, window, *replica).await?;
-                }
+                crate::capacity::environments::insert_reservations(&mut tx, id, holds, window, *replica).await?;
             }
         }
         sqlx::query("UPDATE environments SET replicas = ?, scale_error = NULL WHERE id = ?")
