@@ -143,7 +143,7 @@ fn alternatives(
     let same: Vec<&'static Size> = offering.same_size_on_other_models(size).collect();
     let mut out: Vec<&'static Size> = match models.trim() {
         "" if min_memory.trim().is_empty() => return Ok(Vec::new()),
-        "" | "any" => same.clone(),
+        "" | "any" => same,
         list => {
             let mut out = Vec::new();
             for name in list.split([',', '|']).map(str::trim).filter(|n| !n.is_empty()) {

@@ -86,7 +86,6 @@ pub struct Models(u32);
 impl Models {
     /// Every model: the request names none.
     pub const ANY: Models = Models(u32::MAX);
-    pub const NONE: Models = Models(0);
 
     /// The set of `models`; numbers of 32 and above are never allowed.
     pub fn of(models: impl IntoIterator<Item = u8>) -> Models {
@@ -95,10 +94,6 @@ impl Models {
 
     pub fn allows(self, model: u8) -> bool {
         model < 32 && self.0 & 1 << model != 0
-    }
-
-    pub fn is_any(self) -> bool {
-        self == Models::ANY
     }
 }
 
