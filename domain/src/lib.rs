@@ -19,6 +19,7 @@
 //! - [`replay`]: the GPU-sharing replay of a production trace (fractional and whole GPUs on nodes with CPU and memory) and the policies it compares; not what places bookings.
 //! - [`launch`]: validating a launch request before anything is written.
 //! - [`lifecycle`]: the environment state machine and its step plans.
+//! - [`metering`]: what a booking is charged for, money in exact units, months, budgets.
 //! - [`redirect`]: where a `next` parameter may send a browser (only this origin).
 
 pub mod agent;
@@ -30,6 +31,7 @@ pub mod gpu;
 pub mod host_network;
 pub mod launch;
 pub mod lifecycle;
+pub mod metering;
 pub mod mig;
 pub mod node_access;
 pub mod node_plan;

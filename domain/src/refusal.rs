@@ -47,6 +47,11 @@ pub enum Refusal {
     TooLong { max_hours: u32 },
     #[error("quota: {0}")]
     QuotaExceeded(String),
+    /// A booking whose cost would take a project or tenant past its monthly budget.
+    #[error("budget: {0}")]
+    OverBudget(String),
+    #[error("budget: {0}")]
+    InvalidBudget(String),
     #[error("this environment is {0}; only booked or running environments can change their end")]
     NotResizable(&'static str),
     #[error("there is no node called \"{0}\"")]
