@@ -265,16 +265,26 @@ impl Budget {
         THRESHOLDS.into_iter().filter(|&pct| !reached(before, pct) && reached(after, pct)).collect()
     }
 
-    /// Whether a booking costing `cost` cents in `month` (of `total` cents for `hours` hours
-    /// in all) fits beside the `committed` cents already spent or booked there.
-    pub fn check(&self, month: Month, committed: i64, cost: i64, total: i64, hours: u32) -> Result<(), Refusal> {
+    /// Whether `what` ("booking", "extension") costing `cost` cents in `month` (of `total`
+    /// cents for `hours` hours in all) fits beside the `committed` cents already spent or
+    /// booked there.
+    pub fn check(
+        &self,
+        what: &str,
+        month: Month,
+        committed: i64,
+        cost: i64,
+        total: i64,
+        hours: u32,
+    ) -> Result<(), Refusal> {
         if self.warn_only || committed + cost <= self.cents_per_month {
             return Ok(());
         }
+        let total_text = format_money(total);
         let this = if cost == total {
-            format!("this booking costs {} for {hours} h", format_money(total))
+            format!("this {what} costs {total_text} for {hours} h")
         } else {
-            format!("this booking costs {} for {hours} h, {} of it in {}", format_money(total), format_money(cost), month.name())
+            format!("this {what} costs {total_text} for {hours} h, {} of it in {}", format_money(cost), month.name())
         };
         Err(Refusal::OverBudget(format!(
             "{this}; {} has {} of {} left in {}",
@@ -289,6 +299,11 @@ impl Budget {
 /// Hours in `ms`, for reports (GPU-hours are figures, not money: a float is fine).
 pub fn hours(ms: i64) -> f64 {
     ms as f64 / HOUR_MS as f64
+}
+
+/// Whole hours in `ms`, a started hour counting as one (as refusals say a duration).
+pub fn started_hours(ms: i64) -> u32 {
+    u32::try_from((ms.max(0) + HOUR_MS - 1) / HOUR_MS).unwrap_or(u32::MAX)
 }
 
 /// The month it is now, for pages that default to it.
@@ -384,15 +399,15 @@ mod tests {
     fn the_refusal_says_cost_whose_budget_and_what_is_left() {
         let budget = Budget { of: BudgetOf::Project("vision".into()), cents_per_month: 200_000, warn_only: false };
         let november = Month { year: 2026, month: 11 };
-        let refusal = budget.check(november, 170_000, 41_280, 41_280, 8).unwrap_err();
+        let refusal = budget.check("booking", november, 170_000, 41_280, 41_280, 8).unwrap_err();
         assert_eq!(
             refusal.to_string(),
             "budget: this booking costs $412.80 for 8 h; project vision has $300.00 of $2,000.00 left in November"
         );
-        assert!(budget.check(november, 150_000, 41_280, 41_280, 8).is_ok());
+        assert!(budget.check("booking", november, 150_000, 41_280, 41_280, 8).is_ok());
         let warn = Budget { warn_only: true, ..budget.clone() };
-        assert!(warn.check(november, 170_000, 41_280, 41_280, 8).is_ok());
-        let split = budget.check(november, 199_000, 20_640, 41_280, 8).unwrap_err();
+        assert!(warn.check("booking", november, 170_000, 41_280, 41_280, 8).is_ok());
+        let split = budget.check("booking", november, 199_000, 20_640, 41_280, 8).unwrap_err();
         assert!(split.to_string().contains("costs $412.80 for 8 h, $206.40 of it in November"), "{split}");
     }
 

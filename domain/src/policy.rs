@@ -87,10 +87,14 @@ pub enum Action {
     SshKeyRead,
     /// Add and remove them (adding needs a signed-in person, like making a token).
     SshKeyManage,
+    /// See GPU-hours, cost and budgets (a member: their own and their projects').
+    UsageRead,
+    /// Set and remove monthly budgets (a tenant's own only for platform admins).
+    BudgetManage,
 }
 
 impl Action {
-    pub const ALL: [Action; 23] = [
+    pub const ALL: [Action; 25] = [
         Action::CatalogRead,
         Action::CalendarRead,
         Action::EnvironmentRead,
@@ -114,6 +118,8 @@ impl Action {
         Action::AuditRead,
         Action::SshKeyRead,
         Action::SshKeyManage,
+        Action::UsageRead,
+        Action::BudgetManage,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -141,6 +147,8 @@ impl Action {
             Action::AuditRead => "audit.read",
             Action::SshKeyRead => "ssh_key.read",
             Action::SshKeyManage => "ssh_key.manage",
+            Action::UsageRead => "usage.read",
+            Action::BudgetManage => "budget.manage",
         }
     }
 
@@ -195,11 +203,13 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
             CalendarRead | EnvironmentLaunch | ProjectRead | MemberRead | QuotaRead => Some(Reach::Tenant),
             EnvironmentRead | EnvironmentChange | EnvironmentConnect | TokenRead | TokenManage | SshKeyRead
             | SshKeyManage => Some(Reach::Own),
+            // Their own and their projects' (see `platform::capacity::metering`).
+            UsageRead => Some(Reach::Own),
             _ => None,
         },
         Role::Viewer => match action {
             CatalogRead => Some(Reach::All),
-            CalendarRead | EnvironmentRead | ProjectRead | MemberRead | QuotaRead => Some(Reach::Tenant),
+            CalendarRead | EnvironmentRead | ProjectRead | MemberRead | QuotaRead | UsageRead => Some(Reach::Tenant),
             // A viewer's keys open nothing until the viewer may act in an environment.
             TokenRead | TokenManage | SshKeyRead | SshKeyManage => Some(Reach::Own),
             _ => None,

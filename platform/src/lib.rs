@@ -40,6 +40,8 @@ pub struct Platform {
     /// at once instead of at its next tick.
     wake: Arc<Notify>,
     policy: BookingPolicy,
+    /// What bookings are charged for; see `capacity::metering`.
+    charging: berth_domain::metering::ChargeBasis,
     /// Pools and quarantine of fabric isolation identifiers.
     fabric: Arc<FabricConfig>,
     /// Whose turn it is to write; see `store::WriteTx`.
@@ -78,6 +80,7 @@ impl Platform {
             db,
             wake: Arc::new(Notify::new()),
             policy: BookingPolicy::default(),
+            charging: Default::default(),
             fabric: Default::default(),
             writer: Default::default(),
             launches: Default::default(),
@@ -125,6 +128,11 @@ impl Platform {
     /// The same platform with the operator's booking rules.
     pub fn with_policy(self, policy: BookingPolicy) -> Platform {
         Platform { policy, ..self }
+    }
+
+    /// The same platform charging bookings for `basis` (the operator's `--charge-for`).
+    pub fn with_charging(self, charging: berth_domain::metering::ChargeBasis) -> Platform {
+        Platform { charging, ..self }
     }
 
     /// The same platform with the operator's fabric pools and quarantine.

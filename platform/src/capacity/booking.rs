@@ -16,6 +16,7 @@ use sqlx::SqliteConnection;
 
 use crate::audit::{self, Event, Outcome};
 use crate::capacity::environments::{Environment, environment_in};
+use crate::capacity::metering::BookingCost;
 use crate::capacity::quotas::QuotaAsk;
 use crate::{Caller, Error, Platform, now_ms};
 
@@ -244,6 +245,22 @@ impl Platform {
             let held: Vec<Hold> = own.iter().map(|(_, b)| b.hold).collect();
             let ask = QuotaAsk { model, window, gpus: booking::gpu_equivalents(&held), tier: env.tier };
             self.check_quota(&mut tx, env.booker(), ask, Some(id)).await?;
+            // The budget counts what the extension adds, for each copy (replica) it holds.
+            let copies: i64 = sqlx::query_scalar(
+                "SELECT count(DISTINCT replica) FROM reservations WHERE environment_id = ? AND released_at IS NULL",
+            )
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+            let added = Window { starts_at: current.ends_at.max(now), ends_at: window.ends_at };
+            let cost = BookingCost {
+                what: "extension",
+                cents_per_hour: env.cents_per_hour,
+                copies,
+                window: added,
+                hours: berth_domain::metering::started_hours(added.ends_at - added.starts_at),
+            };
+            self.check_budgets(&mut tx, caller, env.booker(), cost).await?;
         }
 
         sqlx::query("UPDATE environments SET ends_at = ? WHERE id = ?")

@@ -16,6 +16,7 @@ use sqlx::{FromRow, SqliteConnection};
 
 use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
+use crate::capacity::metering::{self, BookingCost};
 use crate::capacity::quotas::{Booker, QuotaAsk};
 use crate::store::WriteTx;
 use crate::{Caller, Error, Platform, now_ms};
@@ -255,6 +256,14 @@ impl Platform {
         // Quotas count the model actually placed.
         let ask = QuotaAsk { model: size.gpu_model(), window, gpus: rules::gpu_equivalents(&assignments), tier };
         self.check_quota(tx, booker, ask, None).await?;
+        let cost = BookingCost {
+            what: "booking",
+            cents_per_hour: i64::from(size.cents_per_hour),
+            copies: 1,
+            window,
+            hours: spec.hours,
+        };
+        self.check_budgets(tx, caller, booker, cost).await?;
         let reclaimed = self.reclaim(tx, &reclaim, window, now).await?;
 
         sqlx::query(
@@ -280,6 +289,7 @@ impl Platform {
         .execute(&mut **tx)
         .await?;
         insert_reservations(tx, id, &assignments, window, 0).await?;
+        metering::record_units(tx, id, 0, now).await?;
         let detail =
             format!("{} {} for {} h from {}", spec.offering.id(), size.id, spec.hours, utc_short(window.starts_at));
         let event = Event {

@@ -1,8 +1,9 @@
 //! Capacity: what the fleet is, who holds which GPU when, and the rules a booking must
 //! pass. The fleet (`fleet`), the in-memory book of every reservation (`book`), the
 //! calendar and availability (`booking`), the launch transaction (`environments`: check,
-//! place, reserve in one write; `group_commit`: several launches in one writer turn), quotas and their queue marks (`quotas`), spot reclaim
-//! (`spot`) and maintenance windows (`maintenance`).
+//! place, reserve in one write; `group_commit`: several launches in one writer turn),
+//! quotas and their queue marks (`quotas`), the usage ledger, reports and budgets
+//! (`metering`), spot reclaim (`spot`) and maintenance windows (`maintenance`).
 //!
 //! Uses the root (store, audit, access, people) and `berth_domain`'s placement and booking
 //! rules; nothing of provisioning, tenancy or identity. Provisioning reads what it placed.
@@ -13,5 +14,6 @@ pub mod environments;
 pub mod fleet;
 pub(crate) mod group_commit;
 pub mod maintenance;
+pub mod metering;
 pub mod quotas;
 pub(crate) mod spot;

@@ -398,6 +398,10 @@ impl Reconciler {
         .execute(&mut *tx)
         .await?
         .rows_affected();
+        // Its GPUs are held for it from now: the usage ledger starts counting.
+        if changed == 1 && next == EnvState::Provisioning {
+            crate::capacity::metering::hold_units(&mut tx, &env.id, now).await?;
+        }
         if changed == 1 && matches!(next, EnvState::Ready | EnvState::Released | EnvState::Failed) {
             let action = format!("environment.{}", next.as_str());
             let outcome = if next == EnvState::Failed { Outcome::Failure } else { Outcome::Success };

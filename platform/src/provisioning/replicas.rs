@@ -24,6 +24,7 @@ use tokio::task::JoinSet;
 
 use crate::audit::{self, Event, Outcome};
 use crate::capacity::environments::{Environment, environment_in, held_units};
+use crate::capacity::metering::BookingCost;
 use crate::capacity::quotas::QuotaAsk;
 use crate::provisioning::backend::{Backend, PlacedUnit};
 use crate::{Caller, Error, Platform, lock, now_ms};
@@ -93,8 +94,17 @@ impl Platform {
             let new_holds: Vec<Hold> = placed.iter().flat_map(|(_, holds)| holds.iter().copied()).collect();
             let ask = QuotaAsk { model, window, gpus: rules::gpu_equivalents(&new_holds), tier: env.tier };
             self.check_quota(&mut tx, env.booker(), ask, None).await?;
+            let cost = BookingCost {
+                what: "scale-up",
+                cents_per_hour: env.cents_per_hour,
+                copies: placed.len() as i64,
+                window,
+                hours: berth_domain::metering::started_hours(window.ends_at - window.starts_at),
+            };
+            self.check_budgets(&mut tx, caller, env.booker(), cost).await?;
             for (replica, holds) in &placed {
                 crate::capacity::environments::insert_reservations(&mut tx, id, holds, window, *replica).await?;
+                crate::capacity::metering::record_units(&mut tx, id, *replica, now).await?;
             }
         }
         sqlx::query("UPDATE environments SET replicas = ?, scale_error = NULL WHERE id = ?")

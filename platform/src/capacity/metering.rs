@@ -1,0 +1,696 @@
+//! Metering: the usage ledger (written by the transactions that change capacity), usage
+//! reports, and monthly budgets checked inside a booking's writer turn like quotas.
+//!
+//! The ledger has a row per capacity unit (`usage_ledger`, one per reservation): the launch
+//! and a replica's booking insert it beside the reservation (`record_units`), the start of
+//! provisioning sets when its GPUs were held (`hold_units`), and its release is the
+//! reservation's. What a unit is charged follows `domain::metering` (`ChargeBasis`, exact
+//! money); this module only reads the rows and adds them up.
+
+use std::collections::BTreeMap;
+
+use berth_domain::Refusal;
+use berth_domain::booking::{DAY_MS, Window};
+use berth_domain::metering::{self, Budget, BudgetOf, ChargeBasis, Month, UnitTime, to_cents, unit_charge};
+use berth_domain::policy::{Action, Reach, Role, Target};
+use serde::{Deserialize, Serialize};
+use sqlx::{FromRow, SqliteConnection};
+
+use crate::audit::{self, Event, Outcome};
+use crate::capacity::quotas::Booker;
+use crate::{Caller, Error, Platform, now_ms};
+
+/// Ledger rows for the units of `replica` an environment just reserved, in the booking's
+/// transaction. Units reserved while the environment already holds GPUs (an endpoint's
+/// extra replica) are held from their window's start, which is then.
+pub(crate) async fn record_units(
+    conn: &mut SqliteConnection,
+    environment_id: &str,
+    replica: i64,
+    now: i64,
+) -> Result<(), Error> {
+    // A MIG profile is stored by its key, whose first character is its compute slices
+    // ("3g", "1g+me"); a whole GPU or a share holds `slice_size` of 8 memory slices.
+    sqlx::query(
+        "INSERT INTO usage_ledger (reservation_id, environment_id, tenant_id, project_id, owner_id, offering, size_id,
+             gpu_model, mig_profile, tier, gpu_parts, gpu_part_of, size_cents_per_hour, units_per_copy, booked_at,
+             held_from)
+         SELECT r.id, e.id, e.tenant_id, e.project_id, e.owner_id, e.offering, e.size_id, g.model, r.mig_profile,
+             e.tier,
+             CASE WHEN r.mig_profile IS NULL THEN r.slice_size ELSE CAST(substr(r.mig_profile, 1, 1) AS INTEGER) END,
+             CASE WHEN r.mig_profile IS NULL THEN 8 ELSE 7 END,
+             e.cents_per_hour, count(*) OVER (), ?3,
+             CASE WHEN e.held_at IS NOT NULL THEN max(e.held_at, r.starts_at) END
+         FROM reservations r JOIN environments e ON e.id = r.environment_id JOIN gpus g ON g.id = r.gpu_id
+         WHERE r.environment_id = ?1 AND r.replica = ?2 AND r.released_at IS NULL
+           AND NOT EXISTS (SELECT 1 FROM usage_ledger l WHERE l.reservation_id = r.id)",
+    )
+    .bind(environment_id)
+    .bind(replica)
+    .bind(now)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The environment's GPUs are held from `now` (provisioning starts): its history and its
+/// units' ledger rows say so, in the transaction that moves it to provisioning.
+pub(crate) async fn hold_units(conn: &mut SqliteConnection, environment_id: &str, now: i64) -> Result<(), Error> {
+    let first = sqlx::query("UPDATE environments SET held_at = ?2 WHERE id = ?1 AND held_at IS NULL")
+        .bind(environment_id)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+    if first == 1 {
+        sqlx::query(
+            "UPDATE usage_ledger SET held_from = ?2
+             WHERE environment_id = ?1 AND held_from IS NULL
+               AND reservation_id IN (SELECT id FROM reservations WHERE environment_id = ?1 AND released_at IS NULL)",
+        )
+        .bind(environment_id)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// One unit of the ledger with whom it counts for and what it was.
+#[derive(Debug, Clone, FromRow)]
+struct LedgerUnit {
+    #[sqlx(flatten)]
+    unit: Unit,
+    environment_id: String,
+    environment: String,
+    tenant: Option<String>,
+    project: Option<String>,
+    owner: String,
+    offering: String,
+    gpu_model: String,
+    mig_profile: Option<String>,
+    tier: String,
+    gpu_parts: i64,
+    gpu_part_of: i64,
+}
+
+impl LedgerUnit {
+    fn gpu_hours(&self, ms: i64) -> f64 {
+        metering::hours(ms) * self.gpu_parts as f64 / self.gpu_part_of as f64
+    }
+}
+
+const LEDGER_UNIT_COLUMNS: &str =
+    "l.environment_id, e.name AS environment, t.name AS tenant, p.name AS project, u.email AS owner, l.offering,
+    l.gpu_model, l.mig_profile, l.tier, l.gpu_parts, l.gpu_part_of, l.size_cents_per_hour, l.units_per_copy,
+    l.held_from, r.starts_at, r.ends_at, r.released_at";
+
+const LEDGER_UNIT_TABLES: &str = "usage_ledger l JOIN reservations r ON r.id = l.reservation_id
+    JOIN environments e ON e.id = l.environment_id
+    LEFT JOIN tenants t ON t.id = l.tenant_id LEFT JOIN projects p ON p.id = l.project_id
+    JOIN users u ON u.id = l.owner_id";
+
+/// How a usage report groups its lines.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UsageBy {
+    #[default]
+    Project,
+    Person,
+    Offering,
+    /// GPU model, and MIG profile for slices.
+    Model,
+    /// Guaranteed or spot.
+    Tier,
+    Tenant,
+    Environment,
+}
+
+impl UsageBy {
+    pub const ALL: [UsageBy; 7] = [
+        UsageBy::Project,
+        UsageBy::Person,
+        UsageBy::Offering,
+        UsageBy::Model,
+        UsageBy::Tier,
+        UsageBy::Tenant,
+        UsageBy::Environment,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UsageBy::Project => "project",
+            UsageBy::Person => "person",
+            UsageBy::Offering => "offering",
+            UsageBy::Model => "model",
+            UsageBy::Tier => "tier",
+            UsageBy::Tenant => "tenant",
+            UsageBy::Environment => "environment",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<UsageBy> {
+        UsageBy::ALL.into_iter().find(|b| b.as_str() == text.trim())
+    }
+
+    /// The heading of the column that names a line.
+    pub fn title(self) -> &'static str {
+        match self {
+            UsageBy::Project => "Project",
+            UsageBy::Person => "Person",
+            UsageBy::Offering => "Offering",
+            UsageBy::Model => "GPU model / MIG profile",
+            UsageBy::Tier => "Tier",
+            UsageBy::Tenant => "Tenant",
+            UsageBy::Environment => "Environment",
+        }
+    }
+
+    /// The line a unit counts in: its key and how the page names it.
+    fn line_of(self, unit: &LedgerUnit) -> (String, String) {
+        let key = match self {
+            UsageBy::Environment => return (unit.environment_id.clone(), unit.environment.clone()),
+            UsageBy::Project => unit.project.clone().unwrap_or_else(|| "(no project)".into()),
+            UsageBy::Person => unit.owner.clone(),
+            UsageBy::Offering => berth_domain::catalog::Offering::parse(&unit.offering)
+                .map_or_else(|| unit.offering.clone(), |o| o.title().to_owned()),
+            UsageBy::Model => match &unit.mig_profile {
+                Some(key) => format!("{} {}", unit.gpu_model, berth_domain::mig::profile_name(&unit.gpu_model, key)),
+                None if unit.gpu_parts < unit.gpu_part_of => format!("{} shared", unit.gpu_model),
+                None => unit.gpu_model.clone(),
+            },
+            UsageBy::Tier => unit.tier.clone(),
+            UsageBy::Tenant => unit.tenant.clone().unwrap_or_else(|| "(platform staff)".into()),
+        };
+        (key.clone(), key)
+    }
+}
+
+/// One line of a report: a project, person, offering, model or tier in the month.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageLine {
+    /// What the line is (an environment's id, a project's name).
+    pub key: String,
+    /// How the page names it (an environment's name; the key for the others).
+    pub label: String,
+    /// GPU-equivalent hours charged (a 3g slice of an H100 counts 3/7 an hour an hour).
+    pub gpu_hours: f64,
+    /// Its units' charges, rounded once to the cent.
+    pub cents: i64,
+    /// Environments with charged time in the month.
+    pub environments: usize,
+}
+
+/// A line being added up: microcents until the end, rounded once.
+struct LineSum {
+    label: String,
+    microcents: i64,
+    gpu_hours: f64,
+    environments: std::collections::BTreeSet<String>,
+    daily: Vec<i64>,
+}
+
+impl LineSum {
+    fn new(label: String, days: usize) -> LineSum {
+        LineSum { label, microcents: 0, gpu_hours: 0.0, environments: Default::default(), daily: vec![0; days] }
+    }
+}
+
+/// A monthly budget and how far the month has gone into it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetStatus {
+    pub id: i64,
+    pub tenant_id: i64,
+    pub project_id: Option<i64>,
+    /// "Tenant Acme", "Project acme/vision"
+    pub of: String,
+    pub cents_per_month: i64,
+    pub warn_only: bool,
+    /// Charged so far this month.
+    pub spent_cents: i64,
+    /// Charged, plus what running and booked environments will cost by the month's end:
+    /// what bookings are checked against.
+    pub committed_cents: i64,
+    /// The marks (50, 80, 100 percent) reached this month, as recorded.
+    pub reached: Vec<u32>,
+}
+
+/// What a usage page shows: a month of the ledger within the caller's reach.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageReport {
+    pub month: Month,
+    pub basis: ChargeBasis,
+    pub by: UsageBy,
+    /// Costliest first.
+    pub lines: Vec<UsageLine>,
+    /// The sum of the lines' cents: equal to them exactly.
+    pub total_cents: i64,
+    pub total_gpu_hours: f64,
+    /// For each day of the month, each line's cents (in `lines` order): the chart's bars.
+    pub daily_cents: Vec<Vec<i64>>,
+    pub budgets: Vec<BudgetStatus>,
+    /// Up to when time is counted (now, or the month's end for a past month).
+    pub counted_to: i64,
+}
+
+/// A budget to set, as the form names it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct BudgetChange {
+    /// `tenant` (by slug; platform staff) or `project` (`tenant-slug/name`, or the name in the
+    /// caller's tenant).
+    pub level: String,
+    pub who: String,
+    /// Dollars a month, as typed ("2,000").
+    pub amount: String,
+    pub warn_only: bool,
+}
+
+/// Who a report covers, from the caller's reach.
+struct UsageScope {
+    all: bool,
+    tenant_id: Option<i64>,
+    /// Their own and their projects' (members).
+    member_id: Option<i64>,
+}
+
+impl Platform {
+    /// What bookings are charged for on this platform.
+    pub fn charging(&self) -> ChargeBasis {
+        self.charging
+    }
+
+    /// A month of usage within the caller's reach, grouped `by`: everything for platform
+    /// staff (or one tenant's, with `tenant`), the tenant's for its admins and viewers, one's
+    /// own and one's projects' for members.
+    pub async fn usage_report(
+        &self,
+        caller: &Caller,
+        month: Month,
+        by: UsageBy,
+        tenant: Option<&str>,
+    ) -> Result<UsageReport, Error> {
+        self.authorize_in_tenant(caller, Action::UsageRead).await?;
+        let mut scope = self.usage_scope(caller)?;
+        let mut conn = self.db.acquire().await?;
+        if let Some(slug) = tenant.map(str::trim).filter(|s| !s.is_empty()) {
+            let id: Option<i64> = sqlx::query_scalar("SELECT id FROM tenants WHERE slug = ?")
+                .bind(slug)
+                .fetch_optional(&mut *conn)
+                .await?;
+            let id = id.filter(|&id| scope.all || scope.tenant_id == Some(id)).ok_or(Error::NotFound)?;
+            (scope.all, scope.tenant_id) = (false, Some(id));
+        }
+        let (month_start, month_end) = month.span();
+        let now = now_ms();
+        let counted_to = now.min(month_end);
+        let units: Vec<LedgerUnit> = sqlx::query_as(&format!(
+            "SELECT {LEDGER_UNIT_COLUMNS} FROM {LEDGER_UNIT_TABLES}
+             WHERE r.starts_at < ?1 AND r.ends_at > ?2
+               AND (?3 OR l.tenant_id = ?4
+                    OR l.owner_id = ?5
+                    OR l.project_id IN (SELECT project_id FROM project_members WHERE user_id = ?5))"
+        ))
+        .bind(month_end)
+        .bind(month_start)
+        .bind(scope.all)
+        .bind(scope.tenant_id)
+        .bind(scope.member_id)
+        .fetch_all(&mut *conn)
+        .await?;
+
+        let days = month.days() as usize;
+        // key -> (label, microcents, gpu hours, environments, microcents per day)
+        let mut lines: BTreeMap<String, LineSum> = BTreeMap::new();
+        for unit in &units {
+            let Some((from, to)) = within(unit.unit.time().charged(self.charging, counted_to), month) else { continue };
+            let (key, label) = by.line_of(unit);
+            let line = lines.entry(key).or_insert_with(|| LineSum::new(label, days));
+            line.microcents += unit.unit.charge(to - from);
+            line.gpu_hours += unit.gpu_hours(to - from);
+            line.environments.insert(unit.environment_id.clone());
+            let mut at = from;
+            while at < to {
+                let day = ((at - month_start) / DAY_MS) as usize;
+                let day_end = (month_start + (day as i64 + 1) * DAY_MS).min(to);
+                if let Some(slot) = line.daily.get_mut(day) {
+                    *slot += unit.unit.charge(day_end - at);
+                }
+                at = day_end;
+            }
+        }
+        let mut lines: Vec<(UsageLine, Vec<i64>)> = lines
+            .into_iter()
+            .map(|(key, sum)| {
+                let line = UsageLine {
+                    key,
+                    label: sum.label,
+                    gpu_hours: sum.gpu_hours,
+                    cents: to_cents(sum.microcents),
+                    environments: sum.environments.len(),
+                };
+                (line, sum.daily.into_iter().map(to_cents).collect())
+            })
+            .collect();
+        lines.sort_by(|a, b| b.0.cents.cmp(&a.0.cents).then_with(|| a.0.key.cmp(&b.0.key)));
+        let daily_cents = (0..days).map(|day| lines.iter().map(|(_, daily)| daily[day]).collect()).collect();
+        let lines: Vec<UsageLine> = lines.into_iter().map(|(line, _)| line).collect();
+        let budgets = self.budget_statuses(&mut conn, &scope, month, counted_to).await?;
+        Ok(UsageReport {
+            month,
+            basis: self.charging,
+            by,
+            total_cents: lines.iter().map(|l| l.cents).sum(),
+            total_gpu_hours: lines.iter().map(|l| l.gpu_hours).sum(),
+            lines,
+            daily_cents,
+            budgets,
+            counted_to,
+        })
+    }
+
+    fn usage_scope(&self, caller: &Caller) -> Result<UsageScope, Error> {
+        Ok(match caller.principal.reach(Action::UsageRead).ok_or(Error::Forbidden)? {
+            Reach::All => UsageScope { all: true, tenant_id: None, member_id: None },
+            Reach::Tenant => UsageScope { all: false, tenant_id: caller.tenant_id(), member_id: None },
+            Reach::Own => UsageScope { all: false, tenant_id: None, member_id: Some(caller.user_id()) },
+        })
+    }
+
+    /// The budgets a report shows: the tenant's and its projects' (a member's: their
+    /// tenant's and their projects'), or every tenant's for platform staff.
+    async fn budget_statuses(
+        &self,
+        conn: &mut SqliteConnection,
+        scope: &UsageScope,
+        month: Month,
+        counted_to: i64,
+    ) -> Result<Vec<BudgetStatus>, Error> {
+        let member_tenant: Option<i64> = match scope.member_id {
+            Some(id) => {
+                sqlx::query_scalar("SELECT tenant_id FROM users WHERE id = ?").bind(id).fetch_one(&mut *conn).await?
+            }
+            None => None,
+        };
+        let rows: Vec<(i64, i64, Option<i64>, i64, bool, String, String, Option<String>)> = sqlx::query_as(
+            "SELECT b.id, b.tenant_id, b.project_id, b.cents_per_month, b.warn_only, t.name, t.slug, p.name
+             FROM budgets b JOIN tenants t ON t.id = b.tenant_id LEFT JOIN projects p ON p.id = b.project_id
+             WHERE t.status <> 'deleted'
+               AND (?1 OR b.tenant_id = ?2
+                    OR (b.tenant_id = ?3 AND (b.project_id IS NULL
+                        OR b.project_id IN (SELECT project_id FROM project_members WHERE user_id = ?4))))
+             ORDER BY t.name, b.project_id IS NOT NULL, p.name",
+        )
+        .bind(scope.all)
+        .bind(scope.tenant_id)
+        .bind(member_tenant)
+        .bind(scope.member_id)
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut statuses = Vec::with_capacity(rows.len());
+        for (id, tenant_id, project_id, cents_per_month, warn_only, tenant, slug, project) in rows {
+            let units = budget_units(conn, tenant_id, project_id, month).await?;
+            let spent_cents = month_cents(&units, month, |u| u.charged(self.charging, counted_to));
+            let committed_cents = month_cents(&units, month, |u| u.committed(self.charging));
+            let reached: Vec<u32> = sqlx::query_scalar(
+                "SELECT threshold FROM budget_alerts WHERE budget_id = ? AND month = ? ORDER BY threshold",
+            )
+            .bind(id)
+            .bind(month.key())
+            .fetch_all(&mut *conn)
+            .await?;
+            let of = match project {
+                Some(name) => format!("Project {slug}/{name}"),
+                None => format!("Tenant {tenant}"),
+            };
+            statuses.push(BudgetStatus {
+                id,
+                tenant_id,
+                project_id,
+                of,
+                cents_per_month,
+                warn_only,
+                spent_cents,
+                committed_cents,
+                reached,
+            });
+        }
+        Ok(statuses)
+    }
+
+    /// Refuses a booking whose cost would take its project or tenant past a monthly budget,
+    /// month by month of its window; inside the booking's transaction, after its quota
+    /// check, so nothing is written when it is refused. Marks it makes a budget reach are
+    /// recorded (once each per month) and audited.
+    pub(crate) async fn check_budgets(
+        &self,
+        conn: &mut SqliteConnection,
+        caller: &Caller,
+        booker: Booker,
+        cost: BookingCost,
+    ) -> Result<(), Error> {
+        let Some(tenant_id) = booker.tenant_id else { return Ok(()) };
+        let budgets: Vec<(i64, Option<i64>, i64, bool, String, Option<String>)> = sqlx::query_as(
+            "SELECT b.id, b.project_id, b.cents_per_month, b.warn_only, t.name, p.name
+             FROM budgets b JOIN tenants t ON t.id = b.tenant_id LEFT JOIN projects p ON p.id = b.project_id
+             WHERE b.tenant_id = ? AND (b.project_id IS NULL OR b.project_id IS ?)
+             ORDER BY b.project_id IS NULL",
+        )
+        .bind(tenant_id)
+        .bind(booker.project_id)
+        .fetch_all(&mut *conn)
+        .await?;
+        if budgets.is_empty() {
+            return Ok(());
+        }
+        let whole = |from: i64, to: i64| to_cents(cost.copies * unit_charge(to - from, cost.cents_per_hour, 1));
+        let total = whole(cost.window.starts_at, cost.window.ends_at);
+        let mut marks = Vec::new();
+        for (id, project_id, cents_per_month, warn_only, tenant, project) in budgets {
+            let of = match project {
+                Some(name) => BudgetOf::Project(name),
+                None => BudgetOf::Tenant(tenant),
+            };
+            let budget = Budget { of, cents_per_month, warn_only };
+            for (month, from, to) in metering::split_by_month(cost.window.starts_at, cost.window.ends_at) {
+                let units = budget_units(conn, tenant_id, project_id, month).await?;
+                let committed = month_cents(&units, month, |u| u.committed(self.charging));
+                let this = whole(from, to);
+                budget.check(cost.what, month, committed, this, total, cost.hours)?;
+                for pct in budget.crossed(committed, committed + this) {
+                    marks.push((id, budget.clone(), month, pct));
+                }
+            }
+        }
+        for (id, budget, month, pct) in marks {
+            let recorded = sqlx::query(
+                "INSERT INTO budget_alerts (budget_id, month, threshold, at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            )
+            .bind(id)
+            .bind(month.key())
+            .bind(pct)
+            .bind(now_ms())
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
+            if recorded == 1 {
+                let target = budget.of.to_string();
+                let detail = format!(
+                    "{pct}% of {} in {} reached{}",
+                    metering::format_money(budget.cents_per_month),
+                    month.title(),
+                    if budget.warn_only { " (warn only)" } else { "" }
+                );
+                let event = Event {
+                    action: "budget.threshold",
+                    target: Some(&target),
+                    outcome: Outcome::Success,
+                    detail: Some(&detail),
+                };
+                audit::record(conn, &caller.actor(), event).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Sets a tenant's budget (platform staff) or a project's (its tenant's admins too),
+    /// replacing the one it had. Someone out of reach is answered like someone who does not
+    /// exist.
+    pub async fn set_budget(&self, caller: &Caller, change: &BudgetChange) -> Result<(), Error> {
+        self.authorize_in_tenant(caller, Action::BudgetManage).await?;
+        let cents = metering::parse_money(&change.amount)?;
+        let who = change.who.trim();
+        let missing = |what: &str| Error::Refused(Refusal::InvalidBudget(format!("there is no {what} \"{who}\"")));
+        let (tenant_id, project_id, label): (i64, Option<i64>, String) = match change.level.trim() {
+            "tenant" => {
+                let id: Option<i64> =
+                    sqlx::query_scalar("SELECT id FROM tenants WHERE slug = ? AND status <> 'deleted'")
+                        .bind(who)
+                        .fetch_optional(&self.db)
+                        .await?;
+                let id = id.ok_or_else(|| missing("tenant"))?;
+                // A tenant's own budget is set by the platform, like its quota.
+                if caller.principal.role != Role::PlatformAdmin {
+                    return Err(Error::Forbidden);
+                }
+                (id, None, format!("tenant {who}"))
+            }
+            "project" => {
+                let (slug, name) = match who.split_once('/') {
+                    Some((slug, name)) => (Some(slug.trim()), name.trim()),
+                    None => (None, who),
+                };
+                let found: Option<(i64, i64, String)> = sqlx::query_as(
+                    "SELECT p.tenant_id, p.id, t.slug FROM projects p JOIN tenants t ON t.id = p.tenant_id
+                     WHERE p.name = ? AND t.status <> 'deleted' AND (t.slug = ? OR (? IS NULL AND t.id = ?))",
+                )
+                .bind(name)
+                .bind(slug)
+                .bind(slug)
+                .bind(caller.tenant_id())
+                .fetch_optional(&self.db)
+                .await?;
+                let (tenant_id, project_id, slug) = found.ok_or_else(|| missing("project"))?;
+                if self.authorize(caller, Action::BudgetManage, Target::Tenant(tenant_id)).await.is_err() {
+                    return Err(missing("project"));
+                }
+                (tenant_id, Some(project_id), format!("project {slug}/{name}"))
+            }
+            other => {
+                return Err(Refusal::InvalidBudget(format!(
+                    "\"{other}\" is not something a budget applies to; choose tenant or project"
+                ))
+                .into());
+            }
+        };
+        let mut tx = self.begin_write().await?;
+        sqlx::query(
+            "INSERT INTO budgets (tenant_id, project_id, cents_per_month, warn_only, updated_at, updated_by)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (tenant_id, coalesce(project_id, 0)) DO UPDATE SET
+                cents_per_month = excluded.cents_per_month, warn_only = excluded.warn_only,
+                updated_at = excluded.updated_at, updated_by = excluded.updated_by",
+        )
+        .bind(tenant_id)
+        .bind(project_id)
+        .bind(cents)
+        .bind(change.warn_only)
+        .bind(now_ms())
+        .bind(caller.user_id())
+        .execute(&mut *tx)
+        .await?;
+        let detail =
+            format!("{} a month{}", metering::format_money(cents), if change.warn_only { ", warn only" } else { "" });
+        let event =
+            Event { action: "budget.set", target: Some(&label), outcome: Outcome::Success, detail: Some(&detail) };
+        audit::record(&mut tx, &caller.actor(), event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Removes a budget: its tenant or project is no longer limited by cost.
+    pub async fn remove_budget(&self, caller: &Caller, id: i64) -> Result<(), Error> {
+        self.authorize_in_tenant(caller, Action::BudgetManage).await?;
+        let row: Option<(i64, Option<i64>, String, Option<String>)> = sqlx::query_as(
+            "SELECT b.tenant_id, b.project_id, t.slug, p.name FROM budgets b JOIN tenants t ON t.id = b.tenant_id
+             LEFT JOIN projects p ON p.id = b.project_id WHERE b.id = ?",
+        )
+        .bind(id)
+        .fetch_optional(&self.db)
+        .await?;
+        let (tenant_id, project_id, slug, project) = row.ok_or(Error::NotFound)?;
+        let allowed = self.authorize(caller, Action::BudgetManage, Target::Tenant(tenant_id)).await.is_ok()
+            && (project_id.is_some() || caller.principal.role == Role::PlatformAdmin);
+        if !allowed {
+            return Err(Error::NotFound);
+        }
+        let mut tx = self.begin_write().await?;
+        sqlx::query("DELETE FROM budget_alerts WHERE budget_id = ?").bind(id).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM budgets WHERE id = ?").bind(id).execute(&mut *tx).await?;
+        let label = match project {
+            Some(name) => format!("project {slug}/{name}"),
+            None => format!("tenant {slug}"),
+        };
+        let event = Event { action: "budget.remove", target: Some(&label), outcome: Outcome::Success, detail: None };
+        audit::record(&mut tx, &caller.actor(), event).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Whether the caller may set budgets at all, and tenants' own (for forms).
+    pub fn budget_reach(&self, caller: &Caller) -> (bool, bool) {
+        let may = caller.principal.reach(Action::BudgetManage).is_some();
+        (may, may && caller.principal.role == Role::PlatformAdmin)
+    }
+}
+
+/// What a booking (or the part an extension or a scale-up adds) would cost: `copies` of a
+/// size at `cents_per_hour` for `window`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BookingCost {
+    /// "booking", "extension", "scale-up": how the refusal names it.
+    pub what: &'static str,
+    pub cents_per_hour: i64,
+    pub copies: i64,
+    pub window: Window,
+    pub hours: u32,
+}
+
+/// A unit's price and times: what its charge is computed from.
+#[derive(Debug, Clone, FromRow)]
+struct Unit {
+    size_cents_per_hour: i64,
+    units_per_copy: i64,
+    held_from: Option<i64>,
+    starts_at: i64,
+    ends_at: i64,
+    released_at: Option<i64>,
+}
+
+impl Unit {
+    fn time(&self) -> UnitTime {
+        UnitTime {
+            starts_at: self.starts_at,
+            ends_at: self.ends_at,
+            held_from: self.held_from,
+            released_at: self.released_at,
+        }
+    }
+
+    fn charge(&self, ms: i64) -> i64 {
+        unit_charge(ms, self.size_cents_per_hour, self.units_per_copy)
+    }
+}
+
+/// The part of `span` within `month`, if any.
+fn within(span: Option<(i64, i64)>, month: Month) -> Option<(i64, i64)> {
+    let (month_start, month_end) = month.span();
+    let (from, to) = span?;
+    let (from, to) = (from.max(month_start), to.min(month_end));
+    (from < to).then_some((from, to))
+}
+
+/// What `units` are charged in `month` for the spans `span` picks, rounded once to the cent.
+fn month_cents(units: &[Unit], month: Month, span: impl Fn(UnitTime) -> Option<(i64, i64)>) -> i64 {
+    to_cents(units.iter().filter_map(|u| within(span(u.time()), month).map(|(f, t)| u.charge(t - f))).sum())
+}
+
+/// The units of a tenant (or one of its projects) whose windows touch `month`.
+async fn budget_units(
+    conn: &mut SqliteConnection,
+    tenant_id: i64,
+    project_id: Option<i64>,
+    month: Month,
+) -> Result<Vec<Unit>, Error> {
+    let (month_start, month_end) = month.span();
+    Ok(sqlx::query_as(
+        "SELECT l.size_cents_per_hour, l.units_per_copy, l.held_from, r.starts_at, r.ends_at, r.released_at
+         FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
+         WHERE l.tenant_id = ?1 AND (?2 IS NULL OR l.project_id = ?2)
+           AND r.starts_at < ?3 AND r.ends_at > ?4",
+    )
+    .bind(tenant_id)
+    .bind(project_id)
+    .bind(month_end)
+    .bind(month_start)
+    .fetch_all(&mut *conn)
+    .await?)
+}
