@@ -58,6 +58,7 @@ struct Tenants {
 async fn random_cycles(site: Site, workers: usize) {
     let name = site.world.name();
     let started = std::time::Instant::now();
+    let first_month = berth_domain::metering::Month::of(berth_platform::now_ms());
     let site = Arc::new(site);
     let mut tenants = Tenants { active: Vec::new(), deleted: Vec::new(), created: 0 };
     for (slug, isolation) in [("t0", Isolation::Soft), ("t1", Isolation::Hard), ("t2", Isolation::Soft)] {
@@ -262,6 +263,7 @@ async fn random_cycles(site: Site, workers: usize) {
         report.removed.len(),
         started.elapsed().as_secs_f64(),
     );
+    ledger_agrees_with_reservations(&site, first_month).await;
     // The faults really happened.
     assert!(tally.launched.load(Ordering::SeqCst) >= CYCLES);
     assert!(failed > 0 && retried > 0, "{name}: no step failed or was retried");
@@ -277,4 +279,45 @@ async fn a_thousand_random_cycles_leak_nothing_on_the_simulated_backend(pool: Sq
 #[sqlx::test(migrations = "../migrations")]
 async fn a_thousand_random_cycles_leak_nothing_on_kubernetes(pool: SqlitePool) {
     random_cycles(Site::new(pool, World::kubernetes()).await, 12).await;
+}
+
+/// The usage ledger's GPU-hours per environment (through the platform's report) against an
+/// independent count: plain SQL over reservations and the environments' history (when
+/// their GPUs were first held), with MIG profiles' shares written out here.
+async fn ledger_agrees_with_reservations(site: &Site, first_month: berth_domain::metering::Month) {
+    use berth_platform::capacity::metering::UsageBy;
+    let now = berth_platform::now_ms();
+    let expected: Vec<(String, f64)> = sqlx::query_as(
+        "SELECT e.id, sum(
+             max(0, min(coalesce(r.released_at, ?1), r.ends_at) - max(e.held_at, r.starts_at))
+             * CASE r.mig_profile WHEN '1g' THEN 1 WHEN '1g+me' THEN 1 WHEN '1g.2m' THEN 1 WHEN '2g' THEN 2
+                   WHEN '3g' THEN 3 WHEN '4g' THEN 4 WHEN '7g' THEN 7 ELSE r.slice_size * 7.0 / 8 END / 7.0
+             / 3600000.0)
+         FROM environments e JOIN reservations r ON r.environment_id = e.id
+         WHERE e.held_at IS NOT NULL GROUP BY e.id HAVING sum(min(coalesce(r.released_at, ?1), r.ends_at) > max(e.held_at, r.starts_at)) > 0",
+    )
+    .bind(now)
+    .fetch_all(&site.pool)
+    .await
+    .expect("independent count");
+    let mut ledger = std::collections::BTreeMap::<String, f64>::new();
+    let mut month = first_month;
+    while month <= berth_domain::metering::Month::of(now) {
+        let report =
+            site.platform().usage_report(&site.admin, month, UsageBy::Environment, None).await.expect("report");
+        for line in report.lines {
+            *ledger.entry(line.key).or_default() += line.gpu_hours;
+        }
+        month = month.next();
+    }
+    assert!(expected.len() > 100, "only {} environments ever held GPUs", expected.len());
+    let mut disagree = Vec::new();
+    for (id, hours) in &expected {
+        let counted = ledger.remove(id).unwrap_or(0.0);
+        if (counted - hours).abs() > 1e-9 {
+            disagree.push(format!("{id}: ledger {counted} GPU-h, reservations {hours} GPU-h"));
+        }
+    }
+    disagree.extend(ledger.iter().filter(|(_, h)| **h > 0.0).map(|(id, h)| format!("{id}: ledger only, {h} GPU-h")));
+    assert!(disagree.is_empty(), "the ledger disagrees with the reservations:\n{}", disagree.join("\n"));
 }
