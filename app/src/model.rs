@@ -617,3 +617,62 @@ pub struct NewNodeTokenView {
     /// The command to run on the node, against this Berth.
     pub command: String,
 }
+
+/// A month of usage and cost within the caller's reach, for `/usage`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageView {
+    /// "2026-11" and "November 2026".
+    pub month: String,
+    pub month_title: String,
+    pub previous_month: String,
+    pub next_month: String,
+    /// How lines are grouped (`project`, `person`, ...), with the options as (value, label).
+    pub by: String,
+    pub by_title: String,
+    pub by_options: Vec<(String, String)>,
+    /// The tenant a platform admin narrowed the report to (its slug), and the tenants to pick.
+    pub tenant: String,
+    pub tenant_options: Vec<(String, String)>,
+    /// "Charged for the time its GPUs are held ..." and up to when time is counted.
+    pub basis: String,
+    pub counted_to: String,
+    pub lines: Vec<UsageLineView>,
+    pub total_gpu_hours: String,
+    pub total: String,
+    /// Cents per day (one entry per day of the month) for each line, in `lines` order.
+    pub daily_cents: Vec<Vec<i64>>,
+    /// The budget drawn on the chart, in cents (the tenant's, when the report is one tenant's).
+    pub chart_budget_cents: Option<i64>,
+    pub budgets: Vec<BudgetView>,
+    /// Projects' budgets (tenant admins) or any (platform admins).
+    pub can_set_budgets: bool,
+    pub can_set_tenant_budgets: bool,
+    /// The same report as a download.
+    pub csv_href: String,
+    pub json_href: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsageLineView {
+    pub label: String,
+    pub gpu_hours: String,
+    pub environments: usize,
+    pub cost: String,
+    pub cents: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BudgetView {
+    pub id: i64,
+    /// "Tenant Acme", "Project acme/vision"
+    pub of: String,
+    pub budget: String,
+    pub warn_only: bool,
+    pub spent: String,
+    pub committed: String,
+    /// Committed against the budget, in whole percent (may pass 100).
+    pub percent: i64,
+    /// "50%, 80%": the marks reached this month.
+    pub reached: String,
+    pub removable: bool,
+}

@@ -8,7 +8,7 @@ use leptos_router::{SsrMode, path};
 use crate::components::{Auth, NavBar};
 use crate::pages::{
     AccountPage, AuditPage, CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FabricPage, FleetPage,
-    LaunchPage, LoginPage, NewPasswordPage, NotFound, QuotasPage, SecondFactorPage, TenantPage, TenantsPage,
+    LaunchPage, LoginPage, NewPasswordPage, NotFound, QuotasPage, SecondFactorPage, TenantPage, TenantsPage, UsagePage,
 };
 
 /// The whole document, rendered on the server.
@@ -61,6 +61,7 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/admin/fleet") view=FleetPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/fabric") view=FabricPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/quotas") view=QuotasPage ssr=SsrMode::Async/>
+                        <Route path=path!("/usage") view=UsagePage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/tenants") view=TenantsPage ssr=SsrMode::Async/>
                         <Route path=path!("/tenants/:id") view=TenantPage ssr=SsrMode::Async/>
                         <Route path=path!("/environments/:id") view=EnvironmentPage ssr=SsrMode::Async/>

@@ -52,6 +52,9 @@ pub enum Refusal {
     OverBudget(String),
     #[error("budget: {0}")]
     InvalidBudget(String),
+    /// A usage report asked for in a way it cannot be made (a month that is not one).
+    #[error("usage report: {0}")]
+    InvalidUsageReport(String),
     #[error("this environment is {0}; only booked or running environments can change their end")]
     NotResizable(&'static str),
     #[error("there is no node called \"{0}\"")]

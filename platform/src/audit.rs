@@ -168,20 +168,23 @@ impl crate::Platform {
     }
 }
 
+/// One CSV cell (RFC 4180). A cell that a spreadsheet would run as a formula is prefixed
+/// with a quote.
+pub(crate) fn csv_cell(out: &mut String, value: &str) {
+    let value =
+        if value.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{value}") } else { value.to_owned() };
+    if value.contains([',', '"', '\n', '\r']) {
+        out.push('"');
+        out.push_str(&value.replace('"', "\"\""));
+        out.push('"');
+    } else {
+        out.push_str(&value);
+    }
+}
+
 /// The rows as CSV (RFC 4180), times in UTC. Cells that a spreadsheet would run as a
 /// formula are prefixed with a quote.
 pub fn to_csv(rows: &[AuditRow]) -> String {
-    fn cell(out: &mut String, value: &str) {
-        let value =
-            if value.starts_with(['=', '+', '-', '@', '\t', '\r']) { format!("'{value}") } else { value.to_owned() };
-        if value.contains([',', '"', '\n', '\r']) {
-            out.push('"');
-            out.push_str(&value.replace('"', "\"\""));
-            out.push('"');
-        } else {
-            out.push_str(&value);
-        }
-    }
     let mut out =
         String::from("id,time_utc,actor,tenant,action,target,target_name,outcome,source,request_id,detail\r\n");
     for row in rows {
@@ -205,7 +208,7 @@ pub fn to_csv(rows: &[AuditRow]) -> String {
             if i > 0 {
                 out.push(',');
             }
-            cell(&mut out, value);
+            csv_cell(&mut out, value);
         }
         out.push_str("\r\n");
     }

@@ -35,6 +35,7 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/tokens", get(tokens))
         .route("/api/v1/tokens/{id}/revoke", post(revoke_token))
         .route("/api/v1/audit", get(audit))
+        .route("/api/v1/usage", get(usage))
         .route("/api/v1/agent/report", post(agent_report))
         .route("/api/v1/agent/plan", get(agent_plan).post(agent_plan_report))
 }
@@ -260,6 +261,66 @@ async fn audit(TokenCaller(platform, caller): TokenCaller, Query(filter): Query<
         })
         .collect();
     Ok(Json(json!({ "events": rows })))
+}
+
+/// Which month of usage, grouped how, and (platform staff) of which tenant.
+#[derive(Debug, Default, Deserialize)]
+pub struct UsageQuery {
+    #[serde(default)]
+    pub month: String,
+    #[serde(default)]
+    pub by: String,
+    #[serde(default)]
+    pub tenant: String,
+}
+
+/// A month of GPU-hours and cost in the caller's reach, with the budgets that apply.
+async fn usage(TokenCaller(platform, caller): TokenCaller, Query(query): Query<UsageQuery>) -> ApiResult {
+    let report = usage_report(&platform, &caller, &query).await.map_err(fail(&caller))?;
+    Ok(Json(usage_json(&report)))
+}
+
+pub async fn usage_report(
+    platform: &Platform,
+    caller: &Caller,
+    query: &UsageQuery,
+) -> Result<berth_platform::capacity::metering::UsageReport, Error> {
+    let (month, by) = berth_platform::capacity::metering::parse_report(&query.month, &query.by)?;
+    let tenant = Some(query.tenant.as_str()).filter(|t| !t.trim().is_empty());
+    platform.usage_report(caller, month, by, tenant).await
+}
+
+/// A usage report as the API and the page's JSON download give it: amounts in cents and as
+/// dollars, GPU-hours as numbers.
+pub fn usage_json(report: &berth_platform::capacity::metering::UsageReport) -> Value {
+    let lines: Vec<Value> = report
+        .lines
+        .iter()
+        .map(|l| {
+            json!({ "key": l.key, "name": l.label, "gpu_hours": l.gpu_hours, "environments": l.environments,
+                    "cents": l.cents, "amount": berth_domain::metering::format_money(l.cents) })
+        })
+        .collect();
+    let budgets: Vec<Value> = report
+        .budgets
+        .iter()
+        .map(|b| {
+            json!({ "id": b.id, "of": b.of, "cents_per_month": b.cents_per_month, "warn_only": b.warn_only,
+                    "spent_cents": b.spent_cents, "committed_cents": b.committed_cents, "reached_percent": b.reached })
+        })
+        .collect();
+    json!({
+        "month": report.month.key(),
+        "charged_for": report.basis.as_str(),
+        "by": report.by.as_str(),
+        "counted_to": rfc3339(report.counted_to),
+        "lines": lines,
+        "total_cents": report.total_cents,
+        "total": berth_domain::metering::format_money(report.total_cents),
+        "total_gpu_hours": report.total_gpu_hours,
+        "daily_cents": report.daily_cents,
+        "budgets": budgets,
+    })
 }
 
 /// A node's agent reports its GPUs; the answer says which GPUs changed health.

@@ -204,6 +204,12 @@ pub struct ServeArgs {
     /// `berth-admins=platform_admin,auditors=platform_auditor,acme-ml=acme:member`.
     #[arg(long, env = "BERTH_OIDC_GROUPS", value_delimiter = ',')]
     pub oidc_groups: Vec<String>,
+    /// What a booking is charged for: `use` (from provisioning until its GPUs are released,
+    /// within its window; stopping early stops the charge) or `window` (its whole reserved
+    /// window once it has begun, used or not). A booking cancelled before it began costs
+    /// nothing either way.
+    #[arg(long, env = "BERTH_CHARGE_FOR", default_value = "use", value_parser = ["use", "window"])]
+    pub charge_for: String,
     /// How many days ahead a booking may end.
     #[arg(long, env = "BERTH_HORIZON_DAYS", default_value_t = 90, value_parser = clap::value_parser!(u32).range(1..=3650))]
     pub horizon_days: u32,
@@ -358,6 +364,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     };
     let platform = Platform::new(pool.clone())
         .with_policy(policy)
+        .with_charging(berth_domain::metering::ChargeBasis::parse(&args.charge_for).unwrap_or_default())
         .with_public_url(&public.url)
         .with_environment_origins(origins)
         .with_fabric(args.fabric()?)

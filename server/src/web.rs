@@ -1,5 +1,5 @@
 //! The few browser routes that are not Leptos pages: single sign-on redirects, the audit log
-//! download, and opening a notebook on its own origin. Each is one platform call; the
+//! and usage downloads, and opening a notebook on its own origin. Each is one platform call; the
 //! session rules are the app's.
 
 use axum::extract::{Path, Query, State};
@@ -15,6 +15,7 @@ use http::{StatusCode, header};
 use serde::Deserialize;
 use tower_sessions::Session;
 
+use crate::api::{UsageQuery, usage_json, usage_report};
 use crate::served::{Routes, get};
 use crate::state::{AppState, escape_html, request_meta};
 
@@ -24,6 +25,8 @@ pub fn routes() -> Routes<AppState> {
         .route("/auth/oidc/{slug}/start", get(start_sign_in))
         .route(CALLBACK_PATH, get(finish_sign_in))
         .route("/audit.csv", get(audit_csv))
+        .route("/usage.csv", get(usage_csv))
+        .route("/usage.json", get(usage_download))
         .route(OPEN_ROUTE, get(open_environment))
         // Links from when notebooks were served on Berth's own origin.
         .route("/env/{id}", get(old_link))
@@ -230,6 +233,60 @@ async fn finish_sign_in(
 }
 
 /// The audit log as CSV with the page's filters, for the signed-in user's reach.
+/// The usage page's report as CSV, for the browser session that shows it.
+async fn usage_csv(state: State<AppState>, query: Query<UsageQuery>, session: Session, parts: Parts) -> Response {
+    usage_file(state, query, session, parts, "csv").await
+}
+
+/// The usage page's report as JSON (the API's form), for the browser session that shows it.
+async fn usage_download(state: State<AppState>, query: Query<UsageQuery>, session: Session, parts: Parts) -> Response {
+    usage_file(state, query, session, parts, "json").await
+}
+
+async fn usage_file(
+    State(state): State<AppState>,
+    Query(query): Query<UsageQuery>,
+    session: Session,
+    parts: Parts,
+    format: &str,
+) -> Response {
+    let meta = request_meta(&parts);
+    let user = match berth_app::session::signed_in_user(&session, &state.platform, &meta).await {
+        Ok(Some(user)) => user,
+        Ok(None) => return (StatusCode::UNAUTHORIZED, "sign in to continue").into_response(),
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    let caller = user.caller(meta.clone());
+    match usage_report(&state.platform, &caller, &query).await {
+        Ok(report) => {
+            let name = format!("attachment; filename=\"berth-usage-{}.{format}\"", report.month.key());
+            let (kind, body) = match format {
+                "csv" => ("text/csv; charset=utf-8", report.to_csv()),
+                _ => ("application/json", usage_json(&report).to_string()),
+            };
+            let disposition =
+                http::HeaderValue::from_str(&name).unwrap_or(http::HeaderValue::from_static("attachment"));
+            (
+                [
+                    (header::CONTENT_TYPE, http::HeaderValue::from_static(kind)),
+                    (header::CONTENT_DISPOSITION, disposition),
+                ],
+                body,
+            )
+                .into_response()
+        }
+        Err(e) => {
+            let status = match e {
+                berth_platform::Error::Forbidden => StatusCode::FORBIDDEN,
+                berth_platform::Error::NotFound => StatusCode::NOT_FOUND,
+                berth_platform::Error::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            };
+            (status, AppError::from_platform_quiet(e, &meta.request_id).to_string()).into_response()
+        }
+    }
+}
+
 async fn audit_csv(
     State(state): State<AppState>,
     Query(filter): Query<AuditFilter>,

@@ -204,13 +204,14 @@ pub fn NavBar() -> impl IntoView {
 
 const NAV_LINK: &str = "rounded-md px-2.5 py-1.5 text-sm text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white";
 
-/// Catalog, my environments, availability: for everyone.
+/// Catalog, my environments, availability, usage: for everyone.
 #[component]
 fn MainLinks() -> impl IntoView {
     view! {
         <A href="/catalog" attr:class=NAV_LINK>"Catalog"</A>
         <A href="/environments" attr:class=NAV_LINK>"My environments"</A>
         <A href="/calendar" attr:class=NAV_LINK>"Availability"</A>
+        <A href="/usage" attr:class=NAV_LINK>"Usage"</A>
     }
 }
 

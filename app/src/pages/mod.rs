@@ -12,6 +12,7 @@ mod launch;
 mod login;
 mod quotas;
 mod tenants;
+mod usage;
 
 pub use account::AccountPage;
 pub use audit::AuditPage;
@@ -25,6 +26,7 @@ pub use launch::LaunchPage;
 pub use login::{LoginPage, NewPasswordPage, SecondFactorPage};
 pub use quotas::QuotasPage;
 pub use tenants::{TenantPage, TenantsPage};
+pub use usage::UsagePage;
 
 use leptos::prelude::*;
 use leptos_meta::Title;

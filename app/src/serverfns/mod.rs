@@ -10,6 +10,7 @@ mod environments;
 mod fabric;
 mod session;
 mod tenants;
+mod usage;
 
 pub use account::*;
 pub use admin::*;
@@ -20,6 +21,7 @@ pub use environments::*;
 pub use fabric::*;
 pub use session::*;
 pub use tenants::*;
+pub use usage::*;
 
 #[cfg(feature = "ssr")]
 pub(crate) mod ssr {

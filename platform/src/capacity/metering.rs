@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use berth_domain::Refusal;
 use berth_domain::booking::{DAY_MS, Window};
 use berth_domain::metering::{self, Budget, BudgetOf, ChargeBasis, Month, UnitTime, to_cents, unit_charge};
-use berth_domain::policy::{Action, Reach, Role, Target};
+use berth_domain::policy::{Action, Reach, Target};
 use serde::{Deserialize, Serialize};
 use sqlx::{FromRow, SqliteConnection};
 
@@ -185,6 +185,24 @@ impl UsageBy {
     }
 }
 
+/// Reads a report's month ("2026-11", empty for this month) and grouping ("project", ...;
+/// empty for projects) as a page or the API names them.
+pub fn parse_report(month: &str, by: &str) -> Result<(Month, UsageBy), Error> {
+    let month = match month.trim() {
+        "" => metering::this_month(),
+        text => Month::parse(text)
+            .ok_or_else(|| Refusal::InvalidUsageReport(format!("\"{text}\" is not a month like 2026-11")))?,
+    };
+    let by = match by.trim() {
+        "" => UsageBy::default(),
+        text => UsageBy::parse(text).ok_or_else(|| {
+            let choices = UsageBy::ALL.map(UsageBy::as_str).join(", ");
+            Refusal::InvalidUsageReport(format!("lines cannot be by \"{text}\"; choose one of {choices}"))
+        })?,
+    };
+    Ok((month, by))
+}
+
 /// One line of a report: a project, person, offering, model or tier in the month.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsageLine {
@@ -250,6 +268,43 @@ pub struct UsageReport {
     pub budgets: Vec<BudgetStatus>,
     /// Up to when time is counted (now, or the month's end for a past month).
     pub counted_to: i64,
+}
+
+impl UsageReport {
+    /// The report's lines and total as CSV (RFC 4180), amounts in dollars with cents.
+    pub fn to_csv(&self) -> String {
+        let dollars = |cents: i64| format!("{}.{:02}", cents / 100, cents % 100);
+        let mut out = String::from("month,group_by,key,name,gpu_hours,environments,amount_usd\r\n");
+        let month = self.month.key();
+        let rows = self.lines.iter().map(|l| {
+            [
+                l.key.clone(),
+                l.label.clone(),
+                format!("{:.4}", l.gpu_hours),
+                l.environments.to_string(),
+                dollars(l.cents),
+            ]
+        });
+        let total = [
+            "total".to_owned(),
+            String::new(),
+            format!("{:.4}", self.total_gpu_hours),
+            String::new(),
+            dollars(self.total_cents),
+        ];
+        for row in rows.chain(std::iter::once(total)) {
+            for (i, value) in
+                [month.as_str(), self.by.as_str()].into_iter().chain(row.iter().map(String::as_str)).enumerate()
+            {
+                if i > 0 {
+                    out.push(',');
+                }
+                crate::audit::csv_cell(&mut out, value);
+            }
+            out.push_str("\r\n");
+        }
+        out
+    }
 }
 
 /// A budget to set, as the form names it.
@@ -521,17 +576,14 @@ impl Platform {
         let missing = |what: &str| Error::Refused(Refusal::InvalidBudget(format!("there is no {what} \"{who}\"")));
         let (tenant_id, project_id, label): (i64, Option<i64>, String) = match change.level.trim() {
             "tenant" => {
+                // A tenant's own budget is set by the platform, like its quota.
+                self.authorize(caller, Action::BudgetManage, Target::Platform).await?;
                 let id: Option<i64> =
                     sqlx::query_scalar("SELECT id FROM tenants WHERE slug = ? AND status <> 'deleted'")
                         .bind(who)
                         .fetch_optional(&self.db)
                         .await?;
-                let id = id.ok_or_else(|| missing("tenant"))?;
-                // A tenant's own budget is set by the platform, like its quota.
-                if caller.principal.role != Role::PlatformAdmin {
-                    return Err(Error::Forbidden);
-                }
-                (id, None, format!("tenant {who}"))
+                (id.ok_or_else(|| missing("tenant"))?, None, format!("tenant {who}"))
             }
             "project" => {
                 let (slug, name) = match who.split_once('/') {
@@ -597,9 +649,9 @@ impl Platform {
         .fetch_optional(&self.db)
         .await?;
         let (tenant_id, project_id, slug, project) = row.ok_or(Error::NotFound)?;
-        let allowed = self.authorize(caller, Action::BudgetManage, Target::Tenant(tenant_id)).await.is_ok()
-            && (project_id.is_some() || caller.principal.role == Role::PlatformAdmin);
-        if !allowed {
+        // A tenant's own budget is the platform's; rows out of reach look missing.
+        let target = if project_id.is_some() { Target::Tenant(tenant_id) } else { Target::Platform };
+        if self.authorize(caller, Action::BudgetManage, target).await.is_err() {
             return Err(Error::NotFound);
         }
         let mut tx = self.begin_write().await?;
@@ -617,8 +669,8 @@ impl Platform {
 
     /// Whether the caller may set budgets at all, and tenants' own (for forms).
     pub fn budget_reach(&self, caller: &Caller) -> (bool, bool) {
-        let may = caller.principal.reach(Action::BudgetManage).is_some();
-        (may, may && caller.principal.role == Role::PlatformAdmin)
+        let reach = caller.principal.reach(Action::BudgetManage);
+        (reach.is_some(), reach == Some(Reach::All))
     }
 }
 

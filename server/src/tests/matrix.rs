@@ -161,6 +161,7 @@ fn routes() -> Vec<Route> {
         page("/admin/fleet", None),
         page("/admin/fabric", None),
         page("/admin/quotas", None),
+        page("/usage", None),
         page("/admin/tenants", None),
         page("/tenants/{id}", Some(Aim::Tenant)),
         page("/login", None),
@@ -204,6 +205,22 @@ fn routes() -> Vec<Route> {
             body: "",
             names_missing: false,
         },
+        Route {
+            via: Via::Page,
+            path: "/usage.csv",
+            needs: Some((UsageRead, Aim::CallersTenant)),
+            body: "",
+            names_missing: false,
+        },
+        Route {
+            via: Via::Page,
+            path: "/usage.json",
+            needs: Some((UsageRead, Aim::CallersTenant)),
+            body: "",
+            names_missing: false,
+        },
+        sf("/api/usage_page", Some((UsageRead, Aim::CallersTenant)), "month=&by=project&tenant="),
+        api(M::GET, "/api/v1/usage", Some((UsageRead, Aim::CallersTenant)), ""),
         sf("/api/audit_log", Some((AuditRead, Aim::CallersTenant)), "tenant=&actor=&action=&outcome=&before="),
         sf("/api/account", Some((TokenRead, Aim::CallersOwn)), ""),
         sf("/api/tenants_overview", Some((TenantRead, Aim::CallersTenant)), ""),
@@ -289,6 +306,9 @@ fn routes() -> Vec<Route> {
             "level=everyone&who=&max_gpus=&by_model=&gpu_hours_per_month=&max_booking_hours=&max_overlapping=",
         ),
         sf_missing("/api/remove_quota", Some((QuotaManage, Aim::CallersTenant)), "id=999999"),
+        // No project of that name: a caller the policy allows is told so (422).
+        sf("/api/set_budget", Some((BudgetManage, Aim::CallersTenant)), "level=project&who=matrix-{n}&amount=100"),
+        sf_missing("/api/remove_budget", Some((BudgetManage, Aim::CallersTenant)), "id=999999"),
     ]
 }
 

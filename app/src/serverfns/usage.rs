@@ -1,0 +1,117 @@
+use leptos::prelude::*;
+
+use crate::error::AppError;
+use crate::model::UsageView;
+
+/// A month of GPU-hours and cost within the caller's reach (`month` "2026-11", empty for
+/// this month), grouped `by` project, person, offering, model, tier, tenant or environment,
+/// with the budgets that apply. Platform staff may narrow it to one `tenant` (slug).
+#[server(endpoint = "usage_page")]
+pub async fn usage_page(month: String, by: String, tenant: String) -> Result<UsageView, AppError> {
+    use berth_domain::metering::format_money;
+    use berth_domain::policy::{Action, Reach};
+    use berth_platform::capacity::metering::UsageBy;
+
+    use crate::components::url_encode;
+    let (platform, caller) = super::ssr::caller().await?;
+    let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
+    let (month, by) = berth_platform::capacity::metering::parse_report(&month, &by).map_err(fail)?;
+    let staff = caller.principal.reach(Action::UsageRead) == Some(Reach::All);
+    let tenant = tenant.trim().to_owned();
+    let report = platform
+        .usage_report(&caller, month, by, Some(tenant.as_str()).filter(|t| !t.is_empty()))
+        .await
+        .map_err(fail)?;
+    let tenant_options = if staff {
+        let tenants = platform.tenants(&caller).await.map_err(fail)?;
+        tenants.into_iter().map(|t| (t.slug, t.name)).collect()
+    } else {
+        Vec::new()
+    };
+    let (can_set_budgets, can_set_tenant_budgets) = platform.budget_reach(&caller);
+    // The chart's budget line: the tenant's own, when the report covers one tenant.
+    let one_tenant = !staff || !tenant.is_empty();
+    let chart_budget_cents =
+        report.budgets.iter().find(|b| one_tenant && b.project_id.is_none()).map(|b| b.cents_per_month);
+    let budgets = report
+        .budgets
+        .iter()
+        .map(|b| crate::model::BudgetView {
+            id: b.id,
+            of: b.of.clone(),
+            budget: format_money(b.cents_per_month),
+            warn_only: b.warn_only,
+            spent: format_money(b.spent_cents),
+            committed: format_money(b.committed_cents),
+            percent: if b.cents_per_month > 0 { b.committed_cents * 100 / b.cents_per_month } else { 0 },
+            reached: b.reached.iter().map(|p| format!("{p}%")).collect::<Vec<_>>().join(", "),
+            removable: can_set_tenant_budgets || (can_set_budgets && b.project_id.is_some()),
+        })
+        .collect();
+    let query = format!("month={}&by={}&tenant={}", month.key(), by.as_str(), url_encode(&tenant));
+    let by_options = UsageBy::ALL
+        .into_iter()
+        .filter(|b| staff || *b != UsageBy::Tenant)
+        .map(|b| (b.as_str().to_owned(), b.title().to_owned()))
+        .collect();
+    Ok(UsageView {
+        month: month.key(),
+        month_title: month.title(),
+        previous_month: month.previous().key(),
+        next_month: month.next().key(),
+        by: by.as_str().to_owned(),
+        by_title: by.title().to_owned(),
+        by_options,
+        tenant,
+        tenant_options,
+        basis: format!("A booking is charged for {}.", report.basis.describe()),
+        counted_to: berth_domain::booking::utc_short(report.counted_to),
+        lines: report
+            .lines
+            .iter()
+            .map(|l| crate::model::UsageLineView {
+                label: l.label.clone(),
+                gpu_hours: format!("{:.2}", l.gpu_hours),
+                environments: l.environments,
+                cost: format_money(l.cents),
+                cents: l.cents,
+            })
+            .collect(),
+        total_gpu_hours: format!("{:.2}", report.total_gpu_hours),
+        total: format_money(report.total_cents),
+        daily_cents: report.daily_cents,
+        chart_budget_cents,
+        budgets,
+        can_set_budgets,
+        can_set_tenant_budgets,
+        csv_href: format!("/usage.csv?{query}"),
+        json_href: format!("/usage.json?{query}"),
+    })
+}
+
+/// Sets a monthly budget: a project's (`tenant/name`, or the name in the caller's tenant)
+/// or, for platform admins, a tenant's (by slug). `amount` in dollars a month.
+#[server(endpoint = "set_budget")]
+pub async fn set_budget(
+    level: String,
+    who: String,
+    amount: String,
+    /// A checkbox: sent only when ticked.
+    warn_only: Option<String>,
+) -> Result<(), AppError> {
+    use berth_platform::capacity::metering::BudgetChange;
+    let (platform, caller) = super::ssr::caller().await?;
+    let change = BudgetChange { level, who, amount, warn_only: warn_only.is_some() };
+    platform.set_budget(&caller, &change).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect("/usage");
+    Ok(())
+}
+
+/// Removes a monthly budget.
+#[server(endpoint = "remove_budget")]
+pub async fn remove_budget(id: i64) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform.remove_budget(&caller, id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect("/usage");
+    Ok(())
+}
