@@ -121,6 +121,7 @@ OPENB_SMOKE := $(CARGO_TARGET_DIR)/openb-smoke
 bench-smoke: build bench-tools
 	BENCH_SMOKE=1 cargo test -p berth-platform --bench booking
 	BENCH_SMOKE=1 cargo test -p berth-server --bench fleet_page
+	BENCH_SMOKE=1 cargo test -p berth-server --bench usage_page
 	BENCH_SMOKE=1 cargo test -p berth-server --bench crash
 	rm -rf $(OPENB_SMOKE)
 	OPENB_DIR=$(OPENB_DIR) OPENB_SEEDS=3 OPENB_PLACEMENTS=$(OPENB_SMOKE) cargo test -p berth-domain --bench openb_replay

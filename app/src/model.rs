@@ -639,11 +639,15 @@ pub struct UsageView {
     pub lines: Vec<UsageLineView>,
     pub total_gpu_hours: String,
     pub total: String,
-    /// Cents per day (one entry per day of the month) for each line, in `lines` order.
+    /// The chart's series: the costliest lines, the rest together as "Others".
+    pub chart_series: Vec<String>,
+    /// Cents per day (one entry per day of the month) for each series.
     pub daily_cents: Vec<Vec<i64>>,
     /// The budget drawn on the chart, in cents (the tenant's, when the report is one tenant's).
     pub chart_budget_cents: Option<i64>,
     pub budgets: Vec<BudgetView>,
+    /// Platform staff on the whole platform: each GPU model's allocation.
+    pub fleet: Vec<ModelUseView>,
     /// Projects' budgets (tenant admins) or any (platform admins).
     pub can_set_budgets: bool,
     pub can_set_tenant_budgets: bool,
@@ -675,4 +679,17 @@ pub struct BudgetView {
     /// "50%, 80%": the marks reached this month.
     pub reached: String,
     pub removable: bool,
+}
+
+/// One GPU model's month: GPU-hours held by bookings against what the fleet had.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelUseView {
+    pub model: String,
+    pub gpus: i64,
+    pub allocated: String,
+    pub idle: String,
+    /// Allocated share of the month so far, whole percent.
+    pub percent: i64,
+    /// Allocated share of each day so far (none for days to come).
+    pub daily_percent: Vec<Option<i64>>,
 }

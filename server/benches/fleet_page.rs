@@ -11,6 +11,7 @@
 //! benchmark still works).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)] // a benchmark's output is its point
 
+mod router;
 #[path = "../../platform/benches/seed/mod.rs"]
 mod seed;
 
@@ -22,60 +23,12 @@ use axum::body::Body;
 use berth_domain::booking::DAY_MS;
 use berth_domain::policy::Role;
 use berth_platform::{Platform, now_ms, store};
+use router::{PASSWORD, percentiles, send, sign_in};
 use berth_server::cli::{Cli, Command};
 use clap::Parser;
 use http::{Request, StatusCode, header};
 use rand::{Rng, SeedableRng};
 use tower::ServiceExt;
-
-const PASSWORD: &str = "bench password, not a secret";
-
-/// Status, the cookie the answer sets (`name=value`) and the body.
-async fn send(router: &Router, request: Request<Body>) -> (StatusCode, Option<String>, String) {
-    let response = router.clone().oneshot(request).await.expect("the router always answers");
-    let (parts, body) = response.into_parts();
-    let bytes = axum::body::to_bytes(body, usize::MAX).await.expect("body");
-    let cookie = parts
-        .headers
-        .get(header::SET_COOKIE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|c| c.split(';').next())
-        .map(str::to_owned);
-    (parts.status, cookie, String::from_utf8_lossy(&bytes).into_owned())
-}
-
-/// A form POST as a browser on Berth's own page sends it: its `Origin` is the `Host` asked.
-async fn post(
-    router: &Router,
-    origin: &str,
-    path: &str,
-    form: String,
-    cookie: Option<&str>,
-) -> (StatusCode, Option<String>, String) {
-    let mut request = Request::post(path)
-        .header(header::CONTENT_TYPE, "application/x-www-form-urlencoded")
-        .header(header::ORIGIN, origin)
-        .header(header::HOST, origin.split_once("://").map_or(origin, |(_, host)| host));
-    if let Some(cookie) = cookie {
-        request = request.header(header::COOKIE, cookie);
-    }
-    send(router, request.body(Body::from(form)).expect("request")).await
-}
-
-/// Password, then the authenticator a platform admin sets up at the first sign-in.
-async fn sign_in(router: &Router, origin: &str, email: &str) -> String {
-    let form = format!("email={email}&password={PASSWORD}");
-    let (status, cookie, body) = post(router, origin, "/api/sign_in", form, None).await;
-    assert!(status.is_success(), "sign-in: {status} {body}");
-    let cookie = cookie.expect("session cookie");
-    let (_, _, step) = post(router, origin, "/api/second_factor", String::new(), Some(&cookie)).await;
-    let view: serde_json::Value = serde_json::from_str(&step).expect("second factor view");
-    let secret = view["secret"].as_str().expect("authenticator secret");
-    let code = berth_platform::identity::totp::code_at(secret, now_ms() / 30_000).expect("code");
-    let (status, renewed, body) = post(router, origin, "/api/verify_code", format!("code={code}"), Some(&cookie)).await;
-    assert!(status.is_success(), "one-time code: {status} {body}");
-    renewed.unwrap_or(cookie)
-}
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
@@ -150,14 +103,6 @@ fn main() {
         let (clients, seconds) = if scale.smoke { (4, 1) } else { (50, 10) };
         calendar_under_load(&router, &cookie, clients, Duration::from_secs(seconds)).await;
     });
-}
-
-/// `p50 ...  p99 ...  (n runs)` of `times`, sorted in place.
-fn percentiles(times: &mut [Duration]) -> String {
-    times.sort();
-    let at = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
-    let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
-    format!("p50 {}  p99 {}  ({} runs)", ms(at(0.5)), ms(at(0.99)), times.len())
 }
 
 /// The calendar of a random start within the seeded 85 days.

@@ -320,6 +320,8 @@ pub fn usage_json(report: &berth_platform::capacity::metering::UsageReport) -> V
         "total_gpu_hours": report.total_gpu_hours,
         "daily_cents": report.daily_cents,
         "budgets": budgets,
+        "fleet": report.fleet.iter().map(|m| json!({ "model": m.model, "gpus": m.gpus,
+            "allocated_gpu_hours": m.allocated_gpu_hours, "capacity_gpu_hours": m.capacity_gpu_hours })).collect::<Vec<_>>(),
     })
 }
 

@@ -5,7 +5,7 @@ use leptos_router::hooks::use_query_map;
 use crate::components::form::{BUTTON, INPUT, LABEL};
 use crate::components::table::{CELL, ROW_HEADER};
 use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, Table};
-use crate::model::{BudgetView, UsageView};
+use crate::model::{BudgetView, ModelUseView, UsageView};
 use crate::serverfns::{RemoveBudget, SetBudget, usage_page};
 
 /// A month of GPU-hours and cost: a chart of each day's cost by line, the cost to date
@@ -44,8 +44,8 @@ pub fn UsagePage() -> impl IntoView {
 
 const NAV: &str = "rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50";
 
-/// Fills of the chart's lines, in the order of the table (the costliest first); lines past
-/// the last share the last colour.
+/// Fills of the chart's series, in the order of the table (the costliest first, then
+/// "Others").
 const FILLS: [&str; 6] =
     ["fill-indigo-600", "fill-teal-600", "fill-amber-500", "fill-rose-600", "fill-sky-500", "fill-slate-400"];
 const SWATCHES: [&str; 6] =
@@ -106,6 +106,7 @@ fn Usage(view: UsageView, remove: ServerAction<RemoveBudget>) -> impl IntoView {
         </section>
         <UsageTable view=view.clone()/>
         <Budgets budgets=view.budgets.clone() remove/>
+        <FleetAllocation fleet=view.fleet.clone()/>
     }
 }
 
@@ -126,7 +127,7 @@ fn DailyChart(view: UsageView) -> impl IntoView {
             .map(|(line, cents)| {
                 let height = H * *cents as f64 / top as f64;
                 y -= height;
-                let label = view.lines.get(line).map(|l| l.label.clone()).unwrap_or_default();
+                let label = view.chart_series.get(line).cloned().unwrap_or_default();
                 let title = format!("Day {}: {label} {}", day + 1, berth_domain::metering::format_money(*cents));
                 view! {
                     <rect x=format!("{:.1}", day as f64 * slot + 1.0) y=format!("{y:.1}")
@@ -148,9 +149,8 @@ fn DailyChart(view: UsageView) -> impl IntoView {
                 <text x="2" y="10" class="fill-slate-600 text-[10px]">{berth_domain::metering::format_money(top)}</text>
             </svg>
             <ul class="mt-1 flex flex-wrap gap-3 text-xs text-slate-700">
-                {view.lines.iter().take(FILLS.len()).enumerate().map(|(i, line)| {
-                    let label = if i == FILLS.len() - 1 && view.lines.len() > FILLS.len() { "Others".to_owned() } else { line.label.clone() };
-                    view! { <li class="flex items-center gap-1"><span class=format!("inline-block h-2.5 w-2.5 rounded-sm {}", SWATCHES[i])></span>{label}</li> }
+                {view.chart_series.iter().take(FILLS.len()).enumerate().map(|(i, label)| view! {
+                    <li class="flex items-center gap-1"><span class=format!("inline-block h-2.5 w-2.5 rounded-sm {}", SWATCHES[i])></span>{label.clone()}</li>
                 }).collect_view()}
             </ul>
         </figure>
@@ -279,6 +279,52 @@ fn Budgets(budgets: Vec<BudgetView>, remove: ServerAction<RemoveBudget>) -> impl
                                         consequence=format!("{of} will no longer be limited by cost.") confirm="Yes, remove"/>
                                 </ActionForm>
                             })}
+                        </td>
+                    </tr>
+                }
+            }).collect_view()}
+        </Table>
+    }
+    .into_any()
+}
+
+/// Platform staff: each model's GPU-hours held against what the fleet had, with the share
+/// held each day as a small bar chart.
+#[component]
+fn FleetAllocation(fleet: Vec<ModelUseView>) -> impl IntoView {
+    if fleet.is_empty() {
+        return ().into_any();
+    }
+    view! {
+        <h2 class="mt-8 text-lg font-semibold text-slate-900">"Fleet allocation"</h2>
+        <p class="mt-1 max-w-3xl text-sm text-slate-600">
+            "GPU-hours held by bookings (any tenant, any charge) against what the GPUs in service had; idle is the rest. Each bar is a day's share held."
+        </p>
+        <Table label="Fleet allocation" columns=&["GPU model", "GPUs", "Allocated GPU-hours", "Idle GPU-hours", "Allocated", "Per day"]>
+            {fleet.into_iter().map(|m| {
+                let days = m.daily_percent.len().max(1);
+                let bars = m.daily_percent.iter().enumerate().filter_map(|(day, pct)| {
+                    let pct = (*pct)?;
+                    let height = 24.0 * pct.clamp(0, 100) as f64 / 100.0;
+                    Some(view! {
+                        <rect x=format!("{:.1}", day as f64 * 120.0 / days as f64) y=format!("{:.1}", 24.0 - height)
+                            width=format!("{:.1}", 120.0 / days as f64 - 0.5) height=format!("{height:.1}") class="fill-indigo-600">
+                            <title>{format!("Day {}: {pct}%", day + 1)}</title>
+                        </rect>
+                    })
+                }).collect_view();
+                view! {
+                    <tr data-model=m.model.clone()>
+                        <th scope="row" class=ROW_HEADER>{m.model.clone()}</th>
+                        <td class=CELL>{m.gpus}</td>
+                        <td class=CELL>{m.allocated}</td>
+                        <td class=CELL>{m.idle}</td>
+                        <td class=CELL>{format!("{}%", m.percent)}</td>
+                        <td class=CELL>
+                            <svg viewBox="0 0 120 24" class="h-6 w-32" role="img" aria-label=format!("{}: share held per day", m.model)>
+                                <line x1="0" y1="24" x2="120" y2="24" class="stroke-slate-300"/>
+                                {bars}
+                            </svg>
                         </td>
                     </tr>
                 }

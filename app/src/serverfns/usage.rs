@@ -48,6 +48,39 @@ pub async fn usage_page(month: String, by: String, tenant: String) -> Result<Usa
             removable: can_set_tenant_budgets || (can_set_budgets && b.project_id.is_some()),
         })
         .collect();
+    // The chart draws the costliest lines and the rest as one: a bar per day stays readable.
+    let shown = report.lines.len().min(CHART_SERIES - usize::from(report.lines.len() > CHART_SERIES));
+    let mut chart_series: Vec<String> = report.lines.iter().take(shown).map(|l| l.label.clone()).collect();
+    if report.lines.len() > shown {
+        chart_series.push("Others".to_owned());
+    }
+    let daily_cents = report
+        .daily_cents
+        .iter()
+        .map(|day| {
+            let mut series: Vec<i64> = day.iter().take(shown).copied().collect();
+            if day.len() > shown {
+                series.push(day[shown..].iter().sum());
+            }
+            series
+        })
+        .collect();
+    let fleet = report
+        .fleet
+        .iter()
+        .map(|m| {
+            let (held, had): (f64, f64) = (m.allocated_gpu_hours.iter().sum(), m.capacity_gpu_hours.iter().sum());
+            let share = |held: f64, had: f64| (had > 0.0).then(|| (held / had * 100.0).round() as i64);
+            crate::model::ModelUseView {
+                model: m.model.clone(),
+                gpus: m.gpus,
+                allocated: format!("{held:.1}"),
+                idle: format!("{:.1}", (had - held).max(0.0)),
+                percent: share(held, had).unwrap_or(0),
+                daily_percent: m.allocated_gpu_hours.iter().zip(&m.capacity_gpu_hours).map(|(h, c)| share(*h, *c)).collect(),
+            }
+        })
+        .collect();
     let query = format!("month={}&by={}&tenant={}", month.key(), by.as_str(), url_encode(&tenant));
     let by_options = UsageBy::ALL
         .into_iter()
@@ -79,7 +112,9 @@ pub async fn usage_page(month: String, by: String, tenant: String) -> Result<Usa
             .collect(),
         total_gpu_hours: format!("{:.2}", report.total_gpu_hours),
         total: format_money(report.total_cents),
-        daily_cents: report.daily_cents,
+        chart_series,
+        daily_cents,
+        fleet,
         chart_budget_cents,
         budgets,
         can_set_budgets,
@@ -88,6 +123,10 @@ pub async fn usage_page(month: String, by: String, tenant: String) -> Result<Usa
         json_href: format!("/usage.json?{query}"),
     })
 }
+
+/// Series the usage chart draws (lines past the last but one are drawn together).
+#[cfg(feature = "ssr")]
+const CHART_SERIES: usize = 6;
 
 /// Sets a monthly budget: a project's (`tenant/name`, or the name in the caller's tenant)
 /// or, for platform admins, a tenant's (by slug). `amount` in dollars a month.

@@ -266,6 +266,9 @@ pub struct UsageReport {
     /// For each day of the month, each line's cents (in `lines` order): the chart's bars.
     pub daily_cents: Vec<Vec<i64>>,
     pub budgets: Vec<BudgetStatus>,
+    /// For platform staff looking at the whole platform: each GPU model's GPU-hours held
+    /// (by anyone) against what the fleet had, per day.
+    pub fleet: Vec<ModelUse>,
     /// Up to when time is counted (now, or the month's end for a past month).
     pub counted_to: i64,
 }
@@ -305,6 +308,18 @@ impl UsageReport {
         }
         out
     }
+}
+
+/// One GPU model's allocation over a month: what was held against what there was.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ModelUse {
+    pub model: String,
+    /// GPUs of the model in service now (the fleet file's; history is not kept).
+    pub gpus: i64,
+    /// GPU-equivalent hours held for bookings on each day of the month.
+    pub allocated_gpu_hours: Vec<f64>,
+    /// GPU-hours the fleet had on each day (up to `counted_to` on today, none after).
+    pub capacity_gpu_hours: Vec<f64>,
 }
 
 /// A budget to set, as the form names it.
@@ -373,7 +388,6 @@ impl Platform {
         .await?;
 
         let days = month.days() as usize;
-        // key -> (label, microcents, gpu hours, environments, microcents per day)
         let mut lines: BTreeMap<String, LineSum> = BTreeMap::new();
         for unit in &units {
             let Some((from, to)) = within(unit.unit.time().charged(self.charging, counted_to), month) else { continue };
@@ -382,14 +396,10 @@ impl Platform {
             line.microcents += unit.unit.charge(to - from);
             line.gpu_hours += unit.gpu_hours(to - from);
             line.environments.insert(unit.environment_id.clone());
-            let mut at = from;
-            while at < to {
-                let day = ((at - month_start) / DAY_MS) as usize;
-                let day_end = (month_start + (day as i64 + 1) * DAY_MS).min(to);
+            for (day, ms) in by_day(month_start, from, to) {
                 if let Some(slot) = line.daily.get_mut(day) {
-                    *slot += unit.unit.charge(day_end - at);
+                    *slot += unit.unit.charge(ms);
                 }
-                at = day_end;
             }
         }
         let mut lines: Vec<(UsageLine, Vec<i64>)> = lines
@@ -409,6 +419,7 @@ impl Platform {
         let daily_cents = (0..days).map(|day| lines.iter().map(|(_, daily)| daily[day]).collect()).collect();
         let lines: Vec<UsageLine> = lines.into_iter().map(|(line, _)| line).collect();
         let budgets = self.budget_statuses(&mut conn, &scope, month, counted_to).await?;
+        let fleet = if scope.all { fleet_use(&mut conn, &units, month, counted_to).await? } else { Vec::new() };
         Ok(UsageReport {
             month,
             basis: self.charging,
@@ -418,6 +429,7 @@ impl Platform {
             lines,
             daily_cents,
             budgets,
+            fleet,
             counted_to,
         })
     }
@@ -712,6 +724,21 @@ impl Unit {
     }
 }
 
+/// `[from, to)` (within the month that starts at `month_start`) cut at UTC midnights: each
+/// day's index in the month and its milliseconds.
+fn by_day(month_start: i64, from: i64, to: i64) -> impl Iterator<Item = (usize, i64)> {
+    let mut at = from;
+    std::iter::from_fn(move || {
+        (at < to).then(|| {
+            let day = (at - month_start) / DAY_MS;
+            let end = (month_start + (day + 1) * DAY_MS).min(to);
+            let part = (day as usize, end - at);
+            at = end;
+            part
+        })
+    })
+}
+
 /// The part of `span` within `month`, if any.
 fn within(span: Option<(i64, i64)>, month: Month) -> Option<(i64, i64)> {
     let (month_start, month_end) = month.span();
@@ -723,6 +750,44 @@ fn within(span: Option<(i64, i64)>, month: Month) -> Option<(i64, i64)> {
 /// What `units` are charged in `month` for the spans `span` picks, rounded once to the cent.
 fn month_cents(units: &[Unit], month: Month, span: impl Fn(UnitTime) -> Option<(i64, i64)>) -> i64 {
     to_cents(units.iter().filter_map(|u| within(span(u.time()), month).map(|(f, t)| u.charge(t - f))).sum())
+}
+
+/// Each model's held GPU-hours per day of `month` (whatever the charge basis: held is held)
+/// against the GPU-hours its in-service GPUs had.
+async fn fleet_use(
+    conn: &mut SqliteConnection,
+    units: &[LedgerUnit],
+    month: Month,
+    counted_to: i64,
+) -> Result<Vec<ModelUse>, Error> {
+    let models: Vec<(String, i64)> =
+        sqlx::query_as("SELECT model, count(*) FROM gpus WHERE in_service = 1 GROUP BY model ORDER BY model")
+            .fetch_all(&mut *conn)
+            .await?;
+    let (month_start, _) = month.span();
+    let days = month.days() as usize;
+    let mut fleet: Vec<ModelUse> = models
+        .into_iter()
+        .map(|(model, gpus)| {
+            let capacity = (0..days as i64)
+                .map(|day| {
+                    let (from, to) = (month_start + day * DAY_MS, month_start + (day + 1) * DAY_MS);
+                    gpus as f64 * metering::hours((to.min(counted_to) - from).max(0))
+                })
+                .collect();
+            ModelUse { model, gpus, allocated_gpu_hours: vec![0.0; days], capacity_gpu_hours: capacity }
+        })
+        .collect();
+    for unit in units {
+        let Some(model) = fleet.iter_mut().find(|m| m.model == unit.gpu_model) else { continue };
+        let Some((from, to)) = within(unit.unit.time().charged(ChargeBasis::Use, counted_to), month) else { continue };
+        for (day, ms) in by_day(month_start, from, to) {
+            if let Some(slot) = model.allocated_gpu_hours.get_mut(day) {
+                *slot += unit.gpu_hours(ms);
+            }
+        }
+    }
+    Ok(fleet)
 }
 
 /// The units of a tenant (or one of its projects) whose windows touch `month`.
