@@ -9,6 +9,7 @@ mod hardening;
 mod matrix;
 mod pages;
 mod proxy;
+mod rate_limits;
 mod sessions;
 mod ssh_keys;
 
