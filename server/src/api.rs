@@ -8,6 +8,7 @@
 use axum::Json;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::response::{IntoResponse, Response};
+use berth_domain::Refusal;
 use berth_domain::agent::NodeReport;
 use berth_domain::catalog::Offering;
 use berth_domain::launch::LaunchRequest;
@@ -16,7 +17,7 @@ use berth_platform::audit::AuditFilter;
 use berth_platform::capacity::environments::Environment;
 use berth_platform::{Caller, Error, Platform, RequestMeta};
 use http::request::Parts;
-use http::{StatusCode, header};
+use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -180,13 +181,27 @@ async fn environments(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
     ))
 }
 
+/// A launch. With an `Idempotency-Key` header, a retry of the same request gets the same
+/// answer (201 and the environment the first one booked, as it is now) and books nothing.
 async fn launch(
     TokenCaller(platform, caller): TokenCaller,
+    headers: HeaderMap,
     Json(request): Json<LaunchRequest>,
 ) -> Result<Response, ApiError> {
-    let env = platform.launch(&caller, &request).await.map_err(fail(&caller))?;
+    let env = match headers.get(IDEMPOTENCY_KEY) {
+        None => platform.launch(&caller, &request).await.map_err(fail(&caller))?,
+        Some(key) => {
+            let key = key.to_str().map_err(|_| Error::from(Refusal::InvalidIdempotencyKey("must be visible ASCII")));
+            let key = key.map_err(fail(&caller))?;
+            platform.launch_once(&caller, &request, key).await.map_err(fail(&caller))?.environment
+        }
+    };
     Ok((StatusCode::CREATED, Json(environment_json(&platform, &caller, &env))).into_response())
 }
+
+/// The header a client repeats on a retry (the IETF draft "The Idempotency-Key HTTP Header
+/// Field").
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 async fn environment(TokenCaller(platform, caller): TokenCaller, Path(id): Path<String>) -> ApiResult {
     let env = platform.environment_of(&caller, &id).await.map_err(fail(&caller))?;

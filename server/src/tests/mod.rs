@@ -6,6 +6,7 @@ mod api;
 mod baremetal;
 mod fabric;
 mod hardening;
+mod idempotency;
 mod matrix;
 mod pages;
 mod proxy;
