@@ -120,6 +120,7 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>)
         ))
         .layer(session_layer)
         // Outside the session layer: a refused request costs no session lookup.
+        .layer(middleware::from_fn(crate::api::problems_only))
         .layer(middleware::from_fn_with_state(limiters.clone(), rate_limit::limit))
         .layer(middleware::from_fn(no_store_unless_asset));
     let portal = common_layers(portal.with_state(state.clone()), &state, site.tls);

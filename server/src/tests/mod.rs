@@ -9,6 +9,7 @@ mod hardening;
 mod idempotency;
 mod matrix;
 mod pages;
+mod problems;
 mod proxy;
 mod rate_limits;
 mod sessions;
