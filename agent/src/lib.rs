@@ -171,7 +171,11 @@ impl Agent {
         let text = response.text().await.map_err(Error::AnswerBrokeOff)?;
         let answer: serde_json::Value = serde_json::from_str(&text).unwrap_or(serde_json::Value::Null);
         if !status.is_success() {
-            let message = answer["error"].as_str().map_or_else(|| text.chars().take(200).collect(), str::to_owned);
+            // A problem's `detail` (RFC 9457); `error` from portals before it.
+            let message = answer["detail"]
+                .as_str()
+                .or_else(|| answer["error"].as_str())
+                .map_or_else(|| text.chars().take(200).collect(), str::to_owned);
             let what = if path == REPORT_PATH { "the report" } else { "the plan" };
             return Err(Error::Refused { what, status, message });
         }

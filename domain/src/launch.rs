@@ -185,6 +185,24 @@ fn alternatives(
 /// The most replicas an inference endpoint may run; each books its size again.
 pub const MAX_REPLICAS: u32 = 8;
 
+/// The longest `Idempotency-Key` taken, in bytes.
+pub const MAX_IDEMPOTENCY_KEY: usize = 255;
+
+/// An `Idempotency-Key` header's value: 1 to 255 visible ASCII characters (what a UUID, a
+/// ULID or a job's own name fits in), so it can be logged and stored as it came.
+pub fn check_idempotency_key(key: &str) -> Result<(), Refusal> {
+    if key.is_empty() {
+        return Err(Refusal::InvalidIdempotencyKey("must not be empty"));
+    }
+    if key.len() > MAX_IDEMPOTENCY_KEY {
+        return Err(Refusal::InvalidIdempotencyKey("must be at most 255 characters"));
+    }
+    if !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(Refusal::InvalidIdempotencyKey("may hold only visible ASCII characters, no spaces"));
+    }
+    Ok(())
+}
+
 /// A replica count as the environment page sends it.
 pub fn validate_replicas(text: &str) -> Result<u32, Refusal> {
     text.trim()
@@ -239,6 +257,16 @@ mod tests {
         for bad in ["0", "9", "-1", "two", "", "1.5"] {
             assert_eq!(validate_replicas(bad), Err(Refusal::InvalidReplicas { max: MAX_REPLICAS }), "{bad}");
         }
+    }
+
+    #[test]
+    fn idempotency_keys_are_short_visible_ascii() {
+        assert_eq!(check_idempotency_key("0b6f2a9e-5c1d-4f7a-9d1e-2a3b4c5d6e7f"), Ok(()));
+        assert_eq!(check_idempotency_key(&"k".repeat(MAX_IDEMPOTENCY_KEY)), Ok(()));
+        for bad in ["", "two words", "tab\tkey", "schlüssel"] {
+            assert!(check_idempotency_key(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_idempotency_key(&"k".repeat(MAX_IDEMPOTENCY_KEY + 1)).is_err());
     }
 
     fn request(offering: &str, size: &str) -> LaunchRequest {

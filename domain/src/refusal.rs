@@ -175,6 +175,15 @@ pub enum Refusal {
     TooManySshKeys { max: usize },
     #[error("node access: {0}")]
     InvalidNodeAccess(String),
+    #[error("Idempotency-Key {0}")]
+    InvalidIdempotencyKey(&'static str),
+    /// A retry must repeat its request: the same key with another body is a new request
+    /// that reused a key by mistake, and must not be answered with the first booking.
+    #[error(
+        "this Idempotency-Key was already used for a different request in the last {hours} hours; \
+         send the same request to retry it, or a new key for a new request"
+    )]
+    IdempotencyKeyReused { hours: i64 },
 }
 
 /// Why a single sign-on did not end in a session. The sign-in page is sent only the code,

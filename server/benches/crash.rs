@@ -220,7 +220,7 @@ async fn client(c: usize, url: String, token: String, stop: Arc<AtomicBool>, tal
             }
             Some((status, body)) if status.is_client_error() => {
                 let body: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-                let message = body["error"].as_str().unwrap_or("?");
+                let message = body["detail"].as_str().unwrap_or("?");
                 // The first words say which refusal (times and sizes follow).
                 let what: String = message.split_whitespace().take(6).collect::<Vec<_>>().join(" ");
                 *tally.refused.entry(format!("{} {what}", status.as_u16())).or_default() += 1;

@@ -2,12 +2,16 @@
 //! personal API token. Each route is one platform call; the platform authorizes it.
 //! `/api/v1/agent/...` is the exception: `berth agent` calls it with a node token.
 //!
-//! Errors are `{"error": "...", "request_id": "..."}` with the status saying whose fault it
-//! is; internal causes are logged with the request id and never sent.
+//! Errors are RFC 9457 problems (`application/problem+json`: `type`, `title`, `status`,
+//! `detail`, `request_id`; `problem.rs`) with the status saying whose fault it is, every
+//! one of them (`problems_only` catches those no handler wrote); internal causes are logged
+//! with the request id and never sent.
 
 use axum::Json;
-use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use berth_domain::Refusal;
 use berth_domain::agent::NodeReport;
 use berth_domain::catalog::Offering;
 use berth_domain::launch::LaunchRequest;
@@ -16,10 +20,11 @@ use berth_platform::audit::AuditFilter;
 use berth_platform::capacity::environments::Environment;
 use berth_platform::{Caller, Error, Platform, RequestMeta};
 use http::request::Parts;
-use http::{StatusCode, header};
+use http::{HeaderMap, StatusCode, header};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use crate::problem::{PROBLEM_JSON, Problem, ProblemKind, request_id_of};
 use crate::served::{Routes, get, post};
 use crate::state::{AppState, request_meta};
 
@@ -40,7 +45,7 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/agent/plan", get(agent_plan).post(agent_plan_report))
 }
 
-/// A failed API call, answered as JSON.
+/// A failed API call, answered as a problem (RFC 9457, `problem.rs`).
 pub struct ApiError {
     error: Error,
     request_id: String,
@@ -48,24 +53,73 @@ pub struct ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let (status, message) = match &self.error {
-            Error::Refused(refusal) => (StatusCode::UNPROCESSABLE_ENTITY, refusal.to_string()),
-            Error::NotFound => (StatusCode::NOT_FOUND, "not found".to_owned()),
-            Error::Forbidden => (StatusCode::FORBIDDEN, self.error.to_string()),
+        let request_id = self.request_id.as_str();
+        let problem = match &self.error {
+            Error::Refused(refusal) => Problem::of(ProblemKind::Refused, refusal.to_string(), request_id),
+            Error::NotFound => Problem::status(StatusCode::NOT_FOUND, "not found", request_id),
+            Error::Forbidden => Problem::status(StatusCode::FORBIDDEN, self.error.to_string(), request_id),
             Error::Unauthenticated | Error::BadCredentials => {
-                (StatusCode::UNAUTHORIZED, "a valid API token is needed: Authorization: Bearer berth_…".to_owned())
+                return unauthenticated("a valid API token is needed: Authorization: Bearer berth_…", request_id);
             }
             Error::Internal(cause) => {
-                tracing::error!(request_id = %self.request_id, error = %cause, "API call failed");
-                (StatusCode::INTERNAL_SERVER_ERROR, "something went wrong on our side".to_owned())
+                tracing::error!(request_id, error = %cause, "API call failed");
+                Problem::status(StatusCode::INTERNAL_SERVER_ERROR, INTERNAL, request_id)
             }
         };
-        let mut response = (status, Json(json!({ "error": message, "request_id": self.request_id }))).into_response();
-        if status == StatusCode::UNAUTHORIZED {
-            response.headers_mut().insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
-        }
-        response
+        problem.into_response()
     }
+}
+
+/// What an internal error says: its cause is logged with the request id, never sent.
+const INTERNAL: &str = "something went wrong on our side; quote the request id if you report it";
+
+/// A 401 that says which token is wanted.
+fn unauthenticated(detail: &str, request_id: &str) -> Response {
+    let mut response = Problem::status(StatusCode::UNAUTHORIZED, detail, request_id).into_response();
+    response.headers_mut().insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+    response
+}
+
+/// Every error answer under `/api/v1` as a problem, whoever made it: a handler's
+/// [`ApiError`] already is one; axum's extractors answer a body, path or query they cannot
+/// read in plain text (kept as the detail: it names the field, never an internal cause),
+/// and a path or method the API does not have gets the portal's page or an empty 405.
+pub async fn problems_only(request: Request, next: Next) -> Response {
+    let api = {
+        let path = request.uri().path();
+        path == "/api/v1" || path.starts_with("/api/v1/")
+    };
+    let request_id = request_id_of(request.headers()).to_owned();
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_problem =
+        response.headers().get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes() == PROBLEM_JSON.as_bytes());
+    if !api || !(status.is_client_error() || status.is_server_error()) || is_problem {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let plain = parts.headers.get(header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"text/plain"));
+    let problem = if status.is_server_error() {
+        tracing::error!(request_id, %status, "an API call failed outside its handler");
+        Problem::status(status, INTERNAL, &request_id)
+    } else if status == StatusCode::NOT_FOUND {
+        Problem::status(status, "the API has no such route", &request_id)
+    } else if status == StatusCode::METHOD_NOT_ALLOWED {
+        Problem::status(status, "this route does not take that method", &request_id)
+    } else if plain {
+        let text = axum::body::to_bytes(body, 4096).await.unwrap_or_default();
+        let detail: String = String::from_utf8_lossy(&text).chars().take(500).collect();
+        Problem { status, ..Problem::of(ProblemKind::InvalidRequest, detail, &request_id) }
+    } else {
+        Problem::status(status, status.canonical_reason().unwrap_or("error"), &request_id)
+    };
+    parts.headers.remove(header::CONTENT_TYPE);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let mut answer = problem.into_response();
+    for (name, value) in parts.headers.iter() {
+        answer.headers_mut().entry(name).or_insert(value.clone());
+    }
+    answer
 }
 
 /// The secret of a node token (`berth agent`), not a person's: the platform checks it.
@@ -91,11 +145,10 @@ impl FromRequestParts<AppState> for NodeSecret {
 
 /// A 401 that tells an agent's operator which token is wanted.
 fn node_unauthenticated(request_id: &str) -> Response {
-    let message = "a valid node token is needed: Authorization: Bearer berth_node_… (made on the fleet page)";
-    let mut response =
-        (StatusCode::UNAUTHORIZED, Json(json!({ "error": message, "request_id": request_id }))).into_response();
-    response.headers_mut().insert(header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
-    response
+    unauthenticated(
+        "a valid node token is needed: Authorization: Bearer berth_node_… (made on the fleet page)",
+        request_id,
+    )
 }
 
 /// The caller behind the request's bearer token.
@@ -181,13 +234,27 @@ async fn environments(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
     ))
 }
 
+/// A launch. With an `Idempotency-Key` header, a retry of the same request gets the same
+/// answer (201 and the environment the first one booked, as it is now) and books nothing.
 async fn launch(
     TokenCaller(platform, caller): TokenCaller,
+    headers: HeaderMap,
     Json(request): Json<LaunchRequest>,
 ) -> Result<Response, ApiError> {
-    let env = platform.launch(&caller, &request).await.map_err(fail(&caller))?;
+    let env = match headers.get(IDEMPOTENCY_KEY) {
+        None => platform.launch(&caller, &request).await.map_err(fail(&caller))?,
+        Some(key) => {
+            let key = key.to_str().map_err(|_| Error::from(Refusal::InvalidIdempotencyKey("must be visible ASCII")));
+            let key = key.map_err(fail(&caller))?;
+            platform.launch_once(&caller, &request, key).await.map_err(fail(&caller))?.environment
+        }
+    };
     Ok((StatusCode::CREATED, Json(environment_json(&platform, &caller, &env))).into_response())
 }
+
+/// The header a client repeats on a retry (the IETF draft "The Idempotency-Key HTTP Header
+/// Field").
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 async fn environment(TokenCaller(platform, caller): TokenCaller, Path(id): Path<String>) -> ApiResult {
     let env = platform.environment_of(&caller, &id).await.map_err(fail(&caller))?;

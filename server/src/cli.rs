@@ -18,6 +18,8 @@ use berth_platform::provisioning::reconciler::{Reconciler, ReconcilerConfig};
 use berth_platform::{Platform, store};
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::rate_limit::{RateLimit, RateLimits};
+
 #[derive(Debug, Parser)]
 #[command(name = "berth", version, about = "Berth: a self-service GPU cloud portal")]
 pub struct Cli {
@@ -237,6 +239,28 @@ pub struct ServeArgs {
     /// Quota of a hard tenant's storage volume, in GiB.
     #[arg(long, env = "BERTH_FABRIC_VOLUME_GIB", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_048_576))]
     pub fabric_volume_gib: u32,
+    /// Requests to `/api/v1` per API token: `N/s`, `N/min` or `N/h` (a burst of N,
+    /// refilled evenly over the period), or `off`. Over it: 429 with `Retry-After`.
+    #[arg(long, env = "BERTH_API_RATE_LIMIT", default_value = "3000/min", value_parser = RateLimit::parse)]
+    pub api_rate_limit: RateLimit,
+    /// Requests to `/api/v1` per source address, whatever the token. Behind a reverse
+    /// proxy every user comes from the proxy's address: raise it there.
+    #[arg(long, env = "BERTH_API_RATE_LIMIT_PER_ADDRESS", default_value = "12000/min", value_parser = RateLimit::parse)]
+    pub api_rate_limit_per_address: RateLimit,
+    /// Requests of node agents (`/api/v1/agent/*`) per node token.
+    #[arg(long, env = "BERTH_AGENT_RATE_LIMIT", default_value = "3000/min", value_parser = RateLimit::parse)]
+    pub agent_rate_limit: RateLimit,
+    /// Requests of node agents per source address.
+    #[arg(long, env = "BERTH_AGENT_RATE_LIMIT_PER_ADDRESS", default_value = "12000/min", value_parser = RateLimit::parse)]
+    pub agent_rate_limit_per_address: RateLimit,
+    /// Sign-in requests (password, one-time code, single sign-on find, start and callback)
+    /// per source address. Failed passwords also lock out (see the README).
+    #[arg(long, env = "BERTH_SIGN_IN_RATE_LIMIT", default_value = "120/min", value_parser = RateLimit::parse)]
+    pub sign_in_rate_limit: RateLimit,
+    /// Notebook and endpoint sign-ins on environments' origins (`/_berth/auth`) per source
+    /// address.
+    #[arg(long, env = "BERTH_ENVIRONMENT_SIGN_IN_RATE_LIMIT", default_value = "120/min", value_parser = RateLimit::parse)]
+    pub environment_sign_in_rate_limit: RateLimit,
 }
 
 /// `--interval`, `--plan-interval`, `--sweep-interval`: `30s`, `2m`, `1h` or plain seconds;
@@ -538,6 +562,19 @@ impl ServeArgs {
             listen: self.listen,
             tls: public.tls,
             metrics_token: self.metrics_token.as_deref(),
+            rate_limits: self.rate_limits(),
+        }
+    }
+
+    /// The `--*-rate-limit` flags.
+    pub fn rate_limits(&self) -> RateLimits {
+        RateLimits {
+            api_per_token: self.api_rate_limit,
+            api_per_address: self.api_rate_limit_per_address,
+            agent_per_token: self.agent_rate_limit,
+            agent_per_address: self.agent_rate_limit_per_address,
+            sign_in_per_address: self.sign_in_rate_limit,
+            environment_sign_in_per_address: self.environment_sign_in_rate_limit,
         }
     }
 

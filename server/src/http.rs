@@ -23,6 +23,7 @@ use tower_sessions::{Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::SqliteStore;
 
 use crate::metrics::HttpMetrics;
+use crate::rate_limit::{self, Limiters, RateLimits};
 use crate::served::{self, Routes, Served};
 use crate::state::AppState;
 
@@ -45,6 +46,8 @@ pub struct Site<'a> {
     pub tls: bool,
     /// `/metrics` on the portal's listener for this bearer token.
     pub metrics_token: Option<&'a str>,
+    /// Limits on the API, the agents' routes and the sign-in paths.
+    pub rate_limits: RateLimits,
 }
 
 pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>) -> Result<Routers, String> {
@@ -59,6 +62,7 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>)
     // http on loopback cannot carry it, and gets a plain name.
     let session_cookie = if site.tls { "__Host-berth_session" } else { "berth_session" };
     let origins = platform.environment_origins().clone();
+    let limiters = Limiters::new(&site.rate_limits);
     let state = AppState { leptos_options, platform: platform.clone(), metrics: Arc::new(HttpMetrics::default()) };
 
     let sessions = SqliteStore::new(pool);
@@ -115,12 +119,17 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>)
             shell,
         ))
         .layer(session_layer)
+        // Outside the session layer: a refused request costs no session lookup.
+        .layer(middleware::from_fn(crate::api::problems_only))
+        .layer(middleware::from_fn_with_state(limiters.clone(), rate_limit::limit))
         .layer(middleware::from_fn(no_store_unless_asset));
     let portal = common_layers(portal.with_state(state.clone()), &state, site.tls);
     // The environments' origins know nothing of Berth's session: no session layer.
     let (environments, on_environments) = crate::proxy::routes().into_parts();
     served.extend(on_environments);
-    let environments = environments.with_state(crate::proxy::state(platform.clone(), origins.clone()));
+    let environments = environments
+        .with_state(crate::proxy::state(platform.clone(), origins.clone()))
+        .layer(middleware::from_fn_with_state(limiters, rate_limit::limit));
     let environments = common_layers(environments, &state, origins.secure());
 
     // By Host: `<id>.<environments domain>` is that environment's origin, anything else the

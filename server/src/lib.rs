@@ -5,7 +5,9 @@ pub mod api;
 pub mod cli;
 pub mod http;
 pub mod metrics;
+pub mod problem;
 pub mod proxy;
+pub mod rate_limit;
 pub mod served;
 pub mod state;
 #[cfg(test)]

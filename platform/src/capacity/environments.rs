@@ -16,6 +16,7 @@ use sqlx::{FromRow, SqliteConnection};
 
 use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
+use crate::capacity::idempotency::{self, IdempotencyKey};
 use crate::capacity::metering::{self, BookingCost};
 use crate::capacity::quotas::{Booker, QuotaAsk};
 use crate::store::WriteTx;
@@ -37,6 +38,16 @@ pub(crate) struct LaunchAsk {
     pub now: i64,
     /// Asked again after the batch that took it was dropped before answering.
     pub retried: bool,
+    /// The API's `Idempotency-Key`, if the request had one.
+    pub idempotency: Option<IdempotencyKey>,
+}
+
+/// What a launch with an `Idempotency-Key` came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launched {
+    pub environment: Environment,
+    /// Booked by an earlier request with the same key and request, not by this one.
+    pub replayed: bool,
 }
 
 /// What a launch decided and wrote inside its batch: what the booking book takes after the
@@ -195,6 +206,25 @@ impl Platform {
     /// each in its own savepoint, in the order they asked (`group_commit`); each is still
     /// all or nothing, and its answer comes only after the COMMIT.
     pub async fn launch(&self, caller: &Caller, request: &LaunchRequest) -> Result<Environment, Error> {
+        Ok(self.launch_keyed(caller, request, None).await?.environment)
+    }
+
+    /// [`Platform::launch`] with the API's `Idempotency-Key`: the same person sending the
+    /// same request with the same key again (within `idempotency::KEY_HOURS`) gets the
+    /// environment the first one booked, and nothing more is booked; the same key with
+    /// another request is refused. A refused launch keeps no key.
+    pub async fn launch_once(&self, caller: &Caller, request: &LaunchRequest, key: &str) -> Result<Launched, Error> {
+        launch::check_idempotency_key(key)?;
+        let request_sha256 = crate::sha256_hex(&serde_json::to_string(request).map_err(Error::internal)?);
+        self.launch_keyed(caller, request, Some(IdempotencyKey { key: key.to_owned(), request_sha256 })).await
+    }
+
+    async fn launch_keyed(
+        &self,
+        caller: &Caller,
+        request: &LaunchRequest,
+        idempotency: Option<IdempotencyKey>,
+    ) -> Result<Launched, Error> {
         self.authorize_in_tenant(caller, Action::EnvironmentLaunch).await?;
         let spec = launch::validate(request)?;
         let now = now_ms();
@@ -214,10 +244,16 @@ impl Platform {
             window: asked_window,
             now,
             retried: false,
+            idempotency,
         };
+        let asked_id = ask.id.clone();
         let id = self.launch_in_turn(ask).await?;
-        self.wake_reconciler();
-        self.environment_of(caller, &id).await
+        // Another id than the one chosen for this launch: an earlier one's, under the key.
+        let replayed = id != asked_id;
+        if !replayed {
+            self.wake_reconciler();
+        }
+        Ok(Launched { environment: self.environment_of(caller, &id).await?, replayed })
     }
 
     /// One launch's share of a writer turn, inside the group commit's transaction and its
@@ -225,7 +261,7 @@ impl Platform {
     /// it in the batch decided, quota, and its rows. The booking book follows after the
     /// COMMIT, from what this returns.
     pub(crate) async fn decide_launch(&self, tx: &mut WriteTx, ask: &LaunchAsk) -> Result<Decided, Error> {
-        let LaunchAsk { id, caller, spec, tier, window: asked_window, now, .. } = ask;
+        let LaunchAsk { id, caller, spec, tier, window: asked_window, now, idempotency: key, .. } = ask;
         let (tier, asked_window, now) = (*tier, *asked_window, *now);
         if let Some(tenant_id) = caller.tenant_id() {
             ensure_tenant_active(tx, tenant_id).await?;
@@ -290,6 +326,9 @@ impl Platform {
         .await?;
         insert_reservations(tx, id, &assignments, window, 0).await?;
         metering::record_units(tx, id, 0, now).await?;
+        if let Some(key) = key {
+            idempotency::remember(tx, booker.user_id, key, id, now).await?;
+        }
         let detail =
             format!("{} {} for {} h from {}", spec.offering.id(), size.id, spec.hours, utc_short(window.starts_at));
         let event = Event {

@@ -29,10 +29,12 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use berth_domain::Refusal;
 use tokio::sync::oneshot;
 
 use crate::capacity::book::DecidingTask;
 use crate::capacity::environments::{Decided, LaunchAsk};
+use crate::capacity::idempotency::{self, KeyUse};
 use crate::store::WriteTx;
 use crate::{Error, Platform};
 
@@ -58,6 +60,9 @@ enum Outcome {
     Booked(Decided),
     /// Asked again, and an earlier batch had committed it after all.
     AlreadyBooked,
+    /// Its `Idempotency-Key` had booked this environment (in an earlier batch, or earlier
+    /// in this one) for the same request.
+    BookedUnderKey(String),
     Refused(Error),
 }
 
@@ -150,6 +155,7 @@ impl Platform {
                     let answer = match outcome {
                         Outcome::Booked(decided) => Ok(decided.id),
                         Outcome::AlreadyBooked => Ok(queued.ask.id),
+                        Outcome::BookedUnderKey(id) => Ok(id),
                         Outcome::Refused(e) => Err(e),
                     };
                     // Its caller may have gone away meanwhile: booked all the same.
@@ -171,6 +177,16 @@ impl Platform {
                 .await?;
             if booked.is_some() {
                 return Ok(Outcome::AlreadyBooked);
+            }
+        }
+        if let Some(key) = &ask.idempotency {
+            match idempotency::key_use(tx, ask.caller.user_id(), key, ask.now).await? {
+                KeyUse::New => {}
+                KeyUse::Booked(id) => return Ok(Outcome::BookedUnderKey(id)),
+                KeyUse::OtherRequest => {
+                    let refusal = Refusal::IdempotencyKeyReused { hours: idempotency::KEY_HOURS };
+                    return Ok(Outcome::Refused(refusal.into()));
+                }
             }
         }
         tx.savepoint().await?;

@@ -1,7 +1,8 @@
 //! Capacity: what the fleet is, who holds which GPU when, and the rules a booking must
 //! pass. The fleet (`fleet`), the in-memory book of every reservation (`book`), the
 //! calendar and availability (`booking`), the launch transaction (`environments`: check,
-//! place, reserve in one write; `group_commit`: several launches in one writer turn),
+//! place, reserve in one write; `group_commit`: several launches in one writer turn;
+//! `idempotency`: a retried launch with the same key gets the first one's booking),
 //! quotas and their queue marks (`quotas`), the usage ledger, reports and budgets
 //! (`metering`), spot reclaim (`spot`) and maintenance windows (`maintenance`).
 //!
@@ -13,6 +14,7 @@ pub mod booking;
 pub mod environments;
 pub mod fleet;
 pub(crate) mod group_commit;
+pub mod idempotency;
 pub mod maintenance;
 pub mod metering;
 pub mod quotas;

@@ -6,9 +6,12 @@ mod api;
 mod baremetal;
 mod fabric;
 mod hardening;
+mod idempotency;
 mod matrix;
 mod pages;
+mod problems;
 mod proxy;
+mod rate_limits;
 mod sessions;
 mod ssh_keys;
 
