@@ -32,6 +32,8 @@ pub mod launch;
 pub mod lifecycle;
 pub mod mig;
 pub mod node_access;
+pub mod node_checks;
+pub mod node_health;
 pub mod node_plan;
 pub mod outbound;
 pub mod placement;
