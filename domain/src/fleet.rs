@@ -54,6 +54,11 @@ struct PoolFile {
     /// pool's nodes by default.
     #[serde(default)]
     ib_unit_nodes: Option<u32>,
+    /// Nodes of this pool that Berth has not seen before start `new` and take bookings
+    /// only after passing acceptance. Off by default: nodes an operator lists are taken as
+    /// in service already (the demo and existing sites book at once).
+    #[serde(default)]
+    acceptance: bool,
 }
 
 fn yes() -> bool {
@@ -77,6 +82,8 @@ pub struct NodeSpec {
     pub ib_rails: u32,
     /// 1, or the ways its GPUs are time-sliced for the development tier.
     pub time_slices: u8,
+    /// A node first seen starts `new` (acceptance before bookings) rather than `available`.
+    pub needs_acceptance: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,6 +159,7 @@ impl FleetSpec {
                         // A time-sliced GPU is shared whole; it is never partitioned.
                         mig_enabled: pool.mig && model.mig_capable() && time_slices == 1,
                         time_slices,
+                        needs_acceptance: pool.acceptance,
                     });
                 }
             }

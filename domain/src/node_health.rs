@@ -193,6 +193,27 @@ pub fn next_status(from: NodeStatus, event: NodeEvent, tiers: u32) -> Result<Nod
     }
 }
 
+/// One step of the repair ladder an incident climbs. Operators configure the ladder; the
+/// default is [`default_repair_tiers`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepairTier {
+    pub name: String,
+    /// Run by the backend on (or for) the node, e.g. a Redfish call; `None`: a person does
+    /// it and marks the repair done or failed.
+    pub command: Option<String>,
+}
+
+/// Reset the GPUs, reboot, reimage, hand to the vendor: the first two are commands the
+/// backend runs, the last two are manual steps.
+pub fn default_repair_tiers() -> Vec<RepairTier> {
+    vec![
+        RepairTier { name: "reset GPUs".into(), command: Some("nvidia-smi --gpu-reset".into()) },
+        RepairTier { name: "reboot".into(), command: Some("systemctl reboot".into()) },
+        RepairTier { name: "reimage".into(), command: None },
+        RepairTier { name: "hand to the vendor".into(), command: None },
+    ]
+}
+
 /// The nodes among `nodes` (id, state) that placement may offer for a new booking.
 pub fn bookable(nodes: &[(i64, NodeState)]) -> Vec<i64> {
     nodes.iter().filter(|(_, state)| state.takes_new_bookings()).map(|(id, _)| id).copied().collect()

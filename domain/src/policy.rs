@@ -87,10 +87,14 @@ pub enum Action {
     SshKeyRead,
     /// Add and remove them (adding needs a signed-in person, like making a token).
     SshKeyManage,
+    /// Run health checks on a node: platform admins on any node (disruptive levels only
+    /// on nodes nobody holds), tenant admins on nodes their tenant's dedicated cluster
+    /// holds (the target is that tenant). Members and viewers never.
+    FleetCheck,
 }
 
 impl Action {
-    pub const ALL: [Action; 23] = [
+    pub const ALL: [Action; 24] = [
         Action::CatalogRead,
         Action::CalendarRead,
         Action::EnvironmentRead,
@@ -114,6 +118,7 @@ impl Action {
         Action::AuditRead,
         Action::SshKeyRead,
         Action::SshKeyManage,
+        Action::FleetCheck,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -141,6 +146,7 @@ impl Action {
             Action::AuditRead => "audit.read",
             Action::SshKeyRead => "ssh_key.read",
             Action::SshKeyManage => "ssh_key.manage",
+            Action::FleetCheck => "fleet.check",
         }
     }
 
@@ -188,6 +194,8 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
             // Their tenant's projects' and members' quotas, not the tenant's own limits
             // (those are set on the platform: see `platform::quotas`).
             FleetRead | FleetManage | TenantManage => None,
+            // Nodes their tenant's dedicated cluster holds: the target is that tenant.
+            FleetCheck => Some(Reach::Tenant),
             _ => Some(Reach::Tenant),
         },
         Role::Member => match action {

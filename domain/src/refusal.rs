@@ -14,6 +14,8 @@ pub enum Refusal {
     InvalidCheckOutput(String),
     #[error("there is no check level \"{0}\"; choose quick, medium or long")]
     InvalidCheckLevel(String),
+    #[error("this Berth's backend cannot run node checks or repairs yet")]
+    NodeChecksUnsupported,
     #[error("node {0} is held by a booking; checks that disturb it wait until it is free")]
     NodeHeld(String),
     #[error("{offering} has no size called \"{size}\"")]

@@ -32,9 +32,11 @@ impl Platform {
                 .bind(&node.site)
                 .execute(&mut *tx)
                 .await?;
+            // A node first seen starts available, or new when its pool asks for acceptance;
+            // a node Berth knows keeps its lifecycle state (`provisioning::node_health`).
             let node_id: i64 = sqlx::query_scalar(
-                "INSERT INTO nodes (site_id, name, gpu_model, nvlink_domain, ib_unit, in_service)
-                 VALUES ((SELECT id FROM sites WHERE name = ?), ?, ?, ?, ?, 1)
+                "INSERT INTO nodes (site_id, name, gpu_model, nvlink_domain, ib_unit, in_service, state)
+                 VALUES ((SELECT id FROM sites WHERE name = ?), ?, ?, ?, ?, 1, ?)
                  ON CONFLICT (name) DO UPDATE SET
                     site_id = excluded.site_id, gpu_model = excluded.gpu_model,
                     nvlink_domain = excluded.nvlink_domain, ib_unit = excluded.ib_unit, in_service = 1
@@ -45,6 +47,7 @@ impl Platform {
             .bind(node.model.name())
             .bind(&node.nvlink_domain)
             .bind(&node.ib_unit)
+            .bind(if node.needs_acceptance { "new" } else { "available" })
             .fetch_one(&mut *tx)
             .await?;
             for idx in 0..node.gpus {
@@ -98,7 +101,9 @@ impl Platform {
 }
 
 impl Platform {
-    /// The in-service GPUs of `model`, as placement sees them.
+    /// The in-service GPUs of `model` that take new bookings (healthy, on an available
+    /// node), as placement and the calendar see them. Bookings already on other GPUs keep
+    /// running: the reconciler and the book do not read this set.
     pub(crate) async fn gpus_of_model(
         &self,
         conn: &mut SqliteConnection,
@@ -121,7 +126,8 @@ async fn read_gpus_of_model(conn: &mut SqliteConnection, model: GpuModel) -> Res
                 CASE WHEN (SELECT count(*) FROM nodes m WHERE m.nvlink_domain = n.nvlink_domain AND m.in_service = 1) > 1
                      THEN n.nvlink_domain END AS shared_domain
          FROM gpus g JOIN nodes n ON n.id = g.node_id
-         WHERE g.in_service = 1 AND g.health = 'healthy' AND g.model = ? ORDER BY g.id",
+         WHERE g.in_service = 1 AND g.health = 'healthy' AND n.state = 'available' AND g.model = ?
+         ORDER BY g.id",
     )
     .bind(model.name())
     .fetch_all(&mut *conn)
