@@ -10,6 +10,7 @@ mod fabric;
 mod fleet;
 mod launch;
 mod login;
+mod node;
 mod quotas;
 mod tenants;
 
@@ -23,6 +24,7 @@ pub use fabric::FabricPage;
 pub use fleet::FleetPage;
 pub use launch::LaunchPage;
 pub use login::{LoginPage, NewPasswordPage, SecondFactorPage};
+pub use node::NodePage;
 pub use quotas::QuotasPage;
 pub use tenants::{TenantPage, TenantsPage};
 

@@ -220,6 +220,7 @@ pub(crate) mod views {
             Action::SshKeyRead => "See SSH keys",
             // Adding a key needs a signed-in person, as making a token does.
             Action::SshKeyManage => "Remove SSH keys",
+            Action::FleetCheck => "Run health checks on nodes",
         }
     }
 
