@@ -196,6 +196,7 @@ pub fn next_status(from: NodeStatus, event: NodeEvent, tiers: u32) -> Result<Nod
 /// One step of the repair ladder an incident climbs. Operators configure the ladder; the
 /// default is [`default_repair_tiers`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RepairTier {
     pub name: String,
     /// Run by the backend on (or for) the node, e.g. a Redfish call; `None`: a person does
