@@ -16,7 +16,7 @@ use crate::{Error, Platform, read, write};
 pub struct ModelCapacity {
     pub model: GpuModel,
     pub gpus: i64,
-    /// GPUs with nothing on them.
+    /// GPUs with nothing on them, on nodes that take bookings.
     pub idle_gpus: i64,
 }
 
@@ -82,10 +82,12 @@ impl Platform {
     /// GPUs per model and how many are entirely idle, for the catalog.
     pub async fn capacity_by_model(&self) -> Result<Vec<ModelCapacity>, Error> {
         let rows = sqlx::query(
+            // Idle counts only what could take a booking now: nothing on it, on an available node.
             "SELECT g.model AS model, count(*) AS gpus,
-                    sum(NOT EXISTS (SELECT 1 FROM reservations r
+                    sum(n.state = 'available' AND NOT EXISTS (SELECT 1 FROM reservations r
                                     WHERE r.gpu_id = g.id AND r.released_at IS NULL)) AS idle
-             FROM gpus g WHERE g.in_service = 1 GROUP BY g.model ORDER BY g.model",
+             FROM gpus g JOIN nodes n ON n.id = g.node_id
+             WHERE g.in_service = 1 GROUP BY g.model ORDER BY g.model",
         )
         .fetch_all(&self.db)
         .await?;
