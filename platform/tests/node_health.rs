@@ -301,3 +301,69 @@ async fn the_database_keeps_state_changes_true_and_append_only(pool: SqlitePool)
     let tiered = sqlx::query("UPDATE nodes SET repair_tier = 2 WHERE name = 'h100-02'").execute(db).await;
     assert!(tiered.is_err(), "an available node has no repair tier");
 }
+
+/// Random lifecycle moves, checks with injected failures, launches and stops on the two
+/// H100 nodes: every booking that was placed sits on a node that was available when it
+/// was placed (launches run one at a time here, so "now" is "when it was placed").
+#[sqlx::test(migrations = "../migrations")]
+async fn random_moves_never_place_a_booking_on_a_node_that_is_not_available(pool: SqlitePool) {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    let mut rng = StdRng::seed_from_u64(16);
+    let nodes = ["h100-01", "h100-02"];
+    // Recovery is likelier than harm, so nodes come back and bookings keep being placed.
+    let events = [
+        "drain",
+        "return_to_service",
+        "return_to_service",
+        "start_repair",
+        "start_repair",
+        "repair_done",
+        "repair_done",
+        "repair_failed",
+        "retire",
+        "reinstate",
+        "reinstate",
+    ];
+    let mut live = Vec::new();
+    let mut placed = 0;
+    for i in 0..300 {
+        let node = nodes[rng.random_range(0..nodes.len())];
+        match rng.random_range(0..6) {
+            0 => {
+                let event = events[rng.random_range(0..events.len())];
+                let _ = berth.platform.change_node_state(&admin, node, event, "random walk").await;
+            }
+            1 => {
+                if rng.random_bool(0.2) {
+                    berth.backend.fail_check(node, CheckKind::MemoryErrors);
+                }
+                let _ = berth.platform.run_node_checks(&admin, node, "quick").await;
+            }
+            2 if !live.is_empty() => {
+                let id: String = live.swap_remove(rng.random_range(0..live.len()));
+                if berth.platform.stop(&berth.caller, &id).await.is_ok() {
+                    berth.wait_for(&id, EnvState::Released).await;
+                }
+            }
+            _ => {
+                let Ok(env) = berth.launch("training", "h100-1", &format!("walk-{i}")).await else { continue };
+                placed += 1;
+                let states: Vec<String> = sqlx::query_scalar(
+                    "SELECT n.state FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+                     WHERE r.environment_id = ?",
+                )
+                .bind(&env.id)
+                .fetch_all(berth.platform.db())
+                .await
+                .unwrap();
+                assert_eq!(states, ["available"], "step {i}: {} placed on a node that is not available", env.name);
+                live.push(env.id);
+            }
+        }
+    }
+    assert!(placed >= 10, "the walk placed bookings ({placed})");
+}
