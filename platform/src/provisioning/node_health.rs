@@ -348,7 +348,9 @@ impl Platform {
             let mut conn = self.db.acquire().await?;
             node_row(&mut conn, name).await?.ok_or(Error::NotFound)?
         };
-        if event == NodeEvent::StartRepair && self.repair_tiers.iter().any(|t| t.command.is_some()) {
+        // A repair ends in acceptance (and a tier may run a command): without a backend that
+        // runs them, refuse before the node moves rather than leave it testing.
+        if matches!(event, NodeEvent::StartRepair | NodeEvent::RepairDone) {
             self.backend_for_checks()?;
         }
         let mut tx = self.begin_write().await?;
