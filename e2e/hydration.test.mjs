@@ -28,6 +28,7 @@ const pages = [
   '/account',
   '/audit',
   '/admin/fleet',
+  '/admin/nodes/fra1-h100-01',
   '/admin/fabric',
   '/admin/quotas',
   '/admin/tenants',

@@ -283,6 +283,62 @@ pub struct FleetNode {
     pub fabric: String,
     pub maintenance: Vec<Bar>,
     pub gpus: Vec<FleetGpu>,
+    /// Its lifecycle state (`new`, `testing`, `available`, …) and its label ("In repair
+    /// (tier 2)").
+    pub state: String,
+    pub state_label: String,
+    /// Why, who and when of the last change; empty when it never changed.
+    pub state_note: String,
+    /// `/admin/nodes/<name>`: its state history, checks and actions.
+    pub href: String,
+}
+
+/// One node's health page: state, history, check runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeHealthView {
+    pub node: String,
+    /// "fra-1 · H100-80GB · 8 GPUs".
+    pub about: String,
+    pub state: String,
+    pub state_label: String,
+    /// "Takes new bookings" or why it does not.
+    pub bookings_note: String,
+    pub changes: Vec<NodeChangeView>,
+    pub runs: Vec<CheckRunView>,
+    /// The actions the lifecycle allows now: (event, label).
+    pub actions: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeChangeView {
+    pub when: String,
+    /// "available → draining".
+    pub change: String,
+    pub reason: String,
+    /// The person, or "Berth".
+    pub by: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckRunView {
+    pub id: i64,
+    /// "Acceptance, level medium, by root@example.com, 2026-11-26 07:30 UTC".
+    pub title: String,
+    /// `passed`, `failed` or `running`.
+    pub outcome: String,
+    pub results: Vec<CheckResultView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckResultView {
+    pub check: String,
+    pub passed: bool,
+    /// "477.5 GB/s" or "".
+    pub measured: String,
+    pub threshold: String,
+    pub summary: String,
+    pub command: String,
+    pub raw_output: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

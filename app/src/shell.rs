@@ -8,7 +8,8 @@ use leptos_router::{SsrMode, path};
 use crate::components::{Auth, NavBar};
 use crate::pages::{
     AccountPage, AuditPage, CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FabricPage, FleetPage,
-    LaunchPage, LoginPage, NewPasswordPage, NotFound, QuotasPage, SecondFactorPage, TenantPage, TenantsPage, UsagePage,
+    LaunchPage, LoginPage, NewPasswordPage, NodePage, NotFound, QuotasPage, SecondFactorPage, TenantPage, TenantsPage,
+    UsagePage,
 };
 
 /// The whole document, rendered on the server.
@@ -59,6 +60,7 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/environments") view=EnvironmentsPage ssr=SsrMode::Async/>
                         <Route path=path!("/calendar") view=CalendarPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/fleet") view=FleetPage ssr=SsrMode::Async/>
+                        <Route path=path!("/admin/nodes/:id") view=NodePage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/fabric") view=FabricPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/quotas") view=QuotasPage ssr=SsrMode::Async/>
                         <Route path=path!("/usage") view=UsagePage ssr=SsrMode::Async/>

@@ -6,6 +6,8 @@ use serde::Deserialize;
 
 use crate::Refusal;
 use crate::gpu::GpuModel;
+use crate::node_checks::{BandwidthTable, Interconnect};
+use crate::node_health::{RepairTier, default_repair_tiers};
 use crate::placement::TIME_SLICE_WAYS;
 
 #[derive(Debug, Clone, Deserialize)]
@@ -13,6 +15,9 @@ use crate::placement::TIME_SLICE_WAYS;
 struct FleetFile {
     #[serde(rename = "site", default)]
     sites: Vec<SiteFile>,
+    /// The repair ladder a degraded node climbs; absent: `default_repair_tiers`.
+    #[serde(rename = "repair_tier", default)]
+    repair_tiers: Option<Vec<RepairTier>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -21,6 +26,20 @@ struct SiteFile {
     name: String,
     #[serde(rename = "pool", default)]
     pools: Vec<PoolFile>,
+    /// What this site's nodes reach in NCCL's all-reduce where it differs from Berth's
+    /// typical figures (`node_checks::BandwidthTable`).
+    #[serde(default)]
+    expected_bandwidth: Vec<BandwidthFile>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BandwidthFile {
+    model: String,
+    /// `nvlink` or `pcie`.
+    interconnect: String,
+    /// Bus bandwidth in GB/s.
+    gbps: u32,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -54,6 +73,11 @@ struct PoolFile {
     /// pool's nodes by default.
     #[serde(default)]
     ib_unit_nodes: Option<u32>,
+    /// Nodes of this pool that Berth has not seen before start `new` and take bookings
+    /// only after passing acceptance. Off by default: nodes an operator lists are taken as
+    /// in service already (the demo and existing sites book at once).
+    #[serde(default)]
+    acceptance: bool,
 }
 
 fn yes() -> bool {
@@ -77,17 +101,53 @@ pub struct NodeSpec {
     pub ib_rails: u32,
     /// 1, or the ways its GPUs are time-sliced for the development tier.
     pub time_slices: u8,
+    /// A node first seen starts `new` (acceptance before bookings) rather than `available`.
+    pub needs_acceptance: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FleetSpec {
     pub nodes: Vec<NodeSpec>,
+    /// The operator's repair tiers, in order.
+    pub repair_tiers: Vec<RepairTier>,
+    /// Per-site expected NCCL bus bandwidth: (site, model, interconnect, GB/s).
+    pub expected_bandwidth: Vec<(String, GpuModel, Interconnect, u32)>,
 }
 
 impl FleetSpec {
     pub fn parse(text: &str) -> Result<FleetSpec, Refusal> {
         let invalid = |m: String| Refusal::InvalidFleet(m);
         let file: FleetFile = toml::from_str(text).map_err(|e| invalid(e.message().to_owned()))?;
+        let repair_tiers = file.repair_tiers.clone().unwrap_or_else(default_repair_tiers);
+        for tier in &repair_tiers {
+            if tier.name.trim().is_empty() || tier.command.as_deref().is_some_and(|c| c.trim().is_empty()) {
+                return Err(invalid("a repair tier needs a name, and its command (if any) must not be empty".into()));
+            }
+        }
+        if repair_tiers.len() > 10 {
+            return Err(invalid("at most 10 repair tiers".into()));
+        }
+        let mut expected_bandwidth = Vec::new();
+        for site in &file.sites {
+            for b in &site.expected_bandwidth {
+                let model = GpuModel::parse(&b.model)
+                    .ok_or_else(|| invalid(format!("site {}: unknown GPU model \"{}\"", site.name, b.model)))?;
+                let interconnect = match b.interconnect.as_str() {
+                    "nvlink" => Interconnect::Nvlink,
+                    "pcie" => Interconnect::Pcie,
+                    other => {
+                        return Err(invalid(format!(
+                            "site {}: interconnect is nvlink or pcie, not \"{other}\"",
+                            site.name
+                        )));
+                    }
+                };
+                if b.gbps == 0 {
+                    return Err(invalid(format!("site {}: expected bandwidth must be above 0", site.name)));
+                }
+                expected_bandwidth.push((site.name.clone(), model, interconnect, b.gbps));
+            }
+        }
         let mut nodes = Vec::new();
         for site in &file.sites {
             if site.name.trim().is_empty() {
@@ -152,6 +212,7 @@ impl FleetSpec {
                         // A time-sliced GPU is shared whole; it is never partitioned.
                         mig_enabled: pool.mig && model.mig_capable() && time_slices == 1,
                         time_slices,
+                        needs_acceptance: pool.acceptance,
                     });
                 }
             }
@@ -164,7 +225,16 @@ impl FleetSpec {
                 return Err(invalid(format!("node name {} is used twice", node.name)));
             }
         }
-        Ok(FleetSpec { nodes })
+        Ok(FleetSpec { nodes, repair_tiers, expected_bandwidth })
+    }
+
+    /// Berth's typical bandwidths with this fleet's per-site figures over them.
+    pub fn bandwidth_table(&self) -> BandwidthTable {
+        let mut table = BandwidthTable::default();
+        for (site, model, interconnect, gbps) in &self.expected_bandwidth {
+            table.set(Some(site), *model, *interconnect, f64::from(*gbps));
+        }
+        table
     }
 
     pub fn gpu_count(&self) -> u32 {
@@ -194,6 +264,40 @@ mod tests {
         nodes = 1
         gpus_per_node = 4
     "#;
+
+    #[test]
+    fn repair_tiers_and_site_bandwidths_come_from_the_file() {
+        let fleet = FleetSpec::parse(EXAMPLE).unwrap();
+        assert_eq!(fleet.repair_tiers, default_repair_tiers(), "absent: the default ladder");
+        let text = r#"
+            [[repair_tier]]
+            name = "power cycle"
+            command = "curl -X POST https://bmc/redfish/v1/Systems/1/Actions/ComputerSystem.Reset"
+            [[repair_tier]]
+            name = "vendor"
+            [[site]]
+            name = "fra-1"
+            expected_bandwidth = [{ model = "H100-80GB", interconnect = "nvlink", gbps = 380 }]
+            [[site.pool]]
+            prefix = "fra1-h100"
+            model = "H100-80GB"
+            nodes = 1
+            gpus_per_node = 8
+            nvlink = true
+            acceptance = true
+        "#;
+        let fleet = FleetSpec::parse(text).unwrap();
+        assert_eq!(fleet.repair_tiers.len(), 2);
+        assert_eq!(fleet.repair_tiers[1].command, None, "a manual step");
+        assert!(fleet.nodes[0].needs_acceptance);
+        let table = fleet.bandwidth_table();
+        assert_eq!(table.expected("fra-1", GpuModel::H100_80GB, Interconnect::Nvlink), Some(380.0));
+        assert_eq!(table.expected("ams-1", GpuModel::H100_80GB, Interconnect::Nvlink), Some(450.0));
+        let wrong = text.replace("\"nvlink\", gbps", "\"infiniband\", gbps");
+        assert!(FleetSpec::parse(&wrong).is_err());
+        let nameless = text.replace("name = \"vendor\"", "name = \" \"");
+        assert!(FleetSpec::parse(&nameless).is_err());
+    }
 
     #[test]
     fn pools_expand_into_named_nodes() {

@@ -34,6 +34,8 @@ pub mod lifecycle;
 pub mod metering;
 pub mod mig;
 pub mod node_access;
+pub mod node_checks;
+pub mod node_health;
 pub mod node_plan;
 pub mod outbound;
 pub mod placement;

@@ -91,10 +91,14 @@ pub enum Action {
     UsageRead,
     /// Set and remove monthly budgets (a tenant's own only for platform admins).
     BudgetManage,
+    /// Run health checks on a node: platform admins on any node (disruptive levels only
+    /// on nodes nobody holds), tenant admins on nodes their tenant's dedicated cluster
+    /// holds (the target is that tenant). Members and viewers never.
+    FleetCheck,
 }
 
 impl Action {
-    pub const ALL: [Action; 25] = [
+    pub const ALL: [Action; 26] = [
         Action::CatalogRead,
         Action::CalendarRead,
         Action::EnvironmentRead,
@@ -120,6 +124,7 @@ impl Action {
         Action::SshKeyManage,
         Action::UsageRead,
         Action::BudgetManage,
+        Action::FleetCheck,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -149,6 +154,7 @@ impl Action {
             Action::SshKeyManage => "ssh_key.manage",
             Action::UsageRead => "usage.read",
             Action::BudgetManage => "budget.manage",
+            Action::FleetCheck => "fleet.check",
         }
     }
 
@@ -196,6 +202,8 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
             // Their tenant's projects' and members' quotas, not the tenant's own limits
             // (those are set on the platform: see `platform::quotas`).
             FleetRead | FleetManage | TenantManage => None,
+            // Nodes their tenant's dedicated cluster holds: the target is that tenant.
+            FleetCheck => Some(Reach::Tenant),
             _ => Some(Reach::Tenant),
         },
         Role::Member => match action {

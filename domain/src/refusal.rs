@@ -8,6 +8,16 @@ use thiserror::Error;
 pub enum Refusal {
     #[error("there is no offering called \"{0}\"")]
     UnknownOffering(String),
+    #[error("a node that is {} cannot {}", state.to_lowercase(), event.replace('_', " "))]
+    NodeTransition { state: &'static str, event: &'static str },
+    #[error("{0}")]
+    InvalidCheckOutput(String),
+    #[error("there is no check level \"{0}\"; choose quick, medium or long")]
+    InvalidCheckLevel(String),
+    #[error("this Berth's backend cannot run node checks or repairs yet")]
+    NodeChecksUnsupported,
+    #[error("node {0} is held by a booking; checks that disturb it wait until it is free")]
+    NodeHeld(String),
     #[error("{offering} has no size called \"{size}\"")]
     UnknownSize { offering: String, size: String },
     #[error("name {0}")]

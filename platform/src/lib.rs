@@ -72,6 +72,10 @@ pub struct Platform {
     jobs: Arc<jobs::JobWatch>,
     /// Where each environment is served, on an origin of its own; see `origins`.
     environments: Arc<origins::EnvironmentOrigins>,
+    /// The repair ladder a degraded node climbs (`domain::node_health::RepairTier`).
+    repair_tiers: Arc<[berth_domain::node_health::RepairTier]>,
+    /// Expected NCCL bus bandwidth per model and interconnect, with the site's overrides.
+    bandwidth: Arc<berth_domain::node_checks::BandwidthTable>,
 }
 
 impl Platform {
@@ -95,6 +99,8 @@ impl Platform {
             access: Default::default(),
             jobs: Default::default(),
             environments: Default::default(),
+            repair_tiers: berth_domain::node_health::default_repair_tiers().into(),
+            bandwidth: Default::default(),
         }
     }
 
@@ -136,6 +142,15 @@ impl Platform {
     }
 
     /// The same platform with the operator's fabric pools and quarantine.
+    /// The repair tiers a degraded node climbs, in order; none: a failing node is retired.
+    pub fn with_repair_tiers(self, tiers: Vec<berth_domain::node_health::RepairTier>) -> Platform {
+        Platform { repair_tiers: tiers.into(), ..self }
+    }
+
+    pub fn with_expected_bandwidth(self, table: berth_domain::node_checks::BandwidthTable) -> Platform {
+        Platform { bandwidth: Arc::new(table), ..self }
+    }
+
     pub fn with_fabric(self, fabric: FabricConfig) -> Platform {
         Platform { fabric: Arc::new(fabric), ..self }
     }

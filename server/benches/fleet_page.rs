@@ -23,11 +23,11 @@ use axum::body::Body;
 use berth_domain::booking::DAY_MS;
 use berth_domain::policy::Role;
 use berth_platform::{Platform, now_ms, store};
-use router::{PASSWORD, percentiles, send, sign_in};
 use berth_server::cli::{Cli, Command};
 use clap::Parser;
 use http::{Request, StatusCode, header};
 use rand::{Rng, SeedableRng};
+use router::{PASSWORD, percentiles, send, sign_in};
 use tower::ServiceExt;
 
 fn main() {

@@ -41,6 +41,9 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/tokens/{id}/revoke", post(revoke_token))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/usage", get(usage))
+        .route("/api/v1/nodes/{id}/health", get(node_health))
+        .route("/api/v1/nodes/{id}/checks", post(run_node_checks))
+        .route("/api/v1/nodes/{id}/state", post(change_node_state))
         .route("/api/v1/agent/report", post(agent_report))
         .route("/api/v1/agent/plan", get(agent_plan).post(agent_plan_report))
 }
@@ -390,6 +393,75 @@ pub fn usage_json(report: &berth_platform::capacity::metering::UsageReport) -> V
         "fleet": report.fleet.iter().map(|m| json!({ "model": m.model, "gpus": m.gpus,
             "allocated_gpu_hours": m.allocated_gpu_hours, "capacity_gpu_hours": m.capacity_gpu_hours })).collect::<Vec<_>>(),
     })
+}
+
+/// A node's lifecycle state, its changes (who, why, when) and its check runs.
+async fn node_health(TokenCaller(platform, caller): TokenCaller, Path(name): Path<String>) -> ApiResult {
+    let health = platform.node_health(&caller, &name).await.map_err(fail(&caller))?;
+    let changes: Vec<Value> = health
+        .changes
+        .iter()
+        .map(|c| {
+            json!({ "from": c.from.as_str(), "to": c.to.as_str(), "repair_tier": c.tier, "event": c.event,
+                    "reason": c.reason, "by": c.by, "at": rfc3339(c.at) })
+        })
+        .collect();
+    let runs: Vec<Value> = health.runs.iter().map(check_run_json).collect();
+    Ok(Json(json!({
+        "node": health.node, "site": health.site, "model": health.model.name(), "gpus": health.gpus,
+        "state": health.status.state.as_str(), "repair_tier": health.status.tier, "repair_tier_name": health.tier_name,
+        "repair_tiers": health.tiers, "bookings_now": health.bookings_now,
+        "takes_new_bookings": health.status.state.takes_new_bookings(),
+        "changes": changes, "check_runs": runs,
+    })))
+}
+
+fn check_run_json(run: &berth_platform::provisioning::node_health::CheckRun) -> Value {
+    let results: Vec<Value> = run
+        .results
+        .iter()
+        .map(|r| {
+            json!({ "check": r.kind, "passed": r.passed, "measured": r.measured, "threshold": r.threshold,
+                    "unit": r.unit, "summary": r.summary, "command": r.command, "raw_output": r.raw_output })
+        })
+        .collect();
+    json!({ "id": run.id, "level": run.level, "purpose": run.purpose, "requested_by": run.requested_by,
+            "started_at": rfc3339(run.started_at), "finished_at": run.finished_at.map(rfc3339),
+            "passed": run.passed, "results": results })
+}
+
+#[derive(Deserialize)]
+struct CheckRequest {
+    level: String,
+}
+
+/// Runs checks on a node: acceptance on a node nobody holds, else a check on demand.
+async fn run_node_checks(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(name): Path<String>,
+    Json(request): Json<CheckRequest>,
+) -> ApiResult {
+    let run = platform.run_node_checks(&caller, &name, &request.level).await.map_err(fail(&caller))?;
+    Ok(Json(check_run_json(&run)))
+}
+
+#[derive(Deserialize)]
+struct StateChange {
+    event: String,
+    reason: String,
+}
+
+/// A platform admin moves a node: drain, return_to_service, start_repair, repair_done,
+/// repair_failed, retire, reinstate.
+async fn change_node_state(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(name): Path<String>,
+    Json(change): Json<StateChange>,
+) -> ApiResult {
+    let health =
+        platform.change_node_state(&caller, &name, &change.event, &change.reason).await.map_err(fail(&caller))?;
+    Ok(Json(json!({ "node": health.node, "state": health.status.state.as_str(), "repair_tier": health.status.tier,
+                    "repair_tier_name": health.tier_name })))
 }
 
 /// A node's agent reports its GPUs; the answer says which GPUs changed health.

@@ -392,7 +392,9 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_public_url(&public.url)
         .with_environment_origins(origins)
         .with_fabric(args.fabric()?)
-        .with_private_issuers(args.allow_private_issuers);
+        .with_private_issuers(args.allow_private_issuers)
+        .with_repair_tiers(fleet.repair_tiers.clone())
+        .with_expected_bandwidth(fleet.bandwidth_table());
     platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
     let backend: Arc<dyn Backend> = match (args.backend, kubernetes) {
         (BackendKind::Kubernetes, Some(kubernetes)) => kubernetes,

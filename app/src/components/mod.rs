@@ -146,7 +146,11 @@ pub fn StateBadge(state: String, label: String) -> impl IntoView {
         "provisioning" => ("bg-amber-50 text-amber-800 ring-amber-300", "bg-amber-500 animate-pulse"),
         "ready" => ("bg-emerald-50 text-emerald-800 ring-emerald-300", "bg-emerald-500"),
         "tearing_down" => ("bg-orange-50 text-orange-800 ring-orange-300", "bg-orange-500 animate-pulse"),
-        "failed" => ("bg-red-50 text-red-800 ring-red-300", "bg-red-500"),
+        "failed" | "degraded" => ("bg-red-50 text-red-800 ring-red-300", "bg-red-500"),
+        // A node's lifecycle states (`domain::node_health`).
+        "available" => ("bg-emerald-50 text-emerald-800 ring-emerald-300", "bg-emerald-500"),
+        "testing" | "in_repair" => ("bg-amber-50 text-amber-800 ring-amber-300", "bg-amber-500"),
+        "draining" => ("bg-orange-50 text-orange-800 ring-orange-300", "bg-orange-500"),
         _ => ("bg-slate-50 text-slate-600 ring-slate-200", "bg-slate-300"),
     };
     view! {

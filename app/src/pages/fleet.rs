@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::components::form::SMALL_BUTTON;
 use crate::components::table::CELL;
-use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, Table};
+use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, StateBadge, Table};
 use crate::error::AppError;
 use crate::model::{Bar, FleetNode, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
 use crate::serverfns::{
@@ -319,8 +319,16 @@ fn NodeRows(node: FleetNode, columns: usize) -> impl IntoView {
     view! {
         <div class="mt-3 flex items-center" data-node=node.name.clone()>
             <div class="w-44 shrink-0 pr-2">
-                <p class="text-sm font-semibold text-slate-900">{node.name.clone()}</p>
+                <p class="text-sm font-semibold text-slate-900">
+                    <a href=node.href.clone() class="hover:text-indigo-600">{node.name.clone()}</a>
+                </p>
                 <p class="text-[11px] text-slate-500">{node.site.clone()} " · " {node.model.clone()}</p>
+                <p class="mt-0.5" title=node.state_note.clone() data-node-state=node.state.clone()>
+                    <StateBadge state=node.state.clone() label=node.state_label.clone()/>
+                </p>
+                {(!node.state_note.is_empty() && node.state != "available").then(|| view! {
+                    <p class="text-[11px] text-slate-500" data-node-state-note="">{node.state_note.clone()}</p>
+                })}
                 {(!node.fabric.is_empty()).then(|| view! { <p class="text-[11px] text-slate-400" data-fabric="">{node.fabric.clone()}</p> })}
             </div>
             <div class="relative h-5 flex-1 rounded bg-slate-50" style=grid.clone()>

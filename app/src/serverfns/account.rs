@@ -222,6 +222,7 @@ pub(crate) mod views {
             Action::SshKeyManage => "Remove SSH keys",
             Action::UsageRead => "See usage, cost and budgets",
             Action::BudgetManage => "Set budgets",
+            Action::FleetCheck => "Run health checks on nodes",
         }
     }
 

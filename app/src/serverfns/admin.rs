@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 
 use crate::error::AppError;
-use crate::model::{FleetView, NewNodeTokenView, NodeAgentsView};
+use crate::model::{FleetView, NewNodeTokenView, NodeAgentsView, NodeHealthView};
 
 /// One page of the fleet's nodes and GPUs over `days` days from `from` (`YYYY-MM-DD`, UTC;
 /// empty for today), of one `site` (empty for all) and with `search` in their name.
@@ -86,6 +86,139 @@ pub async fn cancel_maintenance(id: i64) -> Result<(), AppError> {
     platform.cancel_maintenance(&caller, id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     leptos_axum::redirect("/admin/fleet");
     Ok(())
+}
+
+/// One node's lifecycle state, its history and its check runs. Platform staff only.
+#[server(endpoint = "node_health")]
+pub async fn node_health(node: String) -> Result<NodeHealthView, AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let health =
+        platform.node_health(&caller, &node).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    Ok(node_view(&health))
+}
+
+/// Runs checks on a node at `level` (`quick`, `medium`, `long`): acceptance on a node
+/// nobody holds, else a check on demand. Platform admins; tenant admins on nodes their
+/// tenant's dedicated cluster holds.
+#[server(endpoint = "run_node_checks")]
+pub async fn run_node_checks(node: String, level: String) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform
+        .run_node_checks(&caller, &node, &level)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect(&format!("/admin/nodes/{}", crate::components::urlencode(&node)));
+    Ok(())
+}
+
+/// Moves a node (drain, return to service, start repair, repair done or failed, retire,
+/// reinstate) and says why. Platform admins only.
+#[server(endpoint = "change_node_state")]
+pub async fn change_node_state(node: String, event: String, reason: String) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    platform
+        .change_node_state(&caller, &node, &event, &reason)
+        .await
+        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect(&format!("/admin/nodes/{}", crate::components::urlencode(&node)));
+    Ok(())
+}
+
+/// "In repair (tier 2)", "Available".
+#[cfg(feature = "ssr")]
+fn state_label(state: &str, tier: i64) -> String {
+    use berth_domain::node_health::NodeState;
+    match NodeState::parse(state) {
+        Some(NodeState::InRepair) => format!("In repair (tier {tier})"),
+        Some(s) => s.label().to_owned(),
+        None => state.to_owned(),
+    }
+}
+
+#[cfg(feature = "ssr")]
+fn node_view(health: &berth_platform::provisioning::node_health::NodeHealth) -> NodeHealthView {
+    use berth_domain::node_health::{NodeEvent, next_status};
+
+    use crate::model::{CheckResultView, CheckRunView, NodeChangeView};
+    use crate::time::utc;
+
+    let status = health.status;
+    let mut label = state_label(status.state.as_str(), i64::from(status.tier));
+    if let Some(name) = &health.tier_name {
+        label.push_str(&format!(": {name}"));
+    }
+    let actions = [
+        (NodeEvent::Drain, "Drain (finish what it holds, take nothing new)"),
+        (NodeEvent::ReturnToService, "Return to service"),
+        (NodeEvent::StartRepair, "Start the next repair tier"),
+        (NodeEvent::RepairDone, "Repair done: run acceptance"),
+        (NodeEvent::RepairFailed, "Repair failed"),
+        (NodeEvent::Reinstate, "Reinstate (acceptance needed)"),
+    ]
+    .into_iter()
+    .filter(|(event, _)| next_status(status, *event, health.tiers).is_ok())
+    .map(|(event, label)| (event.as_str().to_owned(), label.to_owned()))
+    .collect();
+    let figure = |value: Option<f64>, unit: &str| value.map(|v| format!("{v:.1} {unit}")).unwrap_or_default();
+    NodeHealthView {
+        node: health.node.clone(),
+        about: format!(
+            "{} · {} · {} GPUs · {} bookings now",
+            health.site, health.model, health.gpus, health.bookings_now
+        ),
+        state: status.state.as_str().to_owned(),
+        state_label: label,
+        bookings_note: if status.state.takes_new_bookings() {
+            "Takes new bookings.".to_owned()
+        } else {
+            "Takes no new bookings; what it holds keeps running.".to_owned()
+        },
+        changes: health
+            .changes
+            .iter()
+            .map(|c| NodeChangeView {
+                when: utc(c.at),
+                change: format!("{} → {}", c.from.label(), state_label(c.to.as_str(), i64::from(c.tier))),
+                reason: c.reason.clone(),
+                by: c.by.clone().unwrap_or_else(|| "Berth".to_owned()),
+            })
+            .collect(),
+        runs: health
+            .runs
+            .iter()
+            .map(|r| CheckRunView {
+                id: r.id,
+                title: format!(
+                    "{}, level {}, by {}, {}",
+                    if r.purpose == "acceptance" { "Acceptance" } else { "Check on demand" },
+                    r.level,
+                    r.requested_by.as_deref().unwrap_or("Berth"),
+                    utc(r.started_at)
+                ),
+                outcome: match r.passed {
+                    Some(true) => "passed",
+                    Some(false) => "failed",
+                    None => "running",
+                }
+                .to_owned(),
+                results: r
+                    .results
+                    .iter()
+                    .map(|c| CheckResultView {
+                        check: berth_domain::node_checks::CheckKind::parse(&c.kind)
+                            .map_or_else(|| c.kind.clone(), |k| k.title().to_owned()),
+                        passed: c.passed,
+                        measured: figure(c.measured, &c.unit),
+                        threshold: figure(c.threshold, &c.unit),
+                        summary: c.summary.clone(),
+                        command: c.command.clone(),
+                        raw_output: c.raw_output.clone(),
+                    })
+                    .collect(),
+            })
+            .collect(),
+        actions,
+    }
 }
 
 #[cfg(feature = "ssr")]
@@ -231,6 +364,15 @@ mod chart {
                     fabric: fabric.into_iter().flatten().collect::<Vec<_>>().join(" · "),
                     maintenance,
                     gpus,
+                    state: n.state.clone(),
+                    state_label: super::state_label(&n.state, n.repair_tier),
+                    state_note: match (&n.state_reason, n.state_at) {
+                        (Some(reason), Some(at)) => {
+                            format!("{reason} · {} · {}", n.state_by.as_deref().unwrap_or("Berth"), utc(at))
+                        }
+                        _ => String::new(),
+                    },
+                    href: format!("/admin/nodes/{}", urlencode(&n.node)),
                 }
             })
             .collect();

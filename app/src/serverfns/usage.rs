@@ -77,7 +77,12 @@ pub async fn usage_page(month: String, by: String, tenant: String) -> Result<Usa
                 allocated: format!("{held:.1}"),
                 idle: format!("{:.1}", (had - held).max(0.0)),
                 percent: share(held, had).unwrap_or(0),
-                daily_percent: m.allocated_gpu_hours.iter().zip(&m.capacity_gpu_hours).map(|(h, c)| share(*h, *c)).collect(),
+                daily_percent: m
+                    .allocated_gpu_hours
+                    .iter()
+                    .zip(&m.capacity_gpu_hours)
+                    .map(|(h, c)| share(*h, *c))
+                    .collect(),
             }
         })
         .collect();

@@ -141,14 +141,13 @@ pub async fn seed_usage(pool: &SqlitePool, units: usize, month: berth_domain::me
     let mut tx = pool.begin().await.expect("tx");
     let mut projects = Vec::new();
     for p in 0..10 {
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO projects (tenant_id, name, created_at) VALUES (?, ?, 0) RETURNING id",
-        )
-        .bind(tenant)
-        .bind(format!("project-{p}"))
-        .fetch_one(&mut *tx)
-        .await
-        .expect("project");
+        let id: i64 =
+            sqlx::query_scalar("INSERT INTO projects (tenant_id, name, created_at) VALUES (?, ?, 0) RETURNING id")
+                .bind(tenant)
+                .bind(format!("project-{p}"))
+                .fetch_one(&mut *tx)
+                .await
+                .expect("project");
         projects.push(id);
     }
     let mut people = Vec::new();

@@ -16,7 +16,7 @@ use crate::{Error, Platform, read, write};
 pub struct ModelCapacity {
     pub model: GpuModel,
     pub gpus: i64,
-    /// GPUs with nothing on them.
+    /// GPUs with nothing on them, on nodes that take bookings.
     pub idle_gpus: i64,
 }
 
@@ -32,9 +32,11 @@ impl Platform {
                 .bind(&node.site)
                 .execute(&mut *tx)
                 .await?;
+            // A node first seen starts available, or new when its pool asks for acceptance;
+            // a node Berth knows keeps its lifecycle state (`provisioning::node_health`).
             let node_id: i64 = sqlx::query_scalar(
-                "INSERT INTO nodes (site_id, name, gpu_model, nvlink_domain, ib_unit, in_service)
-                 VALUES ((SELECT id FROM sites WHERE name = ?), ?, ?, ?, ?, 1)
+                "INSERT INTO nodes (site_id, name, gpu_model, nvlink_domain, ib_unit, in_service, state)
+                 VALUES ((SELECT id FROM sites WHERE name = ?), ?, ?, ?, ?, 1, ?)
                  ON CONFLICT (name) DO UPDATE SET
                     site_id = excluded.site_id, gpu_model = excluded.gpu_model,
                     nvlink_domain = excluded.nvlink_domain, ib_unit = excluded.ib_unit, in_service = 1
@@ -45,6 +47,7 @@ impl Platform {
             .bind(node.model.name())
             .bind(&node.nvlink_domain)
             .bind(&node.ib_unit)
+            .bind(if node.needs_acceptance { "new" } else { "available" })
             .fetch_one(&mut *tx)
             .await?;
             for idx in 0..node.gpus {
@@ -79,10 +82,12 @@ impl Platform {
     /// GPUs per model and how many are entirely idle, for the catalog.
     pub async fn capacity_by_model(&self) -> Result<Vec<ModelCapacity>, Error> {
         let rows = sqlx::query(
+            // Idle counts only what could take a booking now: nothing on it, on an available node.
             "SELECT g.model AS model, count(*) AS gpus,
-                    sum(NOT EXISTS (SELECT 1 FROM reservations r
+                    sum(n.state = 'available' AND NOT EXISTS (SELECT 1 FROM reservations r
                                     WHERE r.gpu_id = g.id AND r.released_at IS NULL)) AS idle
-             FROM gpus g WHERE g.in_service = 1 GROUP BY g.model ORDER BY g.model",
+             FROM gpus g JOIN nodes n ON n.id = g.node_id
+             WHERE g.in_service = 1 GROUP BY g.model ORDER BY g.model",
         )
         .fetch_all(&self.db)
         .await?;
@@ -98,7 +103,9 @@ impl Platform {
 }
 
 impl Platform {
-    /// The in-service GPUs of `model`, as placement sees them.
+    /// The in-service GPUs of `model` that take new bookings (healthy, on an available
+    /// node), as placement and the calendar see them. Bookings already on other GPUs keep
+    /// running: the reconciler and the book do not read this set.
     pub(crate) async fn gpus_of_model(
         &self,
         conn: &mut SqliteConnection,
@@ -121,7 +128,8 @@ async fn read_gpus_of_model(conn: &mut SqliteConnection, model: GpuModel) -> Res
                 CASE WHEN (SELECT count(*) FROM nodes m WHERE m.nvlink_domain = n.nvlink_domain AND m.in_service = 1) > 1
                      THEN n.nvlink_domain END AS shared_domain
          FROM gpus g JOIN nodes n ON n.id = g.node_id
-         WHERE g.in_service = 1 AND g.health = 'healthy' AND g.model = ? ORDER BY g.id",
+         WHERE g.in_service = 1 AND g.health = 'healthy' AND n.state = 'available' AND g.model = ?
+         ORDER BY g.id",
     )
     .bind(model.name())
     .fetch_all(&mut *conn)

@@ -46,6 +46,13 @@ pub struct NodeSchedule {
     pub ib_unit: Option<String>,
     pub gpus: Vec<GpuSchedule>,
     pub maintenance: Vec<MaintenanceWindow>,
+    /// Its lifecycle state (`domain::node_health::NodeState::as_str`) and repair tier.
+    pub state: String,
+    pub repair_tier: i64,
+    /// The last state change: why, by whom (`None`: Berth itself or the fleet file), when.
+    pub state_reason: Option<String>,
+    pub state_by: Option<String>,
+    pub state_at: Option<i64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -333,8 +340,11 @@ impl Platform {
         let mut node_key: HashMap<i64, (String, String)> = HashMap::new();
         let rows = sqlx::query(
             "SELECT n.id, s.name, n.name, n.gpu_model, g.id, g.idx, g.mig_enabled, g.health, g.health_note,
-                    CASE WHEN n.nvlink_domain != n.name THEN n.nvlink_domain END, n.ib_unit, g.ib_rail, g.time_slices
+                    CASE WHEN n.nvlink_domain != n.name THEN n.nvlink_domain END, n.ib_unit, g.ib_rail, g.time_slices,
+                    n.state, n.repair_tier, c.reason, cu.email, c.changed_at
              FROM nodes n JOIN sites s ON s.id = n.site_id JOIN gpus g ON g.node_id = n.id
+             LEFT JOIN node_state_changes c ON c.id = (SELECT max(id) FROM node_state_changes WHERE node_id = n.id)
+             LEFT JOIN users cu ON cu.id = c.changed_by
              WHERE n.id IN (SELECT value FROM json_each(?)) AND g.in_service = 1 ORDER BY g.idx",
         )
         .bind(&node_ids)
@@ -351,6 +361,11 @@ impl Platform {
                 ib_unit: row.try_get(10)?,
                 gpus: Vec::new(),
                 maintenance: Vec::new(),
+                state: row.try_get(13)?,
+                repair_tier: row.try_get(14)?,
+                state_reason: row.try_get(15)?,
+                state_by: row.try_get(16)?,
+                state_at: row.try_get(17)?,
             });
             gpu_at.insert(row.try_get(4)?, (key, node.gpus.len()));
             node.gpus.push(GpuSchedule {

@@ -3,7 +3,7 @@
 //! bare metal, simulated), from the one description of what to run (`workloads`); the
 //! environment page's journal (`journal`); reaching a ready environment (`connect`,
 //! `environment_sessions`), training-job logs (`jobs`), endpoint replicas (`replicas`),
-//! node agents and their plans (`node_agents`, `node_plans`) and each tenant's queue on the
+//! node agents and their plans (`node_agents`, `node_plans`), nodes' health lifecycle with its checks and repairs (`node_health`) and each tenant's queue on the
 //! backend (`tenant_queues`).
 //!
 //! Uses the root and capacity (environments, reservations, quotas); nothing of tenancy or
@@ -16,6 +16,7 @@ pub mod environment_sessions;
 pub(crate) mod jobs;
 pub mod journal;
 pub mod node_agents;
+pub mod node_health;
 pub mod node_plans;
 pub mod reconciler;
 pub mod replicas;

@@ -66,4 +66,3 @@ pub fn percentiles(times: &mut [Duration]) -> String {
     let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
     format!("p50 {}  p99 {}  ({} runs)", ms(at(0.5)), ms(at(0.99)), times.len())
 }
-

@@ -32,3 +32,38 @@ async fn a_script_books_as_soon_as_possible_and_learns_the_start() {
         sqlx::query_scalar("SELECT count(*) FROM environments").fetch_one(berth.platform.db()).await.expect("count");
     assert_eq!(envs, 1, "the refused request wrote nothing");
 }
+
+/// A platform admin's script puts a node through acceptance, reads why it failed (figure,
+/// threshold, raw output), repairs it and sees it available again; the same token cannot
+/// skip the lifecycle.
+#[tokio::test]
+async fn a_script_runs_acceptance_and_repairs_a_node() {
+    let berth = Berth::start_running().await;
+    let admin = berth.person("root@example.com", Role::PlatformAdmin, None).await;
+    let (_, token) = berth.token(&admin, &[]).await;
+    let fleet = berth.fleet.clone().expect("a simulated fleet");
+    fleet.fail_check("h100-01", berth_domain::node_checks::CheckKind::MemoryErrors);
+
+    let run = berth.api(Method::POST, "/api/v1/nodes/h100-01/checks", r#"{"level": "quick"}"#, Some(&token)).await;
+    assert_eq!(run.status, StatusCode::OK, "{}", run.body);
+    let run: serde_json::Value = serde_json::from_str(&run.body).expect("json");
+    assert_eq!((run["purpose"].as_str(), run["passed"].as_bool()), (Some("acceptance"), Some(false)));
+    let memory = run["results"].as_array().expect("results").iter().find(|r| r["check"] == "memory_errors").cloned();
+    let memory = memory.expect("the memory check ran");
+    assert_eq!((memory["measured"].as_f64(), memory["threshold"].as_f64()), (Some(2.0), Some(0.0)), "{memory}");
+    assert!(memory["raw_output"].as_str().unwrap_or_default().contains("Remapped Rows"), "{memory}");
+
+    let health = berth.api(Method::GET, "/api/v1/nodes/h100-01/health", "", Some(&token)).await;
+    let health: serde_json::Value = serde_json::from_str(&health.body).expect("json");
+    assert_eq!((health["state"].as_str(), health["takes_new_bookings"].as_bool()), (Some("degraded"), Some(false)));
+    assert_eq!(health["changes"][0]["by"], serde_json::Value::Null, "the checks' verdict is Berth's");
+    assert_eq!(health["changes"][1]["by"], "root@example.com");
+
+    let skip = r#"{"event": "acceptance_passed", "reason": "trust me"}"#;
+    let refused = berth.api(Method::POST, "/api/v1/nodes/h100-01/state", skip, Some(&token)).await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    let repair = r#"{"event": "start_repair", "reason": "2 uncorrectable ECC errors"}"#;
+    let repaired = berth.api(Method::POST, "/api/v1/nodes/h100-01/state", repair, Some(&token)).await;
+    assert_eq!(repaired.status, StatusCode::OK, "{}", repaired.body);
+    assert!(repaired.body.contains(r#""state":"available""#), "{}", repaired.body);
+}

@@ -71,6 +71,9 @@ enum Aim {
     NodeToken,
     /// An SSH key by id, owned by a member of a tenant.
     SshKey,
+    /// A node by name that nobody holds: a platform object (tenant admins' checks on nodes
+    /// their dedicated cluster holds are in `platform/tests/node_health.rs`).
+    Node,
 }
 
 /// Whose object a call names.
@@ -86,7 +89,7 @@ impl Aim {
     fn cases(self) -> &'static [Case] {
         match self {
             Aim::CallersTenant | Aim::CallersOwn | Aim::Platform => &[Case::OwnTenant],
-            Aim::Maintenance | Aim::NodeToken => &[Case::OwnTenant, Case::Missing],
+            Aim::Maintenance | Aim::NodeToken | Aim::Node => &[Case::OwnTenant, Case::Missing],
             Aim::Environment | Aim::Tenant | Aim::Token | Aim::SshKey => {
                 &[Case::OwnTenant, Case::OtherTenant, Case::Missing]
             }
@@ -159,6 +162,7 @@ fn routes() -> Vec<Route> {
         page("/account", None),
         page("/audit", None),
         page("/admin/fleet", None),
+        page("/admin/nodes/{id}", Some(Aim::Node)),
         page("/admin/fabric", None),
         page("/admin/quotas", None),
         page("/usage", None),
@@ -285,6 +289,21 @@ fn routes() -> Vec<Route> {
         sf("/api/node_agents", Some((FleetRead, Aim::Platform)), "site=&search=&page="),
         sf("/api/create_node_token", Some((FleetManage, Aim::Platform)), "node=l40s-01"),
         sf("/api/revoke_node_token", Some((FleetManage, Aim::NodeToken)), "id={id}"),
+        sf("/api/node_health", Some((FleetRead, Aim::Node)), "node={id}"),
+        api(M::GET, "/api/v1/nodes/{id}/health", Some((FleetRead, Aim::Node)), ""),
+        // This Berth runs no backend: a check the policy allows is refused (422) after the
+        // access check, and writes nothing.
+        sf("/api/run_node_checks", Some((FleetCheck, Aim::Node)), "node={id}&level=quick"),
+        api(M::POST, "/api/v1/nodes/{id}/checks", Some((FleetCheck, Aim::Node)), r#"{"level": "quick"}"#),
+        // An available node cannot return to service: allowed calls are refused by the
+        // lifecycle (422), so the node stays as the other rows expect it.
+        sf("/api/change_node_state", Some((FleetManage, Aim::Node)), "node={id}&event=return_to_service&reason=matrix"),
+        api(
+            M::POST,
+            "/api/v1/nodes/{id}/state",
+            Some((FleetManage, Aim::Node)),
+            r#"{"event": "return_to_service", "reason": "matrix"}"#,
+        ),
         Route {
             via: Via::NodeAgent(M::POST),
             path: "/api/v1/agent/report",
@@ -357,6 +376,7 @@ impl Objects {
             (Aim::SshKey, _) => self.spare_ssh_keys[i].to_string(),
             (Aim::Maintenance, _) => self.maintenance.to_string(),
             (Aim::NodeToken, _) => self.node_token.to_string(),
+            (Aim::Node, _) => "l40s-01".to_owned(),
             (Aim::CallersTenant | Aim::CallersOwn | Aim::Platform, _) => String::new(),
         }
     }
@@ -369,7 +389,7 @@ impl Objects {
             (_, Case::Missing) => None,
             (Aim::CallersTenant, _) => Some(who.tenant_id.map_or(Target::Platform, Target::Tenant)),
             (Aim::CallersOwn, _) => Some(Target::Owned { tenant_id: who.tenant_id, owner_id: who.user_id }),
-            (Aim::Platform | Aim::Maintenance | Aim::NodeToken, _) => Some(Target::Platform),
+            (Aim::Platform | Aim::Maintenance | Aim::NodeToken | Aim::Node, _) => Some(Target::Platform),
             (Aim::Environment | Aim::Token | Aim::SshKey, _) => Some(owned),
             (Aim::Tenant, _) => Some(Target::Tenant(self.tenants[i])),
         }

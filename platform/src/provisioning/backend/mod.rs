@@ -13,6 +13,7 @@ use std::pin::Pin;
 use berth_domain::catalog::Offering;
 use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::Step;
+use berth_domain::node_checks::{CheckKind, CheckLevel};
 use berth_domain::placement::Shape;
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
@@ -285,6 +286,27 @@ pub trait Backend: Send + Sync + 'static {
         Box::pin(async { Err(BackendError("this backend cannot show training logs yet".into())) })
     }
 
+    /// Whether [`Backend::run_check`] and [`Backend::run_repair`] do anything: the
+    /// platform refuses checks up front (writing nothing) on a backend that cannot run them.
+    fn runs_node_checks(&self) -> bool {
+        false
+    }
+
+    /// Runs one health check on a node and returns what its command printed (the
+    /// platform judges it with `domain::node_checks::evaluate`); an error when the command
+    /// could not be run at all.
+    fn run_check<'a>(&'a self, node: &'a CheckedNode, kind: CheckKind, level: CheckLevel) -> CheckFuture<'a> {
+        let _ = (node, kind, level);
+        Box::pin(async { Err(BackendError("this backend cannot run node checks yet".into())) })
+    }
+
+    /// Runs a repair tier's operator-configured command for a node (a GPU reset, a
+    /// Redfish call); the answer is its output.
+    fn run_repair<'a>(&'a self, node: &'a CheckedNode, command: &'a str) -> CheckFuture<'a> {
+        let _ = (node, command);
+        Box::pin(async { Err(BackendError("this backend cannot run repair commands yet".into())) })
+    }
+
     /// Runs an inference endpoint at [`Workload::replicas`], on the workload's units.
     /// `dropped` are units the endpoint no longer uses (scaling down): once this returns,
     /// nothing runs on them any more and their capacity may be released. Safe to repeat.
@@ -347,6 +369,19 @@ pub struct JobLogs {
 
 pub type UpstreamFuture<'a> = Pin<Box<dyn Future<Output = Result<Upstream, BackendError>> + Send + 'a>>;
 pub type JobLogsFuture<'a> = Pin<Box<dyn Future<Output = Result<JobLogs, BackendError>> + Send + 'a>>;
+pub type CheckFuture<'a> = Pin<Box<dyn Future<Output = Result<String, BackendError>> + Send + 'a>>;
+
+/// A node as a check or a repair sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckedNode {
+    pub name: String,
+    pub model: GpuModel,
+    pub gpus: u32,
+    /// What the NCCL test should reach here (GB/s), for backends that simulate it.
+    pub expected_bus_bandwidth: Option<f64>,
+    pub infiniband_rate: u32,
+}
+
 pub type ScaleFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + 'a>>;
 
 impl Workload {

@@ -6,6 +6,7 @@
 //! proxy reaches like any other upstream, and a training job writes log lines over time
 //! and ends with an exit status. See [`served`] for what those servers answer.
 
+mod checks;
 mod served;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -15,11 +16,13 @@ use std::time::Duration;
 
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::Step;
+use berth_domain::node_checks::{CheckKind, CheckLevel};
 use rand::Rng;
 
 use super::{
-    Backend, BackendError, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit,
-    RemoveFuture, ScaleFuture, StepFuture, StepOutput, Upstream, UpstreamFuture, Workload, workload_secret,
+    Backend, BackendError, CheckFuture, CheckedNode, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture,
+    OwnedObject, PlacedUnit, RemoveFuture, ScaleFuture, StepFuture, StepOutput, Upstream, UpstreamFuture, Workload,
+    workload_secret,
 };
 use crate::lock;
 
@@ -160,6 +163,7 @@ pub struct Simulated {
     config: Mutex<SimulatedConfig>,
     world: Arc<Mutex<World>>,
     running: Mutex<HashMap<String, Running>>,
+    node_faults: Mutex<checks::NodeFaults>,
 }
 
 impl Simulated {
@@ -168,7 +172,23 @@ impl Simulated {
             config: Mutex::new(config),
             world: Arc::new(Mutex::new(World::default())),
             running: Mutex::new(HashMap::new()),
+            node_faults: Mutex::new(checks::NodeFaults::default()),
         }
+    }
+
+    /// Makes `kind` fail on `node` until a repair fixes the node.
+    pub fn fail_check(&self, node: &str, kind: CheckKind) {
+        lock(&self.node_faults).fail(node, kind);
+    }
+
+    /// Makes repairs of `node` fix nothing: its failures stay through every tier.
+    pub fn make_stubborn(&self, node: &str) {
+        lock(&self.node_faults).make_stubborn(node);
+    }
+
+    /// The repair commands run on `node`, in order.
+    pub fn repairs_of(&self, node: &str) -> Vec<String> {
+        lock(&self.node_faults).repairs.get(node).cloned().unwrap_or_default()
     }
 
     /// Replaces the fault rules (tests change them between phases of a scenario).
@@ -379,6 +399,20 @@ impl Simulated {
 impl Backend for Simulated {
     fn name(&self) -> &'static str {
         "simulated"
+    }
+
+    fn runs_node_checks(&self) -> bool {
+        true
+    }
+
+    fn run_check<'a>(&'a self, node: &'a CheckedNode, kind: CheckKind, level: CheckLevel) -> CheckFuture<'a> {
+        let fail = lock(&self.node_faults).fails(&node.name, kind);
+        Box::pin(async move { Ok(checks::output(node, kind, level, fail)) })
+    }
+
+    fn run_repair<'a>(&'a self, node: &'a CheckedNode, command: &'a str) -> CheckFuture<'a> {
+        lock(&self.node_faults).repair(&node.name, command);
+        Box::pin(async move { Ok(format!("simulated: ran `{command}` for {}", node.name)) })
     }
 
     fn run<'a>(&'a self, workload: &'a Workload, step: Step) -> StepFuture<'a> {

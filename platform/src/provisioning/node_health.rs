@@ -1,0 +1,612 @@
+//! Nodes' health lifecycle (`domain::node_health`): acceptance and on-demand checks run
+//! through the backend, repairs up the operator's tiers, and every state change with who
+//! and why, audited.
+//!
+//! Each change of state is one write transaction: the node's row, a `node_state_changes`
+//! row (a trigger holds it to the node's new state) and an audit row. Checks run between
+//! two transactions, with no write turn held: the node is `testing` meanwhile, so placement
+//! (which offers only `available` nodes, `capacity::fleet`) gives it nothing new.
+//!
+//! Lives in provisioning because checks and repairs run on the backend; capacity reads
+//! the state this module writes.
+
+use berth_domain::Refusal;
+use berth_domain::gpu::GpuModel;
+use berth_domain::node_checks::{self, CheckKind, CheckLevel, CheckVerdict, Interconnect, NodeFacts};
+use berth_domain::node_health::{NodeEvent, NodeState, NodeStatus, next_status};
+use berth_domain::policy::{Action, Denied, Target};
+use sqlx::{Row, SqliteConnection};
+
+use super::backend::CheckedNode;
+use crate::audit::{self, Event, Outcome};
+use crate::{Caller, Error, Platform, now_ms};
+
+/// The most of a check's output kept (the start of it: where tools print their verdicts
+/// last, the summary line of the parsers already holds it).
+const MAX_RAW_OUTPUT: usize = 64 * 1024;
+/// The level acceptance runs at after a repair.
+pub const ACCEPTANCE_AFTER_REPAIR: CheckLevel = CheckLevel::Medium;
+/// InfiniBand rate every port must reach (NDR), Gb/s.
+const INFINIBAND_RATE: u32 = 400;
+
+/// A node's health as the fleet page and the API show it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeHealth {
+    pub node: String,
+    pub site: String,
+    pub model: GpuModel,
+    pub gpus: u32,
+    pub status: NodeStatus,
+    /// The name of the repair tier in progress (in repair) or last tried.
+    pub tier_name: Option<String>,
+    pub tiers: u32,
+    /// Unreleased bookings on the node now.
+    pub bookings_now: i64,
+    /// Newest first.
+    pub changes: Vec<NodeStateChange>,
+    /// Newest first, the last 20.
+    pub runs: Vec<CheckRun>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeStateChange {
+    pub from: NodeState,
+    pub to: NodeState,
+    pub tier: u32,
+    pub event: String,
+    pub reason: String,
+    /// The person's email; `None` when Berth itself moved the node.
+    pub by: Option<String>,
+    pub at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckRun {
+    pub id: i64,
+    pub level: String,
+    /// `acceptance` or `on_demand`.
+    pub purpose: String,
+    pub requested_by: Option<String>,
+    pub started_at: i64,
+    pub finished_at: Option<i64>,
+    pub passed: Option<bool>,
+    pub results: Vec<CheckResult>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CheckResult {
+    pub kind: String,
+    pub passed: bool,
+    pub measured: Option<f64>,
+    pub threshold: Option<f64>,
+    pub unit: String,
+    pub summary: String,
+    pub command: String,
+    pub raw_output: String,
+}
+
+/// A node's row, as the lifecycle needs it.
+struct NodeRow {
+    id: i64,
+    name: String,
+    site: String,
+    model: GpuModel,
+    gpus: u32,
+    nvlink: bool,
+    infiniband: bool,
+    status: NodeStatus,
+}
+
+async fn node_row(conn: &mut SqliteConnection, name: &str) -> Result<Option<NodeRow>, Error> {
+    let Some(row) = sqlx::query(
+        "SELECT n.id, n.name, s.name AS site, n.gpu_model, n.nvlink_domain IS NOT NULL AS nvlink,
+                n.ib_unit IS NOT NULL AS infiniband, n.state, n.repair_tier,
+                (SELECT count(*) FROM gpus g WHERE g.node_id = n.id AND g.in_service = 1) AS gpus
+         FROM nodes n JOIN sites s ON s.id = n.site_id WHERE n.name = ? AND n.in_service = 1",
+    )
+    .bind(name)
+    .fetch_optional(&mut *conn)
+    .await?
+    else {
+        return Ok(None);
+    };
+    let model: String = row.try_get("gpu_model")?;
+    let state: String = row.try_get("state")?;
+    Ok(Some(NodeRow {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        site: row.try_get("site")?,
+        model: GpuModel::parse(&model).ok_or_else(|| Error::internal(format!("unknown model {model}")))?,
+        gpus: u32::try_from(row.try_get::<i64, _>("gpus")?).unwrap_or(0),
+        nvlink: row.try_get("nvlink")?,
+        infiniband: row.try_get("infiniband")?,
+        status: NodeStatus {
+            state: NodeState::parse(&state).ok_or_else(|| Error::internal(format!("unknown node state {state}")))?,
+            tier: u32::try_from(row.try_get::<i64, _>("repair_tier")?).unwrap_or(0),
+        },
+    }))
+}
+
+/// Who holds the node now: `None` when nobody; `Some(Some(tenant))` when only that
+/// tenant's dedicated clusters do; `Some(None)` when anything else does.
+async fn holder(conn: &mut SqliteConnection, node_id: i64, now: i64) -> Result<Option<Option<i64>>, Error> {
+    let rows = sqlx::query(
+        "SELECT DISTINCT e.tenant_id, e.offering FROM reservations r
+         JOIN gpus g ON g.id = r.gpu_id JOIN environments e ON e.id = r.environment_id
+         WHERE g.node_id = ? AND r.released_at IS NULL AND r.starts_at <= ? AND r.ends_at > ?",
+    )
+    .bind(node_id)
+    .bind(now)
+    .bind(now)
+    .fetch_all(&mut *conn)
+    .await?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let mut tenants = Vec::new();
+    for row in rows {
+        let offering: String = row.try_get("offering")?;
+        let tenant: Option<i64> = row.try_get("tenant_id")?;
+        match tenant {
+            Some(t) if offering == "cluster" => tenants.push(t),
+            _ => return Ok(Some(None)),
+        }
+    }
+    tenants.dedup();
+    Ok(Some((tenants.len() == 1).then(|| tenants[0])))
+}
+
+/// Moves node `node_id` by `event` inside `tx`, writing the node, its change row and an
+/// audit row; refuses a move the lifecycle does not allow (reading the state in `tx`, so
+/// two writers cannot both move from the same state).
+async fn transition(
+    tx: &mut SqliteConnection,
+    caller: &Caller,
+    node: &NodeRow,
+    event: NodeEvent,
+    reason: &str,
+    by_person: bool,
+    tiers: u32,
+) -> Result<NodeStatus, Error> {
+    let state: String =
+        sqlx::query_scalar("SELECT state FROM nodes WHERE id = ?").bind(node.id).fetch_one(&mut *tx).await?;
+    let tier: i64 =
+        sqlx::query_scalar("SELECT repair_tier FROM nodes WHERE id = ?").bind(node.id).fetch_one(&mut *tx).await?;
+    let from = NodeStatus {
+        state: NodeState::parse(&state).ok_or_else(|| Error::internal(format!("unknown node state {state}")))?,
+        tier: u32::try_from(tier).unwrap_or(0),
+    };
+    let to = next_status(from, event, tiers)?;
+    let now = now_ms();
+    sqlx::query("UPDATE nodes SET state = ?, repair_tier = ? WHERE id = ?")
+        .bind(to.state.as_str())
+        .bind(i64::from(to.tier))
+        .bind(node.id)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query(
+        "INSERT INTO node_state_changes (node_id, from_state, to_state, repair_tier, event, reason, changed_by, changed_at)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(node.id)
+    .bind(from.state.as_str())
+    .bind(to.state.as_str())
+    .bind(i64::from(to.tier))
+    .bind(event.as_str())
+    .bind(reason)
+    .bind(by_person.then(|| caller.user_id()))
+    .bind(now)
+    .execute(&mut *tx)
+    .await?;
+    let target = format!("node:{}", node.name);
+    let detail = format!("{} -> {}{}: {reason}", from.state.as_str(), to.state.as_str(), tier_note(to));
+    let event = Event { action: "node.state", target: Some(&target), outcome: Outcome::Success, detail: Some(&detail) };
+    audit::record(tx, &caller.actor(), event).await?;
+    Ok(to)
+}
+
+fn tier_note(status: NodeStatus) -> String {
+    if status.state == NodeState::InRepair { format!(" (tier {})", status.tier) } else { String::new() }
+}
+
+/// A reason as people give it: trimmed, 1 to 500 characters.
+fn reason_of(text: &str) -> Result<&str, Error> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err(Refusal::InvalidReason("say why the node changes state").into());
+    }
+    if text.chars().count() > 500 {
+        return Err(Refusal::InvalidReason("must be at most 500 characters").into());
+    }
+    Ok(text)
+}
+
+impl Platform {
+    fn tiers(&self) -> u32 {
+        u32::try_from(self.repair_tiers.len()).unwrap_or(u32::MAX)
+    }
+
+    fn checked_node(&self, node: &NodeRow) -> CheckedNode {
+        CheckedNode {
+            name: node.name.clone(),
+            model: node.model,
+            gpus: node.gpus,
+            expected_bus_bandwidth: self.bandwidth.expected(&node.site, node.model, interconnect(node)),
+            infiniband_rate: INFINIBAND_RATE,
+        }
+    }
+
+    /// One node's state, its changes and its check runs. Platform staff only.
+    pub async fn node_health(&self, caller: &Caller, name: &str) -> Result<NodeHealth, Error> {
+        self.authorize(caller, Action::FleetRead, Target::Platform).await?;
+        self.read_node_health(name).await
+    }
+
+    async fn read_node_health(&self, name: &str) -> Result<NodeHealth, Error> {
+        let mut conn = self.db.acquire().await?;
+        let node = node_row(&mut conn, name).await?.ok_or(Error::NotFound)?;
+        let bookings_now: i64 = sqlx::query_scalar(
+            "SELECT count(DISTINCT r.environment_id) FROM reservations r JOIN gpus g ON g.id = r.gpu_id
+             WHERE g.node_id = ? AND r.released_at IS NULL AND r.starts_at <= ?2 AND r.ends_at > ?2",
+        )
+        .bind(node.id)
+        .bind(now_ms())
+        .fetch_one(&mut *conn)
+        .await?;
+        let changes = sqlx::query(
+            "SELECT c.from_state, c.to_state, c.repair_tier, c.event, c.reason, u.email, c.changed_at
+             FROM node_state_changes c LEFT JOIN users u ON u.id = c.changed_by
+             WHERE c.node_id = ? ORDER BY c.id DESC LIMIT 50",
+        )
+        .bind(node.id)
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|row| {
+            let state = |column: &str| -> Result<NodeState, Error> {
+                let text: String = row.try_get(column)?;
+                NodeState::parse(&text).ok_or_else(|| Error::internal(format!("unknown node state {text}")))
+            };
+            Ok(NodeStateChange {
+                from: state("from_state")?,
+                to: state("to_state")?,
+                tier: u32::try_from(row.try_get::<i64, _>("repair_tier")?).unwrap_or(0),
+                event: row.try_get("event")?,
+                reason: row.try_get("reason")?,
+                by: row.try_get("email")?,
+                at: row.try_get("changed_at")?,
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+        let mut runs = Vec::new();
+        let run_rows = sqlx::query(
+            "SELECT r.id, r.level, r.purpose, u.email, r.started_at, r.finished_at, r.passed
+             FROM node_check_runs r LEFT JOIN users u ON u.id = r.requested_by
+             WHERE r.node_id = ? ORDER BY r.id DESC LIMIT 20",
+        )
+        .bind(node.id)
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in run_rows {
+            let id: i64 = row.try_get("id")?;
+            runs.push(CheckRun {
+                id,
+                level: row.try_get("level")?,
+                purpose: row.try_get("purpose")?,
+                requested_by: row.try_get("email")?,
+                started_at: row.try_get("started_at")?,
+                finished_at: row.try_get("finished_at")?,
+                passed: row.try_get("passed")?,
+                results: check_results(&mut conn, id).await?,
+            });
+        }
+        let tier_name = (node.status.tier > 0)
+            .then(|| self.repair_tiers.get(node.status.tier as usize - 1).map(|t| t.name.clone()))
+            .flatten();
+        Ok(NodeHealth {
+            node: node.name,
+            site: node.site,
+            model: node.model,
+            gpus: node.gpus,
+            status: node.status,
+            tier_name,
+            tiers: self.tiers(),
+            bookings_now,
+            changes,
+            runs,
+        })
+    }
+
+    /// Moves a node by a platform admin's `event` (`drain`, `return_to_service`,
+    /// `start_repair`, `repair_done`, `repair_failed`, `retire`, `reinstate`) for `reason`.
+    /// A repair tier with a command runs it; a repair that is done is followed by acceptance
+    /// at once. Returns the node's health after it all.
+    pub async fn change_node_state(
+        &self,
+        caller: &Caller,
+        name: &str,
+        event: &str,
+        reason: &str,
+    ) -> Result<NodeHealth, Error> {
+        self.authorize(caller, Action::FleetManage, Target::Platform).await?;
+        let event = match NodeEvent::parse(event.trim()) {
+            Some(
+                e @ (NodeEvent::Drain
+                | NodeEvent::ReturnToService
+                | NodeEvent::StartRepair
+                | NodeEvent::RepairDone
+                | NodeEvent::RepairFailed
+                | NodeEvent::Retire
+                | NodeEvent::Reinstate),
+            ) => e,
+            // Acceptance starts by running checks; passes, failures and faults are the
+            // checks' to record.
+            _ => return Err(Refusal::InvalidReason("not an action on a node").into()),
+        };
+        let reason = reason_of(reason)?;
+        let node = {
+            let mut conn = self.db.acquire().await?;
+            node_row(&mut conn, name).await?.ok_or(Error::NotFound)?
+        };
+        // A repair ends in acceptance (and a tier may run a command): without a backend that
+        // runs them, refuse before the node moves rather than leave it testing.
+        if matches!(event, NodeEvent::StartRepair | NodeEvent::RepairDone) {
+            self.backend_for_checks()?;
+        }
+        let mut tx = self.begin_write().await?;
+        let to = transition(&mut tx, caller, &node, event, reason, true, self.tiers()).await?;
+        tx.commit_and(|| self.forget_fleet()).await?;
+
+        match (event, to.state) {
+            (NodeEvent::StartRepair, NodeState::InRepair) => {
+                let tier = self.repair_tiers[to.tier as usize - 1].clone();
+                if let Some(command) = &tier.command {
+                    let backend = self.backend_for_checks()?;
+                    let outcome = backend.run_repair(&self.checked_node(&node), command).await;
+                    let (event, why) = match outcome {
+                        Ok(_) => (NodeEvent::RepairDone, format!("tier {} ({}): `{command}` ran", to.tier, tier.name)),
+                        Err(e) => (
+                            NodeEvent::RepairFailed,
+                            format!("tier {} ({}): `{command}` failed: {e}", to.tier, tier.name),
+                        ),
+                    };
+                    let mut tx = self.begin_write().await?;
+                    let after = transition(&mut tx, caller, &node, event, &why, false, self.tiers()).await?;
+                    tx.commit_and(|| self.forget_fleet()).await?;
+                    if after.state == NodeState::Testing {
+                        self.acceptance(caller, &node, ACCEPTANCE_AFTER_REPAIR).await?;
+                    }
+                }
+            }
+            (NodeEvent::RepairDone, NodeState::Testing) => {
+                self.acceptance(caller, &node, ACCEPTANCE_AFTER_REPAIR).await?;
+            }
+            _ => {}
+        }
+        self.read_node_health(name).await
+    }
+
+    /// Runs the checks of `level` on a node. Platform admins: any node, and a level that
+    /// disturbs work only on a node nobody holds. Tenant admins: nodes only their tenant's
+    /// dedicated clusters hold. On a node nobody holds that is new, available or draining,
+    /// the run is acceptance (the node is testing meanwhile; it ends available or degraded);
+    /// otherwise it is a check on demand, whose failure degrades an available or draining
+    /// node and whose pass changes nothing.
+    pub async fn run_node_checks(&self, caller: &Caller, name: &str, level: &str) -> Result<CheckRun, Error> {
+        if caller.principal.reach(Action::FleetCheck).is_none() {
+            self.authorize(caller, Action::FleetCheck, Target::Platform).await?;
+        }
+        let node = {
+            let mut conn = self.db.acquire().await?;
+            node_row(&mut conn, name).await?.ok_or(Error::NotFound)?
+        };
+        let held = {
+            let mut conn = self.db.acquire().await?;
+            holder(&mut conn, node.id, now_ms()).await?
+        };
+        let target = match held {
+            Some(Some(tenant)) => Target::Tenant(tenant),
+            _ => Target::Platform,
+        };
+        if let Err(denied) = caller.principal.authorize(Action::FleetCheck, target) {
+            let refused = self.authorize(caller, Action::FleetCheck, target).await;
+            // A node out of a tenant admin's reach looks like one that does not exist.
+            return Err(match (denied, caller.principal.role.is_platform()) {
+                (Denied::OutOfReach, false) => Error::NotFound,
+                _ => refused.err().unwrap_or(Error::Forbidden),
+            });
+        }
+        let level = CheckLevel::parse(level)?;
+        if held.is_some() && level.disturbs_work() && caller.principal.role.is_platform() {
+            return Err(Refusal::NodeHeld(node.name.clone()).into());
+        }
+        self.backend_for_checks()?;
+        let acceptance =
+            held.is_none() && matches!(node.status.state, NodeState::New | NodeState::Available | NodeState::Draining);
+        if acceptance {
+            let mut tx = self.begin_write().await?;
+            let why = format!("acceptance checks at level {}", level.as_str());
+            transition(&mut tx, caller, &node, NodeEvent::StartAcceptance, &why, true, self.tiers()).await?;
+            tx.commit_and(|| self.forget_fleet()).await?;
+            self.acceptance(caller, &node, level).await
+        } else {
+            if node.status.state == NodeState::Testing {
+                return Err(Refusal::NodeTransition { state: NodeState::Testing.label(), event: "run checks" }.into());
+            }
+            self.check_run(caller, &node, level, false).await
+        }
+    }
+
+    /// Acceptance of a node already `testing`: the checks, then passed or failed.
+    async fn acceptance(&self, caller: &Caller, node: &NodeRow, level: CheckLevel) -> Result<CheckRun, Error> {
+        self.check_run(caller, node, level, true).await
+    }
+
+    /// Runs the checks and records them with their verdict's state change in one
+    /// transaction.
+    async fn check_run(
+        &self,
+        caller: &Caller,
+        node: &NodeRow,
+        level: CheckLevel,
+        acceptance: bool,
+    ) -> Result<CheckRun, Error> {
+        let backend = self.backend_for_checks()?;
+        let started_at = now_ms();
+        let checked = self.checked_node(node);
+        let facts = NodeFacts {
+            model: node.model,
+            gpus: node.gpus,
+            interconnect: interconnect(node),
+            expected_bus_bandwidth: checked.expected_bus_bandwidth,
+            infiniband_rate: checked.infiniband_rate,
+        };
+        let mut results = Vec::new();
+        for kind in node_checks::checks_for(level, node.gpus, node.infiniband) {
+            let command = kind.command(level, node.gpus);
+            let (verdict, raw) = match backend.run_check(&checked, kind, level).await {
+                Ok(raw) => match node_checks::evaluate(kind, &raw, &facts) {
+                    Ok(verdict) => (verdict, raw),
+                    Err(refusal) => (failed(kind, refusal.to_string()), raw),
+                },
+                Err(e) => (failed(kind, format!("could not run: {e}")), String::new()),
+            };
+            results.push(CheckResult {
+                kind: kind.as_str().to_owned(),
+                passed: verdict.passed,
+                measured: verdict.measured,
+                threshold: verdict.threshold,
+                unit: verdict.unit,
+                summary: verdict.summary,
+                command,
+                raw_output: truncate(raw),
+            });
+        }
+        let passed = results.iter().all(|r| r.passed);
+        let finished_at = now_ms();
+        let mut tx = self.begin_write().await?;
+        let run_id: i64 = sqlx::query_scalar(
+            "INSERT INTO node_check_runs (node_id, level, purpose, requested_by, started_at, finished_at, passed)
+             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(node.id)
+        .bind(level.as_str())
+        .bind(if acceptance { "acceptance" } else { "on_demand" })
+        .bind(caller.user_id())
+        .bind(started_at)
+        .bind(finished_at)
+        .bind(passed)
+        .fetch_one(&mut *tx)
+        .await?;
+        for r in &results {
+            sqlx::query(
+                "INSERT INTO node_check_results (run_id, kind, passed, measured, threshold, unit, summary, command, raw_output)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(run_id)
+            .bind(&r.kind)
+            .bind(r.passed)
+            .bind(r.measured)
+            .bind(r.threshold)
+            .bind(&r.unit)
+            .bind(&r.summary)
+            .bind(&r.command)
+            .bind(&r.raw_output)
+            .execute(&mut *tx)
+            .await?;
+        }
+        let failures: Vec<String> =
+            results.iter().filter(|r| !r.passed).map(|r| format!("{}: {}", r.kind, r.summary)).collect();
+        let why = if passed {
+            format!("check run {run_id} at level {} passed", level.as_str())
+        } else {
+            format!("check run {run_id} failed: {}", failures.join("; "))
+        };
+        let why: String = why.chars().take(500).collect();
+        let target = format!("node:{}", node.name);
+        let event = Event {
+            action: "node.check",
+            target: Some(&target),
+            outcome: if passed { Outcome::Success } else { Outcome::Failure },
+            detail: Some(&why),
+        };
+        audit::record(&mut tx, &caller.actor(), event).await?;
+        let current: String =
+            sqlx::query_scalar("SELECT state FROM nodes WHERE id = ?").bind(node.id).fetch_one(&mut *tx).await?;
+        let verdict = match (acceptance, passed, current.as_str()) {
+            (true, true, _) => Some(NodeEvent::AcceptancePassed),
+            (true, false, _) => Some(NodeEvent::AcceptanceFailed),
+            (false, false, "available" | "draining") => Some(NodeEvent::Fault),
+            _ => None,
+        };
+        if let Some(event) = verdict {
+            transition(&mut tx, caller, node, event, &why, false, self.tiers()).await?;
+        }
+        tx.commit_and(|| self.forget_fleet()).await?;
+        let requested_by: Option<String> = sqlx::query_scalar("SELECT email FROM users WHERE id = ?")
+            .bind(caller.user_id())
+            .fetch_optional(&self.db)
+            .await?;
+        Ok(CheckRun {
+            id: run_id,
+            level: level.as_str().to_owned(),
+            purpose: if acceptance { "acceptance" } else { "on_demand" }.to_owned(),
+            requested_by,
+            started_at,
+            finished_at: Some(finished_at),
+            passed: Some(passed),
+            results,
+        })
+    }
+
+    fn backend_for_checks(&self) -> Result<std::sync::Arc<dyn super::backend::Backend>, Error> {
+        match self.backend() {
+            Ok(backend) if backend.runs_node_checks() => Ok(backend),
+            _ => Err(Refusal::NodeChecksUnsupported.into()),
+        }
+    }
+}
+
+fn interconnect(node: &NodeRow) -> Interconnect {
+    if node.nvlink { Interconnect::Nvlink } else { Interconnect::Pcie }
+}
+
+fn failed(kind: CheckKind, summary: String) -> CheckVerdict {
+    CheckVerdict { kind, passed: false, measured: None, threshold: None, unit: String::new(), summary }
+}
+
+fn truncate(mut raw: String) -> String {
+    if raw.len() > MAX_RAW_OUTPUT {
+        let mut end = MAX_RAW_OUTPUT;
+        while !raw.is_char_boundary(end) {
+            end -= 1;
+        }
+        raw.truncate(end);
+        raw.push_str("\n[… cut at 64 KiB]");
+    }
+    raw
+}
+
+async fn check_results(conn: &mut SqliteConnection, run_id: i64) -> Result<Vec<CheckResult>, Error> {
+    sqlx::query(
+        "SELECT kind, passed, measured, threshold, unit, summary, command, raw_output
+         FROM node_check_results WHERE run_id = ? ORDER BY id",
+    )
+    .bind(run_id)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|row| {
+        Ok(CheckResult {
+            kind: row.try_get("kind")?,
+            passed: row.try_get("passed")?,
+            measured: row.try_get("measured")?,
+            threshold: row.try_get("threshold")?,
+            unit: row.try_get("unit")?,
+            summary: row.try_get("summary")?,
+            command: row.try_get("command")?,
+            raw_output: row.try_get("raw_output")?,
+        })
+    })
+    .collect()
+}

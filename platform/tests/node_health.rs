@@ -1,0 +1,369 @@
+//! Nodes' health lifecycle as operators and bookers see it: acceptance before bookings,
+//! a failed check degrading a node, repairs up the tiers, draining, retirement, and who
+//! may run checks.
+#![allow(clippy::expect_used, clippy::unwrap_used)] // helpers of tests stop the test with their message
+
+mod common;
+
+use berth_domain::Refusal;
+use berth_domain::fleet::FleetSpec;
+use berth_domain::lifecycle::EnvState;
+use berth_domain::node_checks::CheckKind;
+use berth_domain::node_health::NodeState;
+use berth_domain::policy::Role;
+use berth_domain::tenancy::Isolation;
+use berth_platform::{Caller, Error};
+use common::{TestBerth, test_meta};
+use sqlx::SqlitePool;
+
+/// One A100 node that arrives needing acceptance, and two 8-GPU H100 nodes with
+/// InfiniBand for dedicated clusters (the small fleet's 2-GPU H100 nodes leave service, so
+/// a cluster lands on a node with InfiniBand).
+fn fleet_with_arrivals() -> FleetSpec {
+    let fleet = r#"
+[[site]]
+name = "test-1"
+[[site.pool]]
+prefix = "a100"
+model = "A100-80GB"
+nodes = 1
+gpus_per_node = 8
+nvlink = true
+acceptance = true
+[[site.pool]]
+prefix = "big"
+model = "H100-80GB"
+nodes = 2
+gpus_per_node = 8
+nvlink = true
+ib_rails = 8
+"#;
+    FleetSpec::parse(fleet).expect("fleet")
+}
+
+async fn berth_with_arrivals(pool: SqlitePool) -> TestBerth {
+    let berth = TestBerth::new(pool).await;
+    berth.platform.sync_fleet(&fleet_with_arrivals()).await.expect("sync");
+    berth
+}
+
+async fn state_of(berth: &TestBerth, node: &str) -> (String, i64) {
+    sqlx::query_as("SELECT state, repair_tier FROM nodes WHERE name = ?")
+        .bind(node)
+        .fetch_one(berth.platform.db())
+        .await
+        .expect("node")
+}
+
+/// Unreleased reservations on `node`.
+async fn reservations_on(berth: &TestBerth, node: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT count(*) FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE n.name = ? AND r.released_at IS NULL",
+    )
+    .bind(node)
+    .fetch_one(berth.platform.db())
+    .await
+    .expect("count")
+}
+
+fn no_capacity(result: Result<berth_platform::capacity::environments::Environment, Error>) -> bool {
+    matches!(result, Err(Error::Refused(Refusal::NoCapacity { .. })))
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_node_failing_acceptance_never_takes_a_booking_and_does_after_repair(pool: SqlitePool) {
+    let berth = berth_with_arrivals(pool).await;
+    let admin = berth.admin().await;
+    assert_eq!(state_of(&berth, "a100-01").await, ("new".into(), 0), "a pool with acceptance starts new");
+    assert_eq!(state_of(&berth, "big-01").await.0, "available", "other fleet nodes start in service");
+    assert!(no_capacity(berth.launch("training", "a100-8", "too-early").await), "a new node takes no booking");
+
+    berth.backend.fail_check("a100-01", CheckKind::NcclBandwidth);
+    let run = berth.platform.run_node_checks(&admin, "a100-01", "medium").await.expect("acceptance");
+    assert_eq!((run.purpose.as_str(), run.passed), ("acceptance", Some(false)));
+    let nccl = run.results.iter().find(|r| r.kind == "nccl_bandwidth").expect("the NCCL check ran");
+    assert!(!nccl.passed);
+    assert_eq!(nccl.threshold, Some(230.0 * 0.9), "A100 over NVLink: 90% of 230 GB/s");
+    assert!(nccl.measured.unwrap() < 207.0, "{nccl:?}");
+    assert!(nccl.raw_output.contains("# Avg bus bandwidth"), "the raw output is kept");
+    assert!(run.results.iter().filter(|r| r.kind != "nccl_bandwidth").all(|r| r.passed), "{:?}", run.results);
+    assert_eq!(state_of(&berth, "a100-01").await, ("degraded".into(), 0));
+    assert!(no_capacity(berth.launch("training", "a100-8", "on-degraded").await), "a degraded node takes nothing");
+    assert_eq!(reservations_on(&berth, "a100-01").await, 0);
+
+    // Tier 1 is a command (a GPU reset), which fixes the simulated node; acceptance follows.
+    let health = berth
+        .platform
+        .change_node_state(&admin, "a100-01", "start_repair", "NCCL bandwidth low")
+        .await
+        .expect("repair");
+    assert_eq!(berth.backend.repairs_of("a100-01"), vec!["nvidia-smi --gpu-reset".to_owned()]);
+    assert_eq!(health.status.state, NodeState::Available, "{:#?}", health.changes);
+    assert_eq!(health.runs.len(), 2);
+    assert_eq!(health.runs[0].passed, Some(true));
+    // Newest first: passed, repair done (Berth), repair started (the admin), failed, testing.
+    let moves: Vec<(NodeState, Option<String>)> = health.changes.iter().map(|c| (c.to, c.by.clone())).collect();
+    let admin_email = Some("root@example.com".to_owned());
+    assert_eq!(
+        moves,
+        vec![
+            (NodeState::Available, None),
+            (NodeState::Testing, None),
+            (NodeState::InRepair, admin_email.clone()),
+            (NodeState::Degraded, None),
+            (NodeState::Testing, admin_email),
+        ]
+    );
+    assert!(health.changes[3].reason.contains("nccl_bandwidth"), "{}", health.changes[3].reason);
+
+    let env = berth.launch("training", "a100-8", "after-repair").await.expect("the repaired node takes bookings");
+    berth.wait_for(&env.id, EnvState::Ready).await;
+    assert_eq!(reservations_on(&berth, "a100-01").await, 8);
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_events WHERE action IN ('node.state', 'node.check') AND target = 'node:a100-01'",
+    )
+    .fetch_one(berth.platform.db())
+    .await
+    .unwrap();
+    assert_eq!(audited, 5 + 2, "every change and every check run is audited");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_node_that_no_repair_fixes_climbs_every_tier_and_is_retired(pool: SqlitePool) {
+    let berth = berth_with_arrivals(pool).await;
+    let admin = berth.admin().await;
+    berth.backend.fail_check("a100-01", CheckKind::MemoryErrors);
+    berth.backend.make_stubborn("a100-01");
+    berth.platform.run_node_checks(&admin, "a100-01", "quick").await.expect("acceptance");
+    assert_eq!(state_of(&berth, "a100-01").await, ("degraded".into(), 0));
+    let change = |event: &'static str| {
+        let (platform, admin) = (berth.platform.clone(), admin.clone());
+        async move { platform.change_node_state(&admin, "a100-01", event, "still failing").await }
+    };
+    // Tiers 1 and 2 are commands: each runs, acceptance fails again, degraded at that tier.
+    for tier in 1..=2 {
+        change("start_repair").await.expect("repair");
+        assert_eq!(state_of(&berth, "a100-01").await, ("degraded".into(), tier));
+    }
+    // Tier 3 (reimage) is manual: the node waits in repair until a person says how it went.
+    let health = change("start_repair").await.expect("manual tier");
+    assert_eq!((health.status.state, health.status.tier), (NodeState::InRepair, 3));
+    assert_eq!(health.tier_name.as_deref(), Some("reimage"));
+    change("repair_done").await.expect("done, then acceptance");
+    assert_eq!(state_of(&berth, "a100-01").await, ("degraded".into(), 3));
+    change("start_repair").await.expect("tier 4");
+    change("repair_failed").await.expect("the vendor gave up");
+    assert_eq!(state_of(&berth, "a100-01").await, ("degraded".into(), 4));
+    let health = change("start_repair").await.expect("no tier left");
+    assert_eq!(health.status.state, NodeState::Retired);
+    assert_eq!(berth.backend.repairs_of("a100-01").len(), 2, "manual tiers run no command");
+    assert!(matches!(change("drain").await, Err(Error::Refused(Refusal::NodeTransition { .. }))));
+    // A person brings it back: new again, so acceptance comes first.
+    assert_eq!(change("reinstate").await.expect("reinstate").status.state, NodeState::New);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_draining_node_keeps_its_bookings_and_takes_nothing_new(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    let first = berth.launch("training", "h100-1", "first").await.expect("launch");
+    let node: String = sqlx::query_scalar(
+        "SELECT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ?",
+    )
+    .bind(&first.id)
+    .fetch_one(berth.platform.db())
+    .await
+    .unwrap();
+    let health = berth.platform.change_node_state(&admin, &node, "drain", "firmware update").await.expect("drain");
+    assert_eq!(health.status.state, NodeState::Draining);
+    assert_eq!(health.bookings_now, 1);
+    assert_eq!(health.changes[0].reason, "firmware update");
+    // The other H100 node has two GPUs; nothing goes to the draining one.
+    for name in ["second", "third"] {
+        berth.launch("training", "h100-1", name).await.expect("the other node");
+    }
+    assert!(no_capacity(berth.launch("training", "h100-1", "fourth").await));
+    assert_eq!(reservations_on(&berth, &node).await, 1);
+    berth.wait_for(&first.id, EnvState::Ready).await;
+
+    // Checks that take every GPU wait until nobody holds the node.
+    let held = berth.platform.run_node_checks(&admin, &node, "medium").await;
+    assert!(matches!(held, Err(Error::Refused(Refusal::NodeHeld(_)))), "{held:?}");
+    assert!(berth.platform.change_node_state(&admin, &node, "drain", "again").await.is_err());
+    berth.platform.change_node_state(&admin, &node, "return_to_service", "update postponed").await.expect("back");
+    berth.launch("training", "h100-1", "fourth").await.expect("back in service");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_failed_check_on_demand_degrades_a_held_node_and_its_booking_keeps_running(pool: SqlitePool) {
+    let berth = berth_with_arrivals(pool).await;
+    let admin = berth.admin().await;
+    let env = berth.launch("cluster", "h100-node-1", "cluster").await.expect("launch");
+    berth.wait_for(&env.id, EnvState::Ready).await;
+    let node: String = sqlx::query_scalar(
+        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ?",
+    )
+    .bind(&env.id)
+    .fetch_one(berth.platform.db())
+    .await
+    .unwrap();
+    berth.backend.fail_check(&node, CheckKind::Infiniband);
+    let run = berth.platform.run_node_checks(&admin, &node, "quick").await.expect("quick on a held node");
+    assert_eq!((run.purpose.as_str(), run.passed), ("on_demand", Some(false)));
+    let ib = run.results.iter().find(|r| r.kind == "infiniband").expect("a node with InfiniBand gets ibstat");
+    assert_eq!(ib.summary, "mlx5_2 port 1: Down/Polling at 10");
+    assert_eq!(state_of(&berth, &node).await.0, "degraded");
+    assert_eq!(berth.platform.environment_of(&berth.caller, &env.id).await.unwrap().state, EnvState::Ready);
+    assert_eq!(reservations_on(&berth, &node).await, 8, "what the node holds stays");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn tenant_admins_check_only_nodes_their_dedicated_cluster_holds(pool: SqlitePool) {
+    let berth = berth_with_arrivals(pool).await;
+    let env = berth.launch("cluster", "h100-node-1", "cluster").await.expect("launch");
+    let held: String = sqlx::query_scalar(
+        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ?",
+    )
+    .bind(&env.id)
+    .fetch_one(berth.platform.db())
+    .await
+    .unwrap();
+    let free = if held == "big-01" { "big-02" } else { "big-01" };
+    let admin_a = berth.user_with("lead@example.com", Role::TenantAdmin).await;
+    let member_a = berth.caller.clone();
+    let tenant_b = berth.platform.ensure_tenant("globex", "Globex", Isolation::Soft).await.unwrap();
+    let admin_b: Caller = berth
+        .platform
+        .create_user("boss@globex.example", "Boss", "a long passphrase", Role::TenantAdmin, Some(tenant_b))
+        .await
+        .unwrap()
+        .caller(test_meta());
+
+    let run = berth.platform.run_node_checks(&admin_a, &held, "quick").await.expect("their own node");
+    assert_eq!((run.purpose.as_str(), run.passed), ("on_demand", Some(true)));
+    for (who, node) in [(&admin_b, held.as_str()), (&admin_a, free), (&admin_a, "no-such-node")] {
+        let refused = berth.platform.run_node_checks(who, node, "quick").await;
+        assert!(matches!(refused, Err(Error::NotFound)), "{node}: {refused:?}");
+    }
+    let member = berth.platform.run_node_checks(&member_a, &held, "quick").await;
+    assert!(matches!(member, Err(Error::Forbidden)), "{member:?}");
+    let denials: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'fleet.check' AND outcome = 'denied'")
+            .fetch_one(berth.platform.db())
+            .await
+            .unwrap();
+    assert_eq!(denials, 3, "every denial on a node that exists is audited");
+    assert!(matches!(berth.platform.change_node_state(&admin_a, &held, "drain", "mine").await, Err(Error::Forbidden)));
+    assert!(matches!(berth.platform.node_health(&admin_a, &held).await, Err(Error::Forbidden)));
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn bad_input_is_refused_and_writes_nothing(pool: SqlitePool) {
+    let berth = berth_with_arrivals(pool).await;
+    let admin = berth.admin().await;
+    let level = berth.platform.run_node_checks(&admin, "big-01", "extreme").await;
+    assert!(matches!(level, Err(Error::Refused(Refusal::InvalidCheckLevel(_)))), "{level:?}");
+    let reason = berth.platform.change_node_state(&admin, "big-01", "drain", "  ").await;
+    assert!(matches!(reason, Err(Error::Refused(Refusal::InvalidReason(_)))), "{reason:?}");
+    let event = berth.platform.change_node_state(&admin, "big-01", "acceptance_passed", "trust me").await;
+    assert!(matches!(event, Err(Error::Refused(_))), "{event:?}");
+    let missing = berth.platform.change_node_state(&admin, "nope", "drain", "why").await;
+    assert!(matches!(missing, Err(Error::NotFound)));
+    let writes: i64 =
+        sqlx::query_scalar("SELECT (SELECT count(*) FROM node_state_changes) + (SELECT count(*) FROM node_check_runs)")
+            .fetch_one(berth.platform.db())
+            .await
+            .unwrap();
+    assert_eq!(writes, 0);
+    assert_eq!(state_of(&berth, "big-01").await.0, "available");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_database_keeps_state_changes_true_and_append_only(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    let db = berth.platform.db();
+    let untrue = sqlx::query(
+        "INSERT INTO node_state_changes (node_id, from_state, to_state, repair_tier, event, reason, changed_at)
+         SELECT id, 'available', 'retired', 0, 'retire', 'sneaky', 0 FROM nodes WHERE name = 'h100-01'",
+    )
+    .execute(db)
+    .await;
+    assert!(untrue.is_err(), "a change row must describe the node's state");
+    berth.platform.change_node_state(&admin, "h100-01", "drain", "cabling").await.expect("drain");
+    for statement in ["UPDATE node_state_changes SET reason = 'nothing'", "DELETE FROM node_state_changes"] {
+        assert!(sqlx::query(statement).execute(db).await.is_err(), "{statement}");
+    }
+    let tiered = sqlx::query("UPDATE nodes SET repair_tier = 2 WHERE name = 'h100-02'").execute(db).await;
+    assert!(tiered.is_err(), "an available node has no repair tier");
+}
+
+/// Random lifecycle moves, checks with injected failures, launches and stops on the two
+/// H100 nodes: every booking that was placed sits on a node that was available when it
+/// was placed (launches run one at a time here, so "now" is "when it was placed").
+#[sqlx::test(migrations = "../migrations")]
+async fn random_moves_never_place_a_booking_on_a_node_that_is_not_available(pool: SqlitePool) {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    let mut rng = StdRng::seed_from_u64(16);
+    let nodes = ["h100-01", "h100-02"];
+    // Recovery is likelier than harm, so nodes come back and bookings keep being placed.
+    let events = [
+        "drain",
+        "return_to_service",
+        "return_to_service",
+        "start_repair",
+        "start_repair",
+        "repair_done",
+        "repair_done",
+        "repair_failed",
+        "retire",
+        "reinstate",
+        "reinstate",
+    ];
+    let mut live = Vec::new();
+    let mut placed = 0;
+    for i in 0..300 {
+        let node = nodes[rng.random_range(0..nodes.len())];
+        match rng.random_range(0..6) {
+            0 => {
+                let event = events[rng.random_range(0..events.len())];
+                let _ = berth.platform.change_node_state(&admin, node, event, "random walk").await;
+            }
+            1 => {
+                if rng.random_bool(0.2) {
+                    berth.backend.fail_check(node, CheckKind::MemoryErrors);
+                }
+                let _ = berth.platform.run_node_checks(&admin, node, "quick").await;
+            }
+            2 if !live.is_empty() => {
+                let id: String = live.swap_remove(rng.random_range(0..live.len()));
+                if berth.platform.stop(&berth.caller, &id).await.is_ok() {
+                    berth.wait_for(&id, EnvState::Released).await;
+                }
+            }
+            _ => {
+                let Ok(env) = berth.launch("training", "h100-1", &format!("walk-{i}")).await else { continue };
+                placed += 1;
+                let states: Vec<String> = sqlx::query_scalar(
+                    "SELECT n.state FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+                     WHERE r.environment_id = ?",
+                )
+                .bind(&env.id)
+                .fetch_all(berth.platform.db())
+                .await
+                .unwrap();
+                assert_eq!(states, ["available"], "step {i}: {} placed on a node that is not available", env.name);
+                live.push(env.id);
+            }
+        }
+    }
+    assert!(placed >= 10, "the walk placed bookings ({placed})");
+}
