@@ -28,7 +28,6 @@ use clap::Parser;
 use http::{Request, StatusCode, header};
 use rand::{Rng, SeedableRng};
 use router::{PASSWORD, percentiles, send, sign_in};
-use tower::ServiceExt;
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");

@@ -17,13 +17,16 @@ mod seed;
 use std::time::Instant;
 
 use axum::body::Body;
+use berth_domain::booking::HOUR_MS;
 use berth_domain::metering::{Month, this_month};
 use berth_domain::policy::Role;
 use berth_platform::{Platform, store};
 use berth_server::cli::{Cli, Command};
 use clap::Parser;
 use http::{Request, header};
+use rand::{Rng, SeedableRng};
 use router::{PASSWORD, percentiles, send, sign_in};
+use sqlx::SqlitePool;
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
@@ -50,7 +53,7 @@ fn main() {
         // Last month: every unit ran and was released in it, so the page counts all of them.
         let month: Month = this_month().previous();
         let seeding = Instant::now();
-        let tenant = seed::seed_usage(&pool, rows, month).await;
+        let tenant = seed_usage(&pool, rows, month).await;
         println!(
             "== usage page: tenant {tenant} with {rows} ledger rows in {} (seeded in {:.1} s)",
             month.title(),
@@ -94,4 +97,118 @@ fn main() {
         }
         println!("GET /usage.csv?by=environment ({lines} lines): {}", percentiles(&mut times));
     });
+}
+
+/// `units` capacity units of one tenant ("bench", 10 projects, 50 members) that ran and were
+/// released within `month` (whole GPUs and 3g slices), with their usage ledger rows as
+/// booking and provisioning write them: what a busy tenant's usage page reads. Answers the
+/// tenant's slug.
+async fn seed_usage(pool: &SqlitePool, units: usize, month: Month) -> &'static str {
+    let now = berth_platform::now_ms();
+    let tenant: i64 = sqlx::query_scalar(
+        "INSERT INTO tenants (slug, name, isolation, status, created_at) VALUES ('bench', 'Bench', 'soft', 'active', 0)
+         RETURNING id",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("tenant");
+    let mut tx = pool.begin().await.expect("tx");
+    let mut projects = Vec::new();
+    for p in 0..10 {
+        let id: i64 =
+            sqlx::query_scalar("INSERT INTO projects (tenant_id, name, created_at) VALUES (?, ?, 0) RETURNING id")
+                .bind(tenant)
+                .bind(format!("project-{p}"))
+                .fetch_one(&mut *tx)
+                .await
+                .expect("project");
+        projects.push(id);
+    }
+    let mut people = Vec::new();
+    for m in 0..50 {
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO users (email, display_name, role, tenant_id, created_at)
+             VALUES (?, ?, 'member', ?, 0) RETURNING id",
+        )
+        .bind(format!("member-{m}@bench"))
+        .bind(format!("Member {m}"))
+        .bind(tenant)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("member");
+        people.push(id);
+    }
+    let gpus: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, model FROM gpus ORDER BY id").fetch_all(&mut *tx).await.expect("gpus");
+    let (month_start, month_end) = month.span();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(17);
+    for unit in 0..units {
+        let hours = rng.random_range(1..48);
+        let start = month_start + rng.random_range(0..(month_end - month_start - hours * HOUR_MS) / HOUR_MS) * HOUR_MS;
+        let end = start + hours * HOUR_MS;
+        // Some stop early, as people do.
+        let released = if rng.random_bool(0.3) { start + (end - start) / 2 } else { end };
+        let (gpu, model) = &gpus[unit % gpus.len()];
+        let mig = rng.random_bool(0.3);
+        let (size, cents, slice_size, profile, parts, part_of) =
+            if mig { ("h100-3g.40gb", 155, 4, Some("3g"), 3, 7) } else { ("h100-1", 320, 8, None, 8, 8) };
+        let (project, owner) = (projects[unit % projects.len()], people[unit % people.len()]);
+        let id = format!("usage-{unit}");
+        sqlx::query(
+            "INSERT INTO environments (id, owner_id, tenant_id, project_id, name, offering, size_id, cents_per_hour, state,
+                 desired, created_at, starts_at, ends_at, state_changed_at, finished_at, held_at)
+             VALUES (?1, ?2, ?3, ?4, ?1, 'training', ?5, ?6, 'released', 'released', ?7, ?7, ?8, ?9, ?9, ?7)",
+        )
+        .bind(&id)
+        .bind(owner)
+        .bind(tenant)
+        .bind(project)
+        .bind(size)
+        .bind(cents)
+        .bind(start)
+        .bind(end)
+        .bind(released)
+        .execute(&mut *tx)
+        .await
+        .expect("environment");
+        let reservation: i64 = sqlx::query_scalar(
+            "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at,
+                 released_at)
+             VALUES (?, ?, 0, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(&id)
+        .bind(gpu)
+        .bind(slice_size)
+        .bind(profile)
+        .bind(start)
+        .bind(end)
+        .bind(released)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("reservation");
+        sqlx::query(
+            "INSERT INTO usage_ledger (reservation_id, environment_id, tenant_id, project_id, owner_id, offering, size_id,
+                 gpu_model, mig_profile, tier, gpu_parts, gpu_part_of, size_cents_per_hour, units_per_copy, booked_at,
+                 held_from)
+             VALUES (?, ?, ?, ?, ?, 'training', ?, ?, ?, 'guaranteed', ?, ?, ?, 1, ?, ?)",
+        )
+        .bind(reservation)
+        .bind(&id)
+        .bind(tenant)
+        .bind(project)
+        .bind(owner)
+        .bind(size)
+        .bind(model)
+        .bind(profile)
+        .bind(parts)
+        .bind(part_of)
+        .bind(cents)
+        .bind(start.min(now))
+        .bind(start)
+        .execute(&mut *tx)
+        .await
+        .expect("ledger");
+    }
+    tx.commit().await.expect("commit");
+    "bench"
 }

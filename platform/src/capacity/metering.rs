@@ -457,15 +457,14 @@ impl Platform {
             }
             None => None,
         };
-        let rows: Vec<(i64, i64, Option<i64>, i64, bool, String, String, Option<String>)> = sqlx::query_as(
-            "SELECT b.id, b.tenant_id, b.project_id, b.cents_per_month, b.warn_only, t.name, t.slug, p.name
-             FROM budgets b JOIN tenants t ON t.id = b.tenant_id LEFT JOIN projects p ON p.id = b.project_id
+        let rows: Vec<BudgetRow> = sqlx::query_as(&format!(
+            "SELECT {BUDGET_COLUMNS} FROM {BUDGET_TABLES}
              WHERE t.status <> 'deleted'
                AND (?1 OR b.tenant_id = ?2
                     OR (b.tenant_id = ?3 AND (b.project_id IS NULL
                         OR b.project_id IN (SELECT project_id FROM project_members WHERE user_id = ?4))))
-             ORDER BY t.name, b.project_id IS NOT NULL, p.name",
-        )
+             ORDER BY t.name, b.project_id IS NOT NULL, p.name"
+        ))
         .bind(scope.all)
         .bind(scope.tenant_id)
         .bind(member_tenant)
@@ -473,7 +472,7 @@ impl Platform {
         .fetch_all(&mut *conn)
         .await?;
         let mut statuses = Vec::with_capacity(rows.len());
-        for (id, tenant_id, project_id, cents_per_month, warn_only, tenant, slug, project) in rows {
+        for BudgetRow { id, tenant_id, project_id, cents_per_month, warn_only, tenant, slug, project } in rows {
             let units = budget_units(conn, tenant_id, project_id, month).await?;
             let spent_cents = month_cents(&units, month, |u| u.charged(self.charging, counted_to));
             let committed_cents = month_cents(&units, month, |u| u.committed(self.charging));
@@ -515,12 +514,11 @@ impl Platform {
         cost: BookingCost,
     ) -> Result<(), Error> {
         let Some(tenant_id) = booker.tenant_id else { return Ok(()) };
-        let budgets: Vec<(i64, Option<i64>, i64, bool, String, Option<String>)> = sqlx::query_as(
-            "SELECT b.id, b.project_id, b.cents_per_month, b.warn_only, t.name, p.name
-             FROM budgets b JOIN tenants t ON t.id = b.tenant_id LEFT JOIN projects p ON p.id = b.project_id
+        let budgets: Vec<BudgetRow> = sqlx::query_as(&format!(
+            "SELECT {BUDGET_COLUMNS} FROM {BUDGET_TABLES}
              WHERE b.tenant_id = ? AND (b.project_id IS NULL OR b.project_id IS ?)
-             ORDER BY b.project_id IS NULL",
-        )
+             ORDER BY b.project_id IS NULL"
+        ))
         .bind(tenant_id)
         .bind(booker.project_id)
         .fetch_all(&mut *conn)
@@ -531,7 +529,7 @@ impl Platform {
         let whole = |from: i64, to: i64| to_cents(cost.copies * unit_charge(to - from, cost.cents_per_hour, 1));
         let total = whole(cost.window.starts_at, cost.window.ends_at);
         let mut marks = Vec::new();
-        for (id, project_id, cents_per_month, warn_only, tenant, project) in budgets {
+        for BudgetRow { id, project_id, cents_per_month, warn_only, tenant, project, .. } in budgets {
             let of = match project {
                 Some(name) => BudgetOf::Project(name),
                 None => BudgetOf::Tenant(tenant),
@@ -685,6 +683,24 @@ impl Platform {
         (reach.is_some(), reach == Some(Reach::All))
     }
 }
+
+/// A budget as stored, with its tenant's and project's names.
+#[derive(Debug, Clone, FromRow)]
+struct BudgetRow {
+    id: i64,
+    tenant_id: i64,
+    project_id: Option<i64>,
+    cents_per_month: i64,
+    warn_only: bool,
+    tenant: String,
+    slug: String,
+    project: Option<String>,
+}
+
+const BUDGET_COLUMNS: &str =
+    "b.id, b.tenant_id, b.project_id, b.cents_per_month, b.warn_only, t.name AS tenant, t.slug, p.name AS project";
+const BUDGET_TABLES: &str =
+    "budgets b JOIN tenants t ON t.id = b.tenant_id LEFT JOIN projects p ON p.id = b.project_id";
 
 /// What a booking (or the part an extension or a scale-up adds) would cost: `copies` of a
 /// size at `cents_per_hour` for `window`.
