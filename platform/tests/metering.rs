@@ -210,6 +210,11 @@ async fn used_time_is_charged_from_provisioning_to_release(pool: SqlitePool) {
     // A 3g slice of an H100 at $1.55 an hour; 3/7 of a GPU.
     assert_eq!(line.cents, to_cents(unit_charge(held, 155, 1)));
     assert!((line.gpu_hours - held as f64 / HOUR_MS as f64 * 3.0 / 7.0).abs() < 1e-12);
+    // The operator's counters (`/metrics`) say the same.
+    let totals = berth.platform.usage_totals().await.unwrap();
+    let vision = totals.iter().find(|t| (t.tenant.as_str(), t.project.as_str()) == ("acme", "vision")).unwrap();
+    assert_eq!(vision.cents, line.cents);
+    assert!((vision.gpu_hours - line.gpu_hours).abs() < 1e-12);
     // Dana sees it as her own; another member of the tenant does not.
     let own = berth.platform.usage_report(&berth.caller, month, UsageBy::Person, None).await.unwrap();
     assert_eq!(own.lines.iter().map(|l| l.key.as_str()).collect::<Vec<_>>(), vec!["dana@example.com"]);

@@ -350,10 +350,16 @@ async fn readyz(State(platform): State<Platform>) -> Response {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    match state.platform.environments_by_state().await {
-        Ok(states) => {
-            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.render(&states))
-                .into_response()
+    let read = async {
+        Ok::<_, berth_platform::Error>((
+            state.platform.environments_by_state().await?,
+            state.platform.usage_totals().await?,
+        ))
+    };
+    match read.await {
+        Ok((states, usage)) => {
+            let text = state.metrics.render(&states, &usage);
+            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
         }
         Err(e) => {
             tracing::error!(error = %e, "metrics query failed");

@@ -1,5 +1,6 @@
 //! `/metrics` in the Prometheus text format: HTTP requests by route and status with a
-//! latency histogram, plus environments by state (read from the database per scrape).
+//! latency histogram, plus environments by state and GPU-hours and cost charged per tenant
+//! and project (read from the database per scrape).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -7,6 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use berth_domain::lifecycle::EnvState;
+use berth_platform::capacity::metering::UsageTotal;
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 11] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
@@ -39,7 +41,7 @@ impl HttpMetrics {
         }
     }
 
-    pub fn render(&self, environments: &[(EnvState, i64)]) -> String {
+    pub fn render(&self, environments: &[(EnvState, i64)], usage: &[UsageTotal]) -> String {
         let mut out = String::new();
         let series = self.series.lock().unwrap_or_else(|p| p.into_inner());
         out.push_str(
@@ -69,6 +71,20 @@ impl HttpMetrics {
         for (state, n) in environments {
             let _ = writeln!(out, "berth_environments{{state=\"{}\"}} {n}", state.as_str());
         }
+        out.push_str(
+            "# HELP berth_usage_gpu_hours_total GPU-equivalent hours charged, by tenant and project.\n# TYPE berth_usage_gpu_hours_total counter\n",
+        );
+        for u in usage {
+            let labels = format!("tenant=\"{}\",project=\"{}\"", escape(&u.tenant), escape(&u.project));
+            let _ = writeln!(out, "berth_usage_gpu_hours_total{{{labels}}} {}", u.gpu_hours);
+        }
+        out.push_str(
+            "# HELP berth_usage_cost_cents_total Cost charged in US cents, by tenant and project.\n# TYPE berth_usage_cost_cents_total counter\n",
+        );
+        for u in usage {
+            let labels = format!("tenant=\"{}\",project=\"{}\"", escape(&u.tenant), escape(&u.project));
+            let _ = writeln!(out, "berth_usage_cost_cents_total{{{labels}}} {}", u.cents);
+        }
         out
     }
 }
@@ -86,12 +102,15 @@ mod tests {
         let m = HttpMetrics::default();
         m.observe("GET", "/catalog", 200, Duration::from_millis(3));
         m.observe("GET", "/catalog", 200, Duration::from_millis(30));
-        let text = m.render(&[(EnvState::Ready, 2), (EnvState::Failed, 0)]);
+        let usage = [UsageTotal { tenant: "acme".into(), project: "vision".into(), gpu_hours: 1.5, cents: 480 }];
+        let text = m.render(&[(EnvState::Ready, 2), (EnvState::Failed, 0)], &usage);
         assert!(text.contains("berth_http_requests_total{method=\"GET\",route=\"/catalog\",status=\"200\"} 2"));
         assert!(text.contains("le=\"0.005\"} 1"));
         assert!(text.contains("le=\"0.05\"} 2"));
         assert!(text.contains("le=\"+Inf\"} 2"));
         assert!(text.contains("berth_environments{state=\"ready\"} 2"));
         assert!(text.contains("berth_environments{state=\"failed\"} 0"));
+        assert!(text.contains("berth_usage_gpu_hours_total{tenant=\"acme\",project=\"vision\"} 1.5"));
+        assert!(text.contains("berth_usage_cost_cents_total{tenant=\"acme\",project=\"vision\"} 480"));
     }
 }

@@ -310,6 +310,16 @@ impl UsageReport {
     }
 }
 
+/// What a tenant's project (empty: none; an empty tenant is platform staff) was charged so
+/// far, all time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageTotal {
+    pub tenant: String,
+    pub project: String,
+    pub gpu_hours: f64,
+    pub cents: i64,
+}
+
 /// One GPU model's allocation over a month: what was held against what there was.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ModelUse {
@@ -675,6 +685,45 @@ impl Platform {
         audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// GPU-hours and cost charged so far, all time, per tenant and project: the operator's
+    /// `/metrics` counters (not a person's report: no caller). Reads the whole ledger.
+    pub async fn usage_totals(&self) -> Result<Vec<UsageTotal>, Error> {
+        #[derive(FromRow)]
+        struct Charged {
+            #[sqlx(flatten)]
+            unit: Unit,
+            tenant: Option<String>,
+            project: Option<String>,
+            gpu_parts: i64,
+            gpu_part_of: i64,
+        }
+        let rows: Vec<Charged> = sqlx::query_as(
+            "SELECT t.slug AS tenant, p.name AS project, l.gpu_parts, l.gpu_part_of, l.size_cents_per_hour,
+                    l.units_per_copy, l.held_from, r.starts_at, r.ends_at, r.released_at
+             FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
+             LEFT JOIN tenants t ON t.id = l.tenant_id LEFT JOIN projects p ON p.id = l.project_id",
+        )
+        .fetch_all(&self.db)
+        .await?;
+        let now = now_ms();
+        let mut totals: BTreeMap<(String, String), (f64, i64)> = BTreeMap::new();
+        for row in rows {
+            let Some((from, to)) = row.unit.time().charged(self.charging, now) else { continue };
+            let total = totals.entry((row.tenant.unwrap_or_default(), row.project.unwrap_or_default())).or_default();
+            total.0 += metering::hours(to - from) * row.gpu_parts as f64 / row.gpu_part_of as f64;
+            total.1 += row.unit.charge(to - from);
+        }
+        Ok(totals
+            .into_iter()
+            .map(|((tenant, project), (gpu_hours, microcents))| UsageTotal {
+                tenant,
+                project,
+                gpu_hours,
+                cents: to_cents(microcents),
+            })
+            .collect())
     }
 
     /// Whether the caller may set budgets at all, and tenants' own (for forms).
