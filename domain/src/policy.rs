@@ -90,7 +90,7 @@ pub enum Action {
     /// See GPU-hours, cost and budgets (a member: their own and their projects').
     UsageRead,
     /// Set and remove monthly budgets (a tenant's own only for platform admins).
-    BudgetManage,
+    UsageManage,
     /// Run health checks on a node: platform admins on any node (disruptive levels only
     /// on nodes nobody holds), tenant admins on nodes their tenant's dedicated cluster
     /// holds (the target is that tenant). Members and viewers never.
@@ -123,7 +123,7 @@ impl Action {
         Action::SshKeyRead,
         Action::SshKeyManage,
         Action::UsageRead,
-        Action::BudgetManage,
+        Action::UsageManage,
         Action::FleetCheck,
     ];
 
@@ -153,7 +153,7 @@ impl Action {
             Action::SshKeyRead => "ssh_key.read",
             Action::SshKeyManage => "ssh_key.manage",
             Action::UsageRead => "usage.read",
-            Action::BudgetManage => "budget.manage",
+            Action::UsageManage => "usage.manage",
             Action::FleetCheck => "fleet.check",
         }
     }

@@ -221,7 +221,7 @@ pub(crate) mod views {
             // Adding a key needs a signed-in person, as making a token does.
             Action::SshKeyManage => "Remove SSH keys",
             Action::UsageRead => "See usage, cost and budgets",
-            Action::BudgetManage => "Set budgets",
+            Action::UsageManage => "Set budgets",
             Action::FleetCheck => "Run health checks on nodes",
         }
     }

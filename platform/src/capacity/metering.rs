@@ -590,14 +590,14 @@ impl Platform {
     /// replacing the one it had. Someone out of reach is answered like someone who does not
     /// exist.
     pub async fn set_budget(&self, caller: &Caller, change: &BudgetChange) -> Result<(), Error> {
-        self.authorize_in_tenant(caller, Action::BudgetManage).await?;
+        self.authorize_in_tenant(caller, Action::UsageManage).await?;
         let cents = metering::parse_money(&change.amount)?;
         let who = change.who.trim();
         let missing = |what: &str| Error::Refused(Refusal::InvalidBudget(format!("there is no {what} \"{who}\"")));
         let (tenant_id, project_id, label): (i64, Option<i64>, String) = match change.level.trim() {
             "tenant" => {
                 // A tenant's own budget is set by the platform, like its quota.
-                self.authorize(caller, Action::BudgetManage, Target::Platform).await?;
+                self.authorize(caller, Action::UsageManage, Target::Platform).await?;
                 let id: Option<i64> =
                     sqlx::query_scalar("SELECT id FROM tenants WHERE slug = ? AND status <> 'deleted'")
                         .bind(who)
@@ -621,7 +621,7 @@ impl Platform {
                 .fetch_optional(&self.db)
                 .await?;
                 let (tenant_id, project_id, slug) = found.ok_or_else(|| missing("project"))?;
-                if self.authorize(caller, Action::BudgetManage, Target::Tenant(tenant_id)).await.is_err() {
+                if self.authorize(caller, Action::UsageManage, Target::Tenant(tenant_id)).await.is_err() {
                     return Err(missing("project"));
                 }
                 (tenant_id, Some(project_id), format!("project {slug}/{name}"))
@@ -660,7 +660,7 @@ impl Platform {
 
     /// Removes a budget: its tenant or project is no longer limited by cost.
     pub async fn remove_budget(&self, caller: &Caller, id: i64) -> Result<(), Error> {
-        self.authorize_in_tenant(caller, Action::BudgetManage).await?;
+        self.authorize_in_tenant(caller, Action::UsageManage).await?;
         let row: Option<(i64, Option<i64>, String, Option<String>)> = sqlx::query_as(
             "SELECT b.tenant_id, b.project_id, t.slug, p.name FROM budgets b JOIN tenants t ON t.id = b.tenant_id
              LEFT JOIN projects p ON p.id = b.project_id WHERE b.id = ?",
@@ -671,7 +671,7 @@ impl Platform {
         let (tenant_id, project_id, slug, project) = row.ok_or(Error::NotFound)?;
         // A tenant's own budget is the platform's; rows out of reach look missing.
         let target = if project_id.is_some() { Target::Tenant(tenant_id) } else { Target::Platform };
-        if self.authorize(caller, Action::BudgetManage, target).await.is_err() {
+        if self.authorize(caller, Action::UsageManage, target).await.is_err() {
             return Err(Error::NotFound);
         }
         let mut tx = self.begin_write().await?;
@@ -728,7 +728,7 @@ impl Platform {
 
     /// Whether the caller may set budgets at all, and tenants' own (for forms).
     pub fn budget_reach(&self, caller: &Caller) -> (bool, bool) {
-        let reach = caller.principal.reach(Action::BudgetManage);
+        let reach = caller.principal.reach(Action::UsageManage);
         (reach.is_some(), reach == Some(Reach::All))
     }
 }

@@ -326,8 +326,8 @@ fn routes() -> Vec<Route> {
         ),
         sf_missing("/api/remove_quota", Some((QuotaManage, Aim::CallersTenant)), "id=999999"),
         // No project of that name: a caller the policy allows is told so (422).
-        sf("/api/set_budget", Some((BudgetManage, Aim::CallersTenant)), "level=project&who=matrix-{n}&amount=100"),
-        sf_missing("/api/remove_budget", Some((BudgetManage, Aim::CallersTenant)), "id=999999"),
+        sf("/api/set_budget", Some((UsageManage, Aim::CallersTenant)), "level=project&who=matrix-{n}&amount=100"),
+        sf_missing("/api/remove_budget", Some((UsageManage, Aim::CallersTenant)), "id=999999"),
     ]
 }
 
