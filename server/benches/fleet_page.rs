@@ -21,13 +21,10 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Body;
 use berth_domain::booking::DAY_MS;
-use berth_domain::policy::Role;
-use berth_platform::{Platform, now_ms, store};
-use berth_server::cli::{Cli, Command};
-use clap::Parser;
+use berth_platform::now_ms;
 use http::{Request, StatusCode, header};
 use rand::{Rng, SeedableRng};
-use router::{PASSWORD, percentiles, send, sign_in};
+use router::{Fresh, percentiles, send};
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
@@ -37,19 +34,8 @@ fn main() {
     }
     runtime.block_on(async {
         let dir = tempfile::tempdir().expect("temp dir");
-        let database = format!("sqlite://{}", dir.path().join("berth.db").display());
-        let site_root = dir.path().join("site");
-        std::fs::create_dir_all(&site_root).expect("site root");
-        let site_root = site_root.display().to_string();
-        let argv = ["berth", "serve", "--database", &database, "--site-root", &site_root];
-        let Command::Serve(args) = Cli::try_parse_from(argv).expect("serve arguments").command else {
-            panic!("not the serve command")
-        };
-        let public = args.public().expect("public url");
-        let pool = store::connect(&database).await.expect("database");
-        store::migrate(&pool).await.expect("migrations");
-        let platform = Platform::new(pool.clone()).with_public_url(&public.url);
-        platform.sync_fleet(&scale.fleet()).await.expect("fleet");
+        let fresh = Fresh::open(dir.path(), &scale.fleet()).await;
+        let pool = fresh.pool.clone();
         let seeding = Instant::now();
         seed::seed_bookings(&pool, scale.bookings, now_ms()).await;
         println!(
@@ -58,13 +44,7 @@ fn main() {
             scale.bookings,
             seeding.elapsed().as_secs_f64()
         );
-        let router =
-            berth_server::http::router(platform.clone(), pool, &args.site(&public)).await.expect("router").portal;
-        platform
-            .create_user("fleet@bench", "Fleet admin", PASSWORD, Role::PlatformAdmin, None)
-            .await
-            .expect("platform admin");
-        let cookie = sign_in(&router, &public.url, "fleet%40bench").await;
+        let (router, cookie) = fresh.portal_signed_in("fleet").await;
 
         let pages = scale.nodes().div_ceil(berth_platform::capacity::maintenance::NODES_PER_PAGE);
         let mut rng = rand::rngs::StdRng::seed_from_u64(11);

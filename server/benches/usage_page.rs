@@ -19,13 +19,9 @@ use std::time::Instant;
 use axum::body::Body;
 use berth_domain::booking::HOUR_MS;
 use berth_domain::metering::{Month, this_month};
-use berth_domain::policy::Role;
-use berth_platform::{Platform, store};
-use berth_server::cli::{Cli, Command};
-use clap::Parser;
 use http::{Request, header};
 use rand::{Rng, SeedableRng};
-use router::{PASSWORD, percentiles, send, sign_in};
+use router::{Fresh, percentiles, send};
 use sqlx::SqlitePool;
 
 fn main() {
@@ -37,19 +33,8 @@ fn main() {
     }
     runtime.block_on(async {
         let dir = tempfile::tempdir().expect("temp dir");
-        let database = format!("sqlite://{}", dir.path().join("berth.db").display());
-        let site_root = dir.path().join("site");
-        std::fs::create_dir_all(&site_root).expect("site root");
-        let site_root = site_root.display().to_string();
-        let argv = ["berth", "serve", "--database", &database, "--site-root", &site_root];
-        let Command::Serve(args) = Cli::try_parse_from(argv).expect("serve arguments").command else {
-            panic!("not the serve command")
-        };
-        let public = args.public().expect("public url");
-        let pool = store::connect(&database).await.expect("database");
-        store::migrate(&pool).await.expect("migrations");
-        let platform = Platform::new(pool.clone()).with_public_url(&public.url);
-        platform.sync_fleet(&scale.fleet()).await.expect("fleet");
+        let fresh = Fresh::open(dir.path(), &scale.fleet()).await;
+        let pool = fresh.pool.clone();
         // Last month: every unit ran and was released in it, so the page counts all of them.
         let month: Month = this_month().previous();
         let seeding = Instant::now();
@@ -59,13 +44,7 @@ fn main() {
             month.title(),
             seeding.elapsed().as_secs_f64()
         );
-        let router =
-            berth_server::http::router(platform.clone(), pool, &args.site(&public)).await.expect("router").portal;
-        platform
-            .create_user("usage@bench", "Usage admin", PASSWORD, Role::PlatformAdmin, None)
-            .await
-            .expect("platform admin");
-        let cookie = sign_in(&router, &public.url, "usage%40bench").await;
+        let (router, cookie) = fresh.portal_signed_in("usage").await;
 
         for by in ["project", "person", "model"] {
             let path = format!("/usage?month={}&by={by}&tenant={tenant}", month.key());

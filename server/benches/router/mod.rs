@@ -6,8 +6,13 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
-use berth_platform::now_ms;
+use berth_domain::fleet::FleetSpec;
+use berth_domain::policy::Role;
+use berth_platform::{Platform, now_ms, store};
+use berth_server::cli::{Cli, Command, PublicUrl, ServeArgs};
+use clap::Parser;
 use http::{Request, StatusCode, header};
+use sqlx::SqlitePool;
 use tower::ServiceExt;
 
 pub const PASSWORD: &str = "bench password, not a secret";
@@ -65,4 +70,47 @@ pub fn percentiles(times: &mut [Duration]) -> String {
     let at = |p: f64| times[((times.len() - 1) as f64 * p).round() as usize];
     let ms = |d: Duration| format!("{:.2} ms", d.as_secs_f64() * 1000.0);
     format!("p50 {}  p99 {}  ({} runs)", ms(at(0.5)), ms(at(0.99)), times.len())
+}
+
+/// What `berth serve` opens on a fresh database in a folder, its fleet synced: the platform
+/// and its pool (to seed), and the real portal router once the seed is in.
+pub struct Fresh {
+    pub platform: Platform,
+    pub pool: SqlitePool,
+    args: Box<ServeArgs>,
+    public: PublicUrl,
+}
+
+impl Fresh {
+    pub async fn open(dir: &std::path::Path, fleet: &FleetSpec) -> Fresh {
+        let database = format!("sqlite://{}", dir.join("berth.db").display());
+        let site_root = dir.join("site");
+        std::fs::create_dir_all(&site_root).expect("site root");
+        let site_root = site_root.display().to_string();
+        let argv = ["berth", "serve", "--database", &database, "--site-root", &site_root];
+        let Command::Serve(args) = Cli::try_parse_from(argv).expect("serve arguments").command else {
+            panic!("not the serve command")
+        };
+        let public = args.public().expect("public url");
+        let pool = store::connect(&database).await.expect("database");
+        store::migrate(&pool).await.expect("migrations");
+        let platform = Platform::new(pool.clone()).with_public_url(&public.url);
+        platform.sync_fleet(fleet).await.expect("fleet");
+        Fresh { platform, pool, args, public }
+    }
+
+    /// The portal's router, and the session cookie of a new platform admin `<name>@bench`.
+    pub async fn portal_signed_in(&self, name: &str) -> (Router, String) {
+        let router =
+            berth_server::http::router(self.platform.clone(), self.pool.clone(), &self.args.site(&self.public))
+                .await
+                .expect("router")
+                .portal;
+        self.platform
+            .create_user(&format!("{name}@bench"), name, PASSWORD, Role::PlatformAdmin, None)
+            .await
+            .expect("platform admin");
+        let cookie = sign_in(&router, &self.public.url, &format!("{name}%40bench")).await;
+        (router, cookie)
+    }
 }
