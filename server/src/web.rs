@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use berth_app::error::AppError;
 use berth_app::serverfns::after_sign_in;
 use berth_domain::{Refusal, SignInProblem};
+use berth_platform::Caller;
 use berth_platform::audit::{AuditFilter, to_csv};
 use berth_platform::identity::oidc::Callback;
 use berth_platform::identity::sso::CALLBACK_PATH;
@@ -232,7 +233,6 @@ async fn finish_sign_in(
     }
 }
 
-/// The audit log as CSV with the page's filters, for the signed-in user's reach.
 /// The usage page's report as CSV, for the browser session that shows it.
 async fn usage_csv(state: State<AppState>, query: Query<UsageQuery>, session: Session, parts: Parts) -> Response {
     usage_file(state, query, session, parts, "csv").await
@@ -250,72 +250,64 @@ async fn usage_file(
     parts: Parts,
     format: &str,
 ) -> Response {
-    let meta = request_meta(&parts);
-    let user = match berth_app::session::signed_in_user(&session, &state.platform, &meta).await {
-        Ok(Some(user)) => user,
-        Ok(None) => return (StatusCode::UNAUTHORIZED, "sign in to continue").into_response(),
-        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    let caller = match download_caller(&state, &session, &parts).await {
+        Ok(caller) => caller,
+        Err(answer) => return answer,
     };
-    let caller = user.caller(meta.clone());
     match usage_report(&state.platform, &caller, &query).await {
         Ok(report) => {
-            let name = format!("attachment; filename=\"berth-usage-{}.{format}\"", report.month.key());
-            let (kind, body) = match format {
-                "csv" => ("text/csv; charset=utf-8", report.to_csv()),
-                _ => ("application/json", usage_json(&report).to_string()),
-            };
-            let disposition =
-                http::HeaderValue::from_str(&name).unwrap_or(http::HeaderValue::from_static("attachment"));
-            (
-                [
-                    (header::CONTENT_TYPE, http::HeaderValue::from_static(kind)),
-                    (header::CONTENT_DISPOSITION, disposition),
-                ],
-                body,
-            )
-                .into_response()
+            let name = format!("berth-usage-{}.{format}", report.month.key());
+            match format {
+                "csv" => download("text/csv; charset=utf-8", &name, report.to_csv()),
+                _ => download("application/json", &name, usage_json(&report).to_string()),
+            }
         }
-        Err(e) => {
-            let status = match e {
-                berth_platform::Error::Forbidden => StatusCode::FORBIDDEN,
-                berth_platform::Error::NotFound => StatusCode::NOT_FOUND,
-                berth_platform::Error::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            (status, AppError::from_platform_quiet(e, &meta.request_id).to_string()).into_response()
-        }
+        Err(e) => download_error(e, &caller.meta.request_id),
     }
 }
 
+/// The audit log as CSV with the page's filters, for the signed-in user's reach.
 async fn audit_csv(
     State(state): State<AppState>,
     Query(filter): Query<AuditFilter>,
     session: Session,
     parts: Parts,
 ) -> Response {
-    let meta = request_meta(&parts);
-    let user = match berth_app::session::signed_in_user(&session, &state.platform, &meta).await {
-        Ok(Some(user)) => user,
-        Ok(None) => return (StatusCode::UNAUTHORIZED, "sign in to continue").into_response(),
-        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    let caller = match download_caller(&state, &session, &parts).await {
+        Ok(caller) => caller,
+        Err(answer) => return answer,
     };
-    let caller = user.caller(meta.clone());
     match state.platform.audit_log(&caller, &filter, 100_000).await {
-        Ok(rows) => (
-            [
-                (header::CONTENT_TYPE, "text/csv; charset=utf-8"),
-                (header::CONTENT_DISPOSITION, "attachment; filename=\"berth-audit.csv\""),
-            ],
-            to_csv(&rows),
-        )
-            .into_response(),
-        Err(e) => {
-            let status = match e {
-                berth_platform::Error::Forbidden => StatusCode::FORBIDDEN,
-                berth_platform::Error::NotFound => StatusCode::NOT_FOUND,
-                _ => StatusCode::INTERNAL_SERVER_ERROR,
-            };
-            (status, AppError::from_platform_quiet(e, &meta.request_id).to_string()).into_response()
-        }
+        Ok(rows) => download("text/csv; charset=utf-8", "berth-audit.csv", to_csv(&rows)),
+        Err(e) => download_error(e, &caller.meta.request_id),
     }
+}
+
+/// Who asks for a download: the browser session's person, or the answer to give instead.
+async fn download_caller(state: &AppState, session: &Session, parts: &Parts) -> Result<Caller, Response> {
+    let meta = request_meta(parts);
+    match berth_app::session::signed_in_user(session, &state.platform, &meta).await {
+        Ok(Some(user)) => Ok(user.caller(meta)),
+        Ok(None) => Err((StatusCode::UNAUTHORIZED, "sign in to continue").into_response()),
+        Err(e) => Err((StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response()),
+    }
+}
+
+/// A file the browser saves as `name` (a plain ASCII name Berth made).
+fn download(kind: &'static str, name: &str, body: String) -> Response {
+    let disposition = http::HeaderValue::from_str(&format!("attachment; filename=\"{name}\""))
+        .unwrap_or(http::HeaderValue::from_static("attachment"));
+    ([(header::CONTENT_TYPE, http::HeaderValue::from_static(kind)), (header::CONTENT_DISPOSITION, disposition)], body)
+        .into_response()
+}
+
+/// Why a download was not given, in plain words; an internal cause stays in the log.
+fn download_error(e: berth_platform::Error, request_id: &str) -> Response {
+    let status = match e {
+        berth_platform::Error::Forbidden => StatusCode::FORBIDDEN,
+        berth_platform::Error::NotFound => StatusCode::NOT_FOUND,
+        berth_platform::Error::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    (status, AppError::from_platform_quiet(e, request_id).to_string()).into_response()
 }
