@@ -16,6 +16,7 @@ use berth_domain::policy::{Action, Reach, Target};
 use serde::{Deserialize, Serialize};
 use sqlx::{FromRow, SqliteConnection};
 
+use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
 use crate::capacity::quotas::Booker;
 use crate::{Caller, Error, Platform, now_ms};
@@ -96,7 +97,7 @@ struct LedgerUnit {
 
 impl LedgerUnit {
     fn gpu_hours(&self, ms: i64) -> f64 {
-        metering::hours(ms) * self.gpu_parts as f64 / self.gpu_part_of as f64
+        gpu_hours(ms, self.gpu_parts, self.gpu_part_of)
     }
 }
 
@@ -344,14 +345,6 @@ pub struct BudgetChange {
     pub warn_only: bool,
 }
 
-/// Who a report covers, from the caller's reach.
-struct UsageScope {
-    all: bool,
-    tenant_id: Option<i64>,
-    /// Their own and their projects' (members).
-    member_id: Option<i64>,
-}
-
 impl Platform {
     /// What bookings are charged for on this platform.
     pub fn charging(&self) -> ChargeBasis {
@@ -369,7 +362,8 @@ impl Platform {
         tenant: Option<&str>,
     ) -> Result<UsageReport, Error> {
         self.authorize_in_tenant(caller, Action::UsageRead).await?;
-        let mut scope = self.usage_scope(caller)?;
+        // Members (reach `Own`) see their own and their projects' units.
+        let mut scope = Scope::of(caller, Action::UsageRead).ok_or(Error::Forbidden)?;
         let mut conn = self.db.acquire().await?;
         if let Some(slug) = tenant.map(str::trim).filter(|s| !s.is_empty()) {
             let id: Option<i64> = sqlx::query_scalar("SELECT id FROM tenants WHERE slug = ?")
@@ -393,7 +387,7 @@ impl Platform {
         .bind(month_start)
         .bind(scope.all)
         .bind(scope.tenant_id)
-        .bind(scope.member_id)
+        .bind(scope.owner_id)
         .fetch_all(&mut *conn)
         .await?;
 
@@ -444,28 +438,21 @@ impl Platform {
         })
     }
 
-    fn usage_scope(&self, caller: &Caller) -> Result<UsageScope, Error> {
-        Ok(match caller.principal.reach(Action::UsageRead).ok_or(Error::Forbidden)? {
-            Reach::All => UsageScope { all: true, tenant_id: None, member_id: None },
-            Reach::Tenant => UsageScope { all: false, tenant_id: caller.tenant_id(), member_id: None },
-            Reach::Own => UsageScope { all: false, tenant_id: None, member_id: Some(caller.user_id()) },
-        })
-    }
-
     /// The budgets a report shows: the tenant's and its projects' (a member's: their
     /// tenant's and their projects'), or every tenant's for platform staff.
     async fn budget_statuses(
         &self,
         conn: &mut SqliteConnection,
-        scope: &UsageScope,
+        scope: &Scope,
         month: Month,
         counted_to: i64,
     ) -> Result<Vec<BudgetStatus>, Error> {
-        let member_tenant: Option<i64> = match scope.member_id {
-            Some(id) => {
+        // A member's (reach `Own`): their tenant's own budget and their projects'.
+        let member_tenant: Option<i64> = match (scope.tenant_id, scope.owner_id) {
+            (None, Some(id)) if !scope.all => {
                 sqlx::query_scalar("SELECT tenant_id FROM users WHERE id = ?").bind(id).fetch_one(&mut *conn).await?
             }
-            None => None,
+            _ => None,
         };
         let rows: Vec<BudgetRow> = sqlx::query_as(&format!(
             "SELECT {BUDGET_COLUMNS} FROM {BUDGET_TABLES}
@@ -478,7 +465,7 @@ impl Platform {
         .bind(scope.all)
         .bind(scope.tenant_id)
         .bind(member_tenant)
-        .bind(scope.member_id)
+        .bind(scope.owner_id)
         .fetch_all(&mut *conn)
         .await?;
         let mut statuses = Vec::with_capacity(rows.len());
@@ -712,7 +699,7 @@ impl Platform {
         for row in rows {
             let Some((from, to)) = row.unit.time().charged(self.charging, now) else { continue };
             let total = totals.entry((row.tenant.unwrap_or_default(), row.project.unwrap_or_default())).or_default();
-            total.0 += metering::hours(to - from) * row.gpu_parts as f64 / row.gpu_part_of as f64;
+            total.0 += gpu_hours(to - from, row.gpu_parts, row.gpu_part_of);
             total.1 += row.unit.charge(to - from);
         }
         Ok(totals
@@ -802,6 +789,11 @@ fn by_day(month_start: i64, from: i64, to: i64) -> impl Iterator<Item = (usize, 
             part
         })
     })
+}
+
+/// GPU-equivalent hours of a unit holding `parts / part_of` of a GPU for `ms`.
+fn gpu_hours(ms: i64, parts: i64, part_of: i64) -> f64 {
+    metering::hours(ms) * parts as f64 / part_of as f64
 }
 
 /// The part of `span` within `month`, if any.
