@@ -1,5 +1,6 @@
-# Builds Berth the same way `make build` does, then runs it as a non-root user with the
-# SQLite database in a volume.
+# Builds Berth as `make release` does (an optimised binary; size-optimised WebAssembly,
+# files named by their content's hash, with brotli and gzip copies), then runs it as a
+# non-root user with the SQLite database in a volume.
 
 # Tailwind 4 wants a current Node; take it from the official image.
 FROM node:22-bookworm-slim AS node
@@ -11,7 +12,7 @@ RUN ln -s /usr/local/lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm
 WORKDIR /src
 ENV CARGO_TARGET_DIR=/src/target/cargo
 COPY . .
-RUN make build
+RUN make release
 
 FROM debian:bookworm-slim
 RUN apt-get update -qq \
@@ -20,8 +21,8 @@ RUN apt-get update -qq \
  && useradd --system --uid 10001 --home /app berth \
  && mkdir -p /data && chown berth /data
 WORKDIR /app
-COPY --from=build /src/target/cargo/debug/berth /usr/local/bin/berth
-COPY --from=build /src/target/site /app/site
+COPY --from=build /src/target/cargo/release/berth /usr/local/bin/berth
+COPY --from=build /src/target/release-site /app/site
 COPY config /app/config
 USER berth
 # Reached on the published port of this machine by default (notebooks and endpoints at

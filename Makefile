@@ -21,10 +21,11 @@ WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version =
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: idp run test build tools rust-tools node-tools browser host-tools bench-tools site server unit e2e lint fmt clean \
-	bench bench-smoke
+	bench bench-smoke release release-tools
 
 ## run: install what is missing, build, and start Berth on http://127.0.0.1:3000
 run: build
+	@echo "A development build (debug, uncompressed WebAssembly); \`make release\` builds what the image ships."
 	BERTH_DEMO=$${BERTH_DEMO:-true} $(BERTH) serve
 
 ## idp: the local OpenID provider the tests use, for trying single sign-on next to `make run`
@@ -78,6 +79,36 @@ site: rust-tools node-tools
 
 server:
 	cargo build -p berth-server
+
+RELEASE_SITE := target/release-site
+RELEASE_WASM := $(CARGO_TARGET_DIR)/wasm32-unknown-unknown/wasm-release/berth_app.wasm
+
+## release: what the image ships: an optimised `berth` ($(CARGO_TARGET_DIR)/release/berth) and a
+## site (target/release-site) whose WebAssembly is size-optimised by wasm-opt, whose /pkg files
+## are named by their content's hash (listed in hash.txt, the file Leptos reads) and come with
+## brotli and gzip copies; `berth serve --site-root target/release-site` serves them
+release: tools release-tools
+	cargo build --profile wasm-release -p berth-app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate
+	rm -rf $(RELEASE_SITE) && mkdir -p $(RELEASE_SITE)/pkg
+	wasm-bindgen --target web --no-typescript --out-dir $(RELEASE_SITE)/pkg --out-name berth $(RELEASE_WASM)
+	wasm-opt -Oz $(WASM_FEATURES) -o $(RELEASE_SITE)/pkg/berth_bg.wasm $(RELEASE_SITE)/pkg/berth_bg.wasm
+	tailwindcss --input style/main.css --output $(RELEASE_SITE)/pkg/berth.css --minify
+	cd $(RELEASE_SITE)/pkg && for file in js:berth.js wasm:berth_bg.wasm css:berth.css; do \
+		kind=$${file%%:*}; name=$${file#*:}; hash=$$(sha256sum $$name | cut -c1-20); \
+		mv $$name berth.$$hash.$$kind; echo "$$kind: $$hash" >> ../hash.txt; \
+		gzip -9 -k berth.$$hash.$$kind; brotli -q 11 berth.$$hash.$$kind; \
+	done
+	cp -r public/. $(RELEASE_SITE)/
+	cargo build --release -p berth-server
+	@ls -l $(RELEASE_SITE)/pkg
+
+# The WebAssembly features rustc's wasm32 target enables, which wasm-opt must be told of.
+WASM_FEATURES := --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+	--enable-mutable-globals --enable-reference-types --enable-multivalue
+
+# Debian's binaryen (wasm-opt) and brotli for `make release`.
+release-tools:
+	@command -v wasm-opt >/dev/null && command -v brotli >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binaryen brotli; }
 
 # Each package on its own, so `ssr` and `hydrate` are never switched on together.
 unit: host-tools

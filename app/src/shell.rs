@@ -1,7 +1,7 @@
 //! The HTML document and the routes.
 
 use leptos::prelude::*;
-use leptos_meta::{MetaTags, Stylesheet, Title, provide_meta_context};
+use leptos_meta::{MetaTags, Title, provide_meta_context};
 use leptos_router::components::{Route, Router, Routes};
 use leptos_router::{SsrMode, path};
 
@@ -21,6 +21,7 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
                 <meta charset="utf-8"/>
                 <meta name="viewport" content="width=device-width, initial-scale=1"/>
                 <link rel="icon" href="/favicon.svg" type="image/svg+xml"/>
+                <link rel="stylesheet" href=stylesheet_href(&options)/>
                 <HydrationScripts options/>
                 <MetaTags/>
             </head>
@@ -31,11 +32,25 @@ pub fn shell(options: LeptosOptions) -> impl IntoView {
     }
 }
 
+/// The styles' address: `berth.<hash>.css` in a release site (`css:` in its hash file, the
+/// file Leptos reads for the script and the WebAssembly), `berth.css` in a development one.
+fn stylesheet_href(options: &LeptosOptions) -> String {
+    let pkg = &options.site_pkg_dir;
+    let hashes = if options.hash_files {
+        std::fs::read_to_string(options.hash_file.as_ref()).unwrap_or_default()
+    } else {
+        String::new()
+    };
+    match hashes.lines().filter_map(|line| line.split_once(':')).find(|(file, _)| file.trim() == "css") {
+        Some((_, hash)) => format!("/{pkg}/berth.{}.css", hash.trim()),
+        None => format!("/{pkg}/berth.css"),
+    }
+}
+
 #[component]
 pub fn App() -> impl IntoView {
     provide_meta_context();
     view! {
-        <Stylesheet id="berth" href="/pkg/berth.css"/>
         <Title formatter=|page: String| if page.is_empty() { "Berth".to_owned() } else { format!("{page} · Berth") }/>
         <Router>
             <Frame/>

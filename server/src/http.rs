@@ -15,6 +15,8 @@ use http::{HeaderName, HeaderValue, StatusCode, header};
 use leptos::prelude::*;
 use leptos_axum::{LeptosRoutes, generate_route_list};
 use tower::ServiceExt;
+use tower_http::compression::CompressionLayer;
+use tower_http::compression::predicate::{DefaultPredicate, NotForContentType, Predicate};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
@@ -51,12 +53,15 @@ pub struct Site<'a> {
 }
 
 pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>) -> Result<Routers, String> {
+    let hash_file = crate::assets::hash_file(site.root);
     let leptos_options = LeptosOptions::builder()
         .output_name("berth")
         .site_root(site.root)
         .site_pkg_dir("pkg")
         .site_addr(site.listen)
         .env(leptos_config::Env::PROD)
+        .hash_files(hash_file.is_some())
+        .hash_file(hash_file.map_or_else(|| crate::assets::HASH_FILE.into(), |path| path.to_string_lossy().into()))
         .build();
     // `__Host-` binds the cookie to this exact origin (Secure, no Domain, Path=/); plain
     // http on loopback cannot carry it, and gets a plain name.
@@ -114,6 +119,7 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>)
         .with(pages_router, pages)
         .into_parts();
     let portal = portal
+        .nest_service("/pkg", crate::assets::pkg(site.root))
         .fallback(leptos_axum::file_and_error_handler_with_context::<AppState, _>(
             page_context(platform.clone()),
             shell,
@@ -122,7 +128,14 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>)
         // Outside the session layer: a refused request costs no session lookup.
         .layer(middleware::from_fn(crate::api::problems_only))
         .layer(middleware::from_fn_with_state(limiters.clone(), rate_limit::limit))
-        .layer(middleware::from_fn(no_store_unless_asset));
+        // Pages and answers as they are made; the WebAssembly only as `make release`
+        // compressed it (a development build's, tens of megabytes, is not worth compressing
+        // on every request). Inside the cache policy, so a file's ETag names what is sent.
+        .layer(
+            CompressionLayer::new()
+                .compress_when(DefaultPredicate::new().and(NotForContentType::const_new("application/wasm"))),
+        )
+        .layer(middleware::from_fn(crate::assets::cache_policy));
     let portal = common_layers(portal.with_state(state.clone()), &state, site.tls);
     // The environments' origins know nothing of Berth's session: no session layer.
     let (environments, on_environments) = crate::proxy::routes().into_parts();
@@ -296,21 +309,6 @@ fn same_origin(headers: &http::HeaderMap) -> Result<(), &'static str> {
         }
         None => Ok(()),
     }
-}
-
-/// Pages, server functions' answers, the API and downloads depend on who asks: no cache
-/// keeps them. Only the site's assets (styles, scripts, WebAssembly, images, fonts), which
-/// are the same for everyone, may be cached.
-async fn no_store_unless_asset(request: Request, next: Next) -> Response {
-    let mut response = next.run(request).await;
-    let content_type = response.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let asset = ["text/css", "text/javascript", "application/javascript", "application/wasm", "image/", "font/"]
-        .iter()
-        .any(|kind| content_type.starts_with(kind));
-    if !asset && !response.headers().contains_key(header::CACHE_CONTROL) {
-        response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    }
-    response
 }
 
 async fn record_metrics(State(metrics): State<Arc<HttpMetrics>>, request: Request, next: Next) -> Response {

@@ -3,6 +3,7 @@
 
 mod agent;
 mod api;
+mod assets;
 mod baremetal;
 mod fabric;
 mod hardening;
@@ -96,24 +97,30 @@ impl Berth {
     /// Berth as `berth serve [--public-url URL]` builds it, on a database of its own with
     /// the test fleet and no users.
     pub async fn start(public_url: Option<&str>) -> Berth {
-        Berth::start_with(public_url, FLEET, None, &[]).await
+        Berth::start_with(public_url, FLEET, None, &[], &[]).await
+    }
+
+    /// As [`Berth::start`], with these files (path in the site folder, content) in the site
+    /// folder before the router is built.
+    pub async fn start_with_site(files: &[(&str, &[u8])]) -> Berth {
+        Berth::start_with(None, FLEET, None, &[], files).await
     }
 
     /// As [`Berth::start`], with more of `berth serve`'s flags.
     pub async fn start_with_flags(flags: &[&str]) -> Berth {
-        Berth::start_with(None, FLEET, None, flags).await
+        Berth::start_with(None, FLEET, None, flags, &[]).await
     }
 
     /// As [`Berth::start`], on the fleet described by `fleet`.
     pub async fn start_with_fleet(public_url: Option<&str>, fleet: &str) -> Berth {
-        Berth::start_with(public_url, fleet, None, &[]).await
+        Berth::start_with(public_url, fleet, None, &[], &[]).await
     }
 
     /// Berth with its reconciler driving an instant simulated fleet, so environments
     /// become ready and serve.
     pub async fn start_running() -> Berth {
         let fleet = std::sync::Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults: Vec::new() }));
-        Berth::start_with(None, FLEET, Some(fleet), &[]).await
+        Berth::start_with(None, FLEET, Some(fleet), &[], &[]).await
     }
 
     async fn start_with(
@@ -121,11 +128,15 @@ impl Berth {
         fleet_spec: &str,
         fleet: Option<std::sync::Arc<Simulated>>,
         flags: &[&str],
+        site_files: &[(&str, &[u8])],
     ) -> Berth {
         let dir = tempfile::tempdir().expect("temp dir");
         let database = format!("sqlite://{}", dir.path().join("berth.db").display());
         let site_root = dir.path().join("site");
-        std::fs::create_dir_all(&site_root).expect("site root");
+        std::fs::create_dir_all(site_root.join("pkg")).expect("site root");
+        for (path, content) in site_files {
+            std::fs::write(site_root.join(path), content).expect("site file");
+        }
         let site_root = site_root.display().to_string();
         let mut argv = vec!["berth", "serve", "--database", &database, "--site-root", &site_root];
         if let Some(url) = public_url {
