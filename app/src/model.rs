@@ -18,6 +18,28 @@ pub struct SessionUser {
     pub can_read_tenants: bool,
     pub can_read_audit: bool,
     pub can_set_quotas: bool,
+    /// May book capacity (members and tenant admins); the others see no launch controls.
+    pub can_launch: bool,
+}
+
+/// The environments page: a listing, and the filter's choices for those who may see more
+/// than their own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EnvironmentListView {
+    pub environments: Vec<EnvironmentSummary>,
+    /// The caller sees others' environments (tenant admins, viewers, platform staff).
+    pub wider: bool,
+    /// Platform staff: environments of every tenant.
+    pub all_tenants: bool,
+    /// The filter as applied: `me`, `any` or a person's id; a project's and a tenant's id
+    /// or empty; `active`, `finished` or `any`.
+    pub person: String,
+    pub project: String,
+    pub tenant: String,
+    pub state: String,
+    pub people: Vec<ProjectOption>,
+    pub projects: Vec<ProjectOption>,
+    pub tenants: Vec<ProjectOption>,
 }
 
 /// A project one may book in, for the launch form.
@@ -38,6 +60,10 @@ pub struct ModelCapacity {
 pub struct EnvironmentSummary {
     pub id: String,
     pub name: String,
+    /// Whose it is, its project's and tenant's names (empty where there is none).
+    pub owner: String,
+    pub project: String,
+    pub tenant: String,
     pub offering: String,
     pub size: String,
     /// `requested`, `provisioning`, ... (for styling and tests).

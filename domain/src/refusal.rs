@@ -65,6 +65,9 @@ pub enum Refusal {
     /// A usage report asked for in a way it cannot be made (a month that is not one).
     #[error("usage report: {0}")]
     InvalidUsageReport(String),
+    /// A listing's filter that names nothing it can filter by (`state=sleeping`, `owner=bob`).
+    #[error("filter: {0}")]
+    InvalidListFilter(String),
     #[error("this environment is {0}; only booked or running environments can change their end")]
     NotResizable(&'static str),
     #[error("there is no node called \"{0}\"")]

@@ -17,7 +17,7 @@ use berth_domain::catalog::Offering;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::node_plan::PlanReport;
 use berth_platform::audit::AuditFilter;
-use berth_platform::capacity::environments::Environment;
+use berth_platform::capacity::environments::{Environment, EnvironmentFilter};
 use berth_platform::{Caller, Error, Platform, RequestMeta};
 use http::request::Parts;
 use http::{HeaderMap, StatusCode, header};
@@ -230,11 +230,36 @@ async fn me(TokenCaller(_, caller): TokenCaller) -> ApiResult {
     })))
 }
 
-async fn environments(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
-    let envs = platform.environments_in_reach(&caller).await.map_err(fail(&caller))?;
-    Ok(Json(
-        json!({ "environments": envs.iter().map(|e| environment_json(&platform, &caller, e)).collect::<Vec<_>>() }),
-    ))
+/// Which environments a listing shows: by owner, project and tenant (their ids) and state
+/// (`active`, `finished` or `any`).
+#[derive(Debug, Default, Deserialize)]
+pub struct EnvironmentQuery {
+    #[serde(default)]
+    pub owner: String,
+    #[serde(default)]
+    pub project: String,
+    #[serde(default)]
+    pub tenant: String,
+    #[serde(default)]
+    pub state: String,
+}
+
+async fn environments(TokenCaller(platform, caller): TokenCaller, Query(query): Query<EnvironmentQuery>) -> ApiResult {
+    let filter =
+        EnvironmentFilter::parse(&query.owner, &query.project, &query.tenant, &query.state).map_err(fail(&caller))?;
+    let listing = platform.environments_in_reach(&caller, &filter).await.map_err(fail(&caller))?;
+    let environments: Vec<Value> = listing
+        .environments
+        .iter()
+        .map(|listed| {
+            let mut json = environment_json(&platform, &caller, &listed.environment);
+            json["owner"] = json!({ "id": listed.environment.owner_id, "name": listed.owner });
+            json["project"] = json!(listed.project);
+            json["tenant"] = json!(listed.tenant);
+            json
+        })
+        .collect();
+    Ok(Json(json!({ "environments": environments })))
 }
 
 /// A launch. With an `Idempotency-Key` header, a retry of the same request gets the same

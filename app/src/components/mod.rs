@@ -91,6 +91,30 @@ pub fn RequireUser(children: ChildrenFn) -> impl IntoView {
     .into_any()
 }
 
+/// Shows `children` only to those whose role may book capacity (members and tenant admins)
+/// and, where `signed_out` is set, to those not signed in yet (signing in may let them):
+/// viewers and platform staff see no launch controls.
+#[component]
+pub fn IfMayLaunch(#[prop(optional)] signed_out: bool, children: ChildrenFn) -> impl IntoView {
+    let children = StoredValue::new(children);
+    let auth = Auth::get();
+    move || {
+        let auth = auth?;
+        Some(view! {
+            <Transition fallback=|| ()>
+                {move || Suspend::new(async move {
+                    let shown = match auth.user.await {
+                        Ok(Some(user)) => user.can_launch,
+                        Ok(None) => signed_out,
+                        Err(_) => false,
+                    };
+                    shown.then(|| children.read_value()())
+                })}
+            </Transition>
+        })
+    }
+}
+
 #[component]
 fn SignInPrompt(next: String) -> impl IntoView {
     let href = format!("/login?next={}", urlencode(&next));

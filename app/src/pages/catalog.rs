@@ -3,6 +3,7 @@ use berth_domain::placement::Shape;
 use leptos::prelude::*;
 use leptos_meta::Title;
 
+use crate::components::IfMayLaunch;
 use crate::serverfns::fleet_capacity;
 
 /// The service catalog: every offering with its sizes and prices, open to everyone.
@@ -61,9 +62,11 @@ fn OfferingCard(offering: Offering) -> impl IntoView {
             </table>
             <div class="mt-auto flex items-center justify-between p-5">
                 <span class="text-xs text-slate-500">"Up to " {offering.max_hours()} " hours per booking"</span>
-                <a href=launch class="rounded-lg bg-indigo-600 px-3 py-1.5 text-sm font-semibold text-white hover:bg-indigo-500">
-                    "Launch " {offering.title()}
-                </a>
+                <IfMayLaunch signed_out=true>
+                    <a href=launch.clone() class="rounded-lg bg-indigo-600 px-3 py-1.5 text-sm font-semibold text-white hover:bg-indigo-500">
+                        "Launch " {offering.title()}
+                    </a>
+                </IfMayLaunch>
             </div>
         </section>
     }
@@ -95,10 +98,12 @@ fn SizeRow(offering: Offering, size: &'static Size) -> impl IntoView {
             <td class="px-2 py-2.5 text-slate-600">{size.vcpus} " / " {size.memory_gb} " GB"</td>
             <td class="px-2 py-2.5 text-right font-medium text-slate-900">{size.price_per_hour()} <span class="text-slate-500">"/h"</span></td>
             <td class="px-5 py-2.5 text-right">
-                <a href=format!("/launch/{}?size={}", offering.id(), size.id) class="text-sm font-semibold text-indigo-600 hover:text-indigo-500"
-                   aria-label=format!("Launch {} {}", offering.title(), size.label)>
-                    "Launch"
-                </a>
+                <IfMayLaunch signed_out=true>
+                    <a href=format!("/launch/{}?size={}", offering.id(), size.id) class="text-sm font-semibold text-indigo-600 hover:text-indigo-500"
+                       aria-label=format!("Launch {} {}", offering.title(), size.label)>
+                        "Launch"
+                    </a>
+                </IfMayLaunch>
             </td>
         </tr>
     }

@@ -4,7 +4,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::components::form::{BUTTON, LABEL};
-use crate::components::{ErrorAlert, Field, RequireUser};
+use crate::components::{Auth, ErrorAlert, Field, RequireUser};
 use crate::error::AppError;
 use crate::model::{ProjectOption, SizeHint};
 use crate::serverfns::{Launch, bookable_projects, size_hints};
@@ -41,6 +41,7 @@ pub fn LaunchPage() -> impl IntoView {
     view! {
         <RequireUser>
             {move || match offering() {
+                Some(offering) if !may_launch() => view! { <MayNotLaunch offering/> }.into_any(),
                 Some(offering) => {
                     let hours = hours().unwrap_or_default();
                     view! { <LaunchForm offering chosen_size=chosen_size() start=start() hours form/> }.into_any()
@@ -49,6 +50,28 @@ pub fn LaunchPage() -> impl IntoView {
                 None => view! { <super::NotFound/> }.into_any(),
             }}
         </RequireUser>
+    }
+}
+
+/// Whether the signed-in user's role may book (read inside `RequireUser`, where the user
+/// is known).
+fn may_launch() -> bool {
+    Auth::get().and_then(|auth| auth.user.get()).and_then(Result::ok).flatten().is_some_and(|user| user.can_launch)
+}
+
+/// What a viewer or platform staff sees instead of the form: why, and where to go.
+#[component]
+fn MayNotLaunch(offering: Offering) -> impl IntoView {
+    view! {
+        <Title text=format!("Launch {}", with_article(offering))/>
+        <div class="mx-auto max-w-2xl rounded-xl border border-slate-200 bg-white p-6 shadow-sm" data-testid="may-not-launch">
+            <h1 class="text-xl font-bold tracking-tight text-slate-900">"Launch " {with_article(offering)}</h1>
+            <p class="mt-2 text-sm text-slate-700">
+                "Your role can see the catalog, the calendar and environments, but not book capacity. "
+                "A tenant admin can make you a member of the tenant."
+            </p>
+            <a href="/calendar" class="mt-4 inline-block text-sm font-medium text-indigo-700 underline hover:text-indigo-500">"See availability"</a>
+        </div>
     }
 }
 

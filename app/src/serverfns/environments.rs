@@ -2,7 +2,7 @@ use berth_domain::launch::LaunchRequest;
 use leptos::prelude::*;
 
 use crate::error::AppError;
-use crate::model::{EnvironmentSummary, EnvironmentView};
+use crate::model::EnvironmentView;
 
 /// Launches an environment and sends the browser to its page.
 #[server(endpoint = "launch")]
@@ -23,15 +23,46 @@ pub async fn bookable_projects() -> Result<Vec<crate::model::ProjectOption>, App
     Ok(projects.into_iter().map(|(id, name)| crate::model::ProjectOption { id, name }).collect())
 }
 
-#[server(endpoint = "my_environments")]
-pub async fn my_environments() -> Result<Vec<EnvironmentSummary>, AppError> {
+/// The environments page's listing: the caller's own by default (`person` empty or `me`);
+/// those who see more may filter by person (`any` or an id), project, tenant and state.
+#[server(endpoint = "environments_listing")]
+pub async fn environments_listing(
+    person: Option<String>,
+    project: Option<String>,
+    tenant: Option<String>,
+    state: Option<String>,
+) -> Result<crate::model::EnvironmentListView, AppError> {
+    use berth_domain::policy::{Action, Reach};
+    use berth_platform::capacity::environments::EnvironmentFilter;
     let (platform, caller) = super::ssr::caller().await?;
-    let envs = platform
-        .environments_of_owner(&caller)
-        .await
-        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
+    let reach = caller.principal.reach(Action::EnvironmentRead);
+    let wider = matches!(reach, Some(Reach::Tenant | Reach::All));
+    let person = person.filter(|p| !p.is_empty() && wider).unwrap_or_else(|| "me".into());
+    let owner = match person.as_str() {
+        "me" => caller.user_id().to_string(),
+        "any" => String::new(),
+        id => id.to_owned(),
+    };
+    let (project, tenant, state) = (project.unwrap_or_default(), tenant.unwrap_or_default(), state.unwrap_or_default());
+    let filter = EnvironmentFilter::parse(&owner, &project, &tenant, &state).map_err(fail)?;
+    let listing = platform.environments_in_reach(&caller, &filter).await.map_err(fail)?;
     let now = berth_platform::now_ms();
-    Ok(envs.iter().map(|e| views::summary(e, now)).collect())
+    let choices = |list: Vec<(i64, String)>| {
+        list.into_iter().map(|(id, name)| crate::model::ProjectOption { id, name }).collect::<Vec<_>>()
+    };
+    Ok(crate::model::EnvironmentListView {
+        environments: listing.environments.iter().map(|listed| views::listed(listed, now)).collect(),
+        wider,
+        all_tenants: reach == Some(Reach::All),
+        person,
+        project,
+        tenant,
+        state: if state.is_empty() { "any".into() } else { state },
+        people: choices(listing.people),
+        projects: choices(listing.projects),
+        tenants: choices(listing.tenants),
+    })
 }
 
 #[server(endpoint = "environment")]
@@ -151,7 +182,7 @@ pub(crate) mod views {
     use berth_domain::catalog::format_cents;
     use berth_domain::lifecycle::{Desired, EnvState, Phase, provision_plan, teardown_plan};
     use berth_domain::mig::{MEMORY_SLICES, time_slice_share};
-    use berth_platform::capacity::environments::Environment;
+    use berth_platform::capacity::environments::{Environment, ListedEnvironment};
     use berth_platform::provisioning::backend::{JobLogs, JobStatus};
     use berth_platform::provisioning::connect::KeyState;
     use berth_platform::provisioning::journal::EnvironmentDetail;
@@ -184,6 +215,16 @@ pub(crate) mod views {
         JobLogsView { state: state.to_owned(), label, lines: logs.lines.clone() }
     }
 
+    /// A listing's row: the summary with whose, which project's and which tenant's it is.
+    pub fn listed(listed: &ListedEnvironment, now: i64) -> EnvironmentSummary {
+        EnvironmentSummary {
+            owner: listed.owner.clone(),
+            project: listed.project.clone().unwrap_or_default(),
+            tenant: listed.tenant.clone().unwrap_or_default(),
+            ..summary(&listed.environment, now)
+        }
+    }
+
     pub fn summary(e: &Environment, now: i64) -> EnvironmentSummary {
         let scheduled = e.state == EnvState::Requested && e.starts_at > now;
         let window = match (e.state.is_final(), e.finished_at) {
@@ -196,6 +237,9 @@ pub(crate) mod views {
         EnvironmentSummary {
             id: e.id.clone(),
             name: e.name.clone(),
+            owner: String::new(),
+            project: String::new(),
+            tenant: String::new(),
             offering: e.offering.title().to_owned(),
             size: e.size.label.to_owned(),
             state: if scheduled { "scheduled" } else { e.state.as_str() }.to_owned(),

@@ -12,7 +12,7 @@ use berth_domain::placement::{Hold, Occupant};
 use berth_domain::policy::{Action, Role, Target};
 use serde::{Deserialize, Serialize};
 use sqlx::sqlite::SqliteRow;
-use sqlx::{FromRow, SqliteConnection};
+use sqlx::{FromRow, Row, SqliteConnection};
 
 use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
@@ -90,6 +90,76 @@ pub struct Environment {
     pub ready_at: Option<i64>,
     pub finished_at: Option<i64>,
     pub tier: Tier,
+}
+
+/// Which of the environments in reach a listing shows; `None` keeps any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EnvironmentFilter {
+    pub owner_id: Option<i64>,
+    pub project_id: Option<i64>,
+    pub tenant_id: Option<i64>,
+    pub state: StateFilter,
+}
+
+impl EnvironmentFilter {
+    /// A filter as a page's query or the API's writes it: ids as numbers, `state` one of
+    /// `active`, `finished` or `any`; empty means any.
+    pub fn parse(owner: &str, project: &str, tenant: &str, state: &str) -> Result<EnvironmentFilter, Error> {
+        let id = |what: &str, text: &str| -> Result<Option<i64>, Error> {
+            match text.trim() {
+                "" => Ok(None),
+                text => text.parse().map(Some).map_err(|_| {
+                    Refusal::InvalidListFilter(format!("{what} must be given by its number, not \"{text}\"")).into()
+                }),
+            }
+        };
+        let state = match state.trim() {
+            "" | "any" => StateFilter::Any,
+            "active" => StateFilter::Active,
+            "finished" => StateFilter::Finished,
+            other => {
+                return Err(Refusal::InvalidListFilter(format!(
+                    "state \"{other}\" is not one of active, finished or any"
+                ))
+                .into());
+            }
+        };
+        Ok(EnvironmentFilter {
+            owner_id: id("the person", owner)?,
+            project_id: id("the project", project)?,
+            tenant_id: id("the tenant", tenant)?,
+            state,
+        })
+    }
+}
+
+/// Booked, starting, running or stopping; released or failed; or both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StateFilter {
+    #[default]
+    Any,
+    Active,
+    Finished,
+}
+
+/// An environment in a listing, with whose it is, by name.
+#[derive(Debug, Clone)]
+pub struct ListedEnvironment {
+    pub environment: Environment,
+    pub owner: String,
+    pub project: Option<String>,
+    /// `None` for platform staff's own environments.
+    pub tenant: Option<String>,
+}
+
+/// A listing, and what its filter may name: `(id, name)` of the people, projects and
+/// tenants the caller's environments in reach belong to.
+#[derive(Debug, Clone)]
+pub struct EnvironmentListing {
+    pub environments: Vec<ListedEnvironment>,
+    pub people: Vec<(i64, String)>,
+    pub projects: Vec<(i64, String)>,
+    pub tenants: Vec<(i64, String)>,
 }
 
 /// How the owner reaches a ready environment.
@@ -423,7 +493,12 @@ impl Platform {
     /// The projects the caller may book in, as `(id, name)` by name: those of their tenant
     /// they are a member of, or all of their tenant's for its tenant admins.
     pub async fn projects_to_book_in(&self, caller: &Caller) -> Result<Vec<(i64, String)>, Error> {
-        self.authorize_in_tenant(caller, Action::EnvironmentLaunch).await?;
+        // Asking where one may book is no attempt to book: a role that may not launch gets
+        // no projects, and no denial in the audit log (the launch form asks on every visit).
+        let target = caller.tenant_id().map_or(Target::Platform, Target::Tenant);
+        if caller.principal.authorize(Action::EnvironmentLaunch, target).is_err() {
+            return Ok(Vec::new());
+        }
         let mut conn = self.db.acquire().await?;
         Ok(sqlx::query_as(&format!("SELECT p.id, p.name FROM projects p WHERE {BOOKABLE_PROJECT} ORDER BY p.name"))
             .bind(caller.tenant_id())
@@ -491,17 +566,71 @@ impl Platform {
         rows.iter().map(environment_from_row).collect()
     }
 
-    /// Every environment the caller may see (their tenant's for tenant admins and viewers,
-    /// all for platform staff), newest first.
-    pub async fn environments_in_reach(&self, caller: &Caller) -> Result<Vec<Environment>, Error> {
+    /// The environments the caller may see (their tenant's for tenant admins and viewers,
+    /// all for platform staff, their own for members) that `filter` keeps, newest first,
+    /// with whose, which project's and which tenant's each is, and whom and which projects
+    /// the filter could name.
+    pub async fn environments_in_reach(
+        &self,
+        caller: &Caller,
+        filter: &EnvironmentFilter,
+    ) -> Result<EnvironmentListing, Error> {
         self.authorize_in_tenant(caller, Action::EnvironmentRead).await?;
         let scope = Scope::of(caller, Action::EnvironmentRead).ok_or(Error::Forbidden)?;
+        // The filter inside the scope's subquery, the names joined outside it (the
+        // environment's columns keep their names).
         let sql = format!(
-            "SELECT {ENVIRONMENT_COLUMNS} FROM environments WHERE {} ORDER BY created_at DESC, id LIMIT 500",
+            "SELECT e.*, coalesce(nullif(u.display_name, ''), u.email) AS owner_name, p.name AS project_name,
+                    t.name AS tenant_name
+             FROM (SELECT {ENVIRONMENT_COLUMNS} FROM environments
+                   WHERE {} AND (?4 IS NULL OR owner_id = ?4) AND (?5 IS NULL OR project_id = ?5)
+                     AND (?6 IS NULL OR tenant_id = ?6)
+                     AND (?7 IS NULL OR (state IN ('released', 'failed')) = ?7)
+                   ORDER BY created_at DESC, id LIMIT 500) e
+             JOIN users u ON u.id = e.owner_id
+             LEFT JOIN projects p ON p.id = e.project_id
+             LEFT JOIN tenants t ON t.id = e.tenant_id
+             ORDER BY e.created_at DESC, e.id",
             Scope::condition("owner_id")
         );
-        let rows = scope.bind(sqlx::query(&sql)).fetch_all(&self.db).await?;
-        rows.iter().map(environment_from_row).collect()
+        let finished = match filter.state {
+            StateFilter::Any => None,
+            StateFilter::Active => Some(false),
+            StateFilter::Finished => Some(true),
+        };
+        let rows = scope
+            .bind(sqlx::query(&sql))
+            .bind(filter.owner_id)
+            .bind(filter.project_id)
+            .bind(filter.tenant_id)
+            .bind(finished)
+            .fetch_all(&self.db)
+            .await?;
+        let environments = rows
+            .iter()
+            .map(|row| {
+                Ok(ListedEnvironment {
+                    environment: environment_from_row(row)?,
+                    owner: row.try_get("owner_name")?,
+                    project: row.try_get("project_name")?,
+                    tenant: row.try_get("tenant_name")?,
+                })
+            })
+            .collect::<Result<Vec<_>, Error>>()?;
+        // What the filter may name: the owners, projects and tenants of environments in reach.
+        let choices = async |column: &str, name: &str, table: &str| -> Result<Vec<(i64, String)>, Error> {
+            let sql = format!(
+                "SELECT DISTINCT x.id, {name}
+                 FROM (SELECT {column} FROM environments WHERE {}) e JOIN {table} x ON x.id = e.{column} ORDER BY 2",
+                Scope::condition("owner_id")
+            );
+            let rows = scope.bind(sqlx::query(&sql)).fetch_all(&self.db).await?;
+            rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(1)?))).collect()
+        };
+        let people = choices("owner_id", "coalesce(nullif(x.display_name, ''), x.email)", "users").await?;
+        let projects = choices("project_id", "x.name", "projects").await?;
+        let tenants = choices("tenant_id", "x.name", "tenants").await?;
+        Ok(EnvironmentListing { environments, people, projects, tenants })
     }
 
     /// The environment `id` if the caller may see it.

@@ -191,7 +191,7 @@ fn routes() -> Vec<Route> {
         sf("/api/fleet_capacity", None, ""),
         sf("/api/size_hints", None, "offering=notebook&hours=2"),
         api(M::GET, "/api/v1/me", None, ""),
-        sf("/api/my_environments", Some((EnvironmentRead, Aim::CallersTenant)), ""),
+        sf("/api/environments_listing", Some((EnvironmentRead, Aim::CallersTenant)), ""),
         // The platform checks environment.read here (the caller's bookings); every role
         // that has calendar.read has that too.
         sf("/api/calendar", Some((CalendarRead, Aim::CallersTenant)), "view=week&from="),
@@ -232,7 +232,9 @@ fn routes() -> Vec<Route> {
         sf("/api/fleet_schedule", Some((FleetRead, Aim::Platform)), "from=&days=7&site=&search=&page="),
         sf("/api/fabric_overview", Some((FleetRead, Aim::Platform)), ""),
         sf("/api/quotas", Some((QuotaRead, Aim::CallersTenant)), ""),
-        sf("/api/bookable_projects", launch, ""),
+        // Where one may book: a role that may not launch is answered no projects, not denied
+        // (the launch page asks on every visit; looking is not trying).
+        sf("/api/bookable_projects", Some((EnvironmentRead, Aim::CallersTenant)), ""),
         sf("/api/change_end", change, "id={id}&end={end}"),
         api(M::POST, "/api/v1/environments/{id}/end", change, r#"{"ends_at": "{end}"}"#),
         sf("/api/set_replicas", change, "id={id}&replicas=2"),

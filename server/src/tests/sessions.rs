@@ -48,7 +48,7 @@ async fn sign_in_renews_the_session_id_and_sign_out_ends_it() {
     assert_eq!(whoami(&berth, &signed_in).await, "null", "the old id is dead after sign-out");
     let page = berth.get("/environments", Some(&signed_in)).await;
     assert!(page.body.contains(SIGN_IN_PROMPT), "the page does not ask to sign in: {}", page.body);
-    says_sign_in(&berth.call("/api/my_environments", "", Some(&signed_in)).await);
+    says_sign_in(&berth.call("/api/environments_listing", "", Some(&signed_in)).await);
     let csv = berth.get("/audit.csv", Some(&signed_in)).await;
     assert_eq!(csv.status, StatusCode::UNAUTHORIZED, "{}", csv.body);
 }
@@ -130,7 +130,7 @@ async fn suspending_a_tenant_ends_its_sessions_and_tokens_at_once() {
 
     berth.platform.change_tenant(&admin.caller(meta()), tenant, TenantChange::Suspend).await.expect("suspend");
     assert_eq!(whoami(&berth, &cookie).await, "null", "a suspended tenant's session still works");
-    says_sign_in(&berth.call("/api/my_environments", "", Some(&cookie)).await);
+    says_sign_in(&berth.call("/api/environments_listing", "", Some(&cookie)).await);
     assert_eq!(berth.api(Method::GET, "/api/v1/me", "", Some(&token)).await.status, StatusCode::UNAUTHORIZED);
 }
 
