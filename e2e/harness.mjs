@@ -144,13 +144,16 @@ export function fetchLocal(url, { method = 'GET', headers = {}, body } = {}) {
   });
 }
 
-/** Fails the test on any error the page logs (a hydration panic shows up here). */
+/**
+ * Fails the test on any error or warning the page logs: a hydration panic is an error, and
+ * Leptos warns of hydration trouble (a resource read outside Suspense, a mismatched node).
+ */
 export function watchConsole(page) {
   const errors = [];
   page.on('console', (msg) => {
     // A refused form answers 4xx on purpose; the browser logs those as failed loads.
     const refusal = /status of 4\d\d/.test(msg.text());
-    if (msg.type() === 'error' && !refusal) errors.push(msg.text());
+    if ((msg.type() === 'error' || msg.type() === 'warning') && !refusal) errors.push(`${msg.type()}: ${msg.text()}`);
   });
   page.on('pageerror', (err) => errors.push(String(err)));
   return errors;

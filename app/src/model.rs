@@ -18,7 +18,8 @@ pub struct SessionUser {
     pub can_read_tenants: bool,
     pub can_read_audit: bool,
     pub can_set_quotas: bool,
-    /// May book capacity (members and tenant admins); the others see no launch controls.
+    /// May book capacity (members, tenant admins, platform admins for themselves); viewers
+    /// and auditors see no launch controls.
     pub can_launch: bool,
 }
 

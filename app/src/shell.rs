@@ -3,6 +3,7 @@
 use leptos::prelude::*;
 use leptos_meta::{MetaTags, Title, provide_meta_context};
 use leptos_router::components::{Route, Router, Routes};
+use leptos_router::hooks::use_location;
 use leptos_router::{SsrMode, path};
 
 use crate::components::{Auth, NavBar};
@@ -66,8 +67,14 @@ fn Frame() -> impl IntoView {
     Auth::provide();
     view! {
             <div class="flex min-h-full flex-col">
+                // The first stop for a keyboard: past the navigation's links to the page.
+                // `rel="external"`: the browser, not the router, follows it and moves the focus.
+                <a href="#main" rel="external" class="sr-only rounded-md bg-white px-3 py-2 text-sm font-semibold text-indigo-800 focus:not-sr-only focus:absolute focus:left-2 focus:top-2 focus:z-50">
+                    "Skip to content"
+                </a>
                 <NavBar/>
-                <main class="mx-auto w-full max-w-6xl flex-1 px-4 py-8">
+                <RouteAnnouncer/>
+                <main id="main" tabindex="-1" class="mx-auto w-full max-w-6xl flex-1 px-4 py-8 focus:outline-none">
                     <Routes fallback=NotFound>
                         <Route path=path!("/") view=CatalogPage ssr=SsrMode::Async/>
                         <Route path=path!("/catalog") view=CatalogPage ssr=SsrMode::Async/>
@@ -93,5 +100,26 @@ fn Frame() -> impl IntoView {
                     "Berth · self-service GPU cloud"
                 </footer>
             </div>
+    }
+}
+
+/// Tells screen readers that the page changed after a navigation in the browser (a full
+/// page load they announce themselves): the new page's title, in a polite live region.
+#[component]
+fn RouteAnnouncer() -> impl IntoView {
+    let location = use_location();
+    let message = RwSignal::new(String::new());
+    let first_page = StoredValue::new(true);
+    Effect::new(move |_| {
+        location.pathname.track();
+        if first_page.get_value() {
+            first_page.set_value(false);
+            return;
+        }
+        // After the new page's `<Title>` has set the document's title.
+        set_timeout(move || message.set(document().title()), std::time::Duration::from_millis(100));
+    });
+    view! {
+        <p class="sr-only" aria-live="polite" aria-atomic="true" data-testid="route-announcer">{move || message.get()}</p>
     }
 }

@@ -91,9 +91,9 @@ pub fn RequireUser(children: ChildrenFn) -> impl IntoView {
     .into_any()
 }
 
-/// Shows `children` only to those whose role may book capacity (members and tenant admins)
+/// Shows `children` only to those whose role may book capacity (not viewers and auditors)
 /// and, where `signed_out` is set, to those not signed in yet (signing in may let them):
-/// viewers and platform staff see no launch controls.
+/// the others see no launch controls.
 #[component]
 pub fn IfMayLaunch(#[prop(optional)] signed_out: bool, children: ChildrenFn) -> impl IntoView {
     let children = StoredValue::new(children);
@@ -206,7 +206,7 @@ pub fn NavBar() -> impl IntoView {
             <nav class="mx-auto flex max-w-7xl items-center justify-between gap-4 px-4 py-3" aria-label="Main">
                 <div class="flex items-center gap-6">
                     <A href="/catalog" attr:class="flex items-center gap-2 text-white">
-                        <span class="grid h-8 w-8 place-items-center rounded-lg bg-indigo-500 font-bold">"B"</span>
+                        <span class="grid h-8 w-8 place-items-center rounded-lg bg-indigo-600 font-bold">"B"</span>
                         <span class="text-lg font-semibold tracking-tight">"Berth"</span>
                     </A>
                     <div class="hidden gap-1 xl:flex">
@@ -290,7 +290,7 @@ fn UserArea(wide: bool) -> impl IntoView {
                             </div>
                         }.into_any(),
                         _ => view! {
-                            <a href="/login" class="rounded-md bg-indigo-500 px-3 py-1.5 text-sm font-semibold text-white hover:bg-indigo-400">
+                            <a href="/login" class="rounded-md bg-indigo-600 px-3 py-1.5 text-sm font-semibold text-white hover:bg-indigo-500">
                                 "Sign in"
                             </a>
                         }.into_any(),
@@ -305,11 +305,16 @@ fn UserArea(wide: bool) -> impl IntoView {
 /// pages show progress without a reload; only while someone is signed in, as the pages'
 /// resources are made outside `RequireUser`.
 pub fn poll_every(ms: u64, refresh: impl Fn() + Clone + 'static) {
-    let auth = Auth::get();
+    // Copied from the session's resource by an effect: a timer reading the resource itself
+    // reads it outside Suspense, which Leptos warns of.
+    let signed_in = RwSignal::new(true);
+    if let Some(auth) = Auth::get() {
+        Effect::new(move |_| signed_in.set(matches!(auth.user.get(), Some(Ok(Some(_))))));
+    }
     Effect::new(move |_| {
         let refresh = refresh.clone();
         let tick = move || {
-            if auth.is_none_or(|auth| matches!(auth.user.get_untracked(), Some(Ok(Some(_))))) {
+            if signed_in.get_untracked() {
                 refresh()
             }
         };

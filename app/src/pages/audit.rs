@@ -106,7 +106,7 @@ fn AuditTable(rows: Vec<AuditRowView>) -> impl IntoView {
                     <td class=format!("{CELL} whitespace-nowrap")>{r.time}</td>
                     <td class=CELL>
                         {if r.actor.is_empty() {
-                            view! { <span class="text-slate-400" title="Berth itself, or someone not signed in">"—"</span> }.into_any()
+                            view! { <span class="text-slate-600" title="Berth itself, or someone not signed in">"—"</span> }.into_any()
                         } else {
                             view! { <span class="text-slate-900">{r.actor}</span> }.into_any()
                         }}

@@ -113,7 +113,7 @@ fn Calendar(view: CalendarView) -> impl IntoView {
                 <a href=view.next_href.clone() class=NAV>"Later →"</a>
             </nav>
         </div>
-        <div class="mt-6 overflow-x-auto rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
+        <div tabindex="0" role="region" aria-label="Calendar" class="mt-6 overflow-x-auto rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
             <table class="w-full select-none border-separate border-spacing-0.5 text-xs" aria-label="Free capacity per size over time"
                 data-drag=move || if draggable.get() { "ready" } else { "off" }
                 on:pointerup=finish on:pointerleave=move |_| drag.set(None)>
@@ -174,7 +174,7 @@ fn Calendar(view: CalendarView) -> impl IntoView {
                                     {b.name.clone()}
                                 </a>
                                 <a href=b.href.clone() style=bar title=format!("{} · {}", b.size, b.when)
-                                    class="truncate rounded bg-indigo-500 px-2 py-1 text-white hover:bg-indigo-600">
+                                    class="truncate rounded bg-indigo-600 px-2 py-1 text-white hover:bg-indigo-700">
                                     {b.size.clone()} " · " {b.when.clone()}
                                 </a>
                             }

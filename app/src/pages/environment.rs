@@ -52,10 +52,12 @@ pub fn EnvironmentPage() -> impl IntoView {
         },
         |(id, ..)| environment(id),
     );
+    // Polling stops once the environment is finished (copied by an effect: the timer must
+    // not read the resource outside Suspense).
+    let finished = RwSignal::new(false);
+    Effect::new(move |_| finished.set(env.get().and_then(Result::ok).is_some_and(|e| e.summary.finished)));
     poll_every(1000, move || {
-        // Stop polling once the environment is finished.
-        let finished = env.get_untracked().and_then(Result::ok).is_some_and(|e| e.summary.finished);
-        if !finished {
+        if !finished.get_untracked() {
             tick.update(|t| *t += 1);
         }
     });
@@ -172,7 +174,7 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
                     <h2 class="font-semibold text-slate-900">"Capacity"</h2>
                     <ul class="mt-3 space-y-2 text-sm">
                         {view.units.clone().into_iter().map(|u| view! {
-                            <li class=if u.released { "text-slate-400 line-through" } else { "text-slate-900" }>
+                            <li class=if u.released { "text-slate-600 line-through" } else { "text-slate-900" }>
                                 <div class="font-medium">{u.model} " · " {u.what}</div>
                                 <div class="text-xs">{u.location}</div>
                             </li>
@@ -308,7 +310,7 @@ fn JobLogsCard(logs: JobLogsView) -> impl IntoView {
                 <h2 id="logs-title" class="font-semibold text-slate-900">"Training log"</h2>
                 <span data-job-state=logs.state.clone() class=format!("rounded-full px-2.5 py-0.5 text-xs font-medium {tone}")>{logs.label.clone()}</span>
             </div>
-            <pre data-testid="job-logs" class="max-h-96 overflow-auto whitespace-pre-wrap break-all bg-slate-950 px-5 py-3 font-mono text-xs text-slate-100">{text}</pre>
+            <pre data-testid="job-logs" tabindex="0" class="max-h-96 overflow-auto whitespace-pre-wrap break-all bg-slate-950 px-5 py-3 font-mono text-xs text-slate-100">{text}</pre>
         </section>
     }
 }
@@ -349,7 +351,7 @@ fn StepRow(step: StepView) -> impl IntoView {
         "succeeded" => ("✓", "bg-emerald-100 text-emerald-700"),
         "running" => ("•", "bg-amber-100 text-amber-700 animate-pulse"),
         "failed" => ("✕", "bg-red-100 text-red-700"),
-        _ => ("", "bg-slate-100 text-slate-400"),
+        _ => ("", "bg-slate-100 text-slate-600"),
     };
     let phase = if step.phase == "teardown" { "Teardown" } else { "Provision" };
     view! {

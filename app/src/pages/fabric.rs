@@ -97,7 +97,7 @@ fn Fabric(view: FabricView, ports: ServerAction<SetPortGuids>) -> impl IntoView 
             <p class="mt-1 text-xs text-slate-500">
                 "One partition per tenant holding a P_Key, its ports full members. Add it to the subnet manager's partitions.conf (or a UFM partitions.conf.user_ext)."
             </p>
-            <pre class="mt-3 overflow-x-auto rounded-lg bg-slate-900 p-3 text-xs text-slate-100" data-testid="partitions-conf">{view.partitions_conf.clone()}</pre>
+            <pre tabindex="0" class="mt-3 overflow-x-auto rounded-lg bg-slate-900 p-3 text-xs text-slate-100" data-testid="partitions-conf">{view.partitions_conf.clone()}</pre>
         </section>
     }
 }

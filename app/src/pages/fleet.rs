@@ -179,7 +179,7 @@ fn Fleet(
             </nav>
         </div>
         <NodePager pager=view.pager.clone()/>
-        <div class="mt-3 overflow-x-auto rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
+        <div tabindex="0" role="region" aria-label="Nodes over time" class="mt-3 overflow-x-auto rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
             <div class="min-w-[56rem]">
                 <div class="flex text-xs text-slate-500">
                     <div class="w-44 shrink-0"></div>
@@ -190,9 +190,9 @@ fn Fleet(
                 {view.nodes.iter().cloned().map(|node| view! { <NodeRows node columns/> }).collect_view()}
             </div>
             <p class="mt-3 flex flex-wrap gap-4 text-xs text-slate-500">
-                <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-emerald-500"></span>"running"</span>
-                <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-indigo-500"></span>"booked ahead"</span>
-                <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-sky-500"></span>"MIG slice"</span>
+                <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-emerald-700"></span>"running"</span>
+                <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-indigo-600"></span>"booked ahead"</span>
+                <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-sky-700"></span>"MIG slice"</span>
                 <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-amber-300"></span>"maintenance"</span>
             </p>
         </div>
@@ -214,7 +214,7 @@ fn Fleet(
                     <Field id="m-start" name="start" label="Start (UTC, empty for now)" utc_time=true/>
                     <Field id="m-end" name="end" label="End (UTC)" utc_time=true required=true/>
                     <div class="sm:col-span-2 flex items-center justify-end">
-                        <button type="submit" class="rounded-lg bg-amber-500 px-4 py-2 text-sm font-semibold text-white hover:bg-amber-400">"Schedule maintenance"</button>
+                        <button type="submit" class="rounded-lg bg-amber-700 px-4 py-2 text-sm font-semibold text-white hover:bg-amber-600">"Schedule maintenance"</button>
                     </div>
                 </ActionForm>
                 {move || schedule_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
@@ -329,7 +329,7 @@ fn NodeRows(node: FleetNode, columns: usize) -> impl IntoView {
                 {(!node.state_note.is_empty() && node.state != "available").then(|| view! {
                     <p class="text-[11px] text-slate-500" data-node-state-note="">{node.state_note.clone()}</p>
                 })}
-                {(!node.fabric.is_empty()).then(|| view! { <p class="text-[11px] text-slate-400" data-fabric="">{node.fabric.clone()}</p> })}
+                {(!node.fabric.is_empty()).then(|| view! { <p class="text-[11px] text-slate-600" data-fabric="">{node.fabric.clone()}</p> })}
             </div>
             <div class="relative h-5 flex-1 rounded bg-slate-50" style=grid.clone()>
                 {node.maintenance.iter().cloned().map(|bar| view! { <BarView bar/> }).collect_view()}
@@ -356,10 +356,10 @@ fn NodeRows(node: FleetNode, columns: usize) -> impl IntoView {
 #[component]
 fn BarView(bar: Bar) -> impl IntoView {
     let tone = match bar.tone.as_str() {
-        "running" => "bg-emerald-500 text-white hover:bg-emerald-600",
-        "slice" => "bg-sky-500 text-white hover:bg-sky-600",
+        "running" => "bg-emerald-700 text-white hover:bg-emerald-800",
+        "slice" => "bg-sky-700 text-white hover:bg-sky-800",
         "maintenance" => "bg-amber-300/70 text-amber-950",
-        _ => "bg-indigo-500 text-white hover:bg-indigo-600",
+        _ => "bg-indigo-600 text-white hover:bg-indigo-700",
     };
     let style =
         format!("left: {:.3}%; width: {:.3}%; top: {:.1}%; height: {:.1}%;", bar.left, bar.width, bar.top, bar.height);

@@ -59,7 +59,7 @@ fn may_launch() -> bool {
     Auth::get().and_then(|auth| auth.user.get()).and_then(Result::ok).flatten().is_some_and(|user| user.can_launch)
 }
 
-/// What a viewer or platform staff sees instead of the form: why, and where to go.
+/// What a viewer or an auditor sees instead of the form: why, and where to go.
 #[component]
 fn MayNotLaunch(offering: Offering) -> impl IntoView {
     view! {
@@ -138,7 +138,7 @@ fn LaunchForm(
                                                 on:change=move |_| picked.set(size_id.to_owned())/>
                                             <span>
                                                 <span class="block text-sm font-medium text-slate-900">{s.label}</span>
-                                                <span class="block text-xs text-slate-500">{s.vcpus} " vCPU · " {s.memory_gb} " GB RAM · " {s.price_per_hour()} "/h"</span>
+                                                <span class="block text-xs text-slate-600">{s.vcpus} " vCPU · " {s.memory_gb} " GB RAM · " {s.price_per_hour()} "/h"</span>
                                                 <Transition fallback=|| ()>
                                                     {move || Suspend::new(async move {
                                                         let hint = hints.await.ok().and_then(|all| all.into_iter().find(|h| h.size_id == size_id));
@@ -189,12 +189,12 @@ fn LaunchForm(
                                 <label for="tier-guaranteed" class="flex cursor-pointer items-start gap-3 rounded-lg border border-slate-200 p-3 has-[:checked]:border-indigo-500 has-[:checked]:bg-indigo-50">
                                     <input type="radio" id="tier-guaranteed" name="request[tier]" value="guaranteed" checked class="mt-1"/>
                                     <span class="text-sm"><span class="block font-medium text-slate-900">"Guaranteed"</span>
-                                        <span class="block text-xs text-slate-500">"Counts against your quota; never taken away."</span></span>
+                                        <span class="block text-xs text-slate-600">"Counts against your quota; never taken away."</span></span>
                                 </label>
                                 <label for="tier-spot" class="flex cursor-pointer items-start gap-3 rounded-lg border border-slate-200 p-3 has-[:checked]:border-amber-500 has-[:checked]:bg-amber-50">
                                     <input type="radio" id="tier-spot" name="request[tier]" value="spot" class="mt-1"/>
                                     <span class="text-sm"><span class="block font-medium text-slate-900">"Spot (preemptible)"</span>
-                                        <span class="block text-xs text-slate-500">"Beyond your quota if it allows; starts now; reclaimed when a guaranteed booking needs the capacity."</span></span>
+                                        <span class="block text-xs text-slate-600">"Beyond your quota if it allows; starts now; reclaimed when a guaranteed booking needs the capacity."</span></span>
                                 </label>
                             </div>
                         </fieldset>

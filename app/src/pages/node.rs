@@ -145,7 +145,7 @@ fn Run(run: CheckRunView) -> impl IntoView {
                         <td class=CELL>
                             <details>
                                 <summary class="cursor-pointer text-xs text-indigo-600">{r.command.clone()}</summary>
-                                <pre class="mt-2 max-h-64 max-w-xl overflow-auto rounded bg-slate-900 p-2 text-[11px] text-slate-100">{r.raw_output.clone()}</pre>
+                                <pre tabindex="0" class="mt-2 max-h-64 max-w-xl overflow-auto rounded bg-slate-900 p-2 text-[11px] text-slate-100">{r.raw_output.clone()}</pre>
                             </details>
                         </td>
                     </tr>

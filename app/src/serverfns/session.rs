@@ -22,7 +22,7 @@ pub async fn current_user() -> Result<Option<SessionUser>, AppError> {
         can_read_tenants: principal.reach(Action::TenantRead) == Some(Reach::All),
         can_read_audit: can(Action::AuditRead),
         can_set_quotas: can(Action::QuotaManage),
-        can_launch: user.tenant_id.is_some() && can(Action::EnvironmentLaunch),
+        can_launch: can(Action::EnvironmentLaunch),
         email: user.email,
         display_name: user.display_name,
     }))
