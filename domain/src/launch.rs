@@ -42,6 +42,10 @@ pub struct LaunchRequest {
     pub image: String,
     #[serde(default)]
     pub command: String,
+    /// The ids of the volumes to attach besides the owner's home volume (notebooks and
+    /// training jobs only): their own personal volumes and the booking's project's.
+    #[serde(default)]
+    pub volumes: Vec<String>,
 }
 
 /// A launch request that passed every rule.
