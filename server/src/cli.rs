@@ -140,6 +140,10 @@ pub struct ServeArgs {
     /// Simulated backend: injected faults, e.g. `start_workload=fail@0.2,pull_image=hang,expose_endpoint=late@0.1`.
     #[arg(long, env = "BERTH_SIM_FAULTS", value_delimiter = ',')]
     pub sim_faults: Vec<FaultRule>,
+    /// Simulated backend: where volumes are kept, a directory each. Defaults to `volumes/`
+    /// beside the database file.
+    #[arg(long, env = "BERTH_SIM_VOLUMES_DIR")]
+    pub sim_volumes_dir: Option<PathBuf>,
     /// Kubernetes backend: the GPU Operator's namespace, where the mig-parted ConfigMap lives.
     #[arg(long, env = "BERTH_KUBE_GPU_OPERATOR_NAMESPACE", default_value = "gpu-operator")]
     pub kube_gpu_operator_namespace: String,
@@ -346,6 +350,16 @@ fn machine(args: &AgentArgs) -> Result<Arc<dyn berth_agent::node::NodeHost>, ber
     Ok(Arc::new(berth_agent::node::Machine::new(runner, network, runtime).with_gpu_groups(args.gpu_groups.clone())))
 }
 
+/// `volumes/` in the database file's folder (`None` for an in-memory database).
+fn volumes_beside(database_url: &str) -> Option<PathBuf> {
+    let options = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(database_url).ok()?;
+    let file = options.get_filename();
+    if file.as_os_str().is_empty() || file.as_os_str() == ":memory:" {
+        return None;
+    }
+    Some(file.parent().map_or_else(|| PathBuf::from("volumes"), |dir| dir.join("volumes")))
+}
+
 async fn open_database(url: &str) -> Result<sqlx::SqlitePool, String> {
     let pool = store::connect(url).await.map_err(|e| format!("cannot open database {url}: {e}"))?;
     store::migrate(&pool).await.map_err(|e| format!("cannot migrate database {url}: {e}"))?;
@@ -402,6 +416,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         _ => Arc::new(Simulated::new(SimulatedConfig {
             speed: args.sim_speed.max(0.0),
             faults: args.sim_faults.clone(),
+            volumes_dir: args.sim_volumes_dir.clone().or_else(|| volumes_beside(&args.db.database)),
         })),
     };
     // The proxy, logs and replicas ask the same backend the reconciler drives.

@@ -69,6 +69,7 @@ pub(crate) async fn workload_of(
         mig_neighbours: neighbours(&mut *conn, &env.id, Neighbours::MigSlices).await?,
         tenant_neighbours: neighbours(&mut *conn, &env.id, Neighbours::SameHardTenant).await?,
         tenant_holdings,
+        volumes: crate::capacity::volumes::mounts_of(&mut *conn, &env.id).await?,
     })
 }
 

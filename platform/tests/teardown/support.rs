@@ -72,7 +72,7 @@ pub enum World {
 
 impl World {
     pub fn simulated(faults: Vec<FaultRule>) -> (World, Arc<dyn Backend>) {
-        let simulated = Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults }));
+        let simulated = Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults, volumes_dir: None }));
         (World::Simulated(simulated.clone()), simulated)
     }
 

@@ -50,6 +50,10 @@ pub struct Workload {
     /// tenant's other environments there hold now, read from the database when the
     /// workload is built. The space's quota is theirs and this one's together.
     pub tenant_holdings: Vec<Holding>,
+    /// The volumes attached to the environment, each with its mount path. They outlive
+    /// the workload: a backend makes a volume's storage when it is first missing and never
+    /// removes it with the environment (only [`Backend::remove_volume`] does).
+    pub volumes: Vec<VolumeMount>,
 }
 
 /// What one live environment holds, as a space it shares with its tenant's other
@@ -121,6 +125,15 @@ pub struct PlacedUnit {
 /// What a backend answers once an environment is ready: how its owner reaches it (kept
 /// with the environment).
 pub use crate::capacity::environments::Connection;
+pub use crate::capacity::volumes::VolumeMount;
+
+/// A deleted volume whose storage a backend is to remove.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredVolume {
+    pub volume_id: i64,
+    /// Where the backend said it keeps it ([`Backend::volume_location`]).
+    pub location: String,
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepOutput {
@@ -136,6 +149,7 @@ pub struct BackendError(pub String);
 pub type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<StepOutput, BackendError>> + Send + 'a>>;
 pub type OwnedFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<OwnedObject>, BackendError>> + Send + 'a>>;
 pub type RemoveFuture<'a> = Pin<Box<dyn Future<Output = Result<bool, BackendError>> + Send + 'a>>;
+pub type UseFuture<'a> = Pin<Box<dyn Future<Output = Option<u64>> + Send + 'a>>;
 pub type QueueFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + 'a>>;
 
 /// Something a backend made for environments or a tenant, as the orphan sweep finds it.
@@ -260,6 +274,25 @@ pub trait Backend: Send + Sync + 'static {
     fn apply_tenant_queue<'a>(&'a self, queue: &'a TenantQueue) -> QueueFuture<'a> {
         let _ = queue;
         Box::pin(async { Ok(()) })
+    }
+
+    /// Where this backend keeps `volume` for `workload` (a directory, a claim), as shown
+    /// on the volume's page and given back to [`Backend::remove_volume`]. Cheap: no call.
+    fn volume_location(&self, workload: &Workload, volume: &VolumeMount) -> String {
+        let _ = workload;
+        volume.storage_name()
+    }
+
+    /// Removes a deleted volume's storage; `false` when there was none. Safe to repeat.
+    fn remove_volume<'a>(&'a self, volume: &'a StoredVolume) -> RemoveFuture<'a> {
+        let _ = volume;
+        Box::pin(async { Err(BackendError("this backend cannot remove volumes yet".into())) })
+    }
+
+    /// Bytes a volume holds now, where the backend can measure it (`None` where not).
+    fn volume_use<'a>(&'a self, volume: &'a StoredVolume) -> UseFuture<'a> {
+        let _ = volume;
+        Box::pin(async { None })
     }
 
     /// Removes a deleted tenant's queue; `false` when there was none. Safe to repeat.
