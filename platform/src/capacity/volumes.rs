@@ -302,38 +302,31 @@ impl Platform {
         Ok(())
     }
 
-    /// The volumes an environment has (and had) attached, for its page.
+    /// The volumes an environment has (and had) attached.
     pub async fn environment_volumes(&self, caller: &Caller, environment_id: &str) -> Result<Vec<Attachment>, Error> {
         self.environment_of(caller, environment_id).await?;
         let mut conn = self.db.acquire().await?;
-        let rows: Vec<AttachmentRow> = sqlx::query_as(&format!(
-            "SELECT {ATTACHMENT_COLUMNS} FROM {ATTACHMENT_TABLES} WHERE a.environment_id = ? ORDER BY a.mount_path"
-        ))
-        .bind(environment_id)
-        .fetch_all(&mut *conn)
-        .await?;
-        Ok(rows.into_iter().map(Attachment::from).collect())
+        attachments_of_environment(&mut conn, environment_id).await
     }
 
-    /// The volumes the caller may attach to a booking in `project` (empty for none), for
-    /// the launch form: their home (even before it exists: its size is the tenant's
-    /// setting), their own personal volumes and the project's.
-    pub async fn attachable_volumes(&self, caller: &Caller, project: &str) -> Result<Vec<Volume>, Error> {
+    /// The volumes the caller may attach, for the launch form: their home (even before it
+    /// exists: its size is the tenant's setting), their own personal volumes, and the
+    /// volumes of every project they may book in (each attachable to a booking in its
+    /// project only).
+    pub async fn attachable_volumes(&self, caller: &Caller) -> Result<Vec<Volume>, Error> {
         self.authorize_in_tenant(caller, Action::EnvironmentLaunch).await?;
         let mut conn = self.db.acquire().await?;
-        let project_id = match project.trim() {
-            "" => None,
-            _ => self.project_to_book_in(&mut conn, caller, project).await.ok().flatten(),
-        };
         let rows: Vec<VolumeRow> = sqlx::query_as(&format!(
             "SELECT {VOLUME_COLUMNS} FROM {VOLUME_TABLES}
              WHERE v.deleted_at IS NULL AND v.tenant_id IS ?1
-               AND ((v.project_id IS NULL AND v.owner_id = ?2) OR v.project_id = ?3)
-             ORDER BY v.is_home DESC, v.project_id IS NOT NULL, v.name"
+               AND ((v.project_id IS NULL AND v.owner_id = ?2)
+                    OR v.project_id IN (SELECT p.id FROM projects p WHERE p.tenant_id = ?1
+                        AND (?3 OR EXISTS (SELECT 1 FROM project_members m WHERE m.project_id = p.id AND m.user_id = ?2))))
+             ORDER BY v.is_home DESC, v.project_id IS NOT NULL, p.name, v.name"
         ))
         .bind(caller.tenant_id())
         .bind(caller.user_id())
-        .bind(project_id)
+        .bind(caller.principal.role == Role::TenantAdmin)
         .fetch_all(&mut *conn)
         .await?;
         let mut volumes = Vec::with_capacity(rows.len() + 1);
@@ -777,6 +770,20 @@ impl From<AttachmentRow> for Attachment {
             detached_at: row.detached_at,
         }
     }
+}
+
+/// The volumes an environment has and had attached, by mount path (its page's list).
+pub(crate) async fn attachments_of_environment(
+    conn: &mut SqliteConnection,
+    environment_id: &str,
+) -> Result<Vec<Attachment>, Error> {
+    let rows: Vec<AttachmentRow> = sqlx::query_as(&format!(
+        "SELECT {ATTACHMENT_COLUMNS} FROM {ATTACHMENT_TABLES} WHERE a.environment_id = ? ORDER BY a.mount_path"
+    ))
+    .bind(environment_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(Attachment::from).collect())
 }
 
 /// A volume's live attachments.
