@@ -211,6 +211,10 @@ pub enum Refusal {
     VolumeNameInUse(String),
     #[error("volume \"{name}\" is attached to {environment}; stop it first, then delete the volume")]
     VolumeAttached { name: String, environment: String },
+    #[error(
+        "volume \"{name}\" is attached to {environment}; a hard tenant's volumes (and platform staff's) are attached to one environment at a time"
+    )]
+    VolumeInUse { name: String, environment: String },
     #[error("{0} cannot have volumes attached; notebooks and training jobs can")]
     NoVolumes(&'static str),
 }

@@ -173,6 +173,10 @@ pub struct ServeArgs {
     /// (defaults to the address Berth uses).
     #[arg(long, env = "BERTH_KUBE_API_URL")]
     pub kube_api_url: Option<String>,
+    /// Kubernetes backend: the StorageClass of volumes' claims (ReadWriteMany); the cluster's
+    /// default when not given. Claims of volumes are never owned by an environment's objects.
+    #[arg(long, env = "BERTH_KUBE_STORAGE_CLASS")]
+    pub kube_storage_class: Option<String>,
     /// A provisioning step that runs longer than this many seconds has failed.
     #[arg(long, env = "BERTH_STEP_TIMEOUT", default_value_t = 120)]
     pub step_timeout: u64,
@@ -384,6 +388,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
                     user_prefix: args.kube_user_prefix.clone(),
                     berth_namespace: args.kube_berth_namespace.clone(),
                     cluster_domain: args.kube_cluster_domain.clone(),
+                    storage_class: args.kube_storage_class.clone(),
                     ..ClusterSettings::default()
                 },
                 api_server_url: args.kube_api_url.clone(),

@@ -591,6 +591,37 @@ pub(crate) async fn attach_for_launch(
             rows.push(row);
         }
     }
+    // Environments of a hard or hybrid tenant, and platform staff's, have namespaces of
+    // their own on Kubernetes, where a volume is bound to one environment's claim at a
+    // time (see ARCHITECTURE.md): such a volume is attached to one live environment only.
+    // A second notebook starts without the home volume; a volume asked for is refused.
+    let shares_space: bool = match booking.tenant_id {
+        None => false,
+        Some(tenant) => {
+            sqlx::query_scalar("SELECT isolation = 'soft' FROM tenants WHERE id = ?")
+                .bind(tenant)
+                .fetch_one(&mut *conn)
+                .await?
+        }
+    };
+    if !shares_space {
+        let mut kept = Vec::with_capacity(rows.len());
+        for row in rows {
+            let elsewhere: Option<String> = sqlx::query_scalar(
+                "SELECT e.name FROM volume_attachments a JOIN environments e ON e.id = a.environment_id
+                 WHERE a.volume_id = ? AND a.detached_at IS NULL LIMIT 1",
+            )
+            .bind(row.id)
+            .fetch_optional(&mut *conn)
+            .await?;
+            match elsewhere {
+                None => kept.push(row),
+                Some(_) if row.is_home => {}
+                Some(environment) => return Err(Refusal::VolumeInUse { name: row.name, environment }.into()),
+            }
+        }
+        rows = kept;
+    }
     let facts: Vec<VolumeFacts> = rows.iter().map(VolumeRow::facts).collect();
     let paths = volume::mounts(&facts)?;
     for (row, path) in rows.iter().zip(paths) {
@@ -690,6 +721,16 @@ pub(crate) async fn mounts_of(conn: &mut SqliteConnection, environment_id: &str)
             owner_id,
         })
         .collect())
+}
+
+/// The sizes (GiB) of a tenant's live volumes, by id.
+pub(crate) async fn tenant_volume_sizes(conn: &mut SqliteConnection, tenant_id: i64) -> Result<Vec<u32>, Error> {
+    let sizes: Vec<i64> =
+        sqlx::query_scalar("SELECT size_gib FROM volumes WHERE tenant_id = ? AND deleted_at IS NULL ORDER BY id")
+            .bind(tenant_id)
+            .fetch_all(&mut *conn)
+            .await?;
+    Ok(sizes.into_iter().map(|g| u32::try_from(g).unwrap_or(u32::MAX)).collect())
 }
 
 /// Refuses `asked_gib` more in the tenant (and the project) beyond their storage limits.

@@ -54,6 +54,10 @@ pub struct Workload {
     /// the workload: a backend makes a volume's storage when it is first missing and never
     /// removes it with the environment (only [`Backend::remove_volume`] does).
     pub volumes: Vec<VolumeMount>,
+    /// For an environment that shares its tenant's space: the sizes (GiB) of every live
+    /// volume of the tenant, which all live in that space (Kubernetes: their claims count
+    /// against the tenant namespace's quota).
+    pub tenant_volumes: Vec<u32>,
 }
 
 /// What one live environment holds, as a space it shares with its tenant's other
@@ -96,6 +100,8 @@ pub struct TenantSpace {
     pub members: Vec<(String, Role)>,
     /// What the tenant's environments in the space hold now.
     pub holdings: Vec<Holding>,
+    /// The sizes (GiB) of the tenant's live volumes, kept in the space between bookings.
+    pub volumes: Vec<u32>,
 }
 
 /// The tenant an environment belongs to, as a backend needs it.
