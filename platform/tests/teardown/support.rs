@@ -242,6 +242,18 @@ impl Site {
     }
 
     pub async fn launch(&self, caller: &Caller, offering: &str, size: &str, name: &str) -> Result<Environment, Error> {
+        self.launch_with(caller, offering, size, name, Vec::new()).await
+    }
+
+    /// [`Site::launch`] attaching `volumes` (ids) too.
+    pub async fn launch_with(
+        &self,
+        caller: &Caller,
+        offering: &str,
+        size: &str,
+        name: &str,
+        volumes: Vec<String>,
+    ) -> Result<Environment, Error> {
         let needs_image = offering == "training" || offering == "inference";
         let request = LaunchRequest {
             offering: offering.into(),
@@ -250,6 +262,7 @@ impl Site {
             hours: "1".into(),
             image: if needs_image { "ghcr.io/acme/app:1".into() } else { String::new() },
             command: if offering == "training" { "python main.py; sleep infinity".into() } else { String::new() },
+            volumes,
             ..LaunchRequest::default()
         };
         self.platform().launch(caller, &request).await

@@ -290,9 +290,10 @@ pub trait Backend: Send + Sync + 'static {
     }
 
     /// Removes a deleted volume's storage; `false` when there was none. Safe to repeat.
+    /// The default is for a backend that makes no storage for volumes (bare metal today).
     fn remove_volume<'a>(&'a self, volume: &'a StoredVolume) -> RemoveFuture<'a> {
         let _ = volume;
-        Box::pin(async { Err(BackendError("this backend cannot remove volumes yet".into())) })
+        Box::pin(async { Ok(false) })
     }
 
     /// Bytes a volume holds now, where the backend can measure it (`None` where not).
