@@ -57,7 +57,7 @@ async function notebookWith(page, name, volume) {
   await page.goto(`${berth.url}/launch/notebook?size=h100-1g.10gb`);
   await page.getByLabel('Name').fill(name);
   await page.getByLabel('Duration (hours)').fill('1');
-  await page.getByLabel('Project').selectOption({ label: 'vision' });
+  await page.getByLabel('Project', { exact: true }).selectOption({ label: 'vision' });
   const option = page.locator(`[data-volume-option="${volume}"]`);
   await option.waitFor();
   assert.match(await option.innerText(), new RegExp(`${volume} \\(20 GiB, shared with project vision\\) at /data/${volume}`));

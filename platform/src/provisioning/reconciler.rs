@@ -457,6 +457,11 @@ impl Reconciler {
         }
 
         let workload = self.platform.workload(env).await?;
+        if step == Step::StartWorkload {
+            // Where its volumes will be, written before the step makes them.
+            crate::provisioning::volume_storage::record_locations(&self.platform, self.backend.as_ref(), &workload)
+                .await?;
+        }
         if step == Step::StopWorkload && env.offering == berth_domain::catalog::Offering::TrainingJob {
             // Its log and status outlive it; the page shows them after the job is gone.
             self.platform.keep_job_log(&self.backend, &workload, self.config.step_timeout).await;
@@ -563,9 +568,6 @@ impl Reconciler {
             // tenant's sync applies it again after them, with whatever changed since.
             Step::ConfigurePartition | Step::StartWorkload => {
                 crate::capacity::quotas::follow_holdings(&mut tx, &env.id).await?;
-                if step == Step::StartWorkload {
-                    crate::provisioning::volume_storage::record_locations(&mut tx, self.backend.as_ref(), env).await?;
-                }
             }
             _ => {}
         }

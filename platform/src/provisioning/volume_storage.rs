@@ -1,28 +1,35 @@
-//! Volumes on the backend: where each is kept (`record_locations`, when a workload that
-//! mounts it has started), what it holds (`measure`, in the periodic sweep), and the
+//! Volumes on the backend: where each is kept (`record_locations`, before the start step
+//! of a workload that mounts it), what it holds (`measure`, in the periodic sweep), and the
 //! storage of deleted volumes removed (`follow_deletions`, every reconciler pass). A
 //! deleted tenant's volumes are deleted here too, once none of its environments is live
 //! any more: they are attached until their environments release, and a volume is never
 //! deleted while attached.
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::capacity::environments::Environment;
-use crate::provisioning::backend::{Backend, StoredVolume};
-use crate::provisioning::workloads::workload_of;
-use crate::store::WriteTx;
+use crate::provisioning::backend::{Backend, StoredVolume, Workload};
 use crate::{Error, Platform, now_ms};
 
-/// Keeps where the backend put the volumes of `env`'s workload, for those that had no
-/// place yet (in the transaction of the start step's success).
-pub(crate) async fn record_locations(tx: &mut WriteTx, backend: &dyn Backend, env: &Environment) -> Result<(), Error> {
-    let workload = workload_of(&mut *tx, env, |_| true).await?;
+/// Keeps where the backend is about to put the volumes of `workload` that have no place
+/// yet: written before the start step makes anything, so a volume whose storage exists
+/// always has a place to remove it from (a step cut by a crash or a stop after it made the
+/// storage leaves nothing unaccounted).
+pub(crate) async fn record_locations(
+    platform: &Platform,
+    backend: &dyn Backend,
+    workload: &Workload,
+) -> Result<(), Error> {
+    if workload.volumes.is_empty() {
+        return Ok(());
+    }
+    let mut tx = platform.begin_write().await?;
     for volume in &workload.volumes {
         sqlx::query("UPDATE volumes SET location = ? WHERE id = ? AND location IS NULL")
-            .bind(backend.volume_location(&workload, volume))
+            .bind(backend.volume_location(workload, volume))
             .bind(volume.volume_id)
-            .execute(&mut **tx)
+            .execute(&mut *tx)
             .await?;
     }
+    tx.commit().await?;
     Ok(())
 }
 

@@ -121,6 +121,8 @@ fn workload_of(env: &Environment) -> Workload {
         mig_neighbours: Vec::new(),
         tenant_neighbours: Vec::new(),
         tenant_holdings: Vec::new(),
+        volumes: Vec::new(),
+        tenant_volumes: Vec::new(),
     }
 }
 
