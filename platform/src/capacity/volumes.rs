@@ -75,6 +75,19 @@ pub struct StorageQuotaRow {
     pub home_gib: Option<i64>,
 }
 
+/// A `storage_quotas` row with the names of whom it limits.
+#[derive(sqlx::FromRow)]
+struct StorageQuotaDbRow {
+    id: i64,
+    tenant_id: Option<i64>,
+    project_id: Option<i64>,
+    max_gib: Option<i64>,
+    home_gib: Option<i64>,
+    tenant: Option<String>,
+    project_tenant: Option<String>,
+    project: Option<String>,
+}
+
 /// What a backend is told of a volume attached to its workload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeMount {
@@ -363,22 +376,14 @@ impl Platform {
     pub async fn storage_quotas(&self, caller: &Caller) -> Result<Vec<StorageQuotaRow>, Error> {
         self.authorize_in_tenant(caller, Action::QuotaRead).await?;
         let scope = Scope::of(caller, Action::QuotaRead).ok_or(Error::Forbidden)?;
-        let rows: Vec<(
-            i64,
-            Option<i64>,
-            Option<i64>,
-            Option<i64>,
-            Option<i64>,
-            Option<String>,
-            Option<String>,
-            Option<String>,
-        )> = sqlx::query_as(
-            "SELECT q.id, q.tenant_id, q.project_id, q.max_gib, q.home_gib, t.name, pt.slug, p.name
-                 FROM storage_quotas q
-                 LEFT JOIN tenants t ON t.id = q.tenant_id
-                 LEFT JOIN projects p ON p.id = q.project_id LEFT JOIN tenants pt ON pt.id = p.tenant_id
-                 WHERE ?1 OR coalesce(q.tenant_id, p.tenant_id) = ?2
-                 ORDER BY q.tenant_id IS NULL, t.name, pt.slug, p.name",
+        let rows: Vec<StorageQuotaDbRow> = sqlx::query_as(
+            "SELECT q.id, q.tenant_id, q.project_id, q.max_gib, q.home_gib, t.name AS tenant, pt.slug AS project_tenant,
+                    p.name AS project
+             FROM storage_quotas q
+             LEFT JOIN tenants t ON t.id = q.tenant_id
+             LEFT JOIN projects p ON p.id = q.project_id LEFT JOIN tenants pt ON pt.id = p.tenant_id
+             WHERE ?1 OR coalesce(q.tenant_id, p.tenant_id) = ?2
+             ORDER BY q.tenant_id IS NULL, t.name, pt.slug, p.name",
         )
         .bind(scope.all)
         .bind(scope.tenant_id)
@@ -386,7 +391,9 @@ impl Platform {
         .await?;
         let mut conn = self.db.acquire().await?;
         let mut out = Vec::with_capacity(rows.len());
-        for (id, tenant_id, project_id, max_gib, home_gib, tenant, project_tenant, project) in rows {
+        for row in rows {
+            let StorageQuotaDbRow { id, tenant_id, project_id, max_gib, home_gib, tenant, project_tenant, project } =
+                row;
             let (who, used) = match (tenant_id, project_id) {
                 (Some(t), _) => {
                     (format!("Tenant {}", tenant.unwrap_or_default()), used_gib(&mut conn, "tenant_id", t).await?)
