@@ -177,6 +177,11 @@ pub struct ServeArgs {
     /// default when not given. Claims of volumes are never owned by an environment's objects.
     #[arg(long, env = "BERTH_KUBE_STORAGE_CLASS")]
     pub kube_storage_class: Option<String>,
+    /// Bare-metal backend: where the shared filesystem that keeps volumes (NFS, Lustre,
+    /// CephFS) is mounted, the same path on every node and on Berth's host. Without it,
+    /// volumes are recorded but nothing is mounted on bare metal.
+    #[arg(long, env = "BERTH_BAREMETAL_VOLUMES_PATH")]
+    pub baremetal_volumes_path: Option<PathBuf>,
     /// A provisioning step that runs longer than this many seconds has failed.
     #[arg(long, env = "BERTH_STEP_TIMEOUT", default_value_t = 120)]
     pub step_timeout: u64,
@@ -417,7 +422,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
     let backend: Arc<dyn Backend> = match (args.backend, kubernetes) {
         (BackendKind::Kubernetes, Some(kubernetes)) => kubernetes,
-        (BackendKind::Baremetal, _) => Arc::new(BareMetal::new(platform.clone(), BareMetalConfig::default())),
+        (BackendKind::Baremetal, _) => Arc::new(BareMetal::new(
+            platform.clone(),
+            BareMetalConfig { volumes_path: args.baremetal_volumes_path.clone(), ..BareMetalConfig::default() },
+        )),
         _ => Arc::new(Simulated::new(SimulatedConfig {
             speed: args.sim_speed.max(0.0),
             faults: args.sim_faults.clone(),

@@ -380,6 +380,18 @@ impl Upstream {
     }
 }
 
+/// Bytes of the files under `dir` (a volume's directory); `None` when it cannot be read
+/// or does not exist yet.
+pub(crate) fn bytes_under(dir: &std::path::Path) -> Option<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).ok()? {
+        let entry = entry.ok()?;
+        let meta = entry.metadata().ok()?;
+        total += if meta.is_dir() { bytes_under(&entry.path()).unwrap_or(0) } else { meta.len() };
+    }
+    Some(total)
+}
+
 /// A workload's credential (a Jupyter token, an endpoint's own key): 128 random bits, hex.
 pub(crate) fn workload_secret() -> String {
     let mut rng = rand::rng();

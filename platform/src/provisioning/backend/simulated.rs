@@ -277,17 +277,6 @@ impl Simulated {
     }
 }
 
-/// Bytes of the files under `dir`; `None` when it cannot be read (or does not exist yet).
-fn bytes_under(dir: &std::path::Path) -> Option<u64> {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir).ok()? {
-        let entry = entry.ok()?;
-        let meta = entry.metadata().ok()?;
-        total += if meta.is_dir() { bytes_under(&entry.path()).unwrap_or(0) } else { meta.len() };
-    }
-    Some(total)
-}
-
 /// What a step leaves in the simulated world; `started` says what its start step started.
 /// A step whose answer was lost lands here alone, later, starting nothing.
 fn record(
@@ -503,7 +492,7 @@ impl Backend for Simulated {
 
     fn volume_use<'a>(&'a self, volume: &'a StoredVolume) -> UseFuture<'a> {
         let dir = self.volume_dir(volume.volume_id);
-        Box::pin(async move { tokio::task::spawn_blocking(move || bytes_under(&dir)).await.ok().flatten() })
+        Box::pin(async move { tokio::task::spawn_blocking(move || super::bytes_under(&dir)).await.ok().flatten() })
     }
 
     fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a> {
