@@ -32,6 +32,7 @@ const pages = [
   '/admin/fabric',
   '/admin/quotas',
   '/admin/tenants',
+  '/volumes',
 ];
 
 /** The hydration ids of the resources a server-rendered page carries, as Leptos lists them. */

@@ -74,6 +74,41 @@ test('sign in, a refused launch, a launch and a stop, all without JavaScript', a
   await untilState('released');
 });
 
+test('volumes: made, grown, attached at launch and deleted, all without JavaScript', async () => {
+  await page.goto(`${berth.url}/volumes`);
+  await page.getByLabel('Name').fill('Not_A_Label');
+  await page.getByLabel('Size (GiB)').fill('5');
+  await page.getByRole('button', { name: 'Create volume' }).click();
+  await page.getByRole('alert').getByText('may hold only lowercase letters, digits and hyphens').waitFor();
+  for (const name of ['plain', 'spare']) {
+    await page.getByLabel('Name').fill(name);
+    await page.getByLabel('Size (GiB)').fill('5');
+    await page.getByRole('button', { name: 'Create volume' }).click();
+    await page.locator(`tr[data-volume="${name}"]`).waitFor();
+  }
+  await page.getByLabel('New size of plain (GiB)').fill('8');
+  await page.getByRole('button', { name: 'Grow plain' }).click();
+  await page.locator('tr[data-volume="plain"] [data-size]').getByText('8 GiB').waitFor();
+  const spare = page.locator('tr[data-volume="spare"]');
+  await spare.locator('summary', { hasText: 'Delete' }).click();
+  await spare.getByRole('button', { name: 'Yes, delete' }).click();
+  await page.locator('tr[data-volume="plain"]').waitFor();
+  assert.equal(await page.locator('tr[data-volume="spare"]').count(), 0);
+
+  // The launch form's checkbox is a plain form field too.
+  await page.goto(`${berth.url}/launch/notebook`);
+  await page.getByLabel('Name').fill('with-volume');
+  await page.getByLabel('Duration (hours)').fill('1');
+  await page.getByLabel(/^plain \(8 GiB, personal\) at \/data\/plain$/).check();
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
+  await page.locator('[data-environment-volumes] [data-mount="/data/plain"]').waitFor();
+  await page.locator('[data-environment-volumes] [data-mount="/home/jovyan/work"]').waitFor();
+  await page.locator('summary', { hasText: 'Stop and release' }).click();
+  await page.getByRole('button', { name: 'Yes, stop and release' }).click();
+  await untilState('released');
+});
+
 async function untilState(state) {
   for (let i = 0; i < 60; i++) {
     if (await page.locator(`[data-state="${state}"]`).count()) return;

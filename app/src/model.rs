@@ -130,6 +130,8 @@ pub struct EnvironmentView {
     pub endpoint: Option<EndpointView>,
     /// A running training job's log and status.
     pub logs: Option<JobLogsView>,
+    /// Its volumes, by mount path.
+    pub volumes: Vec<VolumeAttachmentView>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -775,4 +777,75 @@ pub struct ModelUseView {
     pub percent: i64,
     /// Allocated share of each day so far (none for days to come).
     pub daily_percent: Vec<Option<i64>>,
+}
+
+/// The volumes page: the volumes in reach, the projects one may share a new one with, and
+/// whether one may create and change volumes at all (viewers may not).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumesView {
+    pub volumes: Vec<VolumeView>,
+    pub projects: Vec<ProjectOption>,
+    pub can_manage: bool,
+}
+
+/// One volume as its page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeView {
+    pub id: i64,
+    pub name: String,
+    /// "Home", "Personal" or "Project vision".
+    pub scope: String,
+    pub owner: String,
+    pub size_gib: u32,
+    /// "1.2 MiB" as last measured, or why there is no figure.
+    pub used: String,
+    pub mount_path: String,
+    /// Where the backend keeps it, or "made at its first attach".
+    pub location: String,
+    pub created: String,
+    pub attachments: Vec<VolumeAttachmentView>,
+}
+
+/// A volume attached to an environment, since when.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeAttachmentView {
+    pub volume: String,
+    pub environment_id: String,
+    pub environment_name: String,
+    pub mount_path: String,
+    pub since: String,
+    /// `None` while attached.
+    pub until: Option<String>,
+}
+
+/// A volume the launch form offers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VolumeOption {
+    /// 0 for a home volume not made yet.
+    pub id: i64,
+    pub name: String,
+    pub mount_path: String,
+    pub size_gib: u32,
+    pub is_home: bool,
+    /// A shared volume's project (attachable to bookings in it only).
+    pub project_id: Option<i64>,
+    pub project: Option<String>,
+}
+
+/// The storage limits on the quotas page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageQuotasView {
+    pub rows: Vec<StorageQuotaView>,
+    pub can_set: bool,
+    /// Tenants' limits and home sizes: platform admins only.
+    pub can_set_tenants: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageQuotaView {
+    pub id: i64,
+    pub who: String,
+    pub max: String,
+    pub used_gib: i64,
+    pub home: String,
 }

@@ -10,7 +10,7 @@ use crate::components::{Auth, NavBar};
 use crate::pages::{
     AccountPage, AuditPage, CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FabricPage, FleetPage,
     LaunchPage, LoginPage, NewPasswordPage, NodePage, NotFound, QuotasPage, SecondFactorPage, TenantPage, TenantsPage,
-    UsagePage,
+    UsagePage, VolumesPage,
 };
 
 /// The whole document, rendered on the server.
@@ -86,6 +86,7 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/admin/fabric") view=FabricPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/quotas") view=QuotasPage ssr=SsrMode::Async/>
                         <Route path=path!("/usage") view=UsagePage ssr=SsrMode::Async/>
+                        <Route path=path!("/volumes") view=VolumesPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/tenants") view=TenantsPage ssr=SsrMode::Async/>
                         <Route path=path!("/tenants/:id") view=TenantPage ssr=SsrMode::Async/>
                         <Route path=path!("/environments/:id") view=EnvironmentPage ssr=SsrMode::Async/>

@@ -42,6 +42,28 @@ pub struct LaunchRequest {
     pub image: String,
     #[serde(default)]
     pub command: String,
+    /// The ids of the volumes to attach besides the owner's home volume (notebooks and
+    /// training jobs only): their own personal volumes and the booking's project's.
+    #[serde(default, deserialize_with = "ids_as_text")]
+    pub volumes: Vec<String>,
+}
+
+/// Volume ids as the API sends them (numbers) or as a form does (text).
+fn ids_as_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Id {
+        Text(String),
+        Number(i64),
+    }
+    let ids: Vec<Id> = Vec::deserialize(deserializer)?;
+    Ok(ids
+        .into_iter()
+        .map(|id| match id {
+            Id::Text(text) => text,
+            Id::Number(n) => n.to_string(),
+        })
+        .collect())
 }
 
 /// A launch request that passed every rule.
@@ -249,6 +271,18 @@ fn validate_image(offering: Offering, image: &str) -> Result<String, Refusal> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn volumes_come_as_numbers_or_text() {
+        let api: LaunchRequest = serde_json::from_str(
+            r#"{"offering": "notebook", "size": "s", "name": "n", "hours": "1", "volumes": [3, "4"]}"#,
+        )
+        .unwrap();
+        assert_eq!(api.volumes, ["3", "4"]);
+        let none: LaunchRequest =
+            serde_json::from_str(r#"{"offering": "notebook", "size": "s", "name": "n", "hours": "1"}"#).unwrap();
+        assert!(none.volumes.is_empty());
+    }
 
     #[test]
     fn replicas_are_a_whole_number_within_the_limit() {

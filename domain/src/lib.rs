@@ -20,6 +20,8 @@
 //! - [`launch`]: validating a launch request before anything is written.
 //! - [`lifecycle`]: the environment state machine and its step plans.
 //! - [`metering`]: what a booking is charged for, money in exact units, months, budgets.
+//! - [`volume`]: volumes that outlive a booking: names, sizes, mount paths, who may attach
+//!   what, storage quotas.
 //! - [`redirect`]: where a `next` parameter may send a browser (only this origin).
 
 pub mod agent;
@@ -45,5 +47,6 @@ mod refusal;
 pub mod replay;
 pub mod ssh_key;
 pub mod tenancy;
+pub mod volume;
 
 pub use refusal::{Refusal, SignInProblem};

@@ -69,6 +69,34 @@ pub struct NodeWorkload {
     /// have none).
     #[serde(default)]
     pub network: Option<ContainerNetwork>,
+    /// Berth volumes bind-mounted into the container from the shared filesystem every
+    /// node mounts (older plans have none).
+    #[serde(default)]
+    pub volumes: Vec<NodeVolume>,
+}
+
+/// A volume's directory on the shared filesystem and where the container sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeVolume {
+    /// An absolute path on the node, e.g. `/mnt/berth-volumes/berth-vol-7`.
+    pub host_path: String,
+    /// An absolute path in the container, e.g. `/home/jovyan/work`.
+    pub mount_path: String,
+}
+
+impl NodeVolume {
+    /// The runtime's `--volume` value, `host:container`; `None` for a path that is not
+    /// absolute, climbs (`..`) or holds a `:` or a control character, which no plan of
+    /// Berth's makes and the agent refuses to mount.
+    pub fn bind(&self) -> Option<String> {
+        let plain = |p: &str| {
+            p.starts_with('/')
+                && !p.split('/').any(|part| part == "..")
+                && !p.contains(':')
+                && !p.chars().any(char::is_control)
+        };
+        (plain(&self.host_path) && plain(&self.mount_path)).then(|| format!("{}:{}", self.host_path, self.mount_path))
+    }
 }
 
 /// A container's place on its tenant's network: the tenant and its segment (whose bridge
@@ -236,6 +264,24 @@ impl NodePlan {
 mod tests {
     use super::*;
     use crate::mig::MigProfile;
+
+    #[test]
+    fn a_volume_binds_only_plain_absolute_paths() {
+        let volume = |host: &str, mount: &str| NodeVolume { host_path: host.into(), mount_path: mount.into() };
+        assert_eq!(
+            volume("/mnt/berth/berth-vol-7", "/home/jovyan/work").bind().as_deref(),
+            Some("/mnt/berth/berth-vol-7:/home/jovyan/work")
+        );
+        for (host, mount) in [
+            ("mnt/x", "/data/x"),
+            ("/mnt/../etc", "/data/x"),
+            ("/mnt/x", "/data/x:ro"),
+            ("/mnt/x", "data/x"),
+            ("/mnt/x\n", "/data/x"),
+        ] {
+            assert_eq!(volume(host, mount).bind(), None, "{host} {mount}");
+        }
+    }
 
     #[test]
     fn plans_with_impossible_layouts_are_refused() {

@@ -95,10 +95,15 @@ pub enum Action {
     /// on nodes nobody holds), tenant admins on nodes their tenant's dedicated cluster
     /// holds (the target is that tenant). Members and viewers never.
     FleetCheck,
+    /// See volumes (a member: their own and their projects').
+    VolumeRead,
+    /// Create, resize and delete volumes (a member: their own personal volumes and their
+    /// projects' shared ones).
+    VolumeManage,
 }
 
 impl Action {
-    pub const ALL: [Action; 26] = [
+    pub const ALL: [Action; 28] = [
         Action::CatalogRead,
         Action::CalendarRead,
         Action::EnvironmentRead,
@@ -125,6 +130,8 @@ impl Action {
         Action::UsageRead,
         Action::UsageManage,
         Action::FleetCheck,
+        Action::VolumeRead,
+        Action::VolumeManage,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -155,6 +162,8 @@ impl Action {
             Action::UsageRead => "usage.read",
             Action::UsageManage => "usage.manage",
             Action::FleetCheck => "fleet.check",
+            Action::VolumeRead => "volume.read",
+            Action::VolumeManage => "volume.manage",
         }
     }
 
@@ -213,11 +222,15 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
             | SshKeyManage => Some(Reach::Own),
             // Their own and their projects' (see `platform::capacity::metering`).
             UsageRead => Some(Reach::Own),
+            // Their own and their projects' (see `platform::capacity::volumes`).
+            VolumeRead | VolumeManage => Some(Reach::Own),
             _ => None,
         },
         Role::Viewer => match action {
             CatalogRead => Some(Reach::All),
-            CalendarRead | EnvironmentRead | ProjectRead | MemberRead | QuotaRead | UsageRead => Some(Reach::Tenant),
+            CalendarRead | EnvironmentRead | ProjectRead | MemberRead | QuotaRead | UsageRead | VolumeRead => {
+                Some(Reach::Tenant)
+            }
             // A viewer's keys open nothing until the viewer may act in an environment.
             TokenRead | TokenManage | SshKeyRead | SshKeyManage => Some(Reach::Own),
             _ => None,
@@ -356,6 +369,7 @@ mod tests {
         let viewer = principal(Role::Viewer, Some(1));
         let colleague = Target::Owned { tenant_id: Some(1), owner_id: 11 };
         assert_eq!(viewer.authorize(Action::EnvironmentRead, colleague), Ok(()));
+        assert_eq!(viewer.authorize(Action::VolumeRead, colleague), Ok(()));
         for action in
             Action::ALL.into_iter().filter(|a| !a.is_read() && !matches!(a, Action::TokenManage | Action::SshKeyManage))
         {

@@ -197,6 +197,29 @@ pub enum Refusal {
          send the same request to retry it, or a new key for a new request"
     )]
     IdempotencyKeyReused { hours: i64 },
+    #[error("volume name: {0}")]
+    InvalidVolumeName(String),
+    #[error("volume size: {0}")]
+    InvalidVolumeSize(String),
+    /// Whose storage limit a volume does not fit, and what is left of it.
+    #[error("storage quota: {0}")]
+    StorageQuotaExceeded(String),
+    #[error("there is no volume \"{0}\" you can use")]
+    UnknownVolume(String),
+    #[error("volume \"{0}\" belongs to another project; book in that project to attach it")]
+    VolumeNotInProject(String),
+    #[error("two volumes would be mounted at {0}; attach only one of them")]
+    VolumeMountClash(String),
+    #[error("there is already a volume called \"{0}\" here; pick another name")]
+    VolumeNameInUse(String),
+    #[error("volume \"{name}\" is attached to {environment}; stop it first, then delete the volume")]
+    VolumeAttached { name: String, environment: String },
+    #[error(
+        "volume \"{name}\" is attached to {environment}; a hard tenant's volumes (and platform staff's) are attached to one environment at a time"
+    )]
+    VolumeInUse { name: String, environment: String },
+    #[error("{0} cannot have volumes attached; notebooks and training jobs can")]
+    NoVolumes(&'static str),
 }
 
 /// Why a single sign-on did not end in a session. The sign-in page is sent only the code,

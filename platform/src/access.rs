@@ -37,6 +37,13 @@ impl Platform {
     }
 }
 
+/// Whether the caller may take `action` in their own tenant (or on the platform, for
+/// staff), asked without auditing a denial: for what a page offers, which is no attempt.
+pub(crate) fn may_in_tenant(caller: &Caller, action: Action) -> bool {
+    let target = caller.tenant_id().map_or(Target::Platform, Target::Tenant);
+    caller.principal.authorize(action, target).is_ok()
+}
+
 /// The SQL condition (and its two parameters) that keeps a listing within the caller's
 /// reach for `action`, on a table with `tenant_id` and an owner column.
 pub(crate) struct Scope {

@@ -3,7 +3,8 @@
 //! provision/teardown, a second pass over a converged environment, crashes after each
 //! step, MIG layouts shared with neighbours (and kept in the mig-parted ConfigMap only
 //! while needed), tenants' Kueue ClusterQueues, soft tenants' namespaces shared by their
-//! environments, and the orphan sweep.
+//! environments, the orphan sweep, and volumes that outlive their environments (a soft
+//! tenant's claim kept in its namespace, a hard tenant's PersistentVolume bound to the next one).
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation stops the test with its message
 
 mod kubernetes_api;
@@ -28,3 +29,5 @@ mod scenarios;
 mod soft_tenants;
 #[path = "kubernetes/support.rs"]
 mod support;
+#[path = "kubernetes/volumes.rs"]
+mod volumes;

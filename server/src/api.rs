@@ -18,6 +18,7 @@ use berth_domain::launch::LaunchRequest;
 use berth_domain::node_plan::PlanReport;
 use berth_platform::audit::AuditFilter;
 use berth_platform::capacity::environments::{Environment, EnvironmentFilter};
+use berth_platform::capacity::volumes::{Volume, VolumeRequest};
 use berth_platform::{Caller, Error, Platform, RequestMeta};
 use http::request::Parts;
 use http::{HeaderMap, StatusCode, header};
@@ -39,6 +40,8 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/tenants/{id}/members", get(members))
         .route("/api/v1/tokens", get(tokens))
         .route("/api/v1/tokens/{id}/revoke", post(revoke_token))
+        .route("/api/v1/volumes", get(volumes).post(create_volume))
+        .route("/api/v1/volumes/{id}", get(volume).patch(resize_volume).delete(delete_volume))
         .route("/api/v1/audit", get(audit))
         .route("/api/v1/usage", get(usage))
         .route("/api/v1/nodes/{id}/health", get(node_health))
@@ -344,6 +347,79 @@ async fn tokens(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
 async fn revoke_token(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> ApiResult {
     platform.revoke_token(&caller, id).await.map_err(fail(&caller))?;
     Ok(Json(json!({ "revoked": id })))
+}
+
+fn volume_json(v: &Volume) -> Value {
+    let attached: Vec<Value> = v
+        .attachments
+        .iter()
+        .map(|a| {
+            json!({ "environment": a.environment_id, "environment_name": a.environment_name,
+                         "mount_path": a.mount_path, "attached_at": rfc3339(a.attached_at) })
+        })
+        .collect();
+    json!({
+        "id": v.id, "name": v.name, "size_gib": v.size_gib, "home": v.is_home, "project": v.project_id,
+        "owner": v.owner_email, "mount_path": v.mount_path, "location": v.location, "used_bytes": v.used_bytes,
+        "created_at": rfc3339(v.created_at), "attached": attached,
+    })
+}
+
+async fn volumes(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
+    let volumes = platform.volumes(&caller).await.map_err(fail(&caller))?;
+    Ok(Json(json!({ "volumes": volumes.iter().map(volume_json).collect::<Vec<_>>() })))
+}
+
+/// `{"name": "datasets", "size_gib": 50, "project": 3}`: a size and project as numbers or
+/// strings; no project for a personal volume.
+#[derive(Deserialize)]
+struct NewVolume {
+    name: String,
+    size_gib: Value,
+    #[serde(default)]
+    project: Value,
+}
+
+/// A JSON number or string as the form would type it.
+fn typed(value: &Value) -> String {
+    match value {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+async fn create_volume(TokenCaller(platform, caller): TokenCaller, Json(asked): Json<NewVolume>) -> Response {
+    let request = VolumeRequest { name: asked.name, size_gib: typed(&asked.size_gib), project: typed(&asked.project) };
+    match platform.create_volume(&caller, &request).await {
+        Ok(volume) => (StatusCode::CREATED, Json(volume_json(&volume))).into_response(),
+        Err(e) => fail(&caller)(e).into_response(),
+    }
+}
+
+async fn volume(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> ApiResult {
+    let volume = platform.volume(&caller, id).await.map_err(fail(&caller))?;
+    Ok(Json(volume_json(&volume)))
+}
+
+/// `{"size_gib": 100}`: a volume only grows.
+#[derive(Deserialize)]
+struct NewSize {
+    size_gib: Value,
+}
+
+async fn resize_volume(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+    Json(asked): Json<NewSize>,
+) -> ApiResult {
+    let volume = platform.resize_volume(&caller, id, &typed(&asked.size_gib)).await.map_err(fail(&caller))?;
+    Ok(Json(volume_json(&volume)))
+}
+
+async fn delete_volume(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> ApiResult {
+    platform.delete_volume(&caller, id).await.map_err(fail(&caller))?;
+    Ok(Json(json!({ "deleted": id })))
 }
 
 async fn audit(TokenCaller(platform, caller): TokenCaller, Query(filter): Query<AuditFilter>) -> ApiResult {

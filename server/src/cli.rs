@@ -140,6 +140,10 @@ pub struct ServeArgs {
     /// Simulated backend: injected faults, e.g. `start_workload=fail@0.2,pull_image=hang,expose_endpoint=late@0.1`.
     #[arg(long, env = "BERTH_SIM_FAULTS", value_delimiter = ',')]
     pub sim_faults: Vec<FaultRule>,
+    /// Simulated backend: where volumes are kept, a directory each. Defaults to `volumes/`
+    /// beside the database file.
+    #[arg(long, env = "BERTH_SIM_VOLUMES_DIR")]
+    pub sim_volumes_dir: Option<PathBuf>,
     /// Kubernetes backend: the GPU Operator's namespace, where the mig-parted ConfigMap lives.
     #[arg(long, env = "BERTH_KUBE_GPU_OPERATOR_NAMESPACE", default_value = "gpu-operator")]
     pub kube_gpu_operator_namespace: String,
@@ -169,6 +173,15 @@ pub struct ServeArgs {
     /// (defaults to the address Berth uses).
     #[arg(long, env = "BERTH_KUBE_API_URL")]
     pub kube_api_url: Option<String>,
+    /// Kubernetes backend: the StorageClass of volumes' claims (ReadWriteMany); the cluster's
+    /// default when not given. Claims of volumes are never owned by an environment's objects.
+    #[arg(long, env = "BERTH_KUBE_STORAGE_CLASS")]
+    pub kube_storage_class: Option<String>,
+    /// Bare-metal backend: where the shared filesystem that keeps volumes (NFS, Lustre,
+    /// CephFS) is mounted, the same path on every node and on Berth's host. Without it,
+    /// volumes are recorded but nothing is mounted on bare metal.
+    #[arg(long, env = "BERTH_BAREMETAL_VOLUMES_PATH")]
+    pub baremetal_volumes_path: Option<PathBuf>,
     /// A provisioning step that runs longer than this many seconds has failed.
     #[arg(long, env = "BERTH_STEP_TIMEOUT", default_value_t = 120)]
     pub step_timeout: u64,
@@ -346,6 +359,16 @@ fn machine(args: &AgentArgs) -> Result<Arc<dyn berth_agent::node::NodeHost>, ber
     Ok(Arc::new(berth_agent::node::Machine::new(runner, network, runtime).with_gpu_groups(args.gpu_groups.clone())))
 }
 
+/// `volumes/` in the database file's folder (`None` for an in-memory database).
+fn volumes_beside(database_url: &str) -> Option<PathBuf> {
+    let options = <sqlx::sqlite::SqliteConnectOptions as std::str::FromStr>::from_str(database_url).ok()?;
+    let file = options.get_filename();
+    if file.as_os_str().is_empty() || file.as_os_str() == ":memory:" {
+        return None;
+    }
+    Some(file.parent().map_or_else(|| PathBuf::from("volumes"), |dir| dir.join("volumes")))
+}
+
 async fn open_database(url: &str) -> Result<sqlx::SqlitePool, String> {
     let pool = store::connect(url).await.map_err(|e| format!("cannot open database {url}: {e}"))?;
     store::migrate(&pool).await.map_err(|e| format!("cannot migrate database {url}: {e}"))?;
@@ -370,6 +393,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
                     user_prefix: args.kube_user_prefix.clone(),
                     berth_namespace: args.kube_berth_namespace.clone(),
                     cluster_domain: args.kube_cluster_domain.clone(),
+                    storage_class: args.kube_storage_class.clone(),
                     ..ClusterSettings::default()
                 },
                 api_server_url: args.kube_api_url.clone(),
@@ -398,10 +422,14 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
     let backend: Arc<dyn Backend> = match (args.backend, kubernetes) {
         (BackendKind::Kubernetes, Some(kubernetes)) => kubernetes,
-        (BackendKind::Baremetal, _) => Arc::new(BareMetal::new(platform.clone(), BareMetalConfig::default())),
+        (BackendKind::Baremetal, _) => Arc::new(BareMetal::new(
+            platform.clone(),
+            BareMetalConfig { volumes_path: args.baremetal_volumes_path.clone(), ..BareMetalConfig::default() },
+        )),
         _ => Arc::new(Simulated::new(SimulatedConfig {
             speed: args.sim_speed.max(0.0),
             faults: args.sim_faults.clone(),
+            volumes_dir: args.sim_volumes_dir.clone().or_else(|| volumes_beside(&args.db.database)),
         })),
     };
     // The proxy, logs and replicas ask the same backend the reconciler drives.

@@ -70,6 +70,16 @@ impl<S: Clone + Send + Sync + 'static> Handlers<S> {
         self.methods.push("POST");
         Handlers { methods: self.methods, router: self.router.post(handler) }
     }
+
+    pub fn patch<H: Handler<T, S>, T: 'static>(mut self, handler: H) -> Handlers<S> {
+        self.methods.push("PATCH");
+        Handlers { methods: self.methods, router: self.router.patch(handler) }
+    }
+
+    pub fn delete<H: Handler<T, S>, T: 'static>(mut self, handler: H) -> Handlers<S> {
+        self.methods.push("DELETE");
+        Handlers { methods: self.methods, router: self.router.delete(handler) }
+    }
 }
 
 /// `handler` for GET (and HEAD).

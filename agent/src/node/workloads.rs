@@ -281,6 +281,15 @@ pub fn network_create_command(runtime: Runtime, attachment: &TenantAttachment) -
 /// network at `run`).
 pub fn start_commands(runtime: Runtime, w: &NodeWorkload, uuids: &[String]) -> Vec<Command> {
     let name = w.container_name();
+    // A volume's directory on the shared filesystem is made on its first use.
+    let mut commands: Vec<Command> =
+        w.volumes.iter().filter(|v| v.bind().is_some()).map(|v| Command::new("mkdir", &["-p", &v.host_path])).collect();
+    commands.extend(container_start_commands(runtime, w, uuids, &name));
+    commands
+}
+
+fn container_start_commands(runtime: Runtime, w: &NodeWorkload, uuids: &[String], name: &str) -> Vec<Command> {
+    let name = name.to_owned();
     match (&w.network, runtime) {
         (Some(network), Runtime::Docker) => {
             let address = network.address.to_string();
@@ -325,6 +334,8 @@ fn run_command(runtime: Runtime, w: &NodeWorkload, uuids: &[String], verb: &str)
     if let (Some(host), Some(port)) = (w.host_port, container_port(w.offering)) {
         args.extend(["--publish".into(), format!("{host}:{port}")]);
     }
+    // Berth's volumes, bind-mounted from the shared filesystem (see `NodeVolume::bind`).
+    args.extend(w.volumes.iter().filter_map(|v| v.bind()).flat_map(|bind| ["--volume".to_owned(), bind]));
     if let Some(network) = &w.network {
         // The default network first: it publishes the port and gives the way out.
         args.extend(["--network".into(), runtime.default_network().to_owned()]);
@@ -375,7 +386,7 @@ mod tests {
 
     use berth_domain::host_network::tenant_address;
     use berth_domain::mig::{MigInstance, MigProfile};
-    use berth_domain::node_plan::{ContainerNetwork, Device};
+    use berth_domain::node_plan::{ContainerNetwork, Device, NodeVolume};
 
     use super::*;
     use crate::node::commands::Failure;
@@ -394,6 +405,7 @@ mod tests {
             vcpus: 4,
             memory_gb: 32,
             network: None,
+            volumes: vec![],
         }
     }
 
@@ -447,6 +459,30 @@ mod tests {
         let started = apply(&node, Some(Runtime::Podman), &[notebook(true)], &[]).expect("applied");
         assert_eq!(started[0].state, Some(WorkloadState::Running));
         assert!(node.take().iter().any(|c| c.starts_with("podman run --detach --name berth-e1")));
+    }
+
+    #[test]
+    fn volumes_are_made_on_the_shared_filesystem_and_bind_mounted() {
+        let volume = |host: &str, mount: &str| NodeVolume { host_path: host.into(), mount_path: mount.into() };
+        let w = NodeWorkload {
+            volumes: vec![
+                volume("/mnt/berth/berth-vol-7", "/home/jovyan/work"),
+                volume("/mnt/berth/berth-vol-8", "/data/datasets"),
+                volume("/mnt/../etc", "/data/etc"),
+            ],
+            ..notebook(true)
+        };
+        let commands: Vec<String> =
+            start_commands(Runtime::Podman, &w, &["GPU-1".into()]).iter().map(ToString::to_string).collect();
+        assert_eq!(commands[..2], ["mkdir -p /mnt/berth/berth-vol-7", "mkdir -p /mnt/berth/berth-vol-8"]);
+        assert_eq!(
+            commands[2],
+            "podman run --detach --name berth-e1 --label berth.environment=e1 --env-file /dev/stdin \
+             --cap-drop ALL --security-opt no-new-privileges --device nvidia.com/gpu=GPU-1 --cpus 4 --memory 32g --publish 30000:8888 \
+             --volume /mnt/berth/berth-vol-7:/home/jovyan/work --volume /mnt/berth/berth-vol-8:/data/datasets \
+             quay.io/jupyter/pytorch-notebook:cuda12-latest"
+        );
+        assert_eq!(commands.len(), 3, "a path that climbs is neither made nor mounted");
     }
 
     #[test]

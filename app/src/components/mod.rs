@@ -239,6 +239,7 @@ fn MainLinks() -> impl IntoView {
         <A href="/catalog" attr:class=NAV_LINK>"Catalog"</A>
         <A href="/environments" attr:class=NAV_LINK>"My environments"</A>
         <A href="/calendar" attr:class=NAV_LINK>"Availability"</A>
+        <A href="/volumes" attr:class=NAV_LINK>"Volumes"</A>
         <A href="/usage" attr:class=NAV_LINK>"Usage"</A>
     }
 }

@@ -170,6 +170,27 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
                         }).collect_view()}
                     </dl>
                 </section>
+                {(!view.volumes.is_empty()).then(|| view! {
+                    <section class="rounded-xl border border-slate-200 bg-white p-5 shadow-sm" data-environment-volumes="">
+                        <h2 class="font-semibold text-slate-900">"Volumes"</h2>
+                        <ul class="mt-3 space-y-2 text-sm">
+                            {view.volumes.clone().into_iter().map(|v| {
+                                let tone = if v.until.is_some() { "text-slate-500" } else { "text-slate-900" };
+                                let (mount, shown_mount) = (v.mount_path.clone(), v.mount_path);
+                                let detached = v.until.map(|until| view! { ", detached " {until} });
+                                view! {
+                                    <li class=tone data-mount=mount>
+                                        <div class="font-medium">
+                                            <a href="/volumes" class="text-indigo-600 hover:text-indigo-500">{v.volume}</a>
+                                            " at " <code class="text-xs">{shown_mount}</code>
+                                        </div>
+                                        <div class="text-xs">"attached " {v.since} {detached}</div>
+                                    </li>
+                                }
+                            }).collect_view()}
+                        </ul>
+                    </section>
+                })}
                 <section class="rounded-xl border border-slate-200 bg-white p-5 shadow-sm">
                     <h2 class="font-semibold text-slate-900">"Capacity"</h2>
                     <ul class="mt-3 space-y-2 text-sm">

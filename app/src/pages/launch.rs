@@ -6,8 +6,8 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 use crate::components::form::{BUTTON, LABEL};
 use crate::components::{Auth, ErrorAlert, Field, RequireUser};
 use crate::error::AppError;
-use crate::model::{ProjectOption, SizeHint};
-use crate::serverfns::{Launch, bookable_projects, size_hints};
+use crate::model::{ProjectOption, SizeHint, VolumeOption};
+use crate::serverfns::{Launch, attachable_volumes, bookable_projects, size_hints};
 
 /// The launch form for one offering. The server checks everything again and explains
 /// each refusal; nothing is written unless every rule passes. Its action and resources are
@@ -37,7 +37,8 @@ pub fn LaunchPage() -> impl IntoView {
         },
     );
     let projects = Resource::new(|| (), |_| bookable_projects());
-    let form = LaunchState { launch, typed, hints, projects };
+    let volumes = Resource::new(|| (), |_| attachable_volumes());
+    let form = LaunchState { launch, typed, hints, projects, volumes };
     view! {
         <RequireUser>
             {move || match offering() {
@@ -89,6 +90,7 @@ struct LaunchState {
     typed: RwSignal<Option<(Offering, String)>>,
     hints: Resource<Result<Vec<SizeHint>, AppError>>,
     projects: Resource<Result<Vec<ProjectOption>, AppError>>,
+    volumes: Resource<Result<Vec<VolumeOption>, AppError>>,
 }
 
 #[component]
@@ -99,7 +101,10 @@ fn LaunchForm(
     hours: String,
     form: LaunchState,
 ) -> impl IntoView {
-    let LaunchState { launch, typed, hints, projects } = form;
+    let LaunchState { launch, typed, hints, projects, volumes } = form;
+    // The project picked, so that only its shared volumes are offered (once hydrated; a
+    // plain form lists every project's, and the server refuses another project's).
+    let project = RwSignal::new(String::new());
     let result = launch.value();
     let sizes = offering.sizes();
     let chosen = chosen_size.filter(|id| offering.size(id).is_some()).unwrap_or_else(|| sizes[0].id.to_owned());
@@ -182,7 +187,10 @@ fn LaunchForm(
                                     help=|| "Optional: only models with this much memory per GPU; also takes other models of this size that have it."/>
                             </div>
                         </fieldset>
-                        <ProjectField projects/>
+                        <ProjectField projects project/>
+                        {matches!(offering, Offering::Notebook | Offering::TrainingJob).then(|| view! {
+                            <VolumesField offering volumes project/>
+                        })}
                         <fieldset>
                             <legend class=LABEL>"Tier"</legend>
                             <div class="mt-2 grid gap-2 sm:grid-cols-2">
@@ -225,18 +233,82 @@ fn LaunchForm(
 /// The project whose quota the booking also counts against; shown only to those who
 /// belong to a project.
 #[component]
-fn ProjectField(projects: Resource<Result<Vec<ProjectOption>, AppError>>) -> impl IntoView {
+fn ProjectField(projects: Resource<Result<Vec<ProjectOption>, AppError>>, project: RwSignal<String>) -> impl IntoView {
     view! {
         <Transition fallback=|| ()>
             {move || Suspend::new(async move {
                 let projects = projects.await.unwrap_or_default();
                 (!projects.is_empty()).then(|| view! {
                     <Field id="project" name="request[project]" label="Project"
+                        on:change=move |ev| project.set(event_target_value(&ev))
                         help=|| "The booking also counts against the project's quota.">
                         <option value="">"No project"</option>
                         {projects.into_iter().map(|p| view! { <option value=p.id.to_string()>{p.name}</option> }).collect_view()}
                     </Field>
                 })
+            })}
+        </Transition>
+    }
+}
+
+/// The volumes to attach: the home volume (always, for a notebook), one's own personal
+/// volumes, and the shared volumes of the project picked, each with its mount path.
+#[component]
+fn VolumesField(
+    offering: Offering,
+    volumes: Resource<Result<Vec<VolumeOption>, AppError>>,
+    project: RwSignal<String>,
+) -> impl IntoView {
+    // Filtering by the project picked starts once the page is hydrated.
+    let hydrated = RwSignal::new(false);
+    Effect::new(move |_| hydrated.set(true));
+    view! {
+        <Transition fallback=|| ()>
+            {move || Suspend::new(async move {
+                let volumes = volumes.await.unwrap_or_default();
+                let mut index = 0;
+                view! {
+                    <fieldset data-volumes="">
+                        <legend class=LABEL>"Volumes"</legend>
+                        <p class="mt-1 text-xs text-slate-500">
+                            "Files on a volume stay after the booking ends. "
+                            <a href="/volumes" class="text-indigo-600 hover:text-indigo-500">"Manage volumes"</a>
+                        </p>
+                        <ul class="mt-2 space-y-1 text-sm">
+                            {volumes.into_iter().filter(|v| offering == Offering::Notebook || !v.is_home || v.id != 0).map(|v| {
+                                let what = match (&v.project, v.is_home) {
+                                    (_, true) => "your home volume".to_owned(),
+                                    (Some(p), _) => format!("shared with project {p}"),
+                                    (None, false) => "personal".to_owned(),
+                                };
+                                let text = format!("{} ({} GiB, {what}) at {}", v.name, v.size_gib, v.mount_path);
+                                if v.is_home && offering == Offering::Notebook {
+                                    return view! {
+                                        <li data-volume-option=v.name.clone() class="flex items-center gap-2 text-slate-700">
+                                            <input type="checkbox" checked disabled aria-label="Home volume, always attached"/>
+                                            {text} " · always attached"
+                                        </li>
+                                    }.into_any();
+                                }
+                                let id = format!("volume-{}", v.id);
+                                let name = format!("request[volumes][{index}]");
+                                index += 1;
+                                let of_project = v.project_id;
+                                let hidden = move || {
+                                    hydrated.get() && of_project.is_some_and(|p| p.to_string() != project.get())
+                                };
+                                view! {
+                                    <li data-volume-option=v.name.clone() class="text-slate-700" hidden=hidden>
+                                        <label for=id.clone() class="flex items-center gap-2">
+                                            <input type="checkbox" id=id.clone() name=name value=v.id.to_string()/>
+                                            {text}
+                                        </label>
+                                    </li>
+                                }.into_any()
+                            }).collect_view()}
+                        </ul>
+                    </fieldset>
+                }
             })}
         </Transition>
     }

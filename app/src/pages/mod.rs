@@ -14,6 +14,7 @@ mod node;
 mod quotas;
 mod tenants;
 mod usage;
+mod volumes;
 
 pub use account::AccountPage;
 pub use audit::AuditPage;
@@ -29,6 +30,7 @@ pub use node::NodePage;
 pub use quotas::QuotasPage;
 pub use tenants::{TenantPage, TenantsPage};
 pub use usage::UsagePage;
+pub use volumes::VolumesPage;
 
 use leptos::prelude::*;
 use leptos_meta::Title;

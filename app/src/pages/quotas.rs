@@ -4,8 +4,8 @@ use leptos_meta::Title;
 use crate::components::form::{BUTTON, SMALL_DANGER_BUTTON};
 use crate::components::table::{CELL, ROW_HEADER};
 use crate::components::{CARD, ErrorAlert, Field, RequireUser, Table};
-use crate::model::{QuotaView, QuotasView};
-use crate::serverfns::{RemoveQuota, SetQuota, quotas};
+use crate::model::{QuotaView, QuotasView, StorageQuotasView};
+use crate::serverfns::{RemoveQuota, SetQuota, SetStorageQuota, quotas, storage_quotas};
 
 /// Quotas at every level: platform admins set everyone's default and tenants' limits,
 /// tenant admins their projects' and members'; everyone with access reads the rows that
@@ -15,6 +15,8 @@ pub fn QuotasPage() -> impl IntoView {
     let set = ServerAction::<SetQuota>::new();
     let remove = ServerAction::<RemoveQuota>::new();
     let page = Resource::new(move || (set.version().get(), remove.version().get()), |_| quotas());
+    let set_storage = ServerAction::<SetStorageQuota>::new();
+    let storage = Resource::new(move || set_storage.version().get(), |_| storage_quotas());
     view! {
         <Title text="Quotas"/>
         <RequireUser>
@@ -31,6 +33,18 @@ pub fn QuotasPage() -> impl IntoView {
                 })}
             </Transition>
             {move || remove.value().get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+            <h2 class="mt-8 text-lg font-semibold text-slate-900">"Storage"</h2>
+            <p class="mt-1 max-w-3xl text-sm text-slate-600">
+                "GiB of volumes a tenant or a project may keep (a project's volumes count against its tenant too), and the size of each person's home volume in a tenant (10 GiB when not set). Making or growing a volume beyond a limit is refused with what is left."
+            </p>
+            <Transition fallback=|| ()>
+                {move || Suspend::new(async move {
+                    match storage.await {
+                        Ok(page) => view! { <StorageTable page=page.clone()/> <StorageForm page set=set_storage/> }.into_any(),
+                        Err(error) => view! { <ErrorAlert error/> }.into_any(),
+                    }
+                })}
+            </Transition>
         </RequireUser>
     }
 }
@@ -113,6 +127,62 @@ fn QuotaTable(page: QuotasView, remove: ServerAction<RemoveQuota>) -> impl IntoV
                 </tr>
             }).collect_view()}
         </Table>
+    }
+    .into_any()
+}
+
+#[component]
+fn StorageTable(page: StorageQuotasView) -> impl IntoView {
+    if page.rows.is_empty() {
+        return view! { <p class="mt-3 text-sm text-slate-500">"No storage limits."</p> }.into_any();
+    }
+    view! {
+        <Table label="Storage limits" columns=&["Who", "Limit", "In use", "Home volumes"]>
+            {page.rows.into_iter().map(|r| view! {
+                <tr data-storage-quota=r.who.clone()>
+                    <th scope="row" class=ROW_HEADER>{r.who.clone()}</th>
+                    <td class=CELL>{r.max}</td>
+                    <td class=CELL>{r.used_gib} " GiB"</td>
+                    <td class=CELL>{r.home}</td>
+                </tr>
+            }).collect_view()}
+        </Table>
+    }
+    .into_any()
+}
+
+#[component]
+fn StorageForm(page: StorageQuotasView, set: ServerAction<SetStorageQuota>) -> impl IntoView {
+    if !page.can_set {
+        return ().into_any();
+    }
+    let result = set.value();
+    let levels: &[(&str, &str)] = if page.can_set_tenants {
+        &[("tenant", "Tenant (by slug)"), ("project", "Project (tenant/project)")]
+    } else {
+        &[("project", "Project (by name)")]
+    };
+    view! {
+        <section class=CARD aria-labelledby="set-storage">
+            <h2 id="set-storage" class="text-sm font-semibold text-slate-900">"Set a storage limit"</h2>
+            <ActionForm action=set attr:class="mt-3 grid gap-3 sm:grid-cols-6">
+                <Field id="s-level" name="level" label="Applies to" class="sm:col-span-2">
+                    {levels.iter().map(|(value, label)| view! { <option value=*value>{*label}</option> }).collect_view()}
+                </Field>
+                <Field id="s-who" name="who" label="Who" class="sm:col-span-2" required=true placeholder="acme or acme/vision"/>
+                <Field id="s-max" name="max_gib" label="Storage (GiB)" input_type="number" min=0/>
+                {if page.can_set_tenants {
+                    view! { <Field id="s-home" name="home_gib" label="Home volumes (GiB, tenants)" input_type="number" min=1/> }.into_any()
+                } else {
+                    view! { <input type="hidden" name="home_gib" value=""/> }.into_any()
+                }}
+                <div class="flex items-end sm:col-span-6">
+                    <button type="submit" class=BUTTON>"Save storage limit"</button>
+                </div>
+            </ActionForm>
+            <p class="mt-2 text-xs text-slate-500">"Leave the storage empty for no limit; saving both empty removes the row."</p>
+            {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+        </section>
     }
     .into_any()
 }

@@ -223,6 +223,8 @@ pub(crate) mod views {
             Action::UsageRead => "See usage, cost and budgets",
             Action::UsageManage => "Set budgets",
             Action::FleetCheck => "Run health checks on nodes",
+            Action::VolumeRead => "See volumes",
+            Action::VolumeManage => "Create, grow and delete volumes",
         }
     }
 

@@ -315,6 +315,7 @@ pub(crate) mod views {
             timeline.push((e.state.label().to_owned(), utc(at)));
         }
         EnvironmentView {
+            volumes: d.volumes.iter().cloned().map(super::super::volumes::attachment_view).collect(),
             summary: summary(e, now),
             image: e.image.clone(),
             command: e.command.clone(),

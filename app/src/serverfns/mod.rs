@@ -11,6 +11,7 @@ mod fabric;
 mod session;
 mod tenants;
 mod usage;
+mod volumes;
 
 pub use account::*;
 pub use admin::*;
@@ -22,6 +23,7 @@ pub use fabric::*;
 pub use session::*;
 pub use tenants::*;
 pub use usage::*;
+pub use volumes::*;
 
 #[cfg(feature = "ssr")]
 pub(crate) mod ssr {

@@ -19,8 +19,10 @@ use crate::audit::{self, Event, Outcome};
 use crate::capacity::idempotency::{self, IdempotencyKey};
 use crate::capacity::metering::{self, BookingCost};
 use crate::capacity::quotas::{Booker, QuotaAsk};
+use crate::capacity::volumes;
 use crate::store::WriteTx;
 use crate::{Caller, Error, Platform, now_ms};
+use berth_domain::volume::BookingFacts;
 
 /// A launch that passed validation, waiting for its writer turn (`group_commit`).
 #[derive(Debug, Clone)]
@@ -40,6 +42,8 @@ pub(crate) struct LaunchAsk {
     pub retried: bool,
     /// The API's `Idempotency-Key`, if the request had one.
     pub idempotency: Option<IdempotencyKey>,
+    /// The volumes asked for besides the home volume (`LaunchRequest::volumes`).
+    pub volumes: Vec<i64>,
 }
 
 /// What a launch with an `Idempotency-Key` came to.
@@ -315,6 +319,7 @@ impl Platform {
             now,
             retried: false,
             idempotency,
+            volumes: berth_domain::volume::parse_volume_ids(&request.volumes)?,
         };
         let asked_id = ask.id.clone();
         let id = self.launch_in_turn(ask).await?;
@@ -331,7 +336,17 @@ impl Platform {
     /// it in the batch decided, quota, and its rows. The booking book follows after the
     /// COMMIT, from what this returns.
     pub(crate) async fn decide_launch(&self, tx: &mut WriteTx, ask: &LaunchAsk) -> Result<Decided, Error> {
-        let LaunchAsk { id, caller, spec, tier, window: asked_window, now, idempotency: key, .. } = ask;
+        let LaunchAsk {
+            id,
+            caller,
+            spec,
+            tier,
+            window: asked_window,
+            now,
+            idempotency: key,
+            volumes: asked_volumes,
+            ..
+        } = ask;
         let (tier, asked_window, now) = (*tier, *asked_window, *now);
         if let Some(tenant_id) = caller.tenant_id() {
             ensure_tenant_active(tx, tenant_id).await?;
@@ -396,6 +411,9 @@ impl Platform {
         .await?;
         insert_reservations(tx, id, &assignments, window, 0).await?;
         metering::record_units(tx, id, 0, now).await?;
+        let facts =
+            BookingFacts { tenant_id: booker.tenant_id, owner_id: booker.user_id, project_id: booker.project_id };
+        volumes::attach_for_launch(tx, id, spec.offering, facts, asked_volumes, now, &caller.actor()).await?;
         if let Some(key) = key {
             idempotency::remember(tx, booker.user_id, key, id, now).await?;
         }
@@ -495,8 +513,7 @@ impl Platform {
     pub async fn projects_to_book_in(&self, caller: &Caller) -> Result<Vec<(i64, String)>, Error> {
         // Asking where one may book is no attempt to book: a role that may not launch gets
         // no projects, and no denial in the audit log (the launch form asks on every visit).
-        let target = caller.tenant_id().map_or(Target::Platform, Target::Tenant);
-        if caller.principal.authorize(Action::EnvironmentLaunch, target).is_err() {
+        if !crate::access::may_in_tenant(caller, Action::EnvironmentLaunch) {
             return Ok(Vec::new());
         }
         let mut conn = self.db.acquire().await?;
@@ -510,7 +527,7 @@ impl Platform {
 
     /// The project a launch names (by id, as the form sends it), if the caller may book in
     /// it; anything else is answered like a missing project.
-    async fn project_to_book_in(
+    pub(crate) async fn project_to_book_in(
         &self,
         conn: &mut SqliteConnection,
         caller: &Caller,
@@ -766,7 +783,7 @@ pub(crate) async fn insert_reservations(
 /// Refuses when the tenant is suspended or deleted. Inside a write transaction this holds
 /// against a tenant change committed a moment before, which the caller's session did not
 /// see yet: nothing is launched into a deleted tenant.
-async fn ensure_tenant_active(conn: &mut SqliteConnection, tenant_id: i64) -> Result<(), Error> {
+pub(crate) async fn ensure_tenant_active(conn: &mut SqliteConnection, tenant_id: i64) -> Result<(), Error> {
     let status: Option<String> =
         sqlx::query_scalar("SELECT status FROM tenants WHERE id = ?").bind(tenant_id).fetch_optional(conn).await?;
     match status.as_deref() {

@@ -4,7 +4,8 @@
 //! place, reserve in one write; `group_commit`: several launches in one writer turn;
 //! `idempotency`: a retried launch with the same key gets the first one's booking),
 //! quotas and their queue marks (`quotas`), the usage ledger, reports and budgets
-//! (`metering`), spot reclaim (`spot`) and maintenance windows (`maintenance`).
+//! (`metering`), spot reclaim (`spot`) and maintenance windows (`maintenance`), and
+//! volumes with their storage quotas and attachments (`volumes`).
 //!
 //! Uses the root (store, audit, access, people) and `berth_domain`'s placement and booking
 //! rules; nothing of provisioning, tenancy or identity. Provisioning reads what it placed.
@@ -19,3 +20,4 @@ pub mod maintenance;
 pub mod metering;
 pub mod quotas;
 pub(crate) mod spot;
+pub mod volumes;

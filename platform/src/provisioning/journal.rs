@@ -31,6 +31,8 @@ pub struct EnvironmentDetail {
     pub may_connect: bool,
     /// An inference endpoint's key and replicas.
     pub endpoint: Option<EndpointState>,
+    /// The volumes it has and had attached, by mount path.
+    pub volumes: Vec<crate::capacity::volumes::Attachment>,
 }
 
 impl Platform {
@@ -64,6 +66,7 @@ impl Platform {
         let units = held_units(&mut conn, id).await?;
         let endpoint = crate::provisioning::connect::endpoint_state(&mut conn, &environment).await?;
         let may_connect = self.may_connect(caller, &environment);
-        Ok(EnvironmentDetail { environment, steps, units, may_connect, endpoint })
+        let volumes = crate::capacity::volumes::attachments_of_environment(&mut conn, id).await?;
+        Ok(EnvironmentDetail { environment, steps, units, may_connect, endpoint, volumes })
     }
 }

@@ -3,7 +3,8 @@
 //! bare metal, simulated), from the one description of what to run (`workloads`); the
 //! environment page's journal (`journal`); reaching a ready environment (`connect`,
 //! `environment_sessions`), training-job logs (`jobs`), endpoint replicas (`replicas`),
-//! node agents and their plans (`node_agents`, `node_plans`), nodes' health lifecycle with its checks and repairs (`node_health`) and each tenant's queue on the
+//! node agents and their plans (`node_agents`, `node_plans`), volumes' storage on the
+//! backend (`volume_storage`), nodes' health lifecycle with its checks and repairs (`node_health`) and each tenant's queue on the
 //! backend (`tenant_queues`).
 //!
 //! Uses the root and capacity (environments, reservations, quotas); nothing of tenancy or
@@ -21,4 +22,5 @@ pub mod node_plans;
 pub mod reconciler;
 pub mod replicas;
 pub(crate) mod tenant_queues;
+pub(crate) mod volume_storage;
 pub(crate) mod workloads;

@@ -215,6 +215,8 @@ impl Reconciler {
             let (timeout, retry) = (self.config.step_timeout, self.config.max_backoff);
             self.platform.sync_tenant_queues(&self.backend, &self.queues, timeout, retry, tasks).await?;
         }
+        // Deleted volumes' storage, and deleted tenants' volumes (see `volume_storage`).
+        crate::provisioning::volume_storage::follow_deletions(&self.platform, self.backend.as_ref()).await?;
         Ok(())
     }
 
@@ -297,6 +299,8 @@ impl Reconciler {
                 }
             }
         }
+        // What volumes hold, for their page (see `volume_storage`).
+        crate::provisioning::volume_storage::measure(&self.platform, self.backend.as_ref()).await?;
         Ok(report)
     }
 
@@ -453,6 +457,11 @@ impl Reconciler {
         }
 
         let workload = self.platform.workload(env).await?;
+        if step == Step::StartWorkload {
+            // Where its volumes will be, written before the step makes them.
+            crate::provisioning::volume_storage::record_locations(&self.platform, self.backend.as_ref(), &workload)
+                .await?;
+        }
         if step == Step::StopWorkload && env.offering == berth_domain::catalog::Offering::TrainingJob {
             // Its log and status outlive it; the page shows them after the job is gone.
             self.platform.keep_job_log(&self.backend, &workload, self.config.step_timeout).await;
@@ -552,6 +561,8 @@ impl Reconciler {
                     .await?;
                 // The tenant's space no longer holds it (see `tenant_queues`).
                 crate::capacity::quotas::follow_holdings(&mut tx, &env.id).await?;
+                // Its volumes are free again, for the next booking or to be deleted.
+                crate::capacity::volumes::detach_all(&mut tx, &env.id, now).await?;
             }
             // These steps applied the tenant space's quota as read when they began; the
             // tenant's sync applies it again after them, with whatever changed since.

@@ -189,7 +189,8 @@ async fn tenant_queue_of(conn: &mut SqliteConnection, tenant_id: i64) -> Result<
     let space = if scope.isolation == berth_domain::tenancy::Isolation::Soft {
         let holdings =
             crate::provisioning::workloads::tenant_holdings(&mut *conn, tenant_id, scope.isolation, None).await?;
-        Some(TenantSpace { members: scope.members, holdings })
+        let volumes = crate::capacity::volumes::tenant_volume_sizes(&mut *conn, tenant_id).await?;
+        Some(TenantSpace { members: scope.members, holdings, volumes })
     } else {
         None
     };

@@ -48,11 +48,12 @@ pub(crate) async fn workload_of(
         .map(|u| u.placed(&env.id))
         .collect();
     let tenant = tenant_scope(&mut *conn, env.tenant_id).await?;
-    let tenant_holdings = match env.tenant_id {
-        Some(tenant_id) if tenancy::shares_tenant_space(env.offering, tenant.isolation) => {
-            tenant_holdings(&mut *conn, tenant_id, tenant.isolation, Some(&env.id)).await?
-        }
-        _ => Vec::new(),
+    let (tenant_holdings, tenant_volumes) = match env.tenant_id {
+        Some(tenant_id) if tenancy::shares_tenant_space(env.offering, tenant.isolation) => (
+            tenant_holdings(&mut *conn, tenant_id, tenant.isolation, Some(&env.id)).await?,
+            crate::capacity::volumes::tenant_volume_sizes(&mut *conn, tenant_id).await?,
+        ),
+        _ => (Vec::new(), Vec::new()),
     };
     Ok(Workload {
         environment_id: env.id.clone(),
@@ -69,6 +70,8 @@ pub(crate) async fn workload_of(
         mig_neighbours: neighbours(&mut *conn, &env.id, Neighbours::MigSlices).await?,
         tenant_neighbours: neighbours(&mut *conn, &env.id, Neighbours::SameHardTenant).await?,
         tenant_holdings,
+        volumes: crate::capacity::volumes::mounts_of(&mut *conn, &env.id).await?,
+        tenant_volumes,
     })
 }
 

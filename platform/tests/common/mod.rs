@@ -88,7 +88,7 @@ impl TestBerth {
             .create_user("dana@example.com", "Dana", "a long passphrase", Role::Member, Some(tenant))
             .await
             .expect("user");
-        let backend = Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults }));
+        let backend = Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults, volumes_dir: None }));
         let platform = platform.with_backend(backend.clone());
         let caller = user.caller(test_meta());
         let mut berth = TestBerth { platform, backend, caller, reconciler: None };

@@ -31,8 +31,12 @@ fn manifests_match_the_golden_files() {
     // A soft tenant's namespace as its sync applies it: with the MIG notebook and the
     // two-replica endpoint in it, and with nobody.
     let (notebook, endpoint) = acme_pair();
-    let both = TenantSpace { members: acme().members, holdings: vec![Holding::of(&notebook), Holding::of(&endpoint)] };
-    let nobody = TenantSpace { members: acme().members, holdings: vec![] };
+    let both = TenantSpace {
+        members: acme().members,
+        holdings: vec![Holding::of(&notebook), Holding::of(&endpoint)],
+        volumes: vec![],
+    };
+    let nobody = TenantSpace { members: acme().members, holdings: vec![], volumes: vec![] };
     goldens.push((
         "tenant-namespace",
         json!({

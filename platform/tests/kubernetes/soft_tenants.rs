@@ -38,7 +38,7 @@ fn a_tenants_namespace_quota_is_what_its_environments_there_hold_together() {
     assert_eq!(both, namespace_bundle(&endpoint, &settings()));
     let mut holdings = vec![Holding::of(&notebook), Holding::of(&endpoint)];
     holdings.sort_by(|x, y| x.environment_id.cmp(&y.environment_id));
-    let space = TenantSpace { members: acme().members, holdings };
+    let space = TenantSpace { members: acme().members, holdings, volumes: vec![] };
     assert_eq!(both, tenant_namespace_bundle("acme", &space, &settings()));
     let hard = quota_of(&both);
     // The notebook: 4 vCPUs, 32 GiB, one 1g.10gb slice; the endpoint: two replicas of 16
@@ -67,8 +67,11 @@ fn a_tenants_namespace_quota_is_what_its_environments_there_hold_together() {
 
     // Nobody left: nothing on a GPU, no CPU, no memory, no storage; and the namespace still
     // meets the checklist.
-    let empty =
-        tenant_namespace_bundle("acme", &TenantSpace { members: acme().members, holdings: vec![] }, &settings());
+    let empty = tenant_namespace_bundle(
+        "acme",
+        &TenantSpace { members: acme().members, holdings: vec![], volumes: vec![] },
+        &settings(),
+    );
     let hard = quota_of(&empty);
     for key in ["requests.cpu", "requests.nvidia.com/gpu", "requests.nvidia.com/gpu.shared"] {
         assert_eq!(hard[key], "0", "{key}");
@@ -195,7 +198,11 @@ async fn a_soft_tenants_sync_applies_its_queue_and_its_namespace() {
     let k8s = backend(client);
     let (notebook, endpoint) = acme_pair();
     let (_, queue) = tenant_queues().remove(0);
-    let space = TenantSpace { members: acme().members, holdings: vec![Holding::of(&endpoint), Holding::of(&notebook)] };
+    let space = TenantSpace {
+        members: acme().members,
+        holdings: vec![Holding::of(&endpoint), Holding::of(&notebook)],
+        volumes: vec![],
+    };
     let queue = TenantQueue { space: Some(space.clone()), ..queue };
     k8s.apply_tenant_queue(&queue).await.unwrap();
     let calls = cluster.take_calls();

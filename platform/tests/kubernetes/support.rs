@@ -108,6 +108,8 @@ pub fn workload(offering: Offering, size: &str, tenant: TenantScope, units: Vec<
         mig_neighbours: Vec::new(),
         tenant_neighbours: Vec::new(),
         tenant_holdings: Vec::new(),
+        volumes: Vec::new(),
+        tenant_volumes: Vec::new(),
     }
 }
 

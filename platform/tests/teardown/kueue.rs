@@ -249,7 +249,13 @@ async fn a_soft_tenants_namespace_follows_its_environments_and_members_on_kubern
         "{:?}",
         cluster.tenant_quotas()
     );
-    assert!(tenant_quota_reaches(cluster, "berth-acme", "requests.storage", "200Gi").await);
+    // Each booking's 100 GiB, and the two members' home volumes (10 GiB each), kept in the
+    // namespace between bookings.
+    assert!(
+        tenant_quota_reaches(cluster, "berth-acme", "requests.storage", "220Gi").await,
+        "{:?}",
+        cluster.tenant_quotas()
+    );
     // Their members are bound by their Berth role (re-applied at each start).
     assert_eq!(bound(cluster, "berth-members"), ["m0@acme.test", "m1@acme.test"]);
 
@@ -261,7 +267,12 @@ async fn a_soft_tenants_namespace_follows_its_environments_and_members_on_kubern
         "{:?}",
         cluster.tenant_quotas()
     );
-    assert!(tenant_quota_reaches(cluster, "berth-acme", "requests.storage", "100Gi").await);
+    // The home volume of the one that ended stays.
+    assert!(
+        tenant_quota_reaches(cluster, "berth-acme", "requests.storage", "120Gi").await,
+        "{:?}",
+        cluster.tenant_quotas()
+    );
 
     // A member becomes a viewer: the bindings follow, without any environment starting.
     let viewer = members[1].user_id();

@@ -121,6 +121,8 @@ fn workload_of(env: &Environment) -> Workload {
         mig_neighbours: Vec::new(),
         tenant_neighbours: Vec::new(),
         tenant_holdings: Vec::new(),
+        volumes: Vec::new(),
+        tenant_volumes: Vec::new(),
     }
 }
 
@@ -134,7 +136,7 @@ async fn the_sweep_never_takes_what_an_environment_created_during_it_holds(pool:
         .await
         .expect("user")
         .caller(test_meta());
-    let inner = Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults: vec![] }));
+    let inner = Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults: vec![], volumes_dir: None }));
     // A workload whose environment the database never heard of: a true orphan.
     let mut stray = workload_of(&platform.launch(&owner, &notebook("gone")).await.expect("launch"));
     stray.environment_id = "00000000-0000-4000-8000-000000000000".into();

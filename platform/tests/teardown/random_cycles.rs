@@ -8,6 +8,7 @@ use berth_domain::Refusal;
 use berth_domain::lifecycle::EnvState;
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
+use berth_platform::capacity::volumes::VolumeRequest;
 use berth_platform::tenancy::tenants::TenantChange;
 use berth_platform::{Caller, Error};
 use rand::Rng;
@@ -45,6 +46,7 @@ struct Tally {
     crashed_requests: AtomicUsize,
     crashes: AtomicUsize,
     tenants_deleted: AtomicUsize,
+    volumes: AtomicUsize,
 }
 
 /// The tenants members book in; deleted ones leave the list (their members try anyway
@@ -90,7 +92,40 @@ async fn random_cycles(site: Site, workers: usize) {
                     let pause = Duration::from_millis(rng.random_range(1..30));
                     (caller, offering, size, rng.random_range(0..4u8), pause)
                 };
-                let env = match site.launch(&caller, offering, size, &format!("w{worker}-{n}")).await {
+                // Volumes come and go too: a personal one made and attached now and then,
+                // one of the caller's deleted now and then (refused while attached).
+                let (make_volume, delete_volume) = {
+                    let mut rng = rand::rng();
+                    (rng.random_bool(0.25), rng.random_bool(0.1))
+                };
+                if delete_volume {
+                    let theirs: Option<i64> = sqlx::query_scalar(
+                        "SELECT id FROM volumes WHERE owner_id = ? AND deleted_at IS NULL ORDER BY random() LIMIT 1",
+                    )
+                    .bind(caller.user_id())
+                    .fetch_optional(&site.pool)
+                    .await
+                    .expect("a volume of the caller");
+                    if let Some(id) = theirs
+                        && let Err(e) = site.platform().delete_volume(&caller, id).await
+                    {
+                        assert_eq!(trigger_abort(&e), None, "{name}: a volume's delete reached the database: {e}");
+                    }
+                }
+                let mut volumes = Vec::new();
+                if make_volume && matches!(offering, "notebook" | "training") {
+                    let request =
+                        VolumeRequest { name: format!("v{worker}-{n}"), size_gib: "1".into(), project: String::new() };
+                    match site.platform().create_volume(&caller, &request).await {
+                        Ok(volume) => {
+                            volumes.push(volume.id.to_string());
+                            tally.volumes.fetch_add(1, Ordering::SeqCst);
+                        }
+                        Err(e) => assert_eq!(trigger_abort(&e), None, "{name}: a volume reached the database: {e}"),
+                    }
+                }
+                let launched = site.launch_with(&caller, offering, size, &format!("w{worker}-{n}"), volumes).await;
+                let env = match launched {
                     Ok(env) => env,
                     Err(Error::Refused(_)) => {
                         tally.refused.fetch_add(1, Ordering::SeqCst);
@@ -213,6 +248,7 @@ async fn random_cycles(site: Site, workers: usize) {
                 .await
                 .expect("checker");
                 assert_eq!(running, 0, "an environment of a deleted tenant is meant to run");
+                assert_volumes_held(&pool, "during the run").await;
                 checks += 1;
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
@@ -234,6 +270,36 @@ async fn random_cycles(site: Site, workers: usize) {
     site.world.quiesce().await;
     let report = site.reconciler().sweep().await.expect("final sweep");
     site.assert_clean().await;
+    assert_volumes_held(&site.pool, "at the end").await;
+    // Everything released: no volume attached; a deleted tenant keeps no volume; every
+    // deleted volume's storage is gone from the backend.
+    let attached = site.count("SELECT count(*) FROM volume_attachments WHERE detached_at IS NULL").await;
+    assert_eq!(attached, 0, "{name}: a volume is still attached after everything was released");
+    let kept = site
+        .count(
+            "SELECT count(*) FROM volumes v JOIN tenants t ON t.id = v.tenant_id
+             WHERE t.status = 'deleted' AND (v.deleted_at IS NULL OR v.storage_removed_at IS NULL)",
+        )
+        .await;
+    assert_eq!(kept, 0, "{name}: a deleted tenant's volume is left");
+    if let World::Simulated(simulated) = &site.world {
+        let deleted: Vec<i64> = sqlx::query_scalar("SELECT id FROM volumes WHERE deleted_at IS NOT NULL")
+            .fetch_all(&site.pool)
+            .await
+            .expect("deleted volumes");
+        let left: Vec<i64> = deleted.into_iter().filter(|id| simulated.volume_dir(*id).exists()).collect();
+        assert_eq!(left, Vec::<i64>::new(), "{name}: deleted volumes' directories are left");
+        // And none lost while it exists: every live volume once made keeps its directory.
+        let live: Vec<i64> =
+            sqlx::query_scalar("SELECT id FROM volumes WHERE deleted_at IS NULL AND location IS NOT NULL")
+                .fetch_all(&site.pool)
+                .await
+                .expect("live volumes");
+        let lost: Vec<i64> = live.into_iter().filter(|id| !simulated.volume_dir(*id).exists()).collect();
+        assert_eq!(lost, Vec::<i64>::new(), "{name}: live volumes lost their directories");
+    }
+    let volumes_made = site.count("SELECT count(*) FROM volumes").await;
+    assert!(volumes_made > 50, "{name}: only {volumes_made} volumes were made");
 
     let stat = |sql: &str| {
         let pool = site.pool.clone();
@@ -254,13 +320,14 @@ async fn random_cycles(site: Site, workers: usize) {
     eprintln!(
         "{name}: {} cycles ({environments} environments, {failed} failed, {retried} steps retried), {} refused, \
          {} requests cut by {} crashes, {} tenants deleted, {swept} orphans swept {kinds:?} ({} in the final sweep), \
-         {checks} checks during the run, {:.1} s",
+         {checks} checks during the run, {} volumes made besides homes, {:.1} s",
         tally.launched.load(Ordering::SeqCst),
         tally.refused.load(Ordering::SeqCst),
         tally.crashed_requests.load(Ordering::SeqCst),
         tally.crashes.load(Ordering::SeqCst),
         tally.tenants_deleted.load(Ordering::SeqCst),
         report.removed.len(),
+        tally.volumes.load(Ordering::SeqCst),
         started.elapsed().as_secs_f64(),
     );
     ledger_agrees_with_reservations(&site, first_month).await;
@@ -279,6 +346,41 @@ async fn a_thousand_random_cycles_leak_nothing_on_the_simulated_backend(pool: Sq
 #[sqlx::test(migrations = "../migrations")]
 async fn a_thousand_random_cycles_leak_nothing_on_kubernetes(pool: SqlitePool) {
     random_cycles(Site::new(pool, World::kubernetes()).await, 12).await;
+}
+
+/// Volumes as an independent reading of the tables sees them: never attached to another
+/// tenant's environment, never attached to two tenants' environments at once, never
+/// deleted (nor its storage removed) while an environment has it attached, and never
+/// attached to an environment that has ended.
+async fn assert_volumes_held(pool: &SqlitePool, when: &str) {
+    let count = |sql: &'static str| async move { sqlx::query_scalar::<_, i64>(sql).fetch_one(pool).await.expect(sql) };
+    let foreign = count(
+        "SELECT count(*) FROM volume_attachments a JOIN volumes v ON v.id = a.volume_id
+           JOIN environments e ON e.id = a.environment_id
+         WHERE a.detached_at IS NULL AND coalesce(v.tenant_id, -1) <> coalesce(e.tenant_id, -1)",
+    )
+    .await;
+    assert_eq!(foreign, 0, "a volume attached to another tenant's environment {when}");
+    let two_tenants = count(
+        "SELECT count(*) FROM volume_attachments a JOIN volume_attachments b ON b.volume_id = a.volume_id AND a.id < b.id
+           JOIN environments ea ON ea.id = a.environment_id JOIN environments eb ON eb.id = b.environment_id
+         WHERE a.detached_at IS NULL AND b.detached_at IS NULL
+           AND coalesce(ea.tenant_id, -1) <> coalesce(eb.tenant_id, -1)",
+    )
+    .await;
+    assert_eq!(two_tenants, 0, "a volume attached to two tenants' environments at once {when}");
+    let lost = count(
+        "SELECT count(*) FROM volume_attachments a JOIN volumes v ON v.id = a.volume_id
+         WHERE a.detached_at IS NULL AND (v.deleted_at IS NOT NULL OR v.storage_removed_at IS NOT NULL)",
+    )
+    .await;
+    assert_eq!(lost, 0, "a volume deleted while attached {when}");
+    let ended = count(
+        "SELECT count(*) FROM volume_attachments a JOIN environments e ON e.id = a.environment_id
+         WHERE a.detached_at IS NULL AND e.state IN ('released', 'failed')",
+    )
+    .await;
+    assert_eq!(ended, 0, "an ended environment holds a volume {when}");
 }
 
 /// The usage ledger's GPU-hours per environment (through the platform's report) against an

@@ -132,6 +132,11 @@ struct Metal {
 
 impl Metal {
     async fn start() -> Metal {
+        Metal::start_with(None).await
+    }
+
+    /// With volumes kept under `volumes_path` (the shared filesystem's mount point).
+    async fn start_with(volumes_path: Option<std::path::PathBuf>) -> Metal {
         let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info,sqlx=warn").try_init();
         let berth = Berth::start_with_fleet(None, FLEET).await;
         let p = &berth.platform;
@@ -159,7 +164,10 @@ impl Metal {
             });
             nodes.insert(name, node);
         }
-        let backend = Arc::new(BareMetal::new(p.clone(), BareMetalConfig { poll_interval: Duration::from_millis(10) }));
+        let backend = Arc::new(BareMetal::new(
+            p.clone(),
+            BareMetalConfig { poll_interval: Duration::from_millis(10), volumes_path },
+        ));
         Metal { berth, nodes, backend, acme, globex, stop }
     }
 
@@ -377,6 +385,57 @@ async fn each_offering_provisions_on_the_nodes_and_tears_down_leaving_nothing() 
     metal.assert_nothing_left().await;
     let _ = stop.send(true);
     reconciler.await.expect("reconciler");
+}
+
+#[tokio::test]
+async fn volumes_are_bind_mounted_from_the_shared_filesystem_and_removed_when_deleted() {
+    let shared = std::env::temp_dir().join(format!("berth-shared-{}", uuid::Uuid::new_v4()));
+    let metal = Metal::start_with(Some(shared.clone())).await;
+    let (stop, reconciler) = metal.run_reconciler();
+    let globex = &metal.globex;
+    let notebook = metal
+        .launch(globex, "notebook", "h100-1g.10gb", "nb", "quay.io/jupyter/pytorch-notebook:cuda12-latest", "")
+        .await;
+    metal.wait_for(globex, &notebook, EnvState::Ready).await;
+    metal.settled().await;
+    // The node's plan bind-mounts the home volume's directory on the shared filesystem.
+    let home: i64 = sqlx::query_scalar("SELECT id FROM volumes WHERE is_home = 1")
+        .fetch_one(metal.berth.platform.db())
+        .await
+        .expect("the home volume");
+    let dir = shared.join(format!("berth-vol-{home}"));
+    let (_, plan) = metal.node_running(&notebook);
+    let workload = plan.workloads.iter().find(|w| w.environment_id == notebook).expect("notebook");
+    assert_eq!(
+        workload.volumes,
+        [berth_domain::node_plan::NodeVolume {
+            host_path: dir.display().to_string(),
+            mount_path: "/home/jovyan/work".into()
+        }]
+    );
+    let location: Option<String> = sqlx::query_scalar("SELECT location FROM volumes WHERE id = ?")
+        .bind(home)
+        .fetch_one(metal.berth.platform.db())
+        .await
+        .expect("location");
+    assert_eq!(location, Some(dir.display().to_string()));
+    // What the agent's `mkdir -p` made on the shared filesystem (the fake node runs nothing).
+    std::fs::create_dir_all(&dir).expect("the volume's directory");
+    std::fs::write(dir.join("notes.txt"), "kept").expect("a file");
+
+    metal.berth.platform.stop(&globex.caller(meta()), &notebook).await.expect("stop");
+    metal.wait_for(globex, &notebook, EnvState::Released).await;
+    assert!(dir.join("notes.txt").exists(), "the volume outlives the environment");
+    metal.berth.platform.delete_volume(&globex.caller(meta()), home).await.expect("delete");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while dir.exists() {
+        assert!(tokio::time::Instant::now() < deadline, "the deleted volume's directory is still there");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = stop.send(true);
+    reconciler.await.expect("reconciler");
+    let _ = metal.stop.send(true);
+    let _ = std::fs::remove_dir_all(&shared);
 }
 
 #[tokio::test]

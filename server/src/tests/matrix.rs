@@ -71,6 +71,9 @@ enum Aim {
     NodeToken,
     /// An SSH key by id, owned by a member of a tenant.
     SshKey,
+    /// A volume by id: the home volume of a tenant's member, attached to their
+    /// environment (so that a delete the policy allows is refused as attached, 422).
+    Volume,
     /// A node by name that nobody holds: a platform object (tenant admins' checks on nodes
     /// their dedicated cluster holds are in `platform/tests/node_health.rs`).
     Node,
@@ -90,7 +93,7 @@ impl Aim {
         match self {
             Aim::CallersTenant | Aim::CallersOwn | Aim::Platform => &[Case::OwnTenant],
             Aim::Maintenance | Aim::NodeToken | Aim::Node => &[Case::OwnTenant, Case::Missing],
-            Aim::Environment | Aim::Tenant | Aim::Token | Aim::SshKey => {
+            Aim::Environment | Aim::Tenant | Aim::Token | Aim::SshKey | Aim::Volume => {
                 &[Case::OwnTenant, Case::OtherTenant, Case::Missing]
             }
         }
@@ -235,6 +238,31 @@ fn routes() -> Vec<Route> {
         // Where one may book: a role that may not launch is answered no projects, not denied
         // (the launch page asks on every visit; looking is not trying).
         sf("/api/bookable_projects", Some((EnvironmentRead, Aim::CallersTenant)), ""),
+        page("/volumes", None),
+        sf("/api/volumes", Some((VolumeRead, Aim::CallersTenant)), ""),
+        api(M::GET, "/api/v1/volumes", Some((VolumeRead, Aim::CallersTenant)), ""),
+        api(M::GET, "/api/v1/volumes/{id}", Some((VolumeRead, Aim::Volume)), ""),
+        sf("/api/attachable_volumes", Some((EnvironmentRead, Aim::CallersTenant)), ""),
+        sf("/api/create_volume", Some((VolumeManage, Aim::CallersTenant)), "name=matrix-{n}&size_gib=1&project="),
+        api(
+            M::POST,
+            "/api/v1/volumes",
+            Some((VolumeManage, Aim::CallersTenant)),
+            r#"{"name": "api-{n}", "size_gib": 1}"#,
+        ),
+        // `1{n}` grows with every call: each allowed resize grows the volume.
+        sf("/api/resize_volume", Some((VolumeManage, Aim::Volume)), "id={id}&size_gib=1{n}"),
+        api(M::PATCH, "/api/v1/volumes/{id}", Some((VolumeManage, Aim::Volume)), r#"{"size_gib": "1{n}"}"#),
+        // Attached to its environment: an allowed delete is refused (422) and keeps it.
+        sf("/api/delete_volume", Some((VolumeManage, Aim::Volume)), "id={id}"),
+        api(M::DELETE, "/api/v1/volumes/{id}", Some((VolumeManage, Aim::Volume)), ""),
+        sf("/api/storage_quotas", Some((QuotaRead, Aim::CallersTenant)), ""),
+        // A tenant's storage limit is the platform's to set.
+        sf(
+            "/api/set_storage_quota",
+            Some((QuotaManage, Aim::Platform)),
+            "level=tenant&who=tenant-a&max_gib=&home_gib=",
+        ),
         sf("/api/change_end", change, "id={id}&end={end}"),
         api(M::POST, "/api/v1/environments/{id}/end", change, r#"{"ends_at": "{end}"}"#),
         sf("/api/set_replicas", change, "id={id}&replicas=2"),
@@ -360,6 +388,8 @@ struct Objects {
     environments: [String; 2],
     spare_tokens: [i64; 2],
     spare_ssh_keys: [i64; 2],
+    /// Each tenant's member's home volume, made by their environment's launch.
+    volumes: [i64; 2],
     maintenance: i64,
     node_token: i64,
     /// Strings only tenant B's data contains: its slug, people and environment.
@@ -376,6 +406,7 @@ impl Objects {
             (Aim::Tenant, _) => self.tenants[i].to_string(),
             (Aim::Token, _) => self.spare_tokens[i].to_string(),
             (Aim::SshKey, _) => self.spare_ssh_keys[i].to_string(),
+            (Aim::Volume, _) => self.volumes[i].to_string(),
             (Aim::Maintenance, _) => self.maintenance.to_string(),
             (Aim::NodeToken, _) => self.node_token.to_string(),
             (Aim::Node, _) => "l40s-01".to_owned(),
@@ -392,7 +423,7 @@ impl Objects {
             (Aim::CallersTenant, _) => Some(who.tenant_id.map_or(Target::Platform, Target::Tenant)),
             (Aim::CallersOwn, _) => Some(Target::Owned { tenant_id: who.tenant_id, owner_id: who.user_id }),
             (Aim::Platform | Aim::Maintenance | Aim::NodeToken | Aim::Node, _) => Some(Target::Platform),
-            (Aim::Environment | Aim::Token | Aim::SshKey, _) => Some(owned),
+            (Aim::Environment | Aim::Token | Aim::SshKey | Aim::Volume, _) => Some(owned),
             (Aim::Tenant, _) => Some(Target::Tenant(self.tenants[i])),
         }
     }
@@ -486,6 +517,14 @@ async fn seed(berth: &Berth) -> (Objects, Vec<Person>) {
         .expect("maintenance window");
     let (node_token, _) = p.create_node_token(&admin.caller(super::meta()), "l40s-01").await.expect("node token");
     let environments = [berth.launch(&member_a, "env-a").await, berth.launch(&member_b, "env-b").await];
+    let mut volumes = [0; 2];
+    for (i, member) in [&member_a, &member_b].into_iter().enumerate() {
+        volumes[i] = sqlx::query_scalar("SELECT id FROM volumes WHERE owner_id = ? AND is_home = 1")
+            .bind(member.id)
+            .fetch_one(p.db())
+            .await
+            .expect("the launch made a home volume");
+    }
     let tenant_b_marks =
         vec!["tenant-b".to_owned(), ".b@example.com".to_owned(), environments[1].clone(), fingerprint_b];
     let objects = Objects {
@@ -494,6 +533,7 @@ async fn seed(berth: &Berth) -> (Objects, Vec<Person>) {
         environments,
         spare_tokens: [spare_a.id, spare_b.id],
         spare_ssh_keys,
+        volumes,
         maintenance: window.id,
         node_token: node_token.id,
         tenant_b_marks,

@@ -120,7 +120,8 @@ impl Berth {
     /// Berth with its reconciler driving an instant simulated fleet, so environments
     /// become ready and serve.
     pub async fn start_running() -> Berth {
-        let fleet = std::sync::Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults: Vec::new() }));
+        let fleet =
+            std::sync::Arc::new(Simulated::new(SimulatedConfig { speed: 0.0, faults: Vec::new(), volumes_dir: None }));
         Berth::start_with(None, FLEET, Some(fleet), &[], &[]).await
     }
 

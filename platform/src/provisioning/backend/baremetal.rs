@@ -22,12 +22,12 @@ use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::Step;
 use berth_domain::mig::{MigInstance, MigProfile};
 use berth_domain::node_access::account_name;
-use berth_domain::node_plan::{Device, NodeWorkload, WorkloadState, WorkloadStatus, free_host_port};
+use berth_domain::node_plan::{Device, NodeVolume, NodeWorkload, WorkloadState, WorkloadStatus, free_host_port};
 use berth_domain::tenancy::Isolation;
 
 use super::{
     Backend, BackendError, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, RemoveFuture,
-    StepFuture, StepOutput, Upstream, UpstreamFuture, Workload, workload_secret,
+    StepFuture, StepOutput, StoredVolume, Upstream, UpstreamFuture, UseFuture, VolumeMount, Workload, workload_secret,
 };
 use crate::Platform;
 use crate::provisioning::node_plans::{AccessPart, MigSlice, NetworkPart, NodeTarget, PartKind, PartWrite};
@@ -36,11 +36,17 @@ use crate::provisioning::node_plans::{AccessPart, MigSlice, NetworkPart, NodeTar
 pub struct BareMetalConfig {
     /// Pause between two looks at the agents' reports.
     pub poll_interval: Duration,
+    /// Where the shared filesystem that keeps volumes (NFS, Lustre, CephFS) is mounted, the
+    /// same path on every node and on Berth's own host: volume `<id>` is the directory
+    /// `<path>/berth-vol-<id>`, made by the agent and bind-mounted into the container, and
+    /// removed by Berth when the volume is deleted. `None`: volumes are not kept on bare
+    /// metal (a booking's volumes are recorded but nothing is mounted).
+    pub volumes_path: Option<std::path::PathBuf>,
 }
 
 impl Default for BareMetalConfig {
     fn default() -> BareMetalConfig {
-        BareMetalConfig { poll_interval: Duration::from_millis(500) }
+        BareMetalConfig { poll_interval: Duration::from_millis(500), volumes_path: None }
     }
 }
 
@@ -297,7 +303,20 @@ impl BareMetal {
             vcpus: w.vcpus,
             memory_gb: w.memory_gb,
             network: None,
+            volumes: self.node_volumes(w),
         })
+    }
+
+    /// The workload's volumes as directories on the shared filesystem.
+    fn node_volumes(&self, w: &Workload) -> Vec<NodeVolume> {
+        let Some(root) = &self.config.volumes_path else { return Vec::new() };
+        w.volumes
+            .iter()
+            .map(|v| NodeVolume {
+                host_path: root.join(v.storage_name()).display().to_string(),
+                mount_path: v.mount_path.clone(),
+            })
+            .collect()
     }
 
     /// The tenant's network on its nodes: hard and hybrid tenants that hold a segment.
@@ -365,7 +384,50 @@ impl BareMetal {
     }
 }
 
+/// What a bare-metal Berth without a shared filesystem says of where a volume is.
+const NOT_KEPT: &str = "not kept: bare metal without --baremetal-volumes-path";
+
 impl Backend for BareMetal {
+    fn volume_location(&self, _workload: &Workload, volume: &VolumeMount) -> String {
+        match &self.config.volumes_path {
+            Some(root) => root.join(volume.storage_name()).display().to_string(),
+            None => NOT_KEPT.to_owned(),
+        }
+    }
+
+    /// The shared filesystem is mounted on Berth's host too, at the same path: the
+    /// directory is removed here. Only a directory under that path named for the volume.
+    fn remove_volume<'a>(&'a self, volume: &'a StoredVolume) -> RemoveFuture<'a> {
+        Box::pin(async move {
+            let Some(root) = &self.config.volumes_path else { return Ok(false) };
+            let dir = root.join(crate::capacity::volumes::storage_name(volume.volume_id));
+            if volume.location != dir.display().to_string() {
+                // Made elsewhere (another path, or when volumes were not kept): not ours to remove.
+                return Ok(false);
+            }
+            match tokio::fs::remove_dir_all(&dir).await {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => {
+                    tracing::error!(volume = volume.volume_id, error = %e, dir = %dir.display(), "cannot remove a volume's directory");
+                    Err(BackendError(format!("could not remove volume {}", volume.volume_id)))
+                }
+            }
+        })
+    }
+
+    fn volume_use<'a>(&'a self, volume: &'a StoredVolume) -> UseFuture<'a> {
+        let dir = self
+            .config
+            .volumes_path
+            .as_ref()
+            .map(|root| root.join(crate::capacity::volumes::storage_name(volume.volume_id)));
+        Box::pin(async move {
+            let dir = dir?;
+            tokio::task::spawn_blocking(move || super::bytes_under(&dir)).await.ok().flatten()
+        })
+    }
+
     fn name(&self) -> &'static str {
         "baremetal"
     }

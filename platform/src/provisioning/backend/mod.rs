@@ -50,6 +50,14 @@ pub struct Workload {
     /// tenant's other environments there hold now, read from the database when the
     /// workload is built. The space's quota is theirs and this one's together.
     pub tenant_holdings: Vec<Holding>,
+    /// The volumes attached to the environment, each with its mount path. They outlive
+    /// the workload: a backend makes a volume's storage when it is first missing and never
+    /// removes it with the environment (only [`Backend::remove_volume`] does).
+    pub volumes: Vec<VolumeMount>,
+    /// For an environment that shares its tenant's space: the sizes (GiB) of every live
+    /// volume of the tenant, which all live in that space (Kubernetes: their claims count
+    /// against the tenant namespace's quota).
+    pub tenant_volumes: Vec<u32>,
 }
 
 /// What one live environment holds, as a space it shares with its tenant's other
@@ -92,6 +100,8 @@ pub struct TenantSpace {
     pub members: Vec<(String, Role)>,
     /// What the tenant's environments in the space hold now.
     pub holdings: Vec<Holding>,
+    /// The sizes (GiB) of the tenant's live volumes, kept in the space between bookings.
+    pub volumes: Vec<u32>,
 }
 
 /// The tenant an environment belongs to, as a backend needs it.
@@ -121,6 +131,15 @@ pub struct PlacedUnit {
 /// What a backend answers once an environment is ready: how its owner reaches it (kept
 /// with the environment).
 pub use crate::capacity::environments::Connection;
+pub use crate::capacity::volumes::VolumeMount;
+
+/// A deleted volume whose storage a backend is to remove.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredVolume {
+    pub volume_id: i64,
+    /// Where the backend said it keeps it ([`Backend::volume_location`]).
+    pub location: String,
+}
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepOutput {
@@ -136,6 +155,7 @@ pub struct BackendError(pub String);
 pub type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<StepOutput, BackendError>> + Send + 'a>>;
 pub type OwnedFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<OwnedObject>, BackendError>> + Send + 'a>>;
 pub type RemoveFuture<'a> = Pin<Box<dyn Future<Output = Result<bool, BackendError>> + Send + 'a>>;
+pub type UseFuture<'a> = Pin<Box<dyn Future<Output = Option<u64>> + Send + 'a>>;
 pub type QueueFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + 'a>>;
 
 /// Something a backend made for environments or a tenant, as the orphan sweep finds it.
@@ -262,6 +282,26 @@ pub trait Backend: Send + Sync + 'static {
         Box::pin(async { Ok(()) })
     }
 
+    /// Where this backend keeps `volume` for `workload` (a directory, a claim), as shown
+    /// on the volume's page and given back to [`Backend::remove_volume`]. Cheap: no call.
+    fn volume_location(&self, workload: &Workload, volume: &VolumeMount) -> String {
+        let _ = workload;
+        volume.storage_name()
+    }
+
+    /// Removes a deleted volume's storage; `false` when there was none. Safe to repeat.
+    /// The default is for a backend that makes no storage for volumes (bare metal today).
+    fn remove_volume<'a>(&'a self, volume: &'a StoredVolume) -> RemoveFuture<'a> {
+        let _ = volume;
+        Box::pin(async { Ok(false) })
+    }
+
+    /// Bytes a volume holds now, where the backend can measure it (`None` where not).
+    fn volume_use<'a>(&'a self, volume: &'a StoredVolume) -> UseFuture<'a> {
+        let _ = volume;
+        Box::pin(async { None })
+    }
+
     /// Removes a deleted tenant's queue; `false` when there was none. Safe to repeat.
     fn remove_tenant_queue<'a>(&'a self, slug: &'a str) -> RemoveFuture<'a> {
         let _ = slug;
@@ -338,6 +378,18 @@ impl Upstream {
             if offering == Offering::Notebook { format!("token {credential}") } else { format!("Bearer {credential}") };
         Upstream { base_url, headers: vec![("authorization".to_owned(), authorization)] }
     }
+}
+
+/// Bytes of the files under `dir` (a volume's directory); `None` when it cannot be read
+/// or does not exist yet.
+pub(crate) fn bytes_under(dir: &std::path::Path) -> Option<u64> {
+    let mut total = 0;
+    for entry in std::fs::read_dir(dir).ok()? {
+        let entry = entry.ok()?;
+        let meta = entry.metadata().ok()?;
+        total += if meta.is_dir() { bytes_under(&entry.path()).unwrap_or(0) } else { meta.len() };
+    }
+    Some(total)
 }
 
 /// A workload's credential (a Jupyter token, an endpoint's own key): 128 random bits, hex.

@@ -10,6 +10,7 @@ mod checks;
 mod served;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,8 +22,8 @@ use rand::Rng;
 
 use super::{
     Backend, BackendError, CheckFuture, CheckedNode, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture,
-    OwnedObject, PlacedUnit, RemoveFuture, ScaleFuture, StepFuture, StepOutput, Upstream, UpstreamFuture, Workload,
-    workload_secret,
+    OwnedObject, PlacedUnit, RemoveFuture, ScaleFuture, StepFuture, StepOutput, StoredVolume, Upstream, UpstreamFuture,
+    UseFuture, VolumeMount, Workload, workload_secret,
 };
 use crate::lock;
 
@@ -83,11 +84,14 @@ pub struct SimulatedConfig {
     /// Multiplies the built-in step delays: 1.0 is realistic, 0.0 instant.
     pub speed: f64,
     pub faults: Vec<FaultRule>,
+    /// Where volumes are kept, a directory each (`berth-vol-<id>`); `None` for a fresh
+    /// folder under the system's temporary directory (tests).
+    pub volumes_dir: Option<PathBuf>,
 }
 
 impl Default for SimulatedConfig {
     fn default() -> SimulatedConfig {
-        SimulatedConfig { speed: 1.0, faults: Vec::new() }
+        SimulatedConfig { speed: 1.0, faults: Vec::new(), volumes_dir: None }
     }
 }
 
@@ -164,11 +168,18 @@ pub struct Simulated {
     world: Arc<Mutex<World>>,
     running: Mutex<HashMap<String, Running>>,
     node_faults: Mutex<checks::NodeFaults>,
+    /// Real directories, so that files outlive the workloads that wrote them.
+    volumes_dir: PathBuf,
 }
 
 impl Simulated {
     pub fn new(config: SimulatedConfig) -> Simulated {
+        let volumes_dir = config
+            .volumes_dir
+            .clone()
+            .unwrap_or_else(|| std::env::temp_dir().join(format!("berth-simulated-volumes-{}", uuid::Uuid::new_v4())));
         Simulated {
+            volumes_dir,
             config: Mutex::new(config),
             world: Arc::new(Mutex::new(World::default())),
             running: Mutex::new(HashMap::new()),
@@ -198,6 +209,26 @@ impl Simulated {
 
     pub fn world(&self) -> World {
         lock(&self.world).clone()
+    }
+
+    /// The directory that holds volume `volume_id`.
+    pub fn volume_dir(&self, volume_id: i64) -> PathBuf {
+        self.volumes_dir.join(crate::capacity::volumes::storage_name(volume_id))
+    }
+
+    /// The workload's volumes as directories, made where missing, with their mount paths.
+    fn mount_volumes(&self, w: &Workload) -> Result<Vec<(String, PathBuf)>, BackendError> {
+        w.volumes
+            .iter()
+            .map(|v: &VolumeMount| {
+                let dir = self.volume_dir(v.volume_id);
+                std::fs::create_dir_all(&dir).map_err(|e| {
+                    tracing::error!(volume = v.volume_id, error = %e, dir = %dir.display(), "cannot make a volume's directory");
+                    BackendError(format!("the simulated node could not make volume {}", v.name))
+                })?;
+                Ok((v.mount_path.clone(), dir))
+            })
+            .collect()
     }
 
     fn delay(&self, step: Step) -> Duration {
@@ -310,6 +341,7 @@ impl Simulated {
         if running.contains_key(id) {
             return Ok(None);
         }
+        let mounts = self.mount_volumes(w)?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let credential = workload_secret();
         let replicas = Arc::new(std::sync::atomic::AtomicU32::new(w.replicas()));
@@ -323,6 +355,7 @@ impl Simulated {
                     credential: credential.clone(),
                     replicas: replicas.clone(),
                     stopped,
+                    mounts,
                 };
                 let port = served::start(server).map_err(|e| {
                     tracing::error!(environment = %id, error = %e, "cannot start a simulated server");
@@ -437,6 +470,29 @@ impl Backend for Simulated {
 
     fn owned_objects(&self) -> OwnedFuture<'_> {
         Box::pin(async move { Ok(lock(&self.world).owned()) })
+    }
+
+    fn volume_location(&self, _workload: &Workload, volume: &VolumeMount) -> String {
+        self.volume_dir(volume.volume_id).display().to_string()
+    }
+
+    fn remove_volume<'a>(&'a self, volume: &'a StoredVolume) -> RemoveFuture<'a> {
+        Box::pin(async move {
+            let dir = self.volume_dir(volume.volume_id);
+            match std::fs::remove_dir_all(&dir) {
+                Ok(()) => Ok(true),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+                Err(e) => {
+                    tracing::error!(volume = volume.volume_id, error = %e, "cannot remove a volume's directory");
+                    Err(BackendError(format!("could not remove volume {}", volume.volume_id)))
+                }
+            }
+        })
+    }
+
+    fn volume_use<'a>(&'a self, volume: &'a StoredVolume) -> UseFuture<'a> {
+        let dir = self.volume_dir(volume.volume_id);
+        Box::pin(async move { tokio::task::spawn_blocking(move || super::bytes_under(&dir)).await.ok().flatten() })
     }
 
     fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a> {

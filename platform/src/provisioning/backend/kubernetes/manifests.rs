@@ -51,7 +51,7 @@ use berth_domain::tenancy::Isolation;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::provisioning::backend::{Holding, PlacedUnit, TenantQueue, TenantSpace, Workload};
+use crate::provisioning::backend::{Holding, PlacedUnit, TenantQueue, TenantSpace, VolumeMount, Workload};
 
 // One module in three files: the parts share this file's vocabulary (`Names`, labels,
 // `Manifest`), and callers name everything `manifests::…`.
@@ -73,6 +73,9 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const ENVIRONMENT_LABEL: &str = "berth.dev/environment";
 pub const TENANT_LABEL: &str = "berth.dev/tenant";
 pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
+/// On a volume's claim and (for environments in namespaces of their own) its
+/// PersistentVolume: the Berth volume's id.
+pub const VOLUME_LABEL: &str = "berth.dev/volume";
 pub const MIG_CONFIG_LABEL: &str = "nvidia.com/mig.config";
 pub const MIG_STATE_LABEL: &str = "nvidia.com/mig.config.state";
 pub const HOSTNAME_LABEL: &str = "kubernetes.io/hostname";
@@ -122,6 +125,9 @@ pub struct ClusterSettings {
     pub berth_namespace: String,
     /// The cluster's DNS domain, for Services' names (`<svc>.<ns>.svc.<domain>`).
     pub cluster_domain: String,
+    /// The StorageClass of volumes' claims (`--kube-storage-class`); `None` for the
+    /// cluster's default. It should offer ReadWriteMany, which the claims ask for.
+    pub storage_class: Option<String>,
 }
 
 impl Default for ClusterSettings {
@@ -135,6 +141,7 @@ impl Default for ClusterSettings {
             storage_gb: 100,
             berth_namespace: "berth".into(),
             cluster_domain: "cluster.local".into(),
+            storage_class: None,
         }
     }
 }
@@ -180,6 +187,7 @@ pub const ROLE_BINDING: Kind = kind("rbac.authorization.k8s.io", "v1", "RoleBind
 pub const STATEFUL_SET: Kind = kind("apps", "v1", "StatefulSet", "statefulsets", true);
 pub const DEPLOYMENT: Kind = kind("apps", "v1", "Deployment", "deployments", true);
 pub const JOB: Kind = kind("batch", "v1", "Job", "jobs", true);
+pub const PERSISTENT_VOLUME: Kind = kind("", "v1", "PersistentVolume", "persistentvolumes", false);
 pub const CLUSTER_QUEUE: Kind = kind("kueue.x-k8s.io", "v1beta1", "ClusterQueue", "clusterqueues", false);
 pub const LOCAL_QUEUE: Kind = kind("kueue.x-k8s.io", "v1beta1", "LocalQueue", "localqueues", true);
 
@@ -426,6 +434,21 @@ fn pod_template(w: &Workload, names: &Names, container: Value) -> Value {
         tolerations.push(dedicated_toleration(&names.tenant));
     }
     spec["tolerations"] = json!(tolerations);
+    // Berth's volumes, each its claim mounted at its path.
+    if !w.volumes.is_empty() {
+        let volumes: Vec<Value> = w
+            .volumes
+            .iter()
+            .map(|v| json!({ "name": volume_name(v), "persistentVolumeClaim": { "claimName": v.storage_name() } }))
+            .collect();
+        spec["volumes"] = json!(volumes);
+        let mounts = spec["containers"][0]["volumeMounts"].as_array().cloned().unwrap_or_default();
+        let mounts: Vec<Value> = mounts
+            .into_iter()
+            .chain(w.volumes.iter().map(|v| json!({ "name": volume_name(v), "mountPath": v.mount_path })))
+            .collect();
+        spec["containers"][0]["volumeMounts"] = json!(mounts);
+    }
     json!({ "metadata": { "labels": component_labels(w, names) }, "spec": spec })
 }
 
@@ -446,26 +469,35 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
             // explicitly: some images set another base URL). The proxy keeps the browser's
             // Host, which Jupyter's WebSocket origin check compares with the Origin.
             let notebook_args = "--ServerApp.base_url=/ --ServerApp.trust_xheaders=True";
-            let container = json!({
+            // A notebook with its owner's home volume mounts it at the working directory;
+            // one without (booked before volumes) keeps a claim of its own there.
+            let has_home = w.volumes.iter().any(|v| v.mount_path == berth_domain::volume::HOME_MOUNT);
+            let mut container = json!({
                 "name": "notebook", "image": image,
                 "ports": [{ "name": "http", "containerPort": NOTEBOOK_PORT }],
                 "env": [credential_env(&names, "JUPYTER_TOKEN"), { "name": "NOTEBOOK_ARGS", "value": notebook_args }],
-                "volumeMounts": [{ "name": "work", "mountPath": "/home/jovyan/work" }],
             });
+            if !has_home {
+                container["volumeMounts"] = json!([{ "name": "work", "mountPath": "/home/jovyan/work" }]);
+            }
+            let mut spec = json!({
+                "replicas": 1, "serviceName": names.workload, "selector": selector,
+                "template": pod_template(w, &names, container),
+            });
+            if !has_home {
+                spec["persistentVolumeClaimRetentionPolicy"] =
+                    json!({ "whenDeleted": "Delete", "whenScaled": "Retain" });
+                spec["volumeClaimTemplates"] = json!([{
+                    "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                    "metadata": { "name": "work", "labels": owner_labels(w) },
+                    "spec": { "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": "20Gi" } } },
+                }]);
+            }
             vec![Manifest::new(
                 STATEFUL_SET,
                 json!({
                     "apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": metadata(w, &names.workload, Some(ns)),
-                    "spec": {
-                        "replicas": 1, "serviceName": names.workload, "selector": selector,
-                        "template": pod_template(w, &names, container),
-                        "persistentVolumeClaimRetentionPolicy": { "whenDeleted": "Delete", "whenScaled": "Retain" },
-                        "volumeClaimTemplates": [{
-                            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                            "metadata": { "name": "work", "labels": owner_labels(w) },
-                            "spec": { "accessModes": ["ReadWriteOnce"], "resources": { "requests": { "storage": "20Gi" } } },
-                        }],
-                    },
+                    "spec": spec,
                 }),
             )]
         }
@@ -528,11 +560,80 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
     }
 }
 
+/// A Berth volume's name inside the pod.
+fn volume_name(v: &VolumeMount) -> String {
+    format!("vol-{}", v.volume_id)
+}
+
+/// The claim of Berth volume `v` in the environment's namespace: `berth-vol-<id>`,
+/// ReadWriteMany on the configured StorageClass, labelled with the volume and the tenant
+/// and never with the environment, and owned by nothing, so no teardown and no garbage
+/// collector takes it. In a soft tenant's namespace it stays between bookings; in a
+/// namespace of the environment's own it goes with the namespace, and its
+/// PersistentVolume, kept (`Retain`, see [`kept_volume`]), is bound to the next
+/// environment's claim (`bound_to`: the PersistentVolume's name, once Berth knows it).
+pub fn volume_claim(w: &Workload, v: &VolumeMount, bound_to: Option<&str>, settings: &ClusterSettings) -> Manifest {
+    let names = Names::of(w);
+    let mut labels = tenant_labels(&names.tenant);
+    labels.insert(VOLUME_LABEL.to_owned(), v.volume_id.to_string());
+    let mut spec = json!({
+        "accessModes": ["ReadWriteMany"],
+        "resources": { "requests": { "storage": format!("{}Gi", v.size_gib) } },
+    });
+    if let Some(class) = &settings.storage_class {
+        spec["storageClassName"] = json!(class);
+    }
+    if let Some(pv) = bound_to {
+        spec["volumeName"] = json!(pv);
+    }
+    Manifest::new(
+        PERSISTENT_VOLUME_CLAIM,
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": labelled(&labels, &v.storage_name(), Some(&names.namespace)), "spec": spec,
+        }),
+    )
+}
+
+/// What Berth sets on the PersistentVolume of a volume that lives in environments' own
+/// namespaces: its labels (found again by [`VOLUME_LABEL`]), `Retain` so that it outlives
+/// the claim its namespace takes with it, and (`claim`: namespace, name and uid) the claim
+/// it is bound to next: set before that claim binds, so the PersistentVolume controller
+/// binds exactly that one.
+pub fn kept_volume(pv: &str, volume_id: i64, tenant: &str, claim: Option<(&str, &str, Option<&str>)>) -> Manifest {
+    let mut labels = tenant_labels(tenant);
+    labels.insert(VOLUME_LABEL.to_owned(), volume_id.to_string());
+    let mut spec = json!({ "persistentVolumeReclaimPolicy": "Retain" });
+    if let Some((namespace, name, uid)) = claim {
+        spec["claimRef"] =
+            json!({ "apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": namespace, "name": name });
+        if let Some(uid) = uid {
+            spec["claimRef"]["uid"] = json!(uid);
+        }
+    }
+    Manifest::new(
+        PERSISTENT_VOLUME,
+        json!({ "apiVersion": "v1", "kind": "PersistentVolume", "metadata": labelled(&labels, pv, None), "spec": spec }),
+    )
+}
+
+/// A deleted volume's PersistentVolume given back to its provisioner: `Delete`, so the
+/// storage goes with it once no claim holds it.
+pub fn released_volume(pv: &str) -> Manifest {
+    Manifest::new(
+        PERSISTENT_VOLUME,
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolume", "metadata": { "name": pv },
+            "spec": { "persistentVolumeReclaimPolicy": "Delete" },
+        }),
+    )
+}
+
 /// The volume claims a notebook's StatefulSet makes (`<template>-<statefulset>-<ordinal>`),
 /// by name, for deleting them: the StatefulSet's retention policy deletes them too, but
 /// teardown does not leave the tenant's namespace to the garbage collector's timing.
 pub fn volume_claims(w: &Workload) -> Vec<Manifest> {
-    if w.offering != Offering::Notebook {
+    if w.offering != Offering::Notebook || w.volumes.iter().any(|v| v.mount_path == berth_domain::volume::HOME_MOUNT) {
         return Vec::new();
     }
     let names = Names::of(w);

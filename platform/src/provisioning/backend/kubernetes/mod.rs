@@ -66,9 +66,15 @@ use self::manifests::{
 };
 use super::{
     Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit, QueueFuture,
-    RemoveFuture, ScaleFuture, StepFuture, StepOutput, TenantQueue, Upstream, UpstreamFuture, Workload,
-    workload_secret,
+    RemoveFuture, ScaleFuture, StepFuture, StepOutput, StoredVolume, TenantQueue, Upstream, UpstreamFuture,
+    VolumeMount, Workload, workload_secret,
 };
+
+/// Where a soft tenant's volume is kept: `claim <namespace>/<name>`.
+const CLAIM_LOCATION: &str = "claim ";
+/// Where a volume of environments in namespaces of their own is kept: a PersistentVolume
+/// found by its label, bound to each environment's claim in turn.
+const KEPT_LOCATION: &str = "persistentvolume ";
 
 /// How the backend reaches and uses the cluster.
 #[derive(Debug, Clone)]
@@ -149,12 +155,16 @@ impl Kubernetes {
                     }
                 }
                 self.credential(w).await?;
+                self.claim_volumes(w).await?;
                 let workload = manifests::workload_manifests(w);
                 self.apply_all(&workload).await?;
                 let kinds: Vec<String> = workload.iter().map(|m| format!("{} {}", m.kind.kind, m.name())).collect();
                 output.detail = Some(format!("{} applied in {}", kinds.join(", "), names.namespace));
             }
-            Step::WaitHealthy => output.detail = Some(self.wait_healthy(w).await?),
+            Step::WaitHealthy => {
+                output.detail = Some(self.wait_healthy(w).await?);
+                self.keep_volumes(w).await?;
+            }
             Step::ExposeEndpoint => {
                 if let Some(service) = manifests::endpoint_manifest(w) {
                     self.apply(&service).await?;
@@ -179,6 +189,8 @@ impl Kubernetes {
                 }
             }
             Step::StopWorkload => {
+                // Before the namespace goes with its claims (at the release).
+                self.keep_volumes(w).await?;
                 let mut workloads = manifests::workload_manifests(w);
                 workloads.extend(manifests::other_home(w).iter().flat_map(manifests::workload_manifests));
                 for m in workloads {
@@ -391,6 +403,87 @@ impl Kubernetes {
         let params = PatchParams::apply(FIELD_MANAGER).force();
         self.api(&m.kind, m.namespace()).patch(m.name(), &params, &Patch::Apply(&m.object)).await?;
         Ok(())
+    }
+
+    /// The claims of the workload's volumes, in its namespace. In its tenant's namespace a
+    /// claim stays between bookings and is applied again (a grown volume asks for more).
+    /// In a namespace of its own the claim is new: the volume's kept PersistentVolume, if
+    /// it has one, is named in the claim and pointed at it (claimRef with the claim's uid),
+    /// so that the two bind to each other and to nothing else.
+    async fn claim_volumes(&self, w: &Workload) -> Result<(), BackendError> {
+        let names = manifests::Names::of(w);
+        for v in &w.volumes {
+            let kept = if names.shared { None } else { self.kept_volume_of(v.volume_id).await? };
+            let claim = manifests::volume_claim(w, v, kept.as_deref(), &self.config.cluster);
+            self.apply(&claim).await?;
+            if let Some(pv) = kept {
+                let api = self.api(&manifests::PERSISTENT_VOLUME_CLAIM, Some(&names.namespace));
+                let found = api
+                    .get_opt(claim.name())
+                    .await
+                    .map_err(|e| api_failure(&format!("read claim {}", claim.name()), e))?;
+                let uid = found.and_then(|c| c.metadata.uid);
+                let claim_ref = Some((names.namespace.as_str(), claim.name(), uid.as_deref()));
+                self.apply(&manifests::kept_volume(&pv, v.volume_id, &names.tenant, claim_ref)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// For an environment in a namespace of its own: the PersistentVolume each of its
+    /// volumes' claims bound to is labelled with the volume and kept (`Retain`), so that it
+    /// outlives the namespace and the next environment's claim finds it.
+    async fn keep_volumes(&self, w: &Workload) -> Result<(), BackendError> {
+        let names = manifests::Names::of(w);
+        if names.shared {
+            return Ok(());
+        }
+        for v in &w.volumes {
+            let api = self.api(&manifests::PERSISTENT_VOLUME_CLAIM, Some(&names.namespace));
+            let claim = v.storage_name();
+            let found = api.get_opt(&claim).await.map_err(|e| api_failure(&format!("read claim {claim}"), e))?;
+            let bound =
+                found.and_then(|c| c.data.pointer("/spec/volumeName").and_then(|n| n.as_str()).map(str::to_owned));
+            if let Some(pv) = bound {
+                self.apply(&manifests::kept_volume(&pv, v.volume_id, &names.tenant, None)).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The PersistentVolume Berth kept for volume `volume_id`, by its label.
+    async fn kept_volume_of(&self, volume_id: i64) -> Result<Option<String>, BackendError> {
+        let selector = ListParams::default().labels(&format!("{}={volume_id}", manifests::VOLUME_LABEL));
+        let found = self
+            .api(&manifests::PERSISTENT_VOLUME, None)
+            .list(&selector)
+            .await
+            .map_err(|e| api_failure("list kept PersistentVolumes", e))?;
+        Ok(found.items.first().map(|pv| pv.name_any()))
+    }
+
+    /// Removes a deleted volume's storage: its claim where it stays (a soft tenant's
+    /// namespace), and every PersistentVolume kept for it, given back to its provisioner
+    /// with `Delete`. `false` when there was nothing.
+    async fn remove_volume_storage(&self, volume: &StoredVolume) -> Result<bool, BackendError> {
+        let mut removed = false;
+        if let Some(claim) = volume.location.strip_prefix(CLAIM_LOCATION) {
+            let (namespace, name) = claim
+                .split_once('/')
+                .ok_or_else(|| BackendError(format!("volume {} has no claim at {claim}", volume.volume_id)))?;
+            removed |= self.delete(&manifests::PERSISTENT_VOLUME_CLAIM, Some(namespace), name, false).await?;
+        }
+        let selector = ListParams::default().labels(&format!("{}={}", manifests::VOLUME_LABEL, volume.volume_id));
+        let kept = self
+            .api(&manifests::PERSISTENT_VOLUME, None)
+            .list(&selector)
+            .await
+            .map_err(|e| api_failure("list kept PersistentVolumes", e))?;
+        for pv in kept.items {
+            self.apply(&manifests::released_volume(&pv.name_any())).await?;
+            removed = true;
+        }
+        Ok(removed)
     }
 
     /// The environment's namespace bundle (its own, or its tenant's).
@@ -808,6 +901,19 @@ impl Backend for Kubernetes {
 
     fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a> {
         Box::pin(self.remove(object))
+    }
+
+    fn volume_location(&self, workload: &Workload, volume: &VolumeMount) -> String {
+        let names = manifests::Names::of(workload);
+        if names.shared {
+            format!("{CLAIM_LOCATION}{}/{}", names.namespace, volume.storage_name())
+        } else {
+            format!("{KEPT_LOCATION}{}={}", manifests::VOLUME_LABEL, volume.volume_id)
+        }
+    }
+
+    fn remove_volume<'a>(&'a self, volume: &'a StoredVolume) -> RemoveFuture<'a> {
+        Box::pin(self.remove_volume_storage(volume))
     }
 
     fn has_tenant_queues(&self) -> bool {

@@ -4,14 +4,21 @@
 //! which replica answered. Both demand the workload's own credential, as Jupyter and a
 //! model server would, so only Berth's proxy (which holds it) gets through. And a training
 //! job that writes log lines over time and ends with an exit status.
+//!
+//! A notebook also serves Jupyter's contents API (`GET`/`PUT /api/contents/<path>`, text
+//! files and directories) from its attached volumes, which are real directories: `<path>`
+//! is read from the filesystem's root as the container sees it, so
+//! `home/jovyan/work/notes.txt` is in the home volume and `data/shared/x.csv` in the
+//! volume mounted at `/data/shared`. Anything outside a volume is answered 404.
 
+use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{OriginalUri, Request, State};
+use axum::extract::{OriginalUri, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
@@ -36,6 +43,8 @@ pub(super) struct Server {
     pub replicas: Arc<AtomicU32>,
     /// Becomes true (or its sender goes) when the workload stops.
     pub stopped: watch::Receiver<bool>,
+    /// The attached volumes: mount path -> the directory that holds it.
+    pub mounts: Vec<(String, PathBuf)>,
 }
 
 struct Shared {
@@ -83,6 +92,7 @@ fn notebook_routes() -> Router<Arc<Shared>> {
         .route("/api/status", get(status))
         .route("/api/kernels/{kernel}/channels", get(kernel_channels))
         .route("/api/berth/echo", any(echo))
+        .route("/api/contents/{*path}", get(read_contents).put(write_contents))
 }
 
 fn inference_routes() -> Router<Arc<Shared>> {
@@ -167,6 +177,118 @@ async fn echo_socket(mut socket: WebSocket, mut stopped: watch::Receiver<bool>) 
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => return,
                 Some(Ok(_)) => {}
             },
+        }
+    }
+}
+
+/// Where `path` (relative to `/`) lands in the attached volumes: the directory of the
+/// volume with the longest mount path that holds it, joined with the rest. `None` outside
+/// every volume, or for a path that tries to climb out of one (`..`, `.`, empty parts).
+fn resolve(mounts: &[(String, PathBuf)], path: &str) -> Option<PathBuf> {
+    let path = path.trim_end_matches('/');
+    let parts: Vec<&str> = path.split('/').collect();
+    if parts.iter().any(|p| p.is_empty() || *p == "." || *p == ".." || p.contains(['\\', '\0'])) {
+        return None;
+    }
+    let absolute = format!("/{path}");
+    mounts
+        .iter()
+        .filter_map(|(mount, dir)| {
+            let rest = absolute.strip_prefix(mount.as_str())?;
+            let rest = if rest.is_empty() { "" } else { rest.strip_prefix('/')? };
+            Some((mount.len(), if rest.is_empty() { dir.clone() } else { dir.join(rest) }))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map(|(_, found)| found)
+}
+
+/// Jupyter's contents model of `file` at `path` (without content unless `content`).
+fn content_model(file: &FsPath, path: &str, content: bool) -> std::io::Result<Value> {
+    let meta = std::fs::metadata(file)?;
+    let modified = meta.modified().map(chrono::DateTime::<chrono::Utc>::from).map(|t| t.to_rfc3339()).ok();
+    let name = path.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
+    if meta.is_dir() {
+        let listing = if content {
+            let mut entries = Vec::new();
+            for entry in std::fs::read_dir(file)? {
+                let entry = entry?;
+                let child = format!("{}/{}", path.trim_end_matches('/'), entry.file_name().to_string_lossy());
+                entries.push(content_model(&entry.path(), &child, false)?);
+            }
+            entries.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+            Value::Array(entries)
+        } else {
+            Value::Null
+        };
+        return Ok(json!({
+            "name": name, "path": path, "type": "directory", "format": content.then_some("json"),
+            "mimetype": null, "content": listing, "writable": true, "created": modified,
+            "last_modified": modified, "size": null,
+        }));
+    }
+    let text = if content { Some(std::fs::read_to_string(file)?) } else { None };
+    Ok(json!({
+        "name": name, "path": path, "type": "file", "format": content.then_some("text"),
+        "mimetype": "text/plain", "content": text, "writable": true, "created": modified,
+        "last_modified": modified, "size": meta.len(),
+    }))
+}
+
+fn contents_error(status: StatusCode, message: String) -> Response {
+    (status, axum::Json(json!({ "message": message, "reason": null }))).into_response()
+}
+
+/// `GET /api/contents/<path>`: a file's text or a directory's listing.
+async fn read_contents(
+    State(s): State<Arc<Shared>>,
+    Path(path): Path<String>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Response {
+    let Some(file) = resolve(&s.server.mounts, &path) else {
+        return contents_error(StatusCode::NOT_FOUND, format!("No such file or directory: {path}"));
+    };
+    let content = query.get("content").is_none_or(|c| c != "0");
+    match content_model(&file, &path, content) {
+        Ok(model) => axum::Json(model).into_response(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            contents_error(StatusCode::NOT_FOUND, format!("No such file or directory: {path}"))
+        }
+        Err(e) => contents_error(StatusCode::BAD_REQUEST, format!("{path} cannot be read as text: {e}")),
+    }
+}
+
+/// `PUT /api/contents/<path>` with `{"type": "file", "format": "text", "content": ...}`
+/// or `{"type": "directory"}`: 201 when it is new, 200 when it replaced a file.
+async fn write_contents(State(s): State<Arc<Shared>>, Path(path): Path<String>, body: String) -> Response {
+    let Some(file) = resolve(&s.server.mounts, &path) else {
+        return contents_error(
+            StatusCode::NOT_FOUND,
+            format!("{path} is not in an attached volume; write under one of their mount paths"),
+        );
+    };
+    let model: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    let existed = file.exists();
+    let written = match (model["type"].as_str(), model["format"].as_str(), model["content"].as_str()) {
+        (Some("directory"), _, _) => std::fs::create_dir_all(&file),
+        (Some("file"), Some("text") | None, Some(text)) => match file.parent() {
+            Some(parent) if parent.is_dir() => std::fs::write(&file, text),
+            _ => return contents_error(StatusCode::NOT_FOUND, format!("the folder of {path} does not exist")),
+        },
+        _ => {
+            return contents_error(
+                StatusCode::BAD_REQUEST,
+                "send a model: {\"type\": \"file\", \"format\": \"text\", \"content\": \"...\"} or {\"type\": \"directory\"}".into(),
+            );
+        }
+    };
+    if let Err(e) = written {
+        return contents_error(StatusCode::BAD_REQUEST, format!("{path} cannot be written: {e}"));
+    }
+    let status = if existed { StatusCode::OK } else { StatusCode::CREATED };
+    match content_model(&file, &path, false) {
+        Ok(model) => (status, axum::Json(model)).into_response(),
+        Err(e) => {
+            contents_error(StatusCode::INTERNAL_SERVER_ERROR, format!("{path} was written but cannot be read: {e}"))
         }
     }
 }
@@ -297,7 +419,25 @@ fn exit_code_of(command: &str) -> i32 {
 
 #[cfg(test)]
 mod tests {
-    use super::{epochs_of, exit_code_of};
+    use std::path::PathBuf;
+
+    use super::{epochs_of, exit_code_of, resolve};
+
+    #[test]
+    fn contents_paths_land_in_the_volume_mounted_there_and_never_climb_out() {
+        let mounts = vec![
+            ("/home/jovyan/work".to_owned(), PathBuf::from("/v/home")),
+            ("/data/shared".to_owned(), PathBuf::from("/v/shared")),
+        ];
+        assert_eq!(resolve(&mounts, "home/jovyan/work/a.txt"), Some(PathBuf::from("/v/home/a.txt")));
+        assert_eq!(resolve(&mounts, "data/shared"), Some(PathBuf::from("/v/shared")));
+        assert_eq!(resolve(&mounts, "data/shared/sub/b.txt"), Some(PathBuf::from("/v/shared/sub/b.txt")));
+        for outside in
+            ["data/sharedx/a", "data", "etc/passwd", "data/shared/../../etc", "data/shared//a", "data/shared/./a"]
+        {
+            assert_eq!(resolve(&mounts, outside), None, "{outside}");
+        }
+    }
 
     #[test]
     fn a_command_may_say_how_many_epochs_it_trains() {

@@ -15,8 +15,8 @@ pub fn namespace_bundle(w: &Workload, settings: &ClusterSettings) -> Vec<Manifes
     let labels = owner_labels(w);
     let mut bundle = vec![
         namespace(w, &names),
-        resource_quota(&labels, ns, &[Holding::of(w)], false, settings),
-        limit_range(&labels, ns, w.vcpus, w.memory_gb, settings),
+        resource_quota(&labels, ns, &[Holding::of(w)], &[], false, settings),
+        limit_range(&labels, ns, w.vcpus, w.memory_gb, &[], settings),
         network_policy(&labels, ns),
     ];
     bundle.extend(access(&labels, ns, &w.tenant.members, settings));
@@ -36,7 +36,7 @@ pub fn space_of(w: &Workload, holding: bool) -> TenantSpace {
         holdings.push(Holding::of(w));
     }
     holdings.sort_by(|a, b| a.environment_id.cmp(&b.environment_id));
-    TenantSpace { members: w.tenant.members.clone(), holdings }
+    TenantSpace { members: w.tenant.members.clone(), holdings, volumes: w.tenant_volumes.clone() }
 }
 
 /// A soft tenant's namespace and what it holds for all of the tenant's environments there:
@@ -52,7 +52,7 @@ pub fn tenant_namespace_bundle(slug: &str, space: &TenantSpace, settings: &Clust
     let mut bundle = vec![
         Manifest::new(NAMESPACE, json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": meta })),
         tenant_quota(slug, space, settings),
-        limit_range(&labels, &ns, NODE_VCPUS, NODE_MEMORY_GB, settings),
+        limit_range(&labels, &ns, NODE_VCPUS, NODE_MEMORY_GB, &space.volumes, settings),
         network_policy(&labels, &ns),
     ];
     bundle.extend(access(&labels, &ns, &space.members, settings));
@@ -62,7 +62,7 @@ pub fn tenant_namespace_bundle(slug: &str, space: &TenantSpace, settings: &Clust
 
 /// The ResourceQuota of a soft tenant's namespace: what its environments there hold.
 pub fn tenant_quota(slug: &str, space: &TenantSpace, settings: &ClusterSettings) -> Manifest {
-    resource_quota(&tenant_labels(slug), &tenant_namespace_name(slug), &space.holdings, true, settings)
+    resource_quota(&tenant_labels(slug), &tenant_namespace_name(slug), &space.holdings, &space.volumes, true, settings)
 }
 
 /// Berth's Roles and the tenant's members bound to them by their Berth role.
@@ -145,24 +145,27 @@ fn total_cpu_memory(w: &Workload) -> (String, String) {
 /// are counted per environment, at least one's worth (a namespace holds a few objects of
 /// its own, such as the cluster's CA ConfigMap). In a tenant's namespace (`whole_gpus`)
 /// whole and time-sliced GPUs are always named, at zero when nobody holds one, so an
-/// empty namespace runs nothing on a GPU.
+/// empty namespace runs nothing on a GPU. The tenant's volumes (`volumes`, GiB each) are
+/// claims of their own in it, kept between bookings: their storage and count come on top.
 fn resource_quota(
     labels: &BTreeMap<String, String>,
     ns: &str,
     holdings: &[Holding],
+    volumes: &[u32],
     whole_gpus: bool,
     settings: &ClusterSettings,
 ) -> Manifest {
     let cpu: u64 = holdings.iter().map(|h| u64::from(h.vcpus) * u64::from(h.replicas())).sum();
     let memory: u64 = holdings.iter().map(|h| u64::from(h.memory_gb) * u64::from(h.replicas())).sum();
-    let storage = u64::from(settings.storage_gb) * holdings.len() as u64;
+    let storage =
+        u64::from(settings.storage_gb) * holdings.len() as u64 + volumes.iter().map(|&g| u64::from(g)).sum::<u64>();
     let objects = (holdings.len() as u64).max(1);
     let (cpu, memory) = (cpu.to_string(), format!("{memory}Gi"));
     let mut hard = json!({
         "requests.cpu": cpu, "limits.cpu": cpu,
         "requests.memory": memory, "limits.memory": memory,
         "requests.storage": format!("{storage}Gi"),
-        "persistentvolumeclaims": (4 * objects).to_string(),
+        "persistentvolumeclaims": (4 * objects + volumes.len() as u64).to_string(),
         "pods": (16 * objects).to_string(),
         "services": (4 * objects).to_string(),
         "secrets": (16 * objects).to_string(),
@@ -188,13 +191,17 @@ fn resource_quota(
     )
 }
 
+/// `volumes`: the sizes of the volumes kept in the namespace; a claim may be as large as
+/// the largest of them.
 fn limit_range(
     labels: &BTreeMap<String, String>,
     ns: &str,
     vcpus: u32,
     memory_gb: u32,
+    volumes: &[u32],
     settings: &ClusterSettings,
 ) -> Manifest {
+    let largest_claim = volumes.iter().copied().fold(settings.storage_gb, u32::max);
     Manifest::new(
         LIMIT_RANGE,
         json!({
@@ -206,7 +213,7 @@ fn limit_range(
                     "defaultRequest": { "cpu": "250m", "memory": "512Mi" },
                     "max": { "cpu": vcpus.to_string(), "memory": format!("{memory_gb}Gi") },
                 },
-                { "type": "PersistentVolumeClaim", "max": { "storage": format!("{}Gi", settings.storage_gb) } },
+                { "type": "PersistentVolumeClaim", "max": { "storage": format!("{largest_claim}Gi") } },
             ] },
         }),
     )
