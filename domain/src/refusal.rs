@@ -65,6 +65,11 @@ pub enum Refusal {
     /// A usage report asked for in a way it cannot be made (a month that is not one).
     #[error("usage report: {0}")]
     InvalidUsageReport(String),
+    /// A tenant webhook that cannot be saved: its URL, format or kinds.
+    #[error("webhook: {0}")]
+    InvalidWebhook(String),
+    #[error("notifications: {0}")]
+    InvalidNotificationChoice(String),
     #[error("this environment is {0}; only booked or running environments can change their end")]
     NotResizable(&'static str),
     #[error("there is no node called \"{0}\"")]
