@@ -297,24 +297,24 @@ async fn webhooks_are_signed_retried_logged_and_survive_a_crash_between_commit_a
     assert_eq!(count(&berth.platform, "SELECT count(*) FROM notification_outbox WHERE delivered_at IS NULL").await, 0);
 
     // The log shows the failed try and the successes, to the tenant's admins only.
-    let log = berth.platform.webhook_deliveries(&admin, hook.webhook.id).await.expect("log");
+    let log = berth.platform.webhook_deliveries(&admin, tenant).await.expect("log");
     assert_eq!(log.len(), 4);
     assert_eq!(log.iter().filter(|d| d.status_code == Some(500)).count(), 1);
     assert_eq!(log.iter().filter(|d| d.status_code == Some(204)).count(), 3);
     assert!(log.iter().any(|d| d.error.as_deref() == Some("the receiver answered 500")));
-    assert!(berth.platform.webhook_deliveries(&member, hook.webhook.id).await.is_err());
+    assert!(berth.platform.webhook_deliveries(&member, tenant).await.is_err());
 
     // A wrong secret on the receiver's side is a failure in the log, not a delivery.
     *secret.lock().unwrap() = "whsec_other".into();
     let env = berth.launch("notebook", "h100-1g.10gb", "nb-d").await.expect("launch");
     berth.wait_for(&env.id, EnvState::Ready).await;
     notifier(&berth.platform).tick(now_ms()).await.expect("tick");
-    let log = berth.platform.webhook_deliveries(&admin, hook.webhook.id).await.expect("log");
+    let log = berth.platform.webhook_deliveries(&admin, tenant).await.expect("log");
     assert_eq!(log[0].status_code, Some(401));
     assert_eq!(seen.lock().unwrap().bad_signatures, 1);
 
     // Removed: nothing more is queued, and what waits is given up.
-    berth.platform.remove_webhook(&admin, hook.webhook.id).await.expect("remove");
+    berth.platform.remove_webhook(&admin, tenant, hook.webhook.id).await.expect("remove");
     assert_eq!(
         count(
             &berth.platform,

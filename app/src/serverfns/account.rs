@@ -223,6 +223,10 @@ pub(crate) mod views {
             Action::UsageRead => "See usage, cost and budgets",
             Action::UsageManage => "Set budgets",
             Action::FleetCheck => "Run health checks on nodes",
+            Action::NotificationRead => "Read my notifications",
+            Action::NotificationManage => "Mark my notifications read",
+            Action::WebhookRead => "See the tenant's webhooks and their delivery log",
+            Action::WebhookManage => "Add and remove the tenant's webhooks",
         }
     }
 

@@ -76,6 +76,13 @@ pub struct Inbox {
     pub items: Vec<InboxItem>,
 }
 
+/// What the bell in the navigation bar shows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Bell {
+    pub unread: i64,
+    pub latest: Option<String>,
+}
+
 /// A person's channels for one kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Preference {
@@ -185,6 +192,19 @@ impl Platform {
             .bind(user_id)
             .fetch_one(&self.db)
             .await?)
+    }
+
+    /// The bell of `user_id`, whose session is being read: the unread count and the
+    /// newest unread title.
+    pub async fn bell(&self, user_id: i64) -> Result<Bell, Error> {
+        let latest: Option<String> = sqlx::query_scalar(
+            "SELECT title FROM notifications WHERE user_id = ? AND read_at IS NULL ORDER BY id DESC LIMIT 1",
+        )
+        .bind(user_id)
+        .fetch_optional(&self.db)
+        .await?;
+        let unread = if latest.is_some() { self.unread_notifications(user_id).await? } else { 0 };
+        Ok(Bell { unread, latest })
     }
 
     /// Marks the caller's notifications read: those of `ids`, or all of them. Answers how

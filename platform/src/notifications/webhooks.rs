@@ -37,10 +37,19 @@ pub struct NewWebhook {
     pub secret: String,
 }
 
+/// A tenant's webhooks with their latest tries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WebhookOverview {
+    pub webhooks: Vec<Webhook>,
+    pub deliveries: Vec<Delivery>,
+    pub can_manage: bool,
+}
+
 /// One try of one call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Delivery {
     pub id: i64,
+    pub webhook_id: i64,
     pub outbox_id: i64,
     pub kind: String,
     pub title: String,
@@ -57,6 +66,11 @@ impl Platform {
     /// The live webhooks of `tenant_id`.
     pub async fn tenant_webhooks(&self, caller: &Caller, tenant_id: i64) -> Result<Vec<Webhook>, Error> {
         self.authorize(caller, Action::WebhookRead, Target::Tenant(tenant_id)).await?;
+        let exists: Option<i64> =
+            sqlx::query_scalar("SELECT id FROM tenants WHERE id = ?").bind(tenant_id).fetch_optional(&self.db).await?;
+        if exists.is_none() {
+            return Err(Error::NotFound);
+        }
         let rows = sqlx::query(
             "SELECT id, tenant_id, url, format, kinds, created_at FROM tenant_webhooks
              WHERE tenant_id = ? AND removed_at IS NULL ORDER BY id",
@@ -65,6 +79,15 @@ impl Platform {
         .fetch_all(&self.db)
         .await?;
         rows.iter().map(webhook_from_row).collect()
+    }
+
+    /// The Team page's section: the tenant's webhooks, their latest tries, and whether the
+    /// caller may change them.
+    pub async fn webhook_overview(&self, caller: &Caller, tenant_id: i64) -> Result<WebhookOverview, Error> {
+        let webhooks = self.tenant_webhooks(caller, tenant_id).await?;
+        let deliveries = self.webhook_deliveries(caller, tenant_id).await?;
+        let can_manage = caller.principal.authorize(Action::WebhookManage, Target::Tenant(tenant_id)).is_ok();
+        Ok(WebhookOverview { webhooks, deliveries, can_manage })
     }
 
     /// Adds a webhook to `tenant_id`. The URL must be one Berth may call (https on a public
@@ -122,20 +145,26 @@ impl Platform {
         })
     }
 
-    /// Removes webhook `id`: nothing more is queued for it, and calls not yet made are
-    /// given up.
-    pub async fn remove_webhook(&self, caller: &Caller, id: i64) -> Result<(), Error> {
-        let tenant_id = self.webhook_tenant(id).await?;
+    /// Removes webhook `id` of `tenant_id`: nothing more is queued for it, and calls not
+    /// yet made are given up.
+    pub async fn remove_webhook(&self, caller: &Caller, tenant_id: i64, id: i64) -> Result<(), Error> {
         self.authorize(caller, Action::WebhookManage, Target::Tenant(tenant_id)).await?;
         let now = now_ms();
         let mut tx = self.begin_write().await?;
-        sqlx::query("UPDATE tenant_webhooks SET removed_at = ? WHERE id = ? AND removed_at IS NULL")
-            .bind(now)
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
+        let removed = sqlx::query(
+            "UPDATE tenant_webhooks SET removed_at = ? WHERE id = ? AND tenant_id = ? AND removed_at IS NULL",
+        )
+        .bind(now)
+        .bind(id)
+        .bind(tenant_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if removed == 0 {
+            return Err(Error::NotFound);
+        }
         sqlx::query(
-            "UPDATE notification_outbox SET gave_up_at = ?, last_error = 'the webhook was removed'
+            "UPDATE notification_outbox SET gave_up_at = ?, lease_until = NULL, last_error = 'the webhook was removed'
              WHERE webhook_id = ? AND delivered_at IS NULL AND gave_up_at IS NULL",
         )
         .bind(now)
@@ -149,22 +178,23 @@ impl Platform {
         Ok(())
     }
 
-    /// The latest tries of webhook `id`, newest first.
-    pub async fn webhook_deliveries(&self, caller: &Caller, id: i64) -> Result<Vec<Delivery>, Error> {
-        let tenant_id = self.webhook_tenant(id).await?;
+    /// The latest tries of the webhooks of `tenant_id` (removed ones too), newest first.
+    pub async fn webhook_deliveries(&self, caller: &Caller, tenant_id: i64) -> Result<Vec<Delivery>, Error> {
         self.authorize(caller, Action::WebhookRead, Target::Tenant(tenant_id)).await?;
         let rows = sqlx::query(
-            "SELECT d.id, d.outbox_id, o.kind, o.title, d.attempt, d.at, d.status_code, d.error
+            "SELECT d.id, d.webhook_id, d.outbox_id, o.kind, o.title, d.attempt, d.at, d.status_code, d.error
              FROM webhook_deliveries d JOIN notification_outbox o ON o.id = d.outbox_id
-             WHERE d.webhook_id = ? ORDER BY d.id DESC LIMIT 100",
+             JOIN tenant_webhooks w ON w.id = d.webhook_id
+             WHERE w.tenant_id = ? ORDER BY d.id DESC LIMIT 100",
         )
-        .bind(id)
+        .bind(tenant_id)
         .fetch_all(&self.db)
         .await?;
         rows.iter()
             .map(|r| {
                 Ok(Delivery {
                     id: r.try_get("id")?,
+                    webhook_id: r.try_get("webhook_id")?,
                     outbox_id: r.try_get("outbox_id")?,
                     kind: r.try_get("kind")?,
                     title: r.try_get("title")?,
@@ -175,14 +205,6 @@ impl Platform {
                 })
             })
             .collect()
-    }
-
-    async fn webhook_tenant(&self, id: i64) -> Result<i64, Error> {
-        sqlx::query_scalar("SELECT tenant_id FROM tenant_webhooks WHERE id = ? AND removed_at IS NULL")
-            .bind(id)
-            .fetch_optional(&self.db)
-            .await?
-            .ok_or(Error::NotFound)
     }
 }
 
