@@ -47,7 +47,8 @@ function mails() {
 
 before(async () => {
   const port = await freePort();
-  maildir = mkdtempSync(join(tmpdir(), 'berth-e2e-mail-'));
+  // aiosmtpd makes the maildir (with new/, cur/, tmp/) only where nothing exists yet.
+  maildir = join(mkdtempSync(join(tmpdir(), 'berth-e2e-mail-')), 'maildir');
   smtp = spawn('/usr/bin/aiosmtpd', ['-n', '-l', `127.0.0.1:${port}`, '-c', 'aiosmtpd.handlers.Mailbox', maildir], {
     stdio: 'ignore',
   });
@@ -129,7 +130,7 @@ test('without JavaScript the bell is a link and mark all read is a plain form po
   assert.equal((await nojs.getByTestId('unread').textContent()).trim(), '1');
   await nojs.getByRole('link', { name: /^Notifications:/ }).first().click();
   await nojs.waitForURL((url) => url.pathname === '/notifications');
-  await nojs.getByRole('link', { name: 'bell-two is ready' }).waitFor();
+  await nojs.getByTestId('notifications').getByRole('link', { name: 'bell-two is ready' }).waitFor();
   await nojs.getByRole('button', { name: 'Mark all read' }).click();
   await nojs.waitForURL((url) => url.pathname === '/notifications');
   await nojs.getByTestId('unread-summary').getByText('Nothing unread.').waitFor();

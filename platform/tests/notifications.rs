@@ -395,3 +395,63 @@ async fn mail_to_a_relay_that_is_down_is_retried_with_backoff_then_delivered(poo
         sqlx::query_scalar("SELECT attempts FROM notification_outbox").fetch_one(berth.platform.db()).await.unwrap();
     assert_eq!(attempts, 1);
 }
+
+/// The titles in `caller`'s inbox, newest first.
+async fn titles(berth: &TestBerth, caller: &berth_platform::Caller) -> Vec<String> {
+    berth.platform.inbox(caller).await.expect("inbox").items.into_iter().map(|n| n.title).collect()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn invitations_maintenance_node_health_and_budget_marks_tell_the_right_people(pool: SqlitePool) {
+    let smtp = SmtpServer::start().await;
+    let mailer = Mailer::new(&smtp.url(), "berth@berth.example", PUBLIC_URL).expect("mailer");
+    let mut berth = berth_with(pool, Some(mailer)).await;
+    berth.start_reconciler();
+    let admin = berth.admin().await;
+    let boss = berth.user_with("boss@example.com", Role::TenantAdmin).await;
+    let tenant = berth.caller.tenant_id().unwrap();
+
+    // An invitation: the invitee is told, by mail too (they have no session yet).
+    berth.platform.invite_member(&boss, tenant, "newcomer@example.com", "member").await.expect("invite");
+    notifier(&berth.platform).tick(now_ms()).await.expect("tick");
+    let invited = smtp.mails().into_iter().find(|m| m.contains("To: newcomer@example.com")).expect("invitation mail");
+    assert!(invited.contains("Subject: [Berth] You were added to Acme"), "{invited}");
+    assert!(invited.contains(&format!("{PUBLIC_URL}/tenants/{tenant}")), "{invited}");
+
+    // Maintenance on the node of Dana's booking: Dana hears of it, naming the booking.
+    let env = berth.launch("training", "h100-1", "trainer").await.expect("launch");
+    berth.wait_for(&env.id, EnvState::Ready).await;
+    let node: String = sqlx::query_scalar(
+        "SELECT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ?",
+    )
+    .bind(&env.id)
+    .fetch_one(berth.platform.db())
+    .await
+    .unwrap();
+    let end = chrono::DateTime::from_timestamp_millis(now_ms() + 3 * 3_600_000).unwrap().to_rfc3339();
+    berth.platform.schedule_maintenance(&admin, &node, None, "", &end, "firmware").await.expect("maintenance");
+    let dana = titles(&berth, &berth.caller).await;
+    assert!(dana.contains(&format!("Maintenance on {node} affects your bookings")), "{dana:?}");
+    let other = berth.user_with("carl@example.com", Role::Member).await;
+    assert!(titles(&berth, &other).await.is_empty(), "nobody else hears of Dana's bookings");
+
+    // A node's health change: platform admins hear of it, tenant people do not.
+    berth.platform.change_node_state(&admin, &node, "drain", "firmware update").await.expect("drain");
+    assert!(titles(&berth, &admin).await.contains(&format!("Node {node} is draining")));
+    assert!(!titles(&berth, &boss).await.iter().any(|t| t.starts_with("Node ")));
+
+    // A budget's 50% mark: the tenant's admins hear of it.
+    let change = berth_platform::capacity::metering::BudgetChange {
+        level: "tenant".into(),
+        who: "acme".into(),
+        amount: "10".into(),
+        warn_only: true,
+    };
+    berth.platform.set_budget(&admin, &change).await.expect("budget");
+    let big = berth.launch("training", "l40s-1", "big").await.expect("launch past the mark");
+    let _ = big;
+    let boss_titles = titles(&berth, &boss).await;
+    assert!(boss_titles.iter().any(|t| t.contains("reached") && t.contains("% of its budget")), "{boss_titles:?}");
+    assert!(!titles(&berth, &other).await.iter().any(|t| t.contains("budget")));
+}

@@ -248,6 +248,8 @@ fn UserArea(wide: bool) -> impl IntoView {
         Some(view! {
             <Transition fallback=|| ()>
                 {move || Suspend::new(async move {
+                    // Read in the same turn as the user: one Transition for the whole area.
+                    let bell = auth.bell.await.ok().flatten().unwrap_or(BellView { unread: 0, latest: None });
                     match auth.user.await {
                         Ok(Some(user)) => view! {
                             <div class=layout>
@@ -270,7 +272,7 @@ fn UserArea(wide: bool) -> impl IntoView {
                                     <A href="/audit" attr:class=NAV_LINK>"Audit"</A>
                                 })}
                                 <A href="/account" attr:class=NAV_LINK>"Account"</A>
-                                <Bell auth wide/>
+                                <Bell bell=bell.clone() wide/>
                                 <span class="px-2 text-sm text-slate-300" title=user.email.clone() data-testid=testid("who")>
                                     <span class=if wide { "hidden 2xl:inline" } else { "" }>{user.display_name.clone()}</span>
                                     <span class="ml-2 rounded bg-slate-700 px-1.5 py-0.5 text-xs" data-testid=testid("role")>{user.role.clone()}</span>
@@ -298,29 +300,22 @@ fn UserArea(wide: bool) -> impl IntoView {
 /// The bell: a link to `/notifications` (so it works without JavaScript) with the unread
 /// count; its title names the newest unread notification.
 #[component]
-fn Bell(auth: Auth, wide: bool) -> impl IntoView {
+fn Bell(bell: BellView, wide: bool) -> impl IntoView {
     let testid = move |id: &'static str| wide.then_some(id);
+    let title = match (&bell.latest, bell.unread) {
+        (Some(latest), n) => format!("Notifications: {n} unread; newest: {latest}"),
+        (None, _) => "Notifications: none unread".to_owned(),
+    };
+    let badge = if bell.unread > 0 {
+        "ml-1 rounded-full bg-amber-400 px-1.5 text-xs font-semibold text-slate-900"
+    } else {
+        "ml-1 rounded-full bg-slate-700 px-1.5 text-xs text-slate-300"
+    };
     view! {
-        <Transition fallback=|| ()>
-            {move || Suspend::new(async move {
-                let bell = auth.bell.await.ok().flatten().unwrap_or(BellView { unread: 0, latest: None });
-                let title = match (&bell.latest, bell.unread) {
-                    (Some(latest), n) => format!("Notifications: {n} unread; newest: {latest}"),
-                    (None, _) => "Notifications: none unread".to_owned(),
-                };
-                let badge = if bell.unread > 0 {
-                    "ml-1 rounded-full bg-amber-400 px-1.5 text-xs font-semibold text-slate-900"
-                } else {
-                    "ml-1 rounded-full bg-slate-700 px-1.5 text-xs text-slate-300"
-                };
-                view! {
-                    <A href="/notifications" attr:class=NAV_LINK attr:title=title.clone() attr:aria-label=title>
-                        <span aria-hidden="true">"\u{1F514}"</span>
-                        <span class=badge data-testid=testid("unread")>{bell.unread}</span>
-                    </A>
-                }
-            })}
-        </Transition>
+        <A href="/notifications" attr:class=NAV_LINK attr:title=title.clone() attr:aria-label=title>
+            <span aria-hidden="true">"\u{1F514}"</span>
+            <span class=badge data-testid=testid("unread")>{bell.unread}</span>
+        </A>
     }
 }
 

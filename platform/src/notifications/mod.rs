@@ -335,6 +335,23 @@ impl Platform {
     }
 }
 
+/// The active platform admins: who hears of node health changes.
+pub(crate) async fn platform_admins(conn: &mut SqliteConnection) -> Result<Vec<i64>, Error> {
+    Ok(sqlx::query_scalar("SELECT id FROM users WHERE role = 'platform_admin' AND status = 'active' ORDER BY id")
+        .fetch_all(conn)
+        .await?)
+}
+
+/// The active admins of `tenant_id`: who hears of its budgets.
+pub(crate) async fn tenant_admins(conn: &mut SqliteConnection, tenant_id: i64) -> Result<Vec<i64>, Error> {
+    Ok(sqlx::query_scalar(
+        "SELECT id FROM users WHERE tenant_id = ? AND role = 'tenant_admin' AND status = 'active' ORDER BY id",
+    )
+    .bind(tenant_id)
+    .fetch_all(conn)
+    .await?)
+}
+
 /// One's own notifications: the target of every inbox action.
 fn own(caller: &Caller) -> Target {
     Target::Owned { tenant_id: caller.tenant_id(), owner_id: caller.user_id() }
