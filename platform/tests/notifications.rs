@@ -449,8 +449,8 @@ async fn invitations_maintenance_node_health_and_budget_marks_tell_the_right_peo
         warn_only: true,
     };
     berth.platform.set_budget(&admin, &change).await.expect("budget");
-    let big = berth.launch("training", "l40s-1", "big").await.expect("launch past the mark");
-    let _ = big;
+    // Two hours of an H100 at $3.20: $6.40 of $10, past the 50% mark.
+    berth.launch("training", "h100-1", "big").await.expect("launch past the mark");
     let boss_titles = titles(&berth, &boss).await;
     assert!(boss_titles.iter().any(|t| t.contains("reached") && t.contains("% of its budget")), "{boss_titles:?}");
     assert!(!titles(&berth, &other).await.iter().any(|t| t.contains("budget")));
