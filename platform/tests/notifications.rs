@@ -111,10 +111,12 @@ impl SmtpServer {
             .arg(&maildir)
             .spawn()
             .expect("aiosmtpd (make smtp-tools installs Debian's python3-aiosmtpd)");
+        // Owned at once, so a failed start below still kills it (Drop).
+        let server = SmtpServer { child, port, maildir };
         let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         for _ in 0..100 {
             if tokio::net::TcpStream::connect(address).await.is_ok() {
-                return SmtpServer { child, port, maildir };
+                return server;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
