@@ -6,13 +6,39 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import http from 'node:http';
+import { createHmac, timingSafeEqual } from 'node:crypto';
 import { mkdtempSync, readdirSync, readFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import net from 'node:net';
 import { Berth, browser, signInAsAdmin, watchConsole, artifacts } from './harness.mjs';
 
-let berth, chrome, page, consoleErrors, smtp, maildir, environmentId;
+let berth, chrome, page, consoleErrors, smtp, maildir, environmentId, receiver;
+
+/** A webhook receiver on loopback that checks each call's signature with `secret`. */
+function startReceiver() {
+  const seen = { secret: '', calls: [], badSignatures: 0 };
+  const server = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      const header = req.headers['berth-signature'] ?? '';
+      const parts = Object.fromEntries(header.split(',').map((p) => p.split('=')));
+      const expected = createHmac('sha256', seen.secret).update(`${parts.t}.${body}`).digest('hex');
+      const given = Buffer.from(parts.v1 ?? '', 'utf8');
+      const ok = given.length === expected.length && timingSafeEqual(given, Buffer.from(expected, 'utf8'));
+      if (!ok) {
+        seen.badSignatures += 1;
+        res.writeHead(401).end();
+        return;
+      }
+      seen.calls.push({ delivery: req.headers['berth-delivery'], body: JSON.parse(body) });
+      res.writeHead(204).end();
+    });
+  });
+  return new Promise((ok) => server.listen(0, '127.0.0.1', () => ok({ server, seen, url: `http://127.0.0.1:${server.address().port}/hook` })));
+}
 
 async function freePort() {
   return new Promise((ok, fail) => {
@@ -53,7 +79,13 @@ before(async () => {
     stdio: 'ignore',
   });
   await listening(port);
-  berth = await Berth.start({ BERTH_SMTP_URL: `smtp://127.0.0.1:${port}`, BERTH_SMTP_FROM: 'Berth <berth@berth.local>' });
+  receiver = await startReceiver();
+  berth = await Berth.start({
+    BERTH_SMTP_URL: `smtp://127.0.0.1:${port}`,
+    BERTH_SMTP_FROM: 'Berth <berth@berth.local>',
+    // The test's webhook receiver listens on loopback: the operator's documented setting.
+    BERTH_WEBHOOK_ALLOW_PRIVATE: 'true',
+  });
   chrome = await browser();
   page = await chrome.newPage({ viewport: { width: 1400, height: 1000 } });
   consoleErrors = watchConsole(page);
@@ -64,6 +96,7 @@ after(async () => {
   await chrome?.close();
   await berth?.kill();
   smtp?.kill();
+  receiver?.server.close();
 });
 
 const bell = () => page.getByRole('link', { name: /^Notifications:/ }).first();
@@ -136,4 +169,43 @@ test('without JavaScript the bell is a link and mark all read is a plain form po
   await nojs.getByTestId('unread-summary').getByText('Nothing unread.').waitFor();
   assert.equal((await nojs.getByTestId('unread').textContent()).trim(), '0');
   await context.close();
+});
+
+test('a tenant webhook added on the Team page gets the invitation, signed, and logs the call', async () => {
+  await page.goto(`${berth.url}/admin/tenants`);
+  await page.getByLabel('Short name').fill('acme');
+  await page.getByLabel('Name', { exact: true }).fill('Acme Research');
+  await page.getByRole('button', { name: 'Create tenant' }).click();
+  await page.getByRole('link', { name: 'Acme Research', exact: true }).click();
+  await page.waitForURL(/\/tenants\/\d+$/);
+  const team = page.url();
+  await page.getByTestId('webhooks-link').click();
+  await page.waitForURL(/\/tenants\/\d+\/webhooks$/);
+  await page.getByLabel('URL').fill(receiver.url);
+  await page.getByLabel('Format').selectOption('json');
+  await page.getByRole('checkbox', { name: /Added to a tenant/ }).check();
+  await page.getByRole('button', { name: 'Add webhook' }).click();
+  const secret = (await page.getByTestId('new-webhook').locator('[data-secret]').textContent()).trim();
+  assert.match(secret, /^whsec_[0-9a-f]{64}$/);
+  receiver.seen.secret = secret;
+  await page.locator(`tr[data-webhook="${receiver.url}"]`).waitFor();
+
+  await page.goto(team);
+  await page.getByLabel('Invite by email').fill('ines@acme.example');
+  await page.getByRole('button', { name: 'Invite' }).click();
+  await page.locator('tr[data-member="ines@acme.example"]').waitFor();
+
+  const deadline = Date.now() + 15_000;
+  while (receiver.seen.calls.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 200));
+  assert.equal(receiver.seen.badSignatures, 0);
+  assert.equal(receiver.seen.calls.length, 1);
+  const call = receiver.seen.calls[0].body;
+  assert.equal(call.kind, 'tenant.invitation');
+  assert.equal(call.title, 'You were added to Acme Research');
+  assert.match(call.link, new RegExp(`^${berth.url}/tenants/\\d+$`));
+
+  await page.goto(`${team}/webhooks`);
+  await page.locator('tr[data-delivery-ok="true"]').getByText('204').waitFor();
+  assert.ok(mails().some((m) => m.includes('To: ines@acme.example') && m.includes('Subject: [Berth] You were added to Acme Research')));
+  assert.deepEqual(consoleErrors, [], 'no errors in the browser console');
 });
