@@ -20,7 +20,7 @@ BERTH := $(CARGO_TARGET_DIR)/debug/berth
 WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p;}' Cargo.lock)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: idp run test build tools rust-tools node-tools browser host-tools bench-tools site server unit e2e lint fmt clean \
+.PHONY: idp run test build tools rust-tools node-tools browser host-tools smtp-tools bench-tools site server unit e2e lint fmt clean \
 	bench bench-smoke release release-tools
 
 ## run: install what is missing, build, and start Berth on http://127.0.0.1:3000
@@ -64,6 +64,11 @@ browser:
 # namespaces and sets them up with the agent's own code.
 host-tools:
 	@command -v ip >/dev/null && command -v nft >/dev/null && command -v ping >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iproute2 nftables iputils-ping; }
+
+# Debian's aiosmtpd: the real SMTP server the notification tests start on loopback
+# (platform/tests/notifications.rs, e2e/notifications.test.mjs).
+smtp-tools:
+	@test -x /usr/bin/aiosmtpd || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-aiosmtpd; }
 
 # wrk for the load benchmark, python3 for its one-time code and the openb checker.
 bench-tools:
@@ -111,14 +116,14 @@ release-tools:
 	@command -v wasm-opt >/dev/null && command -v brotli >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binaryen brotli; }
 
 # Each package on its own, so `ssr` and `hydrate` are never switched on together.
-unit: host-tools
+unit: host-tools smtp-tools
 	cargo test -p berth-domain
 	cargo test -p berth-platform
 	cargo test -p berth-app --features ssr
 	cargo test -p berth-agent
 	cargo test -p berth-server
 
-e2e: build browser
+e2e: build browser smtp-tools
 	BERTH_BIN=$(BERTH) BERTH_SITE_ROOT=$(SITE) node --test --test-concurrency=1 e2e/
 
 lint:

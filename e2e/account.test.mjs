@@ -245,3 +245,16 @@ test('the printed first-start password was spent at the first sign-in, and a loc
   await page.getByRole('alert').getByText('ask another platform admin to reset your own authenticator').waitFor();
   assert.deepEqual(consoleErrors, []);
 });
+
+test('without SMTP the account page says email is not configured, and channel choices are kept', async () => {
+  await page.goto(`${berth.url}/account`);
+  await page.getByTestId('email-status').getByText('Email is not configured on this Berth').waitFor();
+  const byEmail = page.getByLabel('Environment ready by email');
+  assert.equal(await byEmail.isChecked(), true, 'email is on by default');
+  await byEmail.uncheck();
+  await page.getByRole('button', { name: 'Save notification choices' }).click();
+  await page.waitForURL((url) => url.pathname === '/account');
+  await page.reload();
+  assert.equal(await page.getByLabel('Environment ready by email').isChecked(), false);
+  assert.equal(await page.getByLabel('Environment ready in the bell').isChecked(), true);
+});

@@ -26,6 +26,7 @@ const pages = [
   '/environments',
   '/calendar',
   '/account',
+  '/notifications',
   '/audit',
   '/admin/fleet',
   '/admin/nodes/fra1-h100-01',

@@ -43,6 +43,88 @@ pub struct EnvironmentListView {
     pub tenants: Vec<ProjectOption>,
 }
 
+/// The bell in the navigation bar: unread notifications, and the newest one's title.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BellView {
+    pub unread: i64,
+    pub latest: Option<String>,
+}
+
+/// One notification in `/notifications`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotificationView {
+    pub id: i64,
+    pub kind: String,
+    pub title: String,
+    pub body: String,
+    /// A path on the portal.
+    pub link: String,
+    pub when: String,
+    pub read: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotificationsView {
+    pub unread: i64,
+    pub items: Vec<NotificationView>,
+}
+
+/// One kind's channels on the account page.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotificationChoiceView {
+    pub kind: String,
+    pub label: String,
+    pub in_app: bool,
+    pub email: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotificationSettingsView {
+    /// Whether the operator set up SMTP; without it no mail is sent.
+    pub email_configured: bool,
+    pub choices: Vec<NotificationChoiceView>,
+}
+
+/// A tenant webhook on the Team page (never its secret).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookView {
+    pub id: i64,
+    pub url: String,
+    pub format: String,
+    pub kinds: Vec<String>,
+    pub created: String,
+}
+
+/// One try of a webhook call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhookDeliveryView {
+    pub webhook_id: i64,
+    pub title: String,
+    pub attempt: i64,
+    pub when: String,
+    pub status: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// A new webhook's signing secret, shown once.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NewWebhookView {
+    pub id: i64,
+    pub url: String,
+    pub secret: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WebhooksView {
+    pub tenant_id: i64,
+    pub can_manage: bool,
+    pub webhooks: Vec<WebhookView>,
+    pub deliveries: Vec<WebhookDeliveryView>,
+    /// Every kind a webhook may take: (name, label).
+    pub kinds: Vec<(String, String)>,
+    pub new_secret: Option<NewWebhookView>,
+}
+
 /// A project one may book in, for the launch form.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ProjectOption {
@@ -514,6 +596,8 @@ pub struct TenantPageView {
     /// Every member's API tokens, for tenant admins and platform staff; `None` otherwise.
     pub tokens: Option<Vec<TokenView>>,
     pub can_manage_tokens: bool,
+    /// Whether the Team page links to the tenant's webhooks.
+    pub can_read_webhooks: bool,
     pub me: i64,
 }
 

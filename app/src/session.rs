@@ -188,7 +188,8 @@ pub async fn show_new_token(session: &Session, meta: &RequestMeta) -> Result<Opt
 /// leaves the session store at the browser's next request, whatever page that is.
 async fn forget_shown_token(session: &Session, meta: &RequestMeta) -> Result<(), AppError> {
     forget_shown::<NewToken>(session, meta, NEW_TOKEN_KEY).await?;
-    forget_shown::<NewEndpointKey>(session, meta, NEW_ENDPOINT_KEY).await
+    forget_shown::<NewEndpointKey>(session, meta, NEW_ENDPOINT_KEY).await?;
+    forget_shown::<NewWebhookSecret>(session, meta, NEW_WEBHOOK_SECRET).await
 }
 
 /// An endpoint's API key waiting to be shown once, after a plain (pre-WASM) form post.
@@ -217,6 +218,49 @@ pub async fn show_endpoint_key(
 ) -> Result<Option<String>, AppError> {
     let shown: Option<NewEndpointKey> = show_once(session, meta, NEW_ENDPOINT_KEY).await?;
     Ok(shown.filter(|k| k.environment_id == environment_id).map(|k| k.key))
+}
+
+/// A new webhook's secret waiting to be shown once, after a plain (pre-WASM) form post.
+const NEW_WEBHOOK_SECRET: &str = "new_webhook_secret";
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct NewWebhookSecret {
+    pub tenant_id: i64,
+    pub id: i64,
+    pub url: String,
+    pub secret: String,
+    pub created_at: i64,
+    #[serde(default)]
+    pub shown_in: Option<String>,
+}
+
+/// Keeps a new webhook's secret in this browser's session until the next render of its
+/// tenant's page.
+pub async fn hold_webhook_secret(
+    session: &Session,
+    meta: &RequestMeta,
+    new: &NewWebhookSecret,
+) -> Result<(), AppError> {
+    session.insert(NEW_WEBHOOK_SECRET, new).await.map_err(store_failed(meta))
+}
+
+/// The waiting secret of a webhook of `tenant_id`, for this request's render only.
+pub async fn show_webhook_secret(
+    session: &Session,
+    meta: &RequestMeta,
+    tenant_id: i64,
+) -> Result<Option<NewWebhookSecret>, AppError> {
+    let shown: Option<NewWebhookSecret> = show_once(session, meta, NEW_WEBHOOK_SECRET).await?;
+    Ok(shown.filter(|s| s.tenant_id == tenant_id))
+}
+
+impl ShownOnce for NewWebhookSecret {
+    fn created_at(&self) -> i64 {
+        self.created_at
+    }
+    fn shown_in(&mut self) -> &mut Option<String> {
+        &mut self.shown_in
+    }
 }
 
 /// A secret kept in the session to be shown in one render.

@@ -9,8 +9,8 @@ use leptos_router::{SsrMode, path};
 use crate::components::{Auth, NavBar};
 use crate::pages::{
     AccountPage, AuditPage, CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FabricPage, FleetPage,
-    LaunchPage, LoginPage, NewPasswordPage, NodePage, NotFound, QuotasPage, SecondFactorPage, TenantPage, TenantsPage,
-    UsagePage, VolumesPage,
+    LaunchPage, LoginPage, NewPasswordPage, NodePage, NotFound, NotificationsPage, QuotasPage, SecondFactorPage,
+    TenantPage, TenantsPage, UsagePage, VolumesPage, WebhooksPage,
 };
 
 /// The whole document, rendered on the server.
@@ -89,8 +89,10 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/volumes") view=VolumesPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/tenants") view=TenantsPage ssr=SsrMode::Async/>
                         <Route path=path!("/tenants/:id") view=TenantPage ssr=SsrMode::Async/>
+                        <Route path=path!("/tenants/:id/webhooks") view=WebhooksPage ssr=SsrMode::Async/>
                         <Route path=path!("/environments/:id") view=EnvironmentPage ssr=SsrMode::Async/>
                         <Route path=path!("/account") view=AccountPage ssr=SsrMode::Async/>
+                        <Route path=path!("/notifications") view=NotificationsPage ssr=SsrMode::Async/>
                         <Route path=path!("/audit") view=AuditPage ssr=SsrMode::Async/>
                         <Route path=path!("/login") view=LoginPage ssr=SsrMode::Async/>
                         <Route path=path!("/login/code") view=SecondFactorPage ssr=SsrMode::Async/>

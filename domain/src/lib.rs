@@ -39,6 +39,7 @@ pub mod node_access;
 pub mod node_checks;
 pub mod node_health;
 pub mod node_plan;
+pub mod notification;
 pub mod outbound;
 pub mod placement;
 pub mod policy;

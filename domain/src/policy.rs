@@ -100,10 +100,18 @@ pub enum Action {
     /// Create, resize and delete volumes (a member: their own personal volumes and their
     /// projects' shared ones).
     VolumeManage,
+    /// See one's own notifications (the bell, `/notifications`) and channel choices.
+    NotificationRead,
+    /// Mark one's notifications read, choose one's channels.
+    NotificationManage,
+    /// See a tenant's webhooks and their delivery log (tenant admins, platform admins).
+    WebhookRead,
+    /// Add and remove a tenant's webhooks.
+    WebhookManage,
 }
 
 impl Action {
-    pub const ALL: [Action; 28] = [
+    pub const ALL: [Action; 32] = [
         Action::CatalogRead,
         Action::CalendarRead,
         Action::EnvironmentRead,
@@ -132,6 +140,10 @@ impl Action {
         Action::FleetCheck,
         Action::VolumeRead,
         Action::VolumeManage,
+        Action::NotificationRead,
+        Action::NotificationManage,
+        Action::WebhookRead,
+        Action::WebhookManage,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -164,6 +176,10 @@ impl Action {
             Action::FleetCheck => "fleet.check",
             Action::VolumeRead => "volume.read",
             Action::VolumeManage => "volume.manage",
+            Action::NotificationRead => "notification.read",
+            Action::NotificationManage => "notification.manage",
+            Action::WebhookRead => "webhook.read",
+            Action::WebhookManage => "webhook.manage",
         }
     }
 
@@ -213,13 +229,15 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
             FleetRead | FleetManage | TenantManage => None,
             // Nodes their tenant's dedicated cluster holds: the target is that tenant.
             FleetCheck => Some(Reach::Tenant),
+            // One's own inbox, even as an admin.
+            NotificationRead | NotificationManage => Some(Reach::Own),
             _ => Some(Reach::Tenant),
         },
         Role::Member => match action {
             CatalogRead => Some(Reach::All),
             CalendarRead | EnvironmentLaunch | ProjectRead | MemberRead | QuotaRead => Some(Reach::Tenant),
             EnvironmentRead | EnvironmentChange | EnvironmentConnect | TokenRead | TokenManage | SshKeyRead
-            | SshKeyManage => Some(Reach::Own),
+            | SshKeyManage | NotificationRead | NotificationManage => Some(Reach::Own),
             // Their own and their projects' (see `platform::capacity::metering`).
             UsageRead => Some(Reach::Own),
             // Their own and their projects' (see `platform::capacity::volumes`).
@@ -232,7 +250,9 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
                 Some(Reach::Tenant)
             }
             // A viewer's keys open nothing until the viewer may act in an environment.
-            TokenRead | TokenManage | SshKeyRead | SshKeyManage => Some(Reach::Own),
+            TokenRead | TokenManage | SshKeyRead | SshKeyManage | NotificationRead | NotificationManage => {
+                Some(Reach::Own)
+            }
             _ => None,
         },
     }
@@ -371,10 +391,28 @@ mod tests {
         assert_eq!(viewer.authorize(Action::EnvironmentRead, colleague), Ok(()));
         assert_eq!(viewer.authorize(Action::VolumeRead, colleague), Ok(()));
         for action in
-            Action::ALL.into_iter().filter(|a| !a.is_read() && !matches!(a, Action::TokenManage | Action::SshKeyManage))
+            // Their own keys and their own inbox are theirs to change.
+            Action::ALL.into_iter().filter(|a| {
+                !a.is_read() && !matches!(a, Action::TokenManage | Action::SshKeyManage | Action::NotificationManage)
+            })
         {
             assert!(viewer.authorize(action, Target::Tenant(1)).is_err(), "{action:?}");
             assert!(viewer.authorize(action, colleague).is_err(), "{action:?}");
+        }
+    }
+
+    #[test]
+    fn everyone_keeps_their_own_inbox_and_only_admins_keep_webhooks() {
+        for role in Role::TENANT {
+            let p = principal(role, Some(1));
+            let own = Target::Owned { tenant_id: Some(1), owner_id: 10 };
+            let colleague = Target::Owned { tenant_id: Some(1), owner_id: 11 };
+            assert_eq!(p.authorize(Action::NotificationRead, own), Ok(()), "{role:?}");
+            assert_eq!(p.authorize(Action::NotificationManage, own), Ok(()), "{role:?}");
+            assert!(p.authorize(Action::NotificationRead, colleague).is_err(), "{role:?}");
+            let webhooks = p.authorize(Action::WebhookManage, Target::Tenant(1));
+            assert_eq!(webhooks.is_ok(), role == Role::TenantAdmin, "{role:?}");
+            assert!(p.authorize(Action::WebhookRead, Target::Tenant(2)).is_err());
         }
     }
 

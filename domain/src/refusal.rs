@@ -68,6 +68,11 @@ pub enum Refusal {
     /// A listing's filter that names nothing it can filter by (`state=sleeping`, `owner=bob`).
     #[error("filter: {0}")]
     InvalidListFilter(String),
+    /// A tenant webhook that cannot be saved: its URL, format or kinds.
+    #[error("webhook: {0}")]
+    InvalidWebhook(String),
+    #[error("notifications: {0}")]
+    InvalidNotificationChoice(String),
     #[error("this environment is {0}; only booked or running environments can change their end")]
     NotResizable(&'static str),
     #[error("there is no node called \"{0}\"")]

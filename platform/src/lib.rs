@@ -10,6 +10,7 @@ pub mod capacity;
 pub mod demo;
 mod error;
 pub mod identity;
+pub mod notifications;
 pub mod origins;
 pub mod people;
 pub mod provisioning;
@@ -76,6 +77,9 @@ pub struct Platform {
     repair_tiers: Arc<[berth_domain::node_health::RepairTier]>,
     /// Expected NCCL bus bandwidth per model and interconnect, with the site's overrides.
     bandwidth: Arc<berth_domain::node_checks::BandwidthTable>,
+    /// How notifications leave Berth (SMTP, webhooks' reach) and their counts; see
+    /// `notifications`.
+    delivery: Arc<notifications::Delivery>,
 }
 
 impl Platform {
@@ -101,6 +105,7 @@ impl Platform {
             environments: Default::default(),
             repair_tiers: berth_domain::node_health::default_repair_tiers().into(),
             bandwidth: Default::default(),
+            delivery: Default::default(),
         }
     }
 

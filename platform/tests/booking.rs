@@ -549,6 +549,10 @@ async fn spot_bookings_go_beyond_the_quota_and_are_reclaimed_by_guaranteed_ones(
     let victim = if reclaimed[0] == "burst-a" { &first } else { &second };
     let failed = berth.wait_for(&victim.id, EnvState::Failed).await;
     assert!(failed.failure_reason.expect("reason").contains("a guaranteed booking needed this spot capacity"));
+    // Its owner was told, in the reclaim's transaction, and then of the failure.
+    let told: Vec<String> =
+        berth.platform.inbox(&berth.caller).await.expect("inbox").items.into_iter().map(|n| n.title).collect();
+    assert!(told.contains(&format!("{} was reclaimed", reclaimed[0])), "{told:?}");
     for _ in 0..1000 {
         if berth.platform.environment_of(&eve, &urgent.id).await.expect("urgent").state == EnvState::Ready {
             break;

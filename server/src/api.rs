@@ -38,6 +38,8 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/environments/{id}/end", post(change_end))
         .route("/api/v1/tenants", get(tenants))
         .route("/api/v1/tenants/{id}/members", get(members))
+        .route("/api/v1/notifications", get(notifications))
+        .route("/api/v1/notifications/read", post(mark_notifications_read))
         .route("/api/v1/tokens", get(tokens))
         .route("/api/v1/tokens/{id}/revoke", post(revoke_token))
         .route("/api/v1/volumes", get(volumes).post(create_volume))
@@ -330,6 +332,39 @@ async fn members(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>
         .map(|m| json!({ "user_id": m.user_id, "email": m.email, "name": m.display_name, "role": m.role.as_str(), "status": m.status }))
         .collect();
     Ok(Json(json!({ "members": members })))
+}
+
+/// The caller's latest notifications, newest first, and how many are unread.
+async fn notifications(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
+    let inbox = platform.inbox(&caller).await.map_err(fail(&caller))?;
+    let items: Vec<Value> = inbox
+        .items
+        .iter()
+        .map(|n| {
+            json!({ "id": n.id, "kind": n.kind, "title": n.title, "body": n.body,
+                    "link": berth_domain::notification::absolute_link(platform.public_url(), &n.link),
+                    "created_at": rfc3339(n.created_at), "read": n.read })
+        })
+        .collect();
+    Ok(Json(json!({ "unread": inbox.unread, "notifications": items })))
+}
+
+/// Which notifications to mark read: `{"ids": [..]}`, or all of them (`{}` or no body).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MarkRead {
+    #[serde(default)]
+    pub ids: Option<Vec<i64>>,
+}
+
+async fn mark_notifications_read(
+    TokenCaller(platform, caller): TokenCaller,
+    body: Option<Json<MarkRead>>,
+) -> ApiResult {
+    let ids = body.and_then(|Json(b)| b.ids);
+    let marked = platform.mark_notifications_read(&caller, ids.as_deref()).await.map_err(fail(&caller))?;
+    let unread = platform.unread_notifications(caller.user_id()).await.map_err(fail(&caller))?;
+    Ok(Json(json!({ "marked": marked, "unread": unread })))
 }
 
 async fn tokens(TokenCaller(platform, caller): TokenCaller) -> ApiResult {

@@ -8,6 +8,10 @@ use std::time::Duration;
 use berth_domain::booking::{BookingPolicy, DAY_MS, HOUR_MS, MINUTE_MS};
 use berth_domain::fabric::{FabricConfig, GIB, IdentifierKind, NetworkSegment, Pool};
 use berth_domain::fleet::FleetSpec;
+use berth_domain::outbound::Reach;
+use berth_platform::notifications::Delivery;
+use berth_platform::notifications::email::Mailer;
+use berth_platform::notifications::outbox::{Notifier, NotifierConfig};
 use berth_platform::origins::EnvironmentOrigins;
 use berth_platform::provisioning::backend::Backend;
 use berth_platform::provisioning::backend::baremetal::{BareMetal, BareMetalConfig};
@@ -197,6 +201,19 @@ pub struct ServeArgs {
     /// from its own network. The operator's own provider (`--oidc-issuer`) may always be.
     #[arg(long, env = "BERTH_ALLOW_PRIVATE_ISSUERS", default_value_t = false)]
     pub allow_private_issuers: bool,
+    /// The SMTP relay notification mail goes through: `smtp://host:25` (plain),
+    /// `smtp://user:password@host:587?tls=required` (STARTTLS) or `smtps://user:password@host:465`.
+    /// Without it, notifications are in-app and webhooks only, and the account page says so.
+    #[arg(long, env = "BERTH_SMTP_URL", hide_env_values = true, requires = "smtp_from")]
+    pub smtp_url: Option<String>,
+    /// The sender of notification mail, e.g. `Berth <berth@example.com>`.
+    #[arg(long, env = "BERTH_SMTP_FROM")]
+    pub smtp_from: Option<String>,
+    /// Let tenants' webhooks be on loopback, link-local or private addresses (and plain
+    /// http on loopback). Off by default: otherwise a tenant admin could make Berth call
+    /// into its own network.
+    #[arg(long, env = "BERTH_WEBHOOK_ALLOW_PRIVATE", default_value_t = false)]
+    pub webhook_allow_private: bool,
     /// Serve `/metrics` on this address only (e.g. `127.0.0.1:9464` or an internal
     /// interface), not on the main listener.
     #[arg(long, env = "BERTH_METRICS_LISTEN")]
@@ -418,7 +435,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .with_fabric(args.fabric()?)
         .with_private_issuers(args.allow_private_issuers)
         .with_repair_tiers(fleet.repair_tiers.clone())
-        .with_expected_bandwidth(fleet.bandwidth_table());
+        .with_expected_bandwidth(fleet.bandwidth_table())
+        .with_notifications(args.delivery(&public)?);
     platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
     let backend: Arc<dyn Backend> = match (args.backend, kubernetes) {
         (BackendKind::Kubernetes, Some(kubernetes)) => kubernetes,
@@ -466,6 +484,13 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = reconciler_stop.wait_for(|stop| *stop).await;
     }));
 
+    let notifier = Notifier::new(platform.clone(), NotifierConfig::default())
+        .map_err(|e| format!("cannot start the notification worker: {e}"))?;
+    let mut notifier_stop = stop_rx.clone();
+    let notifier_task = tokio::spawn(notifier.run(async move {
+        let _ = notifier_stop.wait_for(|stop| *stop).await;
+    }));
+
     let environments = platform.environment_origin("<id>");
     let routers = crate::http::router(platform, pool, &args.site(&public)).await?;
     let router = routers.portal;
@@ -498,6 +523,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .await
         .map_err(|e| format!("server error: {e}"))?;
     let _ = reconciler_task.await;
+    let _ = notifier_task.await;
     Ok(())
 }
 
@@ -535,6 +561,9 @@ fn print_welcome(
     println!("  Berth is running at {url}");
     println!("  Database: {}   Fleet: {}", args.db.database, args.fleet.display());
     println!("  Notebooks and endpoints: {environments}");
+    if args.smtp_url.is_none() {
+        println!("  Notifications: in-app and webhooks; no email (set --smtp-url and --smtp-from)");
+    }
     match admin {
         Some(admin) => {
             println!("  First start: sign in at {url}/login as {}", admin.email);
@@ -653,6 +682,17 @@ impl ServeArgs {
             ));
         }
         Ok(origins)
+    }
+
+    /// How notifications leave Berth: the SMTP relay, if any, and where webhooks may point.
+    pub fn delivery(&self, public: &PublicUrl) -> Result<Delivery, String> {
+        let mailer = match (&self.smtp_url, &self.smtp_from) {
+            (Some(url), Some(from)) => Some(Mailer::new(url, from, &public.url)?),
+            (Some(_), None) => return Err("--smtp-url needs --smtp-from, the sender of notification mail".into()),
+            (None, _) => None,
+        };
+        let webhook_reach = if self.webhook_allow_private { Reach::Private } else { Reach::Public };
+        Ok(Delivery { mailer, webhook_reach, ..Delivery::default() })
     }
 
     /// The public URL, refusing plain http anywhere but loopback: session cookies must

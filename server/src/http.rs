@@ -352,11 +352,12 @@ async fn metrics(State(state): State<AppState>) -> Response {
         Ok::<_, berth_platform::Error>((
             state.platform.environments_by_state().await?,
             state.platform.usage_totals().await?,
+            state.platform.notification_totals().await?,
         ))
     };
     match read.await {
-        Ok((states, usage)) => {
-            let text = state.metrics.render(&states, &usage);
+        Ok((states, usage, notifications)) => {
+            let text = state.metrics.render(&states, &usage, &notifications);
             ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
         }
         Err(e) => {

@@ -1,6 +1,7 @@
 //! `/metrics` in the Prometheus text format: HTTP requests by route and status with a
 //! latency histogram, plus environments by state and GPU-hours and cost charged per tenant
-//! and project (read from the database per scrape).
+//! and project (read from the database per scrape), and notifications sent and failed per
+//! channel.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -9,6 +10,7 @@ use std::time::Duration;
 
 use berth_domain::lifecycle::EnvState;
 use berth_platform::capacity::metering::UsageTotal;
+use berth_platform::notifications::ChannelTotals;
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 11] = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0];
@@ -41,7 +43,12 @@ impl HttpMetrics {
         }
     }
 
-    pub fn render(&self, environments: &[(EnvState, i64)], usage: &[UsageTotal]) -> String {
+    pub fn render(
+        &self,
+        environments: &[(EnvState, i64)],
+        usage: &[UsageTotal],
+        notifications: &[ChannelTotals],
+    ) -> String {
         let mut out = String::new();
         let series = self.series.lock().unwrap_or_else(|p| p.into_inner());
         out.push_str(
@@ -85,6 +92,19 @@ impl HttpMetrics {
             let labels = format!("tenant=\"{}\",project=\"{}\"", escape(&u.tenant), escape(&u.project));
             let _ = writeln!(out, "berth_usage_cost_cents_total{{{labels}}} {}", u.cents);
         }
+        out.push_str(
+            "# HELP berth_notifications_sent_total Notifications delivered, by channel (in_app: written to the inbox).\n# TYPE berth_notifications_sent_total counter\n",
+        );
+        for n in notifications {
+            let _ = writeln!(out, "berth_notifications_sent_total{{channel=\"{}\"}} {}", n.channel.as_str(), n.sent);
+        }
+        out.push_str(
+            "# HELP berth_notifications_failed_total Failed tries to deliver a notification (each retry counts), by channel.\n# TYPE berth_notifications_failed_total counter\n",
+        );
+        for n in notifications {
+            let _ =
+                writeln!(out, "berth_notifications_failed_total{{channel=\"{}\"}} {}", n.channel.as_str(), n.failed);
+        }
         out
     }
 }
@@ -96,6 +116,7 @@ fn escape(label: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use berth_domain::notification::Channel;
 
     #[test]
     fn renders_counters_histograms_and_states() {
@@ -103,7 +124,8 @@ mod tests {
         m.observe("GET", "/catalog", 200, Duration::from_millis(3));
         m.observe("GET", "/catalog", 200, Duration::from_millis(30));
         let usage = [UsageTotal { tenant: "acme".into(), project: "vision".into(), gpu_hours: 1.5, cents: 480 }];
-        let text = m.render(&[(EnvState::Ready, 2), (EnvState::Failed, 0)], &usage);
+        let notifications = [ChannelTotals { channel: Channel::Email, sent: 3, failed: 1 }];
+        let text = m.render(&[(EnvState::Ready, 2), (EnvState::Failed, 0)], &usage, &notifications);
         assert!(text.contains("berth_http_requests_total{method=\"GET\",route=\"/catalog\",status=\"200\"} 2"));
         assert!(text.contains("le=\"0.005\"} 1"));
         assert!(text.contains("le=\"0.05\"} 2"));
@@ -112,5 +134,7 @@ mod tests {
         assert!(text.contains("berth_environments{state=\"failed\"} 0"));
         assert!(text.contains("berth_usage_gpu_hours_total{tenant=\"acme\",project=\"vision\"} 1.5"));
         assert!(text.contains("berth_usage_cost_cents_total{tenant=\"acme\",project=\"vision\"} 480"));
+        assert!(text.contains("berth_notifications_sent_total{channel=\"email\"} 3"));
+        assert!(text.contains("berth_notifications_failed_total{channel=\"email\"} 1"));
     }
 }

@@ -12,8 +12,8 @@ use leptos_router::components::A;
 use leptos_router::hooks::use_location;
 
 use crate::error::AppError;
-use crate::model::SessionUser;
-use crate::serverfns::{SignIn, SignOut, current_user};
+use crate::model::{BellView, SessionUser};
+use crate::serverfns::{SignIn, SignOut, current_user, notification_bell};
 
 /// A page's section in a white box, with its heading, forms or tables.
 pub const CARD: &str = "mt-6 rounded-xl border border-slate-200 bg-white p-4 shadow-sm";
@@ -25,6 +25,10 @@ pub struct Auth {
     pub user: Resource<Result<Option<SessionUser>, AppError>>,
     /// Bumped by the sign-in page after a sign-in, to re-read the user.
     signed_in: RwSignal<u64>,
+    /// The bell's count, read again every few seconds and after marking read (apart from
+    /// `user`, so pages waiting on `user` are not re-rendered by it).
+    pub bell: Resource<Result<Option<BellView>, AppError>>,
+    bell_tick: RwSignal<u64>,
 }
 
 impl Auth {
@@ -32,7 +36,12 @@ impl Auth {
         let sign_out = ServerAction::<SignOut>::new();
         let signed_in = RwSignal::new(0);
         let user = Resource::new(move || (signed_in.get(), sign_out.version().get()), |_| current_user());
-        let auth = Auth { sign_out, user, signed_in };
+        let bell_tick = RwSignal::new(0);
+        let bell = Resource::new(
+            move || (signed_in.get(), sign_out.version().get(), bell_tick.get()),
+            |_| notification_bell(),
+        );
+        let auth = Auth { sign_out, user, signed_in, bell, bell_tick };
         provide_context(auth);
         auth
     }
@@ -52,6 +61,11 @@ impl Auth {
     /// Re-reads who is signed in (after a sign-in finished elsewhere on the page).
     pub fn refresh(self) {
         self.signed_in.update(|n| *n += 1);
+    }
+
+    /// Re-reads the bell (after notifications were marked read, and periodically).
+    pub fn refresh_bell(self) {
+        self.bell_tick.update(|n| *n += 1);
     }
 
     pub fn get() -> Option<Auth> {
@@ -201,6 +215,9 @@ pub fn NavBar() -> impl IntoView {
             let _ = details.remove_attribute("open");
         }
     };
+    if let Some(auth) = Auth::get() {
+        poll_every(5_000, move || auth.refresh_bell());
+    }
     view! {
         <header class="bg-slate-900">
             <nav class="mx-auto flex max-w-7xl items-center justify-between gap-4 px-4 py-3" aria-label="Main">
@@ -256,6 +273,8 @@ fn UserArea(wide: bool) -> impl IntoView {
         Some(view! {
             <Transition fallback=|| ()>
                 {move || Suspend::new(async move {
+                    // Read in the same turn as the user: one Transition for the whole area.
+                    let bell = auth.bell.await.ok().flatten().unwrap_or(BellView { unread: 0, latest: None });
                     match auth.user.await {
                         Ok(Some(user)) => view! {
                             <div class=layout>
@@ -278,6 +297,7 @@ fn UserArea(wide: bool) -> impl IntoView {
                                     <A href="/audit" attr:class=NAV_LINK>"Audit"</A>
                                 })}
                                 <A href="/account" attr:class=NAV_LINK>"Account"</A>
+                                <Bell bell=bell.clone() wide/>
                                 <span class="px-2 text-sm text-slate-300" title=user.email.clone() data-testid=testid("who")>
                                     <span class=if wide { "hidden 2xl:inline" } else { "" }>{user.display_name.clone()}</span>
                                     <span class="ml-2 rounded bg-slate-700 px-1.5 py-0.5 text-xs" data-testid=testid("role")>{user.role.clone()}</span>
@@ -299,6 +319,28 @@ fn UserArea(wide: bool) -> impl IntoView {
                 })}
             </Transition>
         })
+    }
+}
+
+/// The bell: a link to `/notifications` (so it works without JavaScript) with the unread
+/// count; its title names the newest unread notification.
+#[component]
+fn Bell(bell: BellView, wide: bool) -> impl IntoView {
+    let testid = move |id: &'static str| wide.then_some(id);
+    let title = match (&bell.latest, bell.unread) {
+        (Some(latest), n) => format!("Notifications: {n} unread; newest: {latest}"),
+        (None, _) => "Notifications: none unread".to_owned(),
+    };
+    let badge = if bell.unread > 0 {
+        "ml-1 rounded-full bg-amber-400 px-1.5 text-xs font-semibold text-slate-900"
+    } else {
+        "ml-1 rounded-full bg-slate-700 px-1.5 text-xs text-slate-300"
+    };
+    view! {
+        <A href="/notifications" attr:class=NAV_LINK attr:title=title.clone() attr:aria-label=title>
+            <span aria-hidden="true">"\u{1F514}"</span>
+            <span class=badge data-testid=testid("unread")>{bell.unread}</span>
+        </A>
     }
 }
 

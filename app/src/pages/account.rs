@@ -4,8 +4,11 @@ use leptos_meta::Title;
 use crate::components::form::{BUTTON, LABEL};
 use crate::components::table::{CELL, ROW_HEADER};
 use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, Table};
-use crate::model::{AccountView, NewTokenView, SshKeyView, TokenView};
-use crate::serverfns::{AddSshKey, ChangePassword, CreateToken, RemoveSshKey, ResetSecondFactor, RevokeToken, account};
+use crate::model::{AccountView, NewTokenView, NotificationSettingsView, SshKeyView, TokenView};
+use crate::serverfns::{
+    AddSshKey, ChangePassword, CreateToken, RemoveSshKey, ResetSecondFactor, RevokeToken, SaveNotificationSettings,
+    account, notification_settings,
+};
 
 /// The signed-in user's personal API tokens (create one, its secret shown once; see when
 /// each was last used; revoke them) and SSH keys (for their dedicated clusters' nodes).
@@ -21,6 +24,8 @@ pub fn AccountPage() -> impl IntoView {
         |_| account(),
     );
     let created = create.value();
+    let save_choices = ServerAction::<SaveNotificationSettings>::new();
+    let choices = Resource::new(move || save_choices.version().get(), |_| notification_settings());
     view! {
         <Title text="Account: API tokens, SSH keys, password"/>
         <RequireUser>
@@ -47,7 +52,55 @@ pub fn AccountPage() -> impl IntoView {
                     }
                 })}
             </Transition>
+            <Transition fallback=|| ()>
+                {move || Suspend::new(async move {
+                    match choices.await {
+                        Ok(view) => view! { <NotificationChoices view save=save_choices/> }.into_any(),
+                        Err(error) => view! { <div class="mt-4"><ErrorAlert error/></div> }.into_any(),
+                    }
+                })}
+            </Transition>
         </RequireUser>
+    }
+}
+
+/// Which notifications reach the person, in the bell and by email, per kind.
+#[component]
+fn NotificationChoices(view: NotificationSettingsView, save: ServerAction<SaveNotificationSettings>) -> impl IntoView {
+    let result = save.value();
+    view! {
+        <section class=CARD id="notifications" aria-labelledby="notifications-title">
+            <h2 id="notifications-title" class="text-sm font-semibold text-slate-900">"Notifications"</h2>
+            <p class="mt-1 text-sm text-slate-600" data-testid="email-status">
+                {if view.email_configured {
+                    "Email goes to your account's address."
+                } else {
+                    "Email is not configured on this Berth (the operator has not set an SMTP relay): notifications reach you in the bell only."
+                }}
+            </p>
+            <ActionForm action=save attr:class="mt-3">
+                <Table label="Notification channels" columns=&["Event", "In the bell", "By email"]>
+                    {view.choices.into_iter().map(|c| {
+                        let (in_app_id, email_id) = (format!("in-app-{}", c.kind), format!("email-{}", c.kind));
+                        view! {
+                            <tr data-kind=c.kind.clone()>
+                                <th scope="row" class=ROW_HEADER>{c.label.clone()}</th>
+                                <td class=CELL>
+                                    <label class="sr-only" for=in_app_id.clone()>{format!("{} in the bell", c.label)}</label>
+                                    <input type="checkbox" id=in_app_id name="in_app[]" value=c.kind.clone() checked=c.in_app/>
+                                </td>
+                                <td class=CELL>
+                                    <label class="sr-only" for=email_id.clone()>{format!("{} by email", c.label)}</label>
+                                    <input type="checkbox" id=email_id name="email[]" value=c.kind.clone() checked=c.email/>
+                                </td>
+                            </tr>
+                        }
+                    }).collect_view()}
+                </Table>
+                <button type="submit" class=format!("mt-3 {BUTTON}")>"Save notification choices"</button>
+            </ActionForm>
+            <div class="mt-3">{move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}</div>
+        </section>
     }
 }
 

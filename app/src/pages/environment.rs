@@ -122,7 +122,7 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
             })}
         </div>
         {s.resizable.then(|| view! {
-            <ActionForm action=change attr:class="mt-4 flex flex-wrap items-end gap-2">
+            <ActionForm action=change attr:id="change-end" attr:class="mt-4 flex flex-wrap items-end gap-2">
                 <input type="hidden" name="id" value=id_for_change/>
                 <div>
                     <label for="end" class="block text-xs font-medium text-slate-600">"Window ends (UTC)"</label>

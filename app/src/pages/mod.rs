@@ -11,6 +11,7 @@ mod fleet;
 mod launch;
 mod login;
 mod node;
+mod notifications;
 mod quotas;
 mod tenants;
 mod usage;
@@ -27,8 +28,9 @@ pub use fleet::FleetPage;
 pub use launch::LaunchPage;
 pub use login::{LoginPage, NewPasswordPage, SecondFactorPage};
 pub use node::NodePage;
+pub use notifications::NotificationsPage;
 pub use quotas::QuotasPage;
-pub use tenants::{TenantPage, TenantsPage};
+pub use tenants::{TenantPage, TenantsPage, WebhooksPage};
 pub use usage::UsagePage;
 pub use volumes::VolumesPage;
 

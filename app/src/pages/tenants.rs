@@ -5,10 +5,13 @@ use leptos_router::hooks::use_params_map;
 use crate::components::form::{BUTTON, LABEL, SMALL_BUTTON, SMALL_INPUT};
 use crate::components::table::{CELL, ROW_HEADER};
 use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, Table};
-use crate::model::{MemberView, ProjectView, SsoView, TenantPageView, TenantView, TokenView};
+use crate::model::{
+    MemberView, NewWebhookView, ProjectView, SsoView, TenantPageView, TenantView, TokenView, WebhooksView,
+};
 use crate::serverfns::{
-    AddProjectMember, ChangeMemberRole, ChangeTenant, CreateProject, CreateTenant, InviteMember, RemoveMember,
-    RevokeTenantToken, SaveSso, SetTenantIsolation, tenant_detail, tenants_overview,
+    AddProjectMember, AddWebhook, ChangeMemberRole, ChangeTenant, CreateProject, CreateTenant, InviteMember,
+    RemoveMember, RemoveWebhook, RevokeTenantToken, SaveSso, SetTenantIsolation, tenant_detail, tenant_webhooks,
+    tenants_overview,
 };
 
 /// Platform admins: every tenant, with its isolation and state; create, suspend, resume,
@@ -215,6 +218,13 @@ fn TenantBody(page: TenantPageView, actions: TenantActions) -> impl IntoView {
         <Projects projects=page.projects.clone() manage=page.can_manage_projects tenant_id actions/>
         {page.sso.clone().map(|sso| view! { <Sso sso manage=page.can_manage_sso tenant_id actions/> })}
         {page.tokens.clone().map(|tokens| view! { <TenantTokens tokens manage=page.can_manage_tokens tenant_id actions/> })}
+        {page.can_read_webhooks.then(|| view! {
+            <p class="mt-6 text-sm">
+                <a href=format!("/tenants/{tenant_id}/webhooks") data-testid="webhooks-link" class="font-semibold text-indigo-600 hover:text-indigo-500">
+                    "Webhooks and their delivery log"
+                </a>
+            </p>
+        })}
     }
 }
 
@@ -428,5 +438,152 @@ fn TenantTokens(tokens: Vec<TokenView>, manage: bool, tenant_id: i64, actions: T
                 }.into_any()
             }}
         </section>
+    }
+}
+
+/// `/tenants/:id/webhooks`: the tenant's webhooks, for its admins and platform staff.
+#[component]
+pub fn WebhooksPage() -> impl IntoView {
+    let params = use_params_map();
+    let id = move || params.read().get("id").and_then(|id| id.parse::<i64>().ok()).unwrap_or(-1);
+    let add = ServerAction::<AddWebhook>::new();
+    let remove = ServerAction::<RemoveWebhook>::new();
+    let hooks =
+        Resource::new(move || (id(), add.version().get(), remove.version().get()), |(id, _, _)| tenant_webhooks(id));
+    view! {
+        <Title text="Webhooks"/>
+        <RequireUser>
+            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+                {move || Suspend::new(async move {
+                    match hooks.await {
+                        Ok(view) => view! { <Webhooks view add remove/> }.into_any(),
+                        Err(error) => view! { <ErrorAlert error/> }.into_any(),
+                    }
+                })}
+            </Transition>
+        </RequireUser>
+    }
+}
+
+/// The tenant's webhooks (Slack-compatible or plain JSON, signed with HMAC-SHA256), the
+/// form that adds one (its secret shown once), and the log of every call.
+#[component]
+fn Webhooks(view: WebhooksView, add: ServerAction<AddWebhook>, remove: ServerAction<RemoveWebhook>) -> impl IntoView {
+    let tenant_id = view.tenant_id;
+    let added = add.value();
+    let errors = move || {
+        [add.value().get().and_then(Result::err), remove.value().get().and_then(Result::err)]
+            .into_iter()
+            .flatten()
+            .map(|error| view! { <div class="mt-3"><ErrorAlert error/></div> })
+            .collect_view()
+    };
+    view! {
+        <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Webhooks"</h1>
+        <p class="mt-1 text-sm"><a href=format!("/tenants/{tenant_id}") class="text-indigo-600 hover:text-indigo-500">"Back to the team"</a></p>
+        <section class=CARD id="webhooks" aria-labelledby="webhooks-title">
+            <h2 id="webhooks-title" class="text-sm font-semibold text-slate-900">"Webhooks of this tenant"</h2>
+            <p class="mt-1 text-sm text-slate-600">
+                "Berth posts the chosen events to each URL, signed: the header Berth-Signature is t=<unix seconds>,v1=<hex HMAC-SHA256 of \"<t>.<body>\" with the webhook's secret>; Berth-Delivery names the delivery (the same on a retry). Failed calls are retried with growing waits for about an hour and a half."
+            </p>
+            {view.new_secret.clone().map(|new| view! { <NewWebhookBox new/> })}
+            {move || added.get().and_then(Result::ok).flatten().map(|new| view! { <NewWebhookBox new/> })}
+            {errors}
+            {if view.webhooks.is_empty() {
+                view! { <p class="mt-2 text-sm text-slate-500">"No webhooks."</p> }.into_any()
+            } else {
+                let manage = view.can_manage;
+                view! {
+                    <Table label="Webhooks" columns=&["URL", "Format", "Events", "Added"] buttons_column="Actions">
+                        {view.webhooks.clone().into_iter().map(|w| view! {
+                            <tr data-webhook=w.url.clone()>
+                                <th scope="row" class=format!("{ROW_HEADER} break-all")>{w.url.clone()}</th>
+                                <td class=CELL>{w.format.clone()}</td>
+                                <td class=CELL>{w.kinds.join(", ")}</td>
+                                <td class=CELL>{w.created.clone()}</td>
+                                <td class=CELL>
+                                    {manage.then(|| view! {
+                                        <ActionForm action=remove>
+                                            <input type="hidden" name="tenant_id" value=tenant_id/>
+                                            <input type="hidden" name="id" value=w.id/>
+                                            <ConfirmButton label="Remove" confirm="Yes, remove"
+                                                consequence="Berth stops calling it; calls not yet made are dropped."/>
+                                        </ActionForm>
+                                    })}
+                                </td>
+                            </tr>
+                        }).collect_view()}
+                    </Table>
+                }.into_any()
+            }}
+            {view.can_manage.then(|| view! {
+                <ActionForm action=add attr:class="mt-4 space-y-3">
+                    <input type="hidden" name="tenant_id" value=tenant_id/>
+                    <div class="grid gap-3 sm:grid-cols-3">
+                        <Field id="hook-url" name="url" label="URL" placeholder="https://hooks.slack.com/services/..." autocomplete="off" class="sm:col-span-2"/>
+                        <div>
+                            <label for="hook-format" class=LABEL>"Format"</label>
+                            <select id="hook-format" name="format" class=format!("mt-1 block w-full {SMALL_INPUT}")>
+                                <option value="slack">"Slack-compatible {\"text\": ...}"</option>
+                                <option value="json">"Plain JSON"</option>
+                            </select>
+                        </div>
+                    </div>
+                    <fieldset>
+                        <legend class=LABEL>"Events"</legend>
+                        <div class="mt-2 grid gap-2 sm:grid-cols-2">
+                            {view.kinds.clone().into_iter().map(|(name, label)| view! {
+                                <label class="flex items-start gap-2 text-sm text-slate-800">
+                                    <input type="checkbox" name="kinds[]" value=name.clone() class="mt-0.5"/>
+                                    <span>{label}<span class="block font-mono text-xs text-slate-500">{name.clone()}</span></span>
+                                </label>
+                            }).collect_view()}
+                        </div>
+                    </fieldset>
+                    <button type="submit" class=BUTTON>"Add webhook"</button>
+                </ActionForm>
+            })}
+            <h3 class="mt-6 text-sm font-semibold text-slate-900">"Delivery log"</h3>
+            {if view.deliveries.is_empty() {
+                view! { <p class="mt-2 text-sm text-slate-500">"No calls yet."</p> }.into_any()
+            } else {
+                view! {
+                    <Table label="Webhook delivery log" columns=&["When", "Webhook", "Event", "Try", "Answer"]>
+                        {view.deliveries.clone().into_iter().map(|d| {
+                            let answer = match (d.status, &d.error) {
+                                (Some(status), None) => status.to_string(),
+                                (Some(status), Some(error)) => format!("{status}: {error}"),
+                                (None, Some(error)) => error.clone(),
+                                (None, None) => String::new(),
+                            };
+                            let ok = d.status.is_some_and(|s| (200..300).contains(&s));
+                            view! {
+                                <tr data-delivery-ok=ok.to_string()>
+                                    <td class=CELL>{d.when.clone()}</td>
+                                    <td class=CELL>{d.webhook_id}</td>
+                                    <td class=CELL>{d.title.clone()}</td>
+                                    <td class=CELL>{d.attempt}</td>
+                                    <td class=format!("{CELL} break-all")>{answer}</td>
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </Table>
+                }.into_any()
+            }}
+        </section>
+    }
+}
+
+/// A new webhook's secret, once: receivers need it to check signatures.
+#[component]
+fn NewWebhookBox(new: NewWebhookView) -> impl IntoView {
+    view! {
+        <div data-testid="new-webhook" role="status" class="mt-4 rounded-xl border-2 border-amber-300 bg-amber-50 p-4">
+            <p class="text-sm font-semibold text-amber-900">{format!("Signing secret of {}", new.url)}</p>
+            <p class="mt-1 text-sm text-amber-900">"Copy it now; it will not be shown again."</p>
+            <code data-secret="" class="mt-2 block select-all break-all rounded-lg bg-white px-3 py-2 font-mono text-sm text-slate-900 ring-1 ring-amber-200">
+                {new.secret.clone()}
+            </code>
+        </div>
     }
 }

@@ -225,6 +225,10 @@ pub(crate) mod views {
             Action::FleetCheck => "Run health checks on nodes",
             Action::VolumeRead => "See volumes",
             Action::VolumeManage => "Create, grow and delete volumes",
+            Action::NotificationRead => "Read my notifications",
+            Action::NotificationManage => "Mark my notifications read",
+            Action::WebhookRead => "See the tenant's webhooks and their delivery log",
+            Action::WebhookManage => "Add and remove the tenant's webhooks",
         }
     }
 

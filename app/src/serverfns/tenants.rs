@@ -98,6 +98,7 @@ pub async fn tenant_detail(id: i64) -> Result<TenantPageView, AppError> {
         can_manage_sso: may(Action::SsoManage),
         tokens,
         can_manage_tokens: tenant_reach && may(Action::TokenManage),
+        can_read_webhooks: may(Action::WebhookRead),
         me: caller.user_id(),
     })
 }

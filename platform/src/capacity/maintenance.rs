@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use berth_domain::Refusal;
 use berth_domain::booking::{self, Window, utc_short};
 use berth_domain::mig::profile_name;
+use berth_domain::notification::Notice;
 use berth_domain::policy::{Action, Target};
 use sqlx::{Row, SqliteConnection};
 
@@ -236,6 +237,20 @@ impl Platform {
             detail: Some(&detail),
         };
         audit::record(&mut tx, &caller.actor(), event).await?;
+        // Each owner of an affected booking hears of it once, with all their bookings.
+        let mut owners: BTreeMap<(i64, Option<i64>), Vec<String>> = Default::default();
+        for booking in &affected {
+            let (owner_id, tenant_id): (i64, Option<i64>) =
+                sqlx::query_as("SELECT owner_id, tenant_id FROM environments WHERE id = ?")
+                    .bind(&booking.environment_id)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            owners.entry((owner_id, tenant_id)).or_default().push(booking.name.clone());
+        }
+        for ((owner_id, tenant_id), names) in owners {
+            let notice = Notice::maintenance(node, starts_at, ends_at, &names);
+            self.notify(&mut tx, tenant_id, &[owner_id], &notice).await?;
+        }
         let window = Window { starts_at, ends_at };
         tx.commit_and(|| self.with_book(|book| book.add_maintenance(&hold_id(id), &gpus, window))).await?;
         let scheduled = MaintenanceWindow {

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use berth_domain::Refusal;
 use berth_domain::booking::{DAY_MS, Window};
 use berth_domain::metering::{self, Budget, BudgetOf, ChargeBasis, Month, UnitTime, to_cents, unit_charge};
+use berth_domain::notification::Notice;
 use berth_domain::policy::{Action, Reach, Target};
 use serde::{Deserialize, Serialize};
 use sqlx::{FromRow, SqliteConnection};
@@ -567,7 +568,15 @@ impl Platform {
                     outcome: Outcome::Success,
                     detail: Some(&detail),
                 };
-                audit::record(conn, &caller.actor(), event).await?;
+                audit::record(&mut *conn, &caller.actor(), event).await?;
+                // The tenant's admins hear of it, and for a project's budget the person
+                // whose booking crossed the mark.
+                let mut told = crate::notifications::tenant_admins(&mut *conn, tenant_id).await?;
+                if matches!(budget.of, BudgetOf::Project(_)) {
+                    told.push(caller.user_id());
+                }
+                let notice = Notice::budget_mark(&target, pct, &month.title());
+                self.notify(conn, Some(tenant_id), &told, &notice).await?;
             }
         }
         Ok(())

@@ -5,6 +5,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use berth_domain::booking::{Tier, Timeline, Window, utc_short};
+use berth_domain::notification::Notice;
 use berth_domain::placement::{Hold, Occupant, Shape};
 
 use crate::audit::{self, Actor, Event, Outcome};
@@ -70,10 +71,10 @@ impl Platform {
             .bind(&**victim)
             .execute(&mut **tx)
             .await?;
-            let (ends_at, tenant_id): (i64, Option<i64>) = sqlx::query_as(
+            let (ends_at, tenant_id, owner_id, name): (i64, Option<i64>, i64, String) = sqlx::query_as(
                 "UPDATE environments SET failure_reason = coalesce(failure_reason, ?),
                      ends_at = max(starts_at + 1, min(ends_at, ?))
-                 WHERE id = ? AND tier = 'spot' RETURNING ends_at, tenant_id",
+                 WHERE id = ? AND tier = 'spot' RETURNING ends_at, tenant_id, owner_id, name",
             )
             .bind(&reason)
             .bind(window.starts_at)
@@ -87,6 +88,8 @@ impl Platform {
                 detail: Some(&reason),
             };
             audit::record(tx, &Actor::background(tenant_id), event).await?;
+            let notice = Notice::spot_reclaimed(victim, &name, ends_at);
+            self.notify(tx, tenant_id, &[owner_id], &notice).await?;
             ends.push((victim.clone(), ends_at));
         }
         Ok(ends)

@@ -14,6 +14,7 @@ use berth_domain::Refusal;
 use berth_domain::gpu::GpuModel;
 use berth_domain::node_checks::{self, CheckKind, CheckLevel, CheckVerdict, Interconnect, NodeFacts};
 use berth_domain::node_health::{NodeEvent, NodeState, NodeStatus, next_status};
+use berth_domain::notification::Notice;
 use berth_domain::policy::{Action, Denied, Target};
 use sqlx::{Row, SqliteConnection};
 
@@ -159,7 +160,9 @@ async fn holder(conn: &mut SqliteConnection, node_id: i64, now: i64) -> Result<O
 /// Moves node `node_id` by `event` inside `tx`, writing the node, its change row and an
 /// audit row; refuses a move the lifecycle does not allow (reading the state in `tx`, so
 /// two writers cannot both move from the same state).
+#[allow(clippy::too_many_arguments)]
 async fn transition(
+    platform: &Platform,
     tx: &mut SqliteConnection,
     caller: &Caller,
     node: &NodeRow,
@@ -201,7 +204,11 @@ async fn transition(
     let target = format!("node:{}", node.name);
     let detail = format!("{} -> {}{}: {reason}", from.state.as_str(), to.state.as_str(), tier_note(to));
     let event = Event { action: "node.state", target: Some(&target), outcome: Outcome::Success, detail: Some(&detail) };
-    audit::record(tx, &caller.actor(), event).await?;
+    audit::record(&mut *tx, &caller.actor(), event).await?;
+    // Platform admins hear of it in the same transaction.
+    let admins = crate::notifications::platform_admins(&mut *tx).await?;
+    let notice = Notice::node_health(&node.name, from.state.as_str(), to.state.as_str(), reason);
+    platform.notify(tx, None, &admins, &notice).await?;
     Ok(to)
 }
 
@@ -354,7 +361,7 @@ impl Platform {
             self.backend_for_checks()?;
         }
         let mut tx = self.begin_write().await?;
-        let to = transition(&mut tx, caller, &node, event, reason, true, self.tiers()).await?;
+        let to = transition(self, &mut tx, caller, &node, event, reason, true, self.tiers()).await?;
         tx.commit_and(|| self.forget_fleet()).await?;
 
         match (event, to.state) {
@@ -371,7 +378,7 @@ impl Platform {
                         ),
                     };
                     let mut tx = self.begin_write().await?;
-                    let after = transition(&mut tx, caller, &node, event, &why, false, self.tiers()).await?;
+                    let after = transition(self, &mut tx, caller, &node, event, &why, false, self.tiers()).await?;
                     tx.commit_and(|| self.forget_fleet()).await?;
                     if after.state == NodeState::Testing {
                         self.acceptance(caller, &node, ACCEPTANCE_AFTER_REPAIR).await?;
@@ -426,7 +433,7 @@ impl Platform {
         if acceptance {
             let mut tx = self.begin_write().await?;
             let why = format!("acceptance checks at level {}", level.as_str());
-            transition(&mut tx, caller, &node, NodeEvent::StartAcceptance, &why, true, self.tiers()).await?;
+            transition(self, &mut tx, caller, &node, NodeEvent::StartAcceptance, &why, true, self.tiers()).await?;
             tx.commit_and(|| self.forget_fleet()).await?;
             self.acceptance(caller, &node, level).await
         } else {
@@ -540,7 +547,7 @@ impl Platform {
             _ => None,
         };
         if let Some(event) = verdict {
-            transition(&mut tx, caller, node, event, &why, false, self.tiers()).await?;
+            transition(self, &mut tx, caller, node, event, &why, false, self.tiers()).await?;
         }
         tx.commit_and(|| self.forget_fleet()).await?;
         let requested_by: Option<String> = sqlx::query_scalar("SELECT email FROM users WHERE id = ?")

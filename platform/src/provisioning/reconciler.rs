@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_domain::lifecycle::{Action, EnvState, Phase, Progress, Step, next_action};
+use berth_domain::notification::Notice;
 use sqlx::Row;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
@@ -417,6 +418,15 @@ impl Reconciler {
                 event,
             )
             .await?;
+            // The owner hears of it in the same transaction: told exactly when it happened.
+            let notice = match next {
+                EnvState::Ready => Some(Notice::environment_ready(&env.id, &env.name)),
+                EnvState::Failed => Some(Notice::environment_failed(&env.id, &env.name, env.failure_reason.as_deref())),
+                _ => None,
+            };
+            if let Some(notice) = notice {
+                self.platform.notify(&mut tx, env.tenant_id, &[env.owner_id], &notice).await?;
+            }
         }
         tx.commit().await?;
         tracing::info!(environment = %env.id, from = %env.state, to = %next, "environment state changed");

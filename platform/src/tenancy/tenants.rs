@@ -4,6 +4,7 @@
 //! tenant), runs in one write transaction and is audited with it.
 
 use berth_domain::Refusal;
+use berth_domain::notification::Notice;
 use berth_domain::placement::Occupant;
 use berth_domain::policy::{Action, Role, Target};
 use berth_domain::tenancy::{self, Isolation};
@@ -167,7 +168,9 @@ impl Platform {
         // In the same transaction: an exhausted pool leaves no tenant behind.
         fabric::settle(&mut tx, &self.fabric, id, isolation, &Actor { tenant_id: Some(id), ..caller.actor() }).await?;
         if let Some(email) = first_admin {
-            invite(&mut tx, caller, id, &email, Role::TenantAdmin).await?;
+            let invitee = invite(&mut tx, caller, id, &email, Role::TenantAdmin).await?;
+            let notice = Notice::tenant_invitation(id, &name, Role::TenantAdmin.label());
+            self.notify(&mut tx, Some(id), &[invitee], &notice).await?;
         }
         tx.commit().await?;
         // A new tenant's queue is behind from the start: the reconciler makes it.
@@ -340,7 +343,12 @@ impl Platform {
         let role = tenancy::parse_tenant_role(role)?;
         let mut tx = self.begin_write().await?;
         active_tenant(&mut tx, tenant_id).await?;
-        invite(&mut tx, caller, tenant_id, &email, role).await?;
+        let invitee = invite(&mut tx, caller, tenant_id, &email, role).await?;
+        // Told in the invitation's own transaction (by email where it is set up).
+        let tenant: String =
+            sqlx::query_scalar("SELECT name FROM tenants WHERE id = ?").bind(tenant_id).fetch_one(&mut *tx).await?;
+        let notice = Notice::tenant_invitation(tenant_id, &tenant, role.label());
+        self.notify(&mut tx, Some(tenant_id), &[invitee], &notice).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -570,13 +578,13 @@ async fn invite(
     tenant_id: i64,
     email: &str,
     role: Role,
-) -> Result<(), Error> {
+) -> Result<i64, Error> {
     let existing: Option<(i64, Option<i64>, String)> =
         sqlx::query_as("SELECT id, tenant_id, status FROM users WHERE email = ?")
             .bind(email)
             .fetch_optional(&mut *conn)
             .await?;
-    match existing {
+    let invitee = match existing {
         // Someone removed from this tenant may be invited back.
         Some((id, Some(t), status)) if t == tenant_id && status == "removed" => {
             sqlx::query("UPDATE users SET status = 'active', role = ? WHERE id = ?")
@@ -584,26 +592,29 @@ async fn invite(
                 .bind(id)
                 .execute(&mut *conn)
                 .await?;
+            id
         }
         Some(_) => return Err(Refusal::EmailInUse(email.to_owned()).into()),
         None => {
             let name = email.split('@').next().unwrap_or(email);
-            sqlx::query(
-                "INSERT INTO users (email, display_name, password_hash, role, tenant_id, created_at) VALUES (?, ?, NULL, ?, ?, ?)",
+            sqlx::query_scalar(
+                "INSERT INTO users (email, display_name, password_hash, role, tenant_id, created_at) VALUES (?, ?, NULL, ?, ?, ?)
+                 RETURNING id",
             )
             .bind(email)
             .bind(name)
             .bind(role.as_str())
             .bind(tenant_id)
             .bind(now_ms())
-            .execute(&mut *conn)
-            .await?;
+            .fetch_one(&mut *conn)
+            .await?
         }
-    }
+    };
     members_changed(&mut *conn, &[tenant_id]).await?;
     let event =
         Event { action: "member.invite", target: Some(email), outcome: Outcome::Success, detail: Some(role.as_str()) };
-    audit::record(conn, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await
+    audit::record(conn, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await?;
+    Ok(invitee)
 }
 
 async fn member_in(conn: &mut SqliteConnection, tenant_id: i64, user_id: i64) -> Result<(String, Role), Error> {

@@ -171,6 +171,8 @@ fn routes() -> Vec<Route> {
         page("/usage", None),
         page("/admin/tenants", None),
         page("/tenants/{id}", Some(Aim::Tenant)),
+        page("/tenants/{id}/webhooks", Some(Aim::Tenant)),
+        page("/notifications", None),
         page("/login", None),
         page("/login/code", None),
         page("/login/password", None),
@@ -190,6 +192,7 @@ fn routes() -> Vec<Route> {
         redirect("/env/{id}"),
         redirect("/env/{id}/{*rest}"),
         sf("/api/current_user", None, ""),
+        sf("/api/notification_bell", None, ""),
         sf("/api/sign_in_options", None, ""),
         sf("/api/fleet_capacity", None, ""),
         sf("/api/size_hints", None, "offering=notebook&hours=2"),
@@ -204,6 +207,10 @@ fn routes() -> Vec<Route> {
         api(M::GET, "/api/v1/tenants", Some((TenantRead, Aim::CallersTenant)), ""),
         api(M::GET, "/api/v1/tenants/{id}/members", Some((MemberRead, Aim::Tenant)), ""),
         api(M::GET, "/api/v1/tokens", Some((TokenRead, Aim::CallersOwn)), ""),
+        sf("/api/notifications", Some((NotificationRead, Aim::CallersOwn)), ""),
+        api(M::GET, "/api/v1/notifications", Some((NotificationRead, Aim::CallersOwn)), ""),
+        sf("/api/notification_settings", Some((NotificationRead, Aim::CallersOwn)), ""),
+        sf("/api/tenant_webhooks", tenant(WebhookRead), "tenant_id={id}"),
         api(M::GET, "/api/v1/audit", Some((AuditRead, Aim::CallersTenant)), ""),
         Route {
             via: Via::Page,
@@ -358,6 +365,20 @@ fn routes() -> Vec<Route> {
         // No project of that name: a caller the policy allows is told so (422).
         sf("/api/set_budget", Some((UsageManage, Aim::CallersTenant)), "level=project&who=matrix-{n}&amount=100"),
         sf_missing("/api/remove_budget", Some((UsageManage, Aim::CallersTenant)), "id=999999"),
+        sf("/api/mark_notifications_read", Some((NotificationManage, Aim::CallersOwn)), ""),
+        api(M::POST, "/api/v1/notifications/read", Some((NotificationManage, Aim::CallersOwn)), "{}"),
+        sf(
+            "/api/save_notification_settings",
+            Some((NotificationManage, Aim::CallersOwn)),
+            "in_app[]=environment.ready&email[]=environment.failed",
+        ),
+        sf(
+            "/api/add_webhook",
+            tenant(WebhookManage),
+            "tenant_id={id}&url=https%3A%2F%2Fhooks.example.com%2F{n}&format=json&kinds[]=environment.ready",
+        ),
+        // No webhook 999999: a call the policy allows answers 404 after the access check.
+        sf_missing("/api/remove_webhook", tenant(WebhookManage), "tenant_id={id}&id=999999"),
     ]
 }
 
