@@ -290,11 +290,17 @@ async fn random_cycles(site: Site, workers: usize) {
         let left: Vec<i64> = deleted.into_iter().filter(|id| simulated.volume_dir(*id).exists()).collect();
         assert_eq!(left, Vec::<i64>::new(), "{name}: deleted volumes' directories are left");
         // And none lost while it exists: every live volume once made keeps its directory.
-        let live: Vec<i64> =
-            sqlx::query_scalar("SELECT id FROM volumes WHERE deleted_at IS NULL AND location IS NOT NULL")
-                .fetch_all(&site.pool)
-                .await
-                .expect("live volumes");
+        // Made means a workload that mounts it started; a location alone is written before
+        // the start step, which a fault or a stop may cut before it makes anything.
+        let live: Vec<i64> = sqlx::query_scalar(
+            "SELECT DISTINCT v.id FROM volumes v
+             JOIN volume_attachments a ON a.volume_id = v.id
+             JOIN environment_steps s ON s.environment_id = a.environment_id
+             WHERE v.deleted_at IS NULL AND s.step = 'start_workload' AND s.status = 'succeeded'",
+        )
+        .fetch_all(&site.pool)
+        .await
+        .expect("live volumes");
         let lost: Vec<i64> = live.into_iter().filter(|id| !simulated.volume_dir(*id).exists()).collect();
         assert_eq!(lost, Vec::<i64>::new(), "{name}: live volumes lost their directories");
     }
