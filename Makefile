@@ -89,14 +89,15 @@ RELEASE_SITE := target/release-site
 RELEASE_WASM := $(CARGO_TARGET_DIR)/wasm32-unknown-unknown/wasm-release/berth_app.wasm
 
 ## release: what the image ships: an optimised `berth` ($(CARGO_TARGET_DIR)/release/berth) and a
-## site (target/release-site) whose WebAssembly is size-optimised by wasm-opt, whose /pkg files
-## are named by their content's hash (listed in hash.txt, the file Leptos reads) and come with
-## brotli and gzip copies; `berth serve --site-root target/release-site` serves them
+## site (target/release-site) whose WebAssembly is built for size (the wasm-release profile,
+## without its name section), whose /pkg files are named by their content's hash (listed in
+## hash.txt, the file Leptos reads) and come with brotli and gzip copies;
+## `berth serve --site-root target/release-site` serves them
 release: tools release-tools
 	cargo build --profile wasm-release -p berth-app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate
 	rm -rf $(RELEASE_SITE) && mkdir -p $(RELEASE_SITE)/pkg
-	wasm-bindgen --target web --no-typescript --out-dir $(RELEASE_SITE)/pkg --out-name berth $(RELEASE_WASM)
-	wasm-opt -Oz $(WASM_FEATURES) -o $(RELEASE_SITE)/pkg/berth_bg.wasm $(RELEASE_SITE)/pkg/berth_bg.wasm
+	wasm-bindgen --target web --no-typescript --remove-name-section --remove-producers-section \
+		--out-dir $(RELEASE_SITE)/pkg --out-name berth $(RELEASE_WASM)
 	tailwindcss --input style/main.css --output $(RELEASE_SITE)/pkg/berth.css --minify
 	cd $(RELEASE_SITE)/pkg && for file in js:berth.js wasm:berth_bg.wasm css:berth.css; do \
 		kind=$${file%%:*}; name=$${file#*:}; hash=$$(sha256sum $$name | cut -c1-20); \
@@ -107,13 +108,12 @@ release: tools release-tools
 	cargo build --release -p berth-server
 	@ls -l $(RELEASE_SITE)/pkg
 
-# The WebAssembly features rustc's wasm32 target enables, which wasm-opt must be told of.
-WASM_FEATURES := --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
-	--enable-mutable-globals --enable-reference-types --enable-multivalue
-
-# Debian's binaryen (wasm-opt) and brotli for `make release`.
+# No wasm-opt: Debian's binaryen (108) turns wasm-bindgen's externref table into a funcref
+# table, and the page fails to hydrate ("WebAssembly.Table.set(): Argument 1 is invalid");
+# its -Oz output also compressed worse (877 kB brotli against 780 kB without it).
+# Debian's brotli for `make release`.
 release-tools:
-	@command -v wasm-opt >/dev/null && command -v brotli >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq binaryen brotli; }
+	@command -v brotli >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq brotli; }
 
 # Each package on its own, so `ssr` and `hydrate` are never switched on together.
 unit: host-tools smtp-tools
@@ -163,3 +163,4 @@ bench-smoke: build bench-tools
 	OPENB_DIR=$(OPENB_DIR) OPENB_SEEDS=3 OPENB_PLACEMENTS=$(OPENB_SMOKE) cargo test -p berth-domain --bench openb_replay
 	python3 bench/check_openb.py $(OPENB_DIR) $(OPENB_SMOKE)
 	BERTH_BIN=$(BERTH) bench/load.sh --smoke
+	BERTH_BIN=$(BERTH) BERTH_SITE_ROOT=$(SITE) BENCH_SMOKE=1 node bench/hydration.mjs

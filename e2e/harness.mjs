@@ -153,7 +153,9 @@ export function watchConsole(page) {
   page.on('console', (msg) => {
     // A refused form answers 4xx on purpose; the browser logs those as failed loads.
     const refusal = /status of 4\d\d/.test(msg.text());
-    if ((msg.type() === 'error' || msg.type() === 'warning') && !refusal) errors.push(`${msg.type()}: ${msg.text()}`);
+    if ((msg.type() === 'error' || msg.type() === 'warning') && !refusal) {
+      errors.push(`${msg.type()}: ${msg.text()} (on ${page.url()})`);
+    }
   });
   page.on('pageerror', (err) => errors.push(String(err)));
   return errors;

@@ -87,7 +87,7 @@ test('a launched notebook moves to ready without a reload and shows how to conne
   await page.getByText('MIG 1g.10gb at memory slice').waitFor();
   await page.screenshot({ path: join(artifacts, 'environment-ready.png'), fullPage: true });
 
-  await page.getByRole('link', { name: 'My environments' }).first().click();
+  await page.getByRole('link', { name: 'Environments', exact: true }).first().click();
   const row = page.locator('tr[data-environment="analysis"]');
   await row.locator('[data-state="ready"]').waitFor();
 });

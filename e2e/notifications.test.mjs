@@ -99,7 +99,7 @@ after(async () => {
   receiver?.server.close();
 });
 
-const bell = () => page.getByRole('link', { name: /^Notifications:/ }).first();
+const bell = () => page.getByRole('link', { name: /^Notifications, / }).first();
 
 test('the bell counts a notebook that became ready', async () => {
   assert.equal((await page.getByTestId('unread').textContent()).trim(), '0');
@@ -161,7 +161,7 @@ test('without JavaScript the bell is a link and mark all read is a plain form po
 
   await nojs.goto(`${berth.url}/catalog`);
   assert.equal((await nojs.getByTestId('unread').textContent()).trim(), '1');
-  await nojs.getByRole('link', { name: /^Notifications:/ }).first().click();
+  await nojs.getByRole('link', { name: /^Notifications, / }).first().click();
   await nojs.waitForURL((url) => url.pathname === '/notifications');
   await nojs.getByTestId('notifications').getByRole('link', { name: 'bell-two is ready' }).waitFor();
   await nojs.getByRole('button', { name: 'Mark all read' }).click();

@@ -99,7 +99,7 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/login/password") view=NewPasswordPage/>
                     </Routes>
                 </main>
-                <footer class="border-t border-slate-200 py-4 text-center text-xs text-slate-500">
+                <footer class="border-t border-slate-200 py-4 text-center text-xs text-slate-600">
                     "Berth · self-service GPU cloud"
                 </footer>
             </div>
@@ -112,13 +112,14 @@ fn Frame() -> impl IntoView {
 fn RouteAnnouncer() -> impl IntoView {
     let location = use_location();
     let message = RwSignal::new(String::new());
-    let first_page = StoredValue::new(true);
+    // The page the document was loaded with; the effect may first run after a navigation.
+    let shown = StoredValue::new(location.pathname.get_untracked());
     Effect::new(move |_| {
-        location.pathname.track();
-        if first_page.get_value() {
-            first_page.set_value(false);
+        let path = location.pathname.get();
+        if path == shown.get_value() {
             return;
         }
+        shown.set_value(path);
         // After the new page's `<Title>` has set the document's title.
         set_timeout(move || message.set(document().title()), std::time::Duration::from_millis(100));
     });

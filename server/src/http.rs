@@ -128,6 +128,7 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>)
         // Outside the session layer: a refused request costs no session lookup.
         .layer(middleware::from_fn(crate::api::problems_only))
         .layer(middleware::from_fn_with_state(limiters.clone(), rate_limit::limit))
+        .layer(middleware::from_fn(page_policy_follows_nonce))
         // Pages and answers as they are made; the WebAssembly only as `make release`
         // compressed it (a development build's, tens of megabytes, is not worth compressing
         // on every request). Inside the cache policy, so a file's ETag names what is sent.
@@ -222,6 +223,43 @@ fn page_context(platform: Platform) -> impl Fn() + Clone + Send + 'static {
             response.insert_header(header::CONTENT_SECURITY_POLICY, policy);
         }
     }
+}
+
+/// A page whose policy lacks its nonce would not run its own inline scripts and never
+/// hydrate. `page_context` sets it; now and then (under load, cause not found yet) a page
+/// came without it, so here a page's policy is made from the nonce its HTML carries. Only
+/// such a page is read whole (it was rendered whole: `SsrMode::Async`).
+async fn page_policy_follows_nonce(request: Request, next: Next) -> Response {
+    let response = next.run(request).await;
+    let is_page = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/html"));
+    let has_nonce = response
+        .headers()
+        .get(header::CONTENT_SECURITY_POLICY)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("'nonce-"));
+    if !is_page || has_nonce || response.headers().contains_key(header::CONTENT_ENCODING) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 16 * 1024 * 1024).await else {
+        return StatusCode::INTERNAL_SERVER_ERROR.into_response();
+    };
+    let nonce = std::str::from_utf8(&bytes).ok().and_then(|html| {
+        let start = html.find(" nonce=\"")? + 8;
+        let len = html[start..].find('"')?;
+        Some(html[start..start + len].to_owned())
+    });
+    if let Some(nonce) = nonce.filter(|n| n.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_+/=".contains(&b)))
+        && let Ok(policy) = HeaderValue::from_str(&content_security_policy(Some(&nonce)))
+    {
+        tracing::warn!("a page came without its nonce in its policy; made from its HTML");
+        parts.headers.insert(header::CONTENT_SECURITY_POLICY, policy);
+    }
+    Response::from_parts(parts, axum::body::Body::from(bytes))
 }
 
 /// Scripts only from this origin, and inline ones only with this response's nonce (pages;

@@ -10,7 +10,7 @@ pub const SMALL_INPUT: &str = "rounded border border-slate-300 px-2 py-0.5 text-
 /// A field's label, a fieldset's legend, a definition list's term.
 pub const LABEL: &str = "block text-xs font-medium text-slate-600";
 /// Help under a field.
-pub const HINT: &str = "mt-1 text-xs text-slate-500";
+pub const HINT: &str = "mt-1 text-xs text-slate-600";
 /// What a time field accepts: a UTC date and 24-hour time, `2026-11-27 14:00` (a `T`
 /// in place of the space too, as links and scripts write it). Not `datetime-local`,
 /// which browsers show in the reader's locale, with a 12-hour clock in many.

@@ -86,7 +86,7 @@ pub fn RequireUser(children: ChildrenFn) -> impl IntoView {
     let children = StoredValue::new(children);
     let Some(auth) = Auth::get() else { return view! { <ErrorAlert error=AppError::Unauthenticated/> }.into_any() };
     view! {
-        <Suspense fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+        <Suspense fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
             {move || Suspend::new(async move {
                 match auth.user.await {
                     Ok(Some(_)) => children.read_value()().into_any(),
@@ -221,7 +221,7 @@ pub fn NavBar() -> impl IntoView {
     view! {
         <header class="bg-slate-900">
             <nav class="mx-auto flex max-w-7xl items-center justify-between gap-4 px-4 py-3" aria-label="Main">
-                <div class="flex items-center gap-6">
+                <div class="flex items-center gap-4">
                     <A href="/catalog" attr:class="flex items-center gap-2 text-white">
                         <span class="grid h-8 w-8 place-items-center rounded-lg bg-indigo-600 font-bold">"B"</span>
                         <span class="text-lg font-semibold tracking-tight">"Berth"</span>
@@ -247,14 +247,14 @@ pub fn NavBar() -> impl IntoView {
     }
 }
 
-const NAV_LINK: &str = "rounded-md px-2.5 py-1.5 text-sm text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white";
+const NAV_LINK: &str = "rounded-md px-2 py-1.5 text-sm text-slate-300 hover:bg-slate-800 hover:text-white aria-[current=page]:bg-slate-800 aria-[current=page]:text-white";
 
-/// Catalog, my environments, availability, usage: for everyone.
+/// Catalog, environments, availability, usage, volumes: for everyone.
 #[component]
 fn MainLinks() -> impl IntoView {
     view! {
         <A href="/catalog" attr:class=NAV_LINK>"Catalog"</A>
-        <A href="/environments" attr:class=NAV_LINK>"My environments"</A>
+        <A href="/environments" attr:class=NAV_LINK>"Environments"</A>
         <A href="/calendar" attr:class=NAV_LINK>"Availability"</A>
         <A href="/volumes" attr:class=NAV_LINK>"Volumes"</A>
         <A href="/usage" attr:class=NAV_LINK>"Usage"</A>
@@ -337,9 +337,12 @@ fn Bell(bell: BellView, wide: bool) -> impl IntoView {
         "ml-1 rounded-full bg-slate-700 px-1.5 text-xs text-slate-300"
     };
     view! {
-        <A href="/notifications" attr:class=NAV_LINK attr:title=title.clone() attr:aria-label=title>
+        // Named by its words, which include the count it shows ("Notifications, 2 unread").
+        <A href="/notifications" attr:class=NAV_LINK attr:title=title>
             <span aria-hidden="true">"\u{1F514}"</span>
+            <span class="sr-only">"Notifications, "</span>
             <span class=badge data-testid=testid("unread")>{bell.unread}</span>
+            <span class="sr-only">" unread"</span>
         </A>
     }
 }

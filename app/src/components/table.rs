@@ -24,7 +24,7 @@ pub fn Table(
         // Focusable and named: a keyboard user scrolls a wide table sideways (WCAG 2.1.1).
         <div tabindex="0" role="region" aria-label=label class="mt-3 overflow-x-auto rounded-xl border border-slate-200 bg-white shadow-sm">
             <table class="min-w-full divide-y divide-slate-200 text-sm" aria-label=label>
-                <thead class="bg-slate-50 text-left text-xs font-medium text-slate-500">
+                <thead class="bg-slate-50 text-left text-xs font-medium text-slate-600">
                     <tr>
                         {columns.iter().map(|heading| view! { <th scope="col" class=CELL>{*heading}</th> }).collect_view()}
                         {buttons_column.map(|heading| view! {

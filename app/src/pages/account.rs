@@ -35,7 +35,7 @@ pub fn AccountPage() -> impl IntoView {
             </p>
             // Created with the WASM running: the secret came back as the action's answer.
             {move || created.get().and_then(Result::ok).flatten().map(|token| view! { <NewTokenBox token/> })}
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match account.await {
                         Ok(mut view) => {
@@ -150,7 +150,7 @@ fn AccountBody(
                                 <input type="checkbox" name="actions[]" value=a.name.clone() class="mt-0.5"/>
                                 <span>
                                     {a.label}
-                                    <span class="block font-mono text-xs text-slate-500">{a.name}</span>
+                                    <span class="block font-mono text-xs text-slate-600">{a.name}</span>
                                 </span>
                             </label>
                         }).collect_view()}
@@ -175,7 +175,7 @@ fn AccountBody(
 #[component]
 fn TokenTable(tokens: Vec<TokenView>, revoke: ServerAction<RevokeToken>) -> impl IntoView {
     if tokens.is_empty() {
-        return view! { <p class="mt-2 text-sm text-slate-500">"No tokens yet."</p> }.into_any();
+        return view! { <p class="mt-2 text-sm text-slate-600">"No tokens yet."</p> }.into_any();
     }
     view! {
         <Table label="Your tokens" columns=&["Name", "May do", "Created", "Expires", "Last used", "Status"] buttons_column="Revoke">
@@ -254,7 +254,7 @@ fn SshKeys(keys: Vec<SshKeyView>, add: ServerAction<AddSshKey>, remove: ServerAc
 #[component]
 fn SshKeyTable(keys: Vec<SshKeyView>, remove: ServerAction<RemoveSshKey>) -> impl IntoView {
     if keys.is_empty() {
-        return view! { <p class="mt-3 text-sm text-slate-500">"No SSH keys yet."</p> }.into_any();
+        return view! { <p class="mt-3 text-sm text-slate-600">"No SSH keys yet."</p> }.into_any();
     }
     view! {
         <Table label="Your SSH keys" columns=&["Name", "Kind", "Fingerprint", "Added"] buttons_column="Remove">

@@ -26,7 +26,7 @@ pub fn AuditPage() -> impl IntoView {
         <RequireUser>
             <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Audit log"</h1>
             <p class="mt-1 text-sm text-slate-600">"Who did what, from where, and how it went; newest first, times in UTC."</p>
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match log.await {
                         Ok(view) => {
@@ -115,11 +115,11 @@ fn AuditTable(rows: Vec<AuditRowView>) -> impl IntoView {
                     <td class=format!("{CELL} whitespace-nowrap font-mono text-slate-900")>{r.action.clone()}</td>
                     <td class=format!("{CELL} break-words")>
                         {(!r.target_name.is_empty()).then(|| view! { <span class="block text-slate-900">{r.target_name.clone()}</span> })}
-                        <span class=if r.target_name.is_empty() { "" } else { "font-mono text-slate-500" }>{r.target}</span>
+                        <span class=if r.target_name.is_empty() { "" } else { "font-mono text-slate-600" }>{r.target}</span>
                     </td>
                     <td class=CELL><OutcomeBadge outcome=r.outcome/></td>
                     <td class=format!("{CELL} whitespace-nowrap font-mono")>{r.source}</td>
-                    <td class=format!("{CELL} font-mono text-slate-500")>{r.request_id}</td>
+                    <td class=format!("{CELL} font-mono text-slate-600")>{r.request_id}</td>
                     <td class=format!("{CELL} max-w-xs break-words")>{r.detail}</td>
                 </tr>
             }).collect_view()}

@@ -26,7 +26,7 @@ pub fn CalendarPage() -> impl IntoView {
     view! {
         <Title text="Availability"/>
         <RequireUser>
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match data.await {
                         Ok(view) => view! { <Calendar view/> }.into_any(),
@@ -119,9 +119,9 @@ fn Calendar(view: CalendarView) -> impl IntoView {
                 on:pointerup=finish on:pointerleave=move |_| drag.set(None)>
                 <thead>
                     <tr>
-                        <th scope="col" class="w-56 text-left font-medium text-slate-500">"Size"</th>
+                        <th scope="col" class="w-56 text-left font-medium text-slate-600">"Size"</th>
                         {view.columns.iter().map(|c| view! {
-                            <th scope="col" class="h-16 whitespace-nowrap align-bottom font-normal text-slate-500">
+                            <th scope="col" class="h-16 whitespace-nowrap align-bottom font-normal text-slate-600">
                                 <span class="inline-block origin-bottom-left -rotate-45 translate-x-3">{c.clone()}</span>
                             </th>
                         }).collect_view()}
@@ -134,7 +134,7 @@ fn Calendar(view: CalendarView) -> impl IntoView {
                             <tr data-size=row.label.clone()>
                                 <th scope="row" class="whitespace-nowrap pr-3 text-left font-medium text-slate-800">
                                     {row.label.clone()}
-                                    <span class="block text-[11px] font-normal text-slate-500">{row.capacity} " at most"</span>
+                                    <span class="block text-[11px] font-normal text-slate-600">{row.capacity} " at most"</span>
                                 </th>
                                 {row.cells.iter().enumerate().map(|(c, cell)| {
                                     let bookable = Arc::clone(&bookable);
@@ -163,7 +163,7 @@ fn Calendar(view: CalendarView) -> impl IntoView {
         <section class="mt-6 rounded-xl border border-slate-200 bg-white p-4 shadow-sm" aria-labelledby="mine">
             <h2 id="mine" class="text-sm font-semibold text-slate-900">"Your bookings in this range"</h2>
             {if view.bookings.is_empty() {
-                view! { <p class="mt-2 text-sm text-slate-500">"None. Pick a free cell above to book."</p> }.into_any()
+                view! { <p class="mt-2 text-sm text-slate-600">"None. Pick a free cell above to book."</p> }.into_any()
             } else {
                 view! {
                     <div class="mt-3 grid gap-y-1 text-xs" style=grid>
@@ -229,7 +229,7 @@ fn Legend(gap: String) -> impl IntoView {
         }
     };
     view! {
-        <p class="mt-3 flex flex-wrap gap-4 text-xs text-slate-500">
+        <p class="mt-3 flex flex-wrap gap-4 text-xs text-slate-600">
             {item("bg-emerald-100", "plenty free")}
             {item("bg-amber-100", "under a quarter free")}
             {item("bg-rose-100", "nothing free")}

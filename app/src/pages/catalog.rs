@@ -49,7 +49,7 @@ fn OfferingCard(offering: Offering) -> impl IntoView {
             </div>
             <table class="w-full text-sm">
                 <thead>
-                    <tr class="text-left text-xs uppercase tracking-wide text-slate-500">
+                    <tr class="text-left text-xs uppercase tracking-wide text-slate-600">
                         <th class="px-5 py-2 font-medium">"Size"</th>
                         <th class="px-2 py-2 font-medium">"vCPU / RAM"</th>
                         <th class="px-2 py-2 text-right font-medium">"Price"</th>
@@ -61,7 +61,7 @@ fn OfferingCard(offering: Offering) -> impl IntoView {
                 </tbody>
             </table>
             <div class="mt-auto flex items-center justify-between p-5">
-                <span class="text-xs text-slate-500">"Up to " {offering.max_hours()} " hours per booking"</span>
+                <span class="text-xs text-slate-600">"Up to " {offering.max_hours()} " hours per booking"</span>
                 <IfMayLaunch signed_out=true>
                     <a href=launch.clone() class="rounded-lg bg-indigo-600 px-3 py-1.5 text-sm font-semibold text-white hover:bg-indigo-500">
                         "Launch " {offering.title()}
@@ -90,13 +90,13 @@ fn SizeRow(offering: Offering, size: &'static Size) -> impl IntoView {
         <tr>
             <td class="px-5 py-2.5">
                 <div class="font-medium text-slate-900">{size.label}</div>
-                <div class="text-xs text-slate-500">{kind}</div>
+                <div class="text-xs text-slate-600">{kind}</div>
                 {(!others.is_empty()).then(|| view! {
                     <div class="text-xs text-slate-600" data-also=size.id>"Also on " {others.clone()} ": a booking may allow either"</div>
                 })}
             </td>
             <td class="px-2 py-2.5 text-slate-600">{size.vcpus} " / " {size.memory_gb} " GB"</td>
-            <td class="px-2 py-2.5 text-right font-medium text-slate-900">{size.price_per_hour()} <span class="text-slate-500">"/h"</span></td>
+            <td class="px-2 py-2.5 text-right font-medium text-slate-900">{size.price_per_hour()} <span class="text-slate-600">"/h"</span></td>
             <td class="px-5 py-2.5 text-right">
                 <IfMayLaunch signed_out=true>
                     <a href=format!("/launch/{}?size={}", offering.id(), size.id) class="text-sm font-semibold text-indigo-600 hover:text-indigo-500"

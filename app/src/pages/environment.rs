@@ -63,7 +63,7 @@ pub fn EnvironmentPage() -> impl IntoView {
     });
     view! {
         <RequireUser>
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match env.await {
                         Ok(view) => view! { <EnvironmentBody view actions/> }.into_any(),
@@ -94,7 +94,7 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
     };
     view! {
         <Title text=s.name.clone()/>
-        <a href="/environments" class="text-sm text-indigo-600 hover:text-indigo-500">"← My environments"</a>
+        <a href="/environments" class="text-sm text-indigo-600 hover:text-indigo-500">"← Environments"</a>
         <div class="mt-2 flex flex-wrap items-start justify-between gap-4">
             <div>
                 <div class="flex items-center gap-3">
@@ -163,10 +163,10 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
                 <section class="rounded-xl border border-slate-200 bg-white p-5 shadow-sm">
                     <h2 class="font-semibold text-slate-900">"Details"</h2>
                     <dl class="mt-3 space-y-2 text-sm">
-                        {view.image.clone().map(|i| view! { <div><dt class="text-slate-500">"Image"</dt><dd class="break-all font-mono text-xs text-slate-900">{i}</dd></div> })}
-                        {view.command.clone().map(|c| view! { <div><dt class="text-slate-500">"Command"</dt><dd class="break-all font-mono text-xs text-slate-900">{c}</dd></div> })}
+                        {view.image.clone().map(|i| view! { <div><dt class="text-slate-600">"Image"</dt><dd class="break-all font-mono text-xs text-slate-900">{i}</dd></div> })}
+                        {view.command.clone().map(|c| view! { <div><dt class="text-slate-600">"Command"</dt><dd class="break-all font-mono text-xs text-slate-900">{c}</dd></div> })}
                         {view.timeline.clone().into_iter().map(|(what, when)| view! {
-                            <div class="flex justify-between gap-2"><dt class="text-slate-500">{what}</dt><dd class="text-slate-900">{when}</dd></div>
+                            <div class="flex justify-between gap-2"><dt class="text-slate-600">{what}</dt><dd class="text-slate-900">{when}</dd></div>
                         }).collect_view()}
                     </dl>
                 </section>
@@ -175,13 +175,13 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
                         <h2 class="font-semibold text-slate-900">"Volumes"</h2>
                         <ul class="mt-3 space-y-2 text-sm">
                             {view.volumes.clone().into_iter().map(|v| {
-                                let tone = if v.until.is_some() { "text-slate-500" } else { "text-slate-900" };
+                                let tone = if v.until.is_some() { "text-slate-600" } else { "text-slate-900" };
                                 let (mount, shown_mount) = (v.mount_path.clone(), v.mount_path);
                                 let detached = v.until.map(|until| view! { ", detached " {until} });
                                 view! {
                                     <li class=tone data-mount=mount>
                                         <div class="font-medium">
-                                            <a href="/volumes" class="text-indigo-600 hover:text-indigo-500">{v.volume}</a>
+                                            <a href="/volumes" class="text-indigo-700 underline hover:text-indigo-500">{v.volume}</a>
                                             " at " <code class="text-xs">{shown_mount}</code>
                                         </div>
                                         <div class="text-xs">"attached " {v.since} {detached}</div>
@@ -381,9 +381,9 @@ fn StepRow(step: StepView) -> impl IntoView {
             <div class="min-w-0 flex-1">
                 <div class="flex justify-between gap-2 text-sm">
                     <span class="font-medium text-slate-900">{step.label.clone()} <span class="sr-only">{format!(" ({})", step.status)}</span></span>
-                    <span class="shrink-0 text-slate-500">{step.timing.clone()}</span>
+                    <span class="shrink-0 text-slate-600">{step.timing.clone()}</span>
                 </div>
-                <div class="text-xs text-slate-500">
+                <div class="text-xs text-slate-600">
                     {phase}
                     {(step.attempts > 1).then(|| format!(" · attempt {}", step.attempts))}
                     {step.detail.clone().map(|d| format!(" · {d}"))}

@@ -27,12 +27,12 @@ pub fn EnvironmentsPage() -> impl IntoView {
         <Title text="Environments"/>
         <RequireUser>
             <div class="mb-6 flex items-center justify-between">
-                <h1 class="text-2xl font-bold tracking-tight text-slate-900">"My environments"</h1>
+                <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Environments"</h1>
                 <IfMayLaunch>
                     <a href="/catalog" class="rounded-lg bg-indigo-600 px-3 py-1.5 text-sm font-semibold text-white hover:bg-indigo-500">"Launch new"</a>
                 </IfMayLaunch>
             </div>
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match listing.await {
                         Ok(view) => view! { <Listing view/> }.into_any(),

@@ -25,7 +25,7 @@ pub fn FabricPage() -> impl IntoView {
                 "Hard and hybrid tenants each hold a network segment, an InfiniBand P_Key, an NVLink partition and a storage volume. Identifiers come from the pools below; a released one waits out its quarantine before another tenant gets it."
             </p>
             {move || ports.value().get().and_then(Result::err).map(|error| view! { <div class="mt-4"><ErrorAlert error/></div> })}
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match data.await {
                         Ok(view) => view! { <Fabric view ports/> }.into_any(),
@@ -46,7 +46,7 @@ fn Fabric(view: FabricView, ports: ServerAction<SetPortGuids>) -> impl IntoView 
                 "Tenants (" {view.segment.clone()} " segments)"
             </h2>
             {if view.tenants.is_empty() {
-                view! { <p class="mt-2 text-sm text-slate-500">"No hard or hybrid tenants."</p> }.into_any()
+                view! { <p class="mt-2 text-sm text-slate-600">"No hard or hybrid tenants."</p> }.into_any()
             } else {
                 view! {
                     <Table label="Tenant identifiers" columns=&[
@@ -76,7 +76,7 @@ fn Fabric(view: FabricView, ports: ServerAction<SetPortGuids>) -> impl IntoView 
                 "In quarantine (" {view.quarantine.clone()} " after release)"
             </h2>
             {if view.quarantined.is_empty() {
-                view! { <p class="mt-2 text-sm text-slate-500">"Nothing is in quarantine."</p> }.into_any()
+                view! { <p class="mt-2 text-sm text-slate-600">"Nothing is in quarantine."</p> }.into_any()
             } else {
                 view! {
                     <Table label="Quarantined identifiers" columns=&["Identifier", "Last held by", "Released", "Free again"]>
@@ -85,7 +85,7 @@ fn Fabric(view: FabricView, ports: ServerAction<SetPortGuids>) -> impl IntoView 
                                 <th scope="row" class=ROW_HEADER>{q.identifier.clone()}</th>
                                 <td class=CELL>{q.tenant.clone()}</td>
                                 <td class=CELL>{q.released.clone()}</td>
-                                <td class=CELL>{q.free_at.clone()} <span class="ml-1 text-xs text-slate-500">{q.free_in.clone()}</span></td>
+                                <td class=CELL>{q.free_at.clone()} <span class="ml-1 text-xs text-slate-600">{q.free_in.clone()}</span></td>
                             </tr>
                         }).collect_view()}
                     </Table>
@@ -94,7 +94,7 @@ fn Fabric(view: FabricView, ports: ServerAction<SetPortGuids>) -> impl IntoView 
         </section>
         <section class=CARD aria-labelledby="partitions-conf">
             <h2 id="partitions-conf" class="text-sm font-semibold text-slate-900">"OpenSM partitions.conf"</h2>
-            <p class="mt-1 text-xs text-slate-500">
+            <p class="mt-1 text-xs text-slate-600">
                 "One partition per tenant holding a P_Key, its ports full members. Add it to the subnet manager's partitions.conf (or a UFM partitions.conf.user_ext)."
             </p>
             <pre tabindex="0" class="mt-3 overflow-x-auto rounded-lg bg-slate-900 p-3 text-xs text-slate-100" data-testid="partitions-conf">{view.partitions_conf.clone()}</pre>
@@ -113,7 +113,7 @@ fn TenantRow(tenant: FabricTenantView, ports: ServerAction<SetPortGuids>, can_ma
         <tr data-tenant=tenant.slug.clone()>
             <th scope="row" class=format!("{ROW_HEADER} align-top")>
                 {tenant.name.clone()}
-                <span class="ml-2 text-xs text-slate-500">{tenant.slug.clone()} " · " {tenant.isolation.clone()}</span>
+                <span class="ml-2 text-xs text-slate-600">{tenant.slug.clone()} " · " {tenant.isolation.clone()}</span>
             </th>
             <td class=TD data-identifier="segment">{dash(tenant.segment.clone())}</td>
             <td class=TD data-identifier="pkey"><code>{dash(tenant.pkey.clone())}</code></td>
@@ -131,7 +131,7 @@ fn TenantRow(tenant: FabricTenantView, ports: ServerAction<SetPortGuids>, can_ma
                         </ActionForm>
                     }.into_any()
                 } else if guids.is_empty() {
-                    view! { <span class="text-slate-500">"none"</span> }.into_any()
+                    view! { <span class="text-slate-600">"none"</span> }.into_any()
                 } else {
                     view! {
                         <ul class="font-mono text-xs">

@@ -32,7 +32,7 @@ pub fn FleetPage() -> impl IntoView {
     view! {
         <Title text="Fleet"/>
         <RequireUser>
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match data.await {
                         Ok(view) => view! { <Fleet view schedule cancel health/> }.into_any(),
@@ -99,7 +99,7 @@ fn NodeAgents(
     view! {
         <section class=CARD aria-labelledby="node-agents">
             <h2 id="node-agents" class="text-sm font-semibold text-slate-900">"Node agents"</h2>
-            <p class="mt-1 text-xs text-slate-500">"The nodes of the chart's page. On a bare-metal GPU node, " <code>"berth agent"</code> " reports its GPUs and their health with a node token. A GPU the node does not report, or reports with ECC errors, is marked failed."</p>
+            <p class="mt-1 text-xs text-slate-600">"The nodes of the chart's page. On a bare-metal GPU node, " <code>"berth agent"</code> " reports its GPUs and their health with a node token. A GPU the node does not report, or reports with ECC errors, is marked failed."</p>
             // Made with the WASM running: the secret came back as the action's answer.
             {move || created.get().and_then(Result::ok).flatten().map(|token| view! { <NewNodeTokenBox token/> })}
             // Made by a plain form post (no WASM yet): the secret waited in the session.
@@ -110,7 +110,7 @@ fn NodeAgents(
                 {view.nodes.into_iter().map(|n| { let node = n.node.clone(); view! {
                     <tr data-agent-node=n.node.clone()>
                         <td class="px-4 py-2 font-medium text-slate-900">
-                            {n.node.clone()} <span class="text-xs font-normal text-slate-500">" · " {n.site.clone()}</span>
+                            {n.node.clone()} <span class="text-xs font-normal text-slate-600">" · " {n.site.clone()}</span>
                         </td>
                         <td class="px-4 py-2 text-slate-700" data-last-report="">{n.last_report.clone()}</td>
                         <td class="px-4 py-2 text-slate-700">{n.agent_version.clone()}</td>
@@ -181,7 +181,7 @@ fn Fleet(
         <NodePager pager=view.pager.clone()/>
         <div tabindex="0" role="region" aria-label="Nodes over time" class="mt-3 overflow-x-auto rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
             <div class="min-w-[56rem]">
-                <div class="flex text-xs text-slate-500">
+                <div class="flex text-xs text-slate-600">
                     <div class="w-44 shrink-0"></div>
                     <div class="grid flex-1" style=header_grid.clone()>
                         {view.columns.iter().map(|c| view! { <div class="border-l border-slate-200 pl-1">{c.clone()}</div> }).collect_view()}
@@ -189,7 +189,7 @@ fn Fleet(
                 </div>
                 {view.nodes.iter().cloned().map(|node| view! { <NodeRows node columns/> }).collect_view()}
             </div>
-            <p class="mt-3 flex flex-wrap gap-4 text-xs text-slate-500">
+            <p class="mt-3 flex flex-wrap gap-4 text-xs text-slate-600">
                 <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-emerald-700"></span>"running"</span>
                 <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-indigo-600"></span>"booked ahead"</span>
                 <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-sky-700"></span>"MIG slice"</span>
@@ -204,7 +204,7 @@ fn Fleet(
         <div class="grid gap-x-6 lg:grid-cols-2">
             <section class=CARD aria-labelledby="schedule-maintenance">
                 <h2 id="schedule-maintenance" class="text-sm font-semibold text-slate-900">"Schedule maintenance"</h2>
-                <p class="mt-1 text-xs text-slate-500">"No booking can be placed on the node during the window; bookings already there are listed for rebooking."</p>
+                <p class="mt-1 text-xs text-slate-600">"No booking can be placed on the node during the window; bookings already there are listed for rebooking."</p>
                 <ActionForm action=schedule attr:class="mt-3 grid gap-3 sm:grid-cols-2">
                     <Field id="m-node" name="node" label="Node" list="fleet-node-names" required=true autocomplete="off"
                         placeholder="node name"/>
@@ -221,7 +221,7 @@ fn Fleet(
             </section>
             <section class=format!("{CARD} lg:col-span-2") aria-labelledby="gpu-health">
                 <h2 id="gpu-health" class="text-sm font-semibold text-slate-900">"GPU health"</h2>
-                <p class="mt-1 text-xs text-slate-500">"Only healthy GPUs take new bookings. What still runs on a GPU you mark is in the chart above."</p>
+                <p class="mt-1 text-xs text-slate-600">"Only healthy GPUs take new bookings. What still runs on a GPU you mark is in the chart above."</p>
                 <ActionForm action=health attr:class="mt-3 grid gap-3 sm:grid-cols-5">
                     <Field id="h-node" name="node" label="Node" list="fleet-node-names" required=true autocomplete="off"
                         placeholder="node name"/>
@@ -242,7 +242,7 @@ fn Fleet(
                 <h2 id="maintenance-windows" class="text-sm font-semibold text-slate-900">"Maintenance in this range"</h2>
                 {move || cancel_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
                 {if view.windows.is_empty() {
-                    view! { <p class="mt-2 text-sm text-slate-500">"None."</p> }.into_any()
+                    view! { <p class="mt-2 text-sm text-slate-600">"None."</p> }.into_any()
                 } else {
                     view! {
                         <ul class="mt-2 divide-y divide-slate-100">
@@ -251,7 +251,7 @@ fn Fleet(
                                     <div class="flex items-start justify-between gap-3">
                                         <div>
                                             <p class="font-medium text-slate-900">{w.node.clone()} " · " {w.reason.clone()}</p>
-                                            <p class="text-xs text-slate-500">{w.when.clone()}</p>
+                                            <p class="text-xs text-slate-600">{w.when.clone()}</p>
                                         </div>
                                         <ActionForm action=cancel>
                                             <input type="hidden" name="id" value=w.id/>
@@ -322,12 +322,12 @@ fn NodeRows(node: FleetNode, columns: usize) -> impl IntoView {
                 <p class="text-sm font-semibold text-slate-900">
                     <a href=node.href.clone() class="hover:text-indigo-600">{node.name.clone()}</a>
                 </p>
-                <p class="text-[11px] text-slate-500">{node.site.clone()} " · " {node.model.clone()}</p>
+                <p class="text-[11px] text-slate-600">{node.site.clone()} " · " {node.model.clone()}</p>
                 <p class="mt-0.5" title=node.state_note.clone() data-node-state=node.state.clone()>
                     <StateBadge state=node.state.clone() label=node.state_label.clone()/>
                 </p>
                 {(!node.state_note.is_empty() && node.state != "available").then(|| view! {
-                    <p class="text-[11px] text-slate-500" data-node-state-note="">{node.state_note.clone()}</p>
+                    <p class="text-[11px] text-slate-600" data-node-state-note="">{node.state_note.clone()}</p>
                 })}
                 {(!node.fabric.is_empty()).then(|| view! { <p class="text-[11px] text-slate-600" data-fabric="">{node.fabric.clone()}</p> })}
             </div>
@@ -337,7 +337,7 @@ fn NodeRows(node: FleetNode, columns: usize) -> impl IntoView {
         </div>
         {node.gpus.iter().map(|gpu| view! {
             <div class="flex items-center">
-                <div class="w-44 shrink-0 pr-2 text-right text-[11px] text-slate-500" data-gpu-health=gpu.health.clone() title=gpu.health_note.clone()>
+                <div class="w-44 shrink-0 pr-2 text-right text-[11px] text-slate-600" data-gpu-health=gpu.health.clone() title=gpu.health_note.clone()>
                     {gpu.label.clone()}
                     {(gpu.health != "healthy").then(|| {
                         let tone = if gpu.health == "failed" { "bg-red-100 text-red-800" } else { "bg-amber-100 text-amber-800" };

@@ -270,9 +270,9 @@ fn VolumesField(
                 view! {
                     <fieldset data-volumes="">
                         <legend class=LABEL>"Volumes"</legend>
-                        <p class="mt-1 text-xs text-slate-500">
+                        <p class="mt-1 text-xs text-slate-600">
                             "Files on a volume stay after the booking ends. "
-                            <a href="/volumes" class="text-indigo-600 hover:text-indigo-500">"Manage volumes"</a>
+                            <a href="/volumes" class="text-indigo-700 underline hover:text-indigo-500">"Manage volumes"</a>
                         </p>
                         <ul class="mt-2 space-y-1 text-sm">
                             {volumes.into_iter().filter(|v| offering == Offering::Notebook || !v.is_home || v.id != 0).map(|v| {

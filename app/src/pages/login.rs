@@ -60,13 +60,13 @@ pub fn LoginPage() -> impl IntoView {
                 <input id="sso-hint" name="hint" type="text" required autocomplete="email" spellcheck="false"
                     aria-describedby="sso-hint-help"
                     class="mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500"/>
-                <p id="sso-hint-help" class="mt-1 text-xs text-slate-500">"We send you to your organization's single sign-on."</p>
+                <p id="sso-hint-help" class="mt-1 text-xs text-slate-600">"We send you to your organization's single sign-on."</p>
                 <button type="submit"
                     class="mt-4 w-full rounded-lg bg-slate-900 px-4 py-2 text-sm font-semibold text-white hover:bg-slate-700">
                     "Continue with single sign-on"
                 </button>
             </form>
-            <p class="mt-6 text-center text-xs text-slate-500">"or, for local accounts"</p>
+            <p class="mt-6 text-center text-xs text-slate-600">"or, for local accounts"</p>
             <div class="mt-2 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
                 <ActionForm action=sign_in>
                     <input type="hidden" name="next" value=next/>
@@ -89,7 +89,7 @@ pub fn LoginPage() -> impl IntoView {
                     </div>
                 </ActionForm>
             </div>
-            <p class="mt-4 text-center text-xs text-slate-500">
+            <p class="mt-4 text-center text-xs text-slate-600">
                 "First start? The administrator's one-time password was printed by "<code>"make run"</code>"."
             </p>
         </div>
@@ -116,7 +116,7 @@ pub fn SecondFactorPage() -> impl IntoView {
         <Title text="One-time code"/>
         <div class="mx-auto mt-8 max-w-md">
             <h1 class="text-center text-2xl font-bold tracking-tight text-slate-900">"One-time code"</h1>
-            <Suspense fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Suspense fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match step.await {
                         Ok(step) => view! {

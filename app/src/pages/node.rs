@@ -29,7 +29,7 @@ pub fn NodePage() -> impl IntoView {
                 let error = checks.value().get().and_then(Result::err).or_else(|| change.value().get().and_then(Result::err));
                 error.map(|error| view! { <div class="mb-4"><ErrorAlert error/></div> })
             }}
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match data.await {
                         Ok(node) => view! { <Node node checks change/> }.into_any(),
@@ -60,7 +60,7 @@ fn Node(
         <div class="grid gap-x-6 lg:grid-cols-2">
             <section class=CARD aria-labelledby="run-checks">
                 <h2 id="run-checks" class="text-sm font-semibold text-slate-900">"Run checks"</h2>
-                <p class="mt-1 text-xs text-slate-500">"On a node nobody holds this is acceptance: the node tests, then becomes available or degraded. On a held node only quick checks run, and a failure degrades it."</p>
+                <p class="mt-1 text-xs text-slate-600">"On a node nobody holds this is acceptance: the node tests, then becomes available or degraded. On a held node only quick checks run, and a failure degrades it."</p>
                 <ActionForm action=checks attr:class="mt-3 flex flex-wrap items-end gap-3">
                     <input type="hidden" name="node" value=name.clone()/>
                     <Field id="c-level" name="level" label="Level">
@@ -74,7 +74,7 @@ fn Node(
             <section class=CARD aria-labelledby="change-state">
                 <h2 id="change-state" class="text-sm font-semibold text-slate-900">"Change state"</h2>
                 {if node.actions.is_empty() {
-                    view! { <p class="mt-2 text-sm text-slate-500">"Nothing to do by hand in this state."</p> }.into_any()
+                    view! { <p class="mt-2 text-sm text-slate-600">"Nothing to do by hand in this state."</p> }.into_any()
                 } else {
                     view! {
                         <ActionForm action=change attr:class="mt-3 grid gap-3">
@@ -101,7 +101,7 @@ fn Node(
         <section class="mt-8" aria-labelledby="state-history">
             <h2 id="state-history" class="text-sm font-semibold text-slate-900">"State history"</h2>
             {if node.changes.is_empty() {
-                view! { <p class="mt-2 text-sm text-slate-500">"No change since the node joined the fleet."</p> }.into_any()
+                view! { <p class="mt-2 text-sm text-slate-600">"No change since the node joined the fleet."</p> }.into_any()
             } else {
                 view! {
                     <Table label="State changes" columns=&["When", "Change", "Why", "By"]>
@@ -120,7 +120,7 @@ fn Node(
         <section class="mt-8" aria-labelledby="check-runs">
             <h2 id="check-runs" class="text-sm font-semibold text-slate-900">"Check runs"</h2>
             {if node.runs.is_empty() {
-                view! { <p class="mt-2 text-sm text-slate-500">"No checks yet."</p> }.into_any()
+                view! { <p class="mt-2 text-sm text-slate-600">"No checks yet."</p> }.into_any()
             } else {
                 node.runs.into_iter().map(|run| view! { <Run run/> }).collect_view().into_any()
             }}

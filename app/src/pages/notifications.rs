@@ -22,7 +22,7 @@ pub fn NotificationsPage() -> impl IntoView {
     view! {
         <Title text="Notifications"/>
         <RequireUser>
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match inbox.await {
                         Ok(view) => view! { <Inbox view mark/> }.into_any(),
@@ -67,7 +67,7 @@ fn Inbox(view: NotificationsView, mark: ServerAction<MarkNotificationsRead>) -> 
         {error}
         <section class=CARD aria-label="Your notifications">
             {if view.items.is_empty() {
-                view! { <p class="text-sm text-slate-500">"No notifications yet."</p> }.into_any()
+                view! { <p class="text-sm text-slate-600">"No notifications yet."</p> }.into_any()
             } else {
                 view! {
                     <ul class="divide-y divide-slate-100" data-testid="notifications">
@@ -80,7 +80,7 @@ fn Inbox(view: NotificationsView, mark: ServerAction<MarkNotificationsRead>) -> 
                                         <span class="ml-2 rounded-full bg-amber-100 px-2 py-0.5 text-xs text-amber-900">"new"</span>
                                     })}
                                     <p class="mt-0.5 text-sm text-slate-600">{n.body.clone()}</p>
-                                    <p class="mt-0.5 text-xs text-slate-500">{n.when.clone()}</p>
+                                    <p class="mt-0.5 text-xs text-slate-600">{n.when.clone()}</p>
                                 </li>
                             }
                         }).collect_view()}

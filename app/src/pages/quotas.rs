@@ -24,7 +24,7 @@ pub fn QuotasPage() -> impl IntoView {
             <p class="mt-1 max-w-3xl text-sm text-slate-600">
                 "A booking must fit every quota it counts against: its owner's own (or everyone's default), its project's and its tenant's. GPU limits count GPU-equivalents held at once, for each GPU model on its own (a 3g slice of an H100 is 3/7). A tenant whose quota allows spot may burst beyond it with preemptible bookings."
             </p>
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match page.await {
                         Ok(page) => view! { <QuotaTable page=page.clone() remove/> <QuotaForm page set/> }.into_any(),
@@ -88,7 +88,7 @@ fn QuotaForm(page: QuotasView, set: ServerAction<SetQuota>) -> impl IntoView {
                     <button type="submit" class=format!("w-full {BUTTON}")>"Save quota"</button>
                 </div>
             </ActionForm>
-            <p class="mt-2 text-xs text-slate-500">"Leave a limit empty for no limit. Saving replaces the row of the same level and name."</p>
+            <p class="mt-2 text-xs text-slate-600">"Leave a limit empty for no limit. Saving replaces the row of the same level and name."</p>
             {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
         </section>
     }
@@ -98,7 +98,7 @@ fn QuotaForm(page: QuotasView, set: ServerAction<SetQuota>) -> impl IntoView {
 #[component]
 fn QuotaTable(page: QuotasView, remove: ServerAction<RemoveQuota>) -> impl IntoView {
     if page.rows.is_empty() {
-        return view! { <p class="mt-4 text-sm text-slate-500">"No quotas: nobody is limited."</p> }.into_any();
+        return view! { <p class="mt-4 text-sm text-slate-600">"No quotas: nobody is limited."</p> }.into_any();
     }
     view! {
         <Table label="Quotas" buttons_column="Actions" columns=&[
@@ -134,7 +134,7 @@ fn QuotaTable(page: QuotasView, remove: ServerAction<RemoveQuota>) -> impl IntoV
 #[component]
 fn StorageTable(page: StorageQuotasView) -> impl IntoView {
     if page.rows.is_empty() {
-        return view! { <p class="mt-3 text-sm text-slate-500">"No storage limits."</p> }.into_any();
+        return view! { <p class="mt-3 text-sm text-slate-600">"No storage limits."</p> }.into_any();
     }
     view! {
         <Table label="Storage limits" columns=&["Who", "Limit", "In use", "Home volumes"]>
@@ -180,7 +180,7 @@ fn StorageForm(page: StorageQuotasView, set: ServerAction<SetStorageQuota>) -> i
                     <button type="submit" class=BUTTON>"Save storage limit"</button>
                 </div>
             </ActionForm>
-            <p class="mt-2 text-xs text-slate-500">"Leave the storage empty for no limit; saving both empty removes the row."</p>
+            <p class="mt-2 text-xs text-slate-600">"Leave the storage empty for no limit; saving both empty removes the row."</p>
             {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
         </section>
     }

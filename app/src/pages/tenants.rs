@@ -43,7 +43,7 @@ pub fn TenantsPage() -> impl IntoView {
                 "Each tenant is an organisation sharing the fleet. Soft isolation keeps tenants apart with namespaces, quotas and network policies; hard isolation gives them dedicated nodes and fabric identifiers; hybrid is hard toward other tenants with soft projects inside."
             </p>
             {move || errors().map(|error| view! { <div class="mt-4"><ErrorAlert error/></div> })}
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match tenants.await {
                         Ok(rows) => view! { <TenantTable rows change isolation/> }.into_any(),
@@ -76,7 +76,7 @@ fn TenantTable(
     isolation: ServerAction<SetTenantIsolation>,
 ) -> impl IntoView {
     if rows.is_empty() {
-        return view! { <p class="mt-4 text-sm text-slate-500">"No tenants yet."</p> }.into_any();
+        return view! { <p class="mt-4 text-sm text-slate-600">"No tenants yet."</p> }.into_any();
     }
     view! {
         <Table label="Tenants" columns=&["Tenant", "Isolation", "State", "Members", "Active environments"] buttons_column="Actions">
@@ -86,7 +86,7 @@ fn TenantTable(
                     <tr data-tenant=t.slug.clone()>
                         <th scope="row" class=ROW_HEADER>
                             <a href=format!("/tenants/{}", t.id) class="text-indigo-600 hover:text-indigo-500">{t.name.clone()}</a>
-                            <span class="ml-2 text-xs text-slate-500">{t.slug.clone()}</span>
+                            <span class="ml-2 text-xs text-slate-600">{t.slug.clone()}</span>
                             {t.queue_failure.clone().map(|failure| view! {
                                 <p data-queue-failure="" class="mt-1 max-w-md text-xs font-normal text-red-700">{failure}</p>
                             })}
@@ -141,7 +141,7 @@ pub fn TenantPage() -> impl IntoView {
         <Title text="Team"/>
         <RequireUser>
             {move || actions.error().map(|error| view! { <div class="mb-4"><ErrorAlert error/></div> })}
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match detail.await {
                         Ok(page) => view! { <TenantBody page actions/> }.into_any(),
@@ -210,7 +210,7 @@ fn TenantBody(page: TenantPageView, actions: TenantActions) -> impl IntoView {
     view! {
         <div class="flex items-baseline justify-between">
             <h1 class="text-2xl font-bold tracking-tight text-slate-900">{page.tenant.name.clone()}</h1>
-            <span class="text-sm text-slate-500">
+            <span class="text-sm text-slate-600">
                 {format!("{} isolation · {}", page.tenant.isolation, page.tenant.status)}
             </span>
         </div>
@@ -240,7 +240,7 @@ fn Members(members: Vec<MemberView>, manage: bool, me: i64, tenant_id: i64, acti
                         <tr data-member=m.email.clone()>
                             <th scope="row" class=ROW_HEADER>
                                 {m.name.clone()}
-                                <span class="ml-2 text-xs font-normal text-slate-500">{m.email.clone()}</span>
+                                <span class="ml-2 text-xs font-normal text-slate-600">{m.email.clone()}</span>
                             </th>
                             <td class=CELL>
                                 {if editable {
@@ -281,7 +281,7 @@ fn Members(members: Vec<MemberView>, manage: bool, me: i64, tenant_id: i64, acti
                         placeholder="ada@example.com" class="sm:col-span-2"/>
                     <Field id="invite-role" name="role" label="Role"><RoleOptions selected="member".to_owned()/></Field>
                     <div class="flex items-end"><button type="submit" class=BUTTON>"Invite"</button></div>
-                    <p class="text-xs text-slate-500 sm:col-span-4">
+                    <p class="text-xs text-slate-600 sm:col-span-4">
                         "They sign in with your company's SSO; the invitation is linked at their first sign-in with this (verified) email."
                     </p>
                 </ActionForm>
@@ -304,7 +304,7 @@ fn Projects(projects: Vec<ProjectView>, manage: bool, tenant_id: i64, actions: T
         <section class=CARD aria-labelledby="projects">
             <h2 id="projects" class="text-sm font-semibold text-slate-900">"Projects"</h2>
             {if projects.is_empty() {
-                view! { <p class="mt-2 text-sm text-slate-500">"No projects yet."</p> }.into_any()
+                view! { <p class="mt-2 text-sm text-slate-600">"No projects yet."</p> }.into_any()
             } else {
                 view! {
                     <ul class="mt-2 divide-y divide-slate-100 text-sm">
@@ -312,7 +312,7 @@ fn Projects(projects: Vec<ProjectView>, manage: bool, tenant_id: i64, actions: T
                             <li class="flex flex-wrap items-center justify-between gap-2 py-2" data-project=p.name.clone()>
                                 <div>
                                     <span class="font-medium text-slate-900">{p.name.clone()}</span>
-                                    <span class="ml-2 text-xs text-slate-500">
+                                    <span class="ml-2 text-xs text-slate-600">
                                         {if p.members.is_empty() { "no members".to_owned() } else { p.members.join(", ") }}
                                     </span>
                                 </div>
@@ -395,7 +395,7 @@ fn Sso(sso: SsoView, manage: bool, tenant_id: i64, actions: TenantActions) -> im
                     </dl>
                 }.into_any()
             } else {
-                view! { <p class="mt-2 text-sm text-slate-500">"Not configured."</p> }.into_any()
+                view! { <p class="mt-2 text-sm text-slate-600">"Not configured."</p> }.into_any()
             }}
         </section>
     }
@@ -408,7 +408,7 @@ fn TenantTokens(tokens: Vec<TokenView>, manage: bool, tenant_id: i64, actions: T
         <section class=CARD aria-labelledby="tenant-tokens">
             <h2 id="tenant-tokens" class="text-sm font-semibold text-slate-900">"API tokens of the tenant's members"</h2>
             {if tokens.is_empty() {
-                view! { <p class="mt-2 text-sm text-slate-500">"No tokens."</p> }.into_any()
+                view! { <p class="mt-2 text-sm text-slate-600">"No tokens."</p> }.into_any()
             } else {
                 view! {
                     <Table label="Tenant tokens" columns=&["Owner", "Name", "Expires", "Last used", "State"] buttons_column="Actions">
@@ -453,7 +453,7 @@ pub fn WebhooksPage() -> impl IntoView {
     view! {
         <Title text="Webhooks"/>
         <RequireUser>
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match hooks.await {
                         Ok(view) => view! { <Webhooks view add remove/> }.into_any(),
@@ -490,7 +490,7 @@ fn Webhooks(view: WebhooksView, add: ServerAction<AddWebhook>, remove: ServerAct
             {move || added.get().and_then(Result::ok).flatten().map(|new| view! { <NewWebhookBox new/> })}
             {errors}
             {if view.webhooks.is_empty() {
-                view! { <p class="mt-2 text-sm text-slate-500">"No webhooks."</p> }.into_any()
+                view! { <p class="mt-2 text-sm text-slate-600">"No webhooks."</p> }.into_any()
             } else {
                 let manage = view.can_manage;
                 view! {
@@ -535,7 +535,7 @@ fn Webhooks(view: WebhooksView, add: ServerAction<AddWebhook>, remove: ServerAct
                             {view.kinds.clone().into_iter().map(|(name, label)| view! {
                                 <label class="flex items-start gap-2 text-sm text-slate-800">
                                     <input type="checkbox" name="kinds[]" value=name.clone() class="mt-0.5"/>
-                                    <span>{label}<span class="block font-mono text-xs text-slate-500">{name.clone()}</span></span>
+                                    <span>{label}<span class="block font-mono text-xs text-slate-600">{name.clone()}</span></span>
                                 </label>
                             }).collect_view()}
                         </div>
@@ -545,7 +545,7 @@ fn Webhooks(view: WebhooksView, add: ServerAction<AddWebhook>, remove: ServerAct
             })}
             <h3 class="mt-6 text-sm font-semibold text-slate-900">"Delivery log"</h3>
             {if view.deliveries.is_empty() {
-                view! { <p class="mt-2 text-sm text-slate-500">"No calls yet."</p> }.into_any()
+                view! { <p class="mt-2 text-sm text-slate-600">"No calls yet."</p> }.into_any()
             } else {
                 view! {
                     <Table label="Webhook delivery log" columns=&["When", "Webhook", "Event", "Try", "Answer"]>

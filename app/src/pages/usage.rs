@@ -29,7 +29,7 @@ pub fn UsagePage() -> impl IntoView {
         <Title text="Usage and cost"/>
         <RequireUser>
             <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Usage and cost"</h1>
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match data.await {
                         Ok(view) => view! { <Usage view=view.clone() remove/> <BudgetForm view set/> }.into_any(),
@@ -206,7 +206,7 @@ fn ToDateChart(view: UsageView) -> impl IntoView {
 #[component]
 fn UsageTable(view: UsageView) -> impl IntoView {
     if view.lines.is_empty() {
-        return view! { <p class="mt-4 text-sm text-slate-500">"Nothing was charged in this month."</p> }.into_any();
+        return view! { <p class="mt-4 text-sm text-slate-600">"Nothing was charged in this month."</p> }.into_any();
     }
     let columns: &'static [&'static str] = match view.by.as_str() {
         "person" => &["Person", "GPU-hours", "Environments", "Cost"],
@@ -363,7 +363,7 @@ fn BudgetForm(view: UsageView, set: ServerAction<SetBudget>) -> impl IntoView {
                     "Warn only: record and show the 50%, 80% and 100% marks, but do not refuse bookings."
                 </label>
             </ActionForm>
-            <p class="mt-2 text-xs text-slate-500">"Saving replaces the budget of the same project or tenant. Months are calendar months in UTC; a booking across two months counts in each by its hours there."</p>
+            <p class="mt-2 text-xs text-slate-600">"Saving replaces the budget of the same project or tenant. Months are calendar months in UTC; a booking across two months counts in each by its hours there."</p>
             {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
         </section>
     }

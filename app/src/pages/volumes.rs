@@ -24,7 +24,7 @@ pub fn VolumesPage() -> impl IntoView {
             <p class="mt-1 max-w-3xl text-sm text-slate-600">
                 "Files on a volume outlive the booking that wrote them. Your home volume is mounted at /home/jovyan/work in every notebook you launch (it is made on your first launch); other volumes at /data/<name> when you pick them on the launch form. A project's volumes are shared with everyone who books in the project."
             </p>
-            <Transition fallback=|| view! { <p class="text-slate-500">"Loading..."</p> }>
+            <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match page.await {
                         Ok(page) => view! {
@@ -76,7 +76,7 @@ fn VolumeTable(
 ) -> impl IntoView {
     if page.volumes.is_empty() {
         return view! {
-            <p class="mt-4 text-sm text-slate-500">"No volumes yet. Your home volume is made on your first launch."</p>
+            <p class="mt-4 text-sm text-slate-600">"No volumes yet. Your home volume is made on your first launch."</p>
         }
         .into_any();
     }
@@ -101,7 +101,7 @@ fn VolumeTable(
                         <td class=CELL><code class="text-xs">{v.mount_path.clone()}</code></td>
                         <td class=CELL data-attached="">
                             {if attached.is_empty() {
-                                view! { <span class="text-slate-500">"nothing"</span> }.into_any()
+                                view! { <span class="text-slate-600">"nothing"</span> }.into_any()
                             } else {
                                 attached.into_iter().map(|a| view! {
                                     <span class="block">

@@ -1,0 +1,112 @@
+// Every page passes axe-core's WCAG 2.1 A and AA rules, at a desktop and a phone width,
+// signed out and signed in, with no violation allowed (contrast, names, labels, landmarks,
+// links told apart from text).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { Berth, browser, signInAsAdmin, watchConsole } from './harness.mjs';
+
+const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
+const WIDTHS = { desktop: { width: 1400, height: 1000 }, phone: { width: 390, height: 844 } };
+
+let berth, chrome, page, consoleErrors, environment;
+
+before(async () => {
+  berth = await Berth.start();
+  chrome = await browser();
+  page = await chrome.newPage({ viewport: WIDTHS.desktop });
+  consoleErrors = watchConsole(page);
+});
+
+after(async () => {
+  await chrome?.close();
+  await berth?.kill();
+});
+
+/** axe-core's WCAG 2.1 A/AA violations on the page as it is now, one line each. */
+async function violations() {
+  // Injected as a script element: the page's CSP allows only its own scripts, so axe is
+  // evaluated in the page's context through Playwright instead.
+  await page.evaluate(axeSource);
+  const result = await page.evaluate(() =>
+    // eslint-disable-next-line no-undef
+    axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } }),
+  );
+  return result.violations.flatMap((v) =>
+    v.nodes.slice(0, 5).map((n) => `${v.id} (${v.impact}): ${n.target.join(' ')}: ${n.failureSummary.replace(/\s+/g, ' ')}`),
+  );
+}
+
+async function check(path, width) {
+  await page.setViewportSize(WIDTHS[width]);
+  await page.goto(`${berth.url}${path}`);
+  await page.locator('body[data-hydrated]').waitFor({ timeout: 15_000 });
+  const found = await violations();
+  assert.deepEqual(found, [], `${path} at ${width} width`);
+}
+
+for (const width of Object.keys(WIDTHS)) {
+  for (const path of ['/login', '/catalog']) {
+    test(`signed out, ${path} at ${width} width has no WCAG 2.1 AA violation`, async () => {
+      await check(path, width);
+    });
+  }
+}
+
+test('signing in, and an environment to look at', async () => {
+  await signInAsAdmin(page, berth, '/catalog');
+  await page.goto(`${berth.url}/launch/notebook`);
+  await page.getByLabel('Name').fill('a11y-notebook');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(/\/environments\/[^/]+$/);
+  environment = new URL(page.url()).pathname;
+});
+
+const signedIn = [
+  '/catalog',
+  '/launch/notebook',
+  '/environments',
+  '/calendar',
+  '/usage',
+  '/volumes',
+  '/notifications',
+  '/account',
+  '/audit',
+  '/admin/fleet',
+  '/admin/nodes/fra1-h100-01',
+  '/admin/fabric',
+  '/admin/quotas',
+  '/admin/tenants',
+];
+for (const width of Object.keys(WIDTHS)) {
+  for (const path of [...signedIn, 'the environment page']) {
+    test(`signed in, ${path} at ${width} width has no WCAG 2.1 AA violation`, async () => {
+      await check(path === 'the environment page' ? environment : path, width);
+    });
+  }
+}
+
+test('the first Tab stop skips the navigation to the page', async () => {
+  await page.setViewportSize(WIDTHS.desktop);
+  await page.goto(`${berth.url}/catalog`);
+  await page.locator('body[data-hydrated]').waitFor();
+  await page.keyboard.press('Tab');
+  assert.equal(await page.evaluate(() => document.activeElement.textContent.trim()), 'Skip to content');
+  await page.keyboard.press('Enter');
+  assert.equal(await page.evaluate(() => document.activeElement.id), 'main');
+});
+
+test('a page change in the browser is announced by its title', async () => {
+  await page.goto(`${berth.url}/catalog`);
+  await page.locator('body[data-hydrated]').waitFor();
+  const announcer = page.getByTestId('route-announcer');
+  assert.equal((await announcer.textContent()).trim(), '', 'a full page load is announced by the browser');
+  await page.getByRole('navigation', { name: 'Main' }).getByRole('link', { name: 'Availability' }).first().click();
+  await page.waitForURL((url) => url.pathname === '/calendar');
+  await page.waitForFunction(() => document.querySelector('[data-testid="route-announcer"]').textContent.includes('Availability'));
+});
+
+test('no errors or warnings in the browser console', () => {
+  assert.deepEqual(consoleErrors, []);
+});
