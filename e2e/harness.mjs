@@ -12,7 +12,8 @@ import { chromium } from 'playwright-core';
 export const artifacts = resolve('e2e/artifacts');
 mkdirSync(artifacts, { recursive: true });
 
-async function freePort() {
+/** A loopback port nothing listens on now. */
+export async function freePort() {
   return new Promise((ok, fail) => {
     const srv = net.createServer();
     srv.listen(0, '127.0.0.1', () => {

@@ -12,7 +12,7 @@ import { mkdtempSync, readdirSync, readFileSync, existsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import net from 'node:net';
-import { Berth, browser, signInAsAdmin, watchConsole, artifacts } from './harness.mjs';
+import { Berth, browser, freePort, signInAsAdmin, watchConsole, artifacts } from './harness.mjs';
 
 let berth, chrome, page, consoleErrors, smtp, maildir, environmentId, receiver;
 
@@ -40,16 +40,6 @@ function startReceiver() {
   return new Promise((ok) => server.listen(0, '127.0.0.1', () => ok({ server, seen, url: `http://127.0.0.1:${server.address().port}/hook` })));
 }
 
-async function freePort() {
-  return new Promise((ok, fail) => {
-    const srv = net.createServer();
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address();
-      srv.close(() => ok(port));
-    });
-    srv.on('error', fail);
-  });
-}
 
 async function listening(port) {
   const deadline = Date.now() + 10_000;
