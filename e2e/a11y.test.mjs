@@ -66,10 +66,12 @@ test('signing in, and an environment to look at', async () => {
 const signedIn = [
   '/catalog',
   '/launch/notebook',
+  '/launch/training',
   '/environments',
   '/calendar',
   '/usage',
   '/volumes',
+  '/images',
   '/notifications',
   '/account',
   '/audit',

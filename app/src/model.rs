@@ -933,3 +933,62 @@ pub struct StorageQuotaView {
     pub used_gib: i64,
     pub home: String,
 }
+
+/// The images page: the platform's catalog, the tenants' the caller may see, and what the
+/// caller may change.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImagesView {
+    pub platform: Vec<ImageView>,
+    pub tenants: Vec<TenantImagesView>,
+    pub may_manage_platform: bool,
+    pub may_set_custom_images: bool,
+}
+
+/// One catalog entry as the images page shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageView {
+    pub id: i64,
+    pub name: String,
+    pub reference: String,
+    /// Named by digest, not by a tag that may move.
+    pub pinned: bool,
+    pub description: String,
+    pub cuda: String,
+    pub framework: String,
+    /// Offering titles, "Jupyter notebook, Training job".
+    pub suits: String,
+    /// `(offering id, title)` of the offerings it suits but is not the default for.
+    pub may_default: Vec<(String, String)>,
+    /// Titles of the offerings it is the default for.
+    pub default_for: String,
+    pub may_manage: bool,
+}
+
+/// One tenant's own entries and its rule for custom images.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantImagesView {
+    pub tenant_id: i64,
+    pub tenant: String,
+    /// `catalog`, `any` or `registries`, as the rule's form sends it.
+    pub custom_mode: String,
+    pub registries: String,
+    /// The rule in words.
+    pub custom: String,
+    pub images: Vec<ImageView>,
+    pub may_manage: bool,
+}
+
+/// What the launch form offers for an image: the catalog's entries for the offering (the
+/// default first), and whether one may name another, in words.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageOffer {
+    pub options: Vec<ImageOption>,
+    /// `None`: catalog images only.
+    pub custom: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImageOption {
+    pub reference: String,
+    pub label: String,
+}

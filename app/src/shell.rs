@@ -9,8 +9,8 @@ use leptos_router::{SsrMode, path};
 use crate::components::{Auth, NavBar};
 use crate::pages::{
     AccountPage, AuditPage, CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FabricPage, FleetPage,
-    LaunchPage, LoginPage, NewPasswordPage, NodePage, NotFound, NotificationsPage, QuotasPage, SecondFactorPage,
-    TenantPage, TenantsPage, UsagePage, VolumesPage, WebhooksPage,
+    ImagesPage, LaunchPage, LoginPage, NewPasswordPage, NodePage, NotFound, NotificationsPage, QuotasPage,
+    SecondFactorPage, TenantPage, TenantsPage, UsagePage, VolumesPage, WebhooksPage,
 };
 
 /// The whole document, rendered on the server.
@@ -87,6 +87,8 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/admin/quotas") view=QuotasPage ssr=SsrMode::Async/>
                         <Route path=path!("/usage") view=UsagePage ssr=SsrMode::Async/>
                         <Route path=path!("/volumes") view=VolumesPage ssr=SsrMode::Async/>
+                        <Route path=path!("/images") view=ImagesPage ssr=SsrMode::Async/>
+                        <Route path=path!("/admin/images") view=ImagesPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/tenants") view=TenantsPage ssr=SsrMode::Async/>
                         <Route path=path!("/tenants/:id") view=TenantPage ssr=SsrMode::Async/>
                         <Route path=path!("/tenants/:id/webhooks") view=WebhooksPage ssr=SsrMode::Async/>

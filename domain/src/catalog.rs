@@ -17,10 +17,10 @@ pub enum Offering {
 /// What the user must supply besides a size and a duration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ImageRule {
-    /// One of a curated list of notebook images.
-    Curated(&'static [&'static str]),
-    /// Any image reference the user names.
-    Required,
+    /// An image of the catalog (`image.rs`): the portal connects to what runs inside.
+    CatalogOnly,
+    /// An image of the catalog, or one the user names where their tenant allows it.
+    CatalogOrCustom,
     /// The offering brings its own software (a dedicated cluster).
     None,
 }
@@ -69,8 +69,8 @@ impl Offering {
 
     pub fn image_rule(self) -> ImageRule {
         match self {
-            Offering::Notebook => ImageRule::Curated(NOTEBOOK_IMAGES),
-            Offering::TrainingJob | Offering::InferenceEndpoint => ImageRule::Required,
+            Offering::Notebook => ImageRule::CatalogOnly,
+            Offering::TrainingJob | Offering::InferenceEndpoint => ImageRule::CatalogOrCustom,
             Offering::DedicatedCluster => ImageRule::None,
         }
     }
@@ -109,12 +109,6 @@ impl Offering {
         self.sizes().iter().filter(move |s| s.id != id && s.shape.same_kind(shape))
     }
 }
-
-pub const NOTEBOOK_IMAGES: &[&str] = &[
-    "quay.io/jupyter/pytorch-notebook:cuda12-latest",
-    "quay.io/jupyter/tensorflow-notebook:cuda-latest",
-    "quay.io/jupyter/scipy-notebook:latest",
-];
 
 /// One orderable size of an offering.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

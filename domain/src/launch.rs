@@ -4,8 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
-use crate::catalog::{ImageRule, Offering, Size};
+use crate::catalog::{Offering, Size};
 use crate::gpu::GpuModel;
+use crate::image::ImageChoice;
 
 /// What the launch form sends, as typed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,7 +91,9 @@ pub const MAX_EARLIEST_DAYS: u32 = 90;
 pub const MAX_NAME: usize = 40;
 pub const MAX_COMMAND: usize = 2000;
 
-pub fn validate(req: &LaunchRequest) -> Result<LaunchSpec, Refusal> {
+/// Checks a launch request; `images` is what the caller's tenant may run (the platform
+/// reads it from the catalog).
+pub fn validate(req: &LaunchRequest, images: &ImageChoice) -> Result<LaunchSpec, Refusal> {
     let offering =
         Offering::parse(req.offering.trim()).ok_or_else(|| Refusal::UnknownOffering(req.offering.clone()))?;
     let size = offering
@@ -105,20 +108,7 @@ pub fn validate(req: &LaunchRequest) -> Result<LaunchSpec, Refusal> {
         .ok()
         .filter(|h| (1..=max).contains(h))
         .ok_or(Refusal::InvalidDuration { min: 1, max })?;
-    let image = match offering.image_rule() {
-        ImageRule::None => None,
-        ImageRule::Curated(images) => {
-            let image = req.image.trim();
-            if image.is_empty() {
-                Some(images[0].to_owned())
-            } else if images.contains(&image) {
-                Some(image.to_owned())
-            } else {
-                return Err(Refusal::InvalidImage("must be one of the notebook images offered"));
-            }
-        }
-        ImageRule::Required => Some(validate_image(offering, req.image.trim())?),
-    };
+    let image = images.choose(offering, &req.image)?;
     let command = req.command.trim();
     let command = if offering.needs_command() {
         if command.is_empty() {
@@ -250,24 +240,6 @@ fn validate_name(name: &str) -> Result<String, Refusal> {
     Ok(name.to_owned())
 }
 
-/// An OCI image reference: `[registry/]path[:tag][@digest]`, no spaces or schemes.
-fn validate_image(offering: Offering, image: &str) -> Result<String, Refusal> {
-    if image.is_empty() {
-        return Err(Refusal::ImageRequired(offering.title()));
-    }
-    if image.len() > 255 {
-        return Err(Refusal::InvalidImage("is longer than 255 characters"));
-    }
-    if image.contains("://") {
-        return Err(Refusal::InvalidImage("is a reference like ghcr.io/org/model:tag, not a URL"));
-    }
-    let allowed = |c: char| c.is_ascii_alphanumeric() || "./-_:@".contains(c);
-    if !image.chars().all(allowed) || image.starts_with(['.', '-', '/', ':', '@']) {
-        return Err(Refusal::InvalidImage("may use only letters, digits and . / - _ : @"));
-    }
-    Ok(image.to_owned())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,6 +275,26 @@ mod tests {
         assert!(check_idempotency_key(&"k".repeat(MAX_IDEMPOTENCY_KEY + 1)).is_err());
     }
 
+    /// The seeded platform catalog's notebook default, and custom images from anywhere.
+    const NOTEBOOK: &str = "quay.io/jupyter/pytorch-notebook:cuda12-latest";
+
+    fn check(req: &LaunchRequest) -> Result<LaunchSpec, Refusal> {
+        let notebook = crate::image::CatalogImage {
+            id: 1,
+            tenant_id: None,
+            name: "PyTorch notebook".into(),
+            reference: NOTEBOOK.into(),
+            description: String::new(),
+            cuda: String::new(),
+            framework: String::new(),
+            offerings: vec![Offering::Notebook],
+            default_for: vec![Offering::Notebook],
+        };
+        let images =
+            ImageChoice { tenant: None, catalog: vec![notebook], custom: crate::image::CustomImages::AnyRegistry };
+        validate(req, &images)
+    }
+
     fn request(offering: &str, size: &str) -> LaunchRequest {
         LaunchRequest {
             offering: offering.into(),
@@ -315,7 +307,7 @@ mod tests {
 
     #[test]
     fn other_gpu_models_become_the_same_size_on_them() {
-        let ids = |req: LaunchRequest| validate(&req).map(|s| s.alternatives.iter().map(|a| a.id).collect::<Vec<_>>());
+        let ids = |req: LaunchRequest| check(&req).map(|s| s.alternatives.iter().map(|a| a.id).collect::<Vec<_>>());
         let training = |models: &str, gb: &str| LaunchRequest {
             image: "ghcr.io/acme/trainer:1".into(),
             command: "python train.py".into(),
@@ -335,7 +327,7 @@ mod tests {
         let slice = LaunchRequest { models: "any".into(), ..request("inference", "h100-3g.40gb") };
         let slice = LaunchRequest { image: "ghcr.io/acme/serve:1".into(), ..slice };
         assert_eq!(ids(slice), Ok(vec!["a100-3g.40gb"]), "the same MIG profile");
-        let refused = |req: LaunchRequest| validate(&req).expect_err("refused").to_string();
+        let refused = |req: LaunchRequest| check(&req).expect_err("refused").to_string();
         assert!(refused(training("V100", "")).contains("no GPU model called \"V100\""));
         assert!(
             refused(training("L40S", "")).contains("Training job has no size like 8 x H100 80GB, full node on L40S")
@@ -346,15 +338,15 @@ mod tests {
 
     #[test]
     fn as_soon_as_possible_is_a_number_of_days() {
-        let spec = validate(&LaunchRequest { earliest_within_days: " 7 ".into(), ..request("notebook", "l40s-1") });
+        let spec = check(&LaunchRequest { earliest_within_days: " 7 ".into(), ..request("notebook", "l40s-1") });
         assert_eq!(spec.map(|s| s.earliest_within_days), Ok(Some(7)));
-        assert_eq!(validate(&request("notebook", "l40s-1")).map(|s| s.earliest_within_days), Ok(None));
+        assert_eq!(check(&request("notebook", "l40s-1")).map(|s| s.earliest_within_days), Ok(None));
     }
 
     #[test]
     fn a_notebook_gets_the_default_image() {
-        let spec = validate(&request("notebook", "h100-1g.10gb")).expect("valid");
-        assert_eq!(spec.image.as_deref(), Some(crate::catalog::NOTEBOOK_IMAGES[0]));
+        let spec = check(&request("notebook", "h100-1g.10gb")).expect("valid");
+        assert_eq!(spec.image.as_deref(), Some(NOTEBOOK));
         assert_eq!(spec.hours, 4);
         assert_eq!(spec.command, None);
     }
@@ -362,11 +354,11 @@ mod tests {
     #[test]
     fn training_needs_image_and_command() {
         let mut req = request("training", "h100-1");
-        assert_eq!(validate(&req), Err(Refusal::ImageRequired("Training job")));
+        assert_eq!(check(&req), Err(Refusal::ImageRequired("Training job")));
         req.image = "ghcr.io/acme/trainer:1.2".into();
-        assert_eq!(validate(&req), Err(Refusal::CommandRequired("Training job")));
+        assert_eq!(check(&req), Err(Refusal::CommandRequired("Training job")));
         req.command = "python train.py --epochs 3".into();
-        assert!(validate(&req).is_ok());
+        assert!(check(&req).is_ok());
     }
 
     #[test]
@@ -380,7 +372,10 @@ mod tests {
             (LaunchRequest { hours: "0".into(), ..request("notebook", "l40s-1") }, "between 1 and 24"),
             (LaunchRequest { hours: "25".into(), ..request("notebook", "l40s-1") }, "between 1 and 24"),
             (LaunchRequest { hours: "two".into(), ..request("notebook", "l40s-1") }, "whole number"),
-            (LaunchRequest { image: "evil/miner".into(), ..request("notebook", "l40s-1") }, "notebook images offered"),
+            (
+                LaunchRequest { image: "evil/miner".into(), ..request("notebook", "l40s-1") },
+                "not one of the jupyter notebook images in the catalog",
+            ),
             (LaunchRequest { image: "https://x/y".into(), ..request("inference", "l40s-1") }, "not a URL"),
             (
                 LaunchRequest { earliest_within_days: "0".into(), ..request("notebook", "l40s-1") },
@@ -400,7 +395,7 @@ mod tests {
             ),
         ];
         for (req, expected) in cases {
-            let err = validate(&req).expect_err(expected).to_string();
+            let err = check(&req).expect_err(expected).to_string();
             assert!(err.contains(expected), "{err:?} should contain {expected:?}");
         }
     }

@@ -108,10 +108,16 @@ pub enum Action {
     WebhookRead,
     /// Add and remove a tenant's webhooks.
     WebhookManage,
+    /// See the image catalog: the platform's entries, and one's tenant's.
+    ImageRead,
+    /// Add and remove catalog entries and choose defaults: the platform's (platform
+    /// admins) or a tenant's (its tenant admins). A tenant's rule for custom images is
+    /// the platform's to set (`tenant.manage`).
+    ImageManage,
 }
 
 impl Action {
-    pub const ALL: [Action; 32] = [
+    pub const ALL: [Action; 34] = [
         Action::CatalogRead,
         Action::CalendarRead,
         Action::EnvironmentRead,
@@ -144,6 +150,8 @@ impl Action {
         Action::NotificationManage,
         Action::WebhookRead,
         Action::WebhookManage,
+        Action::ImageRead,
+        Action::ImageManage,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -180,6 +188,8 @@ impl Action {
             Action::NotificationManage => "notification.manage",
             Action::WebhookRead => "webhook.read",
             Action::WebhookManage => "webhook.manage",
+            Action::ImageRead => "image.read",
+            Action::ImageManage => "image.manage",
         }
     }
 
@@ -235,7 +245,7 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
         },
         Role::Member => match action {
             CatalogRead => Some(Reach::All),
-            CalendarRead | EnvironmentLaunch | ProjectRead | MemberRead | QuotaRead => Some(Reach::Tenant),
+            CalendarRead | EnvironmentLaunch | ProjectRead | MemberRead | QuotaRead | ImageRead => Some(Reach::Tenant),
             EnvironmentRead | EnvironmentChange | EnvironmentConnect | TokenRead | TokenManage | SshKeyRead
             | SshKeyManage | NotificationRead | NotificationManage => Some(Reach::Own),
             // Their own and their projects' (see `platform::capacity::metering`).
@@ -246,9 +256,8 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
         },
         Role::Viewer => match action {
             CatalogRead => Some(Reach::All),
-            CalendarRead | EnvironmentRead | ProjectRead | MemberRead | QuotaRead | UsageRead | VolumeRead => {
-                Some(Reach::Tenant)
-            }
+            CalendarRead | EnvironmentRead | ProjectRead | MemberRead | QuotaRead | UsageRead | VolumeRead
+            | ImageRead => Some(Reach::Tenant),
             // A viewer's keys open nothing until the viewer may act in an environment.
             TokenRead | TokenManage | SshKeyRead | SshKeyManage | NotificationRead | NotificationManage => {
                 Some(Reach::Own)

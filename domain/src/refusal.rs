@@ -28,6 +28,17 @@ pub enum Refusal {
     ImageRequired(&'static str),
     #[error("container image {0}")]
     InvalidImage(&'static str),
+    #[error("there is no {} image in the catalog yet; a platform admin adds them under Images", .0.to_lowercase())]
+    NoCatalogImage(&'static str),
+    /// An image the catalog does not list and the tenant's rule does not allow.
+    #[error("container image {0}")]
+    ImageNotInCatalog(String),
+    #[error("custom images: {0}")]
+    InvalidImagePolicy(String),
+    #[error("catalog image: {0}")]
+    InvalidCatalogImage(String),
+    #[error("there is no catalog image {0}")]
+    UnknownCatalogImage(i64),
     #[error("{0} needs a command to run")]
     CommandRequired(&'static str),
     #[error("command {0}")]

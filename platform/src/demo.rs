@@ -27,7 +27,12 @@ impl Platform {
         }
         let meta = RequestMeta { request_id: "demo-seed".into(), source: None };
         let acme = self.ensure_tenant("acme", "Acme Research", Isolation::Soft).await?;
-        self.ensure_tenant("globex", "Globex AI", Isolation::Hard).await?;
+        let globex = self.ensure_tenant("globex", "Globex AI", Isolation::Hard).await?;
+        // Globex runs its own images only from the registries it trusts.
+        sqlx::query("UPDATE tenants SET custom_images = 'nvcr.io ghcr.io' WHERE id = ?")
+            .bind(globex)
+            .execute(&self.db)
+            .await?;
         self.connect_demo_sso(acme).await?;
         let user_id: i64 = sqlx::query_scalar(
             "INSERT INTO users (email, display_name, password_hash, role, tenant_id, created_at)

@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use berth_domain::agent::Command;
 use berth_domain::catalog::Offering;
 use berth_domain::host_network::{TENANT_PREFIX_LEN, TenantAttachment, TenantSegment, is_berth_runtime_network};
+use berth_domain::image::PullPolicy;
 use berth_domain::node_plan::{
     CONTAINER_PREFIX, LOG_TAIL_LINES, NodeWorkload, WorkloadState, WorkloadStatus, container_port, tail_of,
 };
@@ -344,6 +345,8 @@ fn run_command(runtime: Runtime, w: &NodeWorkload, uuids: &[String], verb: &str)
             args.extend(["--network".into(), format!("{tenant}:ip={}", network.address)]);
         }
     }
+    // A tag may have moved since the pull step: look again, as Kubernetes' `Always` does.
+    args.extend(["--pull".into(), PullPolicy::of(&w.image).container_cli().into()]);
     args.push(w.image.clone());
     if let Some(command) = &w.command {
         args.extend(["/bin/sh".into(), "-c".into(), command.clone()]);
@@ -452,7 +455,7 @@ mod tests {
         assert_eq!(
             command.to_string(),
             "podman run --detach --name berth-e1 --label berth.environment=e1 --env-file /dev/stdin \
-             --cap-drop ALL --security-opt no-new-privileges --device nvidia.com/gpu=GPU-1 --cpus 4 --memory 32g --publish 30000:8888 quay.io/jupyter/pytorch-notebook:cuda12-latest"
+             --cap-drop ALL --security-opt no-new-privileges --device nvidia.com/gpu=GPU-1 --cpus 4 --memory 32g --publish 30000:8888 --pull always quay.io/jupyter/pytorch-notebook:cuda12-latest"
         );
         assert_eq!(command.stdin.as_deref(), Some("CUDA_VISIBLE_DEVICES=GPU-1\nJUPYTER_TOKEN=s3cret\n"));
         node.answer("podman image inspect", "sha256:1");
@@ -480,7 +483,7 @@ mod tests {
             "podman run --detach --name berth-e1 --label berth.environment=e1 --env-file /dev/stdin \
              --cap-drop ALL --security-opt no-new-privileges --device nvidia.com/gpu=GPU-1 --cpus 4 --memory 32g --publish 30000:8888 \
              --volume /mnt/berth/berth-vol-7:/home/jovyan/work --volume /mnt/berth/berth-vol-8:/data/datasets \
-             quay.io/jupyter/pytorch-notebook:cuda12-latest"
+             --pull always quay.io/jupyter/pytorch-notebook:cuda12-latest"
         );
         assert_eq!(commands.len(), 3, "a path that climbs is neither made nor mounted");
     }
@@ -576,7 +579,7 @@ mod tests {
                 "podman run --detach --name berth-e1 --label berth.environment=e1 --env-file /dev/stdin \
                  --cap-drop ALL --security-opt no-new-privileges --device nvidia.com/gpu=GPU-1 --cpus 4 --memory 32g \
                  --publish 30000:8888 --network podman --network berth-vl100:ip=100.65.147.254 \
-                 quay.io/jupyter/pytorch-notebook:cuda12-latest",
+                 --pull always quay.io/jupyter/pytorch-notebook:cuda12-latest",
             ]
         );
 
@@ -621,7 +624,7 @@ mod tests {
         );
         let start = &ran[ran.len() - 3..];
         assert!(start[0].starts_with("docker create --name berth-e1 "), "{start:?}");
-        assert!(start[0].contains(" --publish 30000:8888 --network bridge quay.io/"), "{}", start[0]);
+        assert!(start[0].contains(" --publish 30000:8888 --network bridge --pull always quay.io/"), "{}", start[0]);
         assert_eq!(
             start[1..],
             ["docker network connect --ip 100.65.147.254 berth-vl100 berth-e1", "docker start berth-e1"]

@@ -15,7 +15,10 @@ pub fn CatalogPage() -> impl IntoView {
         <div class="mb-8 flex flex-wrap items-end justify-between gap-4">
             <div>
                 <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Service catalog"</h1>
-                <p class="mt-1 text-slate-600">"GPU environments from a MIG slice to whole nodes, billed per hour."</p>
+                <p class="mt-1 text-slate-600">
+                    "GPU environments from a MIG slice to whole nodes, billed per hour. "
+                    <a href="/images" class="text-indigo-700 underline hover:text-indigo-500">"Images they run"</a>
+                </p>
             </div>
             <Suspense fallback=|| ()>
                 {move || Suspend::new(async move {

@@ -6,8 +6,8 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 use crate::components::form::{BUTTON, LABEL};
 use crate::components::{Auth, ErrorAlert, Field, RequireUser};
 use crate::error::AppError;
-use crate::model::{ProjectOption, SizeHint, VolumeOption};
-use crate::serverfns::{Launch, attachable_volumes, bookable_projects, size_hints};
+use crate::model::{ImageOffer, ProjectOption, SizeHint, VolumeOption};
+use crate::serverfns::{Launch, attachable_volumes, bookable_projects, launch_images, size_hints};
 
 /// The launch form for one offering. The server checks everything again and explains
 /// each refusal; nothing is written unless every rule passes. Its action and resources are
@@ -38,7 +38,13 @@ pub fn LaunchPage() -> impl IntoView {
     );
     let projects = Resource::new(|| (), |_| bookable_projects());
     let volumes = Resource::new(|| (), |_| attachable_volumes());
-    let form = LaunchState { launch, typed, hints, projects, volumes };
+    let images = Resource::new(offering, |offering| async move {
+        match offering.filter(|o| o.image_rule() != ImageRule::None) {
+            Some(offering) => launch_images(offering.id().to_owned()).await,
+            None => Ok(ImageOffer { options: Vec::new(), custom: None }),
+        }
+    });
+    let form = LaunchState { launch, typed, hints, projects, volumes, images };
     view! {
         <RequireUser>
             {move || match offering() {
@@ -91,6 +97,7 @@ struct LaunchState {
     hints: Resource<Result<Vec<SizeHint>, AppError>>,
     projects: Resource<Result<Vec<ProjectOption>, AppError>>,
     volumes: Resource<Result<Vec<VolumeOption>, AppError>>,
+    images: Resource<Result<ImageOffer, AppError>>,
 }
 
 #[component]
@@ -101,7 +108,7 @@ fn LaunchForm(
     hours: String,
     form: LaunchState,
 ) -> impl IntoView {
-    let LaunchState { launch, typed, hints, projects, volumes } = form;
+    let LaunchState { launch, typed, hints, projects, volumes, images } = form;
     // The project picked, so that only its shared volumes are offered (once hydrated; a
     // plain form lists every project's, and the server refuses another project's).
     let project = RwSignal::new(String::new());
@@ -206,7 +213,7 @@ fn LaunchForm(
                                 </label>
                             </div>
                         </fieldset>
-                        <ImageField offering/>
+                        <ImageField offering images/>
                         {offering.needs_command().then(|| view! {
                             <Field id="command" name="request[command]" label="Command" rows=3 required=true monospace=true
                                 placeholder="python train.py --epochs 10"/>
@@ -323,21 +330,48 @@ fn with_article(offering: Offering) -> &'static str {
     }
 }
 
+/// The image: a catalog entry (the default first), or for a training job or an endpoint
+/// where the tenant allows it, a reference of one's own (typed, with the catalog's entries
+/// suggested).
 #[component]
-fn ImageField(offering: Offering) -> impl IntoView {
-    match offering.image_rule() {
-        ImageRule::None => view! { <input type="hidden" name="request[image]" value=""/> }.into_any(),
-        ImageRule::Curated(images) => view! {
-            <Field id="image" name="request[image]" label="Notebook image">
-                {images.iter().map(|i| view! { <option value=*i>{*i}</option> }).collect_view()}
-            </Field>
-        }
-        .into_any(),
-        ImageRule::Required => view! {
-            <Field id="image" name="request[image]" label="Container image" required=true monospace=true
-                placeholder="ghcr.io/your-org/model-server:1.0"
-                help=|| "An image reference your cluster can pull, e.g. nvcr.io/nvidia/pytorch:24.05-py3."/>
-        }
-        .into_any(),
+fn ImageField(offering: Offering, images: Resource<Result<ImageOffer, AppError>>) -> impl IntoView {
+    if offering.image_rule() == ImageRule::None {
+        return view! { <input type="hidden" name="request[image]" value=""/> }.into_any();
     }
+    let catalog_link = || {
+        view! {
+            " " <a href="/images" class="text-indigo-700 underline hover:text-indigo-500">"See the image catalog"</a>
+        }
+    };
+    view! {
+        <Transition fallback=|| ()>
+            {move || Suspend::new(async move {
+                let images = images.await.unwrap_or(ImageOffer { options: Vec::new(), custom: None });
+                match images.custom {
+                    None => view! {
+                        <Field id="image" name="request[image]" label="Image"
+                            help=move || view! { "Images from the catalog, with their CUDA versions." {catalog_link()} }>
+                            {images.options.into_iter().map(|i| view! { <option value=i.reference>{i.label}</option> }).collect_view()}
+                        </Field>
+                    }.into_any(),
+                    Some(allowed) => {
+                        let first = images.options.first().map(|i| i.reference.clone());
+                        view! {
+                            <Field id="image" name="request[image]" label="Container image" required=true monospace=true
+                                list="catalog-images" value=first.unwrap_or_default()
+                                placeholder="ghcr.io/your-org/model-server:1.0"
+                                help=move || view! {
+                                    "A catalog image, or one of your own: your team may run " {allowed.clone()} "."
+                                    {catalog_link()}
+                                }/>
+                            <datalist id="catalog-images">
+                                {images.options.into_iter().map(|i| view! { <option value=i.reference>{i.label}</option> }).collect_view()}
+                            </datalist>
+                        }.into_any()
+                    }
+                }
+            })}
+        </Transition>
+    }
+    .into_any()
 }

@@ -229,6 +229,8 @@ pub(crate) mod views {
             Action::NotificationManage => "Mark my notifications read",
             Action::WebhookRead => "See the tenant's webhooks and their delivery log",
             Action::WebhookManage => "Add and remove the tenant's webhooks",
+            Action::ImageRead => "See the image catalog",
+            Action::ImageManage => "Add and remove catalog images",
         }
     }
 

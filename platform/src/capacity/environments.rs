@@ -300,7 +300,7 @@ impl Platform {
         idempotency: Option<IdempotencyKey>,
     ) -> Result<Launched, Error> {
         self.authorize_in_tenant(caller, Action::EnvironmentLaunch).await?;
-        let spec = launch::validate(request)?;
+        let spec = launch::validate(request, &self.image_choice(caller).await?)?;
         let now = now_ms();
         let start = rules::parse_start(&request.start)?;
         let tier = Tier::parse(&request.tier)?;

@@ -5,7 +5,8 @@
 //! `idempotency`: a retried launch with the same key gets the first one's booking),
 //! quotas and their queue marks (`quotas`), the usage ledger, reports and budgets
 //! (`metering`), spot reclaim (`spot`) and maintenance windows (`maintenance`), and
-//! volumes with their storage quotas and attachments (`volumes`).
+//! volumes with their storage quotas and attachments (`volumes`), and the image catalog
+//! with each tenant's rule for custom images (`images`).
 //!
 //! Uses the root (store, audit, access, people) and `berth_domain`'s placement and booking
 //! rules; nothing of provisioning, tenancy or identity. Provisioning reads what it placed.
@@ -16,6 +17,7 @@ pub mod environments;
 pub mod fleet;
 pub(crate) mod group_commit;
 pub mod idempotency;
+pub mod images;
 pub mod maintenance;
 pub mod metering;
 pub mod quotas;

@@ -124,6 +124,10 @@ const SPARE_KEYS: [&str; 2] = [
     "ecdsa-sha2-nistp384 AAAAE2VjZHNhLXNoYTItbmlzdHAzODQAAAAIbmlzdHAzODQAAABhBPfdhckwhfmmLKpinKRtRJcMOkYJukx8SOkpFzuPiXSJjO8M0C0/6OgwuWxVuQ0whsp6UNhN14Mnzsy9cprsTarg2AXPvlhZ9DXJdp3PfKX+sKfv1lwiZPXqfUHM7YpUTQ== b",
 ];
 
+/// A catalog entry each allowed call adds anew.
+const ADD_IMAGE_FORM: &str = "tenant=&image[name]=matrix-{n}&image[offerings][0]=training\
+     &image[reference]=ghcr.io%2Fmatrix%2Fimage-{n}%40sha256%3A0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
 const LAUNCH_JSON: &str = r#"{"offering": "notebook", "size": "h100-1g.10gb", "name": "api-{n}", "hours": "2"}"#;
 
 /// Every route. Reads come first and moving an end before stopping, so that allowed
@@ -246,6 +250,15 @@ fn routes() -> Vec<Route> {
         // (the launch page asks on every visit; looking is not trying).
         sf("/api/bookable_projects", Some((EnvironmentRead, Aim::CallersTenant)), ""),
         page("/volumes", None),
+        page("/images", None),
+        page("/admin/images", None),
+        sf("/api/images", Some((ImageRead, Aim::CallersTenant)), ""),
+        sf("/api/launch_images", Some((ImageRead, Aim::CallersTenant)), "offering=training"),
+        // Empty `tenant`: the caller's own catalog (the platform's for staff).
+        sf("/api/add_image", Some((ImageManage, Aim::CallersTenant)), ADD_IMAGE_FORM),
+        sf_missing("/api/set_default_image", Some((ImageManage, Aim::CallersTenant)), "id=999999&offering=training"),
+        sf_missing("/api/remove_image", Some((ImageManage, Aim::CallersTenant)), "id=999999"),
+        sf("/api/set_custom_images", tenant(TenantManage), "tenant_id={id}&mode=any&registries="),
         sf("/api/volumes", Some((VolumeRead, Aim::CallersTenant)), ""),
         api(M::GET, "/api/v1/volumes", Some((VolumeRead, Aim::CallersTenant)), ""),
         api(M::GET, "/api/v1/volumes/{id}", Some((VolumeRead, Aim::Volume)), ""),

@@ -45,6 +45,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use berth_domain::catalog::{NODE_MEMORY_GB, NODE_VCPUS, Offering};
+use berth_domain::image::PullPolicy;
 use berth_domain::mig::{COMPUTE_SLICES, MigInstance, MigLayout, MigProfile, mig_parted_config};
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
@@ -463,6 +464,8 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
     let ns = names.namespace.as_str();
     let selector = json!({ "matchLabels": { ENVIRONMENT_LABEL: w.environment_id, COMPONENT_LABEL: names.component } });
     let image = w.image.clone().unwrap_or_default();
+    // A digest is pulled once per node; a tag is looked up again at each start.
+    let pull = PullPolicy::of(&image).kubernetes();
     match w.offering {
         Offering::Notebook => {
             // Each environment has an origin of its own, so Jupyter serves at its root (said
@@ -473,7 +476,7 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
             // one without (booked before volumes) keeps a claim of its own there.
             let has_home = w.volumes.iter().any(|v| v.mount_path == berth_domain::volume::HOME_MOUNT);
             let mut container = json!({
-                "name": "notebook", "image": image,
+                "name": "notebook", "image": image, "imagePullPolicy": pull,
                 "ports": [{ "name": "http", "containerPort": NOTEBOOK_PORT }],
                 "env": [credential_env(&names, "JUPYTER_TOKEN"), { "name": "NOTEBOOK_ARGS", "value": notebook_args }],
             });
@@ -502,7 +505,7 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
             )]
         }
         Offering::TrainingJob => {
-            let mut container = json!({ "name": "training", "image": image });
+            let mut container = json!({ "name": "training", "image": image, "imagePullPolicy": pull });
             if let Some(command) = &w.command {
                 container["command"] = json!(["/bin/sh", "-c", command]);
             }
@@ -522,7 +525,7 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
         }
         Offering::InferenceEndpoint => {
             let mut container = json!({
-                "name": "inference", "image": image,
+                "name": "inference", "image": image, "imagePullPolicy": pull,
                 "ports": [{ "name": "http", "containerPort": INFERENCE_PORT }],
                 "env": [credential_env(&names, "BERTH_API_KEY")],
             });
