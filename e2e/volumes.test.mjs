@@ -145,6 +145,8 @@ test('a file written in one booking is read in the next that attaches the same v
   await lab.close();
   // While attached, the volume shows where and cannot be deleted.
   await mia.page.goto(`${berth.url}/volumes`);
+  // The simulated fleet's directories hold no size themselves: the page says how it holds.
+  assert.match(await mia.page.locator('[data-size-rule]').innerText(), /not attached again until it is grown/);
   assert.match(await row.locator('[data-attached]').innerText(), /writer since \d{4}-\d\d-\d\d \d\d:\d\d UTC/);
   await row.locator('summary', { hasText: 'Delete' }).click();
   await row.getByRole('button', { name: 'Yes, delete' }).click();

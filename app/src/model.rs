@@ -870,6 +870,8 @@ pub struct VolumesView {
     pub volumes: Vec<VolumeView>,
     pub projects: Vec<ProjectOption>,
     pub can_manage: bool,
+    /// How a volume's size holds on this Berth's storage, in a sentence.
+    pub size_rule: Option<String>,
 }
 
 /// One volume as its page shows it.

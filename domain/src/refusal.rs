@@ -236,6 +236,10 @@ pub enum Refusal {
     VolumeInUse { name: String, environment: String },
     #[error("{0} cannot have volumes attached; notebooks and training jobs can")]
     NoVolumes(&'static str),
+    #[error(
+        "volume \"{name}\" holds {used} GiB, more than its {size_gib} GiB; grow it to {needed_gib} GiB or more on the volumes page to attach it again"
+    )]
+    VolumeOverSize { name: String, used: String, size_gib: u32, needed_gib: u32 },
 }
 
 /// Why a single sign-on did not end in a session. The sign-in page is sent only the code,

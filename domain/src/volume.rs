@@ -100,6 +100,19 @@ pub fn check_resize(current_gib: u32, asked: &str) -> Result<u32, Refusal> {
     Ok(gib)
 }
 
+/// A volume last measured holding more than its size is not attached again until it is
+/// grown. Where the storage holds no limit itself (a directory on a shared filesystem),
+/// this is how a size holds: what was written past it stays, and the next booking waits.
+/// `None` (not measured, as on Kubernetes, whose claims the storage enforces) passes.
+pub fn check_within_size(name: &str, size_gib: u32, used_bytes: Option<i64>) -> Result<(), Refusal> {
+    const GIB: i64 = 1 << 30;
+    let Some(used) = used_bytes.filter(|used| *used > i64::from(size_gib) * GIB) else { return Ok(()) };
+    let needed_gib = u32::try_from((used + GIB - 1) / GIB).unwrap_or(u32::MAX);
+    let tenths = (used.saturating_mul(10) + GIB / 2) / GIB;
+    let used = format!("{}.{}", tenths / 10, tenths % 10);
+    Err(Refusal::VolumeOverSize { name: name.to_owned(), used, size_gib, needed_gib })
+}
+
 /// Where a volume appears inside an environment.
 pub fn mount_path(name: &str, is_home: bool) -> String {
     if is_home { HOME_MOUNT.to_owned() } else { format!("{DATA_ROOT}/{name}") }
@@ -209,6 +222,18 @@ mod tests {
         assert_eq!(check_resize(10, "20").unwrap(), 20);
         assert!(check_resize(10, "10").unwrap_err().to_string().contains("only grows"));
         assert!(check_resize(10, "5").is_err());
+    }
+
+    #[test]
+    fn a_volume_over_its_size_waits_to_be_grown() {
+        const GIB: i64 = 1 << 30;
+        assert_eq!(check_within_size("data", 10, None), Ok(()), "not measured");
+        assert_eq!(check_within_size("data", 10, Some(10 * GIB)), Ok(()), "full is not over");
+        let over = check_within_size("data", 10, Some(12 * GIB + GIB / 2)).unwrap_err();
+        assert_eq!(
+            over.to_string(),
+            "volume \"data\" holds 12.5 GiB, more than its 10 GiB; grow it to 13 GiB or more on the volumes page to attach it again"
+        );
     }
 
     #[test]

@@ -312,3 +312,42 @@ async fn deleting_a_tenant_deletes_its_volumes_after_everything_stopped(pool: Sq
     assert_eq!(audited, 2, "the home volume and kept");
     assert!(!berth.backend.volume_dir(kept.id).exists());
 }
+
+/// Where the storage enforces no size (the simulated backend's directories, like bare
+/// metal's), a volume measured over its size is refused at the next attach, with what to
+/// do, until it is grown.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_volume_written_past_its_size_is_not_attached_again_until_grown(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let scratch = berth.platform.create_volume(&berth.caller, &ask("scratch", "1", "")).await.unwrap();
+    let first = berth.platform.launch(&berth.caller, &notebook("one", "", &[scratch.id])).await.unwrap();
+    berth.wait_for(&first.id, EnvState::Ready).await;
+    // 1.5 GiB written into a 1 GiB volume (a sparse file: its length is what counts).
+    let file = std::fs::File::create(berth.backend.volume_dir(scratch.id).join("big.bin")).unwrap();
+    file.set_len(3 << 29).unwrap();
+    berth.platform.stop(&berth.caller, &first.id).await.unwrap();
+    berth.wait_for(&first.id, EnvState::Released).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let used = berth.platform.volume(&berth.caller, scratch.id).await.unwrap().used_bytes;
+        if used == Some(3 << 29) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the sweep measures the volume: {used:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let before = count(&berth, "SELECT count(*) FROM environments").await;
+    let refused = refusal(berth.platform.launch(&berth.caller, &notebook("two", "", &[scratch.id])).await);
+    assert_eq!(
+        refused.to_string(),
+        "volume \"scratch\" holds 1.5 GiB, more than its 1 GiB; grow it to 2 GiB or more on the volumes page to attach it again"
+    );
+    assert_eq!(count(&berth, "SELECT count(*) FROM environments").await, before, "nothing written");
+    // Other bookings are not held up by it.
+    let other = berth.platform.launch(&berth.caller, &notebook("three", "", &[])).await.unwrap();
+    berth.platform.stop(&berth.caller, &other.id).await.unwrap();
+
+    berth.platform.resize_volume(&berth.caller, scratch.id, "2").await.unwrap();
+    berth.platform.launch(&berth.caller, &notebook("two", "", &[scratch.id])).await.unwrap();
+}

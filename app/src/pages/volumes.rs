@@ -28,6 +28,7 @@ pub fn VolumesPage() -> impl IntoView {
                 {move || Suspend::new(async move {
                     match page.await {
                         Ok(page) => view! {
+                            {page.size_rule.clone().map(|rule| view! { <p class="mt-1 max-w-3xl text-sm text-slate-600" data-size-rule="">{rule}</p> })}
                             <VolumeTable page=page.clone() resize delete/>
                             <CreateVolumeForm page create/>
                         }.into_any(),

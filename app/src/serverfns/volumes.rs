@@ -80,6 +80,7 @@ pub async fn volumes() -> Result<VolumesView, AppError> {
         volumes: volumes.into_iter().map(views::volume).collect(),
         projects: projects.into_iter().map(|(id, name)| crate::model::ProjectOption { id, name }).collect(),
         can_manage,
+        size_rule: platform.volume_size_rule().map(str::to_owned),
     })
 }
 

@@ -633,6 +633,9 @@ pub(crate) async fn attach_for_launch(
         }
         rows = kept;
     }
+    for row in &rows {
+        volume::check_within_size(&row.name, u32::try_from(row.size_gib).unwrap_or(u32::MAX), row.used_bytes)?;
+    }
     let facts: Vec<VolumeFacts> = rows.iter().map(VolumeRow::facts).collect();
     let paths = volume::mounts(&facts)?;
     for (row, path) in rows.iter().zip(paths) {

@@ -9,6 +9,14 @@ use crate::audit::{self, Actor, Event, Outcome};
 use crate::provisioning::backend::{Backend, StoredVolume, Workload};
 use crate::{Error, Platform, now_ms};
 
+impl Platform {
+    /// How a volume's size holds on this Berth's backend, for the volumes page; `None`
+    /// without a backend.
+    pub fn volume_size_rule(&self) -> Option<&'static str> {
+        self.backend().ok().map(|backend| backend.volume_size_rule())
+    }
+}
+
 /// Keeps where the backend is about to put the volumes of `workload` that have no place
 /// yet: written before the start step makes anything, so a volume whose storage exists
 /// always has a place to remove it from (a step cut by a crash or a stop after it made the

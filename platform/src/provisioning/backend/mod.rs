@@ -289,6 +289,13 @@ pub trait Backend: Send + Sync + 'static {
         volume.storage_name()
     }
 
+    /// How a volume's size holds on this backend, in a sentence for the volumes page. The
+    /// default is for storage that holds no size itself: what `volume_use` measures is
+    /// checked at each attach (`domain::volume::check_within_size`).
+    fn volume_size_rule(&self) -> &'static str {
+        "A volume's size is held by measuring it: one found holding more than its size is not attached again until it is grown."
+    }
+
     /// Removes a deleted volume's storage; `false` when there was none. Safe to repeat.
     /// The default is for a backend that makes no storage for volumes (bare metal today).
     fn remove_volume<'a>(&'a self, volume: &'a StoredVolume) -> RemoveFuture<'a> {

@@ -903,6 +903,10 @@ impl Backend for Kubernetes {
         Box::pin(self.remove(object))
     }
 
+    fn volume_size_rule(&self) -> &'static str {
+        "A volume is a claim of its size on the cluster's storage class: block storage stops writes past it; a shared filesystem's subdirectories may not."
+    }
+
     fn volume_location(&self, workload: &Workload, volume: &VolumeMount) -> String {
         let names = manifests::Names::of(workload);
         if names.shared {
