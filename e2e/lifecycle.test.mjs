@@ -64,6 +64,12 @@ test('the form explains a refusal and writes nothing', async () => {
   await page.getByLabel('Name').fill('9lives');
   await page.getByRole('button', { name: 'Launch' }).click();
   await page.getByRole('alert').getByText('must start with a letter and not end with a hyphen').waitFor();
+  // The refusal is about the name: the field says so to assistive technology, and beside it.
+  const name = page.getByLabel('Name');
+  assert.equal(await name.getAttribute('aria-invalid'), 'true');
+  const described = await name.getAttribute('aria-describedby');
+  assert.match(await page.locator(`[id="${described.split(' ').pop()}"]`).innerText(), /must start with a letter/);
+  assert.equal(await page.getByLabel('Duration (hours)').getAttribute('aria-invalid'), null, 'only the name');
   // The browser itself holds the duration to the offering's limit.
   assert.equal(await page.getByLabel('Duration (hours)').getAttribute('max'), '24');
   await page.getByLabel('Name').fill('analysis');

@@ -35,6 +35,7 @@ test('sign in, a refused launch, a launch and a stop, all without JavaScript', a
   await page.getByLabel('Container image').fill('https://not/an/image');
   await page.getByRole('button', { name: 'Launch' }).click();
   await page.getByRole('alert').getByText('is a reference like ghcr.io/org/model:tag, not a URL').waitFor();
+  assert.equal(await page.getByLabel('Container image').getAttribute('aria-invalid'), 'true', 'the field says it too');
 
   await page.getByLabel('Name').fill('plain-html');
   await page.getByLabel('1 x L40S 48GB').check();
@@ -80,6 +81,7 @@ test('volumes: made, grown, attached at launch and deleted, all without JavaScri
   await page.getByLabel('Size (GiB)').fill('5');
   await page.getByRole('button', { name: 'Create volume' }).click();
   await page.getByRole('alert').getByText('may hold only lowercase letters, digits and hyphens').waitFor();
+  assert.equal(await page.getByLabel('Name').getAttribute('aria-invalid'), 'true');
   for (const name of ['plain', 'spare']) {
     await page.getByLabel('Name').fill(name);
     await page.getByLabel('Size (GiB)').fill('5');

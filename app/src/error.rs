@@ -12,6 +12,10 @@ pub enum AppError {
     /// A rule said no; the text explains why.
     #[error("{0}")]
     Refused(String),
+    /// A rule said no about one field of a form (`field`: its argument's name, the last
+    /// part of `request[name]`): the form marks that field and says why beside it.
+    #[error("{message}")]
+    Invalid { field: String, message: String },
     #[error("not found")]
     NotFound,
     #[error("your role does not allow this")]
@@ -73,7 +77,10 @@ impl AppError {
     pub fn from_platform_quiet(error: berth_platform::Error, request_id: &str) -> AppError {
         use berth_platform::Error as E;
         match error {
-            E::Refused(refusal) => AppError::Refused(refusal.to_string()),
+            E::Refused(refusal) => match refusal.field() {
+                Some(field) => AppError::Invalid { field: field.to_owned(), message: refusal.to_string() },
+                None => AppError::Refused(refusal.to_string()),
+            },
             E::NotFound => AppError::NotFound,
             E::Forbidden => AppError::Forbidden,
             E::Unauthenticated => AppError::Unauthenticated,
@@ -96,7 +103,7 @@ impl AppError {
         use http::StatusCode;
         match self {
             AppError::Malformed(_) => StatusCode::BAD_REQUEST,
-            AppError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            AppError::Refused(_) | AppError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             AppError::NotFound => StatusCode::NOT_FOUND,
             AppError::Forbidden => StatusCode::FORBIDDEN,
             AppError::Unauthenticated | AppError::BadCredentials => StatusCode::UNAUTHORIZED,

@@ -242,6 +242,26 @@ pub enum Refusal {
     VolumeOverSize { name: String, used: String, size_gib: u32, needed_gib: u32 },
 }
 
+impl Refusal {
+    /// The form argument a refusal is about, where it is about one field: its name as a
+    /// form sends it (the last part of `request[name]`), so a page can mark that field
+    /// (`aria-invalid`) and put the reason beside it.
+    pub fn field(&self) -> Option<&'static str> {
+        use Refusal::*;
+        Some(match self {
+            InvalidName(_) | NameInUse(_) | InvalidVolumeName(_) | VolumeNameInUse(_) => "name",
+            InvalidDuration { .. } | TooLong { .. } => "hours",
+            ImageRequired(_) | InvalidImage(_) | NoCatalogImage(_) | ImageNotInCatalog(_) => "image",
+            CommandRequired(_) | InvalidCommand(_) => "command",
+            InvalidStart(_) | StartInPast => "start",
+            InvalidEarliestSearch(_) => "earliest_within_days",
+            InvalidModels(_) => "models",
+            InvalidVolumeSize(_) => "size_gib",
+            _ => return None,
+        })
+    }
+}
+
 /// Why a single sign-on did not end in a session. The sign-in page is sent only the code,
 /// never words of the request's own, so a link cannot make Berth's page say anything else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]

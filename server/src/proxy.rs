@@ -276,7 +276,7 @@ pub(crate) fn refused(error: Error, parts: &Parts, meta: &RequestMeta) -> Respon
         other => {
             let error = AppError::from_platform_quiet(other, &meta.request_id);
             let status = match error {
-                AppError::Refused(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                AppError::Refused(_) | AppError::Invalid { .. } => StatusCode::UNPROCESSABLE_ENTITY,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             };
             (status, error.to_string()).into_response()

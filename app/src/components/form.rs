@@ -3,6 +3,8 @@
 
 use leptos::prelude::*;
 
+use crate::error::AppError;
+
 /// A text box, select or text area of a form.
 pub const INPUT: &str = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-1.5 text-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
 /// The small control of a table row (its label only for screen readers).
@@ -27,9 +29,39 @@ pub const SMALL_BUTTON: &str =
 pub const SMALL_DANGER_BUTTON: &str =
     "rounded-md px-2 py-1 text-xs font-medium text-red-700 ring-1 ring-inset ring-red-300 hover:bg-red-50";
 
+/// The last answer of the form a field is in, given by the form as context: a refusal
+/// about one field (`AppError::Invalid`) marks the field whose argument it names.
+#[derive(Clone, Copy)]
+pub struct FieldErrors(pub Signal<Option<AppError>>);
+
+impl FieldErrors {
+    /// Gives the fields below the answers of `action`.
+    pub fn of<A>(action: ServerAction<A>)
+    where
+        A: leptos::server_fn::ServerFn<Error = AppError> + Send + Sync + Clone + 'static,
+        A::Output: Send + Sync + 'static,
+    {
+        let value = action.value();
+        let error = move || value.with(|answer| answer.as_ref().and_then(|a| a.as_ref().err().cloned()));
+        provide_context(FieldErrors(Signal::derive(error)));
+    }
+}
+
+/// What a field named `name` (`request[image]`) is told by the form's last answer.
+fn field_error(name: &'static str) -> Signal<Option<String>> {
+    let leaf = name.rsplit('[').next().unwrap_or(name).trim_end_matches(']');
+    let errors = use_context::<FieldErrors>();
+    Signal::derive(move || match errors?.0.get()? {
+        AppError::Invalid { field, message } if field == leaf => Some(message),
+        _ => None,
+    })
+}
+
 /// A label and its control: an `<input>`, or a `<select>` when given options (its
 /// children), or a `<textarea>` when given `rows`. With `help`, the help text sits under
-/// the control as `<id>-hint`, and the control names it in `aria-describedby`.
+/// the control as `<id>-hint`, and the control names it in `aria-describedby`. A refusal
+/// about this field (see [`FieldErrors`]) marks the control `aria-invalid` and sits under
+/// it as `<id>-error`, named in `aria-describedby` too.
 ///
 /// Event listeners set on the field (`on:input`) sit on its wrapper, where the control's
 /// events bubble up.
@@ -75,19 +107,30 @@ pub fn Field(
     children: Option<Children>,
 ) -> impl IntoView {
     let hint = help.is_some().then(|| format!("{id}-hint"));
+    let error = field_error(name);
+    let invalid = move || error.with(Option::is_some).then_some("true");
+    let described = {
+        let hint = hint.clone();
+        move || {
+            let ids: Vec<String> =
+                hint.iter().cloned().chain(error.with(Option::is_some).then(|| format!("{id}-error"))).collect();
+            (!ids.is_empty()).then(|| ids.join(" "))
+        }
+    };
     let pattern = utc_time.then_some(UTC_TIME_PATTERN);
     let placeholder = if utc_time { Some(UTC_TIME_PLACEHOLDER) } else { placeholder };
     let class_of_control = if monospace { format!("{INPUT} font-mono") } else { INPUT.to_owned() };
     let control = match (rows, children) {
         (Some(rows), _) => view! {
             <textarea id=id name=name rows=rows required=required placeholder=placeholder autocomplete=autocomplete
-                spellcheck="false" aria-describedby=hint.clone() class=class_of_control>
+                spellcheck="false" aria-describedby=described.clone() aria-invalid=invalid class=class_of_control>
                 {value}
             </textarea>
         }
         .into_any(),
         (None, Some(options)) => view! {
-            <select id=id name=name required=required aria-describedby=hint.clone() class=class_of_control>
+            <select id=id name=name required=required aria-describedby=described.clone() aria-invalid=invalid
+                class=class_of_control>
                 {options()}
             </select>
         }
@@ -95,7 +138,7 @@ pub fn Field(
         (None, None) => view! {
             <input id=id name=name type=input_type value=value required=required placeholder=placeholder
                 autocomplete=autocomplete inputmode=inputmode minlength=minlength maxlength=maxlength min=min max=max pattern=pattern
-                list=list aria-describedby=hint.clone() class=class_of_control/>
+                list=list aria-describedby=described aria-invalid=invalid class=class_of_control/>
         }
         .into_any(),
     };
@@ -104,6 +147,9 @@ pub fn Field(
             <label for=id class=LABEL>{label}</label>
             {control}
             {help.map(|help| view! { <p id=hint class=HINT>{help.run()}</p> })}
+            {move || error.get().map(|message| view! {
+                <p id=format!("{id}-error") class="mt-1 text-xs font-medium text-red-700">{crate::components::capitalize(&message)}</p>
+            })}
         </div>
     }
 }

@@ -4,7 +4,7 @@
 pub mod form;
 pub mod table;
 
-pub use form::{ConfirmButton, Field};
+pub use form::{ConfirmButton, Field, FieldErrors};
 pub use table::Table;
 
 use leptos::prelude::*;
@@ -156,7 +156,9 @@ pub fn urlencode(s: &str) -> String {
 #[component]
 pub fn ErrorAlert(error: AppError) -> impl IntoView {
     let (title, body) = match &error {
-        AppError::Refused(_) | AppError::Malformed(_) => ("That did not work", error.to_string()),
+        AppError::Refused(_) | AppError::Invalid { .. } | AppError::Malformed(_) => {
+            ("That did not work", error.to_string())
+        }
         AppError::NotFound => ("Not found", "There is nothing here, or it is not yours to see.".to_owned()),
         AppError::Unauthenticated => ("Signed out", "Your session has ended; sign in again.".to_owned()),
         AppError::Forbidden => ("Not allowed", "Your role does not allow this.".to_owned()),

@@ -4,7 +4,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::components::form::{BUTTON, LABEL};
-use crate::components::{Auth, ErrorAlert, Field, RequireUser};
+use crate::components::{Auth, ErrorAlert, Field, FieldErrors, RequireUser};
 use crate::error::AppError;
 use crate::model::{ImageOffer, ProjectOption, SizeHint, VolumeOption};
 use crate::serverfns::{Launch, attachable_volumes, bookable_projects, launch_images, size_hints};
@@ -109,6 +109,7 @@ fn LaunchForm(
     form: LaunchState,
 ) -> impl IntoView {
     let LaunchState { launch, typed, hints, projects, volumes, images } = form;
+    FieldErrors::of(launch);
     // The project picked, so that only its shared volumes are offered (once hydrated; a
     // plain form lists every project's, and the server refuses another project's).
     let project = RwSignal::new(String::new());

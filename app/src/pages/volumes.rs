@@ -3,7 +3,7 @@ use leptos_meta::Title;
 
 use crate::components::form::{BUTTON, SMALL_BUTTON, SMALL_INPUT};
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, Table};
+use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, FieldErrors, RequireUser, Table};
 use crate::model::{VolumeView, VolumesView};
 use crate::serverfns::{CreateVolume, DeleteVolume, ResizeVolume, volumes};
 
@@ -48,6 +48,7 @@ fn CreateVolumeForm(page: VolumesView, create: ServerAction<CreateVolume>) -> im
         return ().into_any();
     }
     let result = create.value();
+    FieldErrors::of(create);
     view! {
         <section class=CARD aria-labelledby="new-volume">
             <h2 id="new-volume" class="text-sm font-semibold text-slate-900">"New volume"</h2>
