@@ -129,6 +129,9 @@ test('a server killed mid-provisioning picks the work up after restart', async (
   await berth.restart();
   await page.reload();
   await page.locator('[data-state="ready"]').waitFor({ timeout: 30_000 });
+  // A training job at work is running, not "ready", and publishes no endpoint.
+  assert.equal((await page.locator('[data-state="ready"]').first().innerText()).trim(), 'Running');
+  await page.getByText('Publish how to follow the job').first().waitFor();
   assert.ok(!(await berth.output).includes('One-time password'), 'no second administrator password');
   const duringRestart = consoleErrors.splice(before);
   assert.deepEqual(

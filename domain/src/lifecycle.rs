@@ -57,6 +57,15 @@ impl EnvState {
         }
     }
 
+    /// Words for the UI about an environment of `offering`: a training job that is up is
+    /// running (its work under way), not "ready" for someone to connect.
+    pub fn label_for(self, offering: Offering) -> &'static str {
+        match (self, offering) {
+            (EnvState::Ready, Offering::TrainingJob) => "Running",
+            _ => self.label(),
+        }
+    }
+
     /// Nothing more will happen to an environment in this state.
     pub fn is_final(self) -> bool {
         matches!(self, EnvState::Released | EnvState::Failed)
@@ -151,6 +160,16 @@ impl Step {
 
     pub fn parse(s: &str) -> Option<Step> {
         Step::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// Words for the UI about a step of an environment of `offering`: a training job has
+    /// no endpoint to connect to; what it publishes is how to follow its log.
+    pub fn label_for(self, offering: Offering) -> &'static str {
+        match (self, offering) {
+            (Step::ExposeEndpoint, Offering::TrainingJob) => "Publish how to follow the job",
+            (Step::RemoveEndpoint, Offering::TrainingJob) => "Withdraw how to follow the job",
+            _ => self.label(),
+        }
     }
 
     pub fn label(self) -> &'static str {
@@ -269,6 +288,14 @@ pub fn next_action(offering: Offering, shape: Shape, p: &Progress) -> Action {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_running_training_job_is_called_running_and_has_no_endpoint() {
+        assert_eq!(EnvState::Ready.label_for(Offering::TrainingJob), "Running");
+        assert_eq!(EnvState::Ready.label_for(Offering::Notebook), "Ready");
+        assert_eq!(Step::ExposeEndpoint.label_for(Offering::TrainingJob), "Publish how to follow the job");
+        assert_eq!(Step::ExposeEndpoint.label_for(Offering::InferenceEndpoint), "Expose connection endpoint");
+    }
     use crate::gpu::GpuModel;
     use crate::mig::MigProfile;
 

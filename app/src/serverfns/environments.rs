@@ -243,7 +243,7 @@ pub(crate) mod views {
             offering: e.offering.title().to_owned(),
             size: e.size.label.to_owned(),
             state: if scheduled { "scheduled" } else { e.state.as_str() }.to_owned(),
-            state_label: if scheduled { "Scheduled" } else { e.state.label() }.to_owned(),
+            state_label: if scheduled { "Scheduled" } else { e.state.label_for(e.offering) }.to_owned(),
             price: format!("{}/h", format_cents(u32::try_from(e.cents_per_hour).unwrap_or(0))),
             created: utc(e.created_at),
             window,
@@ -278,7 +278,7 @@ pub(crate) mod views {
                 };
                 StepView {
                     phase: phase.as_str().to_owned(),
-                    label: step.label().to_owned(),
+                    label: step.label_for(e.offering).to_owned(),
                     status: record.map_or("pending", |r| r.status.as_str()).to_owned(),
                     attempts: record.map_or(0, |r| r.attempts),
                     timing,
@@ -308,11 +308,11 @@ pub(crate) mod views {
         let mut timeline =
             vec![("Requested".to_owned(), utc(e.created_at)), ("Window starts".to_owned(), utc(e.starts_at))];
         if let Some(at) = e.ready_at {
-            timeline.push(("Ready".to_owned(), utc(at)));
+            timeline.push((EnvState::Ready.label_for(e.offering).to_owned(), utc(at)));
         }
         timeline.push(("Window ends".to_owned(), utc(e.ends_at)));
         if let Some(at) = e.finished_at {
-            timeline.push((e.state.label().to_owned(), utc(at)));
+            timeline.push((e.state.label_for(e.offering).to_owned(), utc(at)));
         }
         EnvironmentView {
             volumes: d.volumes.iter().cloned().map(super::super::volumes::attachment_view).collect(),
