@@ -45,6 +45,12 @@ test('a new token shows its secret once, with a curl example', async () => {
   await box.getByText('Copy it now; it will not be shown again.').waitFor();
   secret = (await box.locator('[data-secret]').innerText()).trim();
   assert.match(secret, /^berth_[0-9a-f]{64}$/);
+  // One press copies it.
+  await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: berth.url });
+  const copy = box.getByRole('button', { name: 'Copy the token' });
+  await copy.click();
+  await box.getByRole('button', { name: 'Copy the token', hasText: 'Copied' }).waitFor();
+  assert.equal(await page.evaluate(() => navigator.clipboard.readText()), secret);
   assert.equal(
     (await box.locator('[data-example]').innerText()).trim(),
     `curl -H "Authorization: Bearer ${secret}" ${berth.url}/api/v1/environments`,
@@ -150,6 +156,8 @@ test('without JavaScript, a new token is shown once and can be revoked', async (
   await box.waitFor();
   const plainSecret = (await box.locator('[data-secret]').innerText()).trim();
   assert.match(plainSecret, /^berth_[0-9a-f]{64}$/);
+  // Copying needs the page's script; without it the token is there to select.
+  assert.equal(await box.getByRole('button', { name: 'Copy the token' }).count(), 0);
   const row = plain.locator('tr[data-token="plain-html"]');
   await row.getByText('See environments, Read the audit log').waitFor();
   const me = await (await api('/api/v1/me', plainSecret)).json();

@@ -59,6 +59,8 @@ test('a pinned training image becomes the default, and a tenant is held to the c
   await page.getByLabel('May run').selectOption('catalog');
   await page.getByRole('button', { name: 'Set the rule' }).click();
   await page.locator('[data-tenant-images="acme"] [data-custom-images]', { hasText: 'only catalog images' }).waitFor();
+  // Saving says it saved.
+  await page.locator('[data-saved]', { hasText: "The tenant's rule for custom images is saved." }).waitFor();
   await page.screenshot({ path: join(artifacts, 'images.png'), fullPage: true });
 });
 

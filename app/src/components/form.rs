@@ -191,3 +191,72 @@ pub fn ConfirmButton(
         </details>
     }
 }
+
+/// A button that copies `text` (a key, a token, a command) to the clipboard. It needs the
+/// browser's clipboard, so it shows once the page is hydrated; without JavaScript the text
+/// beside it is there to select.
+#[component]
+pub fn CopyButton(
+    #[prop(into)] text: String,
+    /// What is copied, for screen readers ("Copy the API key").
+    #[prop(into)]
+    label: String,
+) -> impl IntoView {
+    let hydrated = RwSignal::new(false);
+    Effect::new(move |_| hydrated.set(true));
+    let copied = RwSignal::new(false);
+    let copy = move |_| {
+        #[cfg(feature = "hydrate")]
+        if let Some(window) = web_sys::window() {
+            // The promise is left to settle on its own: a refusal leaves the text to select.
+            let _ = window.navigator().clipboard().write_text(&text);
+            copied.set(true);
+        }
+        #[cfg(not(feature = "hydrate"))]
+        let _ = &text;
+    };
+    view! {
+        <button type="button" class=format!("mt-1 {SMALL_BUTTON}") hidden=move || !hydrated.get() aria-label=label on:click=copy>
+            {move || if copied.get() { "Copied" } else { "Copy" }}
+        </button>
+        <span role="status" class="sr-only">{move || copied.get().then_some("Copied to the clipboard")}</span>
+    }
+}
+
+/// What a `?saved=` in a page's address says: the settings forms send their page there
+/// after a change, so saving says it saved, with and without JavaScript. A fixed list:
+/// nothing a link carries reaches the page as text.
+pub fn saved_text(what: &str) -> Option<&'static str> {
+    Some(match what {
+        "notifications" => "Your notification choices are saved.",
+        "quota" => "The quota is saved.",
+        "quota-removed" => "The quota is removed.",
+        "storage" => "The storage limit is saved.",
+        "budget" => "The budget is saved.",
+        "budget-removed" => "The budget is removed.",
+        "sso" => "The single sign-on connection is saved.",
+        "isolation" => "The tenant's isolation is saved; its environments follow.",
+        "custom-images" => "The tenant's rule for custom images is saved.",
+        "default-image" => "The default image is saved.",
+        "port-guids" => "The tenant's InfiniBand ports are saved.",
+        "maintenance" => "The maintenance window is scheduled.",
+        "gpu-health" => "The GPU's health is saved.",
+        _ => return None,
+    })
+}
+
+/// "Saved." after a settings form sent its page here with `?saved=<what>` (see
+/// [`saved_text`]), as a polite status.
+#[component]
+pub fn SavedNotice() -> impl IntoView {
+    let query = leptos_router::hooks::use_query_map();
+    move || {
+        query.read().get("saved").and_then(|what| saved_text(&what)).map(|text| {
+            view! {
+                <p role="status" data-saved="" class="mt-4 rounded-lg border border-emerald-200 bg-emerald-50 p-3 text-sm text-emerald-900">
+                    {text}
+                </p>
+            }
+        })
+    }
+}

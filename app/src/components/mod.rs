@@ -4,7 +4,7 @@
 pub mod form;
 pub mod table;
 
-pub use form::{ConfirmButton, Field, FieldErrors};
+pub use form::{ConfirmButton, CopyButton, Field, FieldErrors, SavedNotice};
 pub use table::Table;
 
 use leptos::prelude::*;

@@ -3,7 +3,7 @@ use leptos_meta::Title;
 
 use crate::components::form::{BUTTON, LABEL};
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, Table};
+use crate::components::{CARD, ConfirmButton, CopyButton, ErrorAlert, Field, RequireUser, SavedNotice, Table};
 use crate::model::{AccountView, NewTokenView, NotificationSettingsView, SshKeyView, TokenView};
 use crate::serverfns::{
     AddSshKey, ChangePassword, CreateToken, RemoveSshKey, ResetSecondFactor, RevokeToken, SaveNotificationSettings,
@@ -71,6 +71,7 @@ fn NotificationChoices(view: NotificationSettingsView, save: ServerAction<SaveNo
     view! {
         <section class=CARD id="notifications" aria-labelledby="notifications-title">
             <h2 id="notifications-title" class="text-sm font-semibold text-slate-900">"Notifications"</h2>
+            <SavedNotice/>
             <p class="mt-1 text-sm text-slate-600" data-testid="email-status">
                 {if view.email_configured {
                     "Email goes to your account's address."
@@ -115,6 +116,7 @@ fn NewTokenBox(token: NewTokenView) -> impl IntoView {
             <code data-secret="" class="mt-3 block select-all break-all rounded-lg bg-white px-3 py-2 font-mono text-sm text-slate-900 ring-1 ring-amber-200">
                 {token.secret.clone()}
             </code>
+            <CopyButton text=token.secret.clone() label="Copy the token"/>
             <p class="mt-3 text-xs text-amber-900">{format!("Valid until {}. Try it:", token.expires)}</p>
             <code data-example="" class="mt-1 block select-all break-all rounded-lg bg-white px-3 py-2 font-mono text-xs text-slate-900 ring-1 ring-amber-200">
                 {token.example.clone()}

@@ -3,7 +3,7 @@ use leptos_meta::Title;
 use leptos_router::hooks::use_params_map;
 
 use crate::components::form::{UTC_TIME_PATTERN, UTC_TIME_PLACEHOLDER};
-use crate::components::{ConfirmButton, ErrorAlert, RequireUser, StateBadge, poll_every};
+use crate::components::{ConfirmButton, CopyButton, ErrorAlert, RequireUser, StateBadge, poll_every};
 use crate::model::{ConnectionView, EndpointView, EnvironmentView, JobLogsView, StepView};
 use crate::serverfns::{ChangeEnd, ReplaceApiKey, RevealApiKey, SetReplicas, StopEnvironment, environment};
 
@@ -261,7 +261,8 @@ fn EndpointCard(id: String, endpoint: EndpointView, actions: Actions) -> impl In
                         {move || shown_key.get().or_else(|| key_from_form.clone()).map(|key| view! {
                             <div role="status" class="mt-1 rounded-lg border-2 border-amber-300 bg-amber-50 p-3">
                                 <p class="text-xs font-medium text-amber-900">"Copy it now: Berth keeps only its hash and will not show it again."</p>
-                                <code data-testid="api-key" class="mt-1 block select-all break-all rounded bg-white px-2 py-1 font-mono text-xs text-slate-900">{key}</code>
+                                <code data-testid="api-key" class="mt-1 block select-all break-all rounded bg-white px-2 py-1 font-mono text-xs text-slate-900">{key.clone()}</code>
+                                <CopyButton text=key label="Copy the API key"/>
                             </div>
                         })}
                         {match (endpoint.may_connect, endpoint.key_state.as_str()) {
@@ -346,17 +347,20 @@ fn ConnectionCard(connection: ConnectionView) -> impl IntoView {
                     <dt class="text-emerald-800">"URL"</dt>
                     <dd><a href=connection.url.clone() class="break-all font-mono text-emerald-900 underline" data-connection-url="">{connection.url.clone()}</a></dd>
                 </div>
-                {connection.secret_label.clone().zip(connection.secret.clone()).map(|(label, secret)| view! {
+                {connection.secret_label.clone().zip(connection.secret.clone()).map(|(label, secret)| {
+                    let copy_label = format!("Copy the {}", label.to_lowercase());
+                    view! {
                     <div>
                         <dt class="text-emerald-800">{label}</dt>
                         <dd>
                             <details>
                                 <summary class="cursor-pointer text-emerald-900">"Show"</summary>
-                                <code class="mt-1 block break-all rounded bg-white px-2 py-1 font-mono text-xs text-slate-900">{secret}</code>
+                                <code class="mt-1 block break-all rounded bg-white px-2 py-1 font-mono text-xs text-slate-900">{secret.clone()}</code>
+                                <CopyButton text=secret label=copy_label/>
                             </details>
                         </dd>
                     </div>
-                })}
+                }})}
                 <div>
                     <dt class="text-emerald-800">"Example"</dt>
                     <dd><code class="block break-all rounded bg-white px-2 py-1 font-mono text-xs text-slate-900">{connection.example.clone()}</code></dd>

@@ -3,7 +3,7 @@ use leptos_meta::Title;
 
 use crate::components::form::{SMALL_BUTTON, SMALL_INPUT};
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ErrorAlert, RequireUser, Table};
+use crate::components::{CARD, ErrorAlert, RequireUser, SavedNotice, Table};
 use crate::model::{FabricTenantView, FabricView};
 use crate::serverfns::{SetPortGuids, fabric_overview};
 
@@ -21,6 +21,7 @@ pub fn FabricPage() -> impl IntoView {
         <Title text="Fabric"/>
         <RequireUser>
             <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Fabric isolation"</h1>
+            <SavedNotice/>
             <p class="mt-1 text-sm text-slate-600">
                 "Hard and hybrid tenants each hold a network segment, an InfiniBand P_Key, an NVLink partition and a storage volume. Identifiers come from the pools below; a released one waits out its quarantine before another tenant gets it."
             </p>

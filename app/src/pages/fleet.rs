@@ -4,7 +4,9 @@ use leptos_router::hooks::use_query_map;
 
 use crate::components::form::SMALL_BUTTON;
 use crate::components::table::CELL;
-use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, StateBadge, Table};
+use crate::components::{
+    CARD, ConfirmButton, CopyButton, ErrorAlert, Field, RequireUser, SavedNotice, StateBadge, Table,
+};
 use crate::error::AppError;
 use crate::model::{Bar, FleetNode, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
 use crate::serverfns::{
@@ -148,6 +150,7 @@ fn NewNodeTokenBox(token: NewNodeTokenView) -> impl IntoView {
         <div class="mt-3 rounded-lg bg-amber-50 p-3 text-sm text-amber-900 ring-1 ring-amber-200" role="status">
             <p class="font-medium">"Node token for " {token.node.clone()} ": copy it now, it is not shown again."</p>
             <code data-node-secret="" class="mt-2 block select-all break-all rounded bg-white px-2 py-1 font-mono text-xs text-slate-900 ring-1 ring-amber-200">{token.secret.clone()}</code>
+            <CopyButton text=token.secret.clone() label="Copy the node token"/>
             <p class="mt-2 text-xs">"On the node:"</p>
             <code class="mt-1 block select-all break-all rounded bg-white px-2 py-1 font-mono text-xs text-slate-900 ring-1 ring-amber-200">{token.command.clone()}</code>
         </div>
@@ -178,6 +181,7 @@ fn Fleet(
                 <a href=view.next_href.clone() class="rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"Later →"</a>
             </nav>
         </div>
+        <SavedNotice/>
         <NodePager pager=view.pager.clone()/>
         <div tabindex="0" role="region" aria-label="Nodes over time" class="mt-3 overflow-x-auto rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
             <div class="min-w-[56rem]">

@@ -3,7 +3,7 @@ use leptos_meta::Title;
 
 use crate::components::form::{BUTTON, HINT, LABEL, SMALL_BUTTON};
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, Table};
+use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, SavedNotice, Table};
 use crate::model::{ImageView, ImagesView};
 use crate::serverfns::{AddImage, RemoveImage, SetCustomImages, SetDefaultImage, images};
 
@@ -27,6 +27,7 @@ pub fn ImagesPage() -> impl IntoView {
         <Title text="Images"/>
         <RequireUser>
             <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Images"</h1>
+            <SavedNotice/>
             <p class="mt-1 max-w-3xl text-sm text-slate-600">
                 "The container images environments run. Notebooks run images from this catalog; training jobs and inference endpoints may also run an image of your own where your team allows it. Each entry is pinned by its digest, so every booking of it runs the same image."
             </p>

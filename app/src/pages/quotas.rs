@@ -3,7 +3,7 @@ use leptos_meta::Title;
 
 use crate::components::form::{BUTTON, SMALL_DANGER_BUTTON};
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ErrorAlert, Field, RequireUser, Table};
+use crate::components::{CARD, ErrorAlert, Field, RequireUser, SavedNotice, Table};
 use crate::model::{QuotaView, QuotasView, StorageQuotasView};
 use crate::serverfns::{RemoveQuota, SetQuota, SetStorageQuota, quotas, storage_quotas};
 
@@ -21,6 +21,7 @@ pub fn QuotasPage() -> impl IntoView {
         <Title text="Quotas"/>
         <RequireUser>
             <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Quotas"</h1>
+            <SavedNotice/>
             <p class="mt-1 max-w-3xl text-sm text-slate-600">
                 "A booking must fit every quota it counts against: its owner's own (or everyone's default), its project's and its tenant's. GPU limits count GPU-equivalents held at once, for each GPU model on its own (a 3g slice of an H100 is 3/7). A tenant whose quota allows spot may burst beyond it with preemptible bookings."
             </p>

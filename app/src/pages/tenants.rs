@@ -4,7 +4,7 @@ use leptos_router::hooks::use_params_map;
 
 use crate::components::form::{BUTTON, LABEL, SMALL_BUTTON, SMALL_INPUT};
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, Table};
+use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, SavedNotice, Table};
 use crate::model::{
     MemberView, NewWebhookView, ProjectView, SsoView, TenantPageView, TenantView, TokenView, WebhooksView,
 };
@@ -39,6 +39,7 @@ pub fn TenantsPage() -> impl IntoView {
         <Title text="Tenants"/>
         <RequireUser>
             <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Tenants"</h1>
+            <SavedNotice/>
             <p class="mt-1 text-sm text-slate-600">
                 "Each tenant is an organisation sharing the fleet. Soft isolation keeps tenants apart with namespaces, quotas and network policies; hard isolation gives them dedicated nodes and fabric identifiers; hybrid is hard toward other tenants with soft projects inside."
             </p>
@@ -214,6 +215,7 @@ fn TenantBody(page: TenantPageView, actions: TenantActions) -> impl IntoView {
                 {format!("{} isolation · {}", page.tenant.isolation, page.tenant.status)}
             </span>
         </div>
+        <SavedNotice/>
         <Members members=page.members.clone() manage=page.can_manage_members me=page.me tenant_id actions/>
         <Projects projects=page.projects.clone() manage=page.can_manage_projects tenant_id actions/>
         {page.sso.clone().map(|sso| view! { <Sso sso manage=page.can_manage_sso tenant_id actions/> })}

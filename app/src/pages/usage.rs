@@ -4,7 +4,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::components::form::{BUTTON, INPUT, LABEL};
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, Table};
+use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, SavedNotice, Table};
 use crate::model::{BudgetView, ModelUseView, UsageView};
 use crate::serverfns::{RemoveBudget, SetBudget, usage_page};
 
@@ -29,6 +29,7 @@ pub fn UsagePage() -> impl IntoView {
         <Title text="Usage and cost"/>
         <RequireUser>
             <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Usage and cost"</h1>
+            <SavedNotice/>
             <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match data.await {

@@ -59,7 +59,7 @@ pub async fn schedule_maintenance(
         .schedule_maintenance(&caller, &node, gpu, &start, &end, &reason)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    leptos_axum::redirect("/admin/fleet");
+    leptos_axum::redirect("/admin/fleet?saved=maintenance");
     Ok(())
 }
 
@@ -70,7 +70,7 @@ pub async fn set_gpu_health(node: String, gpu: String, health: String, note: Str
     let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
     let index = gpu_index(&node, &gpu).map_err(|r| fail(r.into()))?;
     platform.set_gpu_health(&caller, &node, index, &health, &note).await.map_err(fail)?;
-    leptos_axum::redirect("/admin/fleet");
+    leptos_axum::redirect("/admin/fleet?saved=gpu-health");
     Ok(())
 }
 
@@ -489,7 +489,7 @@ pub async fn set_quota(
     )
     .map_err(|r| fail(r.into()))?;
     platform.set_quota_for(&caller, &level, &who, &quota).await.map_err(fail)?;
-    leptos_axum::redirect("/admin/quotas");
+    leptos_axum::redirect("/admin/quotas?saved=quota");
     Ok(())
 }
 
@@ -499,7 +499,7 @@ pub async fn set_quota(
 pub async fn remove_quota(id: i64) -> Result<(), AppError> {
     let (platform, caller) = super::ssr::caller().await?;
     platform.remove_quota(&caller, id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    leptos_axum::redirect("/admin/quotas");
+    leptos_axum::redirect("/admin/quotas?saved=quota-removed");
     Ok(())
 }
 

@@ -22,7 +22,7 @@ pub async fn set_port_guids(tenant_id: i64, guids: String) -> Result<(), AppErro
         .set_port_guids(&caller, tenant_id, &guids)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    leptos_axum::redirect("/admin/fabric");
+    leptos_axum::redirect("/admin/fabric?saved=port-guids");
     Ok(())
 }
 

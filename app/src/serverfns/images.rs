@@ -125,7 +125,7 @@ pub async fn set_default_image(id: i64, offering: String) -> Result<(), AppError
         .set_default_image(&caller, id, &offering)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    leptos_axum::redirect("/images");
+    leptos_axum::redirect("/images?saved=default-image");
     Ok(())
 }
 
@@ -137,7 +137,7 @@ pub async fn set_custom_images(tenant_id: i64, mode: String, registries: String)
         .set_custom_images(&caller, tenant_id, &mode, &registries)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    leptos_axum::redirect("/images");
+    leptos_axum::redirect("/images?saved=custom-images");
     Ok(())
 }
 

@@ -61,7 +61,7 @@ pub async fn save_notification_settings(
         .set_notification_preferences(&caller, &in_app.unwrap_or_default(), &email.unwrap_or_default())
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    leptos_axum::redirect("/account#notifications");
+    leptos_axum::redirect("/account?saved=notifications#notifications");
     Ok(())
 }
 

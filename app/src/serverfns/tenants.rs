@@ -61,7 +61,7 @@ pub async fn set_tenant_isolation(id: i64, isolation: String) -> Result<(), AppE
         .set_tenant_isolation(&caller, id, &isolation)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    leptos_axum::redirect("/admin/tenants");
+    leptos_axum::redirect("/admin/tenants?saved=isolation");
     Ok(())
 }
 
@@ -196,7 +196,7 @@ pub async fn save_sso(
         .set_sso(&caller, tenant_id, &settings)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    leptos_axum::redirect(&format!("/tenants/{tenant_id}"));
+    leptos_axum::redirect(&format!("/tenants/{tenant_id}?saved=sso"));
     Ok(())
 }
 

@@ -147,7 +147,7 @@ pub async fn set_budget(
     let (platform, caller) = super::ssr::caller().await?;
     let change = BudgetChange { level, who, amount, warn_only: warn_only.is_some() };
     platform.set_budget(&caller, &change).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    leptos_axum::redirect("/usage");
+    leptos_axum::redirect("/usage?saved=budget");
     Ok(())
 }
 
@@ -156,6 +156,6 @@ pub async fn set_budget(
 pub async fn remove_budget(id: i64) -> Result<(), AppError> {
     let (platform, caller) = super::ssr::caller().await?;
     platform.remove_budget(&caller, id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    leptos_axum::redirect("/usage");
+    leptos_axum::redirect("/usage?saved=budget-removed");
     Ok(())
 }

@@ -167,7 +167,7 @@ pub async fn set_storage_quota(level: String, who: String, max_gib: String, home
         .set_storage_quota(&caller, &level, &who, &max_gib, &home_gib)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    leptos_axum::redirect("/admin/quotas");
+    leptos_axum::redirect("/admin/quotas?saved=storage");
     Ok(())
 }
 
