@@ -6,6 +6,7 @@ pub mod assets;
 pub mod cli;
 pub mod http;
 pub mod metrics;
+pub mod openapi;
 pub mod problem;
 pub mod proxy;
 pub mod rate_limit;

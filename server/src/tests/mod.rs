@@ -10,6 +10,7 @@ mod fabric;
 mod hardening;
 mod idempotency;
 mod matrix;
+mod openapi;
 mod pages;
 mod problems;
 mod proxy;
