@@ -8,7 +8,7 @@
 //! with the request id and never sent.
 
 use axum::Json;
-use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use berth_domain::Refusal;
@@ -205,6 +205,51 @@ fn node_unauthenticated(request_id: &str) -> Response {
     )
 }
 
+/// A JSON body that is an object, read as `T`. axum's `Json` alone would read a struct from
+/// an array too (serde's sequence form: `["x"]` as `{"ends_at": "x"}`), which the API's
+/// description does not allow. Otherwise its answers are axum's (`problems_only` makes them
+/// problems): 415 without a JSON content type, 400 for JSON that does not parse, 422 for
+/// JSON that is not what the route reads, naming the field.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Body<T>, Response> {
+        let headers = request.headers().clone();
+        let bytes = axum::body::Bytes::from_request(request, state).await.map_err(IntoResponse::into_response)?;
+        read_object(&headers, &bytes, false).map(Body)
+    }
+}
+
+/// `bytes` as `T` when they are a JSON object (or, with `null_allowed`, `null`).
+fn read_object<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    bytes: &[u8],
+    null_allowed: bool,
+) -> Result<T, Response> {
+    let plain = |status: StatusCode, text: String| {
+        (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+    };
+    let media = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let media = media.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let json = media == "application/json" || (media.starts_with("application/") && media.ends_with("+json"));
+    if !json {
+        return Err(plain(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Expected request with `Content-Type: application/json`".into(),
+        ));
+    }
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if !(first == Some(&b'{') || (null_allowed && first == Some(&b'n'))) {
+        return Err(plain(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Failed to deserialize the JSON body into the target type: the body must be a JSON object".into(),
+        ));
+    }
+    Json::<T>::from_bytes(bytes).map(|Json(value)| value).map_err(IntoResponse::into_response)
+}
+
 /// The caller behind the request's bearer token.
 pub struct TokenCaller(pub Platform, pub Caller);
 
@@ -241,7 +286,7 @@ fn fail(caller: &Caller) -> impl Fn(Error) -> ApiError + '_ {
 pub struct EnvironmentBody {
     id: String,
     name: String,
-    /// `notebook`, `training-job`, `inference-endpoint` or `dedicated-cluster`.
+    /// `notebook`, `training`, `inference` or `cluster`.
     #[schema(schema_with = schema::offering)]
     offering: &'static str,
     /// The size's id in the catalog, e.g. `h100-1g.10gb`.
@@ -346,15 +391,19 @@ async fn me(TokenCaller(_, caller): TokenCaller) -> Result<Json<Me>, ApiError> {
 pub struct EnvironmentQuery {
     /// The owner's user id.
     #[serde(default)]
+    #[param(pattern = "^[0-9]*$")]
     pub owner: String,
     /// The project's id.
     #[serde(default)]
+    #[param(pattern = "^[0-9]*$")]
     pub project: String,
     /// The tenant's id (platform staff).
     #[serde(default)]
+    #[param(pattern = "^[0-9]*$")]
     pub tenant: String,
     /// `active`, `finished` or `any` (empty: any).
     #[serde(default)]
+    #[param(schema_with = schema::state_filter)]
     pub state: String,
 }
 
@@ -409,7 +458,7 @@ async fn environments(
 #[derive(ToSchema)]
 #[allow(dead_code)] // The schema of what `LaunchRequest` reads; never built.
 pub struct LaunchBody {
-    /// `notebook`, `training-job`, `inference-endpoint` or `dedicated-cluster`.
+    /// `notebook`, `training`, `inference` or `cluster`.
     #[schema(schema_with = schema::offering)]
     offering: String,
     /// A size's id in the catalog, e.g. `h100-1g.10gb`.
@@ -418,30 +467,30 @@ pub struct LaunchBody {
     /// Whole hours, e.g. `"4"`.
     hours: String,
     /// Empty for now, else a UTC date and time (`2026-11-26 14:00`).
-    #[schema(default = "")]
-    start: Option<String>,
+    #[schema(required = false, default = "")]
+    start: String,
     /// "As soon as possible": the earliest start within this many days, instead of `start`.
-    #[schema(default = "")]
-    earliest_within_days: Option<String>,
+    #[schema(required = false, default = "")]
+    earliest_within_days: String,
     /// Other GPU models the booking may take, separated by commas, or `any`.
-    #[schema(default = "")]
-    models: Option<String>,
+    #[schema(required = false, default = "")]
+    models: String,
     /// Any model whose GPUs have at least this many GB.
-    #[schema(default = "")]
-    min_gpu_memory_gb: Option<String>,
+    #[schema(required = false, default = "")]
+    min_gpu_memory_gb: String,
     /// Empty or `guaranteed`, or `spot`.
-    #[schema(default = "")]
-    tier: Option<String>,
+    #[schema(required = false, default = "")]
+    tier: String,
     /// The id of the project whose quota the booking counts against; empty for none.
-    #[schema(default = "")]
-    project: Option<String>,
-    #[schema(default = "")]
-    image: Option<String>,
-    #[schema(default = "")]
-    command: Option<String>,
+    #[schema(required = false, default = "")]
+    project: String,
+    #[schema(required = false, default = "")]
+    image: String,
+    #[schema(required = false, default = "")]
+    command: String,
     /// Ids of volumes to attach besides the home volume (notebooks and training jobs).
-    #[schema(schema_with = schema::ids)]
-    volumes: Option<Vec<i64>>,
+    #[schema(schema_with = schema::ids, required = false)]
+    volumes: Vec<i64>,
 }
 
 /// Books an environment. With an `Idempotency-Key` header, a retry of the same request gets
@@ -455,7 +504,7 @@ pub struct LaunchBody {
 async fn launch(
     TokenCaller(platform, caller): TokenCaller,
     headers: HeaderMap,
-    Json(request): Json<LaunchRequest>,
+    Body(request): Body<LaunchRequest>,
 ) -> Result<Response, ApiError> {
     let env = match headers.get(IDEMPOTENCY_KEY) {
         None => platform.launch(&caller, &request).await.map_err(fail(&caller))?,
@@ -511,7 +560,7 @@ pub struct NewEnd {
 async fn change_end(
     TokenCaller(platform, caller): TokenCaller,
     Path(id): Path<String>,
-    Json(end): Json<NewEnd>,
+    Body(end): Body<NewEnd>,
 ) -> Result<Json<EnvironmentBody>, ApiError> {
     let env = platform.change_end(&caller, &id, &end.ends_at).await.map_err(fail(&caller))?;
     Ok(Json(environment_body(&platform, &caller, &env)))
@@ -572,7 +621,10 @@ pub struct MemberList {
 #[utoipa::path(get, path = "/api/v1/tenants/{id}/members", tag = "tenants",
     params(("id" = i64, Path, description = "The tenant's id")),
     responses((status = 200, body = MemberList)))]
-async fn members(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> Result<Json<MemberList>, ApiError> {
+async fn members(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+) -> Result<Json<MemberList>, ApiError> {
     let members = platform.members(&caller, id).await.map_err(fail(&caller))?;
     let members = members
         .into_iter()
@@ -628,7 +680,8 @@ async fn notifications(TokenCaller(platform, caller): TokenCaller) -> Result<Jso
     Ok(Json(NotificationList { unread: inbox.unread, notifications }))
 }
 
-/// Which notifications to mark read: `{"ids": [..]}`, or all of them (`{}` or no body).
+/// Which notifications to mark read: `{"ids": [..]}`, or all of them (`{}`, `null` or no
+/// body).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MarkRead {
@@ -650,11 +703,16 @@ pub struct Marked {
     responses((status = 200, body = Marked)))]
 async fn mark_notifications_read(
     TokenCaller(platform, caller): TokenCaller,
-    body: Option<Json<MarkRead>>,
-) -> Result<Json<Marked>, ApiError> {
-    let ids = body.and_then(|Json(b)| b.ids);
-    let marked = platform.mark_notifications_read(&caller, ids.as_deref()).await.map_err(fail(&caller))?;
-    let unread = platform.unread_notifications(caller.user_id()).await.map_err(fail(&caller))?;
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<Marked>, Response> {
+    let asked = match body.iter().all(u8::is_ascii_whitespace) {
+        true => MarkRead::default(),
+        false => read_object::<Option<MarkRead>>(&headers, &body, true)?.unwrap_or_default(),
+    };
+    let fail = |e| fail(&caller)(e).into_response();
+    let marked = platform.mark_notifications_read(&caller, asked.ids.as_deref()).await.map_err(fail)?;
+    let unread = platform.unread_notifications(caller.user_id()).await.map_err(fail)?;
     Ok(Json(Marked { marked, unread }))
 }
 
@@ -703,7 +761,10 @@ pub struct Revoked {
 #[utoipa::path(post, path = "/api/v1/tokens/{id}/revoke", tag = "tokens",
     params(("id" = i64, Path, description = "The token's id")),
     responses((status = 200, body = Revoked)))]
-async fn revoke_token(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> Result<Json<Revoked>, ApiError> {
+async fn revoke_token(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+) -> Result<Json<Revoked>, ApiError> {
     platform.revoke_token(&caller, id).await.map_err(fail(&caller))?;
     Ok(Json(Revoked { revoked: id }))
 }
@@ -804,7 +865,7 @@ fn typed(value: &Value) -> String {
 /// Makes a volume, personal or shared with a project.
 #[utoipa::path(post, path = "/api/v1/volumes", tag = "volumes", request_body = NewVolume,
     responses((status = 201, description = "Made", body = VolumeBody)))]
-async fn create_volume(TokenCaller(platform, caller): TokenCaller, Json(asked): Json<NewVolume>) -> Response {
+async fn create_volume(TokenCaller(platform, caller): TokenCaller, Body(asked): Body<NewVolume>) -> Response {
     let request = VolumeRequest { name: asked.name, size_gib: typed(&asked.size_gib), project: typed(&asked.project) };
     match platform.create_volume(&caller, &request).await {
         Ok(volume) => (StatusCode::CREATED, Json(volume_body(volume))).into_response(),
@@ -837,7 +898,7 @@ pub struct NewSize {
 async fn resize_volume(
     TokenCaller(platform, caller): TokenCaller,
     Path(id): Path<i64>,
-    Json(asked): Json<NewSize>,
+    Body(asked): Body<NewSize>,
 ) -> Result<Json<VolumeBody>, ApiError> {
     let volume = platform.resize_volume(&caller, id, &typed(&asked.size_gib)).await.map_err(fail(&caller))?;
     Ok(Json(volume_body(volume)))
@@ -853,7 +914,10 @@ pub struct Deleted {
 #[utoipa::path(delete, path = "/api/v1/volumes/{id}", tag = "volumes",
     params(("id" = i64, Path, description = "The volume's id")),
     responses((status = 200, body = Deleted)))]
-async fn delete_volume(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> Result<Json<Deleted>, ApiError> {
+async fn delete_volume(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+) -> Result<Json<Deleted>, ApiError> {
     platform.delete_volume(&caller, id).await.map_err(fail(&caller))?;
     Ok(Json(Deleted { deleted: id }))
 }
@@ -932,10 +996,11 @@ async fn audit(
 pub struct UsageQuery {
     /// `2026-11`; empty for this month.
     #[serde(default)]
+    #[param(pattern = "^([0-9]{4}-(0[1-9]|1[0-2]))?$")]
     pub month: String,
-    /// `project`, `person`, `offering`, `model`, `tier`, `tenant` or `environment`; empty
-    /// for projects.
+    /// What the lines are; empty for projects.
     #[serde(default)]
+    #[param(schema_with = schema::usage_by)]
     pub by: String,
     /// A tenant's slug (platform staff).
     #[serde(default)]
@@ -1211,7 +1276,7 @@ pub struct CheckRequest {
 async fn run_node_checks(
     TokenCaller(platform, caller): TokenCaller,
     Path(name): Path<String>,
-    Json(request): Json<CheckRequest>,
+    Body(request): Body<CheckRequest>,
 ) -> Result<Json<CheckRunBody>, ApiError> {
     let run = platform.run_node_checks(&caller, &name, &request.level).await.map_err(fail(&caller))?;
     Ok(Json(check_run_body(&run)))
@@ -1243,7 +1308,7 @@ pub struct NodeStateBody {
 async fn change_node_state(
     TokenCaller(platform, caller): TokenCaller,
     Path(name): Path<String>,
-    Json(change): Json<StateChange>,
+    Body(change): Body<StateChange>,
 ) -> Result<Json<NodeStateBody>, ApiError> {
     let health =
         platform.change_node_state(&caller, &name, &change.event, &change.reason).await.map_err(fail(&caller))?;
@@ -1253,6 +1318,70 @@ async fn change_node_state(
         repair_tier: health.status.tier,
         repair_tier_name: health.tier_name,
     }))
+}
+
+/// What a node's agent reports (`berth_domain::agent::NodeReport`, which reads it: a test
+/// keeps the two field for field).
+#[derive(ToSchema)]
+#[allow(dead_code)] // The schema of what `NodeReport` reads; never built.
+pub struct NodeReportBody {
+    /// The `berth` version the agent runs.
+    agent_version: String,
+    /// Every GPU NVML sees; empty when NVML is not available on the node.
+    gpus: Vec<GpuReportBody>,
+}
+
+/// One GPU as NVML sees it (`berth_domain::agent::GpuReport`); readings a GPU does not
+/// support are `null`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct GpuReportBody {
+    /// NVML's device index, the fleet file's numbering.
+    index: i64,
+    /// `GPU-…`.
+    uuid: String,
+    /// e.g. `NVIDIA H100 80GB HBM3`.
+    name: String,
+    memory_mib: i64,
+    mig_enabled: bool,
+    mig_instances: Option<i64>,
+    /// Uncorrected ECC errors since the driver loaded.
+    ecc_uncorrected: Option<i64>,
+    temperature_c: Option<i64>,
+    power_w: Option<i64>,
+    /// 0 to 100.
+    utilization_pct: Option<i64>,
+}
+
+/// What an agent says after applying its node's plan (`berth_domain::node_plan::PlanReport`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct PlanReportBody {
+    /// The plan generation the agent worked on.
+    generation: i64,
+    /// `null`: the whole plan is applied; otherwise what stopped it.
+    error: Option<String>,
+    /// The node's underlay address, which the tenants' other nodes tunnel to.
+    #[schema(format = Ipv4, pattern = r"^((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])$")]
+    underlay_address: Option<String>,
+    #[schema(required = false)]
+    workloads: Vec<WorkloadStatusBody>,
+}
+
+/// How one workload is doing on the node (`berth_domain::node_plan::WorkloadStatus`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct WorkloadStatusBody {
+    environment_id: String,
+    /// `null` until the image is on the node.
+    #[schema(schema_with = schema::workload_state, required = false)]
+    state: Option<String>,
+    exit_code: Option<i64>,
+    /// Why the agent could not pull or start it.
+    error: Option<String>,
+    /// A training job's last log lines, oldest first.
+    #[schema(required = false)]
+    log_tail: Vec<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -1269,12 +1398,12 @@ pub struct ReportReceiptBody {
 /// A node's agent reports its GPUs as NVML reads them (`berth_domain::agent::NodeReport`);
 /// the answer says which GPUs changed health.
 #[utoipa::path(post, path = "/api/v1/agent/report", tag = "agent",
-    request_body(content = Object, description = "The node's report: `agent_version` and `gpus`, each as NVML reads it"),
+    request_body = NodeReportBody,
     responses((status = 200, body = ReportReceiptBody)))]
 async fn agent_report(
     State(state): State<AppState>,
     NodeSecret(secret, meta): NodeSecret,
-    Json(report): Json<NodeReport>,
+    Body(report): Body<NodeReport>,
 ) -> Result<Json<ReportReceiptBody>, Response> {
     let request_id = meta.request_id.clone();
     match state.platform.report_node(&secret, &report, meta).await {
@@ -1316,12 +1445,12 @@ pub struct PlanAccepted {
 /// A bare-metal node's agent says which plan generation it applied, or why it could not
 /// (`berth_domain::node_plan::PlanReport`).
 #[utoipa::path(post, path = "/api/v1/agent/plan", tag = "agent",
-    request_body(content = Object, description = "`generation`, `error` (`null`: applied), `underlay_address`, `workloads`"),
+    request_body = PlanReportBody,
     responses((status = 200, body = PlanAccepted)))]
 async fn agent_plan_report(
     State(state): State<AppState>,
     NodeSecret(secret, meta): NodeSecret,
-    Json(report): Json<PlanReport>,
+    Body(report): Body<PlanReport>,
 ) -> Result<Json<PlanAccepted>, Response> {
     let request_id = meta.request_id.clone();
     let generation = report.generation;
@@ -1345,7 +1474,8 @@ mod schema {
     use berth_domain::node_health::NodeState;
     use berth_domain::policy::{Action, Role};
     use berth_domain::tenancy::Isolation;
-    use utoipa::openapi::schema::{ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, Type};
+    use berth_platform::capacity::metering::UsageBy;
+    use utoipa::openapi::schema::{ArrayBuilder, KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type};
     use utoipa::openapi::{RefOr, schema::SchemaType};
 
     fn one_of(values: impl IntoIterator<Item = &'static str>) -> ObjectBuilder {
@@ -1354,6 +1484,17 @@ mod schema {
 
     pub fn offering() -> ObjectBuilder {
         one_of(Offering::ALL.map(Offering::id))
+    }
+
+    /// A listing's `state`: empty is any.
+    pub fn state_filter() -> ObjectBuilder {
+        one_of(["", "active", "finished", "any"])
+    }
+
+    pub fn usage_by() -> ObjectBuilder {
+        let mut choices = vec![""];
+        choices.extend(UsageBy::ALL.map(UsageBy::as_str));
+        one_of(choices)
     }
 
     pub fn environment_state() -> ObjectBuilder {
@@ -1382,7 +1523,16 @@ mod schema {
 
     /// Ids as numbers (or as a form's text).
     pub fn ids() -> ArrayBuilder {
-        ArrayBuilder::new().items(number_or_text())
+        let id =
+            ObjectBuilder::new().schema_type(Type::Integer).format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)));
+        ArrayBuilder::new().items(OneOfBuilder::new().item(id).item(ObjectBuilder::new().schema_type(Type::String)))
+    }
+
+    pub fn workload_state() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(one_of(["pulled", "running", "exited"]))
+            .item(ObjectBuilder::new().schema_type(SchemaType::Type(Type::Null)))
+            .into()
     }
 
     /// A whole number, as a number or as text.

@@ -2,6 +2,7 @@
 //! and command line that `berth serve` runs.
 
 pub mod api;
+pub mod api_docs;
 pub mod assets;
 pub mod cli;
 pub mod http;

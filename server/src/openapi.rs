@@ -8,6 +8,7 @@ use std::sync::OnceLock;
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, header};
+use serde_json::{Value, json};
 use utoipa::Modify;
 use utoipa::OpenApi as _;
 use utoipa::openapi::header::HeaderBuilder;
@@ -22,9 +23,13 @@ use crate::problem::PROBLEM_JSON;
 pub const DOCUMENT_PATH: &str = "/api/v1/openapi.json";
 
 /// The description, made once.
-pub fn document() -> &'static OpenApi {
-    static DOCUMENT: OnceLock<OpenApi> = OnceLock::new();
-    DOCUMENT.get_or_init(crate::api::ApiDoc::openapi)
+pub fn document() -> &'static Value {
+    static DOCUMENT: OnceLock<Value> = OnceLock::new();
+    DOCUMENT.get_or_init(|| {
+        let mut document = serde_json::to_value(crate::api::ApiDoc::openapi()).unwrap_or_default();
+        add_links(&mut document);
+        document
+    })
 }
 
 /// This description of the API (OpenAPI 3.1), for clients, generators and fuzzers.
@@ -32,7 +37,7 @@ pub fn document() -> &'static OpenApi {
     responses((status = 200, description = "The OpenAPI 3.1 description of this API", body = Object)))]
 pub async fn document_json() -> Response {
     static JSON: OnceLock<String> = OnceLock::new();
-    let json = JSON.get_or_init(|| document().to_json().unwrap_or_default());
+    let json = JSON.get_or_init(|| document().to_string());
     let mut response = json.clone().into_response();
     response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
     response
@@ -61,13 +66,48 @@ impl Modify for Described {
         components.add_security_scheme(NODE_TOKEN, SecurityScheme::Http(node));
 
         for (path, item) in openapi.paths.paths.iter_mut() {
-            let operations =
-                [&mut item.get, &mut item.post, &mut item.put, &mut item.patch, &mut item.delete, &mut item.head];
-            for operation in operations.into_iter().flatten() {
-                describe_operation(path, operation);
+            for operation in
+                [&mut item.get, &mut item.post, &mut item.put, &mut item.patch, &mut item.delete, &mut item.head]
+            {
+                if let Some(operation) = operation {
+                    describe_operation(path, operation);
+                }
             }
         }
     }
+}
+
+/// Where an answer leads (OpenAPI links): the id a launch, a volume or a listing answers
+/// with, given to the operations on that thing. Clients and schemathesis' stateful tests
+/// follow them. `(path, method, status, link, operation id, parameter, where the value is)`.
+const LINKS: &[(&str, &str, &str, &str, &str, &str, &str)] = &[
+    ("/api/v1/environments", "post", "201", "show", "environment", "id", "$response.body#/id"),
+    ("/api/v1/environments", "post", "201", "stop", "stop", "id", "$response.body#/id"),
+    ("/api/v1/environments", "post", "201", "change_end", "change_end", "id", "$response.body#/id"),
+    ("/api/v1/environments", "get", "200", "first", "environment", "id", "$response.body#/environments/0/id"),
+    ("/api/v1/volumes", "post", "201", "show", "volume", "id", "$response.body#/id"),
+    ("/api/v1/volumes", "post", "201", "resize", "resize_volume", "id", "$response.body#/id"),
+    ("/api/v1/volumes", "post", "201", "delete", "delete_volume", "id", "$response.body#/id"),
+    ("/api/v1/volumes", "get", "200", "first", "volume", "id", "$response.body#/volumes/0/id"),
+    ("/api/v1/tenants", "get", "200", "members", "members", "id", "$response.body#/tenants/0/id"),
+];
+
+/// Adds [`LINKS`] to the document as JSON: utoipa 5's `Link` writes `operation_id` where
+/// OpenAPI says `operationId`.
+fn add_links(document: &mut Value) {
+    for (path, method, status, name, target, parameter, value) in LINKS {
+        if let Some(response) = document.pointer_mut(&format!("/paths/{}/{method}/responses/{status}", pointer(path)))
+            && let Some(response) = response.as_object_mut()
+        {
+            let links = response.entry("links").or_insert_with(|| json!({}));
+            links[*name] = json!({ "operationId": target, "parameters": { *parameter: value } });
+        }
+    }
+}
+
+/// A JSON pointer's escaping of one key (RFC 6901).
+fn pointer(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
 }
 
 fn describe_operation(path: &str, operation: &mut Operation) {
@@ -90,10 +130,16 @@ fn describe_operation(path: &str, operation: &mut Operation) {
         ]);
     }
     if operation.request_body.is_some() {
-        problems.extend([
-            ("413", "The body is too large"),
-            ("415", "The body is not sent as `application/json`"),
-        ]);
+        problems.extend([("413", "The body is too large"), ("415", "The body is not sent as `application/json`")]);
+    }
+    // A success that says nothing more is described by its status's reason phrase.
+    for (status, response) in operation.responses.responses.iter_mut() {
+        if let utoipa::openapi::RefOr::T(response) = response
+            && response.description.is_empty()
+        {
+            let reason = status.parse::<u16>().ok().and_then(|s| http::StatusCode::from_u16(s).ok());
+            response.description = reason.and_then(|s| s.canonical_reason()).unwrap_or("Success").to_owned();
+        }
     }
     for (status, description) in problems {
         operation.responses.responses.entry(status.to_owned()).or_insert_with(|| {

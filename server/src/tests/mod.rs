@@ -15,6 +15,7 @@ mod pages;
 mod problems;
 mod proxy;
 mod rate_limits;
+mod schemathesis;
 mod sessions;
 mod ssh_keys;
 

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeSet;
 
+use berth_domain::agent::{GpuReport, NodeReport};
 use berth_domain::launch::LaunchRequest;
+use berth_domain::node_plan::{PlanReport, WorkloadStatus};
 use berth_platform::audit::AuditFilter;
 use http::{Method, StatusCode};
 use serde_json::{Value, json};
@@ -48,7 +50,10 @@ async fn every_api_route_is_described_and_nothing_else() {
     let described = described(&document);
     let undescribed: Vec<_> = served.difference(&described).collect();
     let unserved: Vec<_> = described.difference(&served).collect();
-    assert!(undescribed.is_empty(), "routes without a description (add #[utoipa::path] and list it in api::ApiDoc): {undescribed:?}");
+    assert!(
+        undescribed.is_empty(),
+        "routes without a description (add #[utoipa::path] and list it in api::ApiDoc): {undescribed:?}"
+    );
     assert!(unserved.is_empty(), "descriptions of routes the router does not serve: {unserved:?}");
 }
 
@@ -67,10 +72,14 @@ async fn every_operation_says_its_security_and_its_problems() {
 
     for (method, path) in described(&document) {
         let operation = &document["paths"][&path][method.to_lowercase()];
-        let security = operation["security"].as_array().map(|s| s.iter().flat_map(|r| r.as_object()).flat_map(|r| r.keys()).cloned().collect::<Vec<_>>());
+        let security = operation["security"]
+            .as_array()
+            .map(|s| s.iter().flat_map(|r| r.as_object()).flat_map(|r| r.keys()).cloned().collect::<Vec<_>>());
         match path.as_str() {
             "/api/v1/openapi.json" => assert_eq!(security, None, "the description needs no token"),
-            p if p.starts_with("/api/v1/agent/") => assert_eq!(security, Some(vec!["node_token".to_owned()]), "{method} {path}"),
+            p if p.starts_with("/api/v1/agent/") => {
+                assert_eq!(security, Some(vec!["node_token".to_owned()]), "{method} {path}")
+            }
             _ => assert_eq!(security, Some(vec!["bearer".to_owned()]), "{method} {path}"),
         }
         let responses = operation["responses"].as_object().expect("responses");
@@ -84,35 +93,59 @@ async fn every_operation_says_its_security_and_its_problems() {
                 assert!(responses.contains_key(status), "{method} {path} {status}");
             }
         }
+        for (name, link) in responses.values().flat_map(|r| r["links"].as_object()).flatten() {
+            let target = link["operationId"].as_str().expect("a link names an operation");
+            let found = described(&document)
+                .iter()
+                .any(|(m, p)| document["paths"][p][m.to_lowercase()]["operationId"] == target);
+            assert!(found, "{method} {path}: link {name} leads to {target}, which the description has");
+        }
         if operation.get("requestBody").is_some() {
             assert!(responses.contains_key("415"), "{method} {path}: a body's media type is checked");
         }
     }
 }
 
-/// The launch's schema is written beside `LaunchRequest` (domain builds without utoipa):
-/// here they must agree, field for field, on names and on which may be left out.
-#[tokio::test]
-async fn the_launch_schema_is_what_a_launch_reads() {
-    let berth = Berth::start(None).await;
-    let document = document(&berth).await;
-    let schema = &document["components"]["schemas"]["LaunchBody"];
+/// `schema` (a schema of the description written beside a domain type that builds without
+/// utoipa) and `T` (the type that reads it) agree field for field: the same names, and a
+/// field is required in the schema exactly when `T` cannot be read without it. `full` is a
+/// `T` with every field, as JSON.
+fn assert_schema_reads<T: serde::de::DeserializeOwned>(document: &Value, schema: &str, full: Value) {
+    let described = &document["components"]["schemas"][schema];
     let properties: BTreeSet<String> =
-        schema["properties"].as_object().expect("properties").keys().cloned().collect();
-    let full = serde_json::to_value(LaunchRequest::default()).expect("a launch as JSON");
+        described["properties"].as_object().expect("properties").keys().cloned().collect();
     let read: BTreeSet<String> = full.as_object().expect("object").keys().cloned().collect();
-    assert_eq!(properties, read, "LaunchBody and LaunchRequest name the same fields");
-
+    assert_eq!(properties, read, "{schema} names the fields its type reads");
     let required: BTreeSet<&str> =
-        schema["required"].as_array().expect("required").iter().filter_map(Value::as_str).collect();
+        described["required"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
     for field in &read {
         let mut without = full.clone();
         without.as_object_mut().expect("object").remove(field);
-        let reads = serde_json::from_value::<LaunchRequest>(without).is_ok();
-        assert_eq!(!reads, required.contains(field.as_str()), "{field}: required in the schema exactly when a launch needs it");
+        let reads = serde_json::from_value::<T>(without).is_ok();
+        assert_eq!(!reads, required.contains(field.as_str()), "{schema}.{field}: required exactly when needed");
     }
+}
+
+/// The launch's schema is written beside `LaunchRequest` (domain builds without utoipa);
+/// the agents' bodies beside theirs.
+#[tokio::test]
+async fn the_schemas_of_domain_bodies_are_what_the_domain_reads() {
+    let berth = Berth::start(None).await;
+    let document = document(&berth).await;
+    let launch = serde_json::to_value(LaunchRequest::default()).expect("a launch as JSON");
+    assert_schema_reads::<LaunchRequest>(&document, "LaunchBody", launch);
     let with_ids = json!({ "offering": "notebook", "size": "s", "name": "n", "hours": "1", "volumes": [3, "4"] });
     assert!(serde_json::from_value::<LaunchRequest>(with_ids).is_ok(), "volumes as the schema allows them");
+
+    let gpu = json!({ "index": 0, "uuid": "GPU-1", "name": "H100", "memory_mib": 81559, "mig_enabled": false,
+        "mig_instances": 0, "ecc_uncorrected": 0, "temperature_c": 40, "power_w": 300, "utilization_pct": 5 });
+    assert_schema_reads::<GpuReport>(&document, "GpuReportBody", gpu.clone());
+    assert_schema_reads::<NodeReport>(&document, "NodeReportBody", json!({ "agent_version": "1", "gpus": [gpu] }));
+    let workload =
+        json!({ "environment_id": "e", "state": "running", "exit_code": null, "error": null, "log_tail": [] });
+    assert_schema_reads::<WorkloadStatus>(&document, "WorkloadStatusBody", workload.clone());
+    let plan = json!({ "generation": 1, "error": null, "underlay_address": "10.0.0.1", "workloads": [workload] });
+    assert_schema_reads::<PlanReport>(&document, "PlanReportBody", plan);
 }
 
 /// The audit route's query parameters are the names `AuditFilter` reads.
