@@ -213,12 +213,27 @@ fn node_unauthenticated(request_id: &str) -> Response {
 pub struct Body<T>(pub T);
 
 impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
-    type Rejection = Response;
+    type Rejection = Unreadable;
 
-    async fn from_request(request: Request, state: &S) -> Result<Body<T>, Response> {
+    async fn from_request(request: Request, state: &S) -> Result<Body<T>, Unreadable> {
         let headers = request.headers().clone();
-        let bytes = axum::body::Bytes::from_request(request, state).await.map_err(IntoResponse::into_response)?;
+        let bytes = axum::body::Bytes::from_request(request, state)
+            .await
+            .map_err(|r| Unreadable { status: r.status(), text: r.body_text() })?;
         read_object(&headers, &bytes, false).map(Body)
+    }
+}
+
+/// Why a body could not be read, as axum says it: plain text, made a problem by
+/// `problems_only`.
+pub struct Unreadable {
+    status: StatusCode,
+    text: String,
+}
+
+impl IntoResponse for Unreadable {
+    fn into_response(self) -> Response {
+        (self.status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], self.text).into_response()
     }
 }
 
@@ -227,10 +242,8 @@ fn read_object<T: serde::de::DeserializeOwned>(
     headers: &HeaderMap,
     bytes: &[u8],
     null_allowed: bool,
-) -> Result<T, Response> {
-    let plain = |status: StatusCode, text: String| {
-        (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
-    };
+) -> Result<T, Unreadable> {
+    let plain = |status: StatusCode, text: String| Unreadable { status, text };
     let media = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     let media = media.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
     let json = media == "application/json" || (media.starts_with("application/") && media.ends_with("+json"));
@@ -247,7 +260,9 @@ fn read_object<T: serde::de::DeserializeOwned>(
             "Failed to deserialize the JSON body into the target type: the body must be a JSON object".into(),
         ));
     }
-    Json::<T>::from_bytes(bytes).map(|Json(value)| value).map_err(IntoResponse::into_response)
+    Json::<T>::from_bytes(bytes)
+        .map(|Json(value)| value)
+        .map_err(|r| Unreadable { status: r.status(), text: r.body_text() })
 }
 
 /// The caller behind the request's bearer token.
@@ -462,15 +477,17 @@ pub struct LaunchBody {
     #[schema(schema_with = schema::offering)]
     offering: String,
     /// A size's id in the catalog, e.g. `h100-1g.10gb`.
+    #[schema(schema_with = schema::size)]
     size: String,
     name: String,
     /// Whole hours, e.g. `"4"`.
+    #[schema(pattern = "^[0-9]{1,4}$")]
     hours: String,
     /// Empty for now, else a UTC date and time (`2026-11-26 14:00`).
     #[schema(required = false, default = "")]
     start: String,
     /// "As soon as possible": the earliest start within this many days, instead of `start`.
-    #[schema(required = false, default = "")]
+    #[schema(required = false, default = "", pattern = "^[0-9]{0,3}$")]
     earliest_within_days: String,
     /// Other GPU models the booking may take, separated by commas, or `any`.
     #[schema(required = false, default = "")]
@@ -479,7 +496,7 @@ pub struct LaunchBody {
     #[schema(required = false, default = "")]
     min_gpu_memory_gb: String,
     /// Empty or `guaranteed`, or `spot`.
-    #[schema(required = false, default = "")]
+    #[schema(schema_with = schema::tier_asked, required = false, default = "")]
     tier: String,
     /// The id of the project whose quota the booking counts against; empty for none.
     #[schema(required = false, default = "")]
@@ -708,7 +725,9 @@ async fn mark_notifications_read(
 ) -> Result<Json<Marked>, Response> {
     let asked = match body.iter().all(u8::is_ascii_whitespace) {
         true => MarkRead::default(),
-        false => read_object::<Option<MarkRead>>(&headers, &body, true)?.unwrap_or_default(),
+        false => read_object::<Option<MarkRead>>(&headers, &body, true)
+            .map_err(IntoResponse::into_response)?
+            .unwrap_or_default(),
     };
     let fail = |e| fail(&caller)(e).into_response();
     let marked = platform.mark_notifications_read(&caller, asked.ids.as_deref()).await.map_err(fail)?;
@@ -1499,6 +1518,19 @@ mod schema {
 
     pub fn environment_state() -> ObjectBuilder {
         one_of(EnvState::ALL.map(EnvState::as_str))
+    }
+
+    /// Every size of the catalog, of every offering.
+    pub fn size() -> ObjectBuilder {
+        let mut sizes: Vec<&'static str> = Offering::ALL.iter().flat_map(|o| o.sizes()).map(|s| s.id).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        one_of(sizes)
+    }
+
+    /// A launch's tier: empty is guaranteed.
+    pub fn tier_asked() -> ObjectBuilder {
+        one_of(["", "guaranteed", "spot"])
     }
 
     pub fn tier() -> ObjectBuilder {

@@ -66,12 +66,10 @@ impl Modify for Described {
         components.add_security_scheme(NODE_TOKEN, SecurityScheme::Http(node));
 
         for (path, item) in openapi.paths.paths.iter_mut() {
-            for operation in
-                [&mut item.get, &mut item.post, &mut item.put, &mut item.patch, &mut item.delete, &mut item.head]
-            {
-                if let Some(operation) = operation {
-                    describe_operation(path, operation);
-                }
+            let operations =
+                [&mut item.get, &mut item.post, &mut item.put, &mut item.patch, &mut item.delete, &mut item.head];
+            for operation in operations.into_iter().flatten() {
+                describe_operation(path, operation);
             }
         }
     }
