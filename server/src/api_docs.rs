@@ -202,6 +202,25 @@ fn operation(html: &mut String, op: &Operation) {
             .map(|(name, header)| format!("<code>{}</code>: {}", escape_html(name), prose(&header["description"])))
             .collect();
         let headers = if headers.is_empty() { String::new() } else { format!(" Headers: {}.", headers.join("; ")) };
+        let links: Vec<String> = response["links"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(_, link)| {
+                let target = link["operationId"].as_str()?;
+                let (parameter, value) = link["parameters"].as_object()?.iter().next()?;
+                Some(format!(
+                    r##"<a href="#op-{0}">{0}</a> (<code>{1}</code> from <code>{2}</code>)"##,
+                    escape_html(target),
+                    escape_html(parameter),
+                    text(value)
+                ))
+            })
+            .collect();
+        let headers = match links.is_empty() {
+            true => headers,
+            false => format!("{headers} Leads to: {}.", links.join(", ")),
+        };
         let _ = write!(
             html,
             "<tr><td>{}</td><td>{}{}</td><td>{}</td></tr>",
