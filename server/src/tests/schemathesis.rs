@@ -35,28 +35,52 @@ async fn schemathesis_finds_no_server_error_and_no_broken_answer() {
     let acme = berth.platform.ensure_tenant("acme", "Acme Research", Isolation::Soft).await.expect("the demo's tenant");
     let admin = berth.person("admin@fuzz.example", Role::PlatformAdmin, None).await;
     let member = berth.person("member@fuzz.example", Role::Member, Some(acme)).await;
+    let globex = berth.platform.ensure_tenant("globex", "Globex AI", Isolation::Hard).await.expect("the demo's other");
+    let other = berth.person("member@globex.example", Role::Member, Some(globex)).await;
     let url = berth.serve_on_loopback().await;
     let (_, node_token) =
         berth.platform.create_node_token(&admin.caller(meta()), "fra1-h100-01").await.expect("node token");
 
     let description = format!("{url}/api/v1/openapi.json");
-    let mut runs: Vec<(String, String, Vec<&str>)> = Vec::new();
+    // `(who, token, or none for the peers' configuration, filters)`
+    let mut runs: Vec<(String, Option<String>, Vec<&str>)> = Vec::new();
     // Revoking comes last, the platform admin's after the member's: the fuzzer may well
     // revoke the very token it runs with, and an admin anyone's.
     let (_, admin_token) = berth.token(&admin, &[]).await;
     let (_, member_token) = berth.token(&member, &[]).await;
     let everything_else = vec!["--exclude-path-regex", "^/api/v1/(agent/|tokens/.*/revoke)"];
     let revoking = vec!["--include-path-regex", "^/api/v1/tokens/.*/revoke", NO_LINKS];
-    runs.push(("a platform admin".into(), admin_token.clone(), everything_else.clone()));
-    runs.push(("a tenant member".into(), member_token.clone(), everything_else));
-    runs.push(("a tenant member, revoking".into(), member_token, revoking.clone()));
-    runs.push(("a platform admin, revoking".into(), admin_token, revoking));
-    runs.push(("a node agent".into(), node_token, vec!["--include-path-regex", "^/api/v1/agent/", NO_LINKS]));
+    runs.push(("a platform admin".into(), Some(admin_token.clone()), everything_else.clone()));
+    runs.push(("a tenant member".into(), Some(member_token.clone()), everything_else.clone()));
+    // Two tenants' members as peers: what one reads of its own, the other must not
+    // (schemathesis' object-level authorization check replays each one's reads as the other).
+    runs.push(("members of two tenants".into(), None, everything_else));
+    runs.push(("a tenant member, revoking".into(), Some(member_token.clone()), revoking.clone()));
+    runs.push(("a platform admin, revoking".into(), Some(admin_token), revoking));
+    runs.push(("a node agent".into(), Some(node_token), vec!["--include-path-regex", "^/api/v1/agent/", NO_LINKS]));
+
+    // Something of each peer's own to read: a notebook (and with it a home volume).
+    for (person, name) in [(&member, "acme-nb"), (&other, "globex-nb")] {
+        berth.launch(person, name).await;
+    }
+    let (_, other_token) = berth.token(&other, &[]).await;
+    let dir = tempfile::tempdir().expect("a folder for the peers' files");
+    let peers = dir.path().join("peers.json");
+    let wfc = serde_json::json!({ "schemaVersion": "0.2.0", "auth": [
+        { "name": "acme", "fixedHeaders": [{ "name": "Authorization", "value": format!("Bearer {member_token}") }] },
+        { "name": "globex", "fixedHeaders": [{ "name": "Authorization", "value": format!("Bearer {other_token}") }] },
+    ]});
+    std::fs::write(&peers, wfc.to_string()).expect("peers file");
+    let peers_config = dir.path().join("schemathesis.toml");
+    let base = std::fs::read_to_string(config_path()).expect("e2e/schemathesis.toml");
+    let section = format!("\n[auth.wfc]\npath = \"{}\"\npeers = [\"acme\", \"globex\"]\n", peers.display());
+    std::fs::write(&peers_config, base + &section).expect("peers config");
+    let peers_config = peers_config.display().to_string();
 
     let mut failed = Vec::new();
     for (who, token, filter) in runs {
         let (st, description, seed, hooks) = (st.clone(), description.clone(), seed.clone(), hooks_path());
-        let config = config_path();
+        let config = if token.is_some() { config_path() } else { peers_config.clone() };
         let filter: Vec<String> = filter.into_iter().map(str::to_owned).collect();
         let status = tokio::task::spawn_blocking(move || {
             Command::new(&st)
@@ -67,7 +91,7 @@ async fn schemathesis_finds_no_server_error_and_no_broken_answer() {
                 // CPython 3.11 can break on from two threads at once ("AST constructor
                 // recursion depth mismatch").
                 .args(["--max-examples", EXAMPLES, "--seed", &seed, "--workers", "1"])
-                .args(["--header", &format!("Authorization: Bearer {token}")])
+                .args(token.map(|token| format!("--header=Authorization: Bearer {token}")))
                 .args(&filter)
                 .status()
         })
