@@ -21,7 +21,7 @@ WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version =
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: idp run test build tools rust-tools node-tools browser host-tools smtp-tools bench-tools site server unit e2e lint fmt clean \
-	bench bench-smoke release release-tools
+	bench bench-smoke release release-tools api-fuzz fuzz-tools
 
 ## run: install what is missing, build, and start Berth on http://127.0.0.1:3000
 run: build
@@ -34,7 +34,7 @@ idp: node-tools
 
 ## test: every test: formatting and clippy, Rust unit and integration tests, every benchmark
 ## in its smoke mode, then the browser end-to-end tests
-test: build browser lint unit bench-smoke e2e
+test: build browser lint unit api-fuzz bench-smoke e2e
 
 build: tools site server
 
@@ -122,6 +122,21 @@ unit: host-tools smtp-tools
 	cargo test -p berth-app --features ssr
 	cargo test -p berth-agent
 	cargo test -p berth-server
+
+## api-fuzz: schemathesis against a running Berth: every operation of /api/v1/openapi.json as
+## a platform admin, a tenant member and a node agent, --checks all (server/src/tests/schemathesis.rs)
+api-fuzz: fuzz-tools
+	BERTH_SCHEMATHESIS=$(SCHEMATHESIS_VENV)/bin/st cargo test -p berth-server --lib tests::schemathesis -- --ignored --nocapture
+
+# schemathesis from PyPI, pinned, in a virtual environment of its own under ~/.cache.
+SCHEMATHESIS_VERSION := 4.32.5
+SCHEMATHESIS_VENV := $(HOME)/.cache/berth/schemathesis-$(SCHEMATHESIS_VERSION)
+fuzz-tools:
+	@python3 -c 'import venv, ensurepip' 2>/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; }
+	@test -x $(SCHEMATHESIS_VENV)/bin/st || { \
+		echo "installing schemathesis $(SCHEMATHESIS_VERSION) (once)"; \
+		python3 -m venv $(SCHEMATHESIS_VENV) && $(SCHEMATHESIS_VENV)/bin/pip install -q schemathesis==$(SCHEMATHESIS_VERSION); \
+	}
 
 e2e: build browser smtp-tools
 	BERTH_BIN=$(BERTH) BERTH_SITE_ROOT=$(SITE) node --test --test-concurrency=1 e2e/

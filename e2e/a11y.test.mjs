@@ -54,6 +54,37 @@ for (const width of Object.keys(WIDTHS)) {
   }
 }
 
+// The API reference is plain HTML made on the server (no script, nothing to hydrate).
+for (const width of Object.keys(WIDTHS)) {
+  test(`signed out, /api/docs at ${width} width has no WCAG 2.1 AA violation`, async () => {
+    await page.setViewportSize(WIDTHS[width]);
+    const response = await page.goto(`${berth.url}/api/docs`);
+    assert.equal(response.status(), 200);
+    assert.match(response.headers()['content-security-policy'], /script-src 'self'/);
+    await page.getByRole('heading', { level: 1, name: 'Berth API reference' }).waitFor();
+    assert.deepEqual(await violations(), [], `/api/docs at ${width} width`);
+  });
+}
+
+test('the API reference shows every operation of the description, without JavaScript', async () => {
+  const description = await (await fetch(`${berth.url}/api/v1/openapi.json`)).json();
+  const context = await chrome.newContext({ javaScriptEnabled: false });
+  const plain = await context.newPage();
+  await plain.goto(`${berth.url}/api/docs`);
+  const methods = ['get', 'post', 'put', 'patch', 'delete'];
+  let operations = 0;
+  for (const [path, item] of Object.entries(description.paths)) {
+    for (const method of methods.filter((m) => item[m])) {
+      operations += 1;
+      const heading = plain.getByRole('heading', { level: 3, name: `${method.toUpperCase()} ${path}`, exact: true });
+      assert.equal(await heading.count(), 1, `${method.toUpperCase()} ${path} has its section`);
+    }
+  }
+  assert.ok(operations > 20, `${operations} operations`);
+  await plain.getByRole('link', { name: '/api/v1/openapi.json' }).first().waitFor();
+  await context.close();
+});
+
 test('signing in, and an environment to look at', async () => {
   await signInAsAdmin(page, berth, '/catalog');
   await page.goto(`${berth.url}/launch/notebook`);

@@ -8,7 +8,7 @@
 //! with the request id and never sent.
 
 use axum::Json;
-use axum::extract::{FromRequestParts, Path, Query, Request, State};
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use berth_domain::Refusal;
@@ -22,15 +22,18 @@ use berth_platform::capacity::volumes::{Volume, VolumeRequest};
 use berth_platform::{Caller, Error, Platform, RequestMeta};
 use http::request::Parts;
 use http::{HeaderMap, StatusCode, header};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
+use crate::openapi::Described;
 use crate::problem::{PROBLEM_JSON, Problem, ProblemKind, request_id_of};
 use crate::served::{Routes, get, post};
 use crate::state::{AppState, request_meta};
 
 pub fn routes() -> Routes<AppState> {
     Routes::new()
+        .route("/api/v1/openapi.json", get(crate::openapi::document_json))
         .route("/api/v1/me", get(me))
         .route("/api/v1/environments", get(environments).post(launch))
         .route("/api/v1/environments/{id}", get(environment))
@@ -52,6 +55,49 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/agent/report", post(agent_report))
         .route("/api/v1/agent/plan", get(agent_plan).post(agent_plan_report))
 }
+
+/// The API's description (OpenAPI 3.1, `openapi.rs` serves it): every route of [`routes`]
+/// and nothing else, which `tests::openapi` checks.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "Berth API",
+        description = "Book and manage GPU environments. Authenticate with a personal API token \
+                       (`Authorization: Bearer berth_…`, made on the account page); errors are \
+                       RFC 9457 problems (`application/problem+json`) with the request id."
+    ),
+    paths(
+        crate::openapi::document_json,
+        me,
+        environments,
+        launch,
+        environment,
+        stop,
+        change_end,
+        tenants,
+        members,
+        notifications,
+        mark_notifications_read,
+        tokens,
+        revoke_token,
+        volumes,
+        create_volume,
+        volume,
+        resize_volume,
+        delete_volume,
+        audit,
+        usage,
+        node_health,
+        run_node_checks,
+        change_node_state,
+        agent_report,
+        agent_plan,
+        agent_plan_report,
+    ),
+    components(schemas(crate::problem::Problem)),
+    modifiers(&Described)
+)]
+pub struct ApiDoc;
 
 /// A failed API call, answered as a problem (RFC 9457, `problem.rs`).
 pub struct ApiError {
@@ -159,6 +205,66 @@ fn node_unauthenticated(request_id: &str) -> Response {
     )
 }
 
+/// A JSON body that is an object, read as `T`. axum's `Json` alone would read a struct from
+/// an array too (serde's sequence form: `["x"]` as `{"ends_at": "x"}`), which the API's
+/// description does not allow. Otherwise its answers are axum's (`problems_only` makes them
+/// problems): 415 without a JSON content type, 400 for JSON that does not parse, 422 for
+/// JSON that is not what the route reads, naming the field.
+pub struct Body<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> FromRequest<S> for Body<T> {
+    type Rejection = Unreadable;
+
+    async fn from_request(request: Request, state: &S) -> Result<Body<T>, Unreadable> {
+        let headers = request.headers().clone();
+        let bytes = axum::body::Bytes::from_request(request, state)
+            .await
+            .map_err(|r| Unreadable { status: r.status(), text: r.body_text() })?;
+        read_object(&headers, &bytes, false).map(Body)
+    }
+}
+
+/// Why a body could not be read, as axum says it: plain text, made a problem by
+/// `problems_only`.
+pub struct Unreadable {
+    status: StatusCode,
+    text: String,
+}
+
+impl IntoResponse for Unreadable {
+    fn into_response(self) -> Response {
+        (self.status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], self.text).into_response()
+    }
+}
+
+/// `bytes` as `T` when they are a JSON object (or, with `null_allowed`, `null`).
+fn read_object<T: serde::de::DeserializeOwned>(
+    headers: &HeaderMap,
+    bytes: &[u8],
+    null_allowed: bool,
+) -> Result<T, Unreadable> {
+    let plain = |status: StatusCode, text: String| Unreadable { status, text };
+    let media = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    let media = media.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+    let json = media == "application/json" || (media.starts_with("application/") && media.ends_with("+json"));
+    if !json {
+        return Err(plain(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "Expected request with `Content-Type: application/json`".into(),
+        ));
+    }
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    if !(first == Some(&b'{') || (null_allowed && first == Some(&b'n'))) {
+        return Err(plain(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Failed to deserialize the JSON body into the target type: the body must be a JSON object".into(),
+        ));
+    }
+    Json::<T>::from_bytes(bytes)
+        .map(|Json(value)| value)
+        .map_err(|r| Unreadable { status: r.status(), text: r.body_text() })
+}
+
 /// The caller behind the request's bearer token.
 pub struct TokenCaller(pub Platform, pub Caller);
 
@@ -191,7 +297,45 @@ fn fail(caller: &Caller) -> impl Fn(Error) -> ApiError + '_ {
 
 /// An environment as the API shows it. Notebooks and endpoints are reached on their own
 /// origins; a dedicated cluster's kubeconfig only by those who may act in it.
-fn environment_json(platform: &Platform, caller: &Caller, env: &Environment) -> Value {
+#[derive(Serialize, ToSchema)]
+pub struct EnvironmentBody {
+    id: String,
+    name: String,
+    /// `notebook`, `training`, `inference` or `cluster`.
+    #[schema(schema_with = schema::offering)]
+    offering: &'static str,
+    /// The size's id in the catalog, e.g. `h100-1g.10gb`.
+    size: &'static str,
+    #[schema(schema_with = schema::environment_state)]
+    state: &'static str,
+    #[schema(schema_with = schema::tier)]
+    tier: &'static str,
+    #[schema(format = DateTime)]
+    starts_at: String,
+    #[schema(format = DateTime)]
+    ends_at: String,
+    #[schema(format = DateTime)]
+    created_at: String,
+    failure_reason: Option<String>,
+    /// A notebook's JupyterLab or an endpoint's OpenAI-compatible API, on the
+    /// environment's own origin.
+    url: Option<String>,
+    /// A dedicated cluster's connection, for those who may act in it.
+    connection: Option<ConnectionBody>,
+}
+
+/// How a dedicated cluster is reached.
+#[derive(Serialize, ToSchema)]
+pub struct ConnectionBody {
+    url: String,
+    /// e.g. "Token"; shown with `secret`.
+    secret_label: Option<String>,
+    secret: Option<String>,
+    /// A command that uses the connection.
+    example: String,
+}
+
+fn environment_body(platform: &Platform, caller: &Caller, env: &Environment) -> EnvironmentBody {
     let origin = platform.environment_origin(&env.id);
     let url = match env.offering {
         Offering::Notebook => Some(format!("{origin}/lab")),
@@ -201,21 +345,27 @@ fn environment_json(platform: &Platform, caller: &Caller, env: &Environment) -> 
     let connection = env
         .connection
         .as_ref()
-        .filter(|_| env.offering == Offering::DedicatedCluster && platform.may_connect(caller, env));
-    json!({
-        "id": env.id,
-        "name": env.name,
-        "offering": env.offering.id(),
-        "size": env.size.id,
-        "state": env.state.as_str(),
-        "tier": env.tier.as_str(),
-        "starts_at": rfc3339(env.starts_at),
-        "ends_at": rfc3339(env.ends_at),
-        "created_at": rfc3339(env.created_at),
-        "failure_reason": env.failure_reason,
-        "url": url,
-        "connection": connection,
-    })
+        .filter(|_| env.offering == Offering::DedicatedCluster && platform.may_connect(caller, env))
+        .map(|c| ConnectionBody {
+            url: c.url.clone(),
+            secret_label: c.secret_label.clone(),
+            secret: c.secret.clone(),
+            example: c.example.clone(),
+        });
+    EnvironmentBody {
+        id: env.id.clone(),
+        name: env.name.clone(),
+        offering: env.offering.id(),
+        size: env.size.id,
+        state: env.state.as_str(),
+        tier: env.tier.as_str(),
+        starts_at: rfc3339(env.starts_at),
+        ends_at: rfc3339(env.ends_at),
+        created_at: rfc3339(env.created_at),
+        failure_reason: env.failure_reason.clone(),
+        url,
+        connection,
+    }
 }
 
 /// UTC, RFC 3339 with milliseconds.
@@ -225,54 +375,153 @@ fn rfc3339(ms: i64) -> String {
         .unwrap_or_default()
 }
 
-async fn me(TokenCaller(_, caller): TokenCaller) -> ApiResult {
-    let actions: Vec<&str> = caller.principal.token_actions.iter().flatten().map(|a| a.as_str()).collect();
-    Ok(Json(json!({
-        "user_id": caller.user_id(),
-        "tenant_id": caller.tenant_id(),
-        "role": caller.principal.role.as_str(),
-        "token_actions": actions,
-    })))
+/// Who the token speaks for, and what it may do.
+#[derive(Serialize, ToSchema)]
+pub struct Me {
+    user_id: i64,
+    /// `null` for platform staff.
+    tenant_id: Option<i64>,
+    #[schema(schema_with = schema::role)]
+    role: &'static str,
+    /// The actions the token is limited to; empty: all the person's role allows.
+    #[schema(schema_with = schema::actions)]
+    token_actions: Vec<&'static str>,
+}
+
+/// The person and role behind the bearer token.
+#[utoipa::path(get, path = "/api/v1/me", tag = "account", responses((status = 200, body = Me)))]
+async fn me(TokenCaller(_, caller): TokenCaller) -> Result<Json<Me>, ApiError> {
+    Ok(Json(Me {
+        user_id: caller.user_id(),
+        tenant_id: caller.tenant_id(),
+        role: caller.principal.role.as_str(),
+        token_actions: caller.principal.token_actions.iter().flatten().map(|a| a.as_str()).collect(),
+    }))
 }
 
 /// Which environments a listing shows: by owner, project and tenant (their ids) and state
 /// (`active`, `finished` or `any`).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EnvironmentQuery {
+    /// The owner's user id.
     #[serde(default)]
+    #[param(pattern = "^[0-9]*$")]
     pub owner: String,
+    /// The project's id.
     #[serde(default)]
+    #[param(pattern = "^[0-9]*$")]
     pub project: String,
+    /// The tenant's id (platform staff).
     #[serde(default)]
+    #[param(pattern = "^[0-9]*$")]
     pub tenant: String,
+    /// `active`, `finished` or `any` (empty: any).
     #[serde(default)]
+    #[param(schema_with = schema::state_filter)]
     pub state: String,
 }
 
-async fn environments(TokenCaller(platform, caller): TokenCaller, Query(query): Query<EnvironmentQuery>) -> ApiResult {
+/// An environment in a listing, with whose it is.
+#[derive(Serialize, ToSchema)]
+pub struct ListedEnvironmentBody {
+    #[serde(flatten)]
+    environment: EnvironmentBody,
+    owner: Owner,
+    project: Option<String>,
+    /// `null` for platform staff's own environments.
+    tenant: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Owner {
+    id: i64,
+    name: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct EnvironmentList {
+    environments: Vec<ListedEnvironmentBody>,
+}
+
+/// The environments in the caller's reach: their own, their tenant's for tenant admins and
+/// viewers, every one for platform staff.
+#[utoipa::path(get, path = "/api/v1/environments", tag = "environments", params(EnvironmentQuery),
+    responses((status = 200, body = EnvironmentList)))]
+async fn environments(
+    TokenCaller(platform, caller): TokenCaller,
+    Query(query): Query<EnvironmentQuery>,
+) -> Result<Json<EnvironmentList>, ApiError> {
     let filter =
         EnvironmentFilter::parse(&query.owner, &query.project, &query.tenant, &query.state).map_err(fail(&caller))?;
     let listing = platform.environments_in_reach(&caller, &filter).await.map_err(fail(&caller))?;
-    let environments: Vec<Value> = listing
+    let environments = listing
         .environments
         .iter()
-        .map(|listed| {
-            let mut json = environment_json(&platform, &caller, &listed.environment);
-            json["owner"] = json!({ "id": listed.environment.owner_id, "name": listed.owner });
-            json["project"] = json!(listed.project);
-            json["tenant"] = json!(listed.tenant);
-            json
+        .map(|listed| ListedEnvironmentBody {
+            environment: environment_body(&platform, &caller, &listed.environment),
+            owner: Owner { id: listed.environment.owner_id, name: listed.owner.clone() },
+            project: listed.project.clone(),
+            tenant: listed.tenant.clone(),
         })
         .collect();
-    Ok(Json(json!({ "environments": environments })))
+    Ok(Json(EnvironmentList { environments }))
 }
 
-/// A launch. With an `Idempotency-Key` header, a retry of the same request gets the same
-/// answer (201 and the environment the first one booked, as it is now) and books nothing.
+/// What a launch sends (`berth_domain::launch::LaunchRequest`, which reads it: a test keeps
+/// the two field for field). Values as the launch form types them.
+#[derive(ToSchema)]
+#[allow(dead_code)] // The schema of what `LaunchRequest` reads; never built.
+pub struct LaunchBody {
+    /// `notebook`, `training`, `inference` or `cluster`.
+    #[schema(schema_with = schema::offering)]
+    offering: String,
+    /// A size's id in the catalog, e.g. `h100-1g.10gb`.
+    #[schema(schema_with = schema::size)]
+    size: String,
+    name: String,
+    /// Whole hours, e.g. `"4"`.
+    #[schema(pattern = "^[0-9]{1,4}$")]
+    hours: String,
+    /// Empty for now, else a UTC date and time (`2026-11-26 14:00`).
+    #[schema(required = false, default = "")]
+    start: String,
+    /// "As soon as possible": the earliest start within this many days, instead of `start`.
+    #[schema(required = false, default = "", pattern = "^[0-9]{0,3}$")]
+    earliest_within_days: String,
+    /// Other GPU models the booking may take, separated by commas, or `any`.
+    #[schema(required = false, default = "")]
+    models: String,
+    /// Any model whose GPUs have at least this many GB.
+    #[schema(required = false, default = "")]
+    min_gpu_memory_gb: String,
+    /// Empty or `guaranteed`, or `spot`.
+    #[schema(schema_with = schema::tier_asked, required = false, default = "")]
+    tier: String,
+    /// The id of the project whose quota the booking counts against; empty for none.
+    #[schema(required = false, default = "")]
+    project: String,
+    #[schema(required = false, default = "")]
+    image: String,
+    #[schema(required = false, default = "")]
+    command: String,
+    /// Ids of volumes to attach besides the home volume (notebooks and training jobs).
+    #[schema(schema_with = schema::ids, required = false)]
+    volumes: Vec<i64>,
+}
+
+/// Books an environment. With an `Idempotency-Key` header, a retry of the same request gets
+/// the same answer (201 and the environment the first one booked, as it is now) and books
+/// nothing; the same key with another request is refused (422).
+#[utoipa::path(post, path = "/api/v1/environments", tag = "environments",
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "Makes a retry safe: the same person's key with the same request books once (kept 24 hours)")),
+    request_body = LaunchBody,
+    responses((status = 201, description = "Booked", body = EnvironmentBody)))]
 async fn launch(
     TokenCaller(platform, caller): TokenCaller,
     headers: HeaderMap,
-    Json(request): Json<LaunchRequest>,
+    Body(request): Body<LaunchRequest>,
 ) -> Result<Response, ApiError> {
     let env = match headers.get(IDEMPOTENCY_KEY) {
         None => platform.launch(&caller, &request).await.map_err(fail(&caller))?,
@@ -282,136 +531,344 @@ async fn launch(
             platform.launch_once(&caller, &request, key).await.map_err(fail(&caller))?.environment
         }
     };
-    Ok((StatusCode::CREATED, Json(environment_json(&platform, &caller, &env))).into_response())
+    Ok((StatusCode::CREATED, Json(environment_body(&platform, &caller, &env))).into_response())
 }
 
 /// The header a client repeats on a retry (the IETF draft "The Idempotency-Key HTTP Header
 /// Field").
 const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
-async fn environment(TokenCaller(platform, caller): TokenCaller, Path(id): Path<String>) -> ApiResult {
+/// One environment.
+#[utoipa::path(get, path = "/api/v1/environments/{id}", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id")),
+    responses((status = 200, body = EnvironmentBody)))]
+async fn environment(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+) -> Result<Json<EnvironmentBody>, ApiError> {
     let env = platform.environment_of(&caller, &id).await.map_err(fail(&caller))?;
-    Ok(Json(environment_json(&platform, &caller, &env)))
+    Ok(Json(environment_body(&platform, &caller, &env)))
 }
 
-async fn stop(TokenCaller(platform, caller): TokenCaller, Path(id): Path<String>) -> ApiResult {
+/// Stops an environment (or cancels a booking that has not started).
+#[utoipa::path(post, path = "/api/v1/environments/{id}/stop", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id")),
+    responses((status = 200, body = EnvironmentBody)))]
+async fn stop(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+) -> Result<Json<EnvironmentBody>, ApiError> {
     let env = platform.stop(&caller, &id).await.map_err(fail(&caller))?;
-    Ok(Json(environment_json(&platform, &caller, &env)))
+    Ok(Json(environment_body(&platform, &caller, &env)))
 }
 
-#[derive(Deserialize)]
-struct NewEnd {
+/// A booking's new end.
+#[derive(Deserialize, ToSchema)]
+pub struct NewEnd {
+    /// A UTC date and time, `2026-11-26 18:00`.
     ends_at: String,
 }
 
+/// Moves an environment's end: earlier, or later while the calendar has room.
+#[utoipa::path(post, path = "/api/v1/environments/{id}/end", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id")),
+    request_body = NewEnd,
+    responses((status = 200, body = EnvironmentBody)))]
 async fn change_end(
     TokenCaller(platform, caller): TokenCaller,
     Path(id): Path<String>,
-    Json(end): Json<NewEnd>,
-) -> ApiResult {
+    Body(end): Body<NewEnd>,
+) -> Result<Json<EnvironmentBody>, ApiError> {
     let env = platform.change_end(&caller, &id, &end.ends_at).await.map_err(fail(&caller))?;
-    Ok(Json(environment_json(&platform, &caller, &env)))
+    Ok(Json(environment_body(&platform, &caller, &env)))
 }
 
-async fn tenants(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
+#[derive(Serialize, ToSchema)]
+pub struct TenantBody {
+    id: i64,
+    slug: String,
+    name: String,
+    #[schema(schema_with = schema::isolation)]
+    isolation: &'static str,
+    status: String,
+    members: i64,
+    active_environments: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TenantList {
+    tenants: Vec<TenantBody>,
+}
+
+/// The tenants in the caller's reach.
+#[utoipa::path(get, path = "/api/v1/tenants", tag = "tenants", responses((status = 200, body = TenantList)))]
+async fn tenants(TokenCaller(platform, caller): TokenCaller) -> Result<Json<TenantList>, ApiError> {
     let tenants = platform.tenants(&caller).await.map_err(fail(&caller))?;
-    let tenants: Vec<Value> = tenants
-        .iter()
-        .map(|t| {
-            json!({ "id": t.id, "slug": t.slug, "name": t.name, "isolation": t.isolation.as_str(), "status": t.status,
-                    "members": t.members, "active_environments": t.active_environments })
+    let tenants = tenants
+        .into_iter()
+        .map(|t| TenantBody {
+            id: t.id,
+            slug: t.slug,
+            name: t.name,
+            isolation: t.isolation.as_str(),
+            status: t.status,
+            members: t.members,
+            active_environments: t.active_environments,
         })
         .collect();
-    Ok(Json(json!({ "tenants": tenants })))
+    Ok(Json(TenantList { tenants }))
 }
 
-async fn members(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> ApiResult {
+#[derive(Serialize, ToSchema)]
+pub struct MemberBody {
+    user_id: i64,
+    email: String,
+    name: String,
+    #[schema(schema_with = schema::role)]
+    role: &'static str,
+    status: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct MemberList {
+    members: Vec<MemberBody>,
+}
+
+/// A tenant's members.
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/members", tag = "tenants",
+    params(("id" = i64, Path, description = "The tenant's id")),
+    responses((status = 200, body = MemberList)))]
+async fn members(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+) -> Result<Json<MemberList>, ApiError> {
     let members = platform.members(&caller, id).await.map_err(fail(&caller))?;
-    let members: Vec<Value> = members
-        .iter()
-        .map(|m| json!({ "user_id": m.user_id, "email": m.email, "name": m.display_name, "role": m.role.as_str(), "status": m.status }))
+    let members = members
+        .into_iter()
+        .map(|m| MemberBody {
+            user_id: m.user_id,
+            email: m.email,
+            name: m.display_name,
+            role: m.role.as_str(),
+            status: m.status,
+        })
         .collect();
-    Ok(Json(json!({ "members": members })))
+    Ok(Json(MemberList { members }))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct NotificationBody {
+    id: i64,
+    kind: String,
+    title: String,
+    body: String,
+    /// An absolute link to what it is about.
+    link: String,
+    #[schema(format = DateTime)]
+    created_at: String,
+    read: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct NotificationList {
+    unread: i64,
+    /// Newest first.
+    notifications: Vec<NotificationBody>,
 }
 
 /// The caller's latest notifications, newest first, and how many are unread.
-async fn notifications(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
+#[utoipa::path(get, path = "/api/v1/notifications", tag = "notifications",
+    responses((status = 200, body = NotificationList)))]
+async fn notifications(TokenCaller(platform, caller): TokenCaller) -> Result<Json<NotificationList>, ApiError> {
     let inbox = platform.inbox(&caller).await.map_err(fail(&caller))?;
-    let items: Vec<Value> = inbox
+    let notifications = inbox
         .items
-        .iter()
-        .map(|n| {
-            json!({ "id": n.id, "kind": n.kind, "title": n.title, "body": n.body,
-                    "link": berth_domain::notification::absolute_link(platform.public_url(), &n.link),
-                    "created_at": rfc3339(n.created_at), "read": n.read })
+        .into_iter()
+        .map(|n| NotificationBody {
+            link: berth_domain::notification::absolute_link(platform.public_url(), &n.link),
+            id: n.id,
+            kind: n.kind,
+            title: n.title,
+            body: n.body,
+            created_at: rfc3339(n.created_at),
+            read: n.read,
         })
         .collect();
-    Ok(Json(json!({ "unread": inbox.unread, "notifications": items })))
+    Ok(Json(NotificationList { unread: inbox.unread, notifications }))
 }
 
-/// Which notifications to mark read: `{"ids": [..]}`, or all of them (`{}` or no body).
-#[derive(Debug, Default, Deserialize)]
+/// Which notifications to mark read: `{"ids": [..]}`, or all of them (`{}`, `null` or no
+/// body).
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MarkRead {
+    /// The notifications' ids; absent or `null`: all of them.
     #[serde(default)]
     pub ids: Option<Vec<i64>>,
 }
 
+#[derive(Serialize, ToSchema)]
+pub struct Marked {
+    /// How many were unread and are read now.
+    marked: u64,
+    unread: i64,
+}
+
+/// Marks the caller's notifications read.
+#[utoipa::path(post, path = "/api/v1/notifications/read", tag = "notifications",
+    request_body(content = Option<MarkRead>, description = "Optional: no body marks all of them"),
+    responses((status = 200, body = Marked)))]
 async fn mark_notifications_read(
     TokenCaller(platform, caller): TokenCaller,
-    body: Option<Json<MarkRead>>,
-) -> ApiResult {
-    let ids = body.and_then(|Json(b)| b.ids);
-    let marked = platform.mark_notifications_read(&caller, ids.as_deref()).await.map_err(fail(&caller))?;
-    let unread = platform.unread_notifications(caller.user_id()).await.map_err(fail(&caller))?;
-    Ok(Json(json!({ "marked": marked, "unread": unread })))
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<Json<Marked>, Response> {
+    let asked = match body.iter().all(u8::is_ascii_whitespace) {
+        true => MarkRead::default(),
+        false => read_object::<Option<MarkRead>>(&headers, &body, true)
+            .map_err(IntoResponse::into_response)?
+            .unwrap_or_default(),
+    };
+    let fail = |e| fail(&caller)(e).into_response();
+    let marked = platform.mark_notifications_read(&caller, asked.ids.as_deref()).await.map_err(fail)?;
+    let unread = platform.unread_notifications(caller.user_id()).await.map_err(fail)?;
+    Ok(Json(Marked { marked, unread }))
 }
 
-async fn tokens(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
+/// A personal API token; never its secret.
+#[derive(Serialize, ToSchema)]
+pub struct TokenBody {
+    id: i64,
+    name: String,
+    /// What it is limited to; empty: all its owner's role allows.
+    #[schema(schema_with = schema::actions)]
+    actions: Vec<&'static str>,
+    #[schema(format = DateTime)]
+    expires_at: String,
+    revoked: bool,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TokenList {
+    tokens: Vec<TokenBody>,
+}
+
+/// The caller's own API tokens.
+#[utoipa::path(get, path = "/api/v1/tokens", tag = "tokens", responses((status = 200, body = TokenList)))]
+async fn tokens(TokenCaller(platform, caller): TokenCaller) -> Result<Json<TokenList>, ApiError> {
     let tokens = platform.my_tokens(&caller).await.map_err(fail(&caller))?;
-    let tokens: Vec<Value> = tokens
-        .iter()
-        .map(|t| {
-            json!({ "id": t.id, "name": t.name, "actions": t.actions.iter().map(|a| a.as_str()).collect::<Vec<_>>(),
-                    "expires_at": rfc3339(t.expires_at), "revoked": t.revoked_at.is_some() })
+    let tokens = tokens
+        .into_iter()
+        .map(|t| TokenBody {
+            id: t.id,
+            name: t.name,
+            actions: t.actions.iter().map(|a| a.as_str()).collect(),
+            expires_at: rfc3339(t.expires_at),
+            revoked: t.revoked_at.is_some(),
         })
         .collect();
-    Ok(Json(json!({ "tokens": tokens })))
+    Ok(Json(TokenList { tokens }))
 }
 
-async fn revoke_token(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> ApiResult {
+#[derive(Serialize, ToSchema)]
+pub struct Revoked {
+    /// The token's id.
+    revoked: i64,
+}
+
+/// Revokes one of the caller's tokens (this one too).
+#[utoipa::path(post, path = "/api/v1/tokens/{id}/revoke", tag = "tokens",
+    params(("id" = i64, Path, description = "The token's id")),
+    responses((status = 200, body = Revoked)))]
+async fn revoke_token(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+) -> Result<Json<Revoked>, ApiError> {
     platform.revoke_token(&caller, id).await.map_err(fail(&caller))?;
-    Ok(Json(json!({ "revoked": id })))
+    Ok(Json(Revoked { revoked: id }))
 }
 
-fn volume_json(v: &Volume) -> Value {
-    let attached: Vec<Value> = v
+#[derive(Serialize, ToSchema)]
+pub struct VolumeBody {
+    id: i64,
+    name: String,
+    size_gib: u32,
+    /// The owner's home volume, made on their first notebook.
+    home: bool,
+    /// The project it is shared with; `null` for a personal volume.
+    project: Option<i64>,
+    /// The owner's email.
+    owner: String,
+    mount_path: String,
+    /// Where the backend keeps it, once it was first attached.
+    location: Option<String>,
+    /// As last measured; `null` where the backend cannot measure it.
+    used_bytes: Option<i64>,
+    #[schema(format = DateTime)]
+    created_at: String,
+    attached: Vec<AttachmentBody>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AttachmentBody {
+    /// The environment's id.
+    environment: String,
+    environment_name: String,
+    mount_path: String,
+    #[schema(format = DateTime)]
+    attached_at: String,
+}
+
+fn volume_body(v: Volume) -> VolumeBody {
+    let attached = v
         .attachments
-        .iter()
-        .map(|a| {
-            json!({ "environment": a.environment_id, "environment_name": a.environment_name,
-                         "mount_path": a.mount_path, "attached_at": rfc3339(a.attached_at) })
+        .into_iter()
+        .map(|a| AttachmentBody {
+            environment: a.environment_id,
+            environment_name: a.environment_name,
+            mount_path: a.mount_path,
+            attached_at: rfc3339(a.attached_at),
         })
         .collect();
-    json!({
-        "id": v.id, "name": v.name, "size_gib": v.size_gib, "home": v.is_home, "project": v.project_id,
-        "owner": v.owner_email, "mount_path": v.mount_path, "location": v.location, "used_bytes": v.used_bytes,
-        "created_at": rfc3339(v.created_at), "attached": attached,
-    })
+    VolumeBody {
+        id: v.id,
+        name: v.name,
+        size_gib: v.size_gib,
+        home: v.is_home,
+        project: v.project_id,
+        owner: v.owner_email,
+        mount_path: v.mount_path,
+        location: v.location,
+        used_bytes: v.used_bytes,
+        created_at: rfc3339(v.created_at),
+        attached,
+    }
 }
 
-async fn volumes(TokenCaller(platform, caller): TokenCaller) -> ApiResult {
+#[derive(Serialize, ToSchema)]
+pub struct VolumeList {
+    volumes: Vec<VolumeBody>,
+}
+
+/// The volumes in the caller's reach.
+#[utoipa::path(get, path = "/api/v1/volumes", tag = "volumes", responses((status = 200, body = VolumeList)))]
+async fn volumes(TokenCaller(platform, caller): TokenCaller) -> Result<Json<VolumeList>, ApiError> {
     let volumes = platform.volumes(&caller).await.map_err(fail(&caller))?;
-    Ok(Json(json!({ "volumes": volumes.iter().map(volume_json).collect::<Vec<_>>() })))
+    Ok(Json(VolumeList { volumes: volumes.into_iter().map(volume_body).collect() }))
 }
 
 /// `{"name": "datasets", "size_gib": 50, "project": 3}`: a size and project as numbers or
 /// strings; no project for a personal volume.
-#[derive(Deserialize)]
-struct NewVolume {
+#[derive(Deserialize, ToSchema)]
+pub struct NewVolume {
+    /// A DNS label, e.g. `datasets`.
     name: String,
+    /// Whole GiB, 1 to 65536.
+    #[schema(schema_with = schema::number_or_text)]
     size_gib: Value,
+    /// The project's id to share it with; absent, `null` or empty for a personal volume.
     #[serde(default)]
+    #[schema(schema_with = schema::optional_number_or_text)]
     project: Value,
 }
 
@@ -424,63 +881,154 @@ fn typed(value: &Value) -> String {
     }
 }
 
-async fn create_volume(TokenCaller(platform, caller): TokenCaller, Json(asked): Json<NewVolume>) -> Response {
+/// Makes a volume, personal or shared with a project.
+#[utoipa::path(post, path = "/api/v1/volumes", tag = "volumes", request_body = NewVolume,
+    responses((status = 201, description = "Made", body = VolumeBody)))]
+async fn create_volume(TokenCaller(platform, caller): TokenCaller, Body(asked): Body<NewVolume>) -> Response {
     let request = VolumeRequest { name: asked.name, size_gib: typed(&asked.size_gib), project: typed(&asked.project) };
     match platform.create_volume(&caller, &request).await {
-        Ok(volume) => (StatusCode::CREATED, Json(volume_json(&volume))).into_response(),
+        Ok(volume) => (StatusCode::CREATED, Json(volume_body(volume))).into_response(),
         Err(e) => fail(&caller)(e).into_response(),
     }
 }
 
-async fn volume(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> ApiResult {
+/// One volume.
+#[utoipa::path(get, path = "/api/v1/volumes/{id}", tag = "volumes",
+    params(("id" = i64, Path, description = "The volume's id")),
+    responses((status = 200, body = VolumeBody)))]
+async fn volume(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> Result<Json<VolumeBody>, ApiError> {
     let volume = platform.volume(&caller, id).await.map_err(fail(&caller))?;
-    Ok(Json(volume_json(&volume)))
+    Ok(Json(volume_body(volume)))
 }
 
 /// `{"size_gib": 100}`: a volume only grows.
-#[derive(Deserialize)]
-struct NewSize {
+#[derive(Deserialize, ToSchema)]
+pub struct NewSize {
+    /// Whole GiB, more than now.
+    #[schema(schema_with = schema::number_or_text)]
     size_gib: Value,
 }
 
+/// Grows a volume.
+#[utoipa::path(patch, path = "/api/v1/volumes/{id}", tag = "volumes",
+    params(("id" = i64, Path, description = "The volume's id")),
+    request_body = NewSize,
+    responses((status = 200, body = VolumeBody)))]
 async fn resize_volume(
     TokenCaller(platform, caller): TokenCaller,
     Path(id): Path<i64>,
-    Json(asked): Json<NewSize>,
-) -> ApiResult {
+    Body(asked): Body<NewSize>,
+) -> Result<Json<VolumeBody>, ApiError> {
     let volume = platform.resize_volume(&caller, id, &typed(&asked.size_gib)).await.map_err(fail(&caller))?;
-    Ok(Json(volume_json(&volume)))
+    Ok(Json(volume_body(volume)))
 }
 
-async fn delete_volume(TokenCaller(platform, caller): TokenCaller, Path(id): Path<i64>) -> ApiResult {
+#[derive(Serialize, ToSchema)]
+pub struct Deleted {
+    /// The volume's id.
+    deleted: i64,
+}
+
+/// Deletes a volume that nothing has attached.
+#[utoipa::path(delete, path = "/api/v1/volumes/{id}", tag = "volumes",
+    params(("id" = i64, Path, description = "The volume's id")),
+    responses((status = 200, body = Deleted)))]
+async fn delete_volume(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+) -> Result<Json<Deleted>, ApiError> {
     platform.delete_volume(&caller, id).await.map_err(fail(&caller))?;
-    Ok(Json(json!({ "deleted": id })))
+    Ok(Json(Deleted { deleted: id }))
 }
 
-async fn audit(TokenCaller(platform, caller): TokenCaller, Query(filter): Query<AuditFilter>) -> ApiResult {
+/// The audit log's filters (`berth_platform::audit::AuditFilter` reads them); empty ones
+/// do not filter.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // The parameters `AuditFilter` reads; never built.
+pub struct AuditQuery {
+    /// A tenant's slug (platform staff).
+    tenant: Option<String>,
+    /// Part of the actor's email.
+    actor: Option<String>,
+    /// The start of an action's name, e.g. `environment.launch`.
+    action: Option<String>,
+    /// `success`, `failure` or `denied`.
+    outcome: Option<String>,
+    /// Only events before this id: the next page.
+    before: Option<i64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AuditEvent {
+    id: i64,
+    #[schema(format = DateTime)]
+    at: String,
+    /// The actor's email.
+    actor: Option<String>,
+    tenant: Option<String>,
+    action: String,
+    target: Option<String>,
+    /// `success`, `failure` or `denied`.
+    outcome: String,
+    /// The source address.
+    source: Option<String>,
+    request_id: Option<String>,
+    detail: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AuditLog {
+    /// Newest first, at most 100: the next page is `before` the last one's id.
+    events: Vec<AuditEvent>,
+}
+
+/// The audit log in the caller's reach, newest first.
+#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", params(AuditQuery),
+    responses((status = 200, body = AuditLog)))]
+async fn audit(
+    TokenCaller(platform, caller): TokenCaller,
+    Query(filter): Query<AuditFilter>,
+) -> Result<Json<AuditLog>, ApiError> {
     let rows = platform.audit_log(&caller, &filter, berth_platform::audit::AUDIT_PAGE).await.map_err(fail(&caller))?;
-    let rows: Vec<Value> = rows
-        .iter()
-        .map(|r| {
-            json!({ "id": r.id, "at": rfc3339(r.at), "actor": r.actor, "tenant": r.tenant, "action": r.action,
-                    "target": r.target, "outcome": r.outcome, "source": r.source, "request_id": r.request_id, "detail": r.detail })
+    let events = rows
+        .into_iter()
+        .map(|r| AuditEvent {
+            id: r.id,
+            at: rfc3339(r.at),
+            actor: r.actor,
+            tenant: r.tenant,
+            action: r.action,
+            target: r.target,
+            outcome: r.outcome,
+            source: r.source,
+            request_id: r.request_id,
+            detail: r.detail,
         })
         .collect();
-    Ok(Json(json!({ "events": rows })))
+    Ok(Json(AuditLog { events }))
 }
 
 /// Which month of usage, grouped how, and (platform staff) of which tenant.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct UsageQuery {
+    /// `2026-11`; empty for this month.
     #[serde(default)]
+    #[param(pattern = "^([0-9]{4}-(0[1-9]|1[0-2]))?$")]
     pub month: String,
+    /// What the lines are; empty for projects.
     #[serde(default)]
+    #[param(schema_with = schema::usage_by)]
     pub by: String,
+    /// A tenant's slug (platform staff).
     #[serde(default)]
     pub tenant: String,
 }
 
 /// A month of GPU-hours and cost in the caller's reach, with the budgets that apply.
+#[utoipa::path(get, path = "/api/v1/usage", tag = "usage", params(UsageQuery),
+    responses((status = 200, body = UsageBody)))]
 async fn usage(TokenCaller(platform, caller): TokenCaller, Query(query): Query<UsageQuery>) -> ApiResult {
     let report = usage_report(&platform, &caller, &query).await.map_err(fail(&caller))?;
     Ok(Json(usage_json(&report)))
@@ -496,130 +1044,402 @@ pub async fn usage_report(
     platform.usage_report(caller, month, by, tenant).await
 }
 
-/// A usage report as the API and the page's JSON download give it: amounts in cents and as
-/// dollars, GPU-hours as numbers.
-pub fn usage_json(report: &berth_platform::capacity::metering::UsageReport) -> Value {
-    let lines: Vec<Value> = report
-        .lines
-        .iter()
-        .map(|l| {
-            json!({ "key": l.key, "name": l.label, "gpu_hours": l.gpu_hours, "environments": l.environments,
-                    "cents": l.cents, "amount": berth_domain::metering::format_money(l.cents) })
-        })
-        .collect();
-    let budgets: Vec<Value> = report
-        .budgets
-        .iter()
-        .map(|b| {
-            json!({ "id": b.id, "of": b.of, "cents_per_month": b.cents_per_month, "warn_only": b.warn_only,
-                    "spent_cents": b.spent_cents, "committed_cents": b.committed_cents, "reached_percent": b.reached })
-        })
-        .collect();
-    json!({
-        "month": report.month.key(),
-        "charged_for": report.basis.as_str(),
-        "by": report.by.as_str(),
-        "counted_to": rfc3339(report.counted_to),
-        "lines": lines,
-        "total_cents": report.total_cents,
-        "total": berth_domain::metering::format_money(report.total_cents),
-        "total_gpu_hours": report.total_gpu_hours,
-        "daily_cents": report.daily_cents,
-        "budgets": budgets,
-        "fleet": report.fleet.iter().map(|m| json!({ "model": m.model, "gpus": m.gpus,
-            "allocated_gpu_hours": m.allocated_gpu_hours, "capacity_gpu_hours": m.capacity_gpu_hours })).collect::<Vec<_>>(),
-    })
+/// A usage report as the API and the usage page's JSON download give it: amounts in cents
+/// and as dollars, GPU-hours as numbers.
+#[derive(Serialize, ToSchema)]
+pub struct UsageBody {
+    /// `2026-11`.
+    month: String,
+    /// `use` or `reservation`: what a booking is charged for.
+    charged_for: &'static str,
+    by: &'static str,
+    /// Up to when time is counted.
+    #[schema(format = DateTime)]
+    counted_to: String,
+    /// Costliest first.
+    lines: Vec<UsageLineBody>,
+    total_cents: i64,
+    /// `$12.34`.
+    total: String,
+    total_gpu_hours: f64,
+    /// For each day of the month, each line's cents (in `lines` order).
+    daily_cents: Vec<Vec<i64>>,
+    budgets: Vec<BudgetBody>,
+    /// Platform staff: each GPU model's GPU-hours held against the fleet's, per day.
+    fleet: Vec<ModelUseBody>,
 }
 
-/// A node's lifecycle state, its changes (who, why, when) and its check runs.
-async fn node_health(TokenCaller(platform, caller): TokenCaller, Path(name): Path<String>) -> ApiResult {
+#[derive(Serialize, ToSchema)]
+pub struct UsageLineBody {
+    key: String,
+    name: String,
+    gpu_hours: f64,
+    environments: usize,
+    cents: i64,
+    amount: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct BudgetBody {
+    id: i64,
+    /// "Tenant Acme", "Project acme/vision".
+    of: String,
+    cents_per_month: i64,
+    warn_only: bool,
+    spent_cents: i64,
+    /// Spent, plus what running and booked environments will cost by the month's end.
+    committed_cents: i64,
+    /// The marks (50, 80, 100) reached this month.
+    reached_percent: Vec<u32>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ModelUseBody {
+    model: String,
+    gpus: i64,
+    allocated_gpu_hours: Vec<f64>,
+    capacity_gpu_hours: Vec<f64>,
+}
+
+/// A usage report as JSON (the API's answer and the page's download).
+pub fn usage_json(report: &berth_platform::capacity::metering::UsageReport) -> Value {
+    let body = UsageBody {
+        month: report.month.key(),
+        charged_for: report.basis.as_str(),
+        by: report.by.as_str(),
+        counted_to: rfc3339(report.counted_to),
+        lines: report
+            .lines
+            .iter()
+            .map(|l| UsageLineBody {
+                key: l.key.clone(),
+                name: l.label.clone(),
+                gpu_hours: l.gpu_hours,
+                environments: l.environments,
+                cents: l.cents,
+                amount: berth_domain::metering::format_money(l.cents),
+            })
+            .collect(),
+        total_cents: report.total_cents,
+        total: berth_domain::metering::format_money(report.total_cents),
+        total_gpu_hours: report.total_gpu_hours,
+        daily_cents: report.daily_cents.clone(),
+        budgets: report
+            .budgets
+            .iter()
+            .map(|b| BudgetBody {
+                id: b.id,
+                of: b.of.clone(),
+                cents_per_month: b.cents_per_month,
+                warn_only: b.warn_only,
+                spent_cents: b.spent_cents,
+                committed_cents: b.committed_cents,
+                reached_percent: b.reached.clone(),
+            })
+            .collect(),
+        fleet: report
+            .fleet
+            .iter()
+            .map(|m| ModelUseBody {
+                model: m.model.clone(),
+                gpus: m.gpus,
+                allocated_gpu_hours: m.allocated_gpu_hours.clone(),
+                capacity_gpu_hours: m.capacity_gpu_hours.clone(),
+            })
+            .collect(),
+    };
+    serde_json::to_value(body).unwrap_or(Value::Null)
+}
+
+/// A node's lifecycle state, its changes and its check runs.
+#[derive(Serialize, ToSchema)]
+pub struct NodeHealthBody {
+    node: String,
+    site: String,
+    model: &'static str,
+    gpus: u32,
+    #[schema(schema_with = schema::node_state)]
+    state: &'static str,
+    repair_tier: u32,
+    /// The repair tier in progress (in repair) or last tried.
+    repair_tier_name: Option<String>,
+    repair_tiers: u32,
+    /// Unreleased bookings on the node now.
+    bookings_now: i64,
+    takes_new_bookings: bool,
+    /// Newest first.
+    changes: Vec<NodeStateChangeBody>,
+    /// Newest first, the last 20.
+    check_runs: Vec<CheckRunBody>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct NodeStateChangeBody {
+    #[schema(schema_with = schema::node_state)]
+    from: &'static str,
+    #[schema(schema_with = schema::node_state)]
+    to: &'static str,
+    repair_tier: u32,
+    event: String,
+    reason: String,
+    /// The person's email; `null` when Berth moved the node.
+    by: Option<String>,
+    #[schema(format = DateTime)]
+    at: String,
+}
+
+/// The node's health: state, changes (who, why, when) and check runs.
+#[utoipa::path(get, path = "/api/v1/nodes/{id}/health", tag = "nodes",
+    params(("id" = String, Path, description = "The node's name")),
+    responses((status = 200, body = NodeHealthBody)))]
+async fn node_health(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(name): Path<String>,
+) -> Result<Json<NodeHealthBody>, ApiError> {
     let health = platform.node_health(&caller, &name).await.map_err(fail(&caller))?;
-    let changes: Vec<Value> = health
+    let changes = health
         .changes
         .iter()
-        .map(|c| {
-            json!({ "from": c.from.as_str(), "to": c.to.as_str(), "repair_tier": c.tier, "event": c.event,
-                    "reason": c.reason, "by": c.by, "at": rfc3339(c.at) })
+        .map(|c| NodeStateChangeBody {
+            from: c.from.as_str(),
+            to: c.to.as_str(),
+            repair_tier: c.tier,
+            event: c.event.clone(),
+            reason: c.reason.clone(),
+            by: c.by.clone(),
+            at: rfc3339(c.at),
         })
         .collect();
-    let runs: Vec<Value> = health.runs.iter().map(check_run_json).collect();
-    Ok(Json(json!({
-        "node": health.node, "site": health.site, "model": health.model.name(), "gpus": health.gpus,
-        "state": health.status.state.as_str(), "repair_tier": health.status.tier, "repair_tier_name": health.tier_name,
-        "repair_tiers": health.tiers, "bookings_now": health.bookings_now,
-        "takes_new_bookings": health.status.state.takes_new_bookings(),
-        "changes": changes, "check_runs": runs,
-    })))
+    Ok(Json(NodeHealthBody {
+        node: health.node,
+        site: health.site,
+        model: health.model.name(),
+        gpus: health.gpus,
+        state: health.status.state.as_str(),
+        repair_tier: health.status.tier,
+        repair_tier_name: health.tier_name,
+        repair_tiers: health.tiers,
+        bookings_now: health.bookings_now,
+        takes_new_bookings: health.status.state.takes_new_bookings(),
+        changes,
+        check_runs: health.runs.iter().map(check_run_body).collect(),
+    }))
 }
 
-fn check_run_json(run: &berth_platform::provisioning::node_health::CheckRun) -> Value {
-    let results: Vec<Value> = run
-        .results
-        .iter()
-        .map(|r| {
-            json!({ "check": r.kind, "passed": r.passed, "measured": r.measured, "threshold": r.threshold,
-                    "unit": r.unit, "summary": r.summary, "command": r.command, "raw_output": r.raw_output })
-        })
-        .collect();
-    json!({ "id": run.id, "level": run.level, "purpose": run.purpose, "requested_by": run.requested_by,
-            "started_at": rfc3339(run.started_at), "finished_at": run.finished_at.map(rfc3339),
-            "passed": run.passed, "results": results })
+#[derive(Serialize, ToSchema)]
+pub struct CheckRunBody {
+    id: i64,
+    /// `quick`, `medium` or `long`.
+    level: String,
+    /// `acceptance` or `on_demand`.
+    purpose: String,
+    requested_by: Option<String>,
+    #[schema(format = DateTime)]
+    started_at: String,
+    #[schema(format = DateTime)]
+    finished_at: Option<String>,
+    /// `null` while it runs.
+    passed: Option<bool>,
+    results: Vec<CheckResultBody>,
 }
 
-#[derive(Deserialize)]
-struct CheckRequest {
+#[derive(Serialize, ToSchema)]
+pub struct CheckResultBody {
+    check: String,
+    passed: bool,
+    measured: Option<f64>,
+    threshold: Option<f64>,
+    unit: String,
+    summary: String,
+    command: String,
+    raw_output: String,
+}
+
+fn check_run_body(run: &berth_platform::provisioning::node_health::CheckRun) -> CheckRunBody {
+    CheckRunBody {
+        id: run.id,
+        level: run.level.clone(),
+        purpose: run.purpose.clone(),
+        requested_by: run.requested_by.clone(),
+        started_at: rfc3339(run.started_at),
+        finished_at: run.finished_at.map(rfc3339),
+        passed: run.passed,
+        results: run
+            .results
+            .iter()
+            .map(|r| CheckResultBody {
+                check: r.kind.clone(),
+                passed: r.passed,
+                measured: r.measured,
+                threshold: r.threshold,
+                unit: r.unit.clone(),
+                summary: r.summary.clone(),
+                command: r.command.clone(),
+                raw_output: r.raw_output.clone(),
+            })
+            .collect(),
+    }
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct CheckRequest {
+    /// `quick`, `medium` or `long` (`dcgmi diag -r 1/2/3`).
     level: String,
 }
 
 /// Runs checks on a node: acceptance on a node nobody holds, else a check on demand.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/checks", tag = "nodes",
+    params(("id" = String, Path, description = "The node's name")),
+    request_body = CheckRequest,
+    responses((status = 200, body = CheckRunBody)))]
 async fn run_node_checks(
     TokenCaller(platform, caller): TokenCaller,
     Path(name): Path<String>,
-    Json(request): Json<CheckRequest>,
-) -> ApiResult {
+    Body(request): Body<CheckRequest>,
+) -> Result<Json<CheckRunBody>, ApiError> {
     let run = platform.run_node_checks(&caller, &name, &request.level).await.map_err(fail(&caller))?;
-    Ok(Json(check_run_json(&run)))
+    Ok(Json(check_run_body(&run)))
 }
 
-#[derive(Deserialize)]
-struct StateChange {
+#[derive(Deserialize, ToSchema)]
+pub struct StateChange {
+    /// `drain`, `return_to_service`, `start_repair`, `repair_done`, `repair_failed`,
+    /// `retire` or `reinstate`.
     event: String,
+    /// Why, for the node's history.
     reason: String,
 }
 
-/// A platform admin moves a node: drain, return_to_service, start_repair, repair_done,
-/// repair_failed, retire, reinstate.
+#[derive(Serialize, ToSchema)]
+pub struct NodeStateBody {
+    node: String,
+    #[schema(schema_with = schema::node_state)]
+    state: &'static str,
+    repair_tier: u32,
+    repair_tier_name: Option<String>,
+}
+
+/// A platform admin moves a node through its lifecycle.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/state", tag = "nodes",
+    params(("id" = String, Path, description = "The node's name")),
+    request_body = StateChange,
+    responses((status = 200, body = NodeStateBody)))]
 async fn change_node_state(
     TokenCaller(platform, caller): TokenCaller,
     Path(name): Path<String>,
-    Json(change): Json<StateChange>,
-) -> ApiResult {
+    Body(change): Body<StateChange>,
+) -> Result<Json<NodeStateBody>, ApiError> {
     let health =
         platform.change_node_state(&caller, &name, &change.event, &change.reason).await.map_err(fail(&caller))?;
-    Ok(Json(json!({ "node": health.node, "state": health.status.state.as_str(), "repair_tier": health.status.tier,
-                    "repair_tier_name": health.tier_name })))
+    Ok(Json(NodeStateBody {
+        node: health.node,
+        state: health.status.state.as_str(),
+        repair_tier: health.status.tier,
+        repair_tier_name: health.tier_name,
+    }))
 }
 
-/// A node's agent reports its GPUs; the answer says which GPUs changed health.
+/// What a node's agent reports (`berth_domain::agent::NodeReport`, which reads it: a test
+/// keeps the two field for field).
+#[derive(ToSchema)]
+#[allow(dead_code)] // The schema of what `NodeReport` reads; never built.
+pub struct NodeReportBody {
+    /// The `berth` version the agent runs.
+    agent_version: String,
+    /// Every GPU NVML sees; empty when NVML is not available on the node.
+    gpus: Vec<GpuReportBody>,
+}
+
+/// One GPU as NVML sees it (`berth_domain::agent::GpuReport`); readings a GPU does not
+/// support are `null`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct GpuReportBody {
+    /// NVML's device index, the fleet file's numbering.
+    index: i64,
+    /// `GPU-…`.
+    uuid: String,
+    /// e.g. `NVIDIA H100 80GB HBM3`.
+    name: String,
+    memory_mib: i64,
+    mig_enabled: bool,
+    mig_instances: Option<i64>,
+    /// Uncorrected ECC errors since the driver loaded.
+    ecc_uncorrected: Option<i64>,
+    temperature_c: Option<i64>,
+    power_w: Option<i64>,
+    /// 0 to 100.
+    utilization_pct: Option<i64>,
+}
+
+/// What an agent says after applying its node's plan (`berth_domain::node_plan::PlanReport`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct PlanReportBody {
+    /// The plan generation the agent worked on.
+    generation: i64,
+    /// `null`: the whole plan is applied; otherwise what stopped it.
+    error: Option<String>,
+    /// The node's underlay address, which the tenants' other nodes tunnel to.
+    #[schema(format = Ipv4, pattern = r"^((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])$")]
+    underlay_address: Option<String>,
+    #[schema(required = false)]
+    workloads: Vec<WorkloadStatusBody>,
+}
+
+/// How one workload is doing on the node (`berth_domain::node_plan::WorkloadStatus`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct WorkloadStatusBody {
+    environment_id: String,
+    /// `null` until the image is on the node.
+    #[schema(schema_with = schema::workload_state, required = false)]
+    state: Option<String>,
+    exit_code: Option<i64>,
+    /// Why the agent could not pull or start it.
+    error: Option<String>,
+    /// A training job's last log lines, oldest first.
+    #[schema(required = false)]
+    log_tail: Vec<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ReportReceiptBody {
+    node: String,
+    /// GPUs in the report.
+    gpus: usize,
+    /// One line per GPU whose health changed, e.g. `gpu 3: failed (2 uncorrected ECC errors)`.
+    changes: Vec<String>,
+    /// Indices the node reports that the fleet file does not name; they are not booked.
+    unexpected_gpus: Vec<i64>,
+}
+
+/// A node's agent reports its GPUs as NVML reads them (`berth_domain::agent::NodeReport`);
+/// the answer says which GPUs changed health.
+#[utoipa::path(post, path = "/api/v1/agent/report", tag = "agent",
+    request_body = NodeReportBody,
+    responses((status = 200, body = ReportReceiptBody)))]
 async fn agent_report(
     State(state): State<AppState>,
     NodeSecret(secret, meta): NodeSecret,
-    Json(report): Json<NodeReport>,
-) -> Result<Json<Value>, Response> {
+    Body(report): Body<NodeReport>,
+) -> Result<Json<ReportReceiptBody>, Response> {
     let request_id = meta.request_id.clone();
     match state.platform.report_node(&secret, &report, meta).await {
-        Ok(receipt) => Ok(Json(json!({
-            "node": receipt.node,
-            "gpus": report.gpus.len(),
-            "changes": receipt.changes,
-            "unexpected_gpus": receipt.unexpected,
-        }))),
+        Ok(receipt) => Ok(Json(ReportReceiptBody {
+            node: receipt.node,
+            gpus: report.gpus.len(),
+            changes: receipt.changes,
+            unexpected_gpus: receipt.unexpected,
+        })),
         Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
         Err(error) => Err(ApiError { error, request_id }.into_response()),
     }
 }
 
 /// A bare-metal node's agent fetches what its node should hold (`--backend baremetal`).
+#[utoipa::path(get, path = "/api/v1/agent/plan", tag = "agent",
+    responses((status = 200, description = "The node's plan (`berth_domain::node_plan::NodePlan`)", body = Object)))]
 async fn agent_plan(
     State(state): State<AppState>,
     NodeSecret(secret, meta): NodeSecret,
@@ -635,12 +1455,22 @@ async fn agent_plan(
     }
 }
 
-/// A bare-metal node's agent says which plan generation it applied, or why it could not.
+#[derive(Serialize, ToSchema)]
+pub struct PlanAccepted {
+    /// The generation reported.
+    generation: i64,
+}
+
+/// A bare-metal node's agent says which plan generation it applied, or why it could not
+/// (`berth_domain::node_plan::PlanReport`).
+#[utoipa::path(post, path = "/api/v1/agent/plan", tag = "agent",
+    request_body = PlanReportBody,
+    responses((status = 200, body = PlanAccepted)))]
 async fn agent_plan_report(
     State(state): State<AppState>,
     NodeSecret(secret, meta): NodeSecret,
-    Json(report): Json<PlanReport>,
-) -> Result<Json<Value>, Response> {
+    Body(report): Body<PlanReport>,
+) -> Result<Json<PlanAccepted>, Response> {
     let request_id = meta.request_id.clone();
     let generation = report.generation;
     // Its own task: an agent that hangs up must not cut the write transaction short.
@@ -649,8 +1479,107 @@ async fn agent_plan_report(
         .await
         .unwrap_or_else(|e| Err(Error::internal(e)));
     match outcome {
-        Ok(()) => Ok(Json(json!({ "generation": generation }))),
+        Ok(()) => Ok(Json(PlanAccepted { generation })),
         Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
         Err(error) => Err(ApiError { error, request_id }.into_response()),
+    }
+}
+
+/// Schemas the derives cannot see: the domain's names for roles, states and the rest,
+/// taken from the domain's own lists so that they cannot drift.
+mod schema {
+    use berth_domain::catalog::Offering;
+    use berth_domain::lifecycle::EnvState;
+    use berth_domain::node_health::NodeState;
+    use berth_domain::policy::{Action, Role};
+    use berth_domain::tenancy::Isolation;
+    use berth_platform::capacity::metering::UsageBy;
+    use utoipa::openapi::schema::{ArrayBuilder, KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type};
+    use utoipa::openapi::{RefOr, schema::SchemaType};
+
+    fn one_of(values: impl IntoIterator<Item = &'static str>) -> ObjectBuilder {
+        ObjectBuilder::new().schema_type(Type::String).enum_values(Some(values))
+    }
+
+    pub fn offering() -> ObjectBuilder {
+        one_of(Offering::ALL.map(Offering::id))
+    }
+
+    /// A listing's `state`: empty is any.
+    pub fn state_filter() -> ObjectBuilder {
+        one_of(["", "active", "finished", "any"])
+    }
+
+    pub fn usage_by() -> ObjectBuilder {
+        let mut choices = vec![""];
+        choices.extend(UsageBy::ALL.map(UsageBy::as_str));
+        one_of(choices)
+    }
+
+    pub fn environment_state() -> ObjectBuilder {
+        one_of(EnvState::ALL.map(EnvState::as_str))
+    }
+
+    /// Every size of the catalog, of every offering.
+    pub fn size() -> ObjectBuilder {
+        let mut sizes: Vec<&'static str> = Offering::ALL.iter().flat_map(|o| o.sizes()).map(|s| s.id).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        one_of(sizes)
+    }
+
+    /// A launch's tier: empty is guaranteed.
+    pub fn tier_asked() -> ObjectBuilder {
+        one_of(["", "guaranteed", "spot"])
+    }
+
+    pub fn tier() -> ObjectBuilder {
+        one_of(["guaranteed", "spot"])
+    }
+
+    pub fn role() -> ObjectBuilder {
+        one_of(Role::ALL.map(Role::as_str))
+    }
+
+    pub fn isolation() -> ObjectBuilder {
+        one_of(Isolation::ALL.map(Isolation::as_str))
+    }
+
+    pub fn node_state() -> ObjectBuilder {
+        one_of(NodeState::ALL.map(NodeState::as_str))
+    }
+
+    pub fn actions() -> ArrayBuilder {
+        ArrayBuilder::new().items(one_of(Action::ALL.map(Action::as_str)))
+    }
+
+    /// Ids as numbers (or as a form's text).
+    pub fn ids() -> ArrayBuilder {
+        let id =
+            ObjectBuilder::new().schema_type(Type::Integer).format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)));
+        ArrayBuilder::new().items(OneOfBuilder::new().item(id).item(ObjectBuilder::new().schema_type(Type::String)))
+    }
+
+    pub fn workload_state() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(one_of(["pulled", "running", "exited"]))
+            .item(ObjectBuilder::new().schema_type(SchemaType::Type(Type::Null)))
+            .into()
+    }
+
+    /// A whole number, as a number or as text.
+    pub fn number_or_text() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::Integer).format(None))
+            .item(ObjectBuilder::new().schema_type(Type::String))
+            .into()
+    }
+
+    pub fn optional_number_or_text() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(ObjectBuilder::new().schema_type(Type::Integer))
+            .item(ObjectBuilder::new().schema_type(Type::String))
+            .item(ObjectBuilder::new().schema_type(SchemaType::Type(Type::Null)))
+            .into()
     }
 }

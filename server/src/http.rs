@@ -115,6 +115,7 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>)
         .route("/readyz", served::get(readyz))
         .merge(exposed_metrics)
         .merge(crate::api::routes())
+        .merge(crate::api_docs::routes())
         .merge(crate::web::routes())
         .with(pages_router, pages)
         .into_parts();

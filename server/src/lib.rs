@@ -2,10 +2,12 @@
 //! and command line that `berth serve` runs.
 
 pub mod api;
+pub mod api_docs;
 pub mod assets;
 pub mod cli;
 pub mod http;
 pub mod metrics;
+pub mod openapi;
 pub mod problem;
 pub mod proxy;
 pub mod rate_limit;

@@ -13,14 +13,22 @@ use serde::Serialize;
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
 /// One problem, as sent.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Problem {
+    /// `about:blank` (the status says it all), `urn:berth:problem:refused` (the platform
+    /// refused: the detail says why), `urn:berth:problem:invalid-request` (the request could
+    /// not be read) or `urn:berth:problem:rate-limited`.
     #[serde(rename = "type")]
     pub kind: &'static str,
+    /// The same for every problem of its type.
     pub title: &'static str,
+    /// The HTTP status code.
     #[serde(serialize_with = "status_code")]
+    #[schema(value_type = u16)]
     pub status: StatusCode,
+    /// What happened to this request.
     pub detail: String,
+    /// Finds the request's log lines: quote it when reporting a problem.
     pub request_id: String,
 }
 

@@ -160,6 +160,8 @@ fn routes() -> Vec<Route> {
     vec![
         anyone("/healthz"),
         anyone("/readyz"),
+        anyone("/api/v1/openapi.json"),
+        anyone("/api/docs"),
         page("/", None),
         page("/catalog", None),
         page("/launch/{offering}", None),

@@ -10,10 +10,12 @@ mod fabric;
 mod hardening;
 mod idempotency;
 mod matrix;
+mod openapi;
 mod pages;
 mod problems;
 mod proxy;
 mod rate_limits;
+mod schemathesis;
 mod sessions;
 mod ssh_keys;
 
