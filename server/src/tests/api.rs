@@ -67,3 +67,40 @@ async fn a_script_runs_acceptance_and_repairs_a_node() {
     assert_eq!(repaired.status, StatusCode::OK, "{}", repaired.body);
     assert!(repaired.body.contains(r#""state":"available""#), "{}", repaired.body);
 }
+
+/// A script reads the image catalog and its tenant's rule, and a launch naming an image from
+/// a registry the rule leaves out is refused with the reason, writing nothing.
+#[tokio::test]
+async fn a_script_reads_the_image_catalog_and_is_held_to_its_tenants_rule() {
+    let berth = Berth::start(None).await;
+    let tenant = berth.platform.ensure_tenant("tenant-a", "Tenant A", Isolation::Soft).await.expect("tenant");
+    let root = berth.person("root@example.com", Role::PlatformAdmin, None).await;
+    let root = root.caller(super::meta());
+    berth.platform.set_custom_images(&root, tenant, "registries", "ghcr.io").await.expect("rule");
+    let member = berth.person("dana@example.com", Role::Member, Some(tenant)).await;
+    let (_, token) = berth.token(&member, &[]).await;
+
+    let catalog = berth.api(Method::GET, "/api/v1/images", "", Some(&token)).await;
+    assert_eq!(catalog.status, StatusCode::OK, "{}", catalog.body);
+    let catalog: serde_json::Value = serde_json::from_str(&catalog.body).expect("json");
+    let pytorch = &catalog["images"][0];
+    assert_eq!(pytorch["name"], "PyTorch notebook");
+    assert_eq!((pytorch["catalog"].as_str(), pytorch["pinned"].as_bool()), (Some("platform"), Some(false)));
+    assert_eq!(pytorch["default_for"], serde_json::json!(["notebook"]));
+    assert_eq!(
+        catalog["custom_images"],
+        serde_json::json!([{"tenant": "tenant-a", "rule": "registries", "registries": ["ghcr.io"]}])
+    );
+
+    let hub = r#"{"offering": "training", "size": "h100-1", "name": "hub", "hours": "1",
+                  "image": "pytorch/pytorch:2.4", "command": "python train.py"}"#;
+    let refused = berth.api(Method::POST, "/api/v1/environments", hub, Some(&token)).await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    assert!(refused.body.contains("comes from docker.io, which tenant tenant-a does not allow"), "{}", refused.body);
+    let ghcr = hub.replace("pytorch/pytorch:2.4", "ghcr.io/acme/train:1").replace("hub", "ghcr");
+    let booked = berth.api(Method::POST, "/api/v1/environments", &ghcr, Some(&token)).await;
+    assert_eq!(booked.status, StatusCode::CREATED, "{}", booked.body);
+    let envs: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM environments").fetch_one(berth.platform.db()).await.expect("count");
+    assert_eq!(envs, 1, "the refused request wrote nothing");
+}

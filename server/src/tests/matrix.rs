@@ -255,6 +255,7 @@ fn routes() -> Vec<Route> {
         page("/images", None),
         page("/admin/images", None),
         sf("/api/images", Some((ImageRead, Aim::CallersTenant)), ""),
+        api(M::GET, "/api/v1/images", Some((ImageRead, Aim::CallersTenant)), ""),
         sf("/api/launch_images", Some((ImageRead, Aim::CallersTenant)), "offering=training"),
         // Empty `tenant`: the caller's own catalog (the platform's for staff).
         sf("/api/add_image", Some((ImageManage, Aim::CallersTenant)), ADD_IMAGE_FORM),
