@@ -32,12 +32,19 @@ test('the calendar shows free capacity per size and links free cells to the laun
   await page.waitForURL(/\/launch\/training\?size=h100-8&start=/);
   assert.equal(await page.getByLabel('Start (UTC)').inputValue(), `${tomorrow} 10:00`);
   assert.equal(await page.getByLabel('8 x H100 80GB, full node').isChecked(), true);
-  // Each size says what is free for the duration, and follows it as it is typed.
-  await page.locator('[data-hint="h100-8"]').getByText('4 free now for 1 h').waitFor();
+  // Each size says what is free for the duration from the chosen start, and follows both
+  // as they are typed.
+  await page.locator('[data-hint="h100-8"]').getByText(/^4 free from \w{3} \d+ \w{3} 10:00 UTC for 1 h$/).waitFor();
   // Typing is followed only once the page is hydrated (on a busy machine that comes later).
   await page.locator('body[data-hydrated]').waitFor();
   await page.getByLabel('Duration (hours)').fill('3');
+  await page.locator('[data-hint="h100-8"]').getByText(/^4 free from .* 10:00 UTC for 3 h$/).waitFor();
+  await page.getByLabel('Start (UTC)').fill('');
+  await page.getByLabel('Start (UTC)').blur();
   await page.locator('[data-hint="h100-8"]').getByText('4 free now for 3 h').waitFor();
+  await page.getByLabel('Start (UTC)').fill(`${tomorrow} 10:00`);
+  await page.getByLabel('Start (UTC)').blur();
+  await page.locator('[data-hint="h100-8"]').getByText(/^4 free from .* 10:00 UTC for 3 h$/).waitFor();
   // The cost of the booking follows the size and the duration, before anything is sent.
   await page.locator('[data-cost]').getByText('$76.80 for 3 h (8 x H100 80GB, full node at $25.60/h)').waitFor();
   await page.getByLabel('8 x A100 80GB, full node').check();

@@ -322,12 +322,22 @@ async fn the_launch_form_learns_what_is_free_now_and_when_it_will_be(pool: Sqlit
     book(&berth, "h100-node-1", "all-now-too", None, 3).await.expect("second node");
     let sizes = berth
         .platform
-        .size_availability(berth.caller.tenant_id(), berth_domain::catalog::Offering::TrainingJob, 4)
+        .size_availability(berth.caller.tenant_id(), berth_domain::catalog::Offering::TrainingJob, 4, None)
         .await
         .expect("sizes");
     let h100 = sizes.iter().find(|s| s.size.id == "h100-1").expect("h100-1");
     assert_eq!(h100.free_now, 0);
     assert_eq!(h100.earliest_start, Some(first.ends_at + 15 * MINUTE_MS), "the first node frees first");
+    // Asked from that start instead of now, the size is free then.
+    let then = first.ends_at + 15 * MINUTE_MS;
+    let later = berth
+        .platform
+        .size_availability(berth.caller.tenant_id(), berth_domain::catalog::Offering::TrainingJob, 4, Some(then))
+        .await
+        .expect("sizes");
+    let h100 = later.iter().find(|s| s.size.id == "h100-1").expect("h100-1");
+    assert!(h100.free_now > 0, "free from the asked start");
+    assert_eq!(h100.earliest_start, Some(then));
     let l40s = sizes.iter().find(|s| s.size.gpu_model() == GpuModel::L40S);
     assert!(l40s.is_none_or(|s| s.free_now > 0));
 }

@@ -169,6 +169,7 @@ async fn a_refused_launch_in_a_batch_undoes_only_itself() {
 
 /// 1g slices free now for two hours, as the launch form shows them.
 async fn shown_free_1g(platform: &berth_platform::Platform) -> u32 {
-    let sizes = platform.size_availability(None, berth_domain::catalog::Offering::Notebook, 2).await.expect("sizes");
+    let sizes =
+        platform.size_availability(None, berth_domain::catalog::Offering::Notebook, 2, None).await.expect("sizes");
     sizes.iter().find(|s| s.size.id == "h100-1g.10gb").expect("the size").free_now
 }

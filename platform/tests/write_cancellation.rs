@@ -131,7 +131,7 @@ fn notebook_on_a_1g_slice(name: &str) -> LaunchRequest {
 /// The launch form's free count of `size` for two hours from now, read from the booking
 /// book.
 async fn shown_free(platform: &Platform, offering: Offering, size: &str) -> u32 {
-    let sizes = platform.size_availability(None, offering, 2).await.expect("availability");
+    let sizes = platform.size_availability(None, offering, 2, None).await.expect("availability");
     sizes.iter().find(|s| s.size.id == size).expect("the size").free_now
 }
 

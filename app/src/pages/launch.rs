@@ -21,17 +21,20 @@ pub fn LaunchPage() -> impl IntoView {
     let start = move || query.read().get("start").unwrap_or_default();
     let hours = move || offering().map(|offering| form_hours(offering, query.read().get("hours")));
     let launch = ServerAction::<Launch>::new();
-    // What is free follows the duration as it is typed (for the offering it was typed for).
+    // What is free follows the duration and the start as they are typed (for the offering
+    // they were typed for).
     let typed = RwSignal::new(None::<(Offering, String)>);
+    let typed_start = RwSignal::new(None::<(Offering, String)>);
     let hints = Resource::new(
         move || {
             let offering = offering()?;
             let typed = typed.get().filter(|(o, _)| *o == offering).map(|(_, hours)| hours);
-            Some((offering, typed.or_else(hours)?))
+            let from = typed_start.get().filter(|(o, _)| *o == offering).map(|(_, start)| start);
+            Some((offering, typed.or_else(hours)?, from.unwrap_or_else(start)))
         },
         |wanted| async move {
             match wanted {
-                Some((offering, hours)) => size_hints(offering.id().to_owned(), hours).await,
+                Some((offering, hours, start)) => size_hints(offering.id().to_owned(), hours, start).await,
                 None => Ok(Vec::new()),
             }
         },
@@ -44,7 +47,7 @@ pub fn LaunchPage() -> impl IntoView {
             None => Ok(ImageOffer { options: Vec::new(), custom: None }),
         }
     });
-    let form = LaunchState { launch, typed, hints, projects, volumes, images };
+    let form = LaunchState { launch, typed, typed_start, hints, projects, volumes, images };
     view! {
         <RequireUser>
             {move || match offering() {
@@ -94,6 +97,7 @@ fn form_hours(offering: Offering, hours: Option<String>) -> String {
 struct LaunchState {
     launch: ServerAction<Launch>,
     typed: RwSignal<Option<(Offering, String)>>,
+    typed_start: RwSignal<Option<(Offering, String)>>,
     hints: Resource<Result<Vec<SizeHint>, AppError>>,
     projects: Resource<Result<Vec<ProjectOption>, AppError>>,
     volumes: Resource<Result<Vec<VolumeOption>, AppError>>,
@@ -108,7 +112,7 @@ fn LaunchForm(
     hours: String,
     form: LaunchState,
 ) -> impl IntoView {
-    let LaunchState { launch, typed, hints, projects, volumes, images } = form;
+    let LaunchState { launch, typed, typed_start, hints, projects, volumes, images } = form;
     FieldErrors::of(launch);
     // The project picked, so that only its shared volumes are offered (once hydrated; a
     // plain form lists every project's, and the server refuses another project's).
@@ -175,6 +179,7 @@ fn LaunchForm(
                                 on:input=move |ev| typed.set(Some((offering, event_target_value(&ev))))
                                 help=move || view! { "1 to " {max_hours} " hours; torn down automatically at the end." }/>
                             <Field id="start" name="request[start]" label="Start (UTC)" utc_time=true value=start.replace('T', " ")
+                                on:change=move |ev| typed_start.set(Some((offering, event_target_value(&ev))))
                                 help=|| view! {
                                     "Empty to start now, or book ahead. See "
                                     <a href="/calendar" class="text-indigo-600 hover:text-indigo-500">"availability"</a> "."

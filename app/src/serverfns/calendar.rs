@@ -23,27 +23,35 @@ pub async fn calendar(view: String, from: String) -> Result<CalendarView, AppErr
 /// Per size of `offering`: how many fit for `hours` from now, else the earliest start.
 /// Public, like the catalog; counted for the signed-in user's tenant when there is one.
 #[server(endpoint = "size_hints")]
-pub async fn size_hints(offering: String, hours: String) -> Result<Vec<crate::model::SizeHint>, AppError> {
+pub async fn size_hints(
+    offering: String,
+    hours: String,
+    start: String,
+) -> Result<Vec<crate::model::SizeHint>, AppError> {
     use berth_domain::catalog::Offering;
     let meta = super::ssr::request_meta().await;
     let platform = super::ssr::platform(&meta)?;
     let Some(offering) = Offering::parse(&offering) else { return Ok(Vec::new()) };
     let hours = hours.trim().parse::<u32>().ok().filter(|h| (1..=offering.max_hours()).contains(h)).unwrap_or(4);
     let tenant = super::ssr::signed_in_user(&platform, &meta).await?.and_then(|u| u.tenant_id);
+    // A start still being typed (or in the past) is taken as now; the launch checks it.
+    let now = berth_platform::now_ms();
+    let start = berth_domain::booking::parse_start(&start).ok().flatten().filter(|s| *s > now);
     let sizes = platform
-        .size_availability(tenant, offering, hours)
+        .size_availability(tenant, offering, hours, start)
         .await
         .map_err(|e| AppError::from_platform(e, &meta.request_id))?;
+    let when = start.map_or_else(|| "now".to_owned(), |s| format!("from {}", berth_domain::booking::utc_short(s)));
     Ok(sizes
         .into_iter()
         .map(|s| crate::model::SizeHint {
             size_id: s.size.id.to_owned(),
             text: match (s.free_now, s.earliest_start) {
                 (0, Some(t)) => {
-                    format!("none free now; earliest start for {hours} h: {}", berth_domain::booking::utc_short(t))
+                    format!("none free {when}; earliest start for {hours} h: {}", berth_domain::booking::utc_short(t))
                 }
                 (0, None) => format!("none free for {hours} h within the booking horizon"),
-                (n, _) => format!("{n} free now for {hours} h"),
+                (n, _) => format!("{n} free {when} for {hours} h"),
             },
             free_now: s.free_now > 0,
         })

@@ -64,9 +64,10 @@ fn shape_rank(shape: Shape) -> (u8, u32) {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SizeAvailability {
     pub size: &'static Size,
-    /// How many fit for the asked duration starting now.
+    /// How many fit for the asked duration from the asked start (now when none).
     pub free_now: u32,
-    /// Now when one fits, else the earliest start within the horizon, if any.
+    /// The asked start when one fits, else the earliest start after it within the horizon,
+    /// if any.
     pub earliest_start: Option<i64>,
 }
 
@@ -128,17 +129,20 @@ impl Platform {
         Ok(Availability { from, bucket_ms, rows })
     }
 
-    /// For the launch form: per size of `offering`, how many fit for `hours` from now for a
-    /// user of `tenant`, and the earliest start for one when none does.
+    /// For the launch form: per size of `offering`, how many fit for `hours` from `start`
+    /// (now when `None` or past) for a user of `tenant`, and the earliest start after it for
+    /// one when none does.
     pub async fn size_availability(
         &self,
         tenant: Option<i64>,
         offering: Offering,
         hours: u32,
+        start: Option<i64>,
     ) -> Result<Vec<SizeAvailability>, Error> {
         let now = now_ms();
+        let from = start.map_or(now, |start| start.max(now));
         let occupant = self.occupant_for(tenant).await?;
-        let window = Window { starts_at: now, ends_at: now + i64::from(hours) * booking::HOUR_MS };
+        let window = Window { starts_at: from, ends_at: from + i64::from(hours) * booking::HOUR_MS };
         let mut timelines: HashMap<GpuModel, Timeline> = HashMap::new();
         let mut out = Vec::new();
         for size in offering.sizes() {
@@ -149,9 +153,9 @@ impl Platform {
             let Some(timeline) = timelines.get(&model) else { continue };
             let free_now = timeline.free_count(size.shape, window, occupant);
             let earliest_start = if free_now > 0 {
-                Some(now)
+                Some(from)
             } else {
-                self.earliest_start_on(timeline.set(), size.shape, hours, now, now, occupant)
+                self.earliest_start_on(timeline.set(), size.shape, hours, from, now, occupant)
             };
             out.push(SizeAvailability { size, free_now, earliest_start });
         }

@@ -201,7 +201,7 @@ fn routes() -> Vec<Route> {
         sf("/api/notification_bell", None, ""),
         sf("/api/sign_in_options", None, ""),
         sf("/api/fleet_capacity", None, ""),
-        sf("/api/size_hints", None, "offering=notebook&hours=2"),
+        sf("/api/size_hints", None, "offering=notebook&hours=2&start="),
         api(M::GET, "/api/v1/me", None, ""),
         sf("/api/environments_listing", Some((EnvironmentRead, Aim::CallersTenant)), ""),
         // The platform checks environment.read here (the caller's bookings); every role
