@@ -75,6 +75,19 @@ pub fn parse_start(text: &str) -> Result<Option<i64>, Refusal> {
     if text.is_empty() || text.eq_ignore_ascii_case("now") {
         return Ok(None);
     }
+    parse_time(text).map(Some).map_err(Refusal::InvalidStart)
+}
+
+/// Reads a new end a user typed, in the same forms as [`parse_start`]; one is required.
+pub fn parse_end(text: &str) -> Result<i64, Refusal> {
+    match text.trim() {
+        "" => Err(Refusal::InvalidEnd("is required: a date and time like 2026-11-23T18:00 (UTC)".into())),
+        text => parse_time(text).map_err(Refusal::InvalidEnd),
+    }
+}
+
+/// A UTC date and time, or RFC 3339 with an offset; the error says what was typed.
+fn parse_time(text: &str) -> Result<i64, String> {
     let parsed = DateTime::parse_from_rfc3339(text)
         .or_else(|_| DateTime::parse_from_str(text, "%Y-%m-%dT%H:%M%:z"))
         .map(|t| t.with_timezone(&Utc))
@@ -86,8 +99,8 @@ pub fn parse_start(text: &str) -> Result<Option<i64>, Refusal> {
                 .ok_or(())
         });
     parsed
-        .map(|t| Some(t.timestamp_millis()))
-        .map_err(|_| Refusal::InvalidStart(format!("\"{text}\" is not a date and time like 2026-11-23T14:00 (UTC)")))
+        .map(|t| t.timestamp_millis())
+        .map_err(|_| format!("\"{text}\" is not a date and time like 2026-11-23T14:00 (UTC)"))
 }
 
 /// When something asked to start at `start` (`None`: now) begins: a start a little in the

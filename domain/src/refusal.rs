@@ -52,6 +52,8 @@ pub enum Refusal {
     NotStoppable(&'static str),
     #[error("start {0}")]
     InvalidStart(String),
+    #[error("end {0}")]
+    InvalidEnd(String),
     /// GPU models a launch may also take that do not make sense for its size.
     #[error("GPU models: {0}")]
     InvalidModels(String),
@@ -254,6 +256,7 @@ impl Refusal {
             ImageRequired(_) | InvalidImage(_) | NoCatalogImage(_) | ImageNotInCatalog(_) => "image",
             CommandRequired(_) | InvalidCommand(_) => "command",
             InvalidStart(_) | StartInPast => "start",
+            InvalidEnd(_) | EndNotAfterStart => "end",
             InvalidEarliestSearch(_) => "earliest_within_days",
             InvalidModels(_) => "models",
             InvalidVolumeSize(_) => "size_gib",

@@ -50,6 +50,14 @@ fn starts_are_read_as_utc_and_bad_ones_explained() {
 }
 
 #[test]
+fn a_bad_end_is_called_an_end() {
+    assert_eq!(parse_end("2026-11-23 14:00"), Ok(1_795_442_400_000));
+    let err = parse_end("later").expect_err("not a time").to_string();
+    assert!(err.starts_with("end \"later\" is not a date and time"), "{err}");
+    assert!(parse_end(" ").expect_err("required").to_string().starts_with("end is required"));
+}
+
+#[test]
 fn windows_follow_the_policy() {
     let p = BookingPolicy::default();
     assert_eq!(new_window(None, 2, NOW, &p), Ok(at(0, 2)));

@@ -183,7 +183,7 @@ impl Platform {
     /// for the extra time (with the cleaning gap) and room in the quota; shorter always
     /// works while the new end is after now.
     pub async fn change_end(&self, caller: &Caller, id: &str, new_end: &str) -> Result<Environment, Error> {
-        let new_end = booking::parse_start(new_end)?.ok_or(Refusal::EndNotAfterStart)?;
+        let new_end = booking::parse_end(new_end)?;
         let now = now_ms();
         self.environment_for(caller, id, Action::EnvironmentChange).await?;
         let mut tx = self.begin_write().await?;

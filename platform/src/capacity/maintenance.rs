@@ -177,7 +177,7 @@ impl Platform {
             return Err(Refusal::InvalidReason("must be one line of printable characters").into());
         }
         let starts_at = booking::start_at(booking::parse_start(start)?, now, &self.policy)?;
-        let ends_at = booking::parse_start(end)?.ok_or(Refusal::EndNotAfterStart)?;
+        let ends_at = booking::parse_end(end)?;
         if ends_at <= starts_at {
             return Err(Refusal::EndNotAfterStart.into());
         }
