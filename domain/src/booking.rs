@@ -13,6 +13,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
+use crate::catalog::Offering;
 use crate::gpu::GpuModel;
 use crate::mig::{MEMORY_SLICES, MigInstance, MigLayout, MigProfile};
 use crate::placement::{self, Assignment, GpuUnit, Hold, Occupant, Shape, Span};
@@ -726,6 +727,25 @@ fn mig_instance(b: &Booking) -> Option<MigInstance> {
 
 /// GPU-equivalents of held capacity: a whole GPU is 1, a MIG slice its share of the
 /// GPU's compute (a 3g is 3/7).
+/// What still fits in `room` GPU-equivalents of `model`, in sizes: "so nothing more fits",
+/// "so 0.43 more would fit: up to a H100-80GB 3g.40gb slice".
+fn what_fits(model: GpuModel, room: f64) -> String {
+    if round2(room) == "0" {
+        return "so nothing more fits".to_owned();
+    }
+    let largest = Offering::ALL
+        .iter()
+        .flat_map(|o| o.sizes())
+        .filter(|s| s.gpu_model() == model)
+        .filter_map(|s| Some((s.shape, s.shape.gpu_equivalents()?)))
+        .filter(|(_, gpus)| *gpus <= room + 1e-9)
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    match largest {
+        Some((shape, _)) => format!("so {} more would fit: up to {}", round2(room), shape.describe()),
+        None => format!("so {} more would fit, less than any size of it", round2(room)),
+    }
+}
+
 pub fn gpu_equivalents(holds: &[Hold]) -> f64 {
     holds.iter().map(Hold::gpu_equivalents).sum()
 }
@@ -925,12 +945,12 @@ pub fn check_quota(
             // "1 GPU-equivalent", "0.5 GPU-equivalents": only exactly one is singular.
             let unit = if round2(max) == "1" { "GPU-equivalent" } else { "GPU-equivalents" };
             return Err(Refusal::QuotaExceeded(format!(
-                "{} limit is {} {model} {unit} at once; {holds} up to {} during this window and this booking asks for {}, so {} more would fit",
+                "{} limit is {} {model} {unit} at once; {holds} up to {} during this window and this booking asks for {}, {}",
                 scope.whose(),
                 round2(max),
                 round2(peak),
                 round2(ask),
-                round2(room)
+                what_fits(model, room)
             )));
         }
     }

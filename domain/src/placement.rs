@@ -55,6 +55,18 @@ impl Shape {
         }
     }
 
+    /// What the shape holds of its model's GPUs: whole GPUs count 1, a MIG slice its share
+    /// of the compute slices, a time-sliced share 1/ways; `None` for whole nodes, whose GPU
+    /// count is the fleet's.
+    pub fn gpu_equivalents(self) -> Option<f64> {
+        match self {
+            Shape::MigSlice { profile, .. } => Some(f64::from(profile.compute_slices()) / f64::from(COMPUTE_SLICES)),
+            Shape::Gpus { count, .. } => Some(f64::from(count)),
+            Shape::Nodes { .. } => None,
+            Shape::Share { ways, .. } => Some(1.0 / f64::from(ways)),
+        }
+    }
+
     pub fn describe(self) -> String {
         match self {
             Shape::MigSlice { model, profile } => {

@@ -192,7 +192,7 @@ async fn quotas_count_gpu_equivalents_and_explain_themselves(pool: SqlitePool) {
     let err = berth.platform.launch(&berth.caller, &notebook("h100-3g.40gb", "c")).await.expect_err("9/7");
     assert_eq!(
         err.to_string(),
-        "quota: your limit is 1 H100-80GB GPU-equivalent at once; you hold up to 0.86 during this window and this booking asks for 0.43, so 0.14 more would fit"
+        "quota: your limit is 1 H100-80GB GPU-equivalent at once; you hold up to 0.86 during this window and this booking asks for 0.43, so 0.14 more would fit: up to a H100-80GB 1g.10gb slice"
     );
     // Tomorrow the first two are over, so the same size fits again.
     let tomorrow = rfc3339(now_ms() + DAY_MS);
@@ -369,7 +369,7 @@ async fn development_notebooks_share_a_time_sliced_gpu_four_ways(pool: SqlitePoo
     let over = berth.launch("notebook", "l40s-dev", "dev-5").await.expect_err("0.75 + 0.25 > 0.75");
     assert_eq!(
         over.to_string(),
-        "quota: your limit is 0.75 L40S GPU-equivalents at once; you hold up to 0.75 during this window and this booking asks for 0.25, so 0 more would fit"
+        "quota: your limit is 0.75 L40S GPU-equivalents at once; you hold up to 0.75 during this window and this booking asks for 0.25, so nothing more fits"
     );
     berth.platform.set_quota(&admin, dana, &Quota { max_gpus: Some(1.0), ..Quota::default() }).await.expect("quota");
     berth.launch("notebook", "l40s-dev", "dev-5").await.expect("0.75 + 0.25 = 1");
@@ -476,7 +476,7 @@ async fn tenant_and_project_quotas_add_up_their_members_bookings(pool: SqlitePoo
     let err = berth.platform.launch(&berth.caller, &in_vision("h100-1", "b", &vision_id)).await.expect_err("2 > 1");
     assert_eq!(
         err.to_string(),
-        "quota: project vision's limit is 1 H100-80GB GPU-equivalent at once; it holds up to 1 during this window and this booking asks for 1, so 0 more would fit"
+        "quota: project vision's limit is 1 H100-80GB GPU-equivalent at once; it holds up to 1 during this window and this booking asks for 1, so nothing more fits"
     );
     // Outside the project only the tenant's limit counts: Dana's 1 + Bob's 2 = 3 H100s.
     berth.platform.launch(&bob, &in_vision("h100-1", "c1", "")).await.expect("2 of 3");
@@ -484,7 +484,7 @@ async fn tenant_and_project_quotas_add_up_their_members_bookings(pool: SqlitePoo
     let err = berth.platform.launch(&berth.caller, &in_vision("h100-1", "d", "")).await.expect_err("4 > 3");
     assert_eq!(
         err.to_string(),
-        "quota: tenant Acme's limit is 3 H100-80GB GPU-equivalents at once; it holds up to 3 during this window and this booking asks for 1, so 0 more would fit"
+        "quota: tenant Acme's limit is 3 H100-80GB GPU-equivalents at once; it holds up to 3 during this window and this booking asks for 1, so nothing more fits"
     );
     // Other models are not limited by the tenant's H100 line.
     let l40s = LaunchRequest { offering: "inference".into(), ..in_vision("l40s-1", "e", "") };

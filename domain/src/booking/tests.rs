@@ -165,13 +165,13 @@ fn quota_refusals_say_which_limit_and_what_fits() {
     let err = check_quota(&quota, &you, &usage, H100, at(1, 3), 2.0, Tier::Guaranteed).expect_err("3 + 2 > 4");
     assert_eq!(
         err.to_string(),
-        "quota: your limit is 4 H100-80GB GPU-equivalents at once; you hold up to 3 during this window and this booking asks for 2, so 1 more would fit"
+        "quota: your limit is 4 H100-80GB GPU-equivalents at once; you hold up to 3 during this window and this booking asks for 2, so 1 more would fit: up to 1 x H100-80GB"
     );
     let acme = QuotaScope::Tenant("Acme".into());
     let err = check_quota(&quota, &acme, &usage, H100, at(1, 3), 2.0, Tier::Guaranteed).expect_err("tenant");
     assert_eq!(
         err.to_string(),
-        "quota: tenant Acme's limit is 4 H100-80GB GPU-equivalents at once; it holds up to 3 during this window and this booking asks for 2, so 1 more would fit"
+        "quota: tenant Acme's limit is 4 H100-80GB GPU-equivalents at once; it holds up to 3 during this window and this booking asks for 2, so 1 more would fit: up to 1 x H100-80GB"
     );
     // Exactly one is singular.
     let one = Quota { max_gpus: Some(1.0), ..Quota::default() };
