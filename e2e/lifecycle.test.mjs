@@ -21,7 +21,7 @@ after(async () => {
 });
 
 function idleH100(metricsOrText) {
-  const m = metricsOrText.match(/H100-80GB · (\d+) of (\d+) GPUs idle/);
+  const m = metricsOrText.match(/H100-80GB · (\d+) of (\d+) GPUs free now/);
   return m ? Number(m[1]) : null;
 }
 

@@ -998,3 +998,24 @@ async fn a_booking_allowing_other_models_takes_the_same_size_on_one_that_is_free
     assert!(none.to_string().starts_with("no capacity for 1 x H100-80GB or 1 x L40S right now"), "{none}");
     assert_eq!(common::overlapping_reservations(berth.platform.db()).await, 0);
 }
+
+/// The catalog's "free now": a GPU a booking holds now is not free, one booked only ahead
+/// still is, and a released one is free again.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_gpu_is_free_now_unless_a_booking_holds_it_now(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let free_h100 = || async {
+        let capacity = berth.platform.capacity_by_model().await.expect("capacity");
+        capacity.iter().find(|c| c.model == GpuModel::H100_80GB).expect("h100").idle_gpus
+    };
+    let all = free_h100().await;
+    let ahead = book(&berth, "h100-1", "tomorrow", Some(now_ms() + DAY_MS), 2).await.expect("ahead");
+    assert_eq!(free_h100().await, all, "a booking ahead holds nothing now");
+    let now = book(&berth, "h100-1", "now", None, 2).await.expect("now");
+    assert_eq!(free_h100().await, all - 1);
+    for env in [&ahead, &now] {
+        berth.platform.stop(&berth.caller, &env.id).await.expect("stop");
+    }
+    berth.wait_for(&now.id, EnvState::Released).await;
+    assert_eq!(free_h100().await, all, "released, free again");
+}

@@ -23,14 +23,19 @@ pub fn CatalogPage() -> impl IntoView {
             <Suspense fallback=|| ()>
                 {move || Suspend::new(async move {
                     capacity.await.ok().map(|models| view! {
-                        <ul class="flex flex-wrap gap-2" aria-label="Idle GPUs by model">
+                        <div>
+                        <ul class="flex flex-wrap gap-2" aria-label="Free GPUs by model">
                             {models.into_iter().map(|m| view! {
                                 <li class="rounded-lg bg-white px-3 py-1.5 text-xs text-slate-600 ring-1 ring-slate-200">
                                     <span class="font-semibold text-slate-900">{m.model}</span>
-                                    " · " {m.idle_gpus} " of " {m.gpus} " GPUs idle"
+                                    " · " {m.idle_gpus} " of " {m.gpus} " GPUs free now"
                                 </li>
                             }).collect_view()}
                         </ul>
+                        <p class="mt-1 max-w-md text-xs text-slate-600" data-free-means="">
+                            "Free: healthy, and no booking holds any part of it now. The launch form counts how many of each size fit for your duration, from your start."
+                        </p>
+                        </div>
                     })
                 })}
             </Suspense>

@@ -79,16 +79,20 @@ impl Platform {
         write(&self.fleet).clear();
     }
 
-    /// GPUs per model and how many are entirely idle, for the catalog.
+    /// GPUs per model and how many are free now, for the catalog: healthy, on an available
+    /// node, and no part of it held by a booking now (a booking ahead does not hold it yet;
+    /// one past its end holds it until its teardown releases it). The launch form counts
+    /// sizes that fit for a duration from a start, from the same reservations.
     pub async fn capacity_by_model(&self) -> Result<Vec<ModelCapacity>, Error> {
         let rows = sqlx::query(
-            // Idle counts only what could take a booking now: nothing on it, on an available node.
             "SELECT g.model AS model, count(*) AS gpus,
-                    sum(n.state = 'available' AND NOT EXISTS (SELECT 1 FROM reservations r
-                                    WHERE r.gpu_id = g.id AND r.released_at IS NULL)) AS idle
+                    sum(n.state = 'available' AND g.health = 'healthy' AND NOT EXISTS (
+                        SELECT 1 FROM reservations r
+                        WHERE r.gpu_id = g.id AND r.released_at IS NULL AND r.starts_at <= ?)) AS idle
              FROM gpus g JOIN nodes n ON n.id = g.node_id
              WHERE g.in_service = 1 GROUP BY g.model ORDER BY g.model",
         )
+        .bind(crate::now_ms())
         .fetch_all(&self.db)
         .await?;
         let mut out = Vec::new();
