@@ -217,6 +217,28 @@ impl PlanReport {
     }
 }
 
+/// How much of a training job's log the portal keeps when it ends and offers as a download:
+/// its last lines, at most this many and this many bytes (the page shows the last
+/// `LOG_TAIL_LINES`). Bare metal's agents report `LOG_TAIL_LINES` only.
+pub const KEPT_LOG_LINES: usize = 10_000;
+pub const KEPT_LOG_BYTES: usize = 1 << 20;
+
+/// The last of `lines` within [`KEPT_LOG_LINES`] and [`KEPT_LOG_BYTES`] (a line and its
+/// newline count), oldest first.
+pub fn kept_log(mut lines: Vec<String>) -> Vec<String> {
+    let mut bytes = 0;
+    let mut keep = 0;
+    for line in lines.iter().rev().take(KEPT_LOG_LINES) {
+        if bytes + line.len() + 1 > KEPT_LOG_BYTES {
+            break;
+        }
+        bytes += line.len() + 1;
+        keep += 1;
+    }
+    lines.drain(..lines.len() - keep);
+    lines
+}
+
 /// The last `LOG_TAIL_LINES` lines, each cut to `MAX_LOG_LINE` characters.
 pub fn tail_of(lines: &[String]) -> Vec<String> {
     let skip = lines.len().saturating_sub(LOG_TAIL_LINES);
@@ -263,6 +285,19 @@ impl NodePlan {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_log_is_its_last_lines_within_both_bounds() {
+        let lines: Vec<String> = (0..KEPT_LOG_LINES + 5).map(|n| format!("line {n}")).collect();
+        let kept = kept_log(lines);
+        assert_eq!(kept.len(), KEPT_LOG_LINES);
+        assert_eq!(kept.last().map(String::as_str), Some("line 10004"));
+        let long: Vec<String> = (0..40).map(|n| format!("{n:>65535}")).collect();
+        let kept = kept_log(long);
+        assert_eq!(kept.len(), 16, "16 lines of 64 KiB each make 1 MiB");
+        assert!(kept.last().is_some_and(|l| l.trim() == "39"));
+        assert!(kept_log(Vec::new()).is_empty());
+    }
     use crate::mig::MigProfile;
 
     #[test]

@@ -316,3 +316,21 @@ async fn audit_rows_name_the_environment_they_are_about(pool: SqlitePool) {
     let csv = berth_platform::audit::to_csv(&rows);
     assert!(csv.contains(&format!("{},named-in-audit,success", env.id)), "{csv}");
 }
+
+/// A job's whole kept log (more than the page's last 200 lines) is there to download, for
+/// whoever may see the job; the page shows its end.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_long_job_log_is_kept_whole_and_the_page_shows_its_end(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let id = train(&berth, "long", "python train.py --epochs 600").await;
+    let page = finished_logs(&berth, &id, EnvState::Released).await;
+    assert_eq!(page.lines.len(), 200, "the page shows the end");
+    assert_eq!(page.lines.last().map(String::as_str), Some("training finished"));
+    let text = berth.platform.job_log_text(&berth.caller, &id).await.expect("the whole log");
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.first(), Some(&"$ python train.py --epochs 600"), "from its first line");
+    assert!(lines.iter().any(|l| l.starts_with("epoch 1/600:")), "the first epoch, which the page no longer shows");
+    assert!(lines.len() > 600, "{}", lines.len());
+    let colleague = berth.user_with("gus@example.com", Role::Member).await;
+    assert!(matches!(berth.platform.job_log_text(&colleague, &id).await, Err(Error::NotFound)));
+}

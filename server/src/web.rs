@@ -29,6 +29,7 @@ pub fn routes() -> Routes<AppState> {
         .route("/usage.csv", get(usage_csv))
         .route("/usage.json", get(usage_download))
         .route(OPEN_ROUTE, get(open_environment))
+        .route("/environments/{id}/log.txt", get(job_log))
         // Links from when notebooks were served on Berth's own origin.
         .route("/env/{id}", get(old_link))
         .route("/env/{id}/{*rest}", get(old_link))
@@ -279,6 +280,20 @@ async fn audit_csv(
     };
     match state.platform.audit_log(&caller, &filter, 100_000).await {
         Ok(rows) => download("text/csv; charset=utf-8", "berth-audit.csv", to_csv(&rows)),
+        Err(e) => download_error(e, &caller.meta.request_id),
+    }
+}
+
+/// A training job's log as Berth keeps it (its last lines, bounded: `node_plan::kept_log`),
+/// for whoever may see the job.
+async fn job_log(State(state): State<AppState>, Path(id): Path<String>, session: Session, parts: Parts) -> Response {
+    let caller = match download_caller(&state, &session, &parts).await {
+        Ok(caller) => caller,
+        Err(answer) => return answer,
+    };
+    match state.platform.job_log_text(&caller, &id).await {
+        // The id is a UUID the platform found; anything else was answered not found.
+        Ok(text) => download("text/plain; charset=utf-8", &format!("berth-job-{id}.log"), text),
         Err(e) => download_error(e, &caller.meta.request_id),
     }
 }

@@ -150,7 +150,7 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
             <div class="space-y-6 lg:col-span-2">
                 {view.open_url.clone().zip(view.notebook_url.clone()).map(|(url, address)| view! { <NotebookCard url address/> })}
                 {view.endpoint.clone().map(|endpoint| view! { <EndpointCard id=id_for_endpoint.clone() endpoint actions/> })}
-                {view.logs.clone().map(|logs| view! { <JobLogsCard logs/> })}
+                {view.logs.clone().map(|logs| view! { <JobLogsCard logs id=view.summary.id.clone()/> })}
                 {view.connection.clone().map(|c| view! { <ConnectionCard connection=c/> })}
                 <section class="rounded-xl border border-slate-200 bg-white shadow-sm" aria-labelledby="steps-title">
                     <h2 id="steps-title" class="border-b border-slate-100 px-5 py-3 font-semibold text-slate-900">"Progress"</h2>
@@ -317,9 +317,10 @@ fn EndpointCard(id: String, endpoint: EndpointView, actions: Actions) -> impl In
     }
 }
 
-/// A training job's log (its last lines) and status, refreshed with the page.
+/// A training job's log (its last lines) and status, refreshed with the page, and the
+/// whole log Berth keeps as a download.
 #[component]
-fn JobLogsCard(logs: JobLogsView) -> impl IntoView {
+fn JobLogsCard(logs: JobLogsView, id: String) -> impl IntoView {
     let tone = match logs.state.as_str() {
         "succeeded" => "bg-emerald-100 text-emerald-800",
         "failed" | "unavailable" => "bg-red-100 text-red-800",
@@ -330,7 +331,11 @@ fn JobLogsCard(logs: JobLogsView) -> impl IntoView {
         <section class="rounded-xl border border-slate-200 bg-white shadow-sm" aria-labelledby="logs-title">
             <div class="flex items-center justify-between gap-2 border-b border-slate-100 px-5 py-3">
                 <h2 id="logs-title" class="font-semibold text-slate-900">"Training log"</h2>
-                <span data-job-state=logs.state.clone() class=format!("rounded-full px-2.5 py-0.5 text-xs font-medium {tone}")>{logs.label.clone()}</span>
+                <span class="flex items-center gap-3">
+                    <a href=format!("/environments/{id}/log.txt") download="" data-log-download=""
+                        class="text-xs text-indigo-700 underline hover:text-indigo-500">"Download the whole log"</a>
+                    <span data-job-state=logs.state.clone() class=format!("rounded-full px-2.5 py-0.5 text-xs font-medium {tone}")>{logs.label.clone()}</span>
+                </span>
             </div>
             <pre data-testid="job-logs" tabindex="0" class="max-h-96 overflow-auto whitespace-pre-wrap break-all bg-slate-950 px-5 py-3 font-mono text-xs text-slate-100">{text}</pre>
         </section>

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use berth_domain::Refusal;
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::{Desired, EnvState};
+use berth_domain::node_plan::{KEPT_LOG_LINES, kept_log};
 use berth_domain::policy::{Action, Target};
 use sqlx::SqliteConnection;
 use subtle::ConstantTimeEq;
@@ -198,8 +199,24 @@ impl Platform {
         Ok(key)
     }
 
-    /// The end of training job `id`'s log and its status, for whoever may see the job.
+    /// The end of training job `id`'s log (its last `LOG_TAIL` lines) and its status, for
+    /// whoever may see the job.
     pub async fn job_logs(&self, caller: &Caller, id: &str) -> Result<JobLogs, Error> {
+        let mut logs = self.job_log_lines(caller, id, LOG_TAIL).await?;
+        logs.lines.drain(..logs.lines.len().saturating_sub(LOG_TAIL));
+        Ok(logs)
+    }
+
+    /// As much of training job `id`'s log as Berth keeps (`node_plan::kept_log`), as text,
+    /// for the page's download.
+    pub async fn job_log_text(&self, caller: &Caller, id: &str) -> Result<String, Error> {
+        let logs = self.job_log_lines(caller, id, KEPT_LOG_LINES).await?;
+        let mut text = kept_log(logs.lines).join("\n");
+        text.push('\n');
+        Ok(text)
+    }
+
+    async fn job_log_lines(&self, caller: &Caller, id: &str, tail: usize) -> Result<JobLogs, Error> {
         let env = self.environment_for(caller, id, Action::EnvironmentRead).await?;
         if env.offering != Offering::TrainingJob {
             return Err(Refusal::NoJobLogs(env.offering.title()).into());
@@ -211,7 +228,7 @@ impl Platform {
         ready(&env)?;
         let backend = self.backend()?;
         let workload = self.workload(&env).await?;
-        backend.job_logs(&workload, LOG_TAIL).await.map_err(|e| Refusal::WorkloadUnreachable(e.0).into())
+        backend.job_logs(&workload, tail).await.map_err(|e| Refusal::WorkloadUnreachable(e.0).into())
     }
 }
 

@@ -13,6 +13,8 @@ use tokio::task::JoinSet;
 use crate::audit::{self, Actor, Event, Outcome};
 use crate::capacity::environments::environment_in;
 use crate::provisioning::backend::{Backend, JobLogs, JobStatus, Workload};
+use berth_domain::node_plan::{KEPT_LOG_LINES, kept_log};
+
 use crate::provisioning::connect::LOG_TAIL;
 use crate::{Error, Platform, lock, now_ms};
 
@@ -75,6 +77,24 @@ impl Platform {
             }
             Err(_) => return Ok(()),
         };
+        if matches!(logs.status, JobStatus::Pending | JobStatus::Running) {
+            return Ok(());
+        }
+        // Ended: what is kept is the longer log, read once more (the poll reads the tail).
+        let logs = if logs.lines.len() < LOG_TAIL {
+            logs
+        } else {
+            match tokio::time::timeout(timeout, backend.job_logs(&workload, KEPT_LOG_LINES)).await {
+                Ok(Ok(longer)) if longer.status == logs.status => longer,
+                _ => logs,
+            }
+        };
+        self.job_ended(id, logs).await
+    }
+
+    /// Records a job's end (its status and kept log) and asks for its capacity back.
+    async fn job_ended(&self, id: &str, logs: JobLogs) -> Result<(), Error> {
+        let logs = JobLogs { lines: kept_log(logs.lines), ..logs };
         let reason = match &logs.status {
             JobStatus::Pending | JobStatus::Running => return Ok(()),
             JobStatus::Succeeded => None,
@@ -127,9 +147,10 @@ impl Platform {
         if matches!(already, Ok(Some(_))) {
             return;
         }
-        let Ok(Ok(logs)) = tokio::time::timeout(timeout, backend.job_logs(workload, LOG_TAIL)).await else {
+        let Ok(Ok(logs)) = tokio::time::timeout(timeout, backend.job_logs(workload, KEPT_LOG_LINES)).await else {
             return;
         };
+        let logs = JobLogs { lines: kept_log(logs.lines), ..logs };
         let kept = async {
             let mut tx = self.begin_write().await?;
             record_result(&mut tx, &workload.environment_id, &logs).await?;
