@@ -467,8 +467,7 @@ impl Platform {
         // but a line per environment needs the rows, and on the reserved-window basis a unit
         // released early is still charged as its window passes: both count row by row.
         if self.charging == ChargeBasis::Use && by != UsageBy::Environment {
-            let sums = month_sums(conn, &scope, month).await?;
-            for sum in &sums {
+            for sum in &month_sums(conn, &scope, month, by).await? {
                 tally.add_sum(sum);
             }
             let units = month_units(conn, &scope, month, true).await?;
@@ -478,7 +477,7 @@ impl Platform {
                 tally.add_unit(unit, span, !counted.contains(&unit.line.environment_id));
             }
             if scope.all {
-                fleet_hours.extend(sums.iter().map(|s| (s.line.gpu_model.clone(), s.day, s.line.gpu_hours(s.ms))));
+                fleet_hours.extend(month_held_sums(conn, month).await?);
                 fleet_hours.extend(held_hours(&units, month, counted_to));
             }
         } else {
@@ -975,7 +974,7 @@ struct DaySum {
 }
 
 /// What `usage_sums` keys a line by: whom a unit counts for and what it was.
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, FromRow)]
 struct SumKey {
     tenant_id: Option<i64>,
     project_id: Option<i64>,
@@ -991,6 +990,7 @@ struct SumKey {
 /// A released unit as summing reads it.
 #[derive(Debug, Clone, FromRow)]
 struct ReleasedUnit {
+    environment_id: String,
     reservation_id: i64,
     summed: bool,
     #[sqlx(flatten)]
@@ -1013,55 +1013,70 @@ fn day_of(ms: i64) -> i64 {
     ms - ms.rem_euclid(DAY_MS)
 }
 
-/// Adds the released units of `environment_id` not yet summed to `usage_sums` and marks
-/// them summed: in the transaction that releases them, so that the sums never drift from
-/// the ledger (a unit is counted by its sums or by its row, never both). Answers how many.
-pub(crate) async fn sum_released_units(conn: &mut SqliteConnection, environment_id: &str) -> Result<usize, Error> {
-    let units: Vec<ReleasedUnit> = sqlx::query_as(
-        "SELECT l.reservation_id, l.summed, l.tenant_id, l.project_id, l.owner_id, l.offering, l.tier, l.gpu_model,
-                l.mig_profile, l.gpu_parts, l.gpu_part_of, l.size_cents_per_hour, l.units_per_copy, l.held_from,
-                r.starts_at, r.ends_at, r.released_at
-         FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
-         WHERE l.environment_id = ? AND r.released_at IS NOT NULL
-         ORDER BY l.reservation_id",
-    )
-    .bind(environment_id)
-    .fetch_all(&mut *conn)
-    .await?;
-    // The months each basis already counts the environment in (its units share one line:
-    // the environment's tenant, project, owner, offering, tier and size).
-    let mut counted: BTreeSet<(&str, Month)> = BTreeSet::new();
-    let months = |unit: &Unit, basis: ChargeBasis| {
-        let span = unit.time().charged(basis, i64::MAX);
-        span.map(|(from, to)| metering::split_by_month(from, to)).unwrap_or_default()
-    };
-    for released in units.iter().filter(|u| u.summed) {
-        for basis in BASES {
-            counted.extend(months(&released.unit, basis).into_iter().map(|(month, _, _)| (basis.as_str(), month)));
-        }
-    }
-    let mut summed = 0;
-    for released in units.iter().filter(|u| !u.summed) {
-        let unit = &released.unit;
-        let mut days: BTreeMap<(&str, i64), DayPart> = BTreeMap::new();
-        for basis in BASES {
-            // Released: its charge on either basis is final.
-            for (month, from, to) in months(unit, basis) {
-                let first = days.entry((basis.as_str(), day_of(from))).or_default();
-                first.month_microcents += unit.charge(to - from);
-                if counted.insert((basis.as_str(), month)) {
-                    first.environments += 1;
-                }
-                let month_start = month.starts_at();
-                for (day, ms) in by_day(month_start, from, to) {
-                    let part = days.entry((basis.as_str(), month_start + day as i64 * DAY_MS)).or_default();
-                    part.ms += ms;
-                    part.day_microcents += unit.charge(ms);
-                }
+/// The released units of environments whose ids are the JSON array `ids`, summed or not,
+/// each environment's together.
+const RELEASED_UNITS: &str = "SELECT l.environment_id, l.reservation_id, l.summed, l.tenant_id, l.project_id, l.owner_id,
+        l.offering, l.tier, l.gpu_model, l.mig_profile, l.gpu_parts, l.gpu_part_of, l.size_cents_per_hour,
+        l.units_per_copy, l.held_from, r.starts_at, r.ends_at, r.released_at
+    FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
+    WHERE l.environment_id IN (SELECT value FROM json_each(?1)) AND r.released_at IS NOT NULL
+    ORDER BY l.environment_id, l.reservation_id";
+
+/// Released units' charges on their way into `usage_sums`: added up per basis, day and
+/// line in memory, then written once per row.
+#[derive(Default)]
+struct Summing {
+    parts: BTreeMap<(&'static str, i64, SumKey), DayPart>,
+    /// The units added, to be marked summed.
+    units: Vec<i64>,
+}
+
+impl Summing {
+    /// Adds an environment's released units not summed yet (`units`: all its released
+    /// units, summed or not).
+    fn add_environment(&mut self, units: &[ReleasedUnit]) {
+        // The months each basis already counts the environment in (its units share one
+        // line: the environment's tenant, project, owner, offering, tier and size).
+        let mut counted: BTreeSet<(&str, Month)> = BTreeSet::new();
+        let months = |unit: &Unit, basis: ChargeBasis| {
+            let span = unit.time().charged(basis, i64::MAX);
+            span.map(|(from, to)| metering::split_by_month(from, to)).unwrap_or_default()
+        };
+        for released in units.iter().filter(|u| u.summed) {
+            for basis in BASES {
+                counted.extend(months(&released.unit, basis).into_iter().map(|(month, _, _)| (basis.as_str(), month)));
             }
         }
-        let key = &released.key;
-        for ((basis, day), part) in days {
+        for released in units.iter().filter(|u| !u.summed) {
+            let unit = &released.unit;
+            for basis in BASES {
+                // Released: its charge on either basis is final.
+                for (month, from, to) in months(unit, basis) {
+                    let first = self.part(basis, day_of(from), &released.key);
+                    first.month_microcents += unit.charge(to - from);
+                    if counted.insert((basis.as_str(), month)) {
+                        first.environments += 1;
+                    }
+                    let month_start = month.starts_at();
+                    for (day, ms) in by_day(month_start, from, to) {
+                        let part = self.part(basis, month_start + day as i64 * DAY_MS, &released.key);
+                        part.ms += ms;
+                        part.day_microcents += unit.charge(ms);
+                    }
+                }
+            }
+            self.units.push(released.reservation_id);
+        }
+    }
+
+    fn part(&mut self, basis: ChargeBasis, day: i64, key: &SumKey) -> &mut DayPart {
+        self.parts.entry((basis.as_str(), day, key.clone())).or_default()
+    }
+
+    /// Writes the sums and marks the units summed, in the caller's transaction. Answers
+    /// how many units.
+    async fn write(self, conn: &mut SqliteConnection) -> Result<usize, Error> {
+        for ((basis, day, key), part) in &self.parts {
             sqlx::query(
                 "INSERT INTO usage_sums (basis, day, tenant_id, project_id, owner_id, offering, tier, gpu_model,
                      mig_profile, gpu_parts, gpu_part_of, ms, day_microcents, month_microcents, environments)
@@ -1072,8 +1087,8 @@ pub(crate) async fn sum_released_units(conn: &mut SqliteConnection, environment_
                      month_microcents = month_microcents + excluded.month_microcents,
                      environments = environments + excluded.environments",
             )
-            .bind(basis)
-            .bind(day)
+            .bind(*basis)
+            .bind(*day)
             .bind(key.tenant_id)
             .bind(key.project_id)
             .bind(key.owner_id)
@@ -1090,13 +1105,36 @@ pub(crate) async fn sum_released_units(conn: &mut SqliteConnection, environment_
             .execute(&mut *conn)
             .await?;
         }
-        sqlx::query("UPDATE usage_ledger SET summed = 1 WHERE reservation_id = ?")
-            .bind(released.reservation_id)
-            .execute(&mut *conn)
-            .await?;
-        summed += 1;
+        if !self.units.is_empty() {
+            sqlx::query("UPDATE usage_ledger SET summed = 1 WHERE reservation_id IN (SELECT value FROM json_each(?))")
+                .bind(serde_json::to_string(&self.units).map_err(Error::internal)?)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(self.units.len())
     }
-    Ok(summed)
+}
+
+/// Adds the released units of `environments` not yet summed to `usage_sums` and marks
+/// them summed, in the caller's transaction: the one that releases them, so that the sums
+/// never drift from the ledger (a unit is counted by its sums or by its row, never both).
+/// Answers how many units.
+async fn sum_environments(conn: &mut SqliteConnection, environments: &[String]) -> Result<usize, Error> {
+    let units: Vec<ReleasedUnit> = sqlx::query_as(RELEASED_UNITS)
+        .bind(serde_json::to_string(environments).map_err(Error::internal)?)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut summing = Summing::default();
+    for environment in units.chunk_by(|a, b| a.environment_id == b.environment_id) {
+        summing.add_environment(environment);
+    }
+    summing.write(conn).await
+}
+
+/// Sums the released units of `environment_id` not summed yet: in the transaction that
+/// releases them (see [`sum_environments`]).
+pub(crate) async fn sum_released_units(conn: &mut SqliteConnection, environment_id: &str) -> Result<usize, Error> {
+    sum_environments(conn, &[environment_id.to_owned()]).await
 }
 
 /// The scope of a report as a condition on `usage_sums s` (parameters ?3 to ?5 as
@@ -1112,16 +1150,45 @@ fn sums_in_scope(scope: &Scope) -> &'static str {
     }
 }
 
-/// The day sums of released units within `scope` in `month` (on the use basis).
-async fn month_sums(conn: &mut SqliteConnection, scope: &Scope, month: Month) -> Result<Vec<DaySum>, Error> {
+/// The day sums of released units within `scope` in `month` (on the use basis), added up
+/// per day and line `by` (and share of a GPU, for GPU-hours) in SQL: a line's days, not
+/// every tenant, project, person and size's.
+async fn month_sums(
+    conn: &mut SqliteConnection,
+    scope: &Scope,
+    month: Month,
+    by: UsageBy,
+) -> Result<Vec<DaySum>, Error> {
+    // What names the line, and what it is grouped by; the other columns are blank.
+    let (column, group, join) = match by {
+        UsageBy::Project => ("p.name AS project", "s.project_id", "LEFT JOIN projects p ON p.id = s.project_id"),
+        UsageBy::Person => ("u.email AS owner", "s.owner_id", "JOIN users u ON u.id = s.owner_id"),
+        UsageBy::Offering => ("s.offering", "s.offering", ""),
+        UsageBy::Model => ("s.gpu_model, s.mig_profile", "s.gpu_model, s.mig_profile", ""),
+        UsageBy::Tier => ("s.tier", "s.tier", ""),
+        UsageBy::Tenant | UsageBy::Environment => {
+            ("t.name AS tenant", "s.tenant_id", "LEFT JOIN tenants t ON t.id = s.tenant_id")
+        }
+    };
+    let blank = [
+        ("tenant", "NULL AS tenant"),
+        ("project", "NULL AS project"),
+        ("owner", "'' AS owner"),
+        ("offering", "'' AS offering"),
+        ("gpu_model", "'' AS gpu_model"),
+        ("mig_profile", "NULL AS mig_profile"),
+        ("tier", "'' AS tier"),
+    ];
+    let blanks: Vec<&str> = blank.iter().filter(|(name, _)| !column.contains(name)).map(|(_, sql)| *sql).collect();
     let (month_start, month_end) = month.span();
     Ok(sqlx::query_as(&format!(
-        "SELECT s.day, '' AS environment_id, '' AS environment, t.name AS tenant, p.name AS project, u.email AS owner,
-                s.offering, s.gpu_model, s.mig_profile, s.tier, s.gpu_parts, s.gpu_part_of, s.ms, s.day_microcents,
-                s.month_microcents, s.environments
-         FROM usage_sums s LEFT JOIN tenants t ON t.id = s.tenant_id LEFT JOIN projects p ON p.id = s.project_id
-              JOIN users u ON u.id = s.owner_id
-         WHERE s.basis = 'use' AND s.day >= ?1 AND s.day < ?2 AND {}",
+        "SELECT s.day, '' AS environment_id, '' AS environment, {column}, {}, s.gpu_parts, s.gpu_part_of,
+                sum(s.ms) AS ms, sum(s.day_microcents) AS day_microcents,
+                sum(s.month_microcents) AS month_microcents, sum(s.environments) AS environments
+         FROM usage_sums s {join}
+         WHERE s.basis = 'use' AND s.day >= ?1 AND s.day < ?2 AND {}
+         GROUP BY s.day, {group}, s.gpu_parts, s.gpu_part_of",
+        blanks.join(", "),
         sums_in_scope(scope)
     ))
     .bind(month_start)
@@ -1131,6 +1198,21 @@ async fn month_sums(conn: &mut SqliteConnection, scope: &Scope, month: Month) ->
     .bind(scope.owner_id)
     .fetch_all(&mut *conn)
     .await?)
+}
+
+/// Every tenant's GPU-hours held in `month`, from the sums of released units: model, the
+/// day's first millisecond, GPU-hours (the fleet's allocation, for platform staff).
+async fn month_held_sums(conn: &mut SqliteConnection, month: Month) -> Result<Vec<(String, i64, f64)>, Error> {
+    let (month_start, month_end) = month.span();
+    let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT gpu_model, day, gpu_parts, gpu_part_of, sum(ms) FROM usage_sums
+         WHERE basis = 'use' AND day >= ?1 AND day < ?2 GROUP BY gpu_model, day, gpu_parts, gpu_part_of",
+    )
+    .bind(month_start)
+    .bind(month_end)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|(model, day, parts, part_of, ms)| (model, day, gpu_hours(ms, parts, part_of))).collect())
 }
 
 /// The ledger units within `scope` whose windows touch `month`: all of them, or only those
@@ -1301,16 +1383,14 @@ impl Platform {
             let environments: Vec<String> = sqlx::query_scalar(
                 "SELECT DISTINCT l.environment_id
                  FROM usage_ledger l INDEXED BY usage_ledger_unsummed JOIN reservations r ON r.id = l.reservation_id
-                 WHERE l.summed = 0 AND r.released_at IS NOT NULL LIMIT 500",
+                 WHERE l.summed = 0 AND r.released_at IS NOT NULL LIMIT 2000",
             )
             .fetch_all(&mut *tx)
             .await?;
             if environments.is_empty() {
                 return Ok(summed);
             }
-            for id in &environments {
-                summed += sum_released_units(&mut tx, id).await?;
-            }
+            summed += sum_environments(&mut tx, &environments).await?;
             tx.commit().await?;
         }
     }
