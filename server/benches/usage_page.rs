@@ -117,6 +117,12 @@ fn main() {
         .fetch_one(&pool)
         .await
         .expect("member");
+        sqlx::query("INSERT INTO project_members (project_id, user_id) VALUES (?, ?)")
+            .bind(project)
+            .bind(member)
+            .execute(&pool)
+            .await
+            .expect("project member");
         let caller = Caller {
             principal: Principal {
                 user_id: member,

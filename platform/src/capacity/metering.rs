@@ -1015,7 +1015,8 @@ fn day_of(ms: i64) -> i64 {
 
 /// The released units of environments whose ids are the JSON array `ids`, summed or not,
 /// each environment's together.
-const RELEASED_UNITS: &str = "SELECT l.environment_id, l.reservation_id, l.summed, l.tenant_id, l.project_id, l.owner_id,
+const RELEASED_UNITS: &str =
+    "SELECT l.environment_id, l.reservation_id, l.summed, l.tenant_id, l.project_id, l.owner_id,
         l.offering, l.tier, l.gpu_model, l.mig_profile, l.gpu_parts, l.gpu_part_of, l.size_cents_per_hour,
         l.units_per_copy, l.held_from, r.starts_at, r.ends_at, r.released_at
     FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
@@ -1260,7 +1261,13 @@ async fn summed_environments(
         return Ok(BTreeSet::new());
     }
     let (month_start, month_end) = month.span();
-    let rows: Vec<(String, i64, i64, Option<i64>, i64, i64, Option<i64>)> = sqlx::query_as(
+    #[derive(FromRow)]
+    struct Summed {
+        environment_id: String,
+        #[sqlx(flatten)]
+        unit: Unit,
+    }
+    let rows: Vec<Summed> = sqlx::query_as(
         "SELECT l.environment_id, l.size_cents_per_hour, l.units_per_copy, l.held_from, r.starts_at, r.ends_at,
                 r.released_at
          FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
@@ -1274,12 +1281,8 @@ async fn summed_environments(
     .await?;
     Ok(rows
         .into_iter()
-        .filter(|(_, _, _, held_from, starts_at, ends_at, released_at)| {
-            let time =
-                UnitTime { starts_at: *starts_at, ends_at: *ends_at, held_from: *held_from, released_at: *released_at };
-            within(time.charged(ChargeBasis::Use, i64::MAX), month).is_some()
-        })
-        .map(|row| row.0)
+        .filter(|row| within(row.unit.time().charged(ChargeBasis::Use, i64::MAX), month).is_some())
+        .map(|row| row.environment_id)
         .collect())
 }
 
