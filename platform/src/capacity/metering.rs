@@ -539,9 +539,10 @@ impl Platform {
         .fetch_all(&mut *conn)
         .await?;
         let mut statuses = Vec::with_capacity(rows.len());
+        let mut summed = SummedMonths::default();
         for BudgetRow { id, tenant_id, project_id, cents_per_month, warn_only, tenant, slug, project } in rows {
-            let spent_cents = self.month_spent(conn, tenant_id, project_id, month, counted_to).await?;
-            let committed_cents = self.month_committed(conn, tenant_id, project_id, month).await?;
+            let spent_cents = self.month_spent(conn, &mut summed, tenant_id, project_id, month, counted_to).await?;
+            let committed_cents = self.month_committed(conn, &mut summed, tenant_id, project_id, month).await?;
             let reached: Vec<u32> = sqlx::query_scalar(
                 "SELECT threshold FROM budget_alerts WHERE budget_id = ? AND month = ? ORDER BY threshold",
             )
@@ -595,6 +596,7 @@ impl Platform {
         let whole = |from: i64, to: i64| to_cents(cost.copies * unit_charge(to - from, cost.cents_per_hour, 1));
         let total = whole(cost.window.starts_at, cost.window.ends_at);
         let mut marks = Vec::new();
+        let mut summed = SummedMonths::default();
         for BudgetRow { id, project_id, cents_per_month, warn_only, tenant, project, .. } in budgets {
             let of = match project {
                 Some(name) => BudgetOf::Project(name),
@@ -602,7 +604,7 @@ impl Platform {
             };
             let budget = Budget { of, cents_per_month, warn_only };
             for (month, from, to) in metering::split_by_month(cost.window.starts_at, cost.window.ends_at) {
-                let committed = self.month_committed(conn, tenant_id, project_id, month).await?;
+                let committed = self.month_committed(conn, &mut summed, tenant_id, project_id, month).await?;
                 let this = whole(from, to);
                 budget.check(cost.what, month, committed, this, total, cost.hours)?;
                 for pct in budget.crossed(committed, committed + this) {
@@ -1160,15 +1162,16 @@ async fn month_sums(
     month: Month,
     by: UsageBy,
 ) -> Result<Vec<DaySum>, Error> {
-    // What names the line, and what it is grouped by; the other columns are blank.
+    // What names the line, what it is grouped by, and where its name is; the other
+    // columns are blank. Grouped first, named after: the names are looked up per line.
     let (column, group, join) = match by {
-        UsageBy::Project => ("p.name AS project", "s.project_id", "LEFT JOIN projects p ON p.id = s.project_id"),
-        UsageBy::Person => ("u.email AS owner", "s.owner_id", "JOIN users u ON u.id = s.owner_id"),
-        UsageBy::Offering => ("s.offering", "s.offering", ""),
-        UsageBy::Model => ("s.gpu_model, s.mig_profile", "s.gpu_model, s.mig_profile", ""),
-        UsageBy::Tier => ("s.tier", "s.tier", ""),
+        UsageBy::Project => ("p.name AS project", "s.project_id", "LEFT JOIN projects p ON p.id = g.project_id"),
+        UsageBy::Person => ("u.email AS owner", "s.owner_id", "LEFT JOIN users u ON u.id = g.owner_id"),
+        UsageBy::Offering => ("g.offering", "s.offering", ""),
+        UsageBy::Model => ("g.gpu_model, g.mig_profile", "s.gpu_model, s.mig_profile", ""),
+        UsageBy::Tier => ("g.tier", "s.tier", ""),
         UsageBy::Tenant | UsageBy::Environment => {
-            ("t.name AS tenant", "s.tenant_id", "LEFT JOIN tenants t ON t.id = s.tenant_id")
+            ("t.name AS tenant", "s.tenant_id", "LEFT JOIN tenants t ON t.id = g.tenant_id")
         }
     };
     let blank = [
@@ -1183,12 +1186,15 @@ async fn month_sums(
     let blanks: Vec<&str> = blank.iter().filter(|(name, _)| !column.contains(name)).map(|(_, sql)| *sql).collect();
     let (month_start, month_end) = month.span();
     Ok(sqlx::query_as(&format!(
-        "SELECT s.day, '' AS environment_id, '' AS environment, {column}, {}, s.gpu_parts, s.gpu_part_of,
-                sum(s.ms) AS ms, sum(s.day_microcents) AS day_microcents,
-                sum(s.month_microcents) AS month_microcents, sum(s.environments) AS environments
-         FROM usage_sums s {join}
-         WHERE s.basis = 'use' AND s.day >= ?1 AND s.day < ?2 AND {}
-         GROUP BY s.day, {group}, s.gpu_parts, s.gpu_part_of",
+        "SELECT g.day, '' AS environment_id, '' AS environment, {column}, {}, g.gpu_parts, g.gpu_part_of, g.ms,
+                g.day_microcents, g.month_microcents, g.environments
+         FROM (SELECT s.day, {group}, s.gpu_parts, s.gpu_part_of, sum(s.ms) AS ms,
+                      sum(s.day_microcents) AS day_microcents, sum(s.month_microcents) AS month_microcents,
+                      sum(s.environments) AS environments
+               FROM usage_sums s
+               WHERE s.basis = 'use' AND s.day >= ?1 AND s.day < ?2 AND {}
+               GROUP BY s.day, {group}, s.gpu_parts, s.gpu_part_of) g
+         {join}",
         blanks.join(", "),
         sums_in_scope(scope)
     ))
@@ -1309,27 +1315,43 @@ async fn unsummed_units(
     .await?)
 }
 
-/// The microcents summed for a tenant (or one of its projects) in `month` on `basis`.
-async fn summed_microcents(
-    conn: &mut SqliteConnection,
-    basis: ChargeBasis,
-    tenant_id: i64,
-    project_id: Option<i64>,
-    month: Month,
-) -> Result<i64, Error> {
-    let (month_start, month_end) = month.span();
-    Ok(sqlx::query_scalar(
-        "SELECT coalesce(sum(month_microcents), 0) FROM usage_sums
-         WHERE basis = ?1 AND coalesce(tenant_id, 0) = ?2 AND day >= ?3 AND day < ?4
-           AND (?5 IS NULL OR project_id = ?5)",
-    )
-    .bind(basis.as_str())
-    .bind(tenant_id)
-    .bind(month_start)
-    .bind(month_end)
-    .bind(project_id)
-    .fetch_one(&mut *conn)
-    .await?)
+/// The microcents summed for tenants' months, per project: each tenant's month on a basis
+/// is read once (one grouped read of its sums), however many of its budgets ask.
+#[derive(Default)]
+struct SummedMonths(BTreeMap<(i64, &'static str, Month), BTreeMap<Option<i64>, i64>>);
+
+impl SummedMonths {
+    /// The microcents summed for a tenant (or one of its projects) in `month` on `basis`.
+    async fn microcents(
+        &mut self,
+        conn: &mut SqliteConnection,
+        basis: ChargeBasis,
+        tenant_id: i64,
+        project_id: Option<i64>,
+        month: Month,
+    ) -> Result<i64, Error> {
+        let key = (tenant_id, basis.as_str(), month);
+        if !self.0.contains_key(&key) {
+            let (month_start, month_end) = month.span();
+            let rows: Vec<(Option<i64>, i64)> = sqlx::query_as(
+                "SELECT project_id, sum(month_microcents) FROM usage_sums
+                 WHERE basis = ?1 AND coalesce(tenant_id, 0) = ?2 AND day >= ?3 AND day < ?4
+                 GROUP BY project_id",
+            )
+            .bind(basis.as_str())
+            .bind(tenant_id)
+            .bind(month_start)
+            .bind(month_end)
+            .fetch_all(&mut *conn)
+            .await?;
+            self.0.insert(key, rows.into_iter().collect());
+        }
+        let projects = self.0.get(&key).ok_or_else(|| Error::internal("summed month not read"))?;
+        Ok(match project_id {
+            Some(_) => projects.get(&project_id).copied().unwrap_or(0),
+            None => projects.values().sum(),
+        })
+    }
 }
 
 impl Platform {
@@ -1339,11 +1361,12 @@ impl Platform {
     async fn month_committed(
         &self,
         conn: &mut SqliteConnection,
+        summed: &mut SummedMonths,
         tenant_id: i64,
         project_id: Option<i64>,
         month: Month,
     ) -> Result<i64, Error> {
-        let summed = summed_microcents(conn, self.charging, tenant_id, project_id, month).await?;
+        let summed = summed.microcents(conn, self.charging, tenant_id, project_id, month).await?;
         let units = unsummed_units(conn, tenant_id, project_id, month).await?;
         let open: i64 = units
             .iter()
@@ -1358,6 +1381,7 @@ impl Platform {
     async fn month_spent(
         &self,
         conn: &mut SqliteConnection,
+        summed: &mut SummedMonths,
         tenant_id: i64,
         project_id: Option<i64>,
         month: Month,
@@ -1367,7 +1391,7 @@ impl Platform {
             let units = budget_units(conn, tenant_id, project_id, month).await?;
             return Ok(month_cents(&units, month, |u| u.charged(self.charging, counted_to)));
         }
-        let summed = summed_microcents(conn, ChargeBasis::Use, tenant_id, project_id, month).await?;
+        let summed = summed.microcents(conn, ChargeBasis::Use, tenant_id, project_id, month).await?;
         let units = unsummed_units(conn, tenant_id, project_id, month).await?;
         let open: i64 = units
             .iter()
