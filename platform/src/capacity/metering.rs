@@ -1331,7 +1331,7 @@ impl SummedMonths {
         month: Month,
     ) -> Result<i64, Error> {
         let key = (tenant_id, basis.as_str(), month);
-        if !self.0.contains_key(&key) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.0.entry(key) {
             let (month_start, month_end) = month.span();
             let rows: Vec<(Option<i64>, i64)> = sqlx::query_as(
                 "SELECT project_id, sum(month_microcents) FROM usage_sums
@@ -1344,7 +1344,7 @@ impl SummedMonths {
             .bind(month_end)
             .fetch_all(&mut *conn)
             .await?;
-            self.0.insert(key, rows.into_iter().collect());
+            slot.insert(rows.into_iter().collect());
         }
         let projects = self.0.get(&key).ok_or_else(|| Error::internal("summed month not read"))?;
         Ok(match project_id {
