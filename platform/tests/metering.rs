@@ -222,3 +222,354 @@ async fn used_time_is_charged_from_provisioning_to_release(pool: SqlitePool) {
     let theirs = berth.platform.usage_report(&other, month, UsageBy::Person, None).await.unwrap();
     assert!(theirs.lines.is_empty(), "{:?}", theirs.lines);
 }
+
+/// Units written as SQL (as the usage benchmark writes them): `released` first, then the
+/// units still held or booked, which must not overlap on a GPU. Answers the number of
+/// released units.
+struct Seeder {
+    tenant: i64,
+    projects: Vec<Option<i64>>,
+    owners: Vec<(Option<i64>, i64)>,
+    /// (id, model) of GPUs not time-sliced.
+    gpus: Vec<(i64, String)>,
+    next: usize,
+}
+
+/// One unit to seed: its window, holding and release, and what it is.
+#[derive(Clone, Copy)]
+struct Seed {
+    starts_at: i64,
+    ends_at: i64,
+    held_from: Option<i64>,
+    released_at: Option<i64>,
+    mig: bool,
+    spot: bool,
+}
+
+impl Seeder {
+    /// An environment of `units` (its copies' units share a window) with `seeds`' times, on
+    /// GPUs picked by `gpu` (an index into the fleet's).
+    async fn environment(&mut self, pool: &SqlitePool, seeds: &[Seed], gpu: impl Fn(usize) -> usize) {
+        use rand::{Rng, SeedableRng};
+        let n = self.next;
+        self.next += 1;
+        let mut rng = rand::rngs::StdRng::seed_from_u64(n as u64);
+        let (tenant, owner) = self.owners[n % self.owners.len()];
+        let project = if tenant.is_some() { self.projects[rng.random_range(0..self.projects.len())] } else { None };
+        let first = seeds[0];
+        let id = format!("seeded-{n}");
+        let offering = if rng.random_bool(0.5) { "training" } else { "notebook" };
+        sqlx::query(
+            "INSERT INTO environments (id, owner_id, tenant_id, project_id, name, offering, size_id, cents_per_hour,
+                 state, desired, created_at, starts_at, ends_at, state_changed_at, finished_at, held_at)
+             VALUES (?1, ?2, ?3, ?4, ?1, ?5, 'seeded', 0, ?10, ?11, ?6, ?6, ?7, ?6, ?8, ?9)",
+        )
+        .bind(&id)
+        .bind(owner)
+        .bind(tenant)
+        .bind(project)
+        .bind(offering)
+        .bind(first.starts_at)
+        .bind(first.ends_at)
+        .bind(first.released_at)
+        .bind(first.held_from)
+        .bind(if first.released_at.is_some() { "released" } else { "ready" })
+        .bind(if first.released_at.is_some() { "released" } else { "running" })
+        .execute(pool)
+        .await
+        .unwrap();
+        let copies = seeds.len() as i64;
+        for (i, seed) in seeds.iter().enumerate() {
+            // An environment's units are of one size: one model.
+            let model_of_first = &self.gpus[gpu(0) % self.gpus.len()].1;
+            let same: Vec<&(i64, String)> = self.gpus.iter().filter(|g| &g.1 == model_of_first).collect();
+            let (gpu, model) = same[(gpu(i) + i) % same.len()].clone();
+            let mig = seed.mig && model.starts_with("H100");
+            let (slice, profile, parts, part_of, cents) = match (mig, model.as_str()) {
+                (true, _) => (4, Some("3g"), 3, 7, 155),
+                (false, "L40S") => (8, None, 8, 8, 185 * copies),
+                _ => (8, None, 8, 8, 320 * copies),
+            };
+            let reservation: i64 = sqlx::query_scalar(
+                "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at,
+                     ends_at, released_at)
+                 VALUES (?, ?, 0, ?, ?, ?, ?, ?) RETURNING id",
+            )
+            .bind(&id)
+            .bind(gpu)
+            .bind(slice)
+            .bind(profile)
+            .bind(seed.starts_at)
+            .bind(seed.ends_at)
+            .bind(seed.released_at)
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            sqlx::query(
+                "INSERT INTO usage_ledger (reservation_id, environment_id, tenant_id, project_id, owner_id, offering,
+                     size_id, gpu_model, mig_profile, tier, gpu_parts, gpu_part_of, size_cents_per_hour,
+                     units_per_copy, booked_at, held_from)
+                 VALUES (?, ?, ?, ?, ?, ?, 'seeded', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(reservation)
+            .bind(&id)
+            .bind(tenant)
+            .bind(project)
+            .bind(owner)
+            .bind(offering)
+            .bind(&model)
+            .bind(profile)
+            .bind(if seed.spot { "spot" } else { "guaranteed" })
+            .bind(parts)
+            .bind(part_of)
+            .bind(cents)
+            .bind(if mig { 1 } else { copies })
+            .bind(seed.starts_at)
+            .bind(seed.held_from)
+            .execute(pool)
+            .await
+            .unwrap();
+        }
+        let _ = self.tenant;
+    }
+}
+
+/// Every report a person could ask for, on both charge bases, of the three months around
+/// now: (what, report).
+async fn every_report(
+    platforms: &[berth_platform::Platform],
+    callers: &[(&str, &Caller, Option<&str>)],
+) -> Vec<(String, berth_platform::capacity::metering::UsageReport)> {
+    let this = Month::of(now_ms());
+    let mut reports = Vec::new();
+    for platform in platforms {
+        for (who, caller, tenant) in callers {
+            for month in [this.previous(), this, this.next()] {
+                for by in UsageBy::ALL {
+                    let report = platform.usage_report(caller, month, by, *tenant).await.unwrap();
+                    let what = format!("{:?} {who} {} by {}", platform.charging(), month.key(), by.as_str());
+                    reports.push((what, report));
+                }
+            }
+        }
+    }
+    reports
+}
+
+/// Reports and budgets count released units from their sums and the others row by row:
+/// the figures are those of counting every unit row by row, to the cent and the
+/// environment, on either charge basis, for every reach, line and month, whether an
+/// environment's units are all summed, some, or none.
+#[sqlx::test(migrations = "../migrations")]
+async fn sums_give_the_figures_of_the_rows(pool: SqlitePool) {
+    use berth_domain::metering::ChargeBasis;
+    use rand::{Rng, SeedableRng};
+
+    let mut berth = TestBerth::new(pool).await;
+    let (boss, vision_id) = vision(&berth).await;
+    let admin = berth.admin().await;
+    let olga = berth.user_with("olga@example.com", Role::Member).await;
+    let tenant = berth.caller.tenant_id().unwrap();
+    berth.platform.create_project(&boss, tenant, "other").await.unwrap();
+    let other_id: i64 = sqlx::query_scalar("SELECT id FROM projects WHERE name = 'other'")
+        .fetch_one(berth.platform.db())
+        .await
+        .unwrap();
+    berth.platform.set_budget(&admin, &budget("tenant", "acme", "5000", false)).await.unwrap();
+    berth.platform.set_budget(&boss, &budget("project", "vision", "900", true)).await.unwrap();
+    // Seeded rows stay as written: nothing provisions or releases them.
+    berth.kill_reconciler().await;
+    let pool = berth.platform.db().clone();
+
+    let gpus: Vec<(i64, String)> =
+        sqlx::query_as("SELECT id, model FROM gpus WHERE time_slices = 1 ORDER BY id").fetch_all(&pool).await.unwrap();
+    let mut seeder = Seeder {
+        tenant,
+        projects: vec![Some(vision_id), Some(other_id), None],
+        owners: vec![
+            (Some(tenant), berth.caller.user_id()),
+            (Some(tenant), boss.user_id()),
+            (Some(tenant), olga.user_id()),
+            (None, admin.user_id()),
+        ],
+        gpus: gpus.clone(),
+        next: 0,
+    };
+    let now = now_ms();
+    let from = Month::of(now).previous().starts_at();
+    let past = now - 2 * HOUR_MS;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(29);
+    let mut released = 0;
+    // Released units, all in the past (a report of now must not change while it is read
+    // twice): run to their end or stopped early, started late or never, across midnights
+    // and the month's turn; and bookings cancelled before they began.
+    for n in 0..240 {
+        let starts_at = rng.random_range(from..past - HOUR_MS);
+        let ends_at = (starts_at + rng.random_range(HOUR_MS / 4..72 * HOUR_MS)).min(past);
+        let held_from = match rng.random_range(0..10) {
+            0 => None,
+            1 | 2 => Some(starts_at),
+            _ => Some(starts_at + rng.random_range(0..30 * 60_000)),
+        };
+        let released_at = match (held_from, rng.random_range(0..10)) {
+            (None, 0..5) => starts_at - 1,
+            (_, 0..3) => rng.random_range(starts_at..ends_at),
+            _ => ends_at + rng.random_range(0..10 * 60_000),
+        };
+        let seed = Seed {
+            starts_at,
+            ends_at,
+            held_from,
+            released_at: Some(released_at),
+            mig: rng.random_bool(0.3),
+            spot: rng.random_bool(0.2),
+        };
+        let copies = if n % 7 == 0 { 2 } else { 1 };
+        seeder.environment(&pool, &vec![seed; copies], |i| n + i).await;
+        released += copies;
+    }
+    // Cancelled future bookings.
+    for _ in 0..10 {
+        let starts_at = rng.random_range(now + DAY_MS..Month::of(now).next().next().starts_at() - DAY_MS);
+        let ends_at = starts_at + rng.random_range(HOUR_MS..48 * HOUR_MS);
+        let seed =
+            Seed { starts_at, ends_at, held_from: None, released_at: Some(now - HOUR_MS), mig: false, spot: false };
+        seeder.environment(&pool, &[seed], |_| 0).await;
+        released += 1;
+    }
+    // Units not released, each on a GPU of its own: booked for later (into next month),
+    // held past their window's end, and one environment with a released unit beside a unit
+    // still held.
+    let open_gpu = |k: usize| move |_| k;
+    for (k, gpu) in (0..gpus.len()).enumerate().take(4) {
+        let seed = if k % 2 == 0 {
+            let starts_at = now + rng.random_range(HOUR_MS..20 * DAY_MS);
+            Seed {
+                starts_at,
+                ends_at: starts_at + 30 * HOUR_MS,
+                held_from: None,
+                released_at: None,
+                mig: false,
+                spot: k == 2,
+            }
+        } else {
+            let starts_at = past - 40 * HOUR_MS;
+            Seed {
+                starts_at,
+                ends_at: past - HOUR_MS,
+                held_from: Some(starts_at + 60_000),
+                released_at: None,
+                mig: false,
+                spot: false,
+            }
+        };
+        seeder.environment(&pool, &[seed], open_gpu(gpu)).await;
+    }
+    let starts_at = past - 30 * HOUR_MS;
+    let mixed = [
+        Seed {
+            starts_at,
+            ends_at: past,
+            held_from: Some(starts_at),
+            released_at: Some(past - 10 * HOUR_MS),
+            mig: false,
+            spot: false,
+        },
+        Seed { starts_at, ends_at: past, held_from: Some(starts_at), released_at: None, mig: false, spot: false },
+    ];
+    // The released one first: a released unit may not be written over a held one.
+    seeder.environment(&pool, &mixed, |_| 4).await;
+    released += 1;
+
+    let window = berth.platform.clone().with_charging(ChargeBasis::ReservedWindow);
+    let platforms = [berth.platform.clone(), window];
+    let callers: [(&str, &Caller, Option<&str>); 5] = [
+        ("platform admin", &admin, None),
+        ("platform admin in acme", &admin, Some("acme")),
+        ("tenant admin", &boss, None),
+        ("member of vision", &berth.caller, None),
+        ("member", &olga, None),
+    ];
+    // Nothing is summed yet: every unit is counted row by row.
+    let rows = every_report(&platforms, &callers).await;
+    assert!(rows.iter().any(|(_, r)| r.total_cents > 0 && r.lines.len() > 2), "the seed shows up");
+    assert_eq!(berth.platform.sum_released_usage().await.unwrap(), released);
+    assert_eq!(count(&berth, "SELECT count(*) FROM usage_ledger WHERE summed = 0").await, 5);
+    let sums = every_report(&platforms, &callers).await;
+
+    for ((what, rows), (_, sums)) in rows.iter().zip(&sums) {
+        let lines = |r: &berth_platform::capacity::metering::UsageReport| {
+            r.lines.iter().map(|l| (l.key.clone(), l.label.clone(), l.cents, l.environments)).collect::<Vec<_>>()
+        };
+        assert_eq!(lines(sums), lines(rows), "{what}: lines");
+        for (s, r) in sums.lines.iter().zip(&rows.lines) {
+            assert!((s.gpu_hours - r.gpu_hours).abs() < 1e-9, "{what}: {} GPU-hours", s.key);
+        }
+        assert_eq!(sums.daily_cents, rows.daily_cents, "{what}: days");
+        assert_eq!(sums.total_cents, rows.total_cents, "{what}: total");
+        assert_eq!(sums.budgets, rows.budgets, "{what}: budgets");
+        assert_eq!(sums.fleet.len(), rows.fleet.len(), "{what}: fleet");
+        for (s, r) in sums.fleet.iter().zip(&rows.fleet) {
+            for (a, b) in s.allocated_gpu_hours.iter().zip(&r.allocated_gpu_hours) {
+                assert!((a - b).abs() < 1e-9, "{what}: {} allocated {a} against {b}", s.model);
+            }
+        }
+    }
+}
+
+/// Releasing a unit sums it in the same transaction: the report reads it from its sums.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_release_sums_its_units(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let (boss, project) = vision(&berth).await;
+    let (month, start) = next_month_morning();
+    let id = train(&berth, &berth.caller, "later", project, start, 3).await.unwrap();
+    assert_eq!(count(&berth, "SELECT count(*) FROM usage_ledger WHERE summed = 0").await, 1);
+    let env = berth
+        .platform
+        .launch(
+            &berth.caller,
+            &LaunchRequest {
+                offering: "notebook".into(),
+                size: "h100-1".into(),
+                name: "nb".into(),
+                hours: "2".into(),
+                project: project.to_string(),
+                ..LaunchRequest::default()
+            },
+        )
+        .await
+        .unwrap();
+    berth.wait_for(&env.id, EnvState::Ready).await;
+    berth.platform.stop(&berth.caller, &env.id).await.unwrap();
+    berth.wait_for(&env.id, EnvState::Released).await;
+    // The notebook's unit is summed; the booking for next month is not released, not summed.
+    let summed: Vec<String> = sqlx::query_scalar("SELECT environment_id FROM usage_ledger WHERE summed = 1")
+        .fetch_all(berth.platform.db())
+        .await
+        .unwrap();
+    assert_eq!(summed, vec![env.id.clone()]);
+    assert!(count(&berth, "SELECT count(*) FROM usage_sums WHERE basis = 'use'").await >= 1);
+    let this = Month::of(now_ms());
+    let by_environment = berth.platform.usage_report(&boss, this, UsageBy::Environment, None).await.unwrap();
+    let by_project = berth.platform.usage_report(&boss, this, UsageBy::Project, None).await.unwrap();
+    assert_eq!(by_project.total_cents, by_environment.total_cents);
+    assert_eq!(by_project.lines[0].environments, 1);
+    // Summed once: a summed unit's reservation and its mark cannot change.
+    let changed = sqlx::query("UPDATE reservations SET ends_at = ends_at + 1 WHERE environment_id = ?")
+        .bind(&env.id)
+        .execute(berth.platform.db())
+        .await;
+    assert!(changed.is_err(), "a summed unit's window moved");
+    let unsummed = sqlx::query("UPDATE usage_ledger SET summed = 0 WHERE environment_id = ?")
+        .bind(&env.id)
+        .execute(berth.platform.db())
+        .await;
+    assert!(unsummed.is_err(), "a summed unit was unmarked");
+    let early = sqlx::query("UPDATE usage_ledger SET summed = 1 WHERE environment_id = ?")
+        .bind(&id)
+        .execute(berth.platform.db())
+        .await;
+    assert!(early.is_err(), "a unit was summed before its release");
+    let _ = month;
+}

@@ -18,7 +18,10 @@ use std::time::Instant;
 
 use axum::body::Body;
 use berth_domain::booking::HOUR_MS;
+use berth_domain::launch::LaunchRequest;
 use berth_domain::metering::{Month, this_month};
+use berth_domain::policy::{Principal, Role};
+use berth_platform::{Caller, RequestMeta};
 use http::{Request, header};
 use rand::{Rng, SeedableRng};
 use router::{Fresh, percentiles, send};
@@ -44,6 +47,12 @@ fn main() {
             month.title(),
             seeding.elapsed().as_secs_f64()
         );
+        // The seed writes released units as SQL; releases sum their units as they happen,
+        // and `berth serve` sums those released before sums existed: that, timed.
+        let summing = Instant::now();
+        let summed = fresh.platform.sum_released_usage().await.expect("sum released usage");
+        assert_eq!(summed, rows);
+        println!("summed {summed} released units in {:.1} s", summing.elapsed().as_secs_f64());
         let (router, cookie) = fresh.portal_signed_in("usage").await;
 
         for by in ["project", "person", "model"] {
@@ -75,6 +84,76 @@ fn main() {
             lines = body.lines().count();
         }
         println!("GET /usage.csv?by=environment ({lines} lines): {}", percentiles(&mut times));
+
+        // Budgets: the tenant's and each project's. The page shows their months.
+        let tenant_id: i64 =
+            sqlx::query_scalar("SELECT id FROM tenants WHERE slug = 'bench'").fetch_one(&pool).await.expect("tenant");
+        sqlx::query(
+            "INSERT INTO budgets (tenant_id, project_id, cents_per_month, warn_only, updated_at)
+             SELECT ?1, NULL, 10000000000, 0, 0 UNION ALL
+             SELECT ?1, id, 1000000000, 0, 0 FROM projects WHERE tenant_id = ?1",
+        )
+        .bind(tenant_id)
+        .execute(&pool)
+        .await
+        .expect("budgets");
+        let path = format!("/usage?month={}&by=project&tenant={tenant}", month.key());
+        let mut times = Vec::new();
+        for _ in 0..runs.min(20) {
+            let request = Request::get(&path).header(header::COOKIE, &cookie).body(Body::empty()).expect("request");
+            let t = Instant::now();
+            let (status, _, body) = send(&router, request).await;
+            times.push(t.elapsed());
+            assert!(status.is_success() && body.contains("data-usage-line="), "{path}: {status}");
+        }
+        println!("GET /usage?by=project with 11 budgets: {}", percentiles(&mut times));
+
+        // A booking checked against the tenant's budget and its project's, in its writer
+        // turn, beside the tenant's 100,000 ledger rows: one at a time.
+        let (member, project): (i64, i64) = sqlx::query_as(
+            "SELECT u.id, p.id FROM users u JOIN projects p ON p.tenant_id = u.tenant_id
+             WHERE u.email = 'member-0@bench' AND p.name = 'project-0'",
+        )
+        .fetch_one(&pool)
+        .await
+        .expect("member");
+        sqlx::query("INSERT INTO project_members (project_id, user_id) VALUES (?, ?)")
+            .bind(project)
+            .bind(member)
+            .execute(&pool)
+            .await
+            .expect("project member");
+        let caller = Caller {
+            principal: Principal {
+                user_id: member,
+                tenant_id: Some(tenant_id),
+                role: Role::Member,
+                token_actions: None,
+            },
+            meta: RequestMeta { request_id: "bench-budget".into(), source: None },
+        };
+        let mut times = Vec::new();
+        let start = berth_platform::now_ms() + HOUR_MS;
+        // The first booking loads the booking book (10,000 GPUs' bookings): not timed.
+        for n in 0..=runs.min(30) {
+            let request = LaunchRequest {
+                offering: "training".into(),
+                size: "h100-1".into(),
+                name: format!("budgeted-{n}"),
+                hours: "1".to_string(),
+                start: chrono::DateTime::from_timestamp_millis(start + n as i64 * HOUR_MS).expect("time").to_rfc3339(),
+                image: "ghcr.io/acme/train:1".into(),
+                command: "python train.py".into(),
+                project: project.to_string(),
+                ..LaunchRequest::default()
+            };
+            let t = Instant::now();
+            fresh.platform.launch(&caller, &request).await.expect("a booking within budget");
+            if n > 0 {
+                times.push(t.elapsed());
+            }
+        }
+        println!("Platform::launch checked against 2 budgets: {}", percentiles(&mut times));
     });
 }
 

@@ -484,6 +484,17 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let _ = reconciler_stop.wait_for(|stop| *stop).await;
     }));
 
+    // Units released before usage sums existed are counted row by row until summed; sum
+    // them in the background (releases from now on sum their own).
+    let summing = platform.clone();
+    tokio::spawn(async move {
+        match summing.sum_released_usage().await {
+            Ok(0) => {}
+            Ok(units) => tracing::info!(units, "released usage summed"),
+            Err(e) => tracing::error!(error = %e, "cannot sum released usage; reports count it row by row"),
+        }
+    });
+
     let notifier = Notifier::new(platform.clone(), NotifierConfig::default())
         .map_err(|e| format!("cannot start the notification worker: {e}"))?;
     let mut notifier_stop = stop_rx.clone();

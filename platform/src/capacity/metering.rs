@@ -7,7 +7,7 @@
 //! reservation's. What a unit is charged follows `domain::metering` (`ChargeBasis`, exact
 //! money); this module only reads the rows and adds them up.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use berth_domain::Refusal;
 use berth_domain::booking::{DAY_MS, Window};
@@ -83,6 +83,14 @@ pub(crate) async fn hold_units(conn: &mut SqliteConnection, environment_id: &str
 struct LedgerUnit {
     #[sqlx(flatten)]
     unit: Unit,
+    #[sqlx(flatten)]
+    line: LineOf,
+}
+
+/// Whom usage counts for and what it was: what a report's line is chosen by.
+#[derive(Debug, Clone, FromRow)]
+struct LineOf {
+    /// Empty for sums (which are never by environment).
     environment_id: String,
     environment: String,
     tenant: Option<String>,
@@ -96,7 +104,7 @@ struct LedgerUnit {
     gpu_part_of: i64,
 }
 
-impl LedgerUnit {
+impl LineOf {
     fn gpu_hours(&self, ms: i64) -> f64 {
         gpu_hours(ms, self.gpu_parts, self.gpu_part_of)
     }
@@ -168,7 +176,7 @@ impl UsageBy {
     }
 
     /// The line a unit counts in: its key and how the page names it.
-    fn line_of(self, unit: &LedgerUnit) -> (String, String) {
+    fn line_of(self, unit: &LineOf) -> (String, String) {
         let key = match self {
             UsageBy::Environment => return (unit.environment_id.clone(), unit.environment.clone()),
             UsageBy::Project => unit.project.clone().unwrap_or_else(|| "(no project)".into()),
@@ -225,13 +233,87 @@ struct LineSum {
     label: String,
     microcents: i64,
     gpu_hours: f64,
-    environments: std::collections::BTreeSet<String>,
+    /// Environments counted unit by unit.
+    environments: BTreeSet<String>,
+    /// Environments counted by sums (each once, see `usage_sums.environments`).
+    summed_environments: i64,
     daily: Vec<i64>,
 }
 
-impl LineSum {
-    fn new(label: String, days: usize) -> LineSum {
-        LineSum { label, microcents: 0, gpu_hours: 0.0, environments: Default::default(), daily: vec![0; days] }
+/// A month's lines being added up, from ledger units and from sums alike.
+struct Tally {
+    by: UsageBy,
+    month: Month,
+    lines: BTreeMap<String, LineSum>,
+}
+
+impl Tally {
+    fn new(by: UsageBy, month: Month) -> Tally {
+        Tally { by, month, lines: BTreeMap::new() }
+    }
+
+    fn line(&mut self, of: &LineOf) -> &mut LineSum {
+        let days = self.month.days() as usize;
+        let (key, label) = self.by.line_of(of);
+        self.lines.entry(key).or_insert_with(|| LineSum {
+            label,
+            microcents: 0,
+            gpu_hours: 0.0,
+            environments: BTreeSet::new(),
+            summed_environments: 0,
+            daily: vec![0; days],
+        })
+    }
+
+    /// A unit charged for `[from, to)` within the month; its environment is counted unless
+    /// the sums already count it.
+    fn add_unit(&mut self, unit: &LedgerUnit, (from, to): (i64, i64), count_environment: bool) {
+        let month_start = self.month.starts_at();
+        let line = self.line(&unit.line);
+        line.microcents += unit.unit.charge(to - from);
+        line.gpu_hours += unit.line.gpu_hours(to - from);
+        if count_environment {
+            line.environments.insert(unit.line.environment_id.clone());
+        }
+        for (day, ms) in by_day(month_start, from, to) {
+            if let Some(slot) = line.daily.get_mut(day) {
+                *slot += unit.unit.charge(ms);
+            }
+        }
+    }
+
+    /// A day's sum of released units.
+    fn add_sum(&mut self, sum: &DaySum) {
+        let day = usize::try_from((sum.day - self.month.starts_at()) / DAY_MS).unwrap_or(usize::MAX);
+        let line = self.line(&sum.line);
+        line.microcents += sum.month_microcents;
+        line.gpu_hours += sum.line.gpu_hours(sum.ms);
+        line.summed_environments += sum.environments;
+        if let Some(slot) = line.daily.get_mut(day) {
+            *slot += sum.day_microcents;
+        }
+    }
+
+    /// The lines, costliest first, and each day's cents per line in that order.
+    fn finish(self) -> (Vec<UsageLine>, Vec<Vec<i64>>) {
+        let days = self.month.days() as usize;
+        let mut lines: Vec<(UsageLine, Vec<i64>)> = self
+            .lines
+            .into_iter()
+            .map(|(key, sum)| {
+                let line = UsageLine {
+                    key,
+                    label: sum.label,
+                    gpu_hours: sum.gpu_hours,
+                    cents: to_cents(sum.microcents),
+                    environments: sum.environments.len() + usize::try_from(sum.summed_environments).unwrap_or(0),
+                };
+                (line, sum.daily.into_iter().map(to_cents).collect())
+            })
+            .collect();
+        lines.sort_by(|a, b| b.0.cents.cmp(&a.0.cents).then_with(|| a.0.key.cmp(&b.0.key)));
+        let daily_cents = (0..days).map(|day| lines.iter().map(|(_, daily)| daily[day]).collect()).collect();
+        (lines.into_iter().map(|(line, _)| line).collect(), daily_cents)
     }
 }
 
@@ -365,7 +447,10 @@ impl Platform {
         self.authorize_in_tenant(caller, Action::UsageRead).await?;
         // Members (reach `Own`) see their own and their projects' units.
         let mut scope = Scope::of(caller, Action::UsageRead).ok_or(Error::Forbidden)?;
-        let mut conn = self.db.acquire().await?;
+        // One read snapshot: a unit summed meanwhile is counted by its sums or by its row,
+        // never both, never neither.
+        let mut snapshot = self.db.begin().await?;
+        let conn = &mut *snapshot;
         if let Some(slug) = tenant.map(str::trim).filter(|s| !s.is_empty()) {
             let id: Option<i64> = sqlx::query_scalar("SELECT id FROM tenants WHERE slug = ?")
                 .bind(slug)
@@ -374,57 +459,41 @@ impl Platform {
             let id = id.filter(|&id| scope.all || scope.tenant_id == Some(id)).ok_or(Error::NotFound)?;
             (scope.all, scope.tenant_id) = (false, Some(id));
         }
-        let (month_start, month_end) = month.span();
         let now = now_ms();
-        let counted_to = now.min(month_end);
-        let units: Vec<LedgerUnit> = sqlx::query_as(&format!(
-            "SELECT {LEDGER_UNIT_COLUMNS} FROM {LEDGER_UNIT_TABLES}
-             WHERE r.starts_at < ?1 AND r.ends_at > ?2
-               AND (?3 OR l.tenant_id = ?4
-                    OR l.owner_id = ?5
-                    OR l.project_id IN (SELECT project_id FROM project_members WHERE user_id = ?5))"
-        ))
-        .bind(month_end)
-        .bind(month_start)
-        .bind(scope.all)
-        .bind(scope.tenant_id)
-        .bind(scope.owner_id)
-        .fetch_all(&mut *conn)
-        .await?;
-
-        let days = month.days() as usize;
-        let mut lines: BTreeMap<String, LineSum> = BTreeMap::new();
-        for unit in &units {
-            let Some((from, to)) = within(unit.unit.time().charged(self.charging, counted_to), month) else { continue };
-            let (key, label) = by.line_of(unit);
-            let line = lines.entry(key).or_insert_with(|| LineSum::new(label, days));
-            line.microcents += unit.unit.charge(to - from);
-            line.gpu_hours += unit.gpu_hours(to - from);
-            line.environments.insert(unit.environment_id.clone());
-            for (day, ms) in by_day(month_start, from, to) {
-                if let Some(slot) = line.daily.get_mut(day) {
-                    *slot += unit.unit.charge(ms);
-                }
+        let counted_to = now.min(month.span().1);
+        let mut tally = Tally::new(by, month);
+        let mut fleet_hours = Vec::new();
+        // Released units' charges are summed per day and line (on either basis, final);
+        // but a line per environment needs the rows, and on the reserved-window basis a unit
+        // released early is still charged as its window passes: both count row by row.
+        if self.charging == ChargeBasis::Use && by != UsageBy::Environment {
+            for sum in &month_sums(conn, &scope, month, by).await? {
+                tally.add_sum(sum);
+            }
+            let units = month_units(conn, &scope, month, true).await?;
+            let counted = summed_environments(conn, &units, month).await?;
+            for unit in &units {
+                let Some(span) = within(unit.unit.time().charged(self.charging, counted_to), month) else { continue };
+                tally.add_unit(unit, span, !counted.contains(&unit.line.environment_id));
+            }
+            if scope.all {
+                fleet_hours.extend(month_held_sums(conn, month).await?);
+                fleet_hours.extend(held_hours(&units, month, counted_to));
+            }
+        } else {
+            let units = month_units(conn, &scope, month, false).await?;
+            for unit in &units {
+                let Some(span) = within(unit.unit.time().charged(self.charging, counted_to), month) else { continue };
+                tally.add_unit(unit, span, true);
+            }
+            if scope.all {
+                fleet_hours.extend(held_hours(&units, month, counted_to));
             }
         }
-        let mut lines: Vec<(UsageLine, Vec<i64>)> = lines
-            .into_iter()
-            .map(|(key, sum)| {
-                let line = UsageLine {
-                    key,
-                    label: sum.label,
-                    gpu_hours: sum.gpu_hours,
-                    cents: to_cents(sum.microcents),
-                    environments: sum.environments.len(),
-                };
-                (line, sum.daily.into_iter().map(to_cents).collect())
-            })
-            .collect();
-        lines.sort_by(|a, b| b.0.cents.cmp(&a.0.cents).then_with(|| a.0.key.cmp(&b.0.key)));
-        let daily_cents = (0..days).map(|day| lines.iter().map(|(_, daily)| daily[day]).collect()).collect();
-        let lines: Vec<UsageLine> = lines.into_iter().map(|(line, _)| line).collect();
-        let budgets = self.budget_statuses(&mut conn, &scope, month, counted_to).await?;
-        let fleet = if scope.all { fleet_use(&mut conn, &units, month, counted_to).await? } else { Vec::new() };
+        let (lines, daily_cents) = tally.finish();
+        let budgets = self.budget_statuses(conn, &scope, month, counted_to).await?;
+        let fleet = if scope.all { fleet_use(conn, fleet_hours, month, counted_to).await? } else { Vec::new() };
+        snapshot.commit().await?;
         Ok(UsageReport {
             month,
             basis: self.charging,
@@ -470,10 +539,10 @@ impl Platform {
         .fetch_all(&mut *conn)
         .await?;
         let mut statuses = Vec::with_capacity(rows.len());
+        let mut summed = SummedMonths::default();
         for BudgetRow { id, tenant_id, project_id, cents_per_month, warn_only, tenant, slug, project } in rows {
-            let units = budget_units(conn, tenant_id, project_id, month).await?;
-            let spent_cents = month_cents(&units, month, |u| u.charged(self.charging, counted_to));
-            let committed_cents = month_cents(&units, month, |u| u.committed(self.charging));
+            let spent_cents = self.month_spent(conn, &mut summed, tenant_id, project_id, month, counted_to).await?;
+            let committed_cents = self.month_committed(conn, &mut summed, tenant_id, project_id, month).await?;
             let reached: Vec<u32> = sqlx::query_scalar(
                 "SELECT threshold FROM budget_alerts WHERE budget_id = ? AND month = ? ORDER BY threshold",
             )
@@ -527,6 +596,7 @@ impl Platform {
         let whole = |from: i64, to: i64| to_cents(cost.copies * unit_charge(to - from, cost.cents_per_hour, 1));
         let total = whole(cost.window.starts_at, cost.window.ends_at);
         let mut marks = Vec::new();
+        let mut summed = SummedMonths::default();
         for BudgetRow { id, project_id, cents_per_month, warn_only, tenant, project, .. } in budgets {
             let of = match project {
                 Some(name) => BudgetOf::Project(name),
@@ -534,8 +604,7 @@ impl Platform {
             };
             let budget = Budget { of, cents_per_month, warn_only };
             for (month, from, to) in metering::split_by_month(cost.window.starts_at, cost.window.ends_at) {
-                let units = budget_units(conn, tenant_id, project_id, month).await?;
-                let committed = month_cents(&units, month, |u| u.committed(self.charging));
+                let committed = self.month_committed(conn, &mut summed, tenant_id, project_id, month).await?;
                 let this = whole(from, to);
                 budget.check(cost.what, month, committed, this, total, cost.hours)?;
                 for pct in budget.crossed(committed, committed + this) {
@@ -818,11 +887,11 @@ fn month_cents(units: &[Unit], month: Month, span: impl Fn(UnitTime) -> Option<(
     to_cents(units.iter().filter_map(|u| within(span(u.time()), month).map(|(f, t)| u.charge(t - f))).sum())
 }
 
-/// Each model's held GPU-hours per day of `month` (whatever the charge basis: held is held)
-/// against the GPU-hours its in-service GPUs had.
+/// Each model's GPU-hours held per day of `month` (`held`: model, the day's first
+/// millisecond, GPU-hours) against the GPU-hours its in-service GPUs had.
 async fn fleet_use(
     conn: &mut SqliteConnection,
-    units: &[LedgerUnit],
+    held: Vec<(String, i64, f64)>,
     month: Month,
     counted_to: i64,
 ) -> Result<Vec<ModelUse>, Error> {
@@ -844,16 +913,28 @@ async fn fleet_use(
             ModelUse { model, gpus, allocated_gpu_hours: vec![0.0; days], capacity_gpu_hours: capacity }
         })
         .collect();
-    for unit in units {
-        let Some(model) = fleet.iter_mut().find(|m| m.model == unit.gpu_model) else { continue };
-        let Some((from, to)) = within(unit.unit.time().charged(ChargeBasis::Use, counted_to), month) else { continue };
-        for (day, ms) in by_day(month_start, from, to) {
-            if let Some(slot) = model.allocated_gpu_hours.get_mut(day) {
-                *slot += unit.gpu_hours(ms);
-            }
+    for (gpu_model, day, hours) in held {
+        let Some(model) = fleet.iter_mut().find(|m| m.model == gpu_model) else { continue };
+        let Ok(day) = usize::try_from((day - month_start) / DAY_MS) else { continue };
+        if let Some(slot) = model.allocated_gpu_hours.get_mut(day) {
+            *slot += hours;
         }
     }
     Ok(fleet)
+}
+
+/// What `units` held in `month` up to `counted_to`, day by day (whatever the charge basis:
+/// held is held): model, the day's first millisecond, GPU-hours.
+fn held_hours(units: &[LedgerUnit], month: Month, counted_to: i64) -> Vec<(String, i64, f64)> {
+    let month_start = month.starts_at();
+    let mut held = Vec::new();
+    for unit in units {
+        let Some((from, to)) = within(unit.unit.time().charged(ChargeBasis::Use, counted_to), month) else { continue };
+        for (day, ms) in by_day(month_start, from, to) {
+            held.push((unit.line.gpu_model.clone(), month_start + day as i64 * DAY_MS, unit.line.gpu_hours(ms)));
+        }
+    }
+    held
 }
 
 /// The units of a tenant (or one of its projects) whose windows touch `month`.
@@ -876,4 +957,468 @@ async fn budget_units(
     .bind(month_start)
     .fetch_all(&mut *conn)
     .await?)
+}
+
+/// The bases a released unit is summed on: both, so that `--charge-for` may change.
+const BASES: [ChargeBasis; 2] = [ChargeBasis::Use, ChargeBasis::ReservedWindow];
+
+/// A day's sums of released units on one line (`usage_sums`), with the line's names.
+#[derive(Debug, Clone, FromRow)]
+struct DaySum {
+    /// The day's first millisecond.
+    day: i64,
+    #[sqlx(flatten)]
+    line: LineOf,
+    ms: i64,
+    day_microcents: i64,
+    month_microcents: i64,
+    environments: i64,
+}
+
+/// What `usage_sums` keys a line by: whom a unit counts for and what it was.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, FromRow)]
+struct SumKey {
+    tenant_id: Option<i64>,
+    project_id: Option<i64>,
+    owner_id: i64,
+    offering: String,
+    tier: String,
+    gpu_model: String,
+    mig_profile: Option<String>,
+    gpu_parts: i64,
+    gpu_part_of: i64,
+}
+
+/// A released unit as summing reads it.
+#[derive(Debug, Clone, FromRow)]
+struct ReleasedUnit {
+    environment_id: String,
+    reservation_id: i64,
+    summed: bool,
+    #[sqlx(flatten)]
+    key: SumKey,
+    #[sqlx(flatten)]
+    unit: Unit,
+}
+
+/// What one unit adds to one day of one basis.
+#[derive(Debug, Default)]
+struct DayPart {
+    ms: i64,
+    day_microcents: i64,
+    month_microcents: i64,
+    environments: i64,
+}
+
+/// The first millisecond of the UTC day `ms` falls in.
+fn day_of(ms: i64) -> i64 {
+    ms - ms.rem_euclid(DAY_MS)
+}
+
+/// The released units of environments whose ids are the JSON array `ids`, summed or not,
+/// each environment's together.
+const RELEASED_UNITS: &str =
+    "SELECT l.environment_id, l.reservation_id, l.summed, l.tenant_id, l.project_id, l.owner_id,
+        l.offering, l.tier, l.gpu_model, l.mig_profile, l.gpu_parts, l.gpu_part_of, l.size_cents_per_hour,
+        l.units_per_copy, l.held_from, r.starts_at, r.ends_at, r.released_at
+    FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
+    WHERE l.environment_id IN (SELECT value FROM json_each(?1)) AND r.released_at IS NOT NULL
+    ORDER BY l.environment_id, l.reservation_id";
+
+/// Released units' charges on their way into `usage_sums`: added up per basis, day and
+/// line in memory, then written once per row.
+#[derive(Default)]
+struct Summing {
+    parts: BTreeMap<(&'static str, i64, SumKey), DayPart>,
+    /// The units added, to be marked summed.
+    units: Vec<i64>,
+}
+
+impl Summing {
+    /// Adds an environment's released units not summed yet (`units`: all its released
+    /// units, summed or not).
+    fn add_environment(&mut self, units: &[ReleasedUnit]) {
+        // The months each basis already counts the environment in (its units share one
+        // line: the environment's tenant, project, owner, offering, tier and size).
+        let mut counted: BTreeSet<(&str, Month)> = BTreeSet::new();
+        let months = |unit: &Unit, basis: ChargeBasis| {
+            let span = unit.time().charged(basis, i64::MAX);
+            span.map(|(from, to)| metering::split_by_month(from, to)).unwrap_or_default()
+        };
+        for released in units.iter().filter(|u| u.summed) {
+            for basis in BASES {
+                counted.extend(months(&released.unit, basis).into_iter().map(|(month, _, _)| (basis.as_str(), month)));
+            }
+        }
+        for released in units.iter().filter(|u| !u.summed) {
+            let unit = &released.unit;
+            for basis in BASES {
+                // Released: its charge on either basis is final.
+                for (month, from, to) in months(unit, basis) {
+                    let first = self.part(basis, day_of(from), &released.key);
+                    first.month_microcents += unit.charge(to - from);
+                    if counted.insert((basis.as_str(), month)) {
+                        first.environments += 1;
+                    }
+                    let month_start = month.starts_at();
+                    for (day, ms) in by_day(month_start, from, to) {
+                        let part = self.part(basis, month_start + day as i64 * DAY_MS, &released.key);
+                        part.ms += ms;
+                        part.day_microcents += unit.charge(ms);
+                    }
+                }
+            }
+            self.units.push(released.reservation_id);
+        }
+    }
+
+    fn part(&mut self, basis: ChargeBasis, day: i64, key: &SumKey) -> &mut DayPart {
+        self.parts.entry((basis.as_str(), day, key.clone())).or_default()
+    }
+
+    /// Writes the sums and marks the units summed, in the caller's transaction. Answers
+    /// how many units.
+    async fn write(self, conn: &mut SqliteConnection) -> Result<usize, Error> {
+        for ((basis, day, key), part) in &self.parts {
+            sqlx::query(
+                "INSERT INTO usage_sums (basis, day, tenant_id, project_id, owner_id, offering, tier, gpu_model,
+                     mig_profile, gpu_parts, gpu_part_of, ms, day_microcents, month_microcents, environments)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                 ON CONFLICT (basis, coalesce(tenant_id, 0), day, coalesce(project_id, 0), owner_id, offering, tier,
+                     gpu_model, coalesce(mig_profile, ''), gpu_parts, gpu_part_of)
+                 DO UPDATE SET ms = ms + excluded.ms, day_microcents = day_microcents + excluded.day_microcents,
+                     month_microcents = month_microcents + excluded.month_microcents,
+                     environments = environments + excluded.environments",
+            )
+            .bind(*basis)
+            .bind(*day)
+            .bind(key.tenant_id)
+            .bind(key.project_id)
+            .bind(key.owner_id)
+            .bind(&key.offering)
+            .bind(&key.tier)
+            .bind(&key.gpu_model)
+            .bind(&key.mig_profile)
+            .bind(key.gpu_parts)
+            .bind(key.gpu_part_of)
+            .bind(part.ms)
+            .bind(part.day_microcents)
+            .bind(part.month_microcents)
+            .bind(part.environments)
+            .execute(&mut *conn)
+            .await?;
+        }
+        if !self.units.is_empty() {
+            sqlx::query("UPDATE usage_ledger SET summed = 1 WHERE reservation_id IN (SELECT value FROM json_each(?))")
+                .bind(serde_json::to_string(&self.units).map_err(Error::internal)?)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(self.units.len())
+    }
+}
+
+/// Adds the released units of `environments` not yet summed to `usage_sums` and marks
+/// them summed, in the caller's transaction: the one that releases them, so that the sums
+/// never drift from the ledger (a unit is counted by its sums or by its row, never both).
+/// Answers how many units.
+async fn sum_environments(conn: &mut SqliteConnection, environments: &[String]) -> Result<usize, Error> {
+    let units: Vec<ReleasedUnit> = sqlx::query_as(RELEASED_UNITS)
+        .bind(serde_json::to_string(environments).map_err(Error::internal)?)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut summing = Summing::default();
+    for environment in units.chunk_by(|a, b| a.environment_id == b.environment_id) {
+        summing.add_environment(environment);
+    }
+    summing.write(conn).await
+}
+
+/// Sums the released units of `environment_id` not summed yet: in the transaction that
+/// releases them (see [`sum_environments`]).
+pub(crate) async fn sum_released_units(conn: &mut SqliteConnection, environment_id: &str) -> Result<usize, Error> {
+    sum_environments(conn, &[environment_id.to_owned()]).await
+}
+
+/// The scope of a report as a condition on `usage_sums s` (parameters ?3 to ?5 as
+/// [`month_units`] binds them). A tenant's admins and viewers see the tenant's sums: their
+/// own units and their projects' are in it.
+fn sums_in_scope(scope: &Scope) -> &'static str {
+    if scope.all {
+        "?3"
+    } else if scope.tenant_id.is_some() {
+        "coalesce(s.tenant_id, 0) = ?4"
+    } else {
+        "(s.owner_id = ?5 OR s.project_id IN (SELECT project_id FROM project_members WHERE user_id = ?5))"
+    }
+}
+
+/// The day sums of released units within `scope` in `month` (on the use basis), added up
+/// per day and line `by` (and share of a GPU, for GPU-hours) in SQL: a line's days, not
+/// every tenant, project, person and size's.
+async fn month_sums(
+    conn: &mut SqliteConnection,
+    scope: &Scope,
+    month: Month,
+    by: UsageBy,
+) -> Result<Vec<DaySum>, Error> {
+    // What names the line, what it is grouped by, and where its name is; the other
+    // columns are blank. Grouped first, named after: the names are looked up per line.
+    let (column, group, join) = match by {
+        UsageBy::Project => ("p.name AS project", "s.project_id", "LEFT JOIN projects p ON p.id = g.project_id"),
+        UsageBy::Person => ("u.email AS owner", "s.owner_id", "LEFT JOIN users u ON u.id = g.owner_id"),
+        UsageBy::Offering => ("g.offering", "s.offering", ""),
+        UsageBy::Model => ("g.gpu_model, g.mig_profile", "s.gpu_model, s.mig_profile", ""),
+        UsageBy::Tier => ("g.tier", "s.tier", ""),
+        UsageBy::Tenant | UsageBy::Environment => {
+            ("t.name AS tenant", "s.tenant_id", "LEFT JOIN tenants t ON t.id = g.tenant_id")
+        }
+    };
+    let blank = [
+        ("tenant", "NULL AS tenant"),
+        ("project", "NULL AS project"),
+        ("owner", "'' AS owner"),
+        ("offering", "'' AS offering"),
+        ("gpu_model", "'' AS gpu_model"),
+        ("mig_profile", "NULL AS mig_profile"),
+        ("tier", "'' AS tier"),
+    ];
+    let blanks: Vec<&str> = blank.iter().filter(|(name, _)| !column.contains(name)).map(|(_, sql)| *sql).collect();
+    let (month_start, month_end) = month.span();
+    Ok(sqlx::query_as(&format!(
+        "SELECT g.day, '' AS environment_id, '' AS environment, {column}, {}, g.gpu_parts, g.gpu_part_of, g.ms,
+                g.day_microcents, g.month_microcents, g.environments
+         FROM (SELECT s.day, {group}, s.gpu_parts, s.gpu_part_of, sum(s.ms) AS ms,
+                      sum(s.day_microcents) AS day_microcents, sum(s.month_microcents) AS month_microcents,
+                      sum(s.environments) AS environments
+               FROM usage_sums s
+               WHERE s.basis = 'use' AND s.day >= ?1 AND s.day < ?2 AND {}
+               GROUP BY s.day, {group}, s.gpu_parts, s.gpu_part_of) g
+         {join}",
+        blanks.join(", "),
+        sums_in_scope(scope)
+    ))
+    .bind(month_start)
+    .bind(month_end)
+    .bind(scope.all)
+    .bind(scope.tenant_id)
+    .bind(scope.owner_id)
+    .fetch_all(&mut *conn)
+    .await?)
+}
+
+/// Every tenant's GPU-hours held in `month`, from the sums of released units: model, the
+/// day's first millisecond, GPU-hours (the fleet's allocation, for platform staff).
+async fn month_held_sums(conn: &mut SqliteConnection, month: Month) -> Result<Vec<(String, i64, f64)>, Error> {
+    let (month_start, month_end) = month.span();
+    let rows: Vec<(String, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT gpu_model, day, gpu_parts, gpu_part_of, sum(ms) FROM usage_sums
+         WHERE basis = 'use' AND day >= ?1 AND day < ?2 GROUP BY gpu_model, day, gpu_parts, gpu_part_of",
+    )
+    .bind(month_start)
+    .bind(month_end)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|(model, day, parts, part_of, ms)| (model, day, gpu_hours(ms, parts, part_of))).collect())
+}
+
+/// The ledger units within `scope` whose windows touch `month`: all of them, or only those
+/// not summed yet (`unsummed`: the held, the booked, the just released).
+async fn month_units(
+    conn: &mut SqliteConnection,
+    scope: &Scope,
+    month: Month,
+    unsummed: bool,
+) -> Result<Vec<LedgerUnit>, Error> {
+    let (month_start, month_end) = month.span();
+    let (tables, summed) = if unsummed {
+        (
+            LEDGER_UNIT_TABLES.replacen("usage_ledger l", "usage_ledger l INDEXED BY usage_ledger_unsummed", 1),
+            "l.summed = 0",
+        )
+    } else {
+        (LEDGER_UNIT_TABLES.to_owned(), "1")
+    };
+    Ok(sqlx::query_as(&format!(
+        "SELECT {LEDGER_UNIT_COLUMNS} FROM {tables}
+         WHERE {summed} AND r.starts_at < ?1 AND r.ends_at > ?2
+           AND (?3 OR l.tenant_id = ?4
+                OR l.owner_id = ?5
+                OR l.project_id IN (SELECT project_id FROM project_members WHERE user_id = ?5))"
+    ))
+    .bind(month_end)
+    .bind(month_start)
+    .bind(scope.all)
+    .bind(scope.tenant_id)
+    .bind(scope.owner_id)
+    .fetch_all(&mut *conn)
+    .await?)
+}
+
+/// Of the environments of `units`, those the sums already count in `month` (on the use
+/// basis): a summed unit of theirs was charged in it.
+async fn summed_environments(
+    conn: &mut SqliteConnection,
+    units: &[LedgerUnit],
+    month: Month,
+) -> Result<BTreeSet<String>, Error> {
+    let ids: BTreeSet<&str> = units.iter().map(|u| u.line.environment_id.as_str()).collect();
+    if ids.is_empty() {
+        return Ok(BTreeSet::new());
+    }
+    let (month_start, month_end) = month.span();
+    #[derive(FromRow)]
+    struct Summed {
+        environment_id: String,
+        #[sqlx(flatten)]
+        unit: Unit,
+    }
+    let rows: Vec<Summed> = sqlx::query_as(
+        "SELECT l.environment_id, l.size_cents_per_hour, l.units_per_copy, l.held_from, r.starts_at, r.ends_at,
+                r.released_at
+         FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
+         WHERE l.environment_id IN (SELECT value FROM json_each(?1)) AND l.summed = 1
+           AND r.starts_at < ?2 AND r.ends_at > ?3",
+    )
+    .bind(serde_json::to_string(&ids).map_err(Error::internal)?)
+    .bind(month_end)
+    .bind(month_start)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter(|row| within(row.unit.time().charged(ChargeBasis::Use, i64::MAX), month).is_some())
+        .map(|row| row.environment_id)
+        .collect())
+}
+
+/// The units of a tenant (or one of its projects) not summed yet whose windows touch
+/// `month`.
+async fn unsummed_units(
+    conn: &mut SqliteConnection,
+    tenant_id: i64,
+    project_id: Option<i64>,
+    month: Month,
+) -> Result<Vec<Unit>, Error> {
+    let (month_start, month_end) = month.span();
+    Ok(sqlx::query_as(
+        "SELECT l.size_cents_per_hour, l.units_per_copy, l.held_from, r.starts_at, r.ends_at, r.released_at
+         FROM usage_ledger l INDEXED BY usage_ledger_unsummed JOIN reservations r ON r.id = l.reservation_id
+         WHERE l.summed = 0 AND l.tenant_id = ?1 AND (?2 IS NULL OR l.project_id = ?2)
+           AND r.starts_at < ?3 AND r.ends_at > ?4",
+    )
+    .bind(tenant_id)
+    .bind(project_id)
+    .bind(month_end)
+    .bind(month_start)
+    .fetch_all(&mut *conn)
+    .await?)
+}
+
+/// The microcents summed for tenants' months, per project: each tenant's month on a basis
+/// is read once (one grouped read of its sums), however many of its budgets ask.
+#[derive(Default)]
+struct SummedMonths(BTreeMap<(i64, &'static str, Month), BTreeMap<Option<i64>, i64>>);
+
+impl SummedMonths {
+    /// The microcents summed for a tenant (or one of its projects) in `month` on `basis`.
+    async fn microcents(
+        &mut self,
+        conn: &mut SqliteConnection,
+        basis: ChargeBasis,
+        tenant_id: i64,
+        project_id: Option<i64>,
+        month: Month,
+    ) -> Result<i64, Error> {
+        let key = (tenant_id, basis.as_str(), month);
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.0.entry(key) {
+            let (month_start, month_end) = month.span();
+            let rows: Vec<(Option<i64>, i64)> = sqlx::query_as(
+                "SELECT project_id, sum(month_microcents) FROM usage_sums
+                 WHERE basis = ?1 AND coalesce(tenant_id, 0) = ?2 AND day >= ?3 AND day < ?4
+                 GROUP BY project_id",
+            )
+            .bind(basis.as_str())
+            .bind(tenant_id)
+            .bind(month_start)
+            .bind(month_end)
+            .fetch_all(&mut *conn)
+            .await?;
+            slot.insert(rows.into_iter().collect());
+        }
+        let projects = self.0.get(&key).ok_or_else(|| Error::internal("summed month not read"))?;
+        Ok(match project_id {
+            Some(_) => projects.get(&project_id).copied().unwrap_or(0),
+            None => projects.values().sum(),
+        })
+    }
+}
+
+impl Platform {
+    /// What a tenant (or one of its projects) has committed in `month`, in cents: what
+    /// bookings are checked against. Released units from their sums, the rest row by row;
+    /// a few reads whatever the month's size.
+    async fn month_committed(
+        &self,
+        conn: &mut SqliteConnection,
+        summed: &mut SummedMonths,
+        tenant_id: i64,
+        project_id: Option<i64>,
+        month: Month,
+    ) -> Result<i64, Error> {
+        let summed = summed.microcents(conn, self.charging, tenant_id, project_id, month).await?;
+        let units = unsummed_units(conn, tenant_id, project_id, month).await?;
+        let open: i64 = units
+            .iter()
+            .filter_map(|u| within(u.time().committed(self.charging), month).map(|(f, t)| u.charge(t - f)))
+            .sum();
+        Ok(to_cents(summed + open))
+    }
+
+    /// What a tenant (or one of its projects) was charged in `month` up to `counted_to`, in
+    /// cents. On the reserved-window basis a unit released early is still charged as its
+    /// window passes, so there every unit is read.
+    async fn month_spent(
+        &self,
+        conn: &mut SqliteConnection,
+        summed: &mut SummedMonths,
+        tenant_id: i64,
+        project_id: Option<i64>,
+        month: Month,
+        counted_to: i64,
+    ) -> Result<i64, Error> {
+        if self.charging == ChargeBasis::ReservedWindow {
+            let units = budget_units(conn, tenant_id, project_id, month).await?;
+            return Ok(month_cents(&units, month, |u| u.charged(self.charging, counted_to)));
+        }
+        let summed = summed.microcents(conn, ChargeBasis::Use, tenant_id, project_id, month).await?;
+        let units = unsummed_units(conn, tenant_id, project_id, month).await?;
+        let open: i64 = units
+            .iter()
+            .filter_map(|u| within(u.time().charged(ChargeBasis::Use, counted_to), month).map(|(f, t)| u.charge(t - f)))
+            .sum();
+        Ok(to_cents(summed + open))
+    }
+
+    /// Sums the released units not summed yet (those released before sums existed): what
+    /// `berth serve` does as it starts. In batches of environments, each batch one write
+    /// transaction. Answers how many units it summed.
+    pub async fn sum_released_usage(&self) -> Result<usize, Error> {
+        let mut summed = 0;
+        loop {
+            let mut tx = self.begin_write().await?;
+            let environments: Vec<String> = sqlx::query_scalar(
+                "SELECT DISTINCT l.environment_id
+                 FROM usage_ledger l INDEXED BY usage_ledger_unsummed JOIN reservations r ON r.id = l.reservation_id
+                 WHERE l.summed = 0 AND r.released_at IS NOT NULL LIMIT 2000",
+            )
+            .fetch_all(&mut *tx)
+            .await?;
+            if environments.is_empty() {
+                return Ok(summed);
+            }
+            summed += sum_environments(&mut tx, &environments).await?;
+            tx.commit().await?;
+        }
+    }
 }

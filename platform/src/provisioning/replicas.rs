@@ -215,6 +215,8 @@ impl Platform {
         .execute(&mut *tx)
         .await?
         .rows_affected();
+        // The released replicas' charges are final: summed, with the release.
+        crate::capacity::metering::sum_released_units(&mut tx, id).await?;
         let kept = unreleased_bookings(&mut tx, id).await?;
         let occupant = crate::capacity::book::occupant_of(&mut tx, env.tenant_id).await?;
         let (booker, spot) = (env.booker(), env.tier == rules::Tier::Spot);

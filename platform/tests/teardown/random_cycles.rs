@@ -409,6 +409,7 @@ async fn ledger_agrees_with_reservations(site: &Site, first_month: berth_domain:
     .await
     .expect("independent count");
     let mut ledger = std::collections::BTreeMap::<String, f64>::new();
+    let mut summed_hours = 0.0;
     let mut month = first_month;
     while month <= berth_domain::metering::Month::of(now) {
         let report =
@@ -416,8 +417,25 @@ async fn ledger_agrees_with_reservations(site: &Site, first_month: berth_domain:
         for line in report.lines {
             *ledger.entry(line.key).or_default() += line.gpu_hours;
         }
+        // Lines by tenant count released units from their sums.
+        let by_tenant = site.platform().usage_report(&site.admin, month, UsageBy::Tenant, None).await.expect("report");
+        summed_hours += by_tenant.total_gpu_hours;
         month = month.next();
     }
+    // Every release, crashed requests and restarts included, summed its units with it.
+    let unsummed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
+         WHERE r.released_at IS NOT NULL AND l.summed = 0",
+    )
+    .fetch_one(&site.pool)
+    .await
+    .expect("unsummed units");
+    assert_eq!(unsummed, 0, "released units left unsummed");
+    let expected_hours: f64 = expected.iter().map(|(_, h)| h).sum();
+    assert!(
+        (summed_hours - expected_hours).abs() < 1e-6,
+        "the sums count {summed_hours} GPU-h, the reservations {expected_hours} GPU-h"
+    );
     assert!(expected.len() > 100, "only {} environments ever held GPUs", expected.len());
     let mut disagree = Vec::new();
     for (id, hours) in &expected {
