@@ -470,7 +470,7 @@ impl Platform {
             for sum in &month_sums(conn, &scope, month, by).await? {
                 tally.add_sum(sum);
             }
-            let units = month_units(conn, &scope, month, true).await?;
+            let units = month_units(conn, &scope, month, UnitsToRead::Unsummed).await?;
             let counted = summed_environments(conn, &units, month).await?;
             for unit in &units {
                 let Some(span) = within(unit.unit.time().charged(self.charging, counted_to), month) else { continue };
@@ -481,7 +481,7 @@ impl Platform {
                 fleet_hours.extend(held_hours(&units, month, counted_to));
             }
         } else {
-            let units = month_units(conn, &scope, month, false).await?;
+            let units = month_units(conn, &scope, month, UnitsToRead::All).await?;
             for unit in &units {
                 let Some(span) = within(unit.unit.time().charged(self.charging, counted_to), month) else { continue };
                 tally.add_unit(unit, span, true);
@@ -937,28 +937,6 @@ fn held_hours(units: &[LedgerUnit], month: Month, counted_to: i64) -> Vec<(Strin
     held
 }
 
-/// The units of a tenant (or one of its projects) whose windows touch `month`.
-async fn budget_units(
-    conn: &mut SqliteConnection,
-    tenant_id: i64,
-    project_id: Option<i64>,
-    month: Month,
-) -> Result<Vec<Unit>, Error> {
-    let (month_start, month_end) = month.span();
-    Ok(sqlx::query_as(
-        "SELECT l.size_cents_per_hour, l.units_per_copy, l.held_from, r.starts_at, r.ends_at, r.released_at
-         FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
-         WHERE l.tenant_id = ?1 AND (?2 IS NULL OR l.project_id = ?2)
-           AND r.starts_at < ?3 AND r.ends_at > ?4",
-    )
-    .bind(tenant_id)
-    .bind(project_id)
-    .bind(month_end)
-    .bind(month_start)
-    .fetch_all(&mut *conn)
-    .await?)
-}
-
 /// The bases a released unit is summed on: both, so that `--charge-for` may change.
 const BASES: [ChargeBasis; 2] = [ChargeBasis::Use, ChargeBasis::ReservedWindow];
 
@@ -1222,23 +1200,17 @@ async fn month_held_sums(conn: &mut SqliteConnection, month: Month) -> Result<Ve
     Ok(rows.into_iter().map(|(model, day, parts, part_of, ms)| (model, day, gpu_hours(ms, parts, part_of))).collect())
 }
 
-/// The ledger units within `scope` whose windows touch `month`: all of them, or only those
-/// not summed yet (`unsummed`: the held, the booked, the just released).
+/// The ledger units within `scope` whose windows touch `month`, all of them or those not
+/// summed yet.
 async fn month_units(
     conn: &mut SqliteConnection,
     scope: &Scope,
     month: Month,
-    unsummed: bool,
+    which: UnitsToRead,
 ) -> Result<Vec<LedgerUnit>, Error> {
     let (month_start, month_end) = month.span();
-    let (tables, summed) = if unsummed {
-        (
-            LEDGER_UNIT_TABLES.replacen("usage_ledger l", "usage_ledger l INDEXED BY usage_ledger_unsummed", 1),
-            "l.summed = 0",
-        )
-    } else {
-        (LEDGER_UNIT_TABLES.to_owned(), "1")
-    };
+    let (ledger, summed) = which.ledger();
+    let tables = LEDGER_UNIT_TABLES.replacen("usage_ledger l", ledger, 1);
     Ok(sqlx::query_as(&format!(
         "SELECT {LEDGER_UNIT_COLUMNS} FROM {tables}
          WHERE {summed} AND r.starts_at < ?1 AND r.ends_at > ?2
@@ -1292,21 +1264,44 @@ async fn summed_environments(
         .collect())
 }
 
-/// The units of a tenant (or one of its projects) not summed yet whose windows touch
-/// `month`.
-async fn unsummed_units(
+/// Which of a month's ledger units a report or a budget reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum UnitsToRead {
+    /// Every unit: on the reserved-window basis one released early is still charged as
+    /// its window passes, so sums at release do not hold its charge (and lines by
+    /// environment are not summed).
+    All,
+    /// Those not summed yet (the held, the booked, the just released); the sums hold the
+    /// rest.
+    Unsummed,
+}
+
+impl UnitsToRead {
+    /// The ledger as a query names it (`l`) and the condition on it.
+    fn ledger(self) -> (&'static str, &'static str) {
+        match self {
+            UnitsToRead::All => ("usage_ledger l", "1"),
+            UnitsToRead::Unsummed => ("usage_ledger l INDEXED BY usage_ledger_unsummed", "l.summed = 0"),
+        }
+    }
+}
+
+/// The units of a tenant (or one of its projects) whose windows touch `month`.
+async fn budget_units(
     conn: &mut SqliteConnection,
     tenant_id: i64,
     project_id: Option<i64>,
     month: Month,
+    which: UnitsToRead,
 ) -> Result<Vec<Unit>, Error> {
+    let (ledger, summed) = which.ledger();
     let (month_start, month_end) = month.span();
-    Ok(sqlx::query_as(
+    Ok(sqlx::query_as(&format!(
         "SELECT l.size_cents_per_hour, l.units_per_copy, l.held_from, r.starts_at, r.ends_at, r.released_at
-         FROM usage_ledger l INDEXED BY usage_ledger_unsummed JOIN reservations r ON r.id = l.reservation_id
-         WHERE l.summed = 0 AND l.tenant_id = ?1 AND (?2 IS NULL OR l.project_id = ?2)
-           AND r.starts_at < ?3 AND r.ends_at > ?4",
-    )
+         FROM {ledger} JOIN reservations r ON r.id = l.reservation_id
+         WHERE {summed} AND l.tenant_id = ?1 AND (?2 IS NULL OR l.project_id = ?2)
+           AND r.starts_at < ?3 AND r.ends_at > ?4"
+    ))
     .bind(tenant_id)
     .bind(project_id)
     .bind(month_end)
@@ -1367,7 +1362,7 @@ impl Platform {
         month: Month,
     ) -> Result<i64, Error> {
         let summed = summed.microcents(conn, self.charging, tenant_id, project_id, month).await?;
-        let units = unsummed_units(conn, tenant_id, project_id, month).await?;
+        let units = budget_units(conn, tenant_id, project_id, month, UnitsToRead::Unsummed).await?;
         let open: i64 = units
             .iter()
             .filter_map(|u| within(u.time().committed(self.charging), month).map(|(f, t)| u.charge(t - f)))
@@ -1388,11 +1383,11 @@ impl Platform {
         counted_to: i64,
     ) -> Result<i64, Error> {
         if self.charging == ChargeBasis::ReservedWindow {
-            let units = budget_units(conn, tenant_id, project_id, month).await?;
+            let units = budget_units(conn, tenant_id, project_id, month, UnitsToRead::All).await?;
             return Ok(month_cents(&units, month, |u| u.charged(self.charging, counted_to)));
         }
         let summed = summed.microcents(conn, ChargeBasis::Use, tenant_id, project_id, month).await?;
-        let units = unsummed_units(conn, tenant_id, project_id, month).await?;
+        let units = budget_units(conn, tenant_id, project_id, month, UnitsToRead::Unsummed).await?;
         let open: i64 = units
             .iter()
             .filter_map(|u| within(u.time().charged(ChargeBasis::Use, counted_to), month).map(|(f, t)| u.charge(t - f)))
