@@ -183,11 +183,21 @@ impl Berth {
         format!("http://{address}")
     }
 
+    /// Sends `request` through the router. A request without a whole answer in two minutes
+    /// fails its test, naming the request, rather than holding the suite (one hang of a
+    /// page was seen once and is not explained yet).
     pub async fn send(&self, request: Request<Body>) -> Reply {
-        let response = self.router.clone().oneshot(request).await.expect("the router always answers");
-        let (parts, body) = response.into_parts();
-        let bytes = axum::body::to_bytes(body, usize::MAX).await.expect("body");
-        Reply { status: parts.status, headers: parts.headers, body: String::from_utf8_lossy(&bytes).into_owned() }
+        let asked = format!("{} {}", request.method(), request.uri());
+        let answer = async {
+            let response = self.router.clone().oneshot(request).await.expect("the router always answers");
+            let (parts, body) = response.into_parts();
+            let bytes = axum::body::to_bytes(body, usize::MAX).await.expect("body");
+            Reply { status: parts.status, headers: parts.headers, body: String::from_utf8_lossy(&bytes).into_owned() }
+        };
+        match tokio::time::timeout(std::time::Duration::from_secs(120), answer).await {
+            Ok(reply) => reply,
+            Err(_) => panic!("no whole answer to {asked} in 120 s"),
+        }
     }
 
     /// Calls a server function the way the browser does: a form-encoded POST carrying the
