@@ -48,6 +48,7 @@ pub mod redirect;
 mod refusal;
 pub mod replay;
 pub mod ssh_key;
+pub mod telemetry;
 pub mod tenancy;
 pub mod volume;
 

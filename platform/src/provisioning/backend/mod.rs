@@ -16,6 +16,7 @@ use berth_domain::lifecycle::Step;
 use berth_domain::node_checks::{CheckKind, CheckLevel};
 use berth_domain::placement::Shape;
 use berth_domain::policy::Role;
+use berth_domain::telemetry::GpuReading;
 use berth_domain::tenancy::Isolation;
 use rand::Rng;
 use serde::{Deserialize, Serialize};
@@ -156,6 +157,7 @@ pub type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<StepOutput, Backend
 pub type OwnedFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<OwnedObject>, BackendError>> + Send + 'a>>;
 pub type RemoveFuture<'a> = Pin<Box<dyn Future<Output = Result<bool, BackendError>> + Send + 'a>>;
 pub type UseFuture<'a> = Pin<Box<dyn Future<Output = Option<u64>> + Send + 'a>>;
+pub type ReadingsFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<GpuReading>, BackendError>> + Send + 'a>>;
 pub type QueueFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + 'a>>;
 
 /// Something a backend made for environments or a tenant, as the orphan sweep finds it.
@@ -313,6 +315,13 @@ pub trait Backend: Send + Sync + 'static {
     fn remove_tenant_queue<'a>(&'a self, slug: &'a str) -> RemoveFuture<'a> {
         let _ = slug;
         Box::pin(async { Ok(false) })
+    }
+
+    /// GPU readings the backend collects itself since it was last asked (Kubernetes: the
+    /// DCGM exporter's metrics; the simulated fleet: its made-up series). A bare-metal
+    /// node's agent sends its readings with its reports instead, so the default is none.
+    fn gpu_readings(&self) -> ReadingsFuture<'_> {
+        Box::pin(async { Ok(Vec::new()) })
     }
 
     // What a ready environment offers its owner beyond the lifecycle steps. The defaults
