@@ -89,6 +89,7 @@ fn read_gpu(nvml: &Nvml, index: u32) -> Result<GpuReport, NvmlError> {
         temperature_c: device.temperature(TemperatureSensor::Gpu).ok().map(i64::from),
         power_w: device.power_usage().ok().map(|milliwatts| i64::from(milliwatts / 1000)),
         utilization_pct: device.utilization_rates().ok().map(|u| i64::from(u.gpu)),
+        memory_used_mib: device.memory_info().ok().and_then(|m| i64::try_from(m.used / (1024 * 1024)).ok()),
     })
 }
 
@@ -113,7 +114,7 @@ pub fn probe_or_none<P: GpuProbe + 'static>(init: Result<P, NvmlError>) -> (Arc<
 
 /// The node's report as `probe` reads it now.
 pub fn node_report(probe: &dyn GpuProbe) -> Result<NodeReport, Error> {
-    Ok(NodeReport { agent_version: env!("CARGO_PKG_VERSION").to_owned(), gpus: probe.gpus()? })
+    Ok(NodeReport { agent_version: env!("CARGO_PKG_VERSION").to_owned(), gpus: probe.gpus()?, period_s: None })
 }
 
 /// How long to wait after `failures` failed reports in a row: 1 s, 2 s, 4 s, ... up to
@@ -216,9 +217,11 @@ impl Agent {
     pub async fn report_once(&self) -> Result<serde_json::Value, Error> {
         // NVML calls block, at times for long on a sick GPU: off the async threads.
         let probe = self.probe.clone();
-        let report = tokio::task::spawn_blocking(move || node_report(probe.as_ref()))
+        let mut report = tokio::task::spawn_blocking(move || node_report(probe.as_ref()))
             .await
             .map_err(|source| Error::Stopped { what: "reading the GPUs", source })??;
+        // Each report's readings stand for the time until the next one.
+        report.period_s = Some(self.interval.as_secs_f64());
         let body = serde_json::to_vec(&report).map_err(|source| Error::Encode { what: "the report", source })?;
         self.call(reqwest::Method::POST, REPORT_PATH, Some(body)).await
     }

@@ -9,8 +9,8 @@ use leptos_router::{SsrMode, path};
 use crate::components::{Auth, NavBar};
 use crate::pages::{
     AccountPage, AuditPage, CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FabricPage, FleetPage,
-    ImagesPage, LaunchPage, LoginPage, NewPasswordPage, NodePage, NotFound, NotificationsPage, QuotasPage,
-    SecondFactorPage, TenantPage, TenantsPage, UsagePage, VolumesPage, WebhooksPage,
+    IdlePoliciesPage, ImagesPage, LaunchPage, LoginPage, NewPasswordPage, NodePage, NotFound, NotificationsPage,
+    QuotasPage, SecondFactorPage, TenantPage, TenantsPage, UsagePage, VolumesPage, WebhooksPage,
 };
 
 /// The whole document, rendered on the server.
@@ -85,6 +85,7 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/admin/nodes/:id") view=NodePage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/fabric") view=FabricPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/quotas") view=QuotasPage ssr=SsrMode::Async/>
+                        <Route path=path!("/idle-policies") view=IdlePoliciesPage ssr=SsrMode::Async/>
                         <Route path=path!("/usage") view=UsagePage ssr=SsrMode::Async/>
                         <Route path=path!("/volumes") view=VolumesPage ssr=SsrMode::Async/>
                         <Route path=path!("/images") view=ImagesPage ssr=SsrMode::Async/>

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
 use crate::gpu::GpuModel;
+use crate::telemetry::GpuReading;
 
 /// One node's inventory and health, as its agent read it from NVML.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -16,6 +17,10 @@ pub struct NodeReport {
     pub agent_version: String,
     /// Every GPU NVML sees; empty when NVML is not available on the node.
     pub gpus: Vec<GpuReport>,
+    /// How often the agent reports, in seconds: each report's readings stand for that long
+    /// in busy GPU-hours. Older agents leave it out (taken as 30 s).
+    #[serde(default)]
+    pub period_s: Option<f64>,
 }
 
 /// One GPU as NVML sees it. Readings a GPU does not support are `None`.
@@ -40,9 +45,13 @@ pub struct GpuReport {
     pub temperature_c: Option<i64>,
     #[serde(default)]
     pub power_w: Option<i64>,
-    /// GPU utilization over NVML's last sample period, 0 to 100.
+    /// GPU utilization over NVML's last sample period, 0 to 100. NVML does not give it for
+    /// a GPU in MIG mode (its instances are read one by one, which the agent cannot yet).
     #[serde(default)]
     pub utilization_pct: Option<i64>,
+    /// Memory in use, MiB.
+    #[serde(default)]
+    pub memory_used_mib: Option<i64>,
 }
 
 /// The most GPUs one node can report; more is a broken or hostile agent.
@@ -67,15 +76,51 @@ impl NodeReport {
             if gpu.uuid.chars().count() > MAX_TEXT || gpu.name.chars().count() > MAX_TEXT {
                 return Err(Refusal::InvalidReport(format!("GPU {}: uuid or name is too long", gpu.index)));
             }
-            let readings =
-                [gpu.mig_instances, gpu.ecc_uncorrected, gpu.temperature_c, gpu.power_w, gpu.utilization_pct];
+            let readings = [
+                gpu.mig_instances,
+                gpu.ecc_uncorrected,
+                gpu.temperature_c,
+                gpu.power_w,
+                gpu.utilization_pct,
+                gpu.memory_used_mib,
+            ];
             if gpu.memory_mib < 0 || readings.iter().flatten().any(|r| *r < 0) {
                 return Err(Refusal::InvalidReport(format!("GPU {}: a reading is negative", gpu.index)));
             }
         }
+        if self.period_s.is_some_and(|p| !(p.is_finite() && p > 0.0)) {
+            return Err(Refusal::InvalidReport("the report period is not a positive number of seconds".into()));
+        }
         Ok(())
     }
+
+    /// The report's GPU readings for the telemetry store: one per GPU whose utilization
+    /// NVML gave (so none for a GPU in MIG mode), read at `at_ms` on `node`.
+    pub fn readings(&self, node: &str, at_ms: i64) -> Vec<GpuReading> {
+        self.gpus
+            .iter()
+            .filter_map(|gpu| {
+                let utilization = gpu.utilization_pct?;
+                Some(GpuReading {
+                    node: node.to_owned(),
+                    gpu_index: gpu.index,
+                    slice_start: None,
+                    environment: None,
+                    at_ms,
+                    period_s: self.period_s.unwrap_or(DEFAULT_PERIOD_S),
+                    utilization_pct: utilization as f64,
+                    memory_used_mib: gpu.memory_used_mib.unwrap_or(0) as f64,
+                    memory_total_mib: gpu.memory_mib as f64,
+                    power_w: gpu.power_w.map(|w| w as f64),
+                    temperature_c: gpu.temperature_c.map(|t| t as f64),
+                })
+            })
+            .collect()
+    }
 }
+
+/// What a report without its period stands for: the agent's default interval.
+pub const DEFAULT_PERIOD_S: f64 = 30.0;
 
 /// A GPU's recorded health. Only `Healthy` takes new bookings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -291,14 +336,23 @@ mod tests {
 
     #[test]
     fn reports_with_repeated_indices_or_negative_readings_are_refused() {
-        let ok = NodeReport { agent_version: "0.1.0".into(), gpus: vec![h100(0), h100(1)] };
+        let ok = NodeReport { agent_version: "0.1.0".into(), gpus: vec![h100(0), h100(1)], period_s: None };
         assert_eq!(ok.validate(), Ok(()));
         let twice = NodeReport { gpus: vec![h100(0), h100(0)], ..ok.clone() };
         assert!(twice.validate().is_err());
         let negative = NodeReport { gpus: vec![GpuReport { power_w: Some(-1), ..h100(0) }], ..ok.clone() };
         assert!(negative.validate().is_err());
-        let many = NodeReport { gpus: (0..65).map(h100).collect(), ..ok };
+        let many = NodeReport { gpus: (0..65).map(h100).collect(), ..ok.clone() };
         assert!(many.validate().is_err());
+        let never = NodeReport { period_s: Some(0.0), ..ok.clone() };
+        assert!(never.validate().is_err());
+        // Readings: one per GPU whose utilization NVML gave.
+        let busy = GpuReport { utilization_pct: Some(97), memory_used_mib: Some(70_000), ..h100(1) };
+        let read = NodeReport { gpus: vec![h100(0), busy], period_s: Some(15.0), ..ok };
+        let readings = read.readings("gpu-a-01", 1_000);
+        assert_eq!(readings.len(), 1);
+        assert_eq!((readings[0].gpu_index, readings[0].utilization_pct, readings[0].period_s), (1, 97.0, 15.0));
+        assert_eq!((readings[0].memory_used_mib, readings[0].memory_total_mib), (70_000.0, 81_559.0));
     }
 
     #[test]

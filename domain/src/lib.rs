@@ -31,6 +31,7 @@ pub mod fabric;
 pub mod fleet;
 pub mod gpu;
 pub mod host_network;
+pub mod idle;
 pub mod image;
 pub mod launch;
 pub mod lifecycle;

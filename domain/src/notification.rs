@@ -27,10 +27,14 @@ pub enum Kind {
     NodeHealth,
     /// A budget crossed 50, 80 or 100%.
     BudgetMark,
+    /// An environment's GPUs stayed idle: it will be stopped unless its owner keeps it.
+    IdleWarning,
+    /// An environment was stopped for idleness.
+    IdleStopped,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 10] = [
         Kind::EnvironmentReady,
         Kind::EnvironmentFailed,
         Kind::WindowEnding,
@@ -39,6 +43,8 @@ impl Kind {
         Kind::Maintenance,
         Kind::NodeHealth,
         Kind::BudgetMark,
+        Kind::IdleWarning,
+        Kind::IdleStopped,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +57,8 @@ impl Kind {
             Kind::Maintenance => "fleet.maintenance",
             Kind::NodeHealth => "fleet.node_health",
             Kind::BudgetMark => "usage.budget_mark",
+            Kind::IdleWarning => "environment.idle_warning",
+            Kind::IdleStopped => "environment.idle_stopped",
         }
     }
 
@@ -69,6 +77,8 @@ impl Kind {
             Kind::Maintenance => "Maintenance affecting my bookings",
             Kind::NodeHealth => "Node health changes (platform admins)",
             Kind::BudgetMark => "Budget reached 50, 80 or 100%",
+            Kind::IdleWarning => "Environment idle: it will be stopped unless kept",
+            Kind::IdleStopped => "Environment stopped for idleness",
         }
     }
 
@@ -314,6 +324,24 @@ impl Notice {
                 utc_short(ends_at)
             ),
             link: format!("/environments/{id}#change-end"),
+        }
+    }
+
+    pub fn idle_warning(id: &str, name: &str, idle_since: i64, stop_at: i64) -> Notice {
+        Notice {
+            kind: Kind::IdleWarning,
+            title: format!("{name} is idle and will be stopped"),
+            body: crate::idle::warning_text(name, idle_since, stop_at),
+            link: format!("/environments/{id}#idle"),
+        }
+    }
+
+    pub fn idle_stopped(id: &str, name: &str, policy: &str) -> Notice {
+        Notice {
+            kind: Kind::IdleStopped,
+            title: format!("{name} was stopped for idleness"),
+            body: format!("{name} was stopped and its GPUs released: {policy}. Your volumes keep your files."),
+            link: format!("/environments/{id}"),
         }
     }
 

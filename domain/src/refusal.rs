@@ -242,6 +242,12 @@ pub enum Refusal {
         "volume \"{name}\" holds {used} GiB, more than its {size_gib} GiB; grow it to {needed_gib} GiB or more on the volumes page to attach it again"
     )]
     VolumeOverSize { name: String, used: String, size_gib: u32, needed_gib: u32 },
+    #[error("{0}")]
+    InvalidIdlePolicy(String),
+    #[error("cannot keep it: {0}")]
+    KeepsUsedUp(String),
+    #[error("{0} is not ready: only a ready environment is judged idle and can be kept")]
+    NotKeepable(String),
 }
 
 impl Refusal {

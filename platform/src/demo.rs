@@ -34,6 +34,15 @@ impl Platform {
             .execute(&self.db)
             .await?;
         self.connect_demo_sso(acme).await?;
+        // Notebooks left idle for an hour are warned, then stopped 15 minutes later
+        // (training jobs are never stopped for idleness).
+        sqlx::query(
+            "INSERT INTO idle_policies (tenant_id, offering, below_pct, idle_for_s, grace_s, max_keeps, updated_at)
+             VALUES (NULL, 'notebook', 5, 3600, 900, 2, ?)",
+        )
+        .bind(crate::now_ms())
+        .execute(&self.db)
+        .await?;
         let user_id: i64 = sqlx::query_scalar(
             "INSERT INTO users (email, display_name, password_hash, role, tenant_id, created_at)
              VALUES (?, 'Dana Demo', NULL, 'member', ?, ?) RETURNING id",

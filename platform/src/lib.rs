@@ -80,6 +80,8 @@ pub struct Platform {
     /// How notifications leave Berth (SMTP, webhooks' reach) and their counts; see
     /// `notifications`.
     delivery: Arc<notifications::Delivery>,
+    /// Requests the proxy passed to environments, until the idle watcher writes them down.
+    traffic: Arc<provisioning::telemetry::Traffic>,
 }
 
 impl Platform {
@@ -106,6 +108,7 @@ impl Platform {
             repair_tiers: berth_domain::node_health::default_repair_tiers().into(),
             bandwidth: Default::default(),
             delivery: Default::default(),
+            traffic: Default::default(),
         }
     }
 

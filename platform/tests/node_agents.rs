@@ -42,11 +42,12 @@ fn h100(index: i64) -> GpuReport {
         temperature_c: Some(41),
         power_w: Some(118),
         utilization_pct: Some(0),
+        memory_used_mib: Some(512),
     }
 }
 
 fn report(gpus: Vec<GpuReport>) -> NodeReport {
-    NodeReport { agent_version: "0.1.0".into(), gpus }
+    NodeReport { agent_version: "0.1.0".into(), gpus, period_s: None }
 }
 
 /// Health and note of each GPU of dgx-01, by index.

@@ -19,6 +19,7 @@ use berth_platform::provisioning::backend::kubernetes::manifests::ClusterSetting
 use berth_platform::provisioning::backend::kubernetes::{Kubernetes, KubernetesConfig};
 use berth_platform::provisioning::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
 use berth_platform::provisioning::reconciler::{Reconciler, ReconcilerConfig};
+use berth_platform::provisioning::telemetry::{TelemetryConfig, TelemetryWorker};
 use berth_platform::{Platform, store};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -193,6 +194,11 @@ pub struct ServeArgs {
     /// explains (orphans) and remove them, each written to the audit log: `5m`, `30s`, `1h`.
     #[arg(long, env = "BERTH_SWEEP_INTERVAL", default_value = "5m", value_parser = parse_interval)]
     pub sweep_interval: Duration,
+    /// How often Berth reads the backend's GPU telemetry (the simulated fleet's, the DCGM
+    /// exporter's on Kubernetes) and judges idle environments: `30s`, `1m`. Bare-metal
+    /// nodes' agents send theirs with each report instead.
+    #[arg(long, env = "BERTH_TELEMETRY_INTERVAL", default_value = "30s", value_parser = parse_interval)]
+    pub telemetry_interval: Duration,
     /// Minutes a GPU stays free between two bookings, for scrubbing and health checks.
     #[arg(long, env = "BERTH_CLEANING_GAP", default_value_t = 15)]
     pub cleaning_gap: u32,
@@ -469,6 +475,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot configure the platform's OpenID provider: {e}"))?;
     }
 
+    let telemetry = TelemetryWorker::new(
+        platform.clone(),
+        backend.clone(),
+        TelemetryConfig { interval: args.telemetry_interval, ..TelemetryConfig::default() },
+    );
     let reconciler = Reconciler::new(
         platform.clone(),
         backend,
@@ -494,6 +505,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             Err(e) => tracing::error!(error = %e, "cannot sum released usage; reports count it row by row"),
         }
     });
+
+    let mut telemetry_stop = stop_rx.clone();
+    let telemetry_task = tokio::spawn(telemetry.run(async move {
+        let _ = telemetry_stop.wait_for(|stop| *stop).await;
+    }));
 
     let notifier = Notifier::new(platform.clone(), NotifierConfig::default())
         .map_err(|e| format!("cannot start the notification worker: {e}"))?;
@@ -535,6 +551,7 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         .map_err(|e| format!("server error: {e}"))?;
     let _ = reconciler_task.await;
     let _ = notifier_task.await;
+    let _ = telemetry_task.await;
     Ok(())
 }
 

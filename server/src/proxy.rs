@@ -186,6 +186,9 @@ async fn proxy(
         Ok(upstream) => upstream,
         Err(error) => return refused(error, &parts, &meta),
     };
+    // Someone uses it: the idle watcher counts from here (an open notebook tab's own
+    // polling counts too, as JupyterHub's culler counts it).
+    platform.note_traffic(&id);
     let on_upgrade = parts.extensions.remove::<hyper::upgrade::OnUpgrade>();
     match forward(&state.proxy, &upstream, via, parts, body, on_upgrade).await {
         Ok(response) => response,

@@ -230,6 +230,7 @@ pub fn saved_text(what: &str) -> Option<&'static str> {
     Some(match what {
         "notifications" => "Your notification choices are saved.",
         "quota" => "The quota is saved.",
+        "idle_policy" => "The idle policy is saved.",
         "quota-removed" => "The quota is removed.",
         "storage" => "The storage limit is saved.",
         "budget" => "The budget is saved.",

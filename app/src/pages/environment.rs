@@ -4,8 +4,12 @@ use leptos_router::hooks::use_params_map;
 
 use crate::components::form::{UTC_TIME_PATTERN, UTC_TIME_PLACEHOLDER};
 use crate::components::{ConfirmButton, CopyButton, ErrorAlert, RequireUser, StateBadge, poll_every};
-use crate::model::{ConnectionView, EndpointView, EnvironmentView, JobLogsView, StepView};
-use crate::serverfns::{ChangeEnd, ReplaceApiKey, RevealApiKey, SetReplicas, StopEnvironment, environment};
+use crate::error::AppError;
+use crate::model::{ConnectionView, EndpointView, EnvironmentView, GpuUseView, IdleView, JobLogsView, StepView};
+use crate::serverfns::{
+    ChangeEnd, KeepEnvironment, ReplaceApiKey, RevealApiKey, SetReplicas, StopEnvironment, environment,
+    environment_gpu_use,
+};
 
 /// The forms of an environment's page, held above its body so their answers (an API key
 /// shown once) survive the body's refreshes.
@@ -16,8 +20,11 @@ struct Actions {
     reveal: ServerAction<RevealApiKey>,
     replace: ServerAction<ReplaceApiKey>,
     scale: ServerAction<SetReplicas>,
+    keep: ServerAction<KeepEnvironment>,
     /// The endpoint key the last reveal or replace answered.
     shown_key: RwSignal<Option<String>>,
+    /// Its GPUs' use and its standing with the idle watcher, read every few seconds.
+    gpu_use: Resource<Result<(GpuUseView, IdleView), AppError>>,
 }
 
 /// One environment: its state, connection details, every step with its timing, and
@@ -32,6 +39,7 @@ pub fn EnvironmentPage() -> impl IntoView {
     let reveal = ServerAction::<RevealApiKey>::new();
     let replace = ServerAction::<ReplaceApiKey>::new();
     let scale = ServerAction::<SetReplicas>::new();
+    let keep = ServerAction::<KeepEnvironment>::new();
     let shown_key = RwSignal::new(None);
     Effect::new(move |_| {
         if let Some(Ok(Some(key))) = reveal.value().get() {
@@ -43,8 +51,13 @@ pub fn EnvironmentPage() -> impl IntoView {
             shown_key.set(Some(key));
         }
     });
-    let actions = Actions { stop, change, reveal, replace, scale, shown_key };
     let tick = RwSignal::new(0u64);
+    // Readings arrive every half minute or so: every fifth refresh is often enough.
+    let gpu_use = Resource::new(
+        move || (id(), tick.get() / 5, keep.version().get(), stop.version().get()),
+        |(id, ..)| environment_gpu_use(id),
+    );
+    let actions = Actions { stop, change, reveal, replace, scale, keep, shown_key, gpu_use };
     let env = Resource::new(
         move || {
             let versions = (reveal.version().get(), replace.version().get(), scale.version().get());
@@ -148,6 +161,7 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
         </div>
         <div class="mt-6 grid gap-6 lg:grid-cols-3">
             <div class="space-y-6 lg:col-span-2">
+                <GpuUse actions id=view.summary.id.clone()/>
                 {view.open_url.clone().zip(view.notebook_url.clone()).map(|(url, address)| view! { <NotebookCard url address/> })}
                 {view.endpoint.clone().map(|endpoint| view! { <EndpointCard id=id_for_endpoint.clone() endpoint actions/> })}
                 {view.logs.clone().map(|logs| view! { <JobLogsCard logs id=view.summary.id.clone()/> })}
@@ -204,6 +218,95 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
                 </section>
             </div>
         </div>
+    }
+}
+
+/// The idle watcher's warning (with "keep it") and the GPU charts.
+#[component]
+fn GpuUse(actions: Actions, id: String) -> impl IntoView {
+    let Actions { keep, gpu_use, .. } = actions;
+    let keep_error = keep.value();
+    view! {
+        {move || keep_error.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+        <Transition fallback=|| ()>
+            {move || {
+                let id = id.clone();
+                Suspend::new(async move {
+                    match gpu_use.await {
+                        Ok((used, idle)) => view! { <IdleCard idle keep id/> <GpuUseCard used/> }.into_any(),
+                        // The page's own alert says what is wrong with the environment.
+                        Err(_) => ().into_any(),
+                    }
+                })
+            }}
+        </Transition>
+    }
+}
+
+#[component]
+fn IdleCard(idle: IdleView, keep: ServerAction<KeepEnvironment>, id: String) -> impl IntoView {
+    let IdleView { policy, warning, may_keep, keeps, stopped } = idle;
+    let keep_form = may_keep.then(|| {
+        view! {
+            <ActionForm action=keep attr:class="mt-3">
+                <input type="hidden" name="id" value=id/>
+                <button type="submit" class="rounded-lg bg-amber-700 px-3 py-1.5 text-sm font-semibold text-white hover:bg-amber-600">
+                    "Keep it"
+                </button>
+            </ActionForm>
+        }
+    });
+    match (warning, stopped) {
+        (Some(warning), _) => view! {
+            <section id="idle" role="alert" data-idle="warned" class="rounded-xl border border-amber-300 bg-amber-50 p-5 text-sm text-amber-950">
+                <h2 class="font-semibold">"Idle: it will be stopped"</h2>
+                <p class="mt-1">{warning}</p>
+                <p class="mt-1 text-amber-900">{policy.unwrap_or_default()} {(!keeps.is_empty()).then(|| format!(" ({keeps})."))}</p>
+                {keep_form}
+            </section>
+        }
+        .into_any(),
+        (None, Some(stopped)) => view! {
+            <section id="idle" data-idle="stopped" class="rounded-xl border border-slate-200 bg-slate-50 p-5 text-sm text-slate-800">
+                <h2 class="font-semibold">"Stopped for idleness"</h2>
+                <p class="mt-1">{stopped} " " {policy.unwrap_or_default()}</p>
+            </section>
+        }
+        .into_any(),
+        (None, None) => policy
+            .map(|policy| {
+                view! {
+                    <p id="idle" data-idle="watched" class="text-xs text-slate-600">
+                        "Idle policy: " {policy} {(!keeps.is_empty()).then(|| format!(" ({keeps})"))}
+                    </p>
+                }
+            })
+            .into_any(),
+    }
+}
+
+/// Utilization, memory and power over the last hour and day, as SVG (no script needed).
+#[component]
+fn GpuUseCard(used: GpuUseView) -> impl IntoView {
+    view! {
+        <section class="rounded-xl border border-slate-200 bg-white p-5 shadow-sm" aria-labelledby="gpu-use-title" data-gpu-use="">
+            <h2 id="gpu-use-title" class="font-semibold text-slate-900">"GPU use"</h2>
+            <p class="mt-1 text-sm text-slate-700" data-gpu-latest="">{used.latest}</p>
+            {used.has_readings.then(|| view! {
+                <div class="mt-3 grid gap-3 sm:grid-cols-3">
+                    {used.charts.into_iter().map(|c| view! {
+                        <figure>
+                            <figcaption class="flex justify-between text-xs text-slate-700">
+                                <span>{c.title}</span><span>{c.top}</span>
+                            </figcaption>
+                            <svg viewBox="0 0 300 60" class="mt-1 h-16 w-full rounded bg-slate-50" role="img" aria-label=c.summary>
+                                <polyline points=c.points fill="none" stroke-width="1.5" class="stroke-indigo-600"/>
+                            </svg>
+                        </figure>
+                    }).collect_view()}
+                </div>
+            })}
+        </section>
     }
 }
 

@@ -23,7 +23,9 @@ pub fn QuotasPage() -> impl IntoView {
             <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Quotas"</h1>
             <SavedNotice/>
             <p class="mt-1 max-w-3xl text-sm text-slate-600">
-                "A booking must fit every quota it counts against: its owner's own (or everyone's default), its project's and its tenant's. GPU limits count GPU-equivalents held at once, for each GPU model on its own (a 3g slice of an H100 is 3/7). A tenant whose quota allows spot may burst beyond it with preemptible bookings."
+                "A booking must fit every quota it counts against: its owner's own (or everyone's default), its project's and its tenant's. GPU limits count GPU-equivalents held at once, for each GPU model on its own (a 3g slice of an H100 is 3/7). A tenant whose quota allows spot may burst beyond it with preemptible bookings. "
+                <a href="/idle-policies" class="text-indigo-700 underline hover:text-indigo-500">"Idle policies"</a>
+                " say when idle environments are stopped."
             </p>
             <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {

@@ -14,6 +14,7 @@
 pub mod backend;
 pub mod connect;
 pub mod environment_sessions;
+pub mod idle;
 pub(crate) mod jobs;
 pub mod journal;
 pub mod node_agents;
@@ -21,6 +22,7 @@ pub mod node_health;
 pub mod node_plans;
 pub mod reconciler;
 pub mod replicas;
+pub mod telemetry;
 pub(crate) mod tenant_queues;
 pub(crate) mod volume_storage;
 pub(crate) mod workloads;

@@ -290,6 +290,11 @@ impl Platform {
         } else {
             tx.commit_and(|| self.forget_fleet()).await?;
         }
+        // The readings go to the telemetry store in a turn of their own: health above must
+        // not wait for it, and a reading lost to an error here is only a gap in a chart.
+        if let Err(e) = self.record_readings(&report.readings(&node, now)).await {
+            tracing::error!(request_id = %meta.request_id, %node, error = %e, "cannot keep the node's GPU readings");
+        }
         Ok(ReportReceipt { node, changes, unexpected })
     }
 }

@@ -18,12 +18,13 @@ use std::time::Duration;
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::Step;
 use berth_domain::node_checks::{CheckKind, CheckLevel};
+use berth_domain::telemetry::{self, GpuReading};
 use rand::Rng;
 
 use super::{
     Backend, BackendError, CheckFuture, CheckedNode, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture,
-    OwnedObject, PlacedUnit, RemoveFuture, ScaleFuture, StepFuture, StepOutput, StoredVolume, Upstream, UpstreamFuture,
-    UseFuture, VolumeMount, Workload, workload_secret,
+    OwnedObject, PlacedUnit, ReadingsFuture, RemoveFuture, ScaleFuture, StepFuture, StepOutput, StoredVolume, Upstream,
+    UpstreamFuture, UseFuture, VolumeMount, Workload, workload_secret,
 };
 use crate::lock;
 
@@ -153,6 +154,10 @@ impl World {
 /// A running server or job, with what stops it.
 struct Running {
     stop: tokio::sync::watch::Sender<bool>,
+    /// What it runs and where, for its GPU readings.
+    offering: Offering,
+    shape: berth_domain::placement::Shape,
+    units: Vec<PlacedUnit>,
     /// The workload's own credential (Jupyter token, model server key); the proxy sends it.
     credential: String,
     replicas: Arc<std::sync::atomic::AtomicU32>,
@@ -170,6 +175,41 @@ pub struct Simulated {
     node_faults: Mutex<checks::NodeFaults>,
     /// Real directories, so that files outlive the workloads that wrote them.
     volumes_dir: PathBuf,
+    /// Environments told to be idle or busy, overriding their offering's usual activity.
+    activity: Mutex<HashMap<String, Activity>>,
+    /// When the GPUs were last read: a reading stands for the time since.
+    last_read: Mutex<Option<std::time::Instant>>,
+}
+
+/// How busy a simulated environment's GPUs are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activity {
+    /// Under 3% (a notebook nobody works in).
+    Idle,
+    /// 20 to 60% (an endpoint serving requests now and then).
+    Moderate,
+    /// 85 to 99% (training).
+    Busy,
+}
+
+impl Activity {
+    /// What an offering's GPUs usually do: notebooks mostly sit idle, training keeps its
+    /// GPUs busy, endpoints are in between.
+    pub fn usual(offering: Offering) -> Activity {
+        match offering {
+            Offering::Notebook => Activity::Idle,
+            Offering::InferenceEndpoint => Activity::Moderate,
+            Offering::TrainingJob | Offering::DedicatedCluster => Activity::Busy,
+        }
+    }
+
+    fn utilization(self, rng: &mut impl Rng) -> f64 {
+        match self {
+            Activity::Idle => rng.random_range(0.0..3.0),
+            Activity::Moderate => rng.random_range(20.0..60.0),
+            Activity::Busy => rng.random_range(85.0..99.0),
+        }
+    }
 }
 
 impl Simulated {
@@ -184,7 +224,57 @@ impl Simulated {
             world: Arc::new(Mutex::new(World::default())),
             running: Mutex::new(HashMap::new()),
             node_faults: Mutex::new(checks::NodeFaults::default()),
+            activity: Mutex::new(HashMap::new()),
+            last_read: Mutex::new(None),
         }
+    }
+
+    /// Makes an environment's GPUs idle or busy from now on, whatever its offering.
+    pub fn set_activity(&self, environment_id: &str, activity: Activity) {
+        lock(&self.activity).insert(environment_id.to_owned(), activity);
+    }
+
+    /// One reading per GPU or MIG slice of every running workload, standing for the time
+    /// since the last call (at most [`telemetry::MAX_PERIOD_S`]). Power and temperature
+    /// follow utilization, as on a real GPU; memory is what the offering typically holds.
+    pub fn read_gpus(&self) -> Vec<GpuReading> {
+        let now = std::time::Instant::now();
+        let period_s = lock(&self.last_read)
+            .replace(now)
+            .map_or(30.0, |last| now.duration_since(last).as_secs_f64())
+            .clamp(0.1, telemetry::MAX_PERIOD_S);
+        let at_ms = crate::now_ms();
+        let activity = lock(&self.activity).clone();
+        let running = lock(&self.running);
+        let mut rng = rand::rng();
+        let mut readings = Vec::new();
+        for (id, r) in running.iter() {
+            let doing = activity.get(id).copied().unwrap_or(Activity::usual(r.offering));
+            let model = r.shape.model();
+            for unit in r.units.iter().filter(|u| &u.environment_id == id) {
+                let utilization_pct = doing.utilization(&mut rng);
+                let total_mib = f64::from(model.memory_gb()) * 1024.0 * unit.slice_size as f64 / 8.0;
+                let held = match doing {
+                    Activity::Idle => rng.random_range(0.02..0.06),
+                    Activity::Moderate => rng.random_range(0.4..0.6),
+                    Activity::Busy => rng.random_range(0.6..0.9),
+                };
+                readings.push(GpuReading {
+                    node: unit.node.clone(),
+                    gpu_index: unit.gpu_index,
+                    slice_start: unit.mig_profile.as_ref().map(|_| unit.slice_start),
+                    environment: Some(id.clone()),
+                    at_ms,
+                    period_s,
+                    utilization_pct,
+                    memory_used_mib: (total_mib * held).round(),
+                    memory_total_mib: total_mib,
+                    power_w: Some(70.0 + 6.3 * utilization_pct * unit.slice_size as f64 / 8.0),
+                    temperature_c: Some((31.0 + 0.4 * utilization_pct).round()),
+                });
+            }
+        }
+        readings
     }
 
     /// Makes `kind` fail on `node` until a repair fixes the node.
@@ -374,7 +464,10 @@ impl Simulated {
             }
             Offering::DedicatedCluster => None,
         };
-        running.insert(id.clone(), Running { stop, credential, replicas });
+        running.insert(
+            id.clone(),
+            Running { stop, offering: w.offering, shape: w.shape, units: w.units.clone(), credential, replicas },
+        );
         Ok(detail)
     }
 
@@ -421,8 +514,9 @@ impl Simulated {
         }
         self.start(w)?;
         let replicas = w.replicas();
-        if let Some(running) = lock(&self.running).get(&w.environment_id) {
+        if let Some(running) = lock(&self.running).get_mut(&w.environment_id) {
             running.replicas.store(replicas, std::sync::atomic::Ordering::Relaxed);
+            running.units = w.units.clone();
         }
         lock(&self.world).replicas.insert(w.environment_id.clone(), replicas);
         Ok(())
@@ -432,6 +526,10 @@ impl Simulated {
 impl Backend for Simulated {
     fn name(&self) -> &'static str {
         "simulated"
+    }
+
+    fn gpu_readings(&self) -> ReadingsFuture<'_> {
+        Box::pin(async move { Ok(self.read_gpus()) })
     }
 
     fn runs_node_checks(&self) -> bool {
