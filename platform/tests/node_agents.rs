@@ -185,3 +185,31 @@ async fn unknown_revoked_and_personal_tokens_are_refused_and_audited(pool: Sqlit
     assert_eq!(agents[0].agent_version.as_deref(), Some("0.1.0"));
     assert!(agents[0].tokens.is_empty(), "the revoked token is not listed");
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn an_agents_readings_go_to_the_booking_that_holds_each_gpu(pool: SqlitePool) {
+    let berth = dgx_berth(pool).await;
+    let admin = berth.admin().await;
+    let (_, secret) = berth.platform.create_node_token(&admin, "dgx-01").await.expect("node token");
+    let env = berth.launch("training", "h100-1", "train").await.expect("launch");
+    berth.wait_for(&env.id, berth_domain::lifecycle::EnvState::Ready).await;
+    let detail = berth.platform.environment_detail(&berth.caller, &env.id).await.expect("detail");
+    let held = detail.units[0].gpu_index;
+
+    let mut gpus: Vec<GpuReport> = (0..8).map(h100).collect();
+    gpus[held as usize].utilization_pct = Some(97);
+    gpus[held as usize].memory_used_mib = Some(70_000);
+    let sent = NodeReport { period_s: Some(15.0), ..report(gpus) };
+    berth.platform.report_node(&secret, &sent, test_meta()).await.expect("report");
+
+    let used = berth.platform.environment_gpu_use(&berth.caller, &env.id).await.expect("use");
+    assert_eq!(used.hour.len(), 1, "the held GPU's reading, not the seven idle ones'");
+    let minute = &used.hour[0];
+    assert_eq!((minute.utilization_pct, minute.memory_used_mib, minute.memory_total_mib), (97.0, 70_000.0, 81_559.0));
+    assert_eq!(minute.power_w, Some(118.0));
+    // Its 15 s count in the day's GPU-hours, 97% of them busy.
+    let days = berth.platform.gpu_use_days(&admin, "2000-01-01").await.expect("days");
+    assert_eq!(days.len(), 1);
+    assert!((days[0].read_gpu_hours - 15.0 / 3600.0).abs() < 1e-9, "{days:?}");
+    assert!((days[0].busy_gpu_hours - 0.97 * 15.0 / 3600.0).abs() < 1e-9, "{days:?}");
+}
