@@ -171,6 +171,7 @@ OPENB_SMOKE := $(CARGO_TARGET_DIR)/openb-smoke
 ## benchmark SIGKILLs a debug `berth serve` three times and checks what clients were told.
 bench-smoke: build bench-tools
 	BENCH_SMOKE=1 cargo test -p berth-platform --bench booking
+	BENCH_SMOKE=1 cargo test -p berth-platform --bench telemetry
 	BENCH_SMOKE=1 cargo test -p berth-server --bench fleet_page
 	BENCH_SMOKE=1 cargo test -p berth-server --bench usage_page
 	BENCH_SMOKE=1 cargo test -p berth-server --bench crash

@@ -209,7 +209,8 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
                     <h2 class="font-semibold text-slate-900">"Capacity"</h2>
                     <ul class="mt-3 space-y-2 text-sm">
                         {view.units.clone().into_iter().map(|u| view! {
-                            <li class=if u.released { "text-slate-600 line-through" } else { "text-slate-900" }>
+                            <li class=if u.released { "text-slate-600 line-through" } else { "text-slate-900" }
+                                data-unit=if u.released { "released" } else { "held" }>
                                 <div class="font-medium">{u.model} " · " {u.what}</div>
                                 <div class="text-xs">{u.location}</div>
                             </li>

@@ -5,8 +5,8 @@ use leptos_router::hooks::use_query_map;
 use crate::components::form::{BUTTON, INPUT, LABEL};
 use crate::components::table::{CELL, ROW_HEADER};
 use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, SavedNotice, Table};
-use crate::model::{BudgetView, ModelUseView, UsageView};
-use crate::serverfns::{RemoveBudget, SetBudget, usage_page};
+use crate::model::{BudgetView, GpuEfficiencyRow, ModelUseView, UsageView};
+use crate::serverfns::{RemoveBudget, SetBudget, gpu_efficiency, usage_page};
 
 /// A month of GPU-hours and cost: a chart of each day's cost by line, the cost to date
 /// against the budget, the lines as a table (with CSV and JSON downloads), and the budgets
@@ -39,7 +39,51 @@ pub fn UsagePage() -> impl IntoView {
                 })}
             </Transition>
             {move || remove.value().get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
+            <Efficiency/>
         </RequireUser>
+    }
+}
+
+/// How busy the booked GPUs were: GPU-hours read against GPU-hours busy (utilization
+/// times time), per day, tenant and model, for platform staff and tenant admins and
+/// viewers. Members see their GPUs' use on their environments' pages.
+#[component]
+fn Efficiency() -> impl IntoView {
+    let rows = Resource::new(|| (), |_| gpu_efficiency());
+    view! {
+        <Transition fallback=|| ()>
+            {move || Suspend::new(async move {
+                match rows.await {
+                    Ok(rows) if !rows.is_empty() => view! { <EfficiencyTable rows/> }.into_any(),
+                    Ok(_) => ().into_any(),
+                    Err(error) => view! { <ErrorAlert error/> }.into_any(),
+                }
+            })}
+        </Transition>
+    }
+}
+
+#[component]
+fn EfficiencyTable(rows: Vec<GpuEfficiencyRow>) -> impl IntoView {
+    view! {
+        <section class="mt-8" aria-labelledby="efficiency-title" data-efficiency="">
+            <h2 id="efficiency-title" class="text-lg font-semibold text-slate-900">"How busy the booked GPUs were"</h2>
+            <p class="mt-1 max-w-3xl text-sm text-slate-600">
+                "The last 14 days. Read: GPU-hours of booked GPUs (and slices, as GPU-equivalents) with readings from their GPUs. Busy: those hours times the GPUs' utilization. A low share is capacity booked and left idle."
+            </p>
+            <Table label="GPU-hours read and busy" columns=&["Day", "Tenant", "Model", "Read (GPU-h)", "Busy (GPU-h)", "Busy share"]>
+                {rows.into_iter().map(|r| view! {
+                    <tr>
+                        <th scope="row" class=ROW_HEADER>{r.day}</th>
+                        <td class=CELL>{r.tenant}</td>
+                        <td class=CELL>{r.model}</td>
+                        <td class=CELL>{r.read_hours}</td>
+                        <td class=CELL>{r.busy_hours}</td>
+                        <td class=CELL>{r.busy_share}</td>
+                    </tr>
+                }).collect_view()}
+            </Table>
+        </section>
     }
 }
 
