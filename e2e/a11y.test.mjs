@@ -110,6 +110,7 @@ const signedIn = [
   '/admin/nodes/fra1-h100-01',
   '/admin/fabric',
   '/admin/quotas',
+  '/idle-policies',
   '/admin/tenants',
 ];
 for (const width of Object.keys(WIDTHS)) {

@@ -32,6 +32,7 @@ const pages = [
   '/admin/nodes/fra1-h100-01',
   '/admin/fabric',
   '/admin/quotas',
+  '/idle-policies',
   '/admin/tenants',
   '/volumes',
 ];

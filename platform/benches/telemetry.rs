@@ -194,7 +194,11 @@ async fn main() {
         assert!(!used.hour.is_empty() && !used.day.is_empty());
     }
     page.sort();
-    println!("environment_gpu_use (8 GPUs, an hour and a day): median {}, max {}", ms(page[page.len() / 2]), ms(page[page.len() - 1]));
+    println!(
+        "environment_gpu_use (8 GPUs, an hour and a day): median {}, max {}",
+        ms(page[page.len() / 2]),
+        ms(page[page.len() - 1])
+    );
     let started = Instant::now();
     let series = platform.gpus_now().await.expect("gpus now");
     println!("gpus_now (/metrics): {} series in {}", series.len(), ms(started.elapsed()));

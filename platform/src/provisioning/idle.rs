@@ -355,7 +355,6 @@ impl Platform {
                 true
             }
         };
-        let _ = now;
         tx.commit().await?;
         Ok(stopped)
     }

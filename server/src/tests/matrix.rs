@@ -174,6 +174,7 @@ fn routes() -> Vec<Route> {
         page("/admin/nodes/{id}", Some(Aim::Node)),
         page("/admin/fabric", None),
         page("/admin/quotas", None),
+        page("/idle-policies", None),
         page("/usage", None),
         page("/admin/tenants", None),
         page("/tenants/{id}", Some(Aim::Tenant)),
@@ -209,6 +210,14 @@ fn routes() -> Vec<Route> {
         sf("/api/calendar", Some((CalendarRead, Aim::CallersTenant)), "view=week&from="),
         api(M::GET, "/api/v1/environments", Some((EnvironmentRead, Aim::CallersTenant)), ""),
         sf("/api/environment", environment, "id={id}"),
+        sf("/api/environment_gpu_use", environment, "id={id}"),
+        sf("/api/idle_policies", Some((QuotaRead, Aim::CallersTenant)), ""),
+        sf("/api/gpu_efficiency", Some((UsageRead, Aim::CallersTenant)), ""),
+        sf(
+            "/api/set_idle_policy",
+            Some((QuotaManage, Aim::Platform)),
+            "tenant=&offering=notebook&below_pct=5&idle_for=1h&grace=15m&max_keeps=",
+        ),
         // The matrix's environment is a notebook: a caller the policy allows is told it has
         // no job log (422).
         Route {
@@ -303,6 +312,7 @@ fn routes() -> Vec<Route> {
         open("/environments/{id}/open"),
         proxy("/"),
         proxy("/{*rest}"),
+        sf("/api/keep_environment", change, "id={id}"),
         sf("/api/stop_environment", change, "id={id}"),
         api(M::POST, "/api/v1/environments/{id}/stop", change, ""),
         sf("/api/launch", launch, LAUNCH_FORM),
