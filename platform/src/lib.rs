@@ -10,6 +10,7 @@ pub mod capacity;
 pub mod demo;
 mod error;
 pub mod identity;
+pub mod metrics;
 pub mod notifications;
 pub mod origins;
 pub mod people;
@@ -80,6 +81,8 @@ pub struct Platform {
     /// How notifications leave Berth (SMTP, webhooks' reach) and their counts; see
     /// `notifications`.
     delivery: Arc<notifications::Delivery>,
+    /// Launches and reconciler steps counted for `/metrics`; see `metrics`.
+    metrics: Arc<metrics::Metrics>,
 }
 
 impl Platform {
@@ -106,7 +109,13 @@ impl Platform {
             repair_tiers: berth_domain::node_health::default_repair_tiers().into(),
             bandwidth: Default::default(),
             delivery: Default::default(),
+            metrics: Default::default(),
         }
+    }
+
+    /// What the platform counted for `/metrics`.
+    pub fn metrics(&self) -> &metrics::Metrics {
+        &self.metrics
     }
 
     /// The same platform reached at `url` (e.g. `https://berth.example.com`).

@@ -24,7 +24,7 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::SqliteStore;
 
-use crate::metrics::HttpMetrics;
+use crate::metrics::{self, HttpMetrics, Readings};
 use crate::rate_limit::{self, Limiters, RateLimits};
 use crate::served::{self, Routes, Served};
 use crate::state::AppState;
@@ -394,13 +394,21 @@ async fn metrics(State(state): State<AppState>) -> Response {
             state.platform.notification_totals().await?,
         ))
     };
-    match read.await {
-        Ok((states, usage, notifications)) => {
-            let text = state.metrics.render(&states, &usage, &notifications);
-            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
-        }
+    let (states, usage, notifications) = match read.await {
+        Ok(read) => read,
         Err(e) => {
             tracing::error!(error = %e, "metrics query failed");
+            return (StatusCode::INTERNAL_SERVER_ERROR, "metrics unavailable").into_response();
+        }
+    };
+    // The held GPUs' latest figures and the idle stops come with the GPU sample store and
+    // idle reclamation (the lead wires them); their families are declared meanwhile.
+    let now =
+        Readings { environments: &states, usage: &usage, notifications: &notifications, gpus: &[], idle_stops: &[] };
+    match state.metrics.render(state.platform.metrics(), &now) {
+        Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "metrics could not be written");
             (StatusCode::INTERNAL_SERVER_ERROR, "metrics unavailable").into_response()
         }
     }
