@@ -324,6 +324,31 @@ mod tests {
         }
     }
 
+    /// The cardinality `BENCHMARKS.md` states: four series per held GPU.
+    #[test]
+    fn a_fleet_of_ten_thousand_held_gpus_makes_four_series_each() {
+        let gpus: Vec<GpuNow> = (0..10_000)
+            .map(|i| GpuNow {
+                tenant: format!("tenant-{}", i % 100),
+                project: format!("project-{}", i % 1000),
+                environment: format!("env-{}", i / 8),
+                node: format!("node-{}", i / 8),
+                gpu: (i % 8).to_string(),
+                utilization_pct: 50.0,
+                memory_used_bytes: 1e9,
+                power_w: Some(300.0),
+                temperature_c: Some(50.0),
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let text = HttpMetrics::default()
+            .render(&Metrics::default(), &Readings { gpus: &gpus, ..Default::default() })
+            .expect("rendered");
+        let took = started.elapsed();
+        let gpu_series = text.lines().filter(|l| l.starts_with("berth_gpu_")).count();
+        assert_eq!(gpu_series, 40_000, "rendered in {took:?}, {} bytes", text.len());
+    }
+
     #[test]
     fn launches_steps_gpus_and_idle_stops_have_their_labels() {
         let platform = Metrics::default();
