@@ -69,6 +69,8 @@ test('an idle notebook shows its GPU use and is warned on its page and in the be
   const bell = page.getByRole('link', { name: /^Notifications, / }).first();
   assert.match(await bell.getAttribute('title'), /idle-lab is idle and will be stopped/);
   await page.screenshot({ path: join(artifacts, 'idle-warning.png'), fullPage: true });
+  // The operator's /metrics has its GPU's series, labelled with whose it is.
+  assert.match(await berth.metrics(), new RegExp(`berth_gpu_utilization_percent\\{[^}]*environment="${environmentId}"[^}]*\\} \\d`));
 });
 
 test('"Keep it" withdraws the warning; the policy allows it once', async () => {
@@ -94,5 +96,7 @@ test('without a keep it is stopped after the grace and its slice is released', a
   await page.getByRole('link', { name: 'idle-lab was stopped for idleness' }).waitFor();
   await page.goto(`${berth.url}/audit`);
   await page.getByText('environment.idle_stop').first().waitFor();
+  // Platform staff's own environment: no tenant.
+  assert.match(await berth.metrics(), /berth_idle_stops_total\{tenant=""\} 1/);
   assert.deepEqual(consoleErrors, [], 'no errors in the browser console');
 });

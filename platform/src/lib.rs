@@ -10,6 +10,7 @@ pub mod capacity;
 pub mod demo;
 mod error;
 pub mod identity;
+pub mod metrics;
 pub mod notifications;
 pub mod origins;
 pub mod people;
@@ -82,6 +83,8 @@ pub struct Platform {
     delivery: Arc<notifications::Delivery>,
     /// Requests the proxy passed to environments, until the idle watcher writes them down.
     traffic: Arc<provisioning::telemetry::Traffic>,
+    /// Launches and reconciler steps counted for `/metrics`; see `metrics`.
+    metrics: Arc<metrics::Metrics>,
 }
 
 impl Platform {
@@ -109,7 +112,13 @@ impl Platform {
             bandwidth: Default::default(),
             delivery: Default::default(),
             traffic: Default::default(),
+            metrics: Default::default(),
         }
+    }
+
+    /// What the platform counted for `/metrics`.
+    pub fn metrics(&self) -> &metrics::Metrics {
+        &self.metrics
     }
 
     /// The same platform reached at `url` (e.g. `https://berth.example.com`).

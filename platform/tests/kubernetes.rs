@@ -13,6 +13,8 @@ mod kubernetes_api;
 mod checklist;
 #[path = "kubernetes/cluster_queues.rs"]
 mod cluster_queues;
+#[path = "kubernetes/dcgm.rs"]
+mod dcgm;
 #[path = "kubernetes/dedicated_nodes.rs"]
 mod dedicated_nodes;
 #[path = "kubernetes/golden.rs"]

@@ -182,6 +182,11 @@ pub struct ServeArgs {
     /// default when not given. Claims of volumes are never owned by an environment's objects.
     #[arg(long, env = "BERTH_KUBE_STORAGE_CLASS")]
     pub kube_storage_class: Option<String>,
+    /// Kubernetes backend: the Service of the NVIDIA DCGM exporter whose pods give GPU
+    /// readings, as NAMESPACE/SERVICE[:PORT], or `off`. Each ready pod behind it is scraped
+    /// directly (Berth runs in the cluster), with a 5-second timeout.
+    #[arg(long, env = "BERTH_KUBE_DCGM_EXPORTER", default_value = "gpu-operator/nvidia-dcgm-exporter:9400")]
+    pub kube_dcgm_exporter: String,
     /// Bare-metal backend: where the shared filesystem that keeps volumes (NFS, Lustre,
     /// CephFS) is mounted, the same path on every node and on Berth's host. Without it,
     /// volumes are recorded but nothing is mounted on bare metal.
@@ -420,6 +425,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
                     ..ClusterSettings::default()
                 },
                 api_server_url: args.kube_api_url.clone(),
+                dcgm_exporter: match args.kube_dcgm_exporter.as_str() {
+                    "off" => None,
+                    exporter => Some(exporter.parse().map_err(|e| format!("--kube-dcgm-exporter: {e}"))?),
+                },
                 ..KubernetesConfig::default()
             })
             .await

@@ -24,7 +24,7 @@ use tower_sessions::cookie::SameSite;
 use tower_sessions::{Expiry, SessionManagerLayer};
 use tower_sessions_sqlx_store::SqliteStore;
 
-use crate::metrics::HttpMetrics;
+use crate::metrics::{self, HttpMetrics, Readings};
 use crate::rate_limit::{self, Limiters, RateLimits};
 use crate::served::{self, Routes, Served};
 use crate::state::AppState;
@@ -392,15 +392,28 @@ async fn metrics(State(state): State<AppState>) -> Response {
             state.platform.environments_by_state().await?,
             state.platform.usage_totals().await?,
             state.platform.notification_totals().await?,
+            state.platform.gpus_now().await?,
+            state.platform.idle_stops().await?,
         ))
     };
-    match read.await {
-        Ok((states, usage, notifications)) => {
-            let text = state.metrics.render(&states, &usage, &notifications);
-            ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response()
-        }
+    let (states, usage, notifications, gpus, idle_stops) = match read.await {
+        Ok(read) => read,
         Err(e) => {
             tracing::error!(error = %e, "metrics query failed");
+            return (StatusCode::INTERNAL_SERVER_ERROR, "metrics unavailable").into_response();
+        }
+    };
+    let now = Readings {
+        environments: &states,
+        usage: &usage,
+        notifications: &notifications,
+        gpus: &gpus,
+        idle_stops: &idle_stops,
+    };
+    match state.metrics.render(state.platform.metrics(), &now) {
+        Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
+        Err(e) => {
+            tracing::error!(error = %e, "metrics could not be written");
             (StatusCode::INTERNAL_SERVER_ERROR, "metrics unavailable").into_response()
         }
     }

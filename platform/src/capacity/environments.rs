@@ -20,6 +20,7 @@ use crate::capacity::idempotency::{self, IdempotencyKey};
 use crate::capacity::metering::{self, BookingCost};
 use crate::capacity::quotas::{Booker, QuotaAsk};
 use crate::capacity::volumes;
+use crate::metrics::LaunchOutcome;
 use crate::store::WriteTx;
 use crate::{Caller, Error, Platform, now_ms};
 use berth_domain::volume::BookingFacts;
@@ -293,7 +294,29 @@ impl Platform {
         self.launch_keyed(caller, request, Some(IdempotencyKey { key: key.to_owned(), request_sha256 })).await
     }
 
+    /// [`Platform::decide_keyed`], timed and counted for `/metrics`: booked or refused per
+    /// offering. A replay under an idempotency key booked nothing and an internal error
+    /// decided nothing, so neither counts.
     async fn launch_keyed(
+        &self,
+        caller: &Caller,
+        request: &LaunchRequest,
+        idempotency: Option<IdempotencyKey>,
+    ) -> Result<Launched, Error> {
+        let started = std::time::Instant::now();
+        let result = self.decide_keyed(caller, request, idempotency).await;
+        let outcome = match &result {
+            Ok(launched) if !launched.replayed => Some(LaunchOutcome::Booked),
+            Ok(_) | Err(Error::Internal(_)) => None,
+            Err(_) => Some(LaunchOutcome::Refused),
+        };
+        if let Some(outcome) = outcome {
+            self.metrics().launch_ended(Offering::parse(&request.offering), outcome, started.elapsed());
+        }
+        result
+    }
+
+    async fn decide_keyed(
         &self,
         caller: &Caller,
         request: &LaunchRequest,

@@ -477,6 +477,7 @@ impl Reconciler {
             self.platform.keep_job_log(&self.backend, &workload, self.config.step_timeout).await;
         }
         let call = tokio::time::timeout(self.config.step_timeout, self.backend.run(&workload, step));
+        let called = std::time::Instant::now();
         let end = tokio::select! {
             result = call => StepEnd::Finished(match result {
                 Ok(result) => result.map_err(|e| e.0),
@@ -485,6 +486,11 @@ impl Reconciler {
             // A dropped sender means the reconciler itself is gone.
             why = interrupted => StepEnd::Interrupted(why.unwrap_or(Interrupt::Shutdown)),
         };
+        // Only a call the backend finished says how long the step takes; an interrupted
+        // one says when its owner stopped it.
+        if let StepEnd::Finished(result) = &end {
+            self.platform.metrics().step_ended(step, called.elapsed(), result.is_err());
+        }
         match end {
             StepEnd::Finished(Ok(output)) => self.step_succeeded(env, phase, index, step, output).await,
             StepEnd::Finished(Err(message)) => self.step_failed(env, phase, index, step, &message).await,

@@ -10,6 +10,7 @@ mod fabric;
 mod hardening;
 mod idempotency;
 mod matrix;
+mod metrics;
 mod openapi;
 mod pages;
 mod problems;

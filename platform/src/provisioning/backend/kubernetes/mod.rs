@@ -41,8 +41,11 @@
 //! container's terminated state. An endpoint's replicas are the Deployment's `replicas`,
 //! applied with its namespace's quota and queue sized for all of them.
 
+mod dcgm;
 pub mod manifests;
 mod mig;
+
+pub use dcgm::DcgmExporter;
 
 pub use mig::{MIG_CONFIG_ENTRY, MIG_LAYOUT};
 use mig::{layouts_named_by, mig_holders, mig_layouts_of};
@@ -66,8 +69,8 @@ use self::manifests::{
 };
 use super::{
     Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit, QueueFuture,
-    RemoveFuture, ScaleFuture, StepFuture, StepOutput, StoredVolume, TenantQueue, Upstream, UpstreamFuture,
-    VolumeMount, Workload, workload_secret,
+    ReadingsFuture, RemoveFuture, ScaleFuture, StepFuture, StepOutput, StoredVolume, TenantQueue, Upstream,
+    UpstreamFuture, VolumeMount, Workload, workload_secret,
 };
 
 /// Where a soft tenant's volume is kept: `claim <namespace>/<name>`.
@@ -85,6 +88,8 @@ pub struct KubernetesConfig {
     pub api_server_url: Option<String>,
     /// Pause between two reads while waiting for a MIG layout, a workload or a token.
     pub poll_interval: Duration,
+    /// Where GPU readings come from (`--kube-dcgm-exporter`); `None`: no readings.
+    pub dcgm_exporter: Option<DcgmExporter>,
 }
 
 impl Default for KubernetesConfig {
@@ -93,6 +98,7 @@ impl Default for KubernetesConfig {
             cluster: ClusterSettings::default(),
             api_server_url: None,
             poll_interval: Duration::from_secs(2),
+            dcgm_exporter: Some(DcgmExporter::default()),
         }
     }
 }
@@ -101,6 +107,8 @@ pub struct Kubernetes {
     client: Client,
     config: KubernetesConfig,
     api_server_url: String,
+    /// When the DCGM exporters were last read (ms): what the next readings stand for.
+    readings_read_at: std::sync::Mutex<Option<i64>>,
 }
 
 impl Kubernetes {
@@ -131,7 +139,7 @@ impl Kubernetes {
     /// A backend over an existing client (tests hand it a mock API server).
     pub fn with_client(client: Client, config: KubernetesConfig, cluster_url: &str) -> Kubernetes {
         let api_server_url = config.api_server_url.clone().unwrap_or_else(|| cluster_url.to_owned());
-        Kubernetes { client, config, api_server_url }
+        Kubernetes { client, config, api_server_url, readings_read_at: Default::default() }
     }
 
     async fn step(&self, w: &Workload, step: Step) -> Result<StepOutput, BackendError> {
@@ -889,6 +897,20 @@ fn dedication_holders(node: &Node) -> Vec<String> {
 impl Backend for Kubernetes {
     fn name(&self) -> &'static str {
         "kubernetes"
+    }
+
+    /// The DCGM exporters' pages now (see `dcgm`), each reading standing for the time since
+    /// the last call.
+    fn gpu_readings(&self) -> ReadingsFuture<'_> {
+        Box::pin(async move {
+            let Some(exporter) = &self.config.dcgm_exporter else {
+                return Ok(Vec::new());
+            };
+            let now = crate::now_ms();
+            let previous = self.readings_read_at.lock().unwrap_or_else(|p| p.into_inner()).replace(now);
+            let period_s = previous.map_or(dcgm::FIRST_PERIOD_S, |then| ((now - then) as f64 / 1000.0).max(1.0));
+            dcgm::collect(&self.client, exporter, now, period_s).await
+        })
     }
 
     fn run<'a>(&'a self, workload: &'a Workload, step: Step) -> StepFuture<'a> {
