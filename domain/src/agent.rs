@@ -334,6 +334,21 @@ mod tests {
         assert_eq!(next_health(GpuHealth::Degraded, "fan", HealthSource::Admin, &failed), None);
     }
 
+    /// A report recorded on a real H200 under load (see `fixtures/agent/README.md`).
+    #[test]
+    fn a_real_h200_report_reads_as_nvidia_smi_read_it() {
+        let report: NodeReport =
+            serde_json::from_str(include_str!("../fixtures/agent/h200-under-load.json")).expect("the recorded report");
+        assert_eq!(report.validate(), Ok(()));
+        assert_eq!(assess(&report.gpus[0], GpuModel::H200).health, GpuHealth::Healthy);
+        let readings = report.readings("h200-01", 0);
+        assert_eq!(readings.len(), 1);
+        let r = &readings[0];
+        assert_eq!((r.utilization_pct, r.memory_used_mib, r.memory_total_mib), (100.0, 1650.0, 143_771.0));
+        assert_eq!((r.power_w, r.temperature_c), (Some(664.0), Some(58.0)));
+        assert!(r.is_plausible(0));
+    }
+
     #[test]
     fn reports_with_repeated_indices_or_negative_readings_are_refused() {
         let ok = NodeReport { agent_version: "0.1.0".into(), gpus: vec![h100(0), h100(1)], period_s: None };
