@@ -27,7 +27,10 @@ pub struct IdlePolicy {
 /// store's fine buckets), so a GPU counts as busy until the end of the minute it was
 /// busy in: short times judge late rather than early.
 pub const MIN_IDLE_S: i64 = 10;
-/// The longest idle time or grace a policy may set (a week).
+/// The longest idle time a policy may set: the readings it is judged on are kept a day
+/// and an hour (`telemetry::COARSE_KEPT_MS`), so a longer one could never be reached.
+pub const MAX_IDLE_S: i64 = 24 * 3600;
+/// The longest grace a policy may set (a week).
 pub const MAX_DURATION_S: i64 = 7 * 24 * 3600;
 /// A source that sent nothing for this long says nothing about idleness: without fresh
 /// readings nobody is warned or stopped.
@@ -48,9 +51,9 @@ impl IdlePolicy {
                 Refusal::InvalidIdlePolicy("the threshold is a percentage above 0 and at most 100".into())
             })?;
         let idle_for_s =
-            parse_duration(idle_for).filter(|s| (MIN_IDLE_S..=MAX_DURATION_S).contains(s)).ok_or_else(|| {
+            parse_duration(idle_for).filter(|s| (MIN_IDLE_S..=MAX_IDLE_S).contains(s)).ok_or_else(|| {
                 Refusal::InvalidIdlePolicy(format!(
-                    "\"{}\" is not an idle time between {MIN_IDLE_S}s and 7 days (write 90s, 15m, 1h or 1h30m)",
+                    "\"{}\" is not an idle time between {MIN_IDLE_S}s and 24h (write 90s, 15m, 1h or 1h30m)",
                     idle_for.trim()
                 ))
             })?;
@@ -286,6 +289,7 @@ mod tests {
         assert_eq!(p, policy());
         assert!(IdlePolicy::parse("0", "60m", "15m", "").unwrap_err().to_string().contains("percentage"));
         assert!(IdlePolicy::parse("5", "5s", "15m", "").unwrap_err().to_string().contains("idle time between"));
+        assert!(IdlePolicy::parse("5", "25h", "15m", "").unwrap_err().to_string().contains("and 24h"));
         assert!(IdlePolicy::parse("5", "1h", "soon", "").unwrap_err().to_string().contains("grace"));
         assert!(IdlePolicy::parse("5", "1h", "0", "many").unwrap_err().to_string().contains("keeps"));
         assert_eq!(IdlePolicy::parse("5", "1h", "0", "").unwrap().max_keeps, None);

@@ -98,7 +98,7 @@ fn PolicyForm(page: IdlePoliciesView, set: ServerAction<SetIdlePolicy>) -> impl 
                 <Field id="ip-keeps" name="max_keeps" label="Keeps per booking" inputmode="numeric"
                     placeholder="no limit"/>
                 <Field id="ip-idle" name="idle_for" label="Idle for" value="60m" required=true class="sm:col-span-2"
-                    help=|| "90s, 15m, 1h or 1h30m; at least 10s"/>
+                    help=|| "90s, 15m, 1h or 1h30m; from 10s to 24h"/>
                 <Field id="ip-grace" name="grace" label="Grace after the warning" value="15m" required=true class="sm:col-span-2"/>
                 <div class="flex items-end sm:col-span-2">
                     <button type="submit" class=format!("w-full {BUTTON}")>"Save policy"</button>
