@@ -270,3 +270,50 @@ pub(super) async fn change_end(
     let env = platform.change_end(&caller, &id, &end.ends_at).await.map_err(fail(&caller))?;
     Ok(Json(environment_body(&platform, &caller, &env)))
 }
+
+/// How much of a training job's log.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogsQuery {
+    /// The last this many lines, at most 200 (more is taken as 200; the whole kept log is
+    /// the page's download, `/environments/{id}/log.txt`); absent: 200.
+    #[param(minimum = 0)]
+    pub tail: Option<u32>,
+}
+
+/// A training job's status and the end of its log.
+#[derive(Serialize, ToSchema)]
+pub struct JobLogsBody {
+    /// `pending`, `running`, `succeeded` or `failed`.
+    #[schema(example = "running")]
+    status: &'static str,
+    /// A failed job's exit code, where it has one.
+    exit_code: Option<i32>,
+    /// Why a job failed.
+    reason: Option<String>,
+    /// The last lines, oldest first.
+    lines: Vec<String>,
+}
+
+/// A training job's status and the last lines of its log (kept when it ended).
+#[utoipa::path(get, path = "/api/v1/environments/{id}/logs", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id"), LogsQuery),
+    responses((status = 200, body = JobLogsBody)))]
+pub(super) async fn logs(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+    Query(query): Query<LogsQuery>,
+) -> Result<Json<JobLogsBody>, ApiError> {
+    use berth_platform::provisioning::backend::JobStatus;
+    let logs = platform.job_logs(&caller, &id).await.map_err(fail(&caller))?;
+    let (status, exit_code, reason) = match logs.status {
+        JobStatus::Pending => ("pending", None, None),
+        JobStatus::Running => ("running", None, None),
+        JobStatus::Succeeded => ("succeeded", Some(0), None),
+        JobStatus::Failed { exit_code, reason } => ("failed", exit_code, Some(reason)),
+    };
+    let mut lines = logs.lines;
+    let tail = query.tail.map_or(lines.len(), |t| t as usize);
+    lines.drain(..lines.len().saturating_sub(tail));
+    Ok(Json(JobLogsBody { status, exit_code, reason, lines }))
+}

@@ -18,9 +18,10 @@ use serde_json::Value;
 
 use crate::openapi::Described;
 use crate::problem::{PROBLEM_JSON, Problem, ProblemKind, request_id_of};
-use crate::served::{Routes, get, post};
+use crate::served::{Routes, delete, get, post};
 use crate::state::{AppState, request_meta};
 
+mod catalog;
 mod environments;
 mod nodes;
 mod notifications;
@@ -39,12 +40,17 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/environments/{id}", get(environments::environment))
         .route("/api/v1/environments/{id}/stop", post(environments::stop))
         .route("/api/v1/environments/{id}/end", post(environments::change_end))
+        .route("/api/v1/environments/{id}/logs", get(environments::logs))
+        .route("/api/v1/catalog", get(catalog::catalog))
+        .route("/api/v1/availability", get(catalog::availability))
         .route("/api/v1/tenants", get(tenancy::tenants))
         .route("/api/v1/tenants/{id}/members", get(tenancy::members))
         .route("/api/v1/notifications", get(notifications::notifications))
         .route("/api/v1/notifications/read", post(notifications::mark_notifications_read))
         .route("/api/v1/tokens", get(tenancy::tokens))
         .route("/api/v1/tokens/{id}/revoke", post(tenancy::revoke_token))
+        .route("/api/v1/ssh-keys", get(tenancy::ssh_keys))
+        .route("/api/v1/ssh-keys/{id}", delete(tenancy::remove_ssh_key))
         .route("/api/v1/volumes", get(volumes::volumes).post(volumes::create_volume))
         .route(
             "/api/v1/volumes/{id}",
@@ -78,12 +84,17 @@ pub fn routes() -> Routes<AppState> {
         environments::environment,
         environments::stop,
         environments::change_end,
+        environments::logs,
+        catalog::catalog,
+        catalog::availability,
         tenancy::tenants,
         tenancy::members,
         notifications::notifications,
         notifications::mark_notifications_read,
         tenancy::tokens,
         tenancy::revoke_token,
+        tenancy::ssh_keys,
+        tenancy::remove_ssh_key,
         volumes::volumes,
         volumes::create_volume,
         volumes::volume,

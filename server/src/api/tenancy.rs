@@ -1,4 +1,5 @@
-//! Who the token speaks for, tenants and their members, and the caller's API tokens.
+//! Who the token speaks for, tenants and their members, the caller's API tokens and SSH
+//! keys.
 
 use axum::Json;
 use axum::extract::Path;
@@ -155,4 +156,61 @@ pub(super) async fn revoke_token(
 ) -> Result<Json<Revoked>, ApiError> {
     platform.revoke_token(&caller, id).await.map_err(fail(&caller))?;
     Ok(Json(Revoked { revoked: id }))
+}
+
+/// An SSH public key on the caller's account (dedicated clusters' nodes take it).
+#[derive(Serialize, ToSchema)]
+pub struct SshKeyBody {
+    id: i64,
+    name: String,
+    /// `ssh-ed25519`, `ssh-rsa`, ...
+    algorithm: String,
+    bits: i64,
+    /// `SHA256:…`, as `ssh-keygen -l` prints it.
+    fingerprint: String,
+    #[schema(format = DateTime)]
+    created_at: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SshKeyList {
+    ssh_keys: Vec<SshKeyBody>,
+}
+
+/// The caller's SSH keys, oldest first. Keys are added on the account page: a key opens a
+/// shell on nodes, so Berth takes one only from a signed-in person, never from a token.
+#[utoipa::path(get, path = "/api/v1/ssh-keys", tag = "account", responses((status = 200, body = SshKeyList)))]
+pub(super) async fn ssh_keys(TokenCaller(platform, caller): TokenCaller) -> Result<Json<SshKeyList>, ApiError> {
+    let keys = platform.my_ssh_keys(&caller).await.map_err(fail(&caller))?;
+    let ssh_keys = keys
+        .into_iter()
+        .map(|k| SshKeyBody {
+            id: k.id,
+            name: k.name,
+            algorithm: k.algorithm,
+            bits: k.bits,
+            fingerprint: k.fingerprint,
+            created_at: rfc3339(k.created_at),
+        })
+        .collect();
+    Ok(Json(SshKeyList { ssh_keys }))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SshKeyRemoved {
+    /// The key's id.
+    removed: i64,
+}
+
+/// Removes an SSH key (a tenant admin may remove their members'); the nodes drop it at
+/// their agents' next pass. Removing a removed key changes nothing.
+#[utoipa::path(delete, path = "/api/v1/ssh-keys/{id}", tag = "account",
+    params(("id" = i64, Path, description = "The key's id")),
+    responses((status = 200, body = SshKeyRemoved)))]
+pub(super) async fn remove_ssh_key(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+) -> Result<Json<SshKeyRemoved>, ApiError> {
+    platform.remove_ssh_key(&caller, id).await.map_err(fail(&caller))?;
+    Ok(Json(SshKeyRemoved { removed: id }))
 }
