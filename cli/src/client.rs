@@ -166,7 +166,8 @@ fn answer(response: Response) -> Result<Value, Failure> {
     }
     Err(match status {
         StatusCode::UNAUTHORIZED => Failure::Unauthenticated(format!(
-            "{message}; the token may be wrong, revoked or expired: make a new one on the account page and run `berthctl login`"
+            "{message}; the token may be wrong, revoked or expired: make a new one on the account page \
+             and run `berthctl login`"
         )),
         StatusCode::FORBIDDEN => Failure::Forbidden(message),
         StatusCode::NOT_FOUND => Failure::NotFound(message),

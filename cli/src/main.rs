@@ -117,7 +117,8 @@ enum Command {
         #[command(subcommand)]
         command: Option<Keys>,
     },
-    /// A shell completion script, e.g. `berthctl completions bash > ~/.local/share/bash-completion/completions/berthctl`.
+    /// A shell completion script, e.g.
+    /// `berthctl completions bash > ~/.local/share/bash-completion/completions/berthctl`.
     Completions { shell: clap_complete::Shell },
 }
 
@@ -246,8 +247,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 let rows: Vec<Vec<String>> = items(&answer, "sizes")
                     .into_iter()
                     .map(|s| {
-                        let earliest =
-                            if s["free"].as_u64().unwrap_or(0) > 0 { "now".into() } else { when(s, "earliest_start") };
+                        let earliest = match (s["free"].as_u64().unwrap_or(0), when(s, "earliest_start")) {
+                            (0, t) if t.is_empty() => "none within the booking horizon".to_owned(),
+                            (0, t) => t,
+                            _ => "as asked".to_owned(),
+                        };
                         vec![text(s, "size"), text(s, "label"), text(s, "free"), earliest]
                     })
                     .collect();
@@ -264,7 +268,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Book(book) => {
             let key = book.idempotency_key.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-            let name = book.name.clone().unwrap_or_else(|| format!("{}-{}", book.offering, &key.replace('-', "")[..6]));
+            // Made from the key, so that a retry under it is the same request.
+            let name = book.name.clone().unwrap_or_else(|| {
+                let tail: String =
+                    key.chars().filter(char::is_ascii_alphanumeric).map(|c| c.to_ascii_lowercase()).take(6).collect();
+                format!("{}-{}", book.offering.trim(), if tail.is_empty() { "x".into() } else { tail })
+            });
             let (start, within) = match book.start.trim() {
                 "" | "now" => (String::new(), String::new()),
                 "asap" => (String::new(), book.within_days.to_string()),
@@ -400,7 +409,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 Ok(())
             }
             Keys::Add { .. } => Err(Failure::Forbidden(format!(
-                "an SSH key opens a shell on nodes, so Berth takes one only from a signed-in person, never from an API token; add it on {}/account",
+                "an SSH key opens a shell on nodes, so Berth takes one only from a signed-in person, \
+                 never from an API token; add it on {}/account",
                 api.base()
             ))),
             Keys::Remove { id } => {
@@ -610,7 +620,8 @@ mod tests {
 
     #[test]
     fn ssh_comes_from_the_connection_details() {
-        let bare = json!({"offering": "cluster", "connection": {"url": "ssh://berth-x@n1", "example": "ssh berth-x@n1 / ssh berth-x@n2"}});
+        let connection = json!({"url": "ssh://berth-x@n1", "example": "ssh berth-x@n1 / ssh berth-x@n2"});
+        let bare = json!({"offering": "cluster", "connection": connection});
         assert_eq!(ssh_command(&bare).ok(), Some(vec!["ssh".to_owned(), "berth-x@n1".to_owned()]));
         let port = json!({"offering": "cluster", "connection": {"url": "ssh://u@h:2222", "example": ""}});
         assert_eq!(ssh_command(&port).ok().map(|c| c.join(" ")), Some("ssh -p 2222 u@h".to_owned()));

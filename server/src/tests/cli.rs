@@ -65,6 +65,11 @@ impl Ctl {
     }
 
     async fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        self.run_with_input(args, env, "").await
+    }
+
+    /// As [`Ctl::run`], with `input` on its standard input.
+    async fn run_with_input(&self, args: &[&str], env: &[(&str, &str)], input: &str) -> Run {
         let mut command = std::process::Command::new(&self.bin);
         command
             .args(args)
@@ -77,7 +82,19 @@ impl Ctl {
         }
         let asked = format!("{args:?}");
         // Off the runtime's threads: the server this talks to runs on them.
-        let output = tokio::task::spawn_blocking(move || command.output());
+        let input = input.to_owned();
+        let output = tokio::task::spawn_blocking(move || {
+            use std::io::Write;
+            let mut child = command
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()?;
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin.write_all(input.as_bytes())?;
+            }
+            child.wait_with_output()
+        });
         let Output { status, stdout, stderr } = tokio::time::timeout(std::time::Duration::from_secs(60), output)
             .await
             .unwrap_or_else(|_| panic!("berthctl {asked} did not end in 60 s"))
@@ -137,6 +154,12 @@ async fn berthctl_books_lists_extends_and_stops_against_a_real_berth() {
         let mode = std::fs::metadata(ctl.config_file()).expect("config").permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "the token's file is its owner's only");
     }
+
+    // A token pasted when asked works the same.
+    let pasted = Ctl::new();
+    let login = pasted.run_with_input(&["login", "--url", &url], &[], &format!("{token}\n")).await.ok("pasted");
+    assert!(login.stderr.contains(&format!("{url}/account")), "says where to make one: {}", login.stderr);
+    assert!(pasted.run(&["ls"], &[]).await.ok("ls after pasting").stdout.starts_with("ID"));
 
     // The catalog and its availability.
     let catalog = ctl.run(&["catalog", "notebook"], &[]).await.ok("catalog");
