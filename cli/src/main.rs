@@ -48,6 +48,9 @@ enum Command {
         /// Otherwise pasted when asked (read from standard input).
         #[arg(long = "with-token", value_name = "TOKEN")]
         with_token: Option<String>,
+        /// Open the account page, where tokens are made, in the browser first.
+        #[arg(long)]
+        browser: bool,
     },
     /// Offerings, their sizes and prices.
     Catalog {
@@ -204,7 +207,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             clap_complete::generate(*shell, &mut Cli::command(), "berthctl", &mut std::io::stdout());
             return Ok(());
         }
-        Command::Login { with_token } => return login(&cli, with_token.clone()),
+        Command::Login { with_token, browser } => return login(&cli, with_token.clone(), *browser),
         _ => {}
     }
     let api = connect(&cli)?;
@@ -435,7 +438,7 @@ fn connect(cli: &Cli) -> Result<Api, Failure> {
     Api::new(&url, &token)
 }
 
-fn login(cli: &Cli, with_token: Option<String>) -> Result<(), Failure> {
+fn login(cli: &Cli, with_token: Option<String>, browser: bool) -> Result<(), Failure> {
     let saved = config::load()?.unwrap_or_default();
     let url = cli.url.clone().filter(|u| !u.is_empty()).unwrap_or(saved.url);
     if url.is_empty() {
@@ -445,6 +448,9 @@ fn login(cli: &Cli, with_token: Option<String>) -> Result<(), Failure> {
     let token = match with_token.or_else(|| cli.token.clone()).filter(|t| !t.is_empty()) {
         Some(token) => token,
         None => {
+            if browser {
+                open_in_browser(&format!("{url}/account"))?;
+            }
             eprint!("Make a token on {url}/account and paste it here: ");
             let _ = std::io::stderr().flush();
             let mut line = String::new();
