@@ -20,7 +20,7 @@ BERTH := $(CARGO_TARGET_DIR)/debug/berth
 WASM_BINDGEN_VERSION := $(shell sed -n '/^name = "wasm-bindgen"$$/{n;s/version = "\(.*\)"/\1/p;}' Cargo.lock)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: idp run test build tools rust-tools node-tools browser host-tools smtp-tools bench-tools site server unit e2e lint fmt clean \
+.PHONY: idp run test build tools rust-tools node-tools browser host-tools smtp-tools bench-tools site server cli unit e2e lint fmt clean \
 	bench bench-smoke release release-tools api-fuzz fuzz-tools
 
 ## run: install what is missing, build, and start Berth on http://127.0.0.1:3000
@@ -36,7 +36,7 @@ idp: node-tools
 ## in its smoke mode, then the browser end-to-end tests
 test: build browser lint unit api-fuzz bench-smoke e2e
 
-build: tools site server
+build: tools site server cli
 
 tools: rust-tools node-tools
 
@@ -85,6 +85,10 @@ site: rust-tools node-tools
 server:
 	cargo build -p berth-server
 
+## cli: berthctl, the command line (users install it with `cargo install --path cli`)
+cli:
+	cargo build -p berthctl
+
 RELEASE_SITE := target/release-site
 RELEASE_WASM := $(CARGO_TARGET_DIR)/wasm32-unknown-unknown/wasm-release/berth_app.wasm
 
@@ -115,12 +119,15 @@ release: tools release-tools
 release-tools:
 	@command -v brotli >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) DEBIAN_FRONTEND=noninteractive apt-get install -y -qq brotli; }
 
-# Each package on its own, so `ssr` and `hydrate` are never switched on together.
+# Each package on its own, so `ssr` and `hydrate` are never switched on together. berthctl is
+# built before the server's tests, which run the binary (server/src/tests/cli.rs).
 unit: host-tools smtp-tools
 	cargo test -p berth-domain
 	cargo test -p berth-platform
 	cargo test -p berth-app --features ssr
 	cargo test -p berth-agent
+	cargo test -p berthctl
+	cargo build -p berthctl
 	cargo test -p berth-server
 
 ## api-fuzz: schemathesis against a running Berth: every operation of /api/v1/openapi.json as
@@ -149,6 +156,7 @@ lint:
 	cargo clippy -p berth-app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate -- -D warnings
 	cargo clippy -p berth-agent --all-targets -- -D warnings
 	cargo clippy -p berth-server --all-targets -- -D warnings
+	cargo clippy -p berthctl --all-targets -- -D warnings
 
 fmt:
 	cargo fmt --all

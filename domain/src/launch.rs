@@ -100,14 +100,7 @@ pub fn validate(req: &LaunchRequest, images: &ImageChoice) -> Result<LaunchSpec,
         .size(req.size.trim())
         .ok_or_else(|| Refusal::UnknownSize { offering: offering.title().to_owned(), size: req.size.clone() })?;
     let name = validate_name(req.name.trim())?;
-    let max = offering.max_hours();
-    let hours = req
-        .hours
-        .trim()
-        .parse::<u32>()
-        .ok()
-        .filter(|h| (1..=max).contains(h))
-        .ok_or(Refusal::InvalidDuration { min: 1, max })?;
+    let hours = parse_hours(offering, &req.hours)?;
     let image = images.choose(offering, &req.image)?;
     let command = req.command.trim();
     let command = if offering.needs_command() {
@@ -238,6 +231,33 @@ fn validate_name(name: &str) -> Result<String, Refusal> {
         return Err(Refusal::InvalidName("must start with a letter and not end with a hyphen"));
     }
     Ok(name.to_owned())
+}
+
+/// A booking's duration as typed: whole hours, 1 to the offering's longest.
+pub fn parse_hours(offering: Offering, text: &str) -> Result<u32, Refusal> {
+    let max = offering.max_hours();
+    text.trim().parse::<u32>().ok().filter(|h| (1..=max).contains(h)).ok_or(Refusal::InvalidDuration { min: 1, max })
+}
+
+/// What an availability question asks (the API's `GET /api/v1/availability`): how many of
+/// each size of `offering` fit for `hours` from `start` (`None`: now), and otherwise the
+/// earliest start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AvailabilityAsk {
+    pub offering: Offering,
+    pub hours: u32,
+    pub start: Option<i64>,
+}
+
+impl AvailabilityAsk {
+    /// Reads the question as typed: an offering's id, whole hours (empty: 1) and a start as
+    /// the launch takes it (empty: now).
+    pub fn parse(offering: &str, hours: &str, start: &str) -> Result<AvailabilityAsk, Refusal> {
+        let offering = Offering::parse(offering.trim()).ok_or_else(|| Refusal::UnknownOffering(offering.to_owned()))?;
+        let hours = if hours.trim().is_empty() { 1 } else { parse_hours(offering, hours)? };
+        let start = crate::booking::parse_start(start)?;
+        Ok(AvailabilityAsk { offering, hours, start })
+    }
 }
 
 #[cfg(test)]
@@ -398,5 +418,20 @@ mod tests {
             let err = check(&req).expect_err(expected).to_string();
             assert!(err.contains(expected), "{err:?} should contain {expected:?}");
         }
+    }
+
+    #[test]
+    fn an_availability_question_is_read_as_the_launch_reads_it() {
+        let ask = AvailabilityAsk::parse("training", "", "").expect("defaults");
+        assert_eq!(ask, AvailabilityAsk { offering: Offering::TrainingJob, hours: 1, start: None });
+        let ask = AvailabilityAsk::parse(" notebook ", "24", "2026-11-26T14:00").expect("typed");
+        assert_eq!((ask.hours, ask.start.is_some()), (24, true));
+        assert_eq!(AvailabilityAsk::parse("gpu", "1", ""), Err(Refusal::UnknownOffering("gpu".into())));
+        assert_eq!(
+            AvailabilityAsk::parse("notebook", "25", ""),
+            Err(Refusal::InvalidDuration { min: 1, max: 24 }),
+            "a notebook is booked for a day at most"
+        );
+        assert!(matches!(AvailabilityAsk::parse("notebook", "2", "tomorrow"), Err(Refusal::InvalidStart(_))));
     }
 }

@@ -141,6 +141,9 @@ async fn an_idle_notebook_is_warned_kept_then_stopped_and_its_capacity_freed(poo
     let status = berth.platform.idle_status(&berth.caller, &notebook.id).await.expect("status");
     let (_, stop_at) = status.warning.expect("warned");
     assert!(stop_at >= t0 + 22 * SECOND, "stopped a grace after the warning");
+    assert!(status.may_keep);
+    let viewer = berth.user_with("vic@example.com", Role::Viewer).await;
+    assert!(!berth.platform.idle_status(&viewer, &notebook.id).await.expect("status").may_keep, "a viewer only watches");
     assert_eq!(notified(&berth, Kind::IdleWarning).await, 1);
     assert_eq!(audited(&berth, "environment.idle_warning").await, 1);
     // A second pass does not warn again.
@@ -149,7 +152,7 @@ async fn an_idle_notebook_is_warned_kept_then_stopped_and_its_capacity_freed(poo
 
     // "Keep it" withdraws the warning and starts the clock again; the policy allows one.
     let kept = berth.platform.keep_environment(&berth.caller, &notebook.id).await.expect("keep");
-    assert_eq!((kept.warning, kept.keeps_used, kept.keeps_left), (None, 1, Some(0)));
+    assert_eq!((kept.warning, kept.keeps_used, kept.keeps_left, kept.may_keep), (None, 1, Some(0), false));
     assert_eq!(audited(&berth, "environment.keep").await, 1);
     let again = berth.platform.keep_environment(&berth.caller, &notebook.id).await;
     assert!(matches!(again, Err(Error::Refused(Refusal::KeepsUsedUp(_)))), "{again:?}");

@@ -82,12 +82,14 @@ const LINKS: &[(&str, &str, &str, &str, &str, &str, &str)] = &[
     ("/api/v1/environments", "post", "201", "show", "environment", "id", "$response.body#/id"),
     ("/api/v1/environments", "post", "201", "stop", "stop", "id", "$response.body#/id"),
     ("/api/v1/environments", "post", "201", "change_end", "change_end", "id", "$response.body#/id"),
+    ("/api/v1/environments", "post", "201", "logs", "logs", "id", "$response.body#/id"),
     ("/api/v1/environments", "get", "200", "first", "environment", "id", "$response.body#/environments/0/id"),
     ("/api/v1/volumes", "post", "201", "show", "volume", "id", "$response.body#/id"),
     ("/api/v1/volumes", "post", "201", "resize", "resize_volume", "id", "$response.body#/id"),
     ("/api/v1/volumes", "post", "201", "delete", "delete_volume", "id", "$response.body#/id"),
     ("/api/v1/volumes", "get", "200", "first", "volume", "id", "$response.body#/volumes/0/id"),
     ("/api/v1/tenants", "get", "200", "members", "members", "id", "$response.body#/tenants/0/id"),
+    ("/api/v1/ssh-keys", "get", "200", "remove_first", "remove_ssh_key", "id", "$response.body#/ssh_keys/0/id"),
 ];
 
 /// Adds [`LINKS`] to the document as JSON: utoipa 5's `Link` writes `operation_id` where

@@ -92,6 +92,11 @@ pub fn post<S: Clone + Send + Sync + 'static, H: Handler<T, S>, T: 'static>(hand
     Handlers { methods: vec!["POST"], router: axum::routing::post(handler) }
 }
 
+/// `handler` for DELETE.
+pub fn delete<S: Clone + Send + Sync + 'static, H: Handler<T, S>, T: 'static>(handler: H) -> Handlers<S> {
+    Handlers { methods: vec!["DELETE"], router: axum::routing::delete(handler) }
+}
+
 /// `handler` for every method.
 pub fn any<S: Clone + Send + Sync + 'static, H: Handler<T, S>, T: 'static>(handler: H) -> Handlers<S> {
     Handlers { methods: vec!["ANY"], router: axum::routing::any(handler) }

@@ -14,15 +14,8 @@ pub async fn environment_gpu_use(id: String) -> Result<(GpuUseView, IdleView), A
     let failed = |e| AppError::from_platform(e, &caller.meta.request_id);
     let used = platform.environment_gpu_use(&caller, &id).await.map_err(failed)?;
     let idle = platform.idle_status(&caller, &id).await.map_err(failed)?;
-    let env = platform.environment_of(&caller, &id).await.map_err(failed)?;
-    let may_change = {
-        let target = berth_domain::policy::Target::Owned { tenant_id: env.tenant_id, owner_id: env.owner_id };
-        caller.principal.authorize(berth_domain::policy::Action::EnvironmentChange, target).is_ok()
-    };
-    let ready = env.state == berth_domain::lifecycle::EnvState::Ready
-        && env.desired == berth_domain::lifecycle::Desired::Running;
     let now = berth_platform::now_ms();
-    Ok((views::gpu_use(&used, now), views::idle(&idle, ready && may_change)))
+    Ok((views::gpu_use(&used, now), views::idle(&idle)))
 }
 
 /// "Keep it": the environment is in use; its idle clock starts again.
@@ -186,7 +179,7 @@ mod views {
         UseChartView { title, top: top_text, points: polyline, summary }
     }
 
-    pub fn idle(status: &IdleStatus, may_keep_now: bool) -> IdleView {
+    pub fn idle(status: &IdleStatus) -> IdleView {
         let keeps = match status.keeps_left {
             Some(left) => format!("{} of {} keeps used", status.keeps_used, status.keeps_used + left),
             None if status.keeps_used > 0 => format!("{} keeps used", status.keeps_used),
@@ -201,7 +194,7 @@ mod views {
                     utc(stop_at)
                 )
             }),
-            may_keep: may_keep_now && status.policy.is_some() && status.keeps_left != Some(0),
+            may_keep: status.may_keep,
             keeps,
             stopped: status.stopped_at.map(|at| format!("Stopped for idleness at {}.", utc(at))),
         }

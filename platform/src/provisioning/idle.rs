@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use berth_domain::Refusal;
 use berth_domain::catalog::Offering;
 use berth_domain::idle::{self, IdleAction, IdleFacts, IdlePolicy};
+use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::notification::Notice;
 use berth_domain::policy::{Action, Target};
 use sqlx::{Row, SqliteConnection};
@@ -52,6 +53,9 @@ pub struct IdleStatus {
     pub keeps_left: Option<i64>,
     /// When the watcher stopped it for idleness.
     pub stopped_at: Option<i64>,
+    /// Whether the caller may choose "keep it" now: a policy applies, keeps are left, the
+    /// environment is ready, and the caller may change it.
+    pub may_keep: bool,
 }
 
 impl Platform {
@@ -155,12 +159,20 @@ impl Platform {
         let mut conn = self.db.acquire().await?;
         let policy = applying_policy(&mut conn, env.tenant_id, env.offering).await?;
         let watch = watch_of(&mut conn, id).await?;
+        let keeps_left = policy.and_then(|p| p.max_keeps).map(|limit| (limit - watch.keeps).max(0));
+        let target = Target::Owned { tenant_id: env.tenant_id, owner_id: env.owner_id };
+        let may_keep = policy.is_some()
+            && keeps_left != Some(0)
+            && env.state == EnvState::Ready
+            && env.desired == Desired::Running
+            && caller.principal.authorize(Action::EnvironmentChange, target).is_ok();
         Ok(IdleStatus {
             policy: policy.map(|p| p.describe()),
             warning: watch.idle_since.zip(watch.stop_at),
             keeps_used: watch.keeps,
-            keeps_left: policy.and_then(|p| p.max_keeps).map(|limit| (limit - watch.keeps).max(0)),
+            keeps_left,
             stopped_at: watch.stopped_at,
+            may_keep,
         })
     }
 

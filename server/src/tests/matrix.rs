@@ -204,6 +204,10 @@ fn routes() -> Vec<Route> {
         sf("/api/fleet_capacity", None, ""),
         sf("/api/size_hints", None, "offering=notebook&hours=2&start="),
         api(M::GET, "/api/v1/me", None, ""),
+        // The catalog and its availability are public on the portal too (`size_hints`); with
+        // no offering, a caller is told so (422).
+        api(M::GET, "/api/v1/catalog", None, ""),
+        api(M::GET, "/api/v1/availability", None, ""),
         sf("/api/environments_listing", Some((EnvironmentRead, Aim::CallersTenant)), ""),
         // The platform checks environment.read here (the caller's bookings); every role
         // that has calendar.read has that too.
@@ -228,6 +232,8 @@ fn routes() -> Vec<Route> {
             names_missing: false,
         },
         api(M::GET, "/api/v1/environments/{id}", environment, ""),
+        // A notebook: a caller the policy allows is told it has no job log (422).
+        api(M::GET, "/api/v1/environments/{id}/logs", environment, ""),
         api(M::GET, "/api/v1/tenants", Some((TenantRead, Aim::CallersTenant)), ""),
         api(M::GET, "/api/v1/tenants/{id}/members", Some((MemberRead, Aim::Tenant)), ""),
         api(M::GET, "/api/v1/tokens", Some((TokenRead, Aim::CallersOwn)), ""),
@@ -321,7 +327,9 @@ fn routes() -> Vec<Route> {
         sf("/api/revoke_token", Some((TokenManage, Aim::Token)), "id={id}"),
         sf("/api/revoke_tenant_token", Some((TokenManage, Aim::Token)), "tenant_id=0&id={id}"),
         sf("/api/create_token", Some((TokenManage, Aim::CallersOwn)), "name=matrix-{n}&days=30"),
+        api(M::GET, "/api/v1/ssh-keys", Some((SshKeyRead, Aim::CallersOwn)), ""),
         sf("/api/remove_ssh_key", Some((SshKeyManage, Aim::SshKey)), "id={id}"),
+        api(M::DELETE, "/api/v1/ssh-keys/{id}", Some((SshKeyManage, Aim::SshKey)), ""),
         sf("/api/add_ssh_key", Some((SshKeyManage, Aim::CallersOwn)), ADD_KEY_FORM),
         sf("/api/invite_member", tenant(MemberManage), "tenant_id={id}&email=invitee-{n}%40example.com&role=viewer"),
         sf("/api/change_member_role", tenant(MemberManage), "tenant_id={id}&user_id={owner}&role=member"),

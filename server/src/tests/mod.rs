@@ -5,6 +5,7 @@ mod agent;
 mod api;
 mod assets;
 mod baremetal;
+mod cli;
 mod environments;
 mod fabric;
 mod hardening;

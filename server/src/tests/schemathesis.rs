@@ -59,9 +59,12 @@ async fn schemathesis_finds_no_server_error_and_no_broken_answer() {
     runs.push(("a platform admin, revoking".into(), Some(admin_token), revoking));
     runs.push(("a node agent".into(), Some(node_token), vec!["--include-path-regex", "^/api/v1/agent/", NO_LINKS]));
 
-    // Something of each peer's own to read: a notebook (and with it a home volume).
+    // Something of each peer's own to read: a notebook (and with it a home volume), and an
+    // SSH key (a token may not add one, so the fuzzer's removals need one there).
     for (person, name) in [(&member, "acme-nb"), (&other, "globex-nb")] {
         berth.launch(person, name).await;
+        let key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIKzNtyR4cmJGDog7LEjOcX9o3mjUze+WPw53Rf+R08s7 fuzz@laptop";
+        berth.platform.add_ssh_key(&person.caller(meta()), name, key).await.expect("an SSH key");
     }
     let (_, other_token) = berth.token(&other, &[]).await;
     let dir = tempfile::tempdir().expect("a folder for the peers' files");

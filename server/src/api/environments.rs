@@ -1,0 +1,319 @@
+//! Environments: list, launch (with `Idempotency-Key`), show, stop, change the end.
+
+use axum::Json;
+use axum::extract::{Path, Query};
+use axum::response::{IntoResponse, Response};
+use berth_domain::Refusal;
+use berth_domain::catalog::Offering;
+use berth_domain::launch::LaunchRequest;
+use berth_platform::capacity::environments::{Environment, EnvironmentFilter};
+use berth_platform::{Caller, Error, Platform};
+use http::{HeaderMap, StatusCode};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use super::{ApiError, Body, TokenCaller, fail, rfc3339, schema};
+
+/// An environment as the API shows it. Notebooks and endpoints are reached on their own
+/// origins; a dedicated cluster's kubeconfig only by those who may act in it.
+#[derive(Serialize, ToSchema)]
+pub struct EnvironmentBody {
+    id: String,
+    name: String,
+    /// `notebook`, `training`, `inference` or `cluster`.
+    #[schema(schema_with = schema::offering)]
+    offering: &'static str,
+    /// The size's id in the catalog, e.g. `h100-1g.10gb`.
+    size: &'static str,
+    #[schema(schema_with = schema::environment_state)]
+    state: &'static str,
+    #[schema(schema_with = schema::tier)]
+    tier: &'static str,
+    #[schema(format = DateTime)]
+    starts_at: String,
+    #[schema(format = DateTime)]
+    ends_at: String,
+    #[schema(format = DateTime)]
+    created_at: String,
+    failure_reason: Option<String>,
+    /// A notebook's JupyterLab or an endpoint's OpenAI-compatible API, on the
+    /// environment's own origin.
+    url: Option<String>,
+    /// A dedicated cluster's connection, for those who may act in it.
+    connection: Option<ConnectionBody>,
+}
+
+/// How a dedicated cluster is reached.
+#[derive(Serialize, ToSchema)]
+pub struct ConnectionBody {
+    url: String,
+    /// e.g. "Token"; shown with `secret`.
+    secret_label: Option<String>,
+    secret: Option<String>,
+    /// A command that uses the connection.
+    example: String,
+}
+
+fn environment_body(platform: &Platform, caller: &Caller, env: &Environment) -> EnvironmentBody {
+    let origin = platform.environment_origin(&env.id);
+    let url = match env.offering {
+        Offering::Notebook => Some(format!("{origin}/lab")),
+        Offering::InferenceEndpoint => Some(format!("{origin}/v1")),
+        Offering::TrainingJob | Offering::DedicatedCluster => None,
+    };
+    let connection = env
+        .connection
+        .as_ref()
+        .filter(|_| env.offering == Offering::DedicatedCluster && platform.may_connect(caller, env))
+        .map(|c| ConnectionBody {
+            url: c.url.clone(),
+            secret_label: c.secret_label.clone(),
+            secret: c.secret.clone(),
+            example: c.example.clone(),
+        });
+    EnvironmentBody {
+        id: env.id.clone(),
+        name: env.name.clone(),
+        offering: env.offering.id(),
+        size: env.size.id,
+        state: env.state.as_str(),
+        tier: env.tier.as_str(),
+        starts_at: rfc3339(env.starts_at),
+        ends_at: rfc3339(env.ends_at),
+        created_at: rfc3339(env.created_at),
+        failure_reason: env.failure_reason.clone(),
+        url,
+        connection,
+    }
+}
+
+/// Which environments a listing shows: by owner, project and tenant (their ids) and state
+/// (`active`, `finished` or `any`).
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EnvironmentQuery {
+    /// The owner's user id.
+    #[serde(default)]
+    #[param(pattern = "^[0-9]*$")]
+    pub owner: String,
+    /// The project's id.
+    #[serde(default)]
+    #[param(pattern = "^[0-9]*$")]
+    pub project: String,
+    /// The tenant's id (platform staff).
+    #[serde(default)]
+    #[param(pattern = "^[0-9]*$")]
+    pub tenant: String,
+    /// `active`, `finished` or `any` (empty: any).
+    #[serde(default)]
+    #[param(schema_with = schema::state_filter)]
+    pub state: String,
+}
+
+/// An environment in a listing, with whose it is.
+#[derive(Serialize, ToSchema)]
+pub struct ListedEnvironmentBody {
+    #[serde(flatten)]
+    environment: EnvironmentBody,
+    owner: Owner,
+    project: Option<String>,
+    /// `null` for platform staff's own environments.
+    tenant: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct Owner {
+    id: i64,
+    name: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct EnvironmentList {
+    environments: Vec<ListedEnvironmentBody>,
+}
+
+/// The environments in the caller's reach: their own, their tenant's for tenant admins and
+/// viewers, every one for platform staff.
+#[utoipa::path(get, path = "/api/v1/environments", tag = "environments", params(EnvironmentQuery),
+    responses((status = 200, body = EnvironmentList)))]
+pub(super) async fn environments(
+    TokenCaller(platform, caller): TokenCaller,
+    Query(query): Query<EnvironmentQuery>,
+) -> Result<Json<EnvironmentList>, ApiError> {
+    let filter =
+        EnvironmentFilter::parse(&query.owner, &query.project, &query.tenant, &query.state).map_err(fail(&caller))?;
+    let listing = platform.environments_in_reach(&caller, &filter).await.map_err(fail(&caller))?;
+    let environments = listing
+        .environments
+        .iter()
+        .map(|listed| ListedEnvironmentBody {
+            environment: environment_body(&platform, &caller, &listed.environment),
+            owner: Owner { id: listed.environment.owner_id, name: listed.owner.clone() },
+            project: listed.project.clone(),
+            tenant: listed.tenant.clone(),
+        })
+        .collect();
+    Ok(Json(EnvironmentList { environments }))
+}
+
+/// What a launch sends (`berth_domain::launch::LaunchRequest`, which reads it: a test keeps
+/// the two field for field). Values as the launch form types them.
+#[derive(ToSchema)]
+#[allow(dead_code)] // The schema of what `LaunchRequest` reads; never built.
+pub struct LaunchBody {
+    /// `notebook`, `training`, `inference` or `cluster`.
+    #[schema(schema_with = schema::offering)]
+    offering: String,
+    /// A size's id in the catalog, e.g. `h100-1g.10gb`.
+    #[schema(schema_with = schema::size)]
+    size: String,
+    name: String,
+    /// Whole hours, e.g. `"4"`.
+    #[schema(pattern = "^[0-9]{1,4}$")]
+    hours: String,
+    /// Empty for now, else a UTC date and time (`2026-11-26 14:00`).
+    #[schema(required = false, default = "")]
+    start: String,
+    /// "As soon as possible": the earliest start within this many days, instead of `start`.
+    #[schema(required = false, default = "", pattern = "^[0-9]{0,3}$")]
+    earliest_within_days: String,
+    /// Other GPU models the booking may take, separated by commas, or `any`.
+    #[schema(required = false, default = "")]
+    models: String,
+    /// Any model whose GPUs have at least this many GB.
+    #[schema(required = false, default = "")]
+    min_gpu_memory_gb: String,
+    /// Empty or `guaranteed`, or `spot`.
+    #[schema(schema_with = schema::tier_asked, required = false, default = "")]
+    tier: String,
+    /// The id of the project whose quota the booking counts against; empty for none.
+    #[schema(required = false, default = "")]
+    project: String,
+    #[schema(required = false, default = "")]
+    image: String,
+    #[schema(required = false, default = "")]
+    command: String,
+    /// Ids of volumes to attach besides the home volume (notebooks and training jobs).
+    #[schema(schema_with = schema::ids, required = false)]
+    volumes: Vec<i64>,
+}
+
+/// Books an environment. With an `Idempotency-Key` header, a retry of the same request gets
+/// the same answer (201 and the environment the first one booked, as it is now) and books
+/// nothing; the same key with another request is refused (422).
+#[utoipa::path(post, path = "/api/v1/environments", tag = "environments",
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "Makes a retry safe: the same person's key with the same request books once (kept 24 hours)")),
+    request_body = LaunchBody,
+    responses((status = 201, description = "Booked", body = EnvironmentBody)))]
+pub(super) async fn launch(
+    TokenCaller(platform, caller): TokenCaller,
+    headers: HeaderMap,
+    Body(request): Body<LaunchRequest>,
+) -> Result<Response, ApiError> {
+    let env = match headers.get(IDEMPOTENCY_KEY) {
+        None => platform.launch(&caller, &request).await.map_err(fail(&caller))?,
+        Some(key) => {
+            let key = key.to_str().map_err(|_| Error::from(Refusal::InvalidIdempotencyKey("must be visible ASCII")));
+            let key = key.map_err(fail(&caller))?;
+            platform.launch_once(&caller, &request, key).await.map_err(fail(&caller))?.environment
+        }
+    };
+    Ok((StatusCode::CREATED, Json(environment_body(&platform, &caller, &env))).into_response())
+}
+
+/// The header a client repeats on a retry (the IETF draft "The Idempotency-Key HTTP Header
+/// Field").
+const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// One environment.
+#[utoipa::path(get, path = "/api/v1/environments/{id}", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id")),
+    responses((status = 200, body = EnvironmentBody)))]
+pub(super) async fn environment(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+) -> Result<Json<EnvironmentBody>, ApiError> {
+    let env = platform.environment_of(&caller, &id).await.map_err(fail(&caller))?;
+    Ok(Json(environment_body(&platform, &caller, &env)))
+}
+
+/// Stops an environment (or cancels a booking that has not started).
+#[utoipa::path(post, path = "/api/v1/environments/{id}/stop", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id")),
+    responses((status = 200, body = EnvironmentBody)))]
+pub(super) async fn stop(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+) -> Result<Json<EnvironmentBody>, ApiError> {
+    let env = platform.stop(&caller, &id).await.map_err(fail(&caller))?;
+    Ok(Json(environment_body(&platform, &caller, &env)))
+}
+
+/// A booking's new end.
+#[derive(Deserialize, ToSchema)]
+pub struct NewEnd {
+    /// A UTC date and time, `2026-11-26 18:00`.
+    ends_at: String,
+}
+
+/// Moves an environment's end: earlier, or later while the calendar has room.
+#[utoipa::path(post, path = "/api/v1/environments/{id}/end", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id")),
+    request_body = NewEnd,
+    responses((status = 200, body = EnvironmentBody)))]
+pub(super) async fn change_end(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+    Body(end): Body<NewEnd>,
+) -> Result<Json<EnvironmentBody>, ApiError> {
+    let env = platform.change_end(&caller, &id, &end.ends_at).await.map_err(fail(&caller))?;
+    Ok(Json(environment_body(&platform, &caller, &env)))
+}
+
+/// How much of a training job's log.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogsQuery {
+    /// The last this many lines, at most 200 (more is taken as 200; the whole kept log is
+    /// the page's download, `/environments/{id}/log.txt`); absent: 200.
+    #[param(minimum = 0)]
+    pub tail: Option<u32>,
+}
+
+/// A training job's status and the end of its log.
+#[derive(Serialize, ToSchema)]
+pub struct JobLogsBody {
+    /// `pending`, `running`, `succeeded` or `failed`.
+    #[schema(example = "running")]
+    status: &'static str,
+    /// A failed job's exit code, where it has one.
+    exit_code: Option<i32>,
+    /// Why a job failed.
+    reason: Option<String>,
+    /// The last lines, oldest first.
+    lines: Vec<String>,
+}
+
+/// A training job's status and the last lines of its log (kept when it ended).
+#[utoipa::path(get, path = "/api/v1/environments/{id}/logs", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id"), LogsQuery),
+    responses((status = 200, body = JobLogsBody)))]
+pub(super) async fn logs(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+    Query(query): Query<LogsQuery>,
+) -> Result<Json<JobLogsBody>, ApiError> {
+    use berth_platform::provisioning::backend::JobStatus;
+    let logs = platform.job_logs(&caller, &id).await.map_err(fail(&caller))?;
+    let (status, exit_code, reason) = match logs.status {
+        JobStatus::Pending => ("pending", None, None),
+        JobStatus::Running => ("running", None, None),
+        JobStatus::Succeeded => ("succeeded", Some(0), None),
+        JobStatus::Failed { exit_code, reason } => ("failed", exit_code, Some(reason)),
+    };
+    let mut lines = logs.lines;
+    let tail = query.tail.map_or(lines.len(), |t| t as usize);
+    lines.drain(..lines.len().saturating_sub(tail));
+    Ok(Json(JobLogsBody { status, exit_code, reason, lines }))
+}

@@ -1,0 +1,349 @@
+//! Nodes for platform admins (health, checks, lifecycle) and the node agent's routes
+//! (`/api/v1/agent/*`, node token).
+
+use axum::Json;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use berth_domain::agent::NodeReport;
+use berth_domain::node_plan::PlanReport;
+use berth_platform::Error;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::{ApiError, Body, NodeSecret, TokenCaller, fail, node_unauthenticated, rfc3339, schema};
+use crate::state::AppState;
+
+/// A node's lifecycle state, its changes and its check runs.
+#[derive(Serialize, ToSchema)]
+pub struct NodeHealthBody {
+    node: String,
+    site: String,
+    model: &'static str,
+    gpus: u32,
+    #[schema(schema_with = schema::node_state)]
+    state: &'static str,
+    repair_tier: u32,
+    /// The repair tier in progress (in repair) or last tried.
+    repair_tier_name: Option<String>,
+    repair_tiers: u32,
+    /// Unreleased bookings on the node now.
+    bookings_now: i64,
+    takes_new_bookings: bool,
+    /// Newest first.
+    changes: Vec<NodeStateChangeBody>,
+    /// Newest first, the last 20.
+    check_runs: Vec<CheckRunBody>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct NodeStateChangeBody {
+    #[schema(schema_with = schema::node_state)]
+    from: &'static str,
+    #[schema(schema_with = schema::node_state)]
+    to: &'static str,
+    repair_tier: u32,
+    event: String,
+    reason: String,
+    /// The person's email; `null` when Berth moved the node.
+    by: Option<String>,
+    #[schema(format = DateTime)]
+    at: String,
+}
+
+/// The node's health: state, changes (who, why, when) and check runs.
+#[utoipa::path(get, path = "/api/v1/nodes/{id}/health", tag = "nodes",
+    params(("id" = String, Path, description = "The node's name")),
+    responses((status = 200, body = NodeHealthBody)))]
+pub(super) async fn node_health(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(name): Path<String>,
+) -> Result<Json<NodeHealthBody>, ApiError> {
+    let health = platform.node_health(&caller, &name).await.map_err(fail(&caller))?;
+    let changes = health
+        .changes
+        .iter()
+        .map(|c| NodeStateChangeBody {
+            from: c.from.as_str(),
+            to: c.to.as_str(),
+            repair_tier: c.tier,
+            event: c.event.clone(),
+            reason: c.reason.clone(),
+            by: c.by.clone(),
+            at: rfc3339(c.at),
+        })
+        .collect();
+    Ok(Json(NodeHealthBody {
+        node: health.node,
+        site: health.site,
+        model: health.model.name(),
+        gpus: health.gpus,
+        state: health.status.state.as_str(),
+        repair_tier: health.status.tier,
+        repair_tier_name: health.tier_name,
+        repair_tiers: health.tiers,
+        bookings_now: health.bookings_now,
+        takes_new_bookings: health.status.state.takes_new_bookings(),
+        changes,
+        check_runs: health.runs.iter().map(check_run_body).collect(),
+    }))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CheckRunBody {
+    id: i64,
+    /// `quick`, `medium` or `long`.
+    level: String,
+    /// `acceptance` or `on_demand`.
+    purpose: String,
+    requested_by: Option<String>,
+    #[schema(format = DateTime)]
+    started_at: String,
+    #[schema(format = DateTime)]
+    finished_at: Option<String>,
+    /// `null` while it runs.
+    passed: Option<bool>,
+    results: Vec<CheckResultBody>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CheckResultBody {
+    check: String,
+    passed: bool,
+    measured: Option<f64>,
+    threshold: Option<f64>,
+    unit: String,
+    summary: String,
+    command: String,
+    raw_output: String,
+}
+
+fn check_run_body(run: &berth_platform::provisioning::node_health::CheckRun) -> CheckRunBody {
+    CheckRunBody {
+        id: run.id,
+        level: run.level.clone(),
+        purpose: run.purpose.clone(),
+        requested_by: run.requested_by.clone(),
+        started_at: rfc3339(run.started_at),
+        finished_at: run.finished_at.map(rfc3339),
+        passed: run.passed,
+        results: run
+            .results
+            .iter()
+            .map(|r| CheckResultBody {
+                check: r.kind.clone(),
+                passed: r.passed,
+                measured: r.measured,
+                threshold: r.threshold,
+                unit: r.unit.clone(),
+                summary: r.summary.clone(),
+                command: r.command.clone(),
+                raw_output: r.raw_output.clone(),
+            })
+            .collect(),
+    }
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct CheckRequest {
+    /// `quick`, `medium` or `long` (`dcgmi diag -r 1/2/3`).
+    level: String,
+}
+
+/// Runs checks on a node: acceptance on a node nobody holds, else a check on demand.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/checks", tag = "nodes",
+    params(("id" = String, Path, description = "The node's name")),
+    request_body = CheckRequest,
+    responses((status = 200, body = CheckRunBody)))]
+pub(super) async fn run_node_checks(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(name): Path<String>,
+    Body(request): Body<CheckRequest>,
+) -> Result<Json<CheckRunBody>, ApiError> {
+    let run = platform.run_node_checks(&caller, &name, &request.level).await.map_err(fail(&caller))?;
+    Ok(Json(check_run_body(&run)))
+}
+
+#[derive(Deserialize, ToSchema)]
+pub struct StateChange {
+    /// `drain`, `return_to_service`, `start_repair`, `repair_done`, `repair_failed`,
+    /// `retire` or `reinstate`.
+    event: String,
+    /// Why, for the node's history.
+    reason: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct NodeStateBody {
+    node: String,
+    #[schema(schema_with = schema::node_state)]
+    state: &'static str,
+    repair_tier: u32,
+    repair_tier_name: Option<String>,
+}
+
+/// A platform admin moves a node through its lifecycle.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/state", tag = "nodes",
+    params(("id" = String, Path, description = "The node's name")),
+    request_body = StateChange,
+    responses((status = 200, body = NodeStateBody)))]
+pub(super) async fn change_node_state(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(name): Path<String>,
+    Body(change): Body<StateChange>,
+) -> Result<Json<NodeStateBody>, ApiError> {
+    let health =
+        platform.change_node_state(&caller, &name, &change.event, &change.reason).await.map_err(fail(&caller))?;
+    Ok(Json(NodeStateBody {
+        node: health.node,
+        state: health.status.state.as_str(),
+        repair_tier: health.status.tier,
+        repair_tier_name: health.tier_name,
+    }))
+}
+
+/// What a node's agent reports (`berth_domain::agent::NodeReport`, which reads it: a test
+/// keeps the two field for field).
+#[derive(ToSchema)]
+#[allow(dead_code)] // The schema of what `NodeReport` reads; never built.
+pub struct NodeReportBody {
+    /// The `berth` version the agent runs.
+    agent_version: String,
+    /// Every GPU NVML sees; empty when NVML is not available on the node.
+    gpus: Vec<GpuReportBody>,
+}
+
+/// One GPU as NVML sees it (`berth_domain::agent::GpuReport`); readings a GPU does not
+/// support are `null`.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct GpuReportBody {
+    /// NVML's device index, the fleet file's numbering.
+    index: i64,
+    /// `GPU-…`.
+    uuid: String,
+    /// e.g. `NVIDIA H100 80GB HBM3`.
+    name: String,
+    memory_mib: i64,
+    mig_enabled: bool,
+    mig_instances: Option<i64>,
+    /// Uncorrected ECC errors since the driver loaded.
+    ecc_uncorrected: Option<i64>,
+    temperature_c: Option<i64>,
+    power_w: Option<i64>,
+    /// 0 to 100.
+    utilization_pct: Option<i64>,
+}
+
+/// What an agent says after applying its node's plan (`berth_domain::node_plan::PlanReport`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct PlanReportBody {
+    /// The plan generation the agent worked on.
+    generation: i64,
+    /// `null`: the whole plan is applied; otherwise what stopped it.
+    error: Option<String>,
+    /// The node's underlay address, which the tenants' other nodes tunnel to.
+    #[schema(format = Ipv4, pattern = r"^((25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])\.){3}(25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])$")]
+    underlay_address: Option<String>,
+    #[schema(required = false)]
+    workloads: Vec<WorkloadStatusBody>,
+}
+
+/// How one workload is doing on the node (`berth_domain::node_plan::WorkloadStatus`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct WorkloadStatusBody {
+    environment_id: String,
+    /// `null` until the image is on the node.
+    #[schema(schema_with = schema::workload_state, required = false)]
+    state: Option<String>,
+    exit_code: Option<i64>,
+    /// Why the agent could not pull or start it.
+    error: Option<String>,
+    /// A training job's last log lines, oldest first.
+    #[schema(required = false)]
+    log_tail: Vec<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ReportReceiptBody {
+    node: String,
+    /// GPUs in the report.
+    gpus: usize,
+    /// One line per GPU whose health changed, e.g. `gpu 3: failed (2 uncorrected ECC errors)`.
+    changes: Vec<String>,
+    /// Indices the node reports that the fleet file does not name; they are not booked.
+    unexpected_gpus: Vec<i64>,
+}
+
+/// A node's agent reports its GPUs as NVML reads them (`berth_domain::agent::NodeReport`);
+/// the answer says which GPUs changed health.
+#[utoipa::path(post, path = "/api/v1/agent/report", tag = "agent",
+    request_body = NodeReportBody,
+    responses((status = 200, body = ReportReceiptBody)))]
+pub(super) async fn agent_report(
+    State(state): State<AppState>,
+    NodeSecret(secret, meta): NodeSecret,
+    Body(report): Body<NodeReport>,
+) -> Result<Json<ReportReceiptBody>, Response> {
+    let request_id = meta.request_id.clone();
+    match state.platform.report_node(&secret, &report, meta).await {
+        Ok(receipt) => Ok(Json(ReportReceiptBody {
+            node: receipt.node,
+            gpus: report.gpus.len(),
+            changes: receipt.changes,
+            unexpected_gpus: receipt.unexpected,
+        })),
+        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
+        Err(error) => Err(ApiError { error, request_id }.into_response()),
+    }
+}
+
+/// A bare-metal node's agent fetches what its node should hold (`--backend baremetal`).
+#[utoipa::path(get, path = "/api/v1/agent/plan", tag = "agent",
+    responses((status = 200, description = "The node's plan (`berth_domain::node_plan::NodePlan`)", body = Object)))]
+pub(super) async fn agent_plan(
+    State(state): State<AppState>,
+    NodeSecret(secret, meta): NodeSecret,
+) -> Result<Json<Value>, Response> {
+    let request_id = meta.request_id.clone();
+    match state.platform.node_plan(&secret, meta).await {
+        Ok(plan) => Ok(Json(
+            serde_json::to_value(plan)
+                .map_err(|e| ApiError { error: Error::internal(e), request_id: request_id.clone() }.into_response())?,
+        )),
+        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
+        Err(error) => Err(ApiError { error, request_id }.into_response()),
+    }
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct PlanAccepted {
+    /// The generation reported.
+    generation: i64,
+}
+
+/// A bare-metal node's agent says which plan generation it applied, or why it could not
+/// (`berth_domain::node_plan::PlanReport`).
+#[utoipa::path(post, path = "/api/v1/agent/plan", tag = "agent",
+    request_body = PlanReportBody,
+    responses((status = 200, body = PlanAccepted)))]
+pub(super) async fn agent_plan_report(
+    State(state): State<AppState>,
+    NodeSecret(secret, meta): NodeSecret,
+    Body(report): Body<PlanReport>,
+) -> Result<Json<PlanAccepted>, Response> {
+    let request_id = meta.request_id.clone();
+    let generation = report.generation;
+    // Its own task: an agent that hangs up must not cut the write transaction short.
+    let platform = state.platform.clone();
+    let outcome = tokio::spawn(async move { platform.report_node_plan(&secret, &report, meta).await })
+        .await
+        .unwrap_or_else(|e| Err(Error::internal(e)));
+    match outcome {
+        Ok(()) => Ok(Json(PlanAccepted { generation })),
+        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
+        Err(error) => Err(ApiError { error, request_id }.into_response()),
+    }
+}

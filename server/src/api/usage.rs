@@ -1,0 +1,221 @@
+//! The audit log and the usage report (also the usage page's JSON download, `web.rs`).
+
+use axum::Json;
+use axum::extract::Query;
+use berth_platform::audit::AuditFilter;
+use berth_platform::{Caller, Error, Platform};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use super::{ApiError, ApiResult, TokenCaller, fail, rfc3339, schema};
+
+/// The audit log's filters (`berth_platform::audit::AuditFilter` reads them); empty ones
+/// do not filter.
+#[derive(IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)] // The parameters `AuditFilter` reads; never built.
+pub struct AuditQuery {
+    /// A tenant's slug (platform staff).
+    tenant: Option<String>,
+    /// Part of the actor's email.
+    actor: Option<String>,
+    /// The start of an action's name, e.g. `environment.launch`.
+    action: Option<String>,
+    /// `success`, `failure` or `denied`.
+    outcome: Option<String>,
+    /// Only events before this id: the next page.
+    before: Option<i64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AuditEvent {
+    id: i64,
+    #[schema(format = DateTime)]
+    at: String,
+    /// The actor's email.
+    actor: Option<String>,
+    tenant: Option<String>,
+    action: String,
+    target: Option<String>,
+    /// `success`, `failure` or `denied`.
+    outcome: String,
+    /// The source address.
+    source: Option<String>,
+    request_id: Option<String>,
+    detail: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct AuditLog {
+    /// Newest first, at most 100: the next page is `before` the last one's id.
+    events: Vec<AuditEvent>,
+}
+
+/// The audit log in the caller's reach, newest first.
+#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", params(AuditQuery),
+    responses((status = 200, body = AuditLog)))]
+pub(super) async fn audit(
+    TokenCaller(platform, caller): TokenCaller,
+    Query(filter): Query<AuditFilter>,
+) -> Result<Json<AuditLog>, ApiError> {
+    let rows = platform.audit_log(&caller, &filter, berth_platform::audit::AUDIT_PAGE).await.map_err(fail(&caller))?;
+    let events = rows
+        .into_iter()
+        .map(|r| AuditEvent {
+            id: r.id,
+            at: rfc3339(r.at),
+            actor: r.actor,
+            tenant: r.tenant,
+            action: r.action,
+            target: r.target,
+            outcome: r.outcome,
+            source: r.source,
+            request_id: r.request_id,
+            detail: r.detail,
+        })
+        .collect();
+    Ok(Json(AuditLog { events }))
+}
+
+/// Which month of usage, grouped how, and (platform staff) of which tenant.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct UsageQuery {
+    /// `2026-11`; empty for this month.
+    #[serde(default)]
+    #[param(pattern = "^([0-9]{4}-(0[1-9]|1[0-2]))?$")]
+    pub month: String,
+    /// What the lines are; empty for projects.
+    #[serde(default)]
+    #[param(schema_with = schema::usage_by)]
+    pub by: String,
+    /// A tenant's slug (platform staff).
+    #[serde(default)]
+    pub tenant: String,
+}
+
+/// A month of GPU-hours and cost in the caller's reach, with the budgets that apply.
+#[utoipa::path(get, path = "/api/v1/usage", tag = "usage", params(UsageQuery),
+    responses((status = 200, body = UsageBody)))]
+pub(super) async fn usage(TokenCaller(platform, caller): TokenCaller, Query(query): Query<UsageQuery>) -> ApiResult {
+    let report = usage_report(&platform, &caller, &query).await.map_err(fail(&caller))?;
+    Ok(Json(usage_json(&report)))
+}
+
+pub async fn usage_report(
+    platform: &Platform,
+    caller: &Caller,
+    query: &UsageQuery,
+) -> Result<berth_platform::capacity::metering::UsageReport, Error> {
+    let (month, by) = berth_platform::capacity::metering::parse_report(&query.month, &query.by)?;
+    let tenant = Some(query.tenant.as_str()).filter(|t| !t.trim().is_empty());
+    platform.usage_report(caller, month, by, tenant).await
+}
+
+/// A usage report as the API and the usage page's JSON download give it: amounts in cents
+/// and as dollars, GPU-hours as numbers.
+#[derive(Serialize, ToSchema)]
+pub struct UsageBody {
+    /// `2026-11`.
+    month: String,
+    /// `use` or `reservation`: what a booking is charged for.
+    charged_for: &'static str,
+    by: &'static str,
+    /// Up to when time is counted.
+    #[schema(format = DateTime)]
+    counted_to: String,
+    /// Costliest first.
+    lines: Vec<UsageLineBody>,
+    total_cents: i64,
+    /// `$12.34`.
+    total: String,
+    total_gpu_hours: f64,
+    /// For each day of the month, each line's cents (in `lines` order).
+    daily_cents: Vec<Vec<i64>>,
+    budgets: Vec<BudgetBody>,
+    /// Platform staff: each GPU model's GPU-hours held against the fleet's, per day.
+    fleet: Vec<ModelUseBody>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct UsageLineBody {
+    key: String,
+    name: String,
+    gpu_hours: f64,
+    environments: usize,
+    cents: i64,
+    amount: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct BudgetBody {
+    id: i64,
+    /// "Tenant Acme", "Project acme/vision".
+    of: String,
+    cents_per_month: i64,
+    warn_only: bool,
+    spent_cents: i64,
+    /// Spent, plus what running and booked environments will cost by the month's end.
+    committed_cents: i64,
+    /// The marks (50, 80, 100) reached this month.
+    reached_percent: Vec<u32>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ModelUseBody {
+    model: String,
+    gpus: i64,
+    allocated_gpu_hours: Vec<f64>,
+    capacity_gpu_hours: Vec<f64>,
+}
+
+/// A usage report as JSON (the API's answer and the page's download).
+pub fn usage_json(report: &berth_platform::capacity::metering::UsageReport) -> Value {
+    let body = UsageBody {
+        month: report.month.key(),
+        charged_for: report.basis.as_str(),
+        by: report.by.as_str(),
+        counted_to: rfc3339(report.counted_to),
+        lines: report
+            .lines
+            .iter()
+            .map(|l| UsageLineBody {
+                key: l.key.clone(),
+                name: l.label.clone(),
+                gpu_hours: l.gpu_hours,
+                environments: l.environments,
+                cents: l.cents,
+                amount: berth_domain::metering::format_money(l.cents),
+            })
+            .collect(),
+        total_cents: report.total_cents,
+        total: berth_domain::metering::format_money(report.total_cents),
+        total_gpu_hours: report.total_gpu_hours,
+        daily_cents: report.daily_cents.clone(),
+        budgets: report
+            .budgets
+            .iter()
+            .map(|b| BudgetBody {
+                id: b.id,
+                of: b.of.clone(),
+                cents_per_month: b.cents_per_month,
+                warn_only: b.warn_only,
+                spent_cents: b.spent_cents,
+                committed_cents: b.committed_cents,
+                reached_percent: b.reached.clone(),
+            })
+            .collect(),
+        fleet: report
+            .fleet
+            .iter()
+            .map(|m| ModelUseBody {
+                model: m.model.clone(),
+                gpus: m.gpus,
+                allocated_gpu_hours: m.allocated_gpu_hours.clone(),
+                capacity_gpu_hours: m.capacity_gpu_hours.clone(),
+            })
+            .collect(),
+    };
+    serde_json::to_value(body).unwrap_or(Value::Null)
+}
