@@ -143,7 +143,10 @@ async fn an_idle_notebook_is_warned_kept_then_stopped_and_its_capacity_freed(poo
     assert!(stop_at >= t0 + 22 * SECOND, "stopped a grace after the warning");
     assert!(status.may_keep);
     let viewer = berth.user_with("vic@example.com", Role::Viewer).await;
-    assert!(!berth.platform.idle_status(&viewer, &notebook.id).await.expect("status").may_keep, "a viewer only watches");
+    assert!(
+        !berth.platform.idle_status(&viewer, &notebook.id).await.expect("status").may_keep,
+        "a viewer only watches"
+    );
     assert_eq!(notified(&berth, Kind::IdleWarning).await, 1);
     assert_eq!(audited(&berth, "environment.idle_warning").await, 1);
     // A second pass does not warn again.
