@@ -522,6 +522,12 @@ pub struct SizeHint {
     /// "12 free now" or "none free now; earliest start Tue 24 Nov 14:15 UTC".
     pub text: String,
     pub free_now: bool,
+    /// "$3.20/h": the list price in force at the start; `None`: no price, not bookable.
+    pub price: Option<String>,
+    /// "$11.20 for 4 h": the booking's cost at the rates over its window, after the
+    /// caller's tenant's discount ("after your 12.5% discount" is said in `discount`).
+    pub cost: Option<String>,
+    pub discount: Option<String>,
 }
 
 /// A "Sign in with ..." button.

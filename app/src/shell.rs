@@ -10,7 +10,7 @@ use crate::components::{Auth, NavBar};
 use crate::pages::{
     AccountPage, AuditPage, CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FabricPage, FleetPage,
     IdlePoliciesPage, ImagesPage, LaunchPage, LoginPage, NewPasswordPage, NodePage, NotFound, NotificationsPage,
-    QuotasPage, SecondFactorPage, TenantPage, TenantsPage, UsagePage, VolumesPage, WebhooksPage,
+    PricesPage, QuotasPage, SecondFactorPage, TenantPage, TenantsPage, UsagePage, VolumesPage, WebhooksPage,
 };
 
 /// The whole document, rendered on the server.
@@ -90,6 +90,8 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/volumes") view=VolumesPage ssr=SsrMode::Async/>
                         <Route path=path!("/images") view=ImagesPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/images") view=ImagesPage ssr=SsrMode::Async/>
+                        <Route path=path!("/prices") view=PricesPage ssr=SsrMode::Async/>
+                        <Route path=path!("/admin/prices") view=PricesPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/tenants") view=TenantsPage ssr=SsrMode::Async/>
                         <Route path=path!("/tenants/:id") view=TenantPage ssr=SsrMode::Async/>
                         <Route path=path!("/tenants/:id/webhooks") view=WebhooksPage ssr=SsrMode::Async/>

@@ -1,4 +1,5 @@
-//! The service catalog: what a user can launch, in which sizes, at what price.
+//! The service catalog: what a user can launch, in which sizes (their prices are the rate
+//! card's, `rates`).
 
 use serde::{Deserialize, Serialize};
 
@@ -118,16 +119,9 @@ pub struct Size {
     pub shape: Shape,
     pub vcpus: u32,
     pub memory_gb: u32,
-    /// US cents per hour for the whole size.
-    pub cents_per_hour: u32,
 }
 
 impl Size {
-    /// "$3.20/h"
-    pub fn price_per_hour(&self) -> String {
-        format_cents(self.cents_per_hour)
-    }
-
     pub fn gpu_model(&self) -> GpuModel {
         self.shape.model()
     }
@@ -144,34 +138,17 @@ const fn slice(
     profile: MigProfile,
     vcpus: u32,
     memory_gb: u32,
-    cents_per_hour: u32,
 ) -> Size {
-    Size { id, label, shape: Shape::MigSlice { model, profile }, vcpus, memory_gb, cents_per_hour }
+    Size { id, label, shape: Shape::MigSlice { model, profile }, vcpus, memory_gb }
 }
 
-const fn gpus(
-    id: &'static str,
-    label: &'static str,
-    model: GpuModel,
-    count: u32,
-    vcpus: u32,
-    memory_gb: u32,
-    cents_per_hour: u32,
-) -> Size {
-    Size { id, label, shape: Shape::Gpus { model, count }, vcpus, memory_gb, cents_per_hour }
+const fn gpus(id: &'static str, label: &'static str, model: GpuModel, count: u32, vcpus: u32, memory_gb: u32) -> Size {
+    Size { id, label, shape: Shape::Gpus { model, count }, vcpus, memory_gb }
 }
 
 /// The development tier: a share of a time-sliced GPU.
-const fn share(
-    id: &'static str,
-    label: &'static str,
-    model: GpuModel,
-    ways: u8,
-    vcpus: u32,
-    memory_gb: u32,
-    cents_per_hour: u32,
-) -> Size {
-    Size { id, label, shape: Shape::Share { model, ways }, vcpus, memory_gb, cents_per_hour }
+const fn share(id: &'static str, label: &'static str, model: GpuModel, ways: u8, vcpus: u32, memory_gb: u32) -> Size {
+    Size { id, label, shape: Shape::Share { model, ways }, vcpus, memory_gb }
 }
 
 /// vCPUs of one GPU node as the catalog sells it whole (a dedicated cluster's node).
@@ -179,94 +156,55 @@ pub const NODE_VCPUS: u32 = 192;
 /// Memory (GB) of one GPU node as the catalog sells it whole.
 pub const NODE_MEMORY_GB: u32 = 2048;
 
-const fn nodes(id: &'static str, label: &'static str, model: GpuModel, count: u32, cents_per_hour: u32) -> Size {
+const fn nodes(id: &'static str, label: &'static str, model: GpuModel, count: u32) -> Size {
     Size {
         id,
         label,
         shape: Shape::Nodes { model, count },
         vcpus: NODE_VCPUS * count,
         memory_gb: NODE_MEMORY_GB * count,
-        cents_per_hour,
     }
 }
 
 const NOTEBOOK_SIZES: &[Size] = &[
-    slice("h100-1g.10gb", "H100 slice 1g.10gb", GpuModel::H100_80GB, MigProfile::G1, 4, 32, 55),
-    slice("h100-3g.40gb", "H100 slice 3g.40gb", GpuModel::H100_80GB, MigProfile::G3, 12, 96, 155),
-    gpus("l40s-1", "1 x L40S 48GB", GpuModel::L40S, 1, 16, 128, 110),
-    gpus("h100-1", "1 x H100 80GB", GpuModel::H100_80GB, 1, 24, 224, 320),
-    share("l40s-dev", "L40S shared by 4 (development)", GpuModel::L40S, 4, 4, 32, 30),
+    slice("h100-1g.10gb", "H100 slice 1g.10gb", GpuModel::H100_80GB, MigProfile::G1, 4, 32),
+    slice("h100-3g.40gb", "H100 slice 3g.40gb", GpuModel::H100_80GB, MigProfile::G3, 12, 96),
+    gpus("l40s-1", "1 x L40S 48GB", GpuModel::L40S, 1, 16, 128),
+    gpus("h100-1", "1 x H100 80GB", GpuModel::H100_80GB, 1, 24, 224),
+    share("l40s-dev", "L40S shared by 4 (development)", GpuModel::L40S, 4, 4, 32),
 ];
 
 const TRAINING_SIZES: &[Size] = &[
-    gpus("h100-1", "1 x H100 80GB", GpuModel::H100_80GB, 1, 24, 224, 320),
-    gpus("h100-4", "4 x H100 80GB, NVLink", GpuModel::H100_80GB, 4, 96, 900, 1280),
-    gpus("h100-8", "8 x H100 80GB, full node", GpuModel::H100_80GB, 8, 192, 1800, 2560),
-    gpus("a100-8", "8 x A100 80GB, full node", GpuModel::A100_80GB, 8, 128, 1000, 1680),
+    gpus("h100-1", "1 x H100 80GB", GpuModel::H100_80GB, 1, 24, 224),
+    gpus("h100-4", "4 x H100 80GB, NVLink", GpuModel::H100_80GB, 4, 96, 900),
+    gpus("h100-8", "8 x H100 80GB, full node", GpuModel::H100_80GB, 8, 192, 1800),
+    gpus("a100-8", "8 x A100 80GB, full node", GpuModel::A100_80GB, 8, 128, 1000),
 ];
 
 const INFERENCE_SIZES: &[Size] = &[
-    slice("h100-1g.10gb", "H100 slice 1g.10gb", GpuModel::H100_80GB, MigProfile::G1, 4, 32, 55),
-    slice("h100-3g.40gb", "H100 slice 3g.40gb", GpuModel::H100_80GB, MigProfile::G3, 12, 96, 155),
-    slice("a100-3g.40gb", "A100 slice 3g.40gb", GpuModel::A100_80GB, MigProfile::G3, 12, 96, 100),
-    gpus("l40s-1", "1 x L40S 48GB", GpuModel::L40S, 1, 16, 128, 110),
-    gpus("h100-1", "1 x H100 80GB", GpuModel::H100_80GB, 1, 24, 224, 320),
+    slice("h100-1g.10gb", "H100 slice 1g.10gb", GpuModel::H100_80GB, MigProfile::G1, 4, 32),
+    slice("h100-3g.40gb", "H100 slice 3g.40gb", GpuModel::H100_80GB, MigProfile::G3, 12, 96),
+    slice("a100-3g.40gb", "A100 slice 3g.40gb", GpuModel::A100_80GB, MigProfile::G3, 12, 96),
+    gpus("l40s-1", "1 x L40S 48GB", GpuModel::L40S, 1, 16, 128),
+    gpus("h100-1", "1 x H100 80GB", GpuModel::H100_80GB, 1, 24, 224),
 ];
 
 const CLUSTER_SIZES: &[Size] = &[
-    nodes("h100-node-1", "1 node, 8 x H100 80GB, NVLink", GpuModel::H100_80GB, 1, 2640),
-    nodes("h100-node-2", "2 nodes, 16 x H100 80GB, NVLink", GpuModel::H100_80GB, 2, 5280),
-    nodes("a100-node-1", "1 node, 8 x A100 80GB", GpuModel::A100_80GB, 1, 1760),
+    nodes("h100-node-1", "1 node, 8 x H100 80GB, NVLink", GpuModel::H100_80GB, 1),
+    nodes("h100-node-2", "2 nodes, 16 x H100 80GB, NVLink", GpuModel::H100_80GB, 2),
+    nodes("a100-node-1", "1 node, 8 x A100 80GB", GpuModel::A100_80GB, 1),
 ];
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// GPU-equivalents of a size: what it holds of its model's GPUs.
-    fn gpu_equivalents(size: &Size) -> f64 {
-        match size.shape {
-            Shape::MigSlice { profile, .. } => f64::from(profile.compute_slices()) / 7.0,
-            Shape::Gpus { count, .. } => f64::from(count),
-            Shape::Nodes { count, .. } => f64::from(count * 8),
-            Shape::Share { ways, .. } => 1.0 / f64::from(ways),
-        }
-    }
-
-    /// Prices never contradict each other: of two sizes of one model, in any offerings, the
-    /// one with at least as many GPUs, vCPUs and memory never costs less (a dedicated node
-    /// is not cheaper than a training job on the same node).
     #[test]
-    fn more_of_everything_never_costs_less() {
-        let all: Vec<(Offering, &Size)> =
-            Offering::ALL.iter().flat_map(|&o| o.sizes().iter().map(move |s| (o, s))).collect();
-        for (oa, a) in &all {
-            for (ob, b) in &all {
-                let dominates = a.gpu_model() == b.gpu_model()
-                    && gpu_equivalents(a) >= gpu_equivalents(b)
-                    && a.vcpus >= b.vcpus
-                    && a.memory_gb >= b.memory_gb;
-                assert!(
-                    !dominates || a.cents_per_hour >= b.cents_per_hour,
-                    "{} {} ({}) costs less than {} {} ({})",
-                    oa.id(),
-                    a.id,
-                    a.price_per_hour(),
-                    ob.id(),
-                    b.id,
-                    b.price_per_hour()
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn every_offering_has_sizes_with_unique_ids_and_a_price() {
+    fn every_offering_has_sizes_with_unique_ids() {
         for offering in Offering::ALL {
             let sizes = offering.sizes();
             assert!(!sizes.is_empty());
             for (i, s) in sizes.iter().enumerate() {
-                assert!(s.cents_per_hour > 0, "{}", s.id);
                 assert!(sizes[i + 1..].iter().all(|t| t.id != s.id), "duplicate {}", s.id);
                 assert_eq!(offering.size(s.id), Some(s));
             }

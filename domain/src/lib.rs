@@ -45,6 +45,7 @@ pub mod notification;
 pub mod outbound;
 pub mod placement;
 pub mod policy;
+pub mod rates;
 pub mod redirect;
 mod refusal;
 pub mod replay;

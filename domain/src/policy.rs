@@ -114,10 +114,13 @@ pub enum Action {
     /// admins) or a tenant's (its tenant admins). A tenant's rule for custom images is
     /// the platform's to set (`tenant.manage`).
     ImageManage,
+    /// Change the rate card: prices per GPU model and unit, the spot discount, tenants'
+    /// discounts (platform admins only; the prices in force are the catalog's to read).
+    PriceManage,
 }
 
 impl Action {
-    pub const ALL: [Action; 34] = [
+    pub const ALL: [Action; 35] = [
         Action::CatalogRead,
         Action::CalendarRead,
         Action::EnvironmentRead,
@@ -152,6 +155,7 @@ impl Action {
         Action::WebhookManage,
         Action::ImageRead,
         Action::ImageManage,
+        Action::PriceManage,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -190,6 +194,7 @@ impl Action {
             Action::WebhookManage => "webhook.manage",
             Action::ImageRead => "image.read",
             Action::ImageManage => "image.manage",
+            Action::PriceManage => "price.manage",
         }
     }
 
@@ -236,7 +241,7 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
             CatalogRead => Some(Reach::All),
             // Their tenant's projects' and members' quotas, not the tenant's own limits
             // (those are set on the platform: see `platform::quotas`).
-            FleetRead | FleetManage | TenantManage => None,
+            FleetRead | FleetManage | TenantManage | PriceManage => None,
             // Nodes their tenant's dedicated cluster holds: the target is that tenant.
             FleetCheck => Some(Reach::Tenant),
             // One's own inbox, even as an admin.

@@ -75,6 +75,12 @@ pub enum Refusal {
     OverBudget(String),
     #[error("budget: {0}")]
     InvalidBudget(String),
+    /// A rate card change that cannot be made (a price, a discount, a date).
+    #[error("prices: {0}")]
+    InvalidPrice(String),
+    /// A size whose line of the rate card has no price in force.
+    #[error("{0} has no price on the rate card yet; a platform admin sets one under Prices")]
+    Unpriced(String),
     /// A usage report asked for in a way it cannot be made (a month that is not one).
     #[error("usage report: {0}")]
     InvalidUsageReport(String),

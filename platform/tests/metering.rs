@@ -400,6 +400,29 @@ async fn sums_give_the_figures_of_the_rows(pool: SqlitePool) {
     let past = now - 2 * HOUR_MS;
     let mut rng = rand::rngs::StdRng::seed_from_u64(29);
     let mut released = 0;
+    // A rate card that changes under the units (a price mid-day, the spot discount, the
+    // tenant's discount), so that sums and rows alike cut units where the card changes.
+    let changes = [
+        (
+            "INSERT INTO rates (gpu_model, unit, cents_per_hour, effective_from, set_at) VALUES ('H100-80GB', 'gpu', 410, ?1, 0)",
+            20 * DAY_MS + 7 * HOUR_MS + 12_345,
+        ),
+        (
+            "INSERT INTO rates (gpu_model, unit, cents_per_hour, effective_from, set_at) VALUES ('H100-80GB', 'mig:3g', 199, ?1, 0)",
+            9 * DAY_MS + 1,
+        ),
+        (
+            "INSERT INTO discounts (tenant_id, basis_points, effective_from, set_at) VALUES (NULL, 6000, ?1, 0)",
+            3 * DAY_MS + 300_000,
+        ),
+        (
+            "INSERT INTO discounts (tenant_id, basis_points, effective_from, set_at) VALUES (?2, 1250, ?1, 0)",
+            35 * DAY_MS,
+        ),
+    ];
+    for (sql, after) in changes {
+        sqlx::query(sql).bind(from + after).bind(tenant).execute(&pool).await.unwrap();
+    }
     // Released units, all in the past (a report of now must not change while it is read
     // twice): run to their end or stopped early, started late or never, across midnights
     // and the month's turn; and bookings cancelled before they began.

@@ -242,6 +242,9 @@ pub fn saved_text(what: &str) -> Option<&'static str> {
         "port-guids" => "The tenant's InfiniBand ports are saved.",
         "maintenance" => "The maintenance window is scheduled.",
         "gpu-health" => "The GPU's health is saved.",
+        "price" => "The price is saved.",
+        "discount" => "The discount is saved.",
+        "price-withdrawn" => "The change to come is withdrawn.",
         _ => return None,
     })
 }

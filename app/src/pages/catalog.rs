@@ -1,15 +1,18 @@
 use berth_domain::catalog::{Offering, Size};
+use berth_domain::metering::format_money;
 use berth_domain::placement::Shape;
+use berth_domain::rates::SizePrice;
 use leptos::prelude::*;
 use leptos_meta::Title;
 
 use crate::components::IfMayLaunch;
-use crate::serverfns::fleet_capacity;
+use crate::serverfns::{fleet_capacity, size_prices};
 
 /// The service catalog: every offering with its sizes and prices, open to everyone.
 #[component]
 pub fn CatalogPage() -> impl IntoView {
     let capacity = Resource::new(|| (), |_| fleet_capacity());
+    let prices = Resource::new(|| (), |_| size_prices());
     view! {
         <Title text="Catalog"/>
         <div class="mb-8 flex flex-wrap items-end justify-between gap-4">
@@ -40,14 +43,35 @@ pub fn CatalogPage() -> impl IntoView {
                 })}
             </Suspense>
         </div>
-        <div class="grid gap-6 lg:grid-cols-2">
-            {Offering::ALL.into_iter().map(|o| view! { <OfferingCard offering=o/> }).collect_view()}
-        </div>
+        <Suspense fallback=|| ()>
+            {move || Suspend::new(async move {
+                let prices = prices.await.unwrap_or_default();
+                view! {
+                    <div class="grid gap-6 lg:grid-cols-2">
+                        {Offering::ALL.into_iter().map(|o| view! { <OfferingCard offering=o prices=prices.clone()/> }).collect_view()}
+                    </div>
+                }
+            })}
+        </Suspense>
+        <p class="mt-6 text-xs text-slate-600">
+            "List prices in force now, from the "
+            <a href="/prices" class="text-indigo-700 underline hover:text-indigo-500">"rate card"</a>
+            ". A booking is charged the rates in force while it runs, less your team's discount; the launch form shows its cost."
+        </p>
     }
 }
 
+/// "$3.20/h", or "no price yet" (the size cannot be booked until the rate card prices it).
+fn price_of(prices: &[SizePrice], offering: Offering, size: &Size) -> String {
+    prices
+        .iter()
+        .find(|p| p.offering == offering.id() && p.size == size.id)
+        .and_then(|p| p.cents_per_hour)
+        .map_or_else(|| "no price yet".to_owned(), |cents| format!("{}/h", format_money(cents)))
+}
+
 #[component]
-fn OfferingCard(offering: Offering) -> impl IntoView {
+fn OfferingCard(offering: Offering, prices: Vec<SizePrice>) -> impl IntoView {
     let launch = format!("/launch/{}", offering.id());
     view! {
         <section class="flex flex-col rounded-xl border border-slate-200 bg-white shadow-sm" aria-labelledby=format!("offering-{}", offering.id())>
@@ -65,7 +89,7 @@ fn OfferingCard(offering: Offering) -> impl IntoView {
                     </tr>
                 </thead>
                 <tbody class="divide-y divide-slate-100">
-                    {offering.sizes().iter().map(|s| view! { <SizeRow offering size=s/> }).collect_view()}
+                    {offering.sizes().iter().map(|s| view! { <SizeRow offering size=s prices=prices.clone()/> }).collect_view()}
                 </tbody>
             </table>
             <div class="mt-auto flex items-center justify-between p-5">
@@ -81,7 +105,7 @@ fn OfferingCard(offering: Offering) -> impl IntoView {
 }
 
 #[component]
-fn SizeRow(offering: Offering, size: &'static Size) -> impl IntoView {
+fn SizeRow(offering: Offering, size: &'static Size, prices: Vec<SizePrice>) -> impl IntoView {
     let kind = match size.shape {
         Shape::MigSlice { .. } => "MIG slice",
         Shape::Gpus { .. } => "dedicated GPU",
@@ -91,7 +115,7 @@ fn SizeRow(offering: Offering, size: &'static Size) -> impl IntoView {
     // The same size on other GPU models: a launch may take whichever is free.
     let others: String = offering
         .same_size_on_other_models(size)
-        .map(|s| format!("{} ({}/h)", s.gpu_model(), s.price_per_hour()))
+        .map(|s| format!("{} ({})", s.gpu_model(), price_of(&prices, offering, s)))
         .collect::<Vec<_>>()
         .join(", ");
     view! {
@@ -104,7 +128,7 @@ fn SizeRow(offering: Offering, size: &'static Size) -> impl IntoView {
                 })}
             </td>
             <td class="px-2 py-2.5 text-slate-600">{size.vcpus} " / " {size.memory_gb} " GB"</td>
-            <td class="px-2 py-2.5 text-right font-medium text-slate-900">{size.price_per_hour()} <span class="text-slate-600">"/h"</span></td>
+            <td class="px-2 py-2.5 text-right font-medium text-slate-900">{price_of(&prices, offering, size)}</td>
             <td class="px-5 py-2.5 text-right">
                 <IfMayLaunch signed_out=true>
                     <a href=format!("/launch/{}?size={}", offering.id(), size.id) class="text-sm font-semibold text-indigo-600 hover:text-indigo-500"

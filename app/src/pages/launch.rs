@@ -1,4 +1,4 @@
-use berth_domain::catalog::{ImageRule, Offering, format_cents};
+use berth_domain::catalog::{ImageRule, Offering};
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
@@ -124,13 +124,19 @@ fn LaunchForm(
     // What the booking costs, following the size picked and the duration typed.
     let picked = RwSignal::new(chosen.clone());
     let initial_hours = hours.clone();
-    let cost = move || {
-        let size = offering.size(&picked.get())?;
+    // The server prices it by the rate card over the window (the hints carry it), once the
+    // duration typed is one a booking may have.
+    let hours_ok = move || {
         let typed =
             typed.get().filter(|(o, _)| *o == offering).map(|(_, h)| h).unwrap_or_else(|| initial_hours.clone());
-        let hours = typed.trim().parse::<u32>().ok().filter(|h| (1..=max_hours).contains(h))?;
-        let total = size.cents_per_hour.checked_mul(hours)?;
-        Some(format!("{} for {hours} h ({} at {}/h)", format_cents(total), size.label, size.price_per_hour()))
+        typed.trim().parse::<u32>().ok().is_some_and(|h| (1..=max_hours).contains(&h))
+    };
+    let cost = move |hints: Vec<SizeHint>, picked: String| {
+        let size = offering.size(&picked)?;
+        let hint = hints.into_iter().find(|h| h.size_id == size.id)?;
+        let price = hint.price.unwrap_or_default();
+        let discount = hint.discount.map(|d| format!(", {d}")).unwrap_or_default();
+        hint.cost.map(|cost| format!("{cost} ({} at {price}{discount})", size.label))
     };
     view! {
         <Title text=format!("Launch {}", with_article(offering))/>
@@ -155,14 +161,19 @@ fn LaunchForm(
                                                 on:change=move |_| picked.set(size_id.to_owned())/>
                                             <span>
                                                 <span class="block text-sm font-medium text-slate-900">{s.label}</span>
-                                                <span class="block text-xs text-slate-600">{s.vcpus} " vCPU · " {s.memory_gb} " GB RAM · " {s.price_per_hour()} "/h"</span>
-                                                <Transition fallback=|| ()>
+                                                <Transition fallback=move || view! { <span class="block text-xs text-slate-600">{s.vcpus} " vCPU · " {s.memory_gb} " GB RAM"</span> }>
                                                     {move || Suspend::new(async move {
                                                         let hint = hints.await.ok().and_then(|all| all.into_iter().find(|h| h.size_id == size_id));
-                                                        hint.map(|h| {
-                                                            let tone = if h.free_now { "text-emerald-700" } else { "text-amber-700" };
-                                                            view! { <span data-hint=size_id class=format!("mt-1 block text-xs {tone}")>{h.text}</span> }
-                                                        })
+                                                        let price = hint.as_ref().map(|h| h.price.clone().unwrap_or_else(|| "no price yet".into()));
+                                                        view! {
+                                                            <span class="block text-xs text-slate-600" data-price=size_id>
+                                                                {s.vcpus} " vCPU · " {s.memory_gb} " GB RAM" {price.map(|p| format!(" · {p}"))}
+                                                            </span>
+                                                            {hint.map(|h| {
+                                                                let tone = if h.free_now { "text-emerald-700" } else { "text-amber-700" };
+                                                                view! { <span data-hint=size_id class=format!("mt-1 block text-xs {tone}")>{h.text}</span> }
+                                                            })}
+                                                        }
                                                     })}
                                                 </Transition>
                                             </span>
@@ -227,7 +238,16 @@ fn LaunchForm(
                         {(!offering.needs_command()).then(|| view! { <input type="hidden" name="request[command]" value=""/> })}
                         {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
                         <p class="text-sm text-slate-700" data-cost="">
-                            {move || cost().map(|c| view! { "Cost: " <span class="font-semibold text-slate-900">{c}</span> })}
+                            <Transition fallback=|| ()>
+                                {move || {
+                                    // Read before the wait, so that a change follows.
+                                    let (picked, ok) = (picked.get(), hours_ok());
+                                    Suspend::new(async move {
+                                        let c = hints.await.ok().filter(|_| ok).and_then(|all| cost(all, picked))?;
+                                        Some(view! { "Cost: " <span class="font-semibold text-slate-900">{c}</span> })
+                                    })
+                                }}
+                            </Transition>
                         </p>
                         <div class="flex items-center justify-end gap-3">
                             <a href="/catalog" class="rounded-lg px-4 py-2 text-sm font-medium text-slate-700 hover:bg-slate-100">"Cancel"</a>

@@ -42,10 +42,25 @@ pub async fn size_hints(
         .await
         .map_err(|e| AppError::from_platform(e, &meta.request_id))?;
     let when = start.map_or_else(|| "now".to_owned(), |s| format!("from {}", berth_domain::booking::utc_short(s)));
+    // Prices and the booking's cost by the rate card over the window, the tenant's discount
+    // included.
+    let card = platform.rate_card().await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
+    let from = start.unwrap_or(now);
+    let to = from + i64::from(hours) * berth_domain::booking::HOUR_MS;
+    let money = berth_domain::metering::format_money;
+    let discount = tenant
+        .map(|t| card.discount_at(berth_domain::rates::DiscountOf::Tenant(t), from))
+        .filter(|points| *points > 0)
+        .map(|points| format!("after your team's {} discount", berth_domain::rates::format_percent(points)));
     Ok(sizes
         .into_iter()
         .map(|s| crate::model::SizeHint {
             size_id: s.size.id.to_owned(),
+            price: card.size_price_at(s.size.shape, from).map(|c| format!("{}/h", money(c))),
+            cost: card
+                .size_cost(s.size.shape, false, tenant, from, to)
+                .map(|c| format!("{} for {hours} h", money(c.net))),
+            discount: discount.clone(),
             text: match (s.free_now, s.earliest_start) {
                 (0, Some(t)) => {
                     format!("none free {when}; earliest start for {hours} h: {}", berth_domain::booking::utc_short(t))

@@ -15,3 +15,12 @@ pub async fn fleet_capacity() -> Result<Vec<ModelCapacity>, AppError> {
         .map(|c| ModelCapacity { model: c.model.name().to_owned(), gpus: c.gpus, idle_gpus: c.idle_gpus })
         .collect())
 }
+
+/// Every catalog size's list price in force now (the rate card's); public, like the catalog.
+#[server(endpoint = "size_prices")]
+pub async fn size_prices() -> Result<Vec<berth_domain::rates::SizePrice>, AppError> {
+    use super::ssr;
+    let meta = ssr::request_meta().await;
+    let platform = ssr::platform(&meta)?;
+    platform.size_prices().await.map_err(|e| AppError::from_platform(e, &meta.request_id))
+}

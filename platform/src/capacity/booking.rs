@@ -11,6 +11,7 @@ use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::placement::{Hold, Occupant, Shape};
 use berth_domain::policy::Action;
+use berth_domain::rates::RateKey;
 
 use sqlx::SqliteConnection;
 
@@ -249,18 +250,13 @@ impl Platform {
             let held: Vec<Hold> = own.iter().map(|(_, b)| b.hold).collect();
             let ask = QuotaAsk { model, window, gpus: booking::gpu_equivalents(&held), tier: env.tier };
             self.check_quota(&mut tx, env.booker(), ask, Some(id)).await?;
-            // The budget counts what the extension adds, for each copy (replica) it holds.
-            let copies: i64 = sqlx::query_scalar(
-                "SELECT count(DISTINCT replica) FROM reservations WHERE environment_id = ? AND released_at IS NULL",
-            )
-            .bind(id)
-            .fetch_one(&mut *tx)
-            .await?;
+            // The budget counts what the extension adds, for each unit it holds.
             let added = Window { starts_at: current.ends_at.max(now), ends_at: window.ends_at };
             let cost = BookingCost {
                 what: "extension",
-                cents_per_hour: env.cents_per_hour,
-                copies,
+                key: RateKey::of_shape(env.size.shape).0,
+                units: i64::try_from(held.len()).unwrap_or(i64::MAX),
+                tier: env.tier,
                 window: added,
                 hours: berth_domain::metering::started_hours(added.ends_at - added.starts_at),
             };

@@ -10,6 +10,7 @@ use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::mig::{MigProfile, profile_name};
 use berth_domain::placement::{Hold, Occupant};
 use berth_domain::policy::{Action, Role, Target};
+use berth_domain::rates::RateKey;
 use serde::{Deserialize, Serialize};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{FromRow, Row, SqliteConnection};
@@ -400,13 +401,15 @@ impl Platform {
         // Quotas count the model actually placed.
         let ask = QuotaAsk { model: size.gpu_model(), window, gpus: rules::gpu_equivalents(&assignments), tier };
         self.check_quota(tx, booker, ask, None).await?;
-        let cost = BookingCost {
-            what: "booking",
-            cents_per_hour: i64::from(size.cents_per_hour),
-            copies: 1,
-            window,
-            hours: spec.hours,
-        };
+        // The price in force now (a booking needs one); the budget counts the rates over its
+        // window, changes to come included.
+        let (rate_key, _) = RateKey::of_shape(size.shape);
+        let cents_per_hour = crate::capacity::rates::rate_card(tx)
+            .await?
+            .size_price_at(size.shape, now)
+            .ok_or_else(|| Refusal::Unpriced(format!("{} ({})", size.label, rate_key.label())))?;
+        let units = i64::try_from(assignments.len()).unwrap_or(i64::MAX);
+        let cost = BookingCost { what: "booking", key: rate_key, units, tier, window, hours: spec.hours };
         self.check_budgets(tx, caller, booker, cost).await?;
         let reclaimed = self.reclaim(tx, &reclaim, window, now).await?;
 
@@ -424,7 +427,7 @@ impl Platform {
         .bind(size.id)
         .bind(&spec.image)
         .bind(&spec.command)
-        .bind(i64::from(size.cents_per_hour))
+        .bind(cents_per_hour)
         .bind(now)
         .bind(window.starts_at)
         .bind(window.ends_at)

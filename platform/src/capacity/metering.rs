@@ -5,21 +5,25 @@
 //! and a replica's booking insert it beside the reservation (`record_units`), the start of
 //! provisioning sets when its GPUs were held (`hold_units`), and its release is the
 //! reservation's. What a unit is charged follows `domain::metering` (`ChargeBasis`, exact
-//! money); this module only reads the rows and adds them up.
+//! money) and the rate card (`domain::rates`: each piece of its time at the rates and
+//! discounts in force then); this module only reads the rows and adds them up.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use berth_domain::Refusal;
+use berth_domain::booking::Tier;
 use berth_domain::booking::{DAY_MS, Window};
-use berth_domain::metering::{self, Budget, BudgetOf, ChargeBasis, Month, UnitTime, to_cents, unit_charge};
+use berth_domain::metering::{self, Budget, BudgetOf, ChargeBasis, Month, UnitTime, to_cents};
 use berth_domain::notification::Notice;
 use berth_domain::policy::{Action, Reach, Target};
+use berth_domain::rates::{Priced, RateCard, RateKey};
 use serde::{Deserialize, Serialize};
 use sqlx::{FromRow, SqliteConnection};
 
 use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
 use crate::capacity::quotas::Booker;
+use crate::capacity::rates::rate_card;
 use crate::{Caller, Error, Platform, now_ms};
 
 /// Ledger rows for the units of `replica` an environment just reserved, in the booking's
@@ -110,10 +114,23 @@ impl LineOf {
     }
 }
 
-const LEDGER_UNIT_COLUMNS: &str =
+/// What a ledger unit (`l`, with its reservation `r`) is charged by: its line of the rate
+/// card (a MIG slice by its profile, a share of a time-sliced GPU by its ways, else a whole
+/// GPU: `RateKey::unit_key`), its tier and tenant (for discounts), and its times.
+macro_rules! unit_columns {
+    () => {
+        "l.gpu_model, CASE WHEN l.mig_profile IS NOT NULL THEN 'mig:' || l.mig_profile
+             WHEN l.gpu_parts < l.gpu_part_of THEN 'share:' || (l.gpu_part_of / l.gpu_parts) ELSE 'gpu' END AS rate_unit,
+         l.tier, l.tenant_id, l.held_from, r.starts_at, r.ends_at, r.released_at"
+    };
+}
+const UNIT_COLUMNS: &str = unit_columns!();
+
+const LEDGER_UNIT_COLUMNS: &str = concat!(
     "l.environment_id, e.name AS environment, t.name AS tenant, p.name AS project, u.email AS owner, l.offering,
-    l.gpu_model, l.mig_profile, l.tier, l.gpu_parts, l.gpu_part_of, l.size_cents_per_hour, l.units_per_copy,
-    l.held_from, r.starts_at, r.ends_at, r.released_at";
+     l.mig_profile, l.gpu_parts, l.gpu_part_of, ",
+    unit_columns!()
+);
 
 const LEDGER_UNIT_TABLES: &str = "usage_ledger l JOIN reservations r ON r.id = l.reservation_id
     JOIN environments e ON e.id = l.environment_id
@@ -241,15 +258,16 @@ struct LineSum {
 }
 
 /// A month's lines being added up, from ledger units and from sums alike.
-struct Tally {
+struct Tally<'a> {
     by: UsageBy,
     month: Month,
+    card: &'a RateCard,
     lines: BTreeMap<String, LineSum>,
 }
 
-impl Tally {
-    fn new(by: UsageBy, month: Month) -> Tally {
-        Tally { by, month, lines: BTreeMap::new() }
+impl<'a> Tally<'a> {
+    fn new(by: UsageBy, month: Month, card: &'a RateCard) -> Tally<'a> {
+        Tally { by, month, card, lines: BTreeMap::new() }
     }
 
     fn line(&mut self, of: &LineOf) -> &mut LineSum {
@@ -268,16 +286,16 @@ impl Tally {
     /// A unit charged for `[from, to)` within the month; its environment is counted unless
     /// the sums already count it.
     fn add_unit(&mut self, unit: &LedgerUnit, (from, to): (i64, i64), count_environment: bool) {
-        let month_start = self.month.starts_at();
+        let (month_start, card) = (self.month.starts_at(), self.card);
         let line = self.line(&unit.line);
-        line.microcents += unit.unit.charge(to - from);
+        line.microcents += unit.unit.charge(card, from, to);
         line.gpu_hours += unit.line.gpu_hours(to - from);
         if count_environment {
             line.environments.insert(unit.line.environment_id.clone());
         }
-        for (day, ms) in by_day(month_start, from, to) {
+        for (day, day_from, day_to) in by_day(month_start, from, to) {
             if let Some(slot) = line.daily.get_mut(day) {
-                *slot += unit.unit.charge(ms);
+                *slot += unit.unit.charge(card, day_from, day_to);
             }
         }
     }
@@ -461,7 +479,8 @@ impl Platform {
         }
         let now = now_ms();
         let counted_to = now.min(month.span().1);
-        let mut tally = Tally::new(by, month);
+        let card = rate_card(conn).await?;
+        let mut tally = Tally::new(by, month, &card);
         let mut fleet_hours = Vec::new();
         // Released units' charges are summed per day and line (on either basis, final);
         // but a line per environment needs the rows, and on the reserved-window basis a unit
@@ -491,7 +510,7 @@ impl Platform {
             }
         }
         let (lines, daily_cents) = tally.finish();
-        let budgets = self.budget_statuses(conn, &scope, month, counted_to).await?;
+        let budgets = self.budget_statuses(conn, &card, &scope, month, counted_to).await?;
         let fleet = if scope.all { fleet_use(conn, fleet_hours, month, counted_to).await? } else { Vec::new() };
         snapshot.commit().await?;
         Ok(UsageReport {
@@ -513,6 +532,7 @@ impl Platform {
     async fn budget_statuses(
         &self,
         conn: &mut SqliteConnection,
+        card: &RateCard,
         scope: &Scope,
         month: Month,
         counted_to: i64,
@@ -541,8 +561,9 @@ impl Platform {
         let mut statuses = Vec::with_capacity(rows.len());
         let mut summed = SummedMonths::default();
         for BudgetRow { id, tenant_id, project_id, cents_per_month, warn_only, tenant, slug, project } in rows {
-            let spent_cents = self.month_spent(conn, &mut summed, tenant_id, project_id, month, counted_to).await?;
-            let committed_cents = self.month_committed(conn, &mut summed, tenant_id, project_id, month).await?;
+            let spent_cents =
+                self.month_spent(conn, card, &mut summed, tenant_id, project_id, month, counted_to).await?;
+            let committed_cents = self.month_committed(conn, card, &mut summed, tenant_id, project_id, month).await?;
             let reached: Vec<u32> = sqlx::query_scalar(
                 "SELECT threshold FROM budget_alerts WHERE budget_id = ? AND month = ? ORDER BY threshold",
             )
@@ -593,7 +614,9 @@ impl Platform {
         if budgets.is_empty() {
             return Ok(());
         }
-        let whole = |from: i64, to: i64| to_cents(cost.copies * unit_charge(to - from, cost.cents_per_hour, 1));
+        let card = rate_card(conn).await?;
+        let priced = Priced { key: cost.key, spot: cost.tier == Tier::Spot, tenant: Some(tenant_id) };
+        let whole = |from: i64, to: i64| to_cents(cost.units * card.charge(priced, from, to).net);
         let total = whole(cost.window.starts_at, cost.window.ends_at);
         let mut marks = Vec::new();
         let mut summed = SummedMonths::default();
@@ -604,7 +627,7 @@ impl Platform {
             };
             let budget = Budget { of, cents_per_month, warn_only };
             for (month, from, to) in metering::split_by_month(cost.window.starts_at, cost.window.ends_at) {
-                let committed = self.month_committed(conn, &mut summed, tenant_id, project_id, month).await?;
+                let committed = self.month_committed(conn, &card, &mut summed, tenant_id, project_id, month).await?;
                 let this = whole(from, to);
                 budget.check(cost.what, month, committed, this, total, cost.hours)?;
                 for pct in budget.crossed(committed, committed + this) {
@@ -764,13 +787,14 @@ impl Platform {
             gpu_parts: i64,
             gpu_part_of: i64,
         }
-        let rows: Vec<Charged> = sqlx::query_as(
-            "SELECT t.slug AS tenant, p.name AS project, l.gpu_parts, l.gpu_part_of, l.size_cents_per_hour,
-                    l.units_per_copy, l.held_from, r.starts_at, r.ends_at, r.released_at
+        let mut conn = self.db.acquire().await?;
+        let card = rate_card(&mut conn).await?;
+        let rows: Vec<Charged> = sqlx::query_as(&format!(
+            "SELECT t.slug AS tenant, p.name AS project, l.gpu_parts, l.gpu_part_of, {UNIT_COLUMNS}
              FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
-             LEFT JOIN tenants t ON t.id = l.tenant_id LEFT JOIN projects p ON p.id = l.project_id",
-        )
-        .fetch_all(&self.db)
+             LEFT JOIN tenants t ON t.id = l.tenant_id LEFT JOIN projects p ON p.id = l.project_id"
+        ))
+        .fetch_all(&mut *conn)
         .await?;
         let now = now_ms();
         let mut totals: BTreeMap<(String, String), (f64, i64)> = BTreeMap::new();
@@ -778,7 +802,7 @@ impl Platform {
             let Some((from, to)) = row.unit.time().charged(self.charging, now) else { continue };
             let total = totals.entry((row.tenant.unwrap_or_default(), row.project.unwrap_or_default())).or_default();
             total.0 += gpu_hours(to - from, row.gpu_parts, row.gpu_part_of);
-            total.1 += row.unit.charge(to - from);
+            total.1 += row.unit.charge(&card, from, to);
         }
         Ok(totals
             .into_iter()
@@ -816,23 +840,29 @@ const BUDGET_COLUMNS: &str =
 const BUDGET_TABLES: &str =
     "budgets b JOIN tenants t ON t.id = b.tenant_id LEFT JOIN projects p ON p.id = b.project_id";
 
-/// What a booking (or the part an extension or a scale-up adds) would cost: `copies` of a
-/// size at `cents_per_hour` for `window`.
+/// What a booking (or the part an extension or a scale-up adds) would cost: `units` of a
+/// line of the rate card for `window`, at the rates and discounts in force (and to come)
+/// over it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct BookingCost {
     /// "booking", "extension", "scale-up": how the refusal names it.
     pub what: &'static str,
-    pub cents_per_hour: i64,
-    pub copies: i64,
+    pub key: RateKey,
+    /// Capacity units (reservations): GPUs, slices or shares.
+    pub units: i64,
+    pub tier: Tier,
     pub window: Window,
     pub hours: u32,
 }
 
-/// A unit's price and times: what its charge is computed from.
+/// What a unit is charged by and its times (`UNIT_COLUMNS`): what its charge is computed
+/// from.
 #[derive(Debug, Clone, FromRow)]
 struct Unit {
-    size_cents_per_hour: i64,
-    units_per_copy: i64,
+    gpu_model: String,
+    rate_unit: String,
+    tier: String,
+    tenant_id: Option<i64>,
     held_from: Option<i64>,
     starts_at: i64,
     ends_at: i64,
@@ -849,20 +879,30 @@ impl Unit {
         }
     }
 
-    fn charge(&self, ms: i64) -> i64 {
-        unit_charge(ms, self.size_cents_per_hour, self.units_per_copy)
+    /// Its charge for `[from, to)` after discounts, in microcents. A unit of a model this
+    /// Berth no longer knows has no line on the card, and costs nothing (logged).
+    fn charge(&self, card: &RateCard, from: i64, to: i64) -> i64 {
+        let Some(key) = RateKey::parse(&self.gpu_model, &self.rate_unit) else {
+            tracing::warn!(
+                model = self.gpu_model,
+                unit = self.rate_unit,
+                "a ledger unit with no line on the rate card"
+            );
+            return 0;
+        };
+        card.charge(Priced { key, spot: self.tier == Tier::Spot.as_str(), tenant: self.tenant_id }, from, to).net
     }
 }
 
 /// `[from, to)` (within the month that starts at `month_start`) cut at UTC midnights: each
-/// day's index in the month and its milliseconds.
-fn by_day(month_start: i64, from: i64, to: i64) -> impl Iterator<Item = (usize, i64)> {
+/// day's index in the month and its part of the span.
+fn by_day(month_start: i64, from: i64, to: i64) -> impl Iterator<Item = (usize, i64, i64)> {
     let mut at = from;
     std::iter::from_fn(move || {
         (at < to).then(|| {
             let day = (at - month_start) / DAY_MS;
             let end = (month_start + (day + 1) * DAY_MS).min(to);
-            let part = (day as usize, end - at);
+            let part = (day as usize, at, end);
             at = end;
             part
         })
@@ -883,8 +923,8 @@ fn within(span: Option<(i64, i64)>, month: Month) -> Option<(i64, i64)> {
 }
 
 /// What `units` are charged in `month` for the spans `span` picks, rounded once to the cent.
-fn month_cents(units: &[Unit], month: Month, span: impl Fn(UnitTime) -> Option<(i64, i64)>) -> i64 {
-    to_cents(units.iter().filter_map(|u| within(span(u.time()), month).map(|(f, t)| u.charge(t - f))).sum())
+fn month_cents(units: &[Unit], card: &RateCard, month: Month, span: impl Fn(UnitTime) -> Option<(i64, i64)>) -> i64 {
+    to_cents(units.iter().filter_map(|u| within(span(u.time()), month).map(|(f, t)| u.charge(card, f, t))).sum())
 }
 
 /// Each model's GPU-hours held per day of `month` (`held`: model, the day's first
@@ -930,8 +970,9 @@ fn held_hours(units: &[LedgerUnit], month: Month, counted_to: i64) -> Vec<(Strin
     let mut held = Vec::new();
     for unit in units {
         let Some((from, to)) = within(unit.unit.time().charged(ChargeBasis::Use, counted_to), month) else { continue };
-        for (day, ms) in by_day(month_start, from, to) {
-            held.push((unit.line.gpu_model.clone(), month_start + day as i64 * DAY_MS, unit.line.gpu_hours(ms)));
+        for (day, day_from, day_to) in by_day(month_start, from, to) {
+            let hours = unit.line.gpu_hours(day_to - day_from);
+            held.push((unit.unit.gpu_model.clone(), month_start + day as i64 * DAY_MS, hours));
         }
     }
     held
@@ -995,24 +1036,29 @@ fn day_of(ms: i64) -> i64 {
 
 /// The released units of environments whose ids are the JSON array `ids`, summed or not,
 /// each environment's together.
-const RELEASED_UNITS: &str =
-    "SELECT l.environment_id, l.reservation_id, l.summed, l.tenant_id, l.project_id, l.owner_id,
-        l.offering, l.tier, l.gpu_model, l.mig_profile, l.gpu_parts, l.gpu_part_of, l.size_cents_per_hour,
-        l.units_per_copy, l.held_from, r.starts_at, r.ends_at, r.released_at
-    FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
+const RELEASED_UNITS: &str = concat!(
+    "SELECT l.environment_id, l.reservation_id, l.summed, l.project_id, l.owner_id, l.offering, l.mig_profile,
+        l.gpu_parts, l.gpu_part_of, ",
+    unit_columns!(),
+    " FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
     WHERE l.environment_id IN (SELECT value FROM json_each(?1)) AND r.released_at IS NOT NULL
-    ORDER BY l.environment_id, l.reservation_id";
+    ORDER BY l.environment_id, l.reservation_id"
+);
 
 /// Released units' charges on their way into `usage_sums`: added up per basis, day and
 /// line in memory, then written once per row.
-#[derive(Default)]
-struct Summing {
+struct Summing<'a> {
+    card: &'a RateCard,
     parts: BTreeMap<(&'static str, i64, SumKey), DayPart>,
     /// The units added, to be marked summed.
     units: Vec<i64>,
 }
 
-impl Summing {
+impl<'a> Summing<'a> {
+    fn new(card: &'a RateCard) -> Summing<'a> {
+        Summing { card, parts: BTreeMap::new(), units: Vec::new() }
+    }
+
     /// Adds an environment's released units not summed yet (`units`: all its released
     /// units, summed or not).
     fn add_environment(&mut self, units: &[ReleasedUnit]) {
@@ -1033,16 +1079,18 @@ impl Summing {
             for basis in BASES {
                 // Released: its charge on either basis is final.
                 for (month, from, to) in months(unit, basis) {
+                    let month_charge = unit.charge(self.card, from, to);
                     let first = self.part(basis, day_of(from), &released.key);
-                    first.month_microcents += unit.charge(to - from);
+                    first.month_microcents += month_charge;
                     if counted.insert((basis.as_str(), month)) {
                         first.environments += 1;
                     }
                     let month_start = month.starts_at();
-                    for (day, ms) in by_day(month_start, from, to) {
+                    for (day, day_from, day_to) in by_day(month_start, from, to) {
+                        let day_charge = unit.charge(self.card, day_from, day_to);
                         let part = self.part(basis, month_start + day as i64 * DAY_MS, &released.key);
-                        part.ms += ms;
-                        part.day_microcents += unit.charge(ms);
+                        part.ms += day_to - day_from;
+                        part.day_microcents += day_charge;
                     }
                 }
             }
@@ -1105,7 +1153,8 @@ async fn sum_environments(conn: &mut SqliteConnection, environments: &[String]) 
         .bind(serde_json::to_string(environments).map_err(Error::internal)?)
         .fetch_all(&mut *conn)
         .await?;
-    let mut summing = Summing::default();
+    let card = rate_card(conn).await?;
+    let mut summing = Summing::new(&card);
     for environment in units.chunk_by(|a, b| a.environment_id == b.environment_id) {
         summing.add_environment(environment);
     }
@@ -1245,13 +1294,12 @@ async fn summed_environments(
         #[sqlx(flatten)]
         unit: Unit,
     }
-    let rows: Vec<Summed> = sqlx::query_as(
-        "SELECT l.environment_id, l.size_cents_per_hour, l.units_per_copy, l.held_from, r.starts_at, r.ends_at,
-                r.released_at
+    let rows: Vec<Summed> = sqlx::query_as(&format!(
+        "SELECT l.environment_id, {UNIT_COLUMNS}
          FROM usage_ledger l JOIN reservations r ON r.id = l.reservation_id
          WHERE l.environment_id IN (SELECT value FROM json_each(?1)) AND l.summed = 1
-           AND r.starts_at < ?2 AND r.ends_at > ?3",
-    )
+           AND r.starts_at < ?2 AND r.ends_at > ?3"
+    ))
     .bind(serde_json::to_string(&ids).map_err(Error::internal)?)
     .bind(month_end)
     .bind(month_start)
@@ -1297,7 +1345,7 @@ async fn budget_units(
     let (ledger, summed) = which.ledger();
     let (month_start, month_end) = month.span();
     Ok(sqlx::query_as(&format!(
-        "SELECT l.size_cents_per_hour, l.units_per_copy, l.held_from, r.starts_at, r.ends_at, r.released_at
+        "SELECT {UNIT_COLUMNS}
          FROM {ledger} JOIN reservations r ON r.id = l.reservation_id
          WHERE {summed} AND l.tenant_id = ?1 AND (?2 IS NULL OR l.project_id = ?2)
            AND r.starts_at < ?3 AND r.ends_at > ?4"
@@ -1356,6 +1404,7 @@ impl Platform {
     async fn month_committed(
         &self,
         conn: &mut SqliteConnection,
+        card: &RateCard,
         summed: &mut SummedMonths,
         tenant_id: i64,
         project_id: Option<i64>,
@@ -1365,7 +1414,7 @@ impl Platform {
         let units = budget_units(conn, tenant_id, project_id, month, UnitsToRead::Unsummed).await?;
         let open: i64 = units
             .iter()
-            .filter_map(|u| within(u.time().committed(self.charging), month).map(|(f, t)| u.charge(t - f)))
+            .filter_map(|u| within(u.time().committed(self.charging), month).map(|(f, t)| u.charge(card, f, t)))
             .sum();
         Ok(to_cents(summed + open))
     }
@@ -1376,6 +1425,7 @@ impl Platform {
     async fn month_spent(
         &self,
         conn: &mut SqliteConnection,
+        card: &RateCard,
         summed: &mut SummedMonths,
         tenant_id: i64,
         project_id: Option<i64>,
@@ -1384,13 +1434,15 @@ impl Platform {
     ) -> Result<i64, Error> {
         if self.charging == ChargeBasis::ReservedWindow {
             let units = budget_units(conn, tenant_id, project_id, month, UnitsToRead::All).await?;
-            return Ok(month_cents(&units, month, |u| u.charged(self.charging, counted_to)));
+            return Ok(month_cents(&units, card, month, |u| u.charged(self.charging, counted_to)));
         }
         let summed = summed.microcents(conn, ChargeBasis::Use, tenant_id, project_id, month).await?;
         let units = budget_units(conn, tenant_id, project_id, month, UnitsToRead::Unsummed).await?;
         let open: i64 = units
             .iter()
-            .filter_map(|u| within(u.time().charged(ChargeBasis::Use, counted_to), month).map(|(f, t)| u.charge(t - f)))
+            .filter_map(|u| {
+                within(u.time().charged(ChargeBasis::Use, counted_to), month).map(|(f, t)| u.charge(card, f, t))
+            })
             .sum();
         Ok(to_cents(summed + open))
     }

@@ -4,7 +4,7 @@
 //! place, reserve in one write; `group_commit`: several launches in one writer turn;
 //! `idempotency`: a retried launch with the same key gets the first one's booking),
 //! quotas and their queue marks (`quotas`), the usage ledger, reports and budgets
-//! (`metering`), spot reclaim (`spot`) and maintenance windows (`maintenance`), and
+//! (`metering`), the rate card they charge by (`rates`), spot reclaim (`spot`) and maintenance windows (`maintenance`), and
 //! volumes with their storage quotas and attachments (`volumes`), and the image catalog
 //! with each tenant's rule for custom images (`images`).
 //!
@@ -21,5 +21,6 @@ pub mod images;
 pub mod maintenance;
 pub mod metering;
 pub mod quotas;
+pub mod rates;
 pub(crate) mod spot;
 pub mod volumes;

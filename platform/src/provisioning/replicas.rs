@@ -20,6 +20,7 @@ use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::mig::{MigProfile, SliceRange};
 use berth_domain::placement::Hold;
 use berth_domain::policy::Action;
+use berth_domain::rates::RateKey;
 use tokio::task::JoinSet;
 
 use crate::audit::{self, Event, Outcome};
@@ -96,8 +97,9 @@ impl Platform {
             self.check_quota(&mut tx, env.booker(), ask, None).await?;
             let cost = BookingCost {
                 what: "scale-up",
-                cents_per_hour: env.cents_per_hour,
-                copies: placed.len() as i64,
+                key: RateKey::of_shape(env.size.shape).0,
+                units: i64::try_from(new_holds.len()).unwrap_or(i64::MAX),
+                tier: env.tier,
                 window,
                 hours: berth_domain::metering::started_hours(window.ends_at - window.starts_at),
             };

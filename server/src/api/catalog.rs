@@ -5,6 +5,7 @@ use axum::Json;
 use axum::extract::Query;
 use berth_domain::catalog::{ImageRule, Offering};
 use berth_domain::launch::AvailabilityAsk;
+use berth_domain::metering::format_money;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
@@ -41,9 +42,10 @@ pub struct SizeBody {
     gpu_model: &'static str,
     vcpus: u32,
     memory_gb: u32,
-    /// US cents per hour for the whole size.
-    cents_per_hour: u32,
-    /// `$3.20/h`.
+    /// US cents per hour for the whole size, at the rate card's list price in force now;
+    /// `null` when the card has no price for it (it cannot be booked then).
+    cents_per_hour: Option<i64>,
+    /// `$3.20/h`, or `no price yet`.
     price: String,
 }
 
@@ -52,9 +54,12 @@ pub struct CatalogBody {
     offerings: Vec<OfferingBody>,
 }
 
-/// The catalog: every offering, its sizes and their prices (the same for everyone).
+/// The catalog: every offering, its sizes and their list prices in force now (the same
+/// for everyone; a tenant's discount applies when it is charged).
 #[utoipa::path(get, path = "/api/v1/catalog", tag = "catalog", responses((status = 200, body = CatalogBody)))]
-pub(super) async fn catalog(TokenCaller(_, _caller): TokenCaller) -> Json<CatalogBody> {
+pub(super) async fn catalog(TokenCaller(platform, caller): TokenCaller) -> Result<Json<CatalogBody>, ApiError> {
+    let card = platform.rate_card().await.map_err(fail(&caller))?;
+    let now = berth_platform::now_ms();
     let offerings = Offering::ALL
         .into_iter()
         .map(|o| OfferingBody {
@@ -71,19 +76,23 @@ pub(super) async fn catalog(TokenCaller(_, _caller): TokenCaller) -> Json<Catalo
             sizes: o
                 .sizes()
                 .iter()
-                .map(|s| SizeBody {
-                    id: s.id,
-                    label: s.label,
-                    gpu_model: s.gpu_model().name(),
-                    vcpus: s.vcpus,
-                    memory_gb: s.memory_gb,
-                    cents_per_hour: s.cents_per_hour,
-                    price: format!("{}/h", s.price_per_hour()),
+                .map(|s| {
+                    let cents_per_hour = card.size_price_at(s.shape, now);
+                    SizeBody {
+                        id: s.id,
+                        label: s.label,
+                        gpu_model: s.gpu_model().name(),
+                        vcpus: s.vcpus,
+                        memory_gb: s.memory_gb,
+                        cents_per_hour,
+                        price: cents_per_hour
+                            .map_or_else(|| "no price yet".to_owned(), |c| format!("{}/h", format_money(c))),
+                    }
                 })
                 .collect(),
         })
         .collect();
-    Json(CatalogBody { offerings })
+    Ok(Json(CatalogBody { offerings }))
 }
 
 /// Which offering, for how long, from when.

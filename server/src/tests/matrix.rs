@@ -175,6 +175,8 @@ fn routes() -> Vec<Route> {
         page("/admin/fabric", None),
         page("/admin/quotas", None),
         page("/idle-policies", None),
+        page("/prices", None),
+        page("/admin/prices", None),
         page("/usage", None),
         page("/admin/tenants", None),
         page("/tenants/{id}", Some(Aim::Tenant)),
@@ -202,6 +204,7 @@ fn routes() -> Vec<Route> {
         sf("/api/notification_bell", None, ""),
         sf("/api/sign_in_options", None, ""),
         sf("/api/fleet_capacity", None, ""),
+        sf("/api/size_prices", None, ""),
         sf("/api/size_hints", None, "offering=notebook&hours=2&start="),
         api(M::GET, "/api/v1/me", None, ""),
         // The catalog and its availability are public on the portal too (`size_hints`); with
@@ -216,6 +219,11 @@ fn routes() -> Vec<Route> {
         sf("/api/environment", environment, "id={id}"),
         sf("/api/environment_gpu_use", environment, "id={id}"),
         sf("/api/idle_policies", Some((QuotaRead, Aim::CallersTenant)), ""),
+        sf("/api/rate_card_page", Some((CatalogRead, Aim::Platform)), ""),
+        // The price and the discount they had: the other routes' calls cost the same.
+        sf("/api/set_price", Some((PriceManage, Aim::Platform)), "line=H100-80GB%2Fgpu&price=3.20&effective="),
+        sf("/api/set_discount", Some((PriceManage, Aim::Platform)), "tenant=&percent=0&effective="),
+        sf_missing("/api/withdraw_price_change", Some((PriceManage, Aim::Platform)), "kind=price&id=999999"),
         sf("/api/gpu_efficiency", Some((UsageRead, Aim::CallersTenant)), ""),
         sf(
             "/api/set_idle_policy",
