@@ -111,6 +111,7 @@ const signedIn = [
   '/admin/fabric',
   '/admin/quotas',
   '/idle-policies',
+  '/admin/prices',
   '/admin/tenants',
 ];
 for (const width of Object.keys(WIDTHS)) {

@@ -33,6 +33,7 @@ const pages = [
   '/admin/fabric',
   '/admin/quotas',
   '/idle-policies',
+  '/admin/prices',
   '/admin/tenants',
   '/volumes',
 ];

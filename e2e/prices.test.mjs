@@ -51,11 +51,11 @@ test('a change for a coming day is listed and can be withdrawn', async () => {
   await page.goto(`${berth.url}/admin/prices`);
   await page.getByLabel('Line').selectOption({ label: 'L40S, whole GPU' });
   await page.getByLabel('Dollars per unit-hour').fill('0.95');
-  await page.getByLabel('From').first().fill(tomorrow);
+  await page.getByLabel('From', { exact: true }).first().fill(tomorrow);
   await page.getByRole('button', { name: 'Save price' }).click();
   await page.getByRole('status').getByText('The price is saved.').waitFor();
   const line = page.locator('[data-price-line="L40S/gpu"]');
-  await line.getByText(`$0.95 from ${tomorrow} 00:00 UTC`).waitFor();
+  await line.getByText(`$0.95 from ${tomorrow} 00:00 UTC`, { exact: true }).waitFor();
   assert.equal(await inForce('L40S/gpu').innerText(), '$1.10 per GPU-hour', 'the price in force is unchanged');
 
   await line.locator('summary', { hasText: 'Withdraw' }).click();
@@ -71,17 +71,17 @@ test('bad input says what is wrong, and a tenant discount is listed', async () =
   await page.getByText('"four" is not an hourly price like 3.20').waitFor();
 
   await page.getByLabel('Dollars per unit-hour').fill('3');
-  await page.getByLabel('From').first().fill('2020-01-01');
+  await page.getByLabel('From', { exact: true }).first().fill('2020-01-01');
   await page.getByRole('button', { name: 'Save price' }).click();
   await page.getByText('2020-01-01 has begun').waitFor();
 
   await page.getByLabel('Whose').selectOption({ label: 'Tenant Acme Research' });
   await page.getByLabel('Percent off').fill('12.5');
-  await page.getByLabel('From').nth(1).fill(tomorrow);
+  await page.getByLabel('From', { exact: true }).nth(1).fill(tomorrow);
   await page.getByRole('button', { name: 'Save discount' }).click();
   await page.getByRole('status').getByText('The discount is saved.').waitFor();
   const acme = page.locator('[data-discount="acme"]');
-  await acme.getByText(`12.5% off from ${tomorrow} 00:00 UTC`).waitFor();
+  await acme.getByText(`12.5% off from ${tomorrow} 00:00 UTC`, { exact: true }).waitFor();
   assert.match(await acme.innerText(), /^Tenant acme\s+0%/);
 
   await page.screenshot({ path: join(artifacts, 'prices.png'), fullPage: true });

@@ -273,18 +273,18 @@ impl RateCard {
         let prices = self.prices.get(&unit.key).unwrap_or(&empty);
         let spot = if unit.spot { &self.spot } else { &empty };
         let tenant = unit.tenant.and_then(|t| self.tenants.get(&t)).unwrap_or(&empty);
-        let mut cuts: Vec<i64> = [prices, spot, tenant]
-            .into_iter()
-            .flat_map(|s| s.iter().map(|(at, _)| *at))
-            .filter(|at| *at > from && *at < to)
-            .collect();
-        cuts.push(to);
-        cuts.sort_unstable();
-        cuts.dedup();
+        // The next time after `at` that one of the three schedules changes.
+        let next_change = |at: i64| {
+            [prices, spot, tenant]
+                .into_iter()
+                .filter_map(|s| s.get(s.partition_point(|(f, _)| *f <= at)).map(|(f, _)| *f))
+                .min()
+        };
         // cents/h * ms * 1e6 microcents / 3.6e6 ms = cents/h * ms * 5 / 18.
         let (mut list, mut net) = (0_i128, 0_i128);
         let mut at = from;
-        for end in cuts {
+        while at < to {
+            let end = next_change(at).map_or(to, |change| change.min(to));
             let price = i128::from(in_force(prices, at).unwrap_or(0));
             let kept = |s: &Schedule<i64>| i128::from(WHOLE - in_force(s, at).unwrap_or(0).clamp(0, WHOLE));
             let piece = i128::from(end - at) * price * 5;
