@@ -24,6 +24,7 @@ use crate::state::{AppState, request_meta};
 
 mod catalog;
 mod environments;
+mod fleet;
 mod idle;
 mod nodes;
 mod notifications;
@@ -82,6 +83,9 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/images", get(volumes::images))
         .route("/api/v1/audit", get(usage::audit))
         .route("/api/v1/usage", get(usage::usage))
+        .route("/api/v1/nodes", get(fleet::nodes))
+        .route("/api/v1/maintenance", post(fleet::schedule_maintenance))
+        .route("/api/v1/maintenance/{id}", delete(fleet::cancel_maintenance))
         .route("/api/v1/nodes/{id}/health", get(nodes::node_health))
         .route("/api/v1/nodes/{id}/checks", post(nodes::run_node_checks))
         .route("/api/v1/nodes/{id}/state", post(nodes::change_node_state))
@@ -146,6 +150,9 @@ pub fn routes() -> Routes<AppState> {
         volumes::images,
         usage::audit,
         usage::usage,
+        fleet::nodes,
+        fleet::schedule_maintenance,
+        fleet::cancel_maintenance,
         nodes::node_health,
         nodes::run_node_checks,
         nodes::change_node_state,

@@ -288,3 +288,53 @@ async fn a_script_sets_idle_policies_and_reads_an_environments_standing() {
     let policies: i64 = sqlx::query_scalar("SELECT count(*) FROM idle_policies").fetch_one(db).await.expect("count");
     assert_eq!(policies, 0);
 }
+
+/// A platform admin's script lists the fleet's nodes with their state, takes a node out of
+/// booking for a window and calls it off; a window that cannot be is refused in words and
+/// writes nothing, and only platform staff see the fleet.
+#[tokio::test]
+async fn a_script_lists_nodes_and_schedules_maintenance() {
+    let berth = Berth::start(None).await;
+    let db = berth.platform.db();
+    let tenant = berth.platform.ensure_tenant("tenant-a", "Tenant A", Isolation::Soft).await.expect("tenant");
+    let root = berth.person("root@example.com", Role::PlatformAdmin, None).await;
+    let boss = berth.person("boss@example.com", Role::TenantAdmin, Some(tenant)).await;
+    let (_, root) = berth.token(&root, &[]).await;
+    let (_, boss) = berth.token(&boss, &[]).await;
+
+    let listed = berth.api(Method::GET, "/api/v1/nodes?search=l40s-01", "", Some(&root)).await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
+    let listed = json(&listed);
+    assert_eq!((listed["total_nodes"].as_u64(), listed["page"].as_u64()), (Some(1), Some(1)), "{listed}");
+    let node = &listed["nodes"][0];
+    assert_eq!((node["node"].as_str(), node["state"].as_str()), (Some("l40s-01"), Some("available")), "{node}");
+    assert!(node["gpus"].as_array().is_some_and(|g| !g.is_empty() && g[0]["health"] == "healthy"), "{node}");
+    let theirs = berth.api(Method::GET, "/api/v1/nodes", "", Some(&boss)).await;
+    assert_eq!(theirs.status, StatusCode::FORBIDDEN, "the fleet is the platform's: {}", theirs.body);
+
+    let backwards = r#"{"node": "l40s-01", "start": "2030-01-02 10:00", "end": "2030-01-01 10:00", "reason": "x"}"#;
+    let backwards = berth.api(Method::POST, "/api/v1/maintenance", backwards, Some(&root)).await;
+    assert_eq!(backwards.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", backwards.body);
+    let unsaid = r#"{"node": "l40s-01", "start": "2030-01-01 10:00", "end": "2030-01-01 12:00", "reason": " "}"#;
+    let unsaid = berth.api(Method::POST, "/api/v1/maintenance", unsaid, Some(&root)).await;
+    assert_eq!(unsaid.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", unsaid.body);
+    assert!(unsaid.body.contains("so users know why"), "{}", unsaid.body);
+    let windows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM maintenance_windows").fetch_one(db).await.expect("count");
+    assert_eq!(windows, 0, "refused windows wrote nothing");
+
+    let window = r#"{"node": "l40s-01", "gpu": 1, "end": "2099-01-01 00:00", "reason": "firmware"}"#;
+    let scheduled = berth.api(Method::POST, "/api/v1/maintenance", window, Some(&root)).await;
+    assert_eq!(scheduled.status, StatusCode::CREATED, "{}", scheduled.body);
+    let scheduled = json(&scheduled);
+    let window = &scheduled["window"];
+    assert_eq!((window["node"].as_str(), window["gpu"].as_i64()), (Some("l40s-01"), Some(1)), "{scheduled}");
+    assert_eq!(scheduled["affected"], serde_json::json!([]), "nothing was booked there");
+    let listed = json(&berth.api(Method::GET, "/api/v1/nodes?search=l40s-01", "", Some(&root)).await);
+    assert_eq!(listed["nodes"][0]["maintenance"][0]["reason"], "firmware", "{listed}");
+    let id = window["id"].as_i64().expect("the window's id");
+    let cancelled = berth.api(Method::DELETE, &format!("/api/v1/maintenance/{id}"), "", Some(&root)).await;
+    assert_eq!(cancelled.status, StatusCode::OK, "{}", cancelled.body);
+    let again = berth.api(Method::DELETE, &format!("/api/v1/maintenance/{id}"), "", Some(&root)).await;
+    assert_eq!(again.status, StatusCode::NOT_FOUND, "{}", again.body);
+}

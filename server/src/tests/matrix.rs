@@ -397,6 +397,12 @@ fn routes() -> Vec<Route> {
             Some((FleetManage, Aim::Platform)),
             "node=l40s-01&gpu=&start={later}&end={later_end}&reason=matrix",
         ),
+        api(
+            M::POST,
+            "/api/v1/maintenance",
+            Some((FleetManage, Aim::Platform)),
+            r#"{"node": "l40s-01", "start": "{later}", "end": "{later_end}", "reason": "matrix"}"#,
+        ),
         sf("/api/set_gpu_health", Some((FleetManage, Aim::Platform)), "node=l40s-01&gpu=1&health=healthy&note="),
         // No tenant 999999: a call the policy allows answers 404 after the access check.
         sf_missing(
@@ -405,7 +411,11 @@ fn routes() -> Vec<Route> {
             "tenant_id=999999&guids=0x0002c9030001e3f1",
         ),
         sf("/api/cancel_maintenance", Some((FleetManage, Aim::Maintenance)), "id={id}"),
+        // After `cancel_maintenance` above: the window is cancelled already, so a caller the
+        // policy allows is told it is not found (404).
+        api_missing(M::DELETE, "/api/v1/maintenance/{id}", Some((FleetManage, Aim::Maintenance)), ""),
         sf("/api/node_agents", Some((FleetRead, Aim::Platform)), "site=&search=&page="),
+        api(M::GET, "/api/v1/nodes", Some((FleetRead, Aim::Platform)), ""),
         sf("/api/create_node_token", Some((FleetManage, Aim::Platform)), "node=l40s-01"),
         sf("/api/revoke_node_token", Some((FleetManage, Aim::NodeToken)), "id={id}"),
         sf("/api/node_health", Some((FleetRead, Aim::Node)), "node={id}"),
