@@ -98,6 +98,10 @@ enum Command {
         #[arg(long, short)]
         follow: bool,
     },
+    /// Where an environment stands with the idle watcher: the policy, a warning, keeps left.
+    Idle { id: String },
+    /// Say an idle environment is in use ("Keep it"): its idle clock starts again.
+    Keep { id: String },
     /// SSH to a dedicated cluster's node, with the command its connection details give.
     Ssh {
         id: String,
@@ -354,6 +358,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Logs { id, tail, follow } => logs(&api, out, &id, tail, follow),
+        Command::Idle { id } => {
+            let idle = api.get(&format!("/api/v1/environments/{id}/idle"))?;
+            print(out, &idle, || idle_fields(&idle));
+            Ok(())
+        }
+        Command::Keep { id } => {
+            let idle = api.post(&format!("/api/v1/environments/{id}/keep"), &json!({}))?;
+            print(out, &idle, || format!("Kept {id}: its idle clock starts again\n{}", idle_fields(&idle)));
+            Ok(())
+        }
         Command::Ssh { id, print: only_print, args } => {
             let env = api.get(&format!("/api/v1/environments/{id}"))?;
             let mut command = ssh_command(&env)?;
@@ -606,6 +620,26 @@ fn open_in_browser(url: &str) -> Result<(), Failure> {
         .status()
         .map_err(|e| Failure::Local(format!("cannot open a browser ({opener}: {e}); open {url} yourself")))
         .map(|_| ())
+}
+
+/// An environment's standing with the idle watcher as `key value` lines.
+fn idle_fields(idle: &Value) -> String {
+    let policy = Some(text(idle, "policy")).filter(|p| !p.is_empty()).unwrap_or_else(|| "none applies".into());
+    let keeps_left = match &idle["keeps_left"] {
+        _ if idle["policy"].is_null() => String::new(),
+        Value::Null => "no limit".to_owned(),
+        left => left.to_string(),
+    };
+    let may_keep = if idle["may_keep"] == true { "yes" } else { "no" };
+    fields(&[
+        ("policy", policy),
+        ("idle since", when(idle, "idle_since")),
+        ("stops at", when(idle, "stops_at")),
+        ("stopped at", when(idle, "stopped_at")),
+        ("keeps used", text(idle, "keeps_used")),
+        ("keeps left", keeps_left),
+        ("may keep now", may_keep.to_owned()),
+    ])
 }
 
 #[cfg(test)]

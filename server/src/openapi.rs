@@ -75,20 +75,27 @@ impl Modify for Described {
     }
 }
 
-/// Where an answer leads (OpenAPI links): the id a launch, a volume or a listing answers
-/// with, given to the operations on that thing. Clients and schemathesis' stateful tests
-/// follow them. `(path, method, status, link, operation id, parameter, where the value is)`.
+/// Where an answer leads (OpenAPI links): the id a launch, a volume, a quota, a maintenance
+/// window or a listing answers with, given to the operations on that thing. Clients and
+/// schemathesis' stateful tests follow them. `(path, method, status, link, operation id,
+/// parameter, where the value is)`.
 const LINKS: &[(&str, &str, &str, &str, &str, &str, &str)] = &[
     ("/api/v1/environments", "post", "201", "show", "environment", "id", "$response.body#/id"),
     ("/api/v1/environments", "post", "201", "stop", "stop", "id", "$response.body#/id"),
     ("/api/v1/environments", "post", "201", "change_end", "change_end", "id", "$response.body#/id"),
     ("/api/v1/environments", "post", "201", "logs", "logs", "id", "$response.body#/id"),
     ("/api/v1/environments", "get", "200", "first", "environment", "id", "$response.body#/environments/0/id"),
+    ("/api/v1/environments", "post", "201", "idle", "idle_status", "id", "$response.body#/id"),
+    ("/api/v1/environments", "post", "201", "keep", "keep_environment", "id", "$response.body#/id"),
+    ("/api/v1/environments", "post", "201", "gpu_use", "gpu_use", "id", "$response.body#/id"),
     ("/api/v1/volumes", "post", "201", "show", "volume", "id", "$response.body#/id"),
     ("/api/v1/volumes", "post", "201", "resize", "resize_volume", "id", "$response.body#/id"),
     ("/api/v1/volumes", "post", "201", "delete", "delete_volume", "id", "$response.body#/id"),
     ("/api/v1/volumes", "get", "200", "first", "volume", "id", "$response.body#/volumes/0/id"),
     ("/api/v1/tenants", "get", "200", "members", "members", "id", "$response.body#/tenants/0/id"),
+    ("/api/v1/tenants", "get", "200", "projects", "projects", "id", "$response.body#/tenants/0/id"),
+    ("/api/v1/quotas", "put", "200", "remove", "remove_quota", "id", "$response.body#/id"),
+    ("/api/v1/maintenance", "post", "201", "cancel", "cancel_maintenance", "id", "$response.body#/window/id"),
     ("/api/v1/ssh-keys", "get", "200", "remove_first", "remove_ssh_key", "id", "$response.body#/ssh_keys/0/id"),
 ];
 

@@ -80,6 +80,11 @@ impl<S: Clone + Send + Sync + 'static> Handlers<S> {
         self.methods.push("DELETE");
         Handlers { methods: self.methods, router: self.router.delete(handler) }
     }
+
+    pub fn put<H: Handler<T, S>, T: 'static>(mut self, handler: H) -> Handlers<S> {
+        self.methods.push("PUT");
+        Handlers { methods: self.methods, router: self.router.put(handler) }
+    }
 }
 
 /// `handler` for GET (and HEAD).
@@ -90,6 +95,11 @@ pub fn get<S: Clone + Send + Sync + 'static, H: Handler<T, S>, T: 'static>(handl
 /// `handler` for POST.
 pub fn post<S: Clone + Send + Sync + 'static, H: Handler<T, S>, T: 'static>(handler: H) -> Handlers<S> {
     Handlers { methods: vec!["POST"], router: axum::routing::post(handler) }
+}
+
+/// `handler` for PUT.
+pub fn put<S: Clone + Send + Sync + 'static, H: Handler<T, S>, T: 'static>(handler: H) -> Handlers<S> {
+    Handlers { methods: vec!["PUT"], router: axum::routing::put(handler) }
 }
 
 /// `handler` for DELETE.

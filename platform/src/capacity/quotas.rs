@@ -143,7 +143,8 @@ impl Platform {
     /// Sets a quota named as in the admin form: `level` is `everyone`, `tenant` (by slug),
     /// `project` (`tenant-slug/name`, or just the name in the caller's tenant) or `user`
     /// (by email). Someone out of reach is answered like someone who does not exist.
-    pub async fn set_quota_for(&self, caller: &Caller, level: &str, who: &str, quota: &Quota) -> Result<(), Error> {
+    /// Answers the row's id.
+    pub async fn set_quota_for(&self, caller: &Caller, level: &str, who: &str, quota: &Quota) -> Result<i64, Error> {
         let who = who.trim();
         let not_found = |what: &str| Error::Refused(Refusal::InvalidQuota(format!("there is no {what} \"{who}\"")));
         let found: Option<QuotaSubject> = match level.trim() {
@@ -192,7 +193,8 @@ impl Platform {
 
     /// Sets the limits of `subject`, replacing its row. Everyone's default and tenants'
     /// limits are the platform's to set; tenant admins set their projects' and members'.
-    pub async fn set_quota(&self, caller: &Caller, subject: QuotaSubject, quota: &Quota) -> Result<(), Error> {
+    /// Answers the row's id.
+    pub async fn set_quota(&self, caller: &Caller, subject: QuotaSubject, quota: &Quota) -> Result<i64, Error> {
         let target = self.quota_target(subject).await?;
         self.authorize(caller, Action::QuotaManage, target).await?;
         let (tenant_id, project_id, user_id) = subject_columns(subject);
@@ -204,10 +206,10 @@ impl Platform {
             .bind(user_id)
             .execute(&mut *tx)
             .await?;
-        sqlx::query(
+        let id: i64 = sqlx::query_scalar(
             "INSERT INTO quotas (tenant_id, project_id, user_id, max_gpus, max_gpus_by_model, gpu_hours_per_month,
                  max_booking_hours, max_overlapping, allow_spot, updated_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
         )
         .bind(tenant_id)
         .bind(project_id)
@@ -219,7 +221,7 @@ impl Platform {
         .bind(quota.max_overlapping)
         .bind(quota.allow_spot)
         .bind(now_ms())
-        .execute(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
         let target = subject_label(subject);
         let detail = format!("{quota:?}");
@@ -229,7 +231,7 @@ impl Platform {
         follow_quota(&mut tx, subject).await?;
         tx.commit().await?;
         self.wake_reconciler();
-        Ok(())
+        Ok(id)
     }
 
     /// Removes a quota row: the user falls back to everyone's default, a project or

@@ -337,7 +337,8 @@ impl Platform {
 
     /// Adds someone to the tenant by email with a role. They sign in through the tenant's
     /// provider; the account is linked at their first sign-in with that verified email.
-    pub async fn invite_member(&self, caller: &Caller, tenant_id: i64, email: &str, role: &str) -> Result<(), Error> {
+    /// Answers their user id.
+    pub async fn invite_member(&self, caller: &Caller, tenant_id: i64, email: &str, role: &str) -> Result<i64, Error> {
         self.authorize_object_in(caller, Action::MemberManage, tenant_id).await?;
         let email = tenancy::validate_email(email)?;
         let role = tenancy::parse_tenant_role(role)?;
@@ -350,7 +351,7 @@ impl Platform {
         let notice = Notice::tenant_invitation(tenant_id, &tenant, role.label());
         self.notify(&mut tx, Some(tenant_id), &[invitee], &notice).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(invitee)
     }
 
     /// Gives a member another role. Nobody changes their own, and a tenant keeps at least
@@ -445,7 +446,8 @@ impl Platform {
         Ok(projects)
     }
 
-    pub async fn create_project(&self, caller: &Caller, tenant_id: i64, name: &str) -> Result<(), Error> {
+    /// Makes a project in the tenant; answers its id.
+    pub async fn create_project(&self, caller: &Caller, tenant_id: i64, name: &str) -> Result<i64, Error> {
         self.authorize_object_in(caller, Action::ProjectManage, tenant_id).await?;
         let name = tenancy::validate_display_name(name)?;
         let mut tx = self.begin_write().await?;
@@ -458,16 +460,17 @@ impl Platform {
         if taken > 0 {
             return Err(Refusal::SlugInUse(name).into());
         }
-        sqlx::query("INSERT INTO projects (tenant_id, name, created_at) VALUES (?, ?, ?)")
-            .bind(tenant_id)
-            .bind(&name)
-            .bind(now_ms())
-            .execute(&mut *tx)
-            .await?;
+        let id: i64 =
+            sqlx::query_scalar("INSERT INTO projects (tenant_id, name, created_at) VALUES (?, ?, ?) RETURNING id")
+                .bind(tenant_id)
+                .bind(&name)
+                .bind(now_ms())
+                .fetch_one(&mut *tx)
+                .await?;
         let event = Event { action: "project.create", target: Some(&name), outcome: Outcome::Success, detail: None };
         audit::record(&mut tx, &Actor { tenant_id: Some(tenant_id), ..caller.actor() }, event).await?;
         tx.commit().await?;
-        Ok(())
+        Ok(id)
     }
 
     /// Adds a member of the tenant (by email) to one of its projects.

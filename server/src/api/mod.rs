@@ -18,13 +18,17 @@ use serde_json::Value;
 
 use crate::openapi::Described;
 use crate::problem::{PROBLEM_JSON, Problem, ProblemKind, request_id_of};
+use crate::served::put;
 use crate::served::{Routes, delete, get, post};
 use crate::state::{AppState, request_meta};
 
 mod catalog;
 mod environments;
+mod fleet;
+mod idle;
 mod nodes;
 mod notifications;
+mod quotas;
 mod schema;
 mod tenancy;
 mod usage;
@@ -45,6 +49,26 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/availability", get(catalog::availability))
         .route("/api/v1/tenants", get(tenancy::tenants))
         .route("/api/v1/tenants/{id}/members", get(tenancy::members))
+        .route("/api/v1/tenants/{id}/members", post(tenancy::invite_member))
+        .route("/api/v1/tenants/{id}/members/{user}", delete(tenancy::remove_member).patch(tenancy::change_member_role))
+        .route("/api/v1/tenants/{id}/projects", get(tenancy::projects).post(tenancy::create_project))
+        .route("/api/v1/tenants/{id}/projects/{project}/members", post(tenancy::add_project_member))
+        .route("/api/v1/quotas", get(quotas::quotas).put(quotas::set_quota))
+        .route("/api/v1/quotas/{id}", delete(quotas::remove_quota))
+        .route("/api/v1/budgets", get(quotas::budgets).put(quotas::set_budget))
+        .route("/api/v1/budgets/{id}", delete(quotas::remove_budget))
+        .route("/api/v1/idle-policies", get(idle::idle_policies))
+        .route(
+            "/api/v1/idle-policies/{offering}",
+            put(idle::set_platform_idle_policy).delete(idle::remove_platform_idle_policy),
+        )
+        .route(
+            "/api/v1/tenants/{id}/idle-policies/{offering}",
+            put(idle::set_tenant_idle_policy).delete(idle::remove_tenant_idle_policy),
+        )
+        .route("/api/v1/environments/{id}/idle", get(idle::idle_status))
+        .route("/api/v1/environments/{id}/keep", post(idle::keep_environment))
+        .route("/api/v1/environments/{id}/gpu-use", get(idle::gpu_use))
         .route("/api/v1/notifications", get(notifications::notifications))
         .route("/api/v1/notifications/read", post(notifications::mark_notifications_read))
         .route("/api/v1/tokens", get(tenancy::tokens))
@@ -59,6 +83,9 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/images", get(volumes::images))
         .route("/api/v1/audit", get(usage::audit))
         .route("/api/v1/usage", get(usage::usage))
+        .route("/api/v1/nodes", get(fleet::nodes))
+        .route("/api/v1/maintenance", post(fleet::schedule_maintenance))
+        .route("/api/v1/maintenance/{id}", delete(fleet::cancel_maintenance))
         .route("/api/v1/nodes/{id}/health", get(nodes::node_health))
         .route("/api/v1/nodes/{id}/checks", post(nodes::run_node_checks))
         .route("/api/v1/nodes/{id}/state", post(nodes::change_node_state))
@@ -89,6 +116,26 @@ pub fn routes() -> Routes<AppState> {
         catalog::availability,
         tenancy::tenants,
         tenancy::members,
+        tenancy::invite_member,
+        tenancy::change_member_role,
+        tenancy::remove_member,
+        tenancy::projects,
+        tenancy::create_project,
+        tenancy::add_project_member,
+        quotas::quotas,
+        quotas::set_quota,
+        quotas::remove_quota,
+        quotas::budgets,
+        quotas::set_budget,
+        quotas::remove_budget,
+        idle::idle_policies,
+        idle::set_platform_idle_policy,
+        idle::remove_platform_idle_policy,
+        idle::set_tenant_idle_policy,
+        idle::remove_tenant_idle_policy,
+        idle::idle_status,
+        idle::keep_environment,
+        idle::gpu_use,
         notifications::notifications,
         notifications::mark_notifications_read,
         tenancy::tokens,
@@ -103,6 +150,9 @@ pub fn routes() -> Routes<AppState> {
         volumes::images,
         usage::audit,
         usage::usage,
+        fleet::nodes,
+        fleet::schedule_maintenance,
+        fleet::cancel_maintenance,
         nodes::node_health,
         nodes::run_node_checks,
         nodes::change_node_state,

@@ -95,3 +95,19 @@ pub fn optional_number_or_text() -> RefOr<Schema> {
         .item(ObjectBuilder::new().schema_type(SchemaType::Type(Type::Null)))
         .into()
 }
+
+/// A number, whole or not, as a number or as text.
+pub fn decimal_or_text() -> RefOr<Schema> {
+    OneOfBuilder::new()
+        .item(ObjectBuilder::new().schema_type(Type::Number))
+        .item(ObjectBuilder::new().schema_type(Type::String))
+        .into()
+}
+
+pub fn optional_decimal_or_text() -> RefOr<Schema> {
+    OneOfBuilder::new()
+        .item(ObjectBuilder::new().schema_type(Type::Number))
+        .item(ObjectBuilder::new().schema_type(Type::String))
+        .item(ObjectBuilder::new().schema_type(SchemaType::Type(Type::Null)))
+        .into()
+}

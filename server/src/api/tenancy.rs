@@ -1,12 +1,15 @@
-//! Who the token speaks for, tenants and their members, the caller's API tokens and SSH
-//! keys.
+//! Who the token speaks for, tenants with their members and projects, the caller's API
+//! tokens and SSH keys.
 
 use axum::Json;
 use axum::extract::Path;
-use serde::Serialize;
+use axum::response::{IntoResponse, Response};
+use berth_platform::{Caller, Error, Platform};
+use http::StatusCode;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use super::{ApiError, TokenCaller, fail, rfc3339, schema};
+use super::{ApiError, Body, TokenCaller, fail, rfc3339, schema};
 
 /// Who the token speaks for, and what it may do.
 #[derive(Serialize, ToSchema)]
@@ -92,17 +95,11 @@ pub(super) async fn members(
     Path(id): Path<i64>,
 ) -> Result<Json<MemberList>, ApiError> {
     let members = platform.members(&caller, id).await.map_err(fail(&caller))?;
-    let members = members
-        .into_iter()
-        .map(|m| MemberBody {
-            user_id: m.user_id,
-            email: m.email,
-            name: m.display_name,
-            role: m.role.as_str(),
-            status: m.status,
-        })
-        .collect();
-    Ok(Json(MemberList { members }))
+    Ok(Json(MemberList { members: members.into_iter().map(member_body).collect() }))
+}
+
+fn member_body(m: berth_platform::tenancy::tenants::Member) -> MemberBody {
+    MemberBody { user_id: m.user_id, email: m.email, name: m.display_name, role: m.role.as_str(), status: m.status }
 }
 
 /// A personal API token; never its secret.
@@ -213,4 +210,174 @@ pub(super) async fn remove_ssh_key(
 ) -> Result<Json<SshKeyRemoved>, ApiError> {
     platform.remove_ssh_key(&caller, id).await.map_err(fail(&caller))?;
     Ok(Json(SshKeyRemoved { removed: id }))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ProjectBody {
+    id: i64,
+    name: String,
+    /// Its members' emails.
+    members: Vec<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ProjectList {
+    /// By name.
+    projects: Vec<ProjectBody>,
+}
+
+fn project_body(p: berth_platform::tenancy::tenants::Project) -> ProjectBody {
+    ProjectBody { id: p.id, name: p.name, members: p.members }
+}
+
+/// One project of a tenant, as stored now.
+async fn project_of(platform: &Platform, caller: &Caller, tenant: i64, id: i64) -> Result<ProjectBody, Error> {
+    let projects = platform.projects(caller, tenant).await?;
+    projects.into_iter().find(|p| p.id == id).map(project_body).ok_or(Error::NotFound)
+}
+
+/// A tenant's projects and their members.
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/projects", tag = "tenants",
+    params(("id" = i64, Path, description = "The tenant's id")),
+    responses((status = 200, body = ProjectList)))]
+pub(super) async fn projects(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+) -> Result<Json<ProjectList>, ApiError> {
+    let projects = platform.projects(&caller, id).await.map_err(fail(&caller))?;
+    Ok(Json(ProjectList { projects: projects.into_iter().map(project_body).collect() }))
+}
+
+/// `{"name": "vision"}`
+#[derive(Deserialize, ToSchema)]
+pub struct NewProject {
+    /// Unique in the tenant.
+    #[schema(example = "vision")]
+    name: String,
+}
+
+/// Makes a project in the tenant (its tenant admins, platform admins).
+#[utoipa::path(post, path = "/api/v1/tenants/{id}/projects", tag = "tenants",
+    params(("id" = i64, Path, description = "The tenant's id")),
+    request_body = NewProject,
+    responses((status = 201, description = "Made", body = ProjectBody)))]
+pub(super) async fn create_project(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+    Body(asked): Body<NewProject>,
+) -> Response {
+    let made = async {
+        let project = platform.create_project(&caller, id, &asked.name).await?;
+        project_of(&platform, &caller, id, project).await
+    };
+    match made.await {
+        Ok(project) => (StatusCode::CREATED, Json(project)).into_response(),
+        Err(e) => fail(&caller)(e).into_response(),
+    }
+}
+
+/// `{"email": "ada@acme.example"}`: a member of the tenant.
+#[derive(Deserialize, ToSchema)]
+pub struct NewProjectMember {
+    #[schema(example = "ada@acme.example")]
+    email: String,
+}
+
+/// Adds a member of the tenant (by email) to one of its projects; adding one twice changes
+/// nothing.
+#[utoipa::path(post, path = "/api/v1/tenants/{id}/projects/{project}/members", tag = "tenants",
+    params(("id" = i64, Path, description = "The tenant's id"),
+        ("project" = i64, Path, description = "The project's id")),
+    request_body = NewProjectMember,
+    responses((status = 200, body = ProjectBody)))]
+pub(super) async fn add_project_member(
+    TokenCaller(platform, caller): TokenCaller,
+    Path((id, project)): Path<(i64, i64)>,
+    Body(asked): Body<NewProjectMember>,
+) -> Result<Json<ProjectBody>, ApiError> {
+    platform.add_project_member(&caller, id, project, &asked.email).await.map_err(fail(&caller))?;
+    Ok(Json(project_of(&platform, &caller, id, project).await.map_err(fail(&caller))?))
+}
+
+/// One member of a tenant, as stored now.
+async fn member_of(platform: &Platform, caller: &Caller, tenant: i64, user: i64) -> Result<MemberBody, Error> {
+    let members = platform.members(caller, tenant).await?;
+    members.into_iter().find(|m| m.user_id == user).map(member_body).ok_or(Error::NotFound)
+}
+
+/// `{"email": "ada@acme.example", "role": "member"}`
+#[derive(Deserialize, ToSchema)]
+pub struct NewMember {
+    #[schema(example = "ada@acme.example")]
+    email: String,
+    /// `tenant_admin`, `member` or `viewer`.
+    #[schema(example = "member")]
+    role: String,
+}
+
+/// Adds someone to the tenant by email with a role (an invitation: they sign in through
+/// the tenant's provider and are told so). Someone removed from the tenant may be added
+/// back.
+#[utoipa::path(post, path = "/api/v1/tenants/{id}/members", tag = "tenants",
+    params(("id" = i64, Path, description = "The tenant's id")),
+    request_body = NewMember,
+    responses((status = 201, description = "Added", body = MemberBody)))]
+pub(super) async fn invite_member(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+    Body(asked): Body<NewMember>,
+) -> Response {
+    let added = async {
+        let user = platform.invite_member(&caller, id, &asked.email, &asked.role).await?;
+        member_of(&platform, &caller, id, user).await
+    };
+    match added.await {
+        Ok(member) => (StatusCode::CREATED, Json(member)).into_response(),
+        Err(e) => fail(&caller)(e).into_response(),
+    }
+}
+
+/// `{"role": "viewer"}`
+#[derive(Deserialize, ToSchema)]
+pub struct NewRole {
+    /// `tenant_admin`, `member` or `viewer`.
+    #[schema(example = "viewer")]
+    role: String,
+}
+
+/// Gives a member another role. Nobody changes their own, and a tenant keeps at least one
+/// tenant admin.
+#[utoipa::path(patch, path = "/api/v1/tenants/{id}/members/{user}", tag = "tenants",
+    params(("id" = i64, Path, description = "The tenant's id"),
+        ("user" = i64, Path, description = "The member's user id")),
+    request_body = NewRole,
+    responses((status = 200, body = MemberBody)))]
+pub(super) async fn change_member_role(
+    TokenCaller(platform, caller): TokenCaller,
+    Path((id, user)): Path<(i64, i64)>,
+    Body(asked): Body<NewRole>,
+) -> Result<Json<MemberBody>, ApiError> {
+    platform.change_member_role(&caller, id, user, &asked.role).await.map_err(fail(&caller))?;
+    Ok(Json(member_of(&platform, &caller, id, user).await.map_err(fail(&caller))?))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct MemberRemoved {
+    /// The member's user id.
+    removed: i64,
+}
+
+/// Takes a member out of the tenant: they can no longer sign in, their sessions and tokens
+/// stop at once and their environments are stopped. Nobody removes themselves, and a
+/// tenant keeps at least one tenant admin.
+#[utoipa::path(delete, path = "/api/v1/tenants/{id}/members/{user}", tag = "tenants",
+    params(("id" = i64, Path, description = "The tenant's id"),
+        ("user" = i64, Path, description = "The member's user id")),
+    responses((status = 200, body = MemberRemoved)))]
+pub(super) async fn remove_member(
+    TokenCaller(platform, caller): TokenCaller,
+    Path((id, user)): Path<(i64, i64)>,
+) -> Result<Json<MemberRemoved>, ApiError> {
+    platform.remove_member(&caller, id, user).await.map_err(fail(&caller))?;
+    Ok(Json(MemberRemoved { removed: user }))
 }

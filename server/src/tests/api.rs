@@ -104,3 +104,237 @@ async fn a_script_reads_the_image_catalog_and_is_held_to_its_tenants_rule() {
         sqlx::query_scalar("SELECT count(*) FROM environments").fetch_one(berth.platform.db()).await.expect("count");
     assert_eq!(envs, 1, "the refused request wrote nothing");
 }
+
+/// Reads an answer's JSON body.
+fn json(reply: &super::Reply) -> serde_json::Value {
+    serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {}", reply.body))
+}
+
+/// A tenant admin's onboarding script: a project, a member invited, added to it and given
+/// another role, the project's quota and budget set and removed, the member removed. Bad
+/// input is refused in words and writes nothing.
+#[tokio::test]
+async fn a_script_sets_up_projects_members_quotas_and_budgets() {
+    let berth = Berth::start(None).await;
+    let db = berth.platform.db();
+    let tenant = berth.platform.ensure_tenant("tenant-a", "Tenant A", Isolation::Soft).await.expect("tenant");
+    let boss = berth.person("boss@example.com", Role::TenantAdmin, Some(tenant)).await;
+    let (_, token) = berth.token(&boss, &[]).await;
+    let b = &berth;
+    let call = move |method: Method, path: String, body: &'static str| {
+        let token = token.clone();
+        async move { b.api(method, &path, body, Some(&token)).await }
+    };
+
+    let made = call(Method::POST, format!("/api/v1/tenants/{tenant}/projects"), r#"{"name": "vision"}"#).await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.body);
+    let project = json(&made);
+    assert_eq!((project["name"].as_str(), project["members"].as_array().map(Vec::len)), (Some("vision"), Some(0)));
+    let project = project["id"].as_i64().expect("the project's id");
+    let twice = call(Method::POST, format!("/api/v1/tenants/{tenant}/projects"), r#"{"name": "vision"}"#).await;
+    assert_eq!(twice.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", twice.body);
+    assert!(twice.body.contains(r#"the short name \"vision\" is taken"#), "{}", twice.body);
+
+    let members = format!("/api/v1/tenants/{tenant}/members");
+    let invited = call(Method::POST, members.clone(), r#"{"email": "ada@example.com", "role": "member"}"#).await;
+    assert_eq!(invited.status, StatusCode::CREATED, "{}", invited.body);
+    let ada = json(&invited);
+    assert_eq!((ada["email"].as_str(), ada["role"].as_str()), (Some("ada@example.com"), Some("member")));
+    let ada = ada["user_id"].as_i64().expect("ada's id");
+    let owner = call(Method::POST, members.clone(), r#"{"email": "bob@example.com", "role": "owner"}"#).await;
+    assert_eq!(owner.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", owner.body);
+    assert!(owner.body.contains(r#"there is no role called \"owner\""#), "{}", owner.body);
+    let bobs: i64 = sqlx::query_scalar("SELECT count(*) FROM users WHERE email = 'bob@example.com'")
+        .fetch_one(db)
+        .await
+        .expect("count");
+    assert_eq!(bobs, 0, "the refused invitation wrote nothing");
+
+    let joined = call(
+        Method::POST,
+        format!("/api/v1/tenants/{tenant}/projects/{project}/members"),
+        r#"{"email": "ada@example.com"}"#,
+    )
+    .await;
+    assert_eq!(joined.status, StatusCode::OK, "{}", joined.body);
+    assert_eq!(json(&joined)["members"], serde_json::json!(["ada@example.com"]));
+    let listed = json(&call(Method::GET, format!("/api/v1/tenants/{tenant}/projects"), "").await);
+    assert_eq!(listed["projects"][0]["members"], serde_json::json!(["ada@example.com"]), "{listed}");
+
+    let viewer = call(Method::PATCH, format!("{members}/{ada}"), r#"{"role": "viewer"}"#).await;
+    assert_eq!(viewer.status, StatusCode::OK, "{}", viewer.body);
+    assert_eq!(json(&viewer)["role"], "viewer");
+    let own = call(Method::PATCH, format!("{members}/{}", boss.id), r#"{"role": "member"}"#).await;
+    assert_eq!(own.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", own.body);
+    assert!(own.body.contains("your own membership"), "{}", own.body);
+
+    // The project's quota: by model as an object, numbers as numbers or text.
+    let quota = r#"{"level": "project", "who": "vision", "max_gpus": "2", "max_gpus_by_model": {"H100-80GB": 1},
+                    "max_booking_hours": 24}"#;
+    let set = call(Method::PUT, "/api/v1/quotas".into(), quota).await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.body);
+    let set = json(&set);
+    assert_eq!((set["level"].as_str(), set["subject_id"].as_i64()), (Some("project"), Some(project)), "{set}");
+    assert_eq!((set["max_gpus"].as_f64(), set["max_booking_hours"].as_u64()), (Some(2.0), Some(24)), "{set}");
+    assert_eq!(set["max_gpus_by_model"], serde_json::json!({"H100-80GB": 1.0}));
+    assert_eq!(set["gpu_hours_per_month"], serde_json::Value::Null, "left out: no limit");
+    let bad =
+        call(Method::PUT, "/api/v1/quotas".into(), r#"{"level": "project", "who": "vision", "max_gpus": "lots"}"#);
+    let bad = bad.await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
+    assert!(bad.body.contains("GPUs at once must be a number of GPU-equivalents"), "{}", bad.body);
+    let sneaky = r#"{"level": "project", "who": "vision", "max_gpus_by_model": {"H100-80GB = 1, A100-80GB": 9}}"#;
+    let sneaky = call(Method::PUT, "/api/v1/quotas".into(), sneaky).await;
+    assert_eq!(sneaky.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", sneaky.body);
+    let everyone = call(Method::PUT, "/api/v1/quotas".into(), r#"{"level": "everyone", "max_gpus": 1}"#).await;
+    assert_eq!(everyone.status, StatusCode::FORBIDDEN, "everyone's default is the platform's: {}", everyone.body);
+    let rows: Vec<(i64, Option<f64>)> =
+        sqlx::query_as("SELECT id, max_gpus FROM quotas").fetch_all(db).await.expect("quotas");
+    assert_eq!(rows, vec![(set["id"].as_i64().expect("id"), Some(2.0))], "refusals changed nothing");
+    let quotas = json(&call(Method::GET, "/api/v1/quotas".into(), "").await);
+    assert_eq!(quotas["quotas"][0]["who"], "Project tenant-a/vision", "{quotas}");
+    let removed = call(Method::DELETE, format!("/api/v1/quotas/{}", rows[0].0), "").await;
+    assert_eq!(removed.status, StatusCode::OK, "{}", removed.body);
+    assert_eq!(json(&call(Method::GET, "/api/v1/quotas".into(), "").await)["quotas"], serde_json::json!([]));
+
+    // The project's budget.
+    let budget =
+        call(Method::PUT, "/api/v1/budgets".into(), r#"{"level": "project", "who": "vision", "amount": "2,000"}"#);
+    let budget = budget.await;
+    assert_eq!(budget.status, StatusCode::OK, "{}", budget.body);
+    let budgets = json(&budget);
+    let set = &budgets["budgets"][0];
+    assert_eq!((set["cents_per_month"].as_i64(), set["project"].as_i64()), (Some(200_000), Some(project)), "{set}");
+    assert_eq!((set["amount"].as_str(), set["warn_only"].as_bool()), (Some("$2,000.00"), Some(false)), "{set}");
+    let tenants = call(Method::PUT, "/api/v1/budgets".into(), r#"{"level": "tenant", "who": "tenant-a", "amount": 5}"#);
+    assert_eq!(tenants.await.status, StatusCode::FORBIDDEN, "a tenant's own budget is the platform's");
+    let listed = json(&call(Method::GET, "/api/v1/budgets".into(), "").await);
+    assert_eq!(listed["budgets"].as_array().map(Vec::len), Some(1), "{listed}");
+    let id = set["id"].as_i64().expect("the budget's id");
+    let removed = call(Method::DELETE, format!("/api/v1/budgets/{id}"), "").await;
+    assert_eq!(removed.status, StatusCode::OK, "{}", removed.body);
+    assert_eq!(json(&call(Method::GET, "/api/v1/budgets".into(), "").await)["budgets"], serde_json::json!([]));
+
+    let gone = call(Method::DELETE, format!("{members}/{ada}"), "").await;
+    assert_eq!(gone.status, StatusCode::OK, "{}", gone.body);
+    let left = json(&call(Method::GET, members.clone(), "").await);
+    assert!(!left.to_string().contains("ada@example.com"), "{left}");
+}
+
+/// Idle reclamation through the API: a platform admin sets the notebook policy, a tenant
+/// admin only a stricter one; an environment's standing says which applies, and keeping
+/// one that is not ready is refused.
+#[tokio::test]
+async fn a_script_sets_idle_policies_and_reads_an_environments_standing() {
+    let berth = Berth::start(None).await;
+    let db = berth.platform.db();
+    let tenant = berth.platform.ensure_tenant("tenant-a", "Tenant A", Isolation::Soft).await.expect("tenant");
+    let root = berth.person("root@example.com", Role::PlatformAdmin, None).await;
+    let boss = berth.person("boss@example.com", Role::TenantAdmin, Some(tenant)).await;
+    let member = berth.person("dana@example.com", Role::Member, Some(tenant)).await;
+    let (_, root) = berth.token(&root, &[]).await;
+    let (_, boss) = berth.token(&boss, &[]).await;
+    let (_, dana) = berth.token(&member, &[]).await;
+
+    let policy = r#"{"below_pct": 5, "idle_for": "1h", "grace": "15m", "max_keeps": 1}"#;
+    let set = berth.api(Method::PUT, "/api/v1/idle-policies/notebook", policy, Some(&root)).await;
+    assert_eq!(set.status, StatusCode::OK, "{}", set.body);
+    let set = json(&set);
+    assert_eq!((set["idle_for_s"].as_i64(), set["grace"].as_str()), (Some(3600), Some("15m")), "{set}");
+    assert_eq!((set["tenant"].as_i64(), set["max_keeps"].as_i64()), (None, Some(1)), "{set}");
+    let theirs = berth.api(Method::PUT, "/api/v1/idle-policies/notebook", policy, Some(&boss)).await;
+    assert_eq!(theirs.status, StatusCode::FORBIDDEN, "the platform's is the platform's: {}", theirs.body);
+    let nothing = berth.api(Method::PUT, "/api/v1/idle-policies/spaceship", policy, Some(&root)).await;
+    assert_eq!(nothing.status, StatusCode::NOT_FOUND, "{}", nothing.body);
+
+    let tenants = format!("/api/v1/tenants/{tenant}/idle-policies/notebook");
+    let looser = r#"{"below_pct": 5, "idle_for": "2h", "grace": "15m", "max_keeps": 1}"#;
+    let looser = berth.api(Method::PUT, &tenants, looser, Some(&boss)).await;
+    assert_eq!(looser.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", looser.body);
+    assert!(looser.body.contains("an idle time over the platform's 1h"), "{}", looser.body);
+    let garbled = r#"{"below_pct": 5, "idle_for": "soon", "grace": "15m"}"#;
+    let garbled = berth.api(Method::PUT, &tenants, garbled, Some(&boss)).await;
+    assert_eq!(garbled.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", garbled.body);
+    assert!(garbled.body.contains(r#"\"soon\" is not an idle time"#), "{}", garbled.body);
+    let policies: i64 = sqlx::query_scalar("SELECT count(*) FROM idle_policies").fetch_one(db).await.expect("count");
+    assert_eq!(policies, 1, "refused policies wrote nothing");
+    let stricter = r#"{"below_pct": "10%", "idle_for": "30m", "grace": "5m", "max_keeps": "1"}"#;
+    let stricter = berth.api(Method::PUT, &tenants, stricter, Some(&boss)).await;
+    assert_eq!(stricter.status, StatusCode::OK, "{}", stricter.body);
+    assert_eq!(json(&stricter)["tenant_slug"], "tenant-a");
+    let listed = json(&berth.api(Method::GET, "/api/v1/idle-policies", "", Some(&dana)).await);
+    assert_eq!(listed["policies"].as_array().map(Vec::len), Some(2), "{listed}");
+    assert_eq!(
+        (listed["manages_platform"].as_bool(), &listed["manages_tenants"]),
+        (Some(false), &serde_json::json!([]))
+    );
+
+    // A member's booking, not ready yet: the stricter policy applies; it cannot be kept.
+    let env = berth.launch(&member, "idle-nb").await;
+    let idle = berth.api(Method::GET, &format!("/api/v1/environments/{env}/idle"), "", Some(&dana)).await;
+    assert_eq!(idle.status, StatusCode::OK, "{}", idle.body);
+    let idle = json(&idle);
+    assert!(idle["policy"].as_str().is_some_and(|p| p.contains("GPUs under 10% for 30m")), "{idle}");
+    assert_eq!((idle["keeps_left"].as_i64(), idle["may_keep"].as_bool()), (Some(1), Some(false)), "{idle}");
+    let keep = berth.api(Method::POST, &format!("/api/v1/environments/{env}/keep"), "", Some(&dana)).await;
+    assert_eq!(keep.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", keep.body);
+    let used = json(&berth.api(Method::GET, &format!("/api/v1/environments/{env}/gpu-use"), "", Some(&dana)).await);
+    assert_eq!(used, serde_json::json!({"hour": [], "day": []}), "no readings yet");
+
+    let removed = berth.api(Method::DELETE, &tenants, "", Some(&boss)).await;
+    assert_eq!(removed.status, StatusCode::OK, "{}", removed.body);
+    let removed = berth.api(Method::DELETE, "/api/v1/idle-policies/notebook", "", Some(&root)).await;
+    assert_eq!(json(&removed), serde_json::json!({"tenant": null, "offering": "notebook"}));
+    let policies: i64 = sqlx::query_scalar("SELECT count(*) FROM idle_policies").fetch_one(db).await.expect("count");
+    assert_eq!(policies, 0);
+}
+
+/// A platform admin's script lists the fleet's nodes with their state, takes a node out of
+/// booking for a window and calls it off; a window that cannot be is refused in words and
+/// writes nothing, and only platform staff see the fleet.
+#[tokio::test]
+async fn a_script_lists_nodes_and_schedules_maintenance() {
+    let berth = Berth::start(None).await;
+    let db = berth.platform.db();
+    let tenant = berth.platform.ensure_tenant("tenant-a", "Tenant A", Isolation::Soft).await.expect("tenant");
+    let root = berth.person("root@example.com", Role::PlatformAdmin, None).await;
+    let boss = berth.person("boss@example.com", Role::TenantAdmin, Some(tenant)).await;
+    let (_, root) = berth.token(&root, &[]).await;
+    let (_, boss) = berth.token(&boss, &[]).await;
+
+    let listed = berth.api(Method::GET, "/api/v1/nodes?search=l40s-01", "", Some(&root)).await;
+    assert_eq!(listed.status, StatusCode::OK, "{}", listed.body);
+    let listed = json(&listed);
+    assert_eq!((listed["total_nodes"].as_u64(), listed["page"].as_u64()), (Some(1), Some(1)), "{listed}");
+    let node = &listed["nodes"][0];
+    assert_eq!((node["node"].as_str(), node["state"].as_str()), (Some("l40s-01"), Some("available")), "{node}");
+    assert!(node["gpus"].as_array().is_some_and(|g| !g.is_empty() && g[0]["health"] == "healthy"), "{node}");
+    let theirs = berth.api(Method::GET, "/api/v1/nodes", "", Some(&boss)).await;
+    assert_eq!(theirs.status, StatusCode::FORBIDDEN, "the fleet is the platform's: {}", theirs.body);
+
+    let backwards = r#"{"node": "l40s-01", "start": "2030-01-02 10:00", "end": "2030-01-01 10:00", "reason": "x"}"#;
+    let backwards = berth.api(Method::POST, "/api/v1/maintenance", backwards, Some(&root)).await;
+    assert_eq!(backwards.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", backwards.body);
+    let unsaid = r#"{"node": "l40s-01", "start": "2030-01-01 10:00", "end": "2030-01-01 12:00", "reason": " "}"#;
+    let unsaid = berth.api(Method::POST, "/api/v1/maintenance", unsaid, Some(&root)).await;
+    assert_eq!(unsaid.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", unsaid.body);
+    assert!(unsaid.body.contains("so users know why"), "{}", unsaid.body);
+    let windows: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM maintenance_windows").fetch_one(db).await.expect("count");
+    assert_eq!(windows, 0, "refused windows wrote nothing");
+
+    let window = r#"{"node": "l40s-01", "gpu": 1, "end": "2099-01-01 00:00", "reason": "firmware"}"#;
+    let scheduled = berth.api(Method::POST, "/api/v1/maintenance", window, Some(&root)).await;
+    assert_eq!(scheduled.status, StatusCode::CREATED, "{}", scheduled.body);
+    let scheduled = json(&scheduled);
+    let window = &scheduled["window"];
+    assert_eq!((window["node"].as_str(), window["gpu"].as_i64()), (Some("l40s-01"), Some(1)), "{scheduled}");
+    assert_eq!(scheduled["affected"], serde_json::json!([]), "nothing was booked there");
+    let listed = json(&berth.api(Method::GET, "/api/v1/nodes?search=l40s-01", "", Some(&root)).await);
+    assert_eq!(listed["nodes"][0]["maintenance"][0]["reason"], "firmware", "{listed}");
+    let id = window["id"].as_i64().expect("the window's id");
+    let cancelled = berth.api(Method::DELETE, &format!("/api/v1/maintenance/{id}"), "", Some(&root)).await;
+    assert_eq!(cancelled.status, StatusCode::OK, "{}", cancelled.body);
+    let again = berth.api(Method::DELETE, &format!("/api/v1/maintenance/{id}"), "", Some(&root)).await;
+    assert_eq!(again.status, StatusCode::NOT_FOUND, "{}", again.body);
+}

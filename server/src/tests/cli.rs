@@ -1,8 +1,8 @@
 //! `berthctl`, the real binary, against this Berth on loopback: the demo's fleet and data, an
 //! instant simulated fleet behind the reconciler, a member's token. Login, the catalog and
-//! availability, a booking (and its retry under one key), the listing, show, extend, a
-//! training job's log followed to its end, SSH to a dedicated cluster, stop; tables and
-//! JSON; a refusal, a bad and an expired token, each with its message and exit status.
+//! availability, a booking (and its retry under one key), the listing, show, extend, idle and
+//! keep, a training job's log followed to its end, SSH to a dedicated cluster, stop; tables
+//! and JSON; a refusal, a bad and an expired token, each with its message and exit status.
 //!
 //! The binary is built beside this test's (`make unit` and `make test` build it first:
 //! `cargo build -p berthctl`); the test says so when it is missing.
@@ -198,6 +198,17 @@ async fn berthctl_books_lists_extends_and_stops_against_a_real_berth() {
     let end = |env: &Value| chrono::DateTime::parse_from_rfc3339(env["ends_at"].as_str().expect("end")).expect("time");
     let extended = ctl.run(&["extend", &id, "--hours", "1", "-o", "json"], &[]).await.ok("extend").json();
     assert_eq!(end(&extended) - end(&ready), chrono::TimeDelta::hours(1), "{extended}");
+
+    // The demo's idle policy for notebooks applies (two keeps); keeping it uses one.
+    let idle = ctl.run(&["idle", &id], &[]).await.ok("idle");
+    assert!(idle.stdout.contains("policy") && idle.stdout.contains("GPUs under 5%"), "{}", idle.stdout);
+    assert!(idle.stdout.lines().any(|l| l.starts_with("keeps left") && l.ends_with(" 2")), "{}", idle.stdout);
+    let kept = ctl.run(&["keep", &id, "-o", "json"], &[]).await.ok("keep").json();
+    assert_eq!((kept["keeps_used"].as_i64(), kept["keeps_left"].as_i64()), (Some(1), Some(1)), "{kept}");
+    let kept = ctl.run(&["keep", &id], &[]).await.ok("keep again");
+    assert!(kept.stdout.starts_with(&format!("Kept {id}")), "{}", kept.stdout);
+    let no_more = ctl.run(&["keep", &id], &[]).await;
+    assert_eq!(no_more.code, 6, "past the policy's keeps: refused in words: {}", no_more.stderr);
 
     // A notebook has no log and no SSH: refused in words (6), and a usage mistake (2).
     let no_log = ctl.run(&["logs", &id], &[]).await;

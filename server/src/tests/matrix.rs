@@ -106,7 +106,8 @@ struct Route {
     /// The action the route needs and what it is about; `None` for what anyone may call.
     needs: Option<(Action, Aim)>,
     /// Form (server functions) or JSON (API); `{id}`, `{owner}`, `{n}`, `{end}`, `{later}`
-    /// and `{later_end}` are filled in, and in the path `{slug}` and `{*rest}` too.
+    /// and `{later_end}` are filled in, and in the path `{slug}`, `{offering}`, `{user}` (the
+    /// owner, or a missing user), `{project}` (a missing one) and `{*rest}` too.
     body: &'static str,
     /// The body names a member or project that never exists: a call the policy allows
     /// answers 404 after the access check.
@@ -138,6 +139,8 @@ fn routes() -> Vec<Route> {
     let sf = |path, needs, body| Route { via: Via::ServerFn, path, needs, body, names_missing: false };
     let sf_missing = |path, needs, body| Route { via: Via::ServerFn, path, needs, body, names_missing: true };
     let api = |method, path, needs, body| Route { via: Via::Api(method), path, needs, body, names_missing: false };
+    let api_missing =
+        |method, path, needs, body| Route { via: Via::Api(method), path, needs, body, names_missing: true };
     // The session tests call these; the bodies are for the malformed-arguments test.
     let session = |path, body| Route { via: Via::SessionFn, path, needs: None, body, names_missing: false };
     let redirect = |path| Route { via: Via::Redirect, path, needs: None, body: "", names_missing: false };
@@ -230,6 +233,24 @@ fn routes() -> Vec<Route> {
             Some((QuotaManage, Aim::Platform)),
             "tenant=&offering=notebook&below_pct=5&idle_for=1h&grace=15m&max_keeps=",
         ),
+        api(M::GET, "/api/v1/idle-policies", Some((QuotaRead, Aim::CallersTenant)), ""),
+        // The same policy as the platform's above: a tenant's may equal it.
+        api(
+            M::PUT,
+            "/api/v1/tenants/{id}/idle-policies/{offering}",
+            tenant(QuotaManage),
+            r#"{"below_pct": 5, "idle_for": "1h", "grace": "15m"}"#,
+        ),
+        api(M::DELETE, "/api/v1/tenants/{id}/idle-policies/{offering}", tenant(QuotaManage), ""),
+        api(
+            M::PUT,
+            "/api/v1/idle-policies/{offering}",
+            Some((QuotaManage, Aim::Platform)),
+            r#"{"below_pct": "5%", "idle_for": "1h", "grace": "15m", "max_keeps": 2}"#,
+        ),
+        api(M::DELETE, "/api/v1/idle-policies/{offering}", Some((QuotaManage, Aim::Platform)), ""),
+        api(M::GET, "/api/v1/environments/{id}/idle", environment, ""),
+        api(M::GET, "/api/v1/environments/{id}/gpu-use", environment, ""),
         // The matrix's environment is a notebook: a caller the policy allows is told it has
         // no job log (422).
         Route {
@@ -327,6 +348,8 @@ fn routes() -> Vec<Route> {
         proxy("/"),
         proxy("/{*rest}"),
         sf("/api/keep_environment", change, "id={id}"),
+        // Not ready yet: a caller the policy allows is told it cannot be kept (422).
+        api(M::POST, "/api/v1/environments/{id}/keep", change, ""),
         sf("/api/stop_environment", change, "id={id}"),
         api(M::POST, "/api/v1/environments/{id}/stop", change, ""),
         sf("/api/launch", launch, LAUNCH_FORM),
@@ -342,6 +365,22 @@ fn routes() -> Vec<Route> {
         sf("/api/invite_member", tenant(MemberManage), "tenant_id={id}&email=invitee-{n}%40example.com&role=viewer"),
         sf("/api/change_member_role", tenant(MemberManage), "tenant_id={id}&user_id={owner}&role=member"),
         sf_missing("/api/remove_member", tenant(MemberManage), "tenant_id={id}&user_id=999999"),
+        api(M::GET, "/api/v1/tenants/{id}/projects", tenant(ProjectRead), ""),
+        api(M::POST, "/api/v1/tenants/{id}/projects", tenant(ProjectManage), r#"{"name": "api-project-{n}"}"#),
+        api_missing(
+            M::POST,
+            "/api/v1/tenants/{id}/projects/{project}/members",
+            tenant(ProjectManage),
+            r#"{"email": "nobody@example.com"}"#,
+        ),
+        api(
+            M::POST,
+            "/api/v1/tenants/{id}/members",
+            tenant(MemberManage),
+            r#"{"email": "api-invitee-{n}@example.com", "role": "viewer"}"#,
+        ),
+        api(M::PATCH, "/api/v1/tenants/{id}/members/{user}", tenant(MemberManage), r#"{"role": "member"}"#),
+        api_missing(M::DELETE, "/api/v1/tenants/{id}/members/{user}", tenant(MemberManage), ""),
         sf("/api/create_project", tenant(ProjectManage), "tenant_id={id}&name=project-{n}"),
         sf_missing(
             "/api/add_project_member",
@@ -366,6 +405,12 @@ fn routes() -> Vec<Route> {
             Some((FleetManage, Aim::Platform)),
             "node=l40s-01&gpu=&start={later}&end={later_end}&reason=matrix",
         ),
+        api(
+            M::POST,
+            "/api/v1/maintenance",
+            Some((FleetManage, Aim::Platform)),
+            r#"{"node": "l40s-01", "start": "{later}", "end": "{later_end}", "reason": "matrix"}"#,
+        ),
         sf("/api/set_gpu_health", Some((FleetManage, Aim::Platform)), "node=l40s-01&gpu=1&health=healthy&note="),
         // No tenant 999999: a call the policy allows answers 404 after the access check.
         sf_missing(
@@ -374,7 +419,11 @@ fn routes() -> Vec<Route> {
             "tenant_id=999999&guids=0x0002c9030001e3f1",
         ),
         sf("/api/cancel_maintenance", Some((FleetManage, Aim::Maintenance)), "id={id}"),
+        // After `cancel_maintenance` above: the window is cancelled already, so a caller the
+        // policy allows is told it is not found (404).
+        api_missing(M::DELETE, "/api/v1/maintenance/{id}", Some((FleetManage, Aim::Maintenance)), ""),
         sf("/api/node_agents", Some((FleetRead, Aim::Platform)), "site=&search=&page="),
+        api(M::GET, "/api/v1/nodes", Some((FleetRead, Aim::Platform)), ""),
         sf("/api/create_node_token", Some((FleetManage, Aim::Platform)), "node=l40s-01"),
         sf("/api/revoke_node_token", Some((FleetManage, Aim::NodeToken)), "id={id}"),
         sf("/api/node_health", Some((FleetRead, Aim::Node)), "node={id}"),
@@ -413,6 +462,18 @@ fn routes() -> Vec<Route> {
             "level=everyone&who=&max_gpus=&by_model=&gpu_hours_per_month=&max_booking_hours=&max_overlapping=",
         ),
         sf_missing("/api/remove_quota", Some((QuotaManage, Aim::CallersTenant)), "id=999999"),
+        api(M::GET, "/api/v1/quotas", Some((QuotaRead, Aim::CallersTenant)), ""),
+        api(M::PUT, "/api/v1/quotas", Some((QuotaManage, Aim::Platform)), r#"{"level": "everyone", "who": ""}"#),
+        api_missing(M::DELETE, "/api/v1/quotas/{id}", Some((QuotaManage, Aim::CallersTenant)), ""),
+        api(M::GET, "/api/v1/budgets", Some((UsageRead, Aim::CallersTenant)), ""),
+        // No project of that name: a caller the policy allows is told so (422).
+        api(
+            M::PUT,
+            "/api/v1/budgets",
+            Some((UsageManage, Aim::CallersTenant)),
+            r#"{"level": "project", "who": "matrix-{n}", "amount": 100}"#,
+        ),
+        api_missing(M::DELETE, "/api/v1/budgets/{id}", Some((UsageManage, Aim::CallersTenant)), ""),
         // No project of that name: a caller the policy allows is told so (422).
         sf("/api/set_budget", Some((UsageManage, Aim::CallersTenant)), "level=project&who=matrix-{n}&amount=100"),
         sf_missing("/api/remove_budget", Some((UsageManage, Aim::CallersTenant)), "id=999999"),
@@ -669,9 +730,18 @@ fn fill(route: &Route, text: &str, id: &str, owner: &str, n: usize) -> String {
     // Form values are percent-encoded; JSON takes them as they are.
     let form = matches!(route.via, Via::ServerFn | Via::SessionFn);
     let value = |v: String| if form { encode(&v) } else { v };
-    // A route anyone may call still needs something in its path.
-    let id = if id.is_empty() { "anything" } else { id };
+    // A route anyone may call still needs something in its path; one that names something
+    // missing names an id nothing has.
+    let id = match (id.is_empty(), route.names_missing) {
+        (true, true) => "999999",
+        (true, false) => "anything",
+        (false, _) => id,
+    };
+    // A member in a path: the object's owner, or nobody for a route that names one missing.
+    let user = if route.names_missing { "999999" } else { owner };
     text.replace("{id}", id)
+        .replace("{user}", user)
+        .replace("{project}", "999999")
         .replace("{slug}", "tenant-a")
         .replace("{offering}", "notebook")
         .replace("{*rest}", "lab")

@@ -45,11 +45,12 @@ async fn schemathesis_finds_no_server_error_and_no_broken_answer() {
     // `(who, token, or none for the peers' configuration, filters)`
     let mut runs: Vec<(String, Option<String>, Vec<&str>)> = Vec::new();
     // Revoking comes last, the platform admin's after the member's: the fuzzer may well
-    // revoke the very token it runs with, and an admin anyone's.
+    // revoke the very token it runs with, and an admin anyone's. Removing a member (or
+    // changing their role) ends or narrows their token the same way, so it comes last too.
     let (_, admin_token) = berth.token(&admin, &[]).await;
     let (_, member_token) = berth.token(&member, &[]).await;
-    let everything_else = vec!["--exclude-path-regex", "^/api/v1/(agent/|tokens/.*/revoke)"];
-    let revoking = vec!["--include-path-regex", "^/api/v1/tokens/.*/revoke", NO_LINKS];
+    let everything_else = vec!["--exclude-path-regex", "^/api/v1/(agent/|tokens/.*/revoke|tenants/[^/]+/members/)"];
+    let revoking = vec!["--include-path-regex", "^/api/v1/(tokens/.*/revoke|tenants/[^/]+/members/)", NO_LINKS];
     runs.push(("a platform admin".into(), Some(admin_token.clone()), everything_else.clone()));
     runs.push(("a tenant member".into(), Some(member_token.clone()), everything_else.clone()));
     // Two tenants' members as peers: what one reads of its own, the other must not
