@@ -28,6 +28,7 @@ mod fleet;
 mod idle;
 mod nodes;
 mod notifications;
+mod prices;
 mod quotas;
 mod schema;
 mod tenancy;
@@ -47,6 +48,10 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/environments/{id}/logs", get(environments::logs))
         .route("/api/v1/catalog", get(catalog::catalog))
         .route("/api/v1/availability", get(catalog::availability))
+        .route("/api/v1/prices", get(prices::prices).post(prices::set_price))
+        .route("/api/v1/prices/{id}", delete(prices::withdraw_price))
+        .route("/api/v1/discounts", post(prices::set_discount))
+        .route("/api/v1/discounts/{id}", delete(prices::withdraw_discount))
         .route("/api/v1/tenants", get(tenancy::tenants))
         .route("/api/v1/tenants/{id}/members", get(tenancy::members))
         .route("/api/v1/tenants/{id}/members", post(tenancy::invite_member))
@@ -114,6 +119,11 @@ pub fn routes() -> Routes<AppState> {
         environments::logs,
         catalog::catalog,
         catalog::availability,
+        prices::prices,
+        prices::set_price,
+        prices::withdraw_price,
+        prices::set_discount,
+        prices::withdraw_discount,
         tenancy::tenants,
         tenancy::members,
         tenancy::invite_member,

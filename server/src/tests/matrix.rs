@@ -462,6 +462,17 @@ fn routes() -> Vec<Route> {
             "level=everyone&who=&max_gpus=&by_model=&gpu_hours_per_month=&max_booking_hours=&max_overlapping=",
         ),
         sf_missing("/api/remove_quota", Some((QuotaManage, Aim::CallersTenant)), "id=999999"),
+        api(M::GET, "/api/v1/prices", Some((CatalogRead, Aim::Platform)), ""),
+        // The price and the discount they had: the other routes' calls cost the same.
+        api(
+            M::POST,
+            "/api/v1/prices",
+            Some((PriceManage, Aim::Platform)),
+            r#"{"line": "H100-80GB/gpu", "price": "3.20"}"#,
+        ),
+        api(M::POST, "/api/v1/discounts", Some((PriceManage, Aim::Platform)), r#"{"percent": "0"}"#),
+        api_missing(M::DELETE, "/api/v1/prices/{id}", Some((PriceManage, Aim::Platform)), ""),
+        api_missing(M::DELETE, "/api/v1/discounts/{id}", Some((PriceManage, Aim::Platform)), ""),
         api(M::GET, "/api/v1/quotas", Some((QuotaRead, Aim::CallersTenant)), ""),
         api(M::PUT, "/api/v1/quotas", Some((QuotaManage, Aim::Platform)), r#"{"level": "everyone", "who": ""}"#),
         api_missing(M::DELETE, "/api/v1/quotas/{id}", Some((QuotaManage, Aim::CallersTenant)), ""),
