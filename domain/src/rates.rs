@@ -224,6 +224,15 @@ impl RateCard {
         in_force(self.prices.get(&key)?, at)
     }
 
+    /// The prices of `key` in force at some time in `[from, to)`, in order, each once.
+    pub fn prices_within(&self, key: RateKey, from: i64, to: i64) -> Vec<i64> {
+        let Some(schedule) = self.prices.get(&key) else { return Vec::new() };
+        let mut prices: Vec<i64> = in_force(schedule, from).into_iter().collect();
+        prices.extend(schedule.iter().filter(|(at, _)| *at > from && *at < to).map(|(_, cents)| *cents));
+        prices.dedup();
+        prices
+    }
+
     /// Cents per hour of a whole size at `at`, at list rates.
     pub fn size_price_at(&self, shape: Shape, at: i64) -> Option<i64> {
         let (key, units) = RateKey::of_shape(shape);

@@ -16,7 +16,7 @@ use berth_domain::booking::{DAY_MS, Window};
 use berth_domain::metering::{self, Budget, BudgetOf, ChargeBasis, Month, UnitTime, to_cents};
 use berth_domain::notification::Notice;
 use berth_domain::policy::{Action, Reach, Target};
-use berth_domain::rates::{Priced, RateCard, RateKey};
+use berth_domain::rates::{Charge, Priced, RateCard, RateKey};
 use serde::{Deserialize, Serialize};
 use sqlx::{FromRow, SqliteConnection};
 
@@ -124,7 +124,7 @@ macro_rules! unit_columns {
          l.tier, l.tenant_id, l.held_from, r.starts_at, r.ends_at, r.released_at"
     };
 }
-const UNIT_COLUMNS: &str = unit_columns!();
+pub(super) const UNIT_COLUMNS: &str = unit_columns!();
 
 const LEDGER_UNIT_COLUMNS: &str = concat!(
     "l.environment_id, e.name AS environment, t.name AS tenant, p.name AS project, u.email AS owner, l.offering,
@@ -858,7 +858,7 @@ pub(crate) struct BookingCost {
 /// What a unit is charged by and its times (`UNIT_COLUMNS`): what its charge is computed
 /// from.
 #[derive(Debug, Clone, FromRow)]
-struct Unit {
+pub(super) struct Unit {
     gpu_model: String,
     rate_unit: String,
     tier: String,
@@ -870,7 +870,7 @@ struct Unit {
 }
 
 impl Unit {
-    fn time(&self) -> UnitTime {
+    pub(super) fn time(&self) -> UnitTime {
         UnitTime {
             starts_at: self.starts_at,
             ends_at: self.ends_at,
@@ -882,15 +882,20 @@ impl Unit {
     /// Its charge for `[from, to)` after discounts, in microcents. A unit of a model this
     /// Berth no longer knows has no line on the card, and costs nothing (logged).
     fn charge(&self, card: &RateCard, from: i64, to: i64) -> i64 {
+        self.charges(card, from, to).net
+    }
+
+    /// Its charge for `[from, to)` at list rates and after discounts.
+    pub(super) fn charges(&self, card: &RateCard, from: i64, to: i64) -> Charge {
         let Some(key) = RateKey::parse(&self.gpu_model, &self.rate_unit) else {
             tracing::warn!(
                 model = self.gpu_model,
                 unit = self.rate_unit,
                 "a ledger unit with no line on the rate card"
             );
-            return 0;
+            return Charge::default();
         };
-        card.charge(Priced { key, spot: self.tier == Tier::Spot.as_str(), tenant: self.tenant_id }, from, to).net
+        card.charge(Priced { key, spot: self.tier == Tier::Spot.as_str(), tenant: self.tenant_id }, from, to)
     }
 }
 
@@ -910,12 +915,12 @@ fn by_day(month_start: i64, from: i64, to: i64) -> impl Iterator<Item = (usize, 
 }
 
 /// GPU-equivalent hours of a unit holding `parts / part_of` of a GPU for `ms`.
-fn gpu_hours(ms: i64, parts: i64, part_of: i64) -> f64 {
+pub(super) fn gpu_hours(ms: i64, parts: i64, part_of: i64) -> f64 {
     metering::hours(ms) * parts as f64 / part_of as f64
 }
 
 /// The part of `span` within `month`, if any.
-fn within(span: Option<(i64, i64)>, month: Month) -> Option<(i64, i64)> {
+pub(super) fn within(span: Option<(i64, i64)>, month: Month) -> Option<(i64, i64)> {
     let (month_start, month_end) = month.span();
     let (from, to) = span?;
     let (from, to) = (from.max(month_start), to.min(month_end));
@@ -1026,6 +1031,7 @@ struct DayPart {
     ms: i64,
     day_microcents: i64,
     month_microcents: i64,
+    month_list_microcents: i64,
     environments: i64,
 }
 
@@ -1079,9 +1085,10 @@ impl<'a> Summing<'a> {
             for basis in BASES {
                 // Released: its charge on either basis is final.
                 for (month, from, to) in months(unit, basis) {
-                    let month_charge = unit.charge(self.card, from, to);
+                    let month_charge = unit.charges(self.card, from, to);
                     let first = self.part(basis, day_of(from), &released.key);
-                    first.month_microcents += month_charge;
+                    first.month_microcents += month_charge.net;
+                    first.month_list_microcents += month_charge.list;
                     if counted.insert((basis.as_str(), month)) {
                         first.environments += 1;
                     }
@@ -1108,13 +1115,15 @@ impl<'a> Summing<'a> {
         for ((basis, day, key), part) in &self.parts {
             sqlx::query(
                 "INSERT INTO usage_sums (basis, day, tenant_id, project_id, owner_id, offering, tier, gpu_model,
-                     mig_profile, gpu_parts, gpu_part_of, ms, day_microcents, month_microcents, environments)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)
+                     mig_profile, gpu_parts, gpu_part_of, ms, day_microcents, month_microcents, environments,
+                     month_list_microcents)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
                  ON CONFLICT (basis, coalesce(tenant_id, 0), day, coalesce(project_id, 0), owner_id, offering, tier,
                      gpu_model, coalesce(mig_profile, ''), gpu_parts, gpu_part_of)
                  DO UPDATE SET ms = ms + excluded.ms, day_microcents = day_microcents + excluded.day_microcents,
                      month_microcents = month_microcents + excluded.month_microcents,
-                     environments = environments + excluded.environments",
+                     environments = environments + excluded.environments,
+                     month_list_microcents = month_list_microcents + excluded.month_list_microcents",
             )
             .bind(*basis)
             .bind(*day)
@@ -1131,6 +1140,7 @@ impl<'a> Summing<'a> {
             .bind(part.day_microcents)
             .bind(part.month_microcents)
             .bind(part.environments)
+            .bind(part.month_list_microcents)
             .execute(&mut *conn)
             .await?;
         }

@@ -4,7 +4,7 @@
 //! place, reserve in one write; `group_commit`: several launches in one writer turn;
 //! `idempotency`: a retried launch with the same key gets the first one's booking),
 //! quotas and their queue marks (`quotas`), the usage ledger, reports and budgets
-//! (`metering`), the rate card they charge by (`rates`), spot reclaim (`spot`) and maintenance windows (`maintenance`), and
+//! (`metering`), the rate card they charge by (`rates`), monthly statements (`statements`), spot reclaim (`spot`) and maintenance windows (`maintenance`), and
 //! volumes with their storage quotas and attachments (`volumes`), and the image catalog
 //! with each tenant's rule for custom images (`images`).
 //!
@@ -23,4 +23,5 @@ pub mod metering;
 pub mod quotas;
 pub mod rates;
 pub(crate) mod spot;
+pub mod statements;
 pub mod volumes;
