@@ -112,6 +112,7 @@ const signedIn = [
   '/admin/quotas',
   '/idle-policies',
   '/admin/prices',
+  '/usage/statements',
   '/admin/tenants',
 ];
 for (const width of Object.keys(WIDTHS)) {

@@ -34,6 +34,7 @@ const pages = [
   '/admin/quotas',
   '/idle-policies',
   '/admin/prices',
+  '/usage/statements',
   '/admin/tenants',
   '/volumes',
 ];

@@ -1078,3 +1078,43 @@ pub struct GpuEfficiencyRow {
     /// Busy as a share of read: "42%".
     pub busy_share: String,
 }
+
+/// A closed monthly statement in the list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatementRow {
+    pub id: i64,
+    pub tenant: String,
+    /// "November 2026"
+    pub month: String,
+    pub total: String,
+}
+
+/// A closed monthly statement, its figures in words and money.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatementView {
+    pub id: i64,
+    pub tenant: String,
+    pub month: String,
+    /// What bookings were charged for, in words.
+    pub basis: String,
+    pub closed_at: String,
+    pub lines: Vec<StatementLineView>,
+    pub amount: String,
+    pub discount: String,
+    pub total: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatementLineView {
+    pub project: String,
+    pub person: String,
+    pub offering: String,
+    pub size: String,
+    pub tier: String,
+    pub unit_hours: String,
+    pub gpu_hours: String,
+    pub rate: String,
+    pub amount: String,
+    pub discount: String,
+    pub total: String,
+}

@@ -10,7 +10,8 @@ use crate::components::{Auth, NavBar};
 use crate::pages::{
     AccountPage, AuditPage, CalendarPage, CatalogPage, EnvironmentPage, EnvironmentsPage, FabricPage, FleetPage,
     IdlePoliciesPage, ImagesPage, LaunchPage, LoginPage, NewPasswordPage, NodePage, NotFound, NotificationsPage,
-    PricesPage, QuotasPage, SecondFactorPage, TenantPage, TenantsPage, UsagePage, VolumesPage, WebhooksPage,
+    PricesPage, QuotasPage, SecondFactorPage, StatementPage, StatementsPage, TenantPage, TenantsPage, UsagePage,
+    VolumesPage, WebhooksPage,
 };
 
 /// The whole document, rendered on the server.
@@ -91,6 +92,8 @@ fn Frame() -> impl IntoView {
                         <Route path=path!("/images") view=ImagesPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/images") view=ImagesPage ssr=SsrMode::Async/>
                         <Route path=path!("/prices") view=PricesPage ssr=SsrMode::Async/>
+                        <Route path=path!("/usage/statements") view=StatementsPage ssr=SsrMode::Async/>
+                        <Route path=path!("/usage/statements/:id") view=StatementPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/prices") view=PricesPage ssr=SsrMode::Async/>
                         <Route path=path!("/admin/tenants") view=TenantsPage ssr=SsrMode::Async/>
                         <Route path=path!("/tenants/:id") view=TenantPage ssr=SsrMode::Async/>

@@ -117,10 +117,13 @@ pub enum Action {
     /// Change the rate card: prices per GPU model and unit, the spot discount, tenants'
     /// discounts (platform admins only; the prices in force are the catalog's to read).
     PriceManage,
+    /// Read closed monthly statements: a tenant's bill, for its admins and viewers (not
+    /// members, whose usage reach is their own) and platform staff.
+    StatementRead,
 }
 
 impl Action {
-    pub const ALL: [Action; 35] = [
+    pub const ALL: [Action; 36] = [
         Action::CatalogRead,
         Action::CalendarRead,
         Action::EnvironmentRead,
@@ -156,6 +159,7 @@ impl Action {
         Action::ImageRead,
         Action::ImageManage,
         Action::PriceManage,
+        Action::StatementRead,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -195,6 +199,7 @@ impl Action {
             Action::ImageRead => "image.read",
             Action::ImageManage => "image.manage",
             Action::PriceManage => "price.manage",
+            Action::StatementRead => "statement.read",
         }
     }
 
@@ -262,7 +267,7 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
         Role::Viewer => match action {
             CatalogRead => Some(Reach::All),
             CalendarRead | EnvironmentRead | ProjectRead | MemberRead | QuotaRead | UsageRead | VolumeRead
-            | ImageRead => Some(Reach::Tenant),
+            | ImageRead | StatementRead => Some(Reach::Tenant),
             // A viewer's keys open nothing until the viewer may act in an environment.
             TokenRead | TokenManage | SshKeyRead | SshKeyManage | NotificationRead | NotificationManage => {
                 Some(Reach::Own)

@@ -53,6 +53,7 @@ impl Platform {
         .fetch_one(&self.db)
         .await?;
         self.seed_demo_quotas(acme, user_id).await?;
+        self.seed_demo_history(acme, user_id).await?;
         let dana = Caller {
             principal: Principal { user_id, tenant_id: Some(acme), role: Role::Member, token_actions: None },
             meta,
@@ -129,6 +130,76 @@ impl Platform {
             .bind(now)
             .execute(&mut *tx)
             .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Last month's work, so that usage, its charts and a closed statement have something
+    /// to show: Dana's training jobs and notebooks, released, written as the ledger would
+    /// have them (`berth serve` sums them and closes the month as it starts).
+    async fn seed_demo_history(&self, acme: i64, dana: i64) -> Result<(), Error> {
+        let month = berth_domain::metering::Month::of(crate::now_ms()).previous();
+        let vision: i64 = sqlx::query_scalar("SELECT id FROM projects WHERE tenant_id = ? AND name = 'vision'")
+            .bind(acme)
+            .fetch_one(&self.db)
+            .await?;
+        let h100s: Vec<i64> =
+            sqlx::query_scalar("SELECT id FROM gpus WHERE model = 'H100-80GB' AND time_slices = 1 ORDER BY id LIMIT 4")
+                .fetch_all(&self.db)
+                .await?;
+        if h100s.len() < 4 {
+            return Ok(());
+        }
+        let mut tx = self.begin_write().await?;
+        // (name, size, GPUs, project, day of the month, hours)
+        let jobs = [
+            ("bert-pretrain", "h100-4", 4, Some(vision), 3, 10),
+            ("data-explore", "h100-1", 1, None, 5, 6),
+            ("vit-finetune", "h100-4", 4, Some(vision), 11, 14),
+            ("ablation-a", "h100-1", 1, Some(vision), 17, 8),
+            ("report-figures", "h100-1", 1, None, 24, 3),
+        ];
+        for (n, (name, size, gpus, project, day, hours)) in jobs.into_iter().enumerate() {
+            let id = format!("demo-history-{n}");
+            let starts_at = month.starts_at() + (day - 1) * berth_domain::booking::DAY_MS + 9 * HOUR_MS;
+            let ends_at = starts_at + hours * HOUR_MS;
+            let offering = if size == "h100-4" { "training" } else { "notebook" };
+            sqlx::query(
+                "INSERT INTO environments (id, owner_id, tenant_id, project_id, name, offering, size_id, cents_per_hour,
+                     state, desired, created_at, starts_at, ends_at, state_changed_at, held_at, ready_at, finished_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'released', 'released', ?9, ?9, ?10, ?10, ?9, ?9, ?10)",
+            )
+            .bind(&id)
+            .bind(dana)
+            .bind(acme)
+            .bind(project)
+            .bind(name)
+            .bind(offering)
+            .bind(size)
+            .bind(320 * gpus)
+            .bind(starts_at)
+            .bind(ends_at)
+            .execute(&mut *tx)
+            .await?;
+            for gpu in &h100s[..usize::try_from(gpus).unwrap_or(1)] {
+                sqlx::query(
+                    "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, starts_at, ends_at)
+                     VALUES (?, ?, 0, 8, ?, ?)",
+                )
+                .bind(&id)
+                .bind(gpu)
+                .bind(starts_at)
+                .bind(ends_at)
+                .execute(&mut *tx)
+                .await?;
+            }
+            // Recorded as the booking would have, then released at its end.
+            crate::capacity::metering::record_units(&mut tx, &id, 0, starts_at).await?;
+            sqlx::query("UPDATE reservations SET released_at = ends_at WHERE environment_id = ?")
+                .bind(&id)
+                .execute(&mut *tx)
+                .await?;
+        }
         tx.commit().await?;
         Ok(())
     }

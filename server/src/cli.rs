@@ -515,6 +515,24 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         }
     });
 
+    // Ended months are closed into statements as Berth starts and every hour after (a
+    // month's statement appears within the hour after it ends).
+    let closing = platform.clone();
+    let mut closing_stop = stop_rx.clone();
+    tokio::spawn(async move {
+        loop {
+            match closing.close_months().await {
+                Ok(0) => {}
+                Ok(statements) => tracing::info!(statements, "months closed into statements"),
+                Err(e) => tracing::error!(error = %e, "cannot close months into statements; trying again in an hour"),
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(3600)) => {}
+                _ = closing_stop.wait_for(|stop| *stop) => break,
+            }
+        }
+    });
+
     let mut telemetry_stop = stop_rx.clone();
     let telemetry_task = tokio::spawn(telemetry.run(async move {
         let _ = telemetry_stop.wait_for(|stop| *stop).await;

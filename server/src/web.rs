@@ -27,6 +27,7 @@ pub fn routes() -> Routes<AppState> {
         .route(CALLBACK_PATH, get(finish_sign_in))
         .route("/audit.csv", get(audit_csv))
         .route("/usage.csv", get(usage_csv))
+        .route("/usage/statements/{id}/csv", get(statement_csv))
         .route("/usage.json", get(usage_download))
         .route(OPEN_ROUTE, get(open_environment))
         .route("/environments/{id}/log.txt", get(job_log))
@@ -262,6 +263,21 @@ async fn usage_file(
                 "csv" => download("text/csv; charset=utf-8", &name, report.to_csv()),
                 _ => download("application/json", &name, usage_json(&report).to_string()),
             }
+        }
+        Err(e) => download_error(e, &caller.meta.request_id),
+    }
+}
+
+/// A closed monthly statement as CSV, for whoever may read the tenant's statements.
+async fn statement_csv(State(state): State<AppState>, Path(id): Path<i64>, session: Session, parts: Parts) -> Response {
+    let caller = match download_caller(&state, &session, &parts).await {
+        Ok(caller) => caller,
+        Err(answer) => return answer,
+    };
+    match state.platform.statement(&caller, id).await {
+        Ok(statement) => {
+            let name = format!("berth-statement-{}-{id}.csv", statement.month.key());
+            download("text/csv; charset=utf-8", &name, statement.to_csv())
         }
         Err(e) => download_error(e, &caller.meta.request_id),
     }

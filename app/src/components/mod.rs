@@ -221,7 +221,7 @@ pub fn NavBar() -> impl IntoView {
         poll_every(5_000, move || auth.refresh_bell());
     }
     view! {
-        <header class="bg-slate-900">
+        <header class="bg-slate-900 print:hidden">
             <nav class="mx-auto flex max-w-7xl items-center justify-between gap-4 px-4 py-3" aria-label="Main">
                 <div class="flex items-center gap-4">
                     <A href="/catalog" attr:class="flex items-center gap-2 text-white">

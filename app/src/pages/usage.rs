@@ -107,7 +107,9 @@ fn Usage(view: UsageView, remove: ServerAction<RemoveBudget>) -> impl IntoView {
             " GPU-hours count GPU-equivalents (a 3g slice of an H100 is 3/7 of a GPU, a quarter share 1/4). Times are UTC; time is counted up to "
             {view.counted_to.clone()} ". Each hour is charged at the "
             <a href="/admin/prices" class="text-indigo-700 underline hover:text-indigo-500">"rate card"</a>
-            "'s price in force then, less discounts."
+            "'s price in force then, less discounts. Closed months: "
+            <a href="/usage/statements" class="text-indigo-700 underline hover:text-indigo-500">"statements"</a>
+            "."
         </p>
         <form method="get" action="/usage" class="mt-4 flex flex-wrap items-end gap-3" aria-label="Report">
             <div>

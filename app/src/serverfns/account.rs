@@ -232,6 +232,7 @@ pub(crate) mod views {
             Action::ImageRead => "See the image catalog",
             Action::ImageManage => "Add and remove catalog images",
             Action::PriceManage => "Change the rate card",
+            Action::StatementRead => "See monthly statements",
         }
     }
 

@@ -159,3 +159,59 @@ pub async fn remove_budget(id: i64) -> Result<(), AppError> {
     leptos_axum::redirect("/usage?saved=budget-removed");
     Ok(())
 }
+
+/// The closed monthly statements the caller may read (the tenant's admins and viewers, and
+/// platform staff), newest first.
+#[server(endpoint = "statements")]
+pub async fn statements() -> Result<Vec<crate::model::StatementRow>, AppError> {
+    use berth_domain::metering::{Month, format_money};
+    let (platform, caller) = super::ssr::caller().await?;
+    let rows = platform.statements(&caller).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    Ok(rows
+        .into_iter()
+        .map(|s| crate::model::StatementRow {
+            id: s.id,
+            tenant: s.tenant,
+            month: Month::parse(&s.month).map_or(s.month, |m| m.title()),
+            total: format_money(s.total_cents),
+        })
+        .collect())
+}
+
+/// One closed statement with its lines.
+#[server(endpoint = "statement")]
+pub async fn statement(id: i64) -> Result<crate::model::StatementView, AppError> {
+    use berth_domain::metering::{ChargeBasis, format_money};
+    let (platform, caller) = super::ssr::caller().await?;
+    let s = platform.statement(&caller, id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    let basis =
+        ChargeBasis::parse(&s.basis).map_or_else(|| s.basis.clone(), |b| format!("Charged for {}.", b.describe()));
+    Ok(crate::model::StatementView {
+        id: s.id,
+        tenant: s.tenant,
+        month: s.month.title(),
+        basis,
+        closed_at: crate::time::utc(s.closed_at),
+        lines: s
+            .lines
+            .into_iter()
+            .map(|l| crate::model::StatementLineView {
+                project: l.project.unwrap_or_else(|| "(none)".into()),
+                person: l.person,
+                offering: berth_domain::catalog::Offering::parse(&l.offering)
+                    .map_or(l.offering, |o| o.title().to_owned()),
+                size: l.size,
+                tier: l.tier,
+                unit_hours: format!("{:.2}", l.unit_hours),
+                gpu_hours: format!("{:.2}", l.gpu_hours),
+                rate: l.rate,
+                amount: format_money(l.list_cents),
+                discount: format_money(l.discount_cents),
+                total: format_money(l.total_cents),
+            })
+            .collect(),
+        amount: format_money(s.list_cents),
+        discount: format_money(s.discount_cents),
+        total: format_money(s.total_cents),
+    })
+}

@@ -381,10 +381,10 @@ impl Platform {
     }
 
     /// Whose statements the caller may read: `None` for all (platform staff), else their
-    /// tenant's (tenant admins and viewers). Members may not.
+    /// tenant's (tenant admins and viewers). Members may not (`statement.read`).
     async fn statement_reach(&self, caller: &Caller) -> Result<Option<i64>, Error> {
-        self.authorize_in_tenant(caller, Action::UsageRead).await?;
-        match caller.principal.reach(Action::UsageRead) {
+        self.authorize_in_tenant(caller, Action::StatementRead).await?;
+        match caller.principal.reach(Action::StatementRead) {
             Some(Reach::All) => Ok(None),
             Some(Reach::Tenant) => caller.tenant_id().map(Some).ok_or(Error::Forbidden),
             _ => Err(Error::Forbidden),

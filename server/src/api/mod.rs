@@ -31,6 +31,7 @@ mod notifications;
 mod prices;
 mod quotas;
 mod schema;
+mod statements;
 mod tenancy;
 mod usage;
 mod volumes;
@@ -88,6 +89,8 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/images", get(volumes::images))
         .route("/api/v1/audit", get(usage::audit))
         .route("/api/v1/usage", get(usage::usage))
+        .route("/api/v1/statements", get(statements::statements))
+        .route("/api/v1/statements/{id}", get(statements::statement))
         .route("/api/v1/nodes", get(fleet::nodes))
         .route("/api/v1/maintenance", post(fleet::schedule_maintenance))
         .route("/api/v1/maintenance/{id}", delete(fleet::cancel_maintenance))
@@ -160,6 +163,8 @@ pub fn routes() -> Routes<AppState> {
         volumes::images,
         usage::audit,
         usage::usage,
+        statements::statements,
+        statements::statement,
         fleet::nodes,
         fleet::schedule_maintenance,
         fleet::cancel_maintenance,
