@@ -2,7 +2,8 @@
 //! router `berth serve` builds (session, authorization, the `usage_page` server function,
 //! the report, its SVG charts, HTML), signed in as a platform admin narrowed to the tenant:
 //! `GET /usage?month=...&by=project|person|model`, one request at a time; then the CSV
-//! download, `GET /usage.csv?...`.
+//! download, `GET /usage.csv?...`; then, on a Berth of its own with 1,000,000 rows in the
+//! month, closing the month into the tenant's statement (`Platform::close_month`).
 //!
 //! `cargo bench -p berth-server --bench usage_page` (`BENCH_SMOKE=1`: 2,000 rows, 5 runs,
 //! as `make bench-smoke` runs it to prove the benchmark still works).
@@ -31,6 +32,7 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     let scale = seed::Scale::from_env();
     let (rows, runs) = if scale.smoke { (2_000, 5) } else { (100_000, 50) };
+    let close_rows = if scale.smoke { 2_000 } else { 1_000_000 };
     if scale.smoke {
         println!("smoke run (BENCH_SMOKE=1): small sizes, to prove the benchmark works; the figures mean nothing");
     }
@@ -154,6 +156,39 @@ fn main() {
             }
         }
         println!("Platform::launch checked against 2 budgets: {}", percentiles(&mut times));
+
+        // Closing the month into the tenant's statement, on a Berth of its own whose tenant
+        // ran `close_rows` units in it, released and summed as releases sum them.
+        let dir = tempfile::tempdir().expect("temp dir");
+        let fresh = Fresh::open(dir.path(), &scale.fleet()).await;
+        let seeding = Instant::now();
+        seed_usage(&fresh.pool, close_rows, month).await;
+        let summed = fresh.platform.sum_released_usage().await.expect("sum released usage");
+        assert_eq!(summed, close_rows);
+        println!(
+            "== statements: {close_rows} ledger rows in {} (seeded and summed in {:.1} s)",
+            month.title(),
+            seeding.elapsed().as_secs_f64()
+        );
+        let tenant_id: i64 = sqlx::query_scalar("SELECT id FROM tenants WHERE slug = 'bench'")
+            .fetch_one(&fresh.pool)
+            .await
+            .expect("tenant");
+        let t = Instant::now();
+        assert!(fresh.platform.close_month(Some(tenant_id), month).await.expect("close the month"));
+        let took = t.elapsed();
+        let (lines, total): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM statement_lines), (SELECT total_cents FROM statements WHERE tenant_id = ?)",
+        )
+        .bind(tenant_id)
+        .fetch_one(&fresh.pool)
+        .await
+        .expect("statement");
+        println!(
+            "Platform::close_month of {close_rows} rows: {:.0} ms ({lines} lines, {})",
+            took.as_secs_f64() * 1000.0,
+            berth_domain::metering::format_money(total)
+        );
     });
 }
 
