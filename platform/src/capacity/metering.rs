@@ -559,11 +559,10 @@ impl Platform {
         .fetch_all(&mut *conn)
         .await?;
         let mut statuses = Vec::with_capacity(rows.len());
-        let mut summed = SummedMonths::default();
+        let mut summed = SummedMonths::new(card);
         for BudgetRow { id, tenant_id, project_id, cents_per_month, warn_only, tenant, slug, project } in rows {
-            let spent_cents =
-                self.month_spent(conn, card, &mut summed, tenant_id, project_id, month, counted_to).await?;
-            let committed_cents = self.month_committed(conn, card, &mut summed, tenant_id, project_id, month).await?;
+            let spent_cents = self.month_spent(conn, &mut summed, tenant_id, project_id, month, counted_to).await?;
+            let committed_cents = self.month_committed(conn, &mut summed, tenant_id, project_id, month).await?;
             let reached: Vec<u32> = sqlx::query_scalar(
                 "SELECT threshold FROM budget_alerts WHERE budget_id = ? AND month = ? ORDER BY threshold",
             )
@@ -619,7 +618,7 @@ impl Platform {
         let whole = |from: i64, to: i64| to_cents(cost.units * card.charge(priced, from, to).net);
         let total = whole(cost.window.starts_at, cost.window.ends_at);
         let mut marks = Vec::new();
-        let mut summed = SummedMonths::default();
+        let mut summed = SummedMonths::new(&card);
         for BudgetRow { id, project_id, cents_per_month, warn_only, tenant, project, .. } in budgets {
             let of = match project {
                 Some(name) => BudgetOf::Project(name),
@@ -627,7 +626,7 @@ impl Platform {
             };
             let budget = Budget { of, cents_per_month, warn_only };
             for (month, from, to) in metering::split_by_month(cost.window.starts_at, cost.window.ends_at) {
-                let committed = self.month_committed(conn, &card, &mut summed, tenant_id, project_id, month).await?;
+                let committed = self.month_committed(conn, &mut summed, tenant_id, project_id, month).await?;
                 let this = whole(from, to);
                 budget.check(cost.what, month, committed, this, total, cost.hours)?;
                 for pct in budget.crossed(committed, committed + this) {
@@ -1368,12 +1367,19 @@ async fn budget_units(
     .await?)
 }
 
-/// The microcents summed for tenants' months, per project: each tenant's month on a basis
-/// is read once (one grouped read of its sums), however many of its budgets ask.
-#[derive(Default)]
-struct SummedMonths(BTreeMap<(i64, &'static str, Month), BTreeMap<Option<i64>, i64>>);
+/// What budgets read of tenants' months: the rate card the open units are charged by, and
+/// the microcents summed per project, each tenant's month on a basis read once (one grouped
+/// read of its sums), however many of its budgets ask.
+struct SummedMonths<'a> {
+    card: &'a RateCard,
+    sums: BTreeMap<(i64, &'static str, Month), BTreeMap<Option<i64>, i64>>,
+}
 
-impl SummedMonths {
+impl<'a> SummedMonths<'a> {
+    fn new(card: &'a RateCard) -> SummedMonths<'a> {
+        SummedMonths { card, sums: BTreeMap::new() }
+    }
+
     /// The microcents summed for a tenant (or one of its projects) in `month` on `basis`.
     async fn microcents(
         &mut self,
@@ -1384,7 +1390,7 @@ impl SummedMonths {
         month: Month,
     ) -> Result<i64, Error> {
         let key = (tenant_id, basis.as_str(), month);
-        if let std::collections::btree_map::Entry::Vacant(slot) = self.0.entry(key) {
+        if let std::collections::btree_map::Entry::Vacant(slot) = self.sums.entry(key) {
             let (month_start, month_end) = month.span();
             let rows: Vec<(Option<i64>, i64)> = sqlx::query_as(
                 "SELECT project_id, sum(month_microcents) FROM usage_sums
@@ -1399,7 +1405,7 @@ impl SummedMonths {
             .await?;
             slot.insert(rows.into_iter().collect());
         }
-        let projects = self.0.get(&key).ok_or_else(|| Error::internal("summed month not read"))?;
+        let projects = self.sums.get(&key).ok_or_else(|| Error::internal("summed month not read"))?;
         Ok(match project_id {
             Some(_) => projects.get(&project_id).copied().unwrap_or(0),
             None => projects.values().sum(),
@@ -1414,12 +1420,12 @@ impl Platform {
     async fn month_committed(
         &self,
         conn: &mut SqliteConnection,
-        card: &RateCard,
-        summed: &mut SummedMonths,
+        summed: &mut SummedMonths<'_>,
         tenant_id: i64,
         project_id: Option<i64>,
         month: Month,
     ) -> Result<i64, Error> {
+        let card = summed.card;
         let summed = summed.microcents(conn, self.charging, tenant_id, project_id, month).await?;
         let units = budget_units(conn, tenant_id, project_id, month, UnitsToRead::Unsummed).await?;
         let open: i64 = units
@@ -1435,8 +1441,7 @@ impl Platform {
     async fn month_spent(
         &self,
         conn: &mut SqliteConnection,
-        card: &RateCard,
-        summed: &mut SummedMonths,
+        summed: &mut SummedMonths<'_>,
         tenant_id: i64,
         project_id: Option<i64>,
         month: Month,
@@ -1444,8 +1449,9 @@ impl Platform {
     ) -> Result<i64, Error> {
         if self.charging == ChargeBasis::ReservedWindow {
             let units = budget_units(conn, tenant_id, project_id, month, UnitsToRead::All).await?;
-            return Ok(month_cents(&units, card, month, |u| u.charged(self.charging, counted_to)));
+            return Ok(month_cents(&units, summed.card, month, |u| u.charged(self.charging, counted_to)));
         }
+        let card = summed.card;
         let summed = summed.microcents(conn, ChargeBasis::Use, tenant_id, project_id, month).await?;
         let units = budget_units(conn, tenant_id, project_id, month, UnitsToRead::Unsummed).await?;
         let open: i64 = units

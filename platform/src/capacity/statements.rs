@@ -358,7 +358,18 @@ impl Platform {
     /// One statement with its lines; one out of reach is not found.
     pub async fn statement(&self, caller: &Caller, id: i64) -> Result<Statement, Error> {
         let tenant = self.statement_reach(caller).await?;
-        let row: Option<(Option<i64>, String, String, String, i64, i64, i64, i64)> = sqlx::query_as(
+        #[derive(FromRow)]
+        struct Head {
+            tenant_id: Option<i64>,
+            tenant: String,
+            month: String,
+            basis: String,
+            closed_at: i64,
+            list_cents: i64,
+            discount_cents: i64,
+            total_cents: i64,
+        }
+        let head: Option<Head> = sqlx::query_as(
             "SELECT tenant_id, tenant, month, basis, closed_at, list_cents, discount_cents, total_cents
              FROM statements WHERE id = ?1 AND (?2 IS NULL OR tenant_id = ?2)",
         )
@@ -366,8 +377,8 @@ impl Platform {
         .bind(tenant)
         .fetch_optional(&self.db)
         .await?;
-        let (tenant_id, tenant, month, basis, closed_at, list_cents, discount_cents, total_cents) =
-            row.ok_or(Error::NotFound)?;
+        let Head { tenant_id, tenant, month, basis, closed_at, list_cents, discount_cents, total_cents } =
+            head.ok_or(Error::NotFound)?;
         let lines = sqlx::query_as(
             "SELECT project, person, offering, size, tier, unit_hours, gpu_hours, rate, list_cents, discount_cents,
                     total_cents
