@@ -998,18 +998,31 @@ struct DaySum {
     environments: i64,
 }
 
-/// What `usage_sums` keys a line by: whom a unit counts for and what it was.
+/// What `usage_sums` keys a line by: whom a unit counts for and what it was (also a
+/// statement's line, `statements`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, FromRow)]
-struct SumKey {
-    tenant_id: Option<i64>,
-    project_id: Option<i64>,
-    owner_id: i64,
-    offering: String,
-    tier: String,
-    gpu_model: String,
-    mig_profile: Option<String>,
-    gpu_parts: i64,
-    gpu_part_of: i64,
+pub(super) struct SumKey {
+    pub(super) tenant_id: Option<i64>,
+    pub(super) project_id: Option<i64>,
+    pub(super) owner_id: i64,
+    pub(super) offering: String,
+    pub(super) tier: String,
+    pub(super) gpu_model: String,
+    pub(super) mig_profile: Option<String>,
+    pub(super) gpu_parts: i64,
+    pub(super) gpu_part_of: i64,
+}
+
+impl SumKey {
+    /// The rate card's line (as `unit_columns!` names it in SQL).
+    pub(super) fn rate_key(&self) -> Option<RateKey> {
+        let unit = match &self.mig_profile {
+            Some(profile) => format!("mig:{profile}"),
+            None if self.gpu_parts < self.gpu_part_of => format!("share:{}", self.gpu_part_of / self.gpu_parts.max(1)),
+            None => "gpu".to_owned(),
+        };
+        RateKey::parse(&self.gpu_model, &unit)
+    }
 }
 
 /// A released unit as summing reads it.

@@ -17,7 +17,7 @@ use berth_domain::rates::{RateCard, RateKey};
 use serde::{Deserialize, Serialize};
 use sqlx::FromRow;
 
-use super::metering::{UNIT_COLUMNS, Unit, gpu_hours, within};
+use super::metering::{SumKey, UNIT_COLUMNS, Unit, gpu_hours, within};
 use super::rates::rate_card;
 use crate::{Caller, Error, Platform, now_ms};
 
@@ -109,31 +109,6 @@ impl Statement {
     }
 }
 
-/// Whom a line counts for and what it was (as `usage_sums` keys it).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, FromRow)]
-struct LineKey {
-    project_id: Option<i64>,
-    owner_id: i64,
-    offering: String,
-    tier: String,
-    gpu_model: String,
-    mig_profile: Option<String>,
-    gpu_parts: i64,
-    gpu_part_of: i64,
-}
-
-impl LineKey {
-    /// The rate card's line (as `metering::unit_columns!` names it in SQL).
-    fn rate_key(&self) -> Option<RateKey> {
-        let unit = match &self.mig_profile {
-            Some(profile) => format!("mig:{profile}"),
-            None if self.gpu_parts < self.gpu_part_of => format!("share:{}", self.gpu_part_of / self.gpu_parts.max(1)),
-            None => "gpu".to_owned(),
-        };
-        RateKey::parse(&self.gpu_model, &unit)
-    }
-}
-
 /// A line being added up: charged milliseconds, microcents at list and after discounts.
 #[derive(Debug, Default)]
 struct Tally {
@@ -145,7 +120,7 @@ struct Tally {
 #[derive(FromRow)]
 struct SummedLine {
     #[sqlx(flatten)]
-    key: LineKey,
+    key: SumKey,
     ms: i64,
     list: i64,
     net: i64,
@@ -154,7 +129,7 @@ struct SummedLine {
 #[derive(FromRow)]
 struct RowUnit {
     #[sqlx(flatten)]
-    key: LineKey,
+    key: SumKey,
     #[sqlx(flatten)]
     unit: Unit,
 }
@@ -210,15 +185,15 @@ impl Platform {
             return Ok(false);
         }
         let card = rate_card(&mut tx).await?;
-        let mut lines: BTreeMap<LineKey, Tally> = BTreeMap::new();
+        let mut lines: BTreeMap<SumKey, Tally> = BTreeMap::new();
         let basis = self.charging;
         // On the use basis released units are summed (and final); on the reserved-window
         // basis every unit is read, as the usage report does.
         let (ledger, summed) = match basis {
             ChargeBasis::Use => {
                 let sums: Vec<SummedLine> = sqlx::query_as(
-                    "SELECT project_id, owner_id, offering, tier, gpu_model, mig_profile, gpu_parts, gpu_part_of,
-                            sum(ms) AS ms, sum(month_list_microcents) AS list, sum(month_microcents) AS net
+                    "SELECT tenant_id, project_id, owner_id, offering, tier, gpu_model, mig_profile, gpu_parts,
+                            gpu_part_of, sum(ms) AS ms, sum(month_list_microcents) AS list, sum(month_microcents) AS net
                      FROM usage_sums WHERE basis = 'use' AND tenant_id IS ?1 AND day >= ?2 AND day < ?3
                      GROUP BY project_id, owner_id, offering, tier, gpu_model, mig_profile, gpu_parts, gpu_part_of",
                 )
