@@ -114,9 +114,9 @@ pub enum Action {
     /// admins) or a tenant's (its tenant admins). A tenant's rule for custom images is
     /// the platform's to set (`tenant.manage`).
     ImageManage,
-    /// Change the rate card: prices per GPU model and unit, the spot discount, tenants'
-    /// discounts (platform admins only; the prices in force are the catalog's to read).
-    PriceManage,
+    /// Change the catalog's prices, the rate card: prices per GPU model and unit, the spot
+    /// discount, tenants' discounts (platform admins only; reading them is `catalog.read`).
+    CatalogManage,
     /// Read closed monthly statements: a tenant's bill, for its admins and viewers (not
     /// members, whose usage reach is their own) and platform staff.
     StatementRead,
@@ -158,7 +158,7 @@ impl Action {
         Action::WebhookManage,
         Action::ImageRead,
         Action::ImageManage,
-        Action::PriceManage,
+        Action::CatalogManage,
         Action::StatementRead,
     ];
 
@@ -198,7 +198,7 @@ impl Action {
             Action::WebhookManage => "webhook.manage",
             Action::ImageRead => "image.read",
             Action::ImageManage => "image.manage",
-            Action::PriceManage => "price.manage",
+            Action::CatalogManage => "catalog.manage",
             Action::StatementRead => "statement.read",
         }
     }
@@ -246,7 +246,7 @@ pub fn reach(role: Role, action: Action) -> Option<Reach> {
             CatalogRead => Some(Reach::All),
             // Their tenant's projects' and members' quotas, not the tenant's own limits
             // (those are set on the platform: see `platform::quotas`).
-            FleetRead | FleetManage | TenantManage | PriceManage => None,
+            FleetRead | FleetManage | TenantManage | CatalogManage => None,
             // Nodes their tenant's dedicated cluster holds: the target is that tenant.
             FleetCheck => Some(Reach::Tenant),
             // One's own inbox, even as an admin.

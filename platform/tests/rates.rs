@@ -178,7 +178,7 @@ async fn only_platform_admins_change_the_card(pool: SqlitePool) {
     }
     assert_eq!(berth.platform.rate_card().await.unwrap(), RateCard::with_defaults());
     let denied: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'price.manage' AND outcome = 'denied'")
+        sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'catalog.manage' AND outcome = 'denied'")
             .fetch_one(berth.platform.db())
             .await
             .unwrap();

@@ -231,7 +231,7 @@ pub(crate) mod views {
             Action::WebhookManage => "Add and remove the tenant's webhooks",
             Action::ImageRead => "See the image catalog",
             Action::ImageManage => "Add and remove catalog images",
-            Action::PriceManage => "Change the rate card",
+            Action::CatalogManage => "Change the rate card",
             Action::StatementRead => "See monthly statements",
         }
     }

@@ -75,7 +75,7 @@ impl Platform {
     pub async fn price_list(&self, caller: &Caller) -> Result<PriceList, Error> {
         self.authorize(caller, Action::CatalogRead, Target::Platform).await?;
         let staff = caller.principal.reach(Action::TenantRead) == Some(Reach::All);
-        let may_manage = caller.principal.reach(Action::PriceManage) == Some(Reach::All);
+        let may_manage = caller.principal.reach(Action::CatalogManage) == Some(Reach::All);
         let now = now_ms();
         let mut conn = self.db.acquire().await?;
         let mut keys = RateKey::of_catalog();
@@ -149,7 +149,7 @@ impl Platform {
     /// Changes the card from now or a coming midnight (platform admins; audited). A second
     /// change at the same time replaces a change still to come; one in force is kept.
     pub async fn change_card(&self, caller: &Caller, edit: &CardEdit) -> Result<(), Error> {
-        self.authorize(caller, Action::PriceManage, Target::Platform).await?;
+        self.authorize(caller, Action::CatalogManage, Target::Platform).await?;
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         let (action, target, detail) = match edit {
@@ -226,7 +226,7 @@ impl Platform {
     /// Withdraws a change still to come (`discount`: of a discount, else of a price).
     /// One in force stays: it has been charged.
     pub async fn withdraw_card_change(&self, caller: &Caller, discount: bool, id: i64) -> Result<(), Error> {
-        self.authorize(caller, Action::PriceManage, Target::Platform).await?;
+        self.authorize(caller, Action::CatalogManage, Target::Platform).await?;
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         let table = if discount { "discounts" } else { "rates" };

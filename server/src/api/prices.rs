@@ -1,6 +1,6 @@
 //! The rate card: prices per GPU model and unit, the spot discount and tenants' discounts,
 //! each from when it takes effect (`platform::capacity::rates`). Everyone reads the prices;
-//! platform admins change them (`price.manage`) and see tenants' discounts.
+//! platform admins change them (`catalog.manage`) and see tenants' discounts.
 
 use axum::Json;
 use axum::extract::Path;
