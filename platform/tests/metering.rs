@@ -596,3 +596,35 @@ async fn a_release_sums_its_units(pool: SqlitePool) {
     assert!(early.is_err(), "a unit was summed before its release");
     let _ = month;
 }
+
+/// "As soon as possible" looks past a month whose budget the booking would exceed: it gets
+/// the earliest start from the next month on, or the budget's refusal when its search ends
+/// first.
+#[sqlx::test(migrations = "../migrations")]
+async fn as_soon_as_possible_waits_for_a_month_the_budget_allows(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let (boss, project) = vision(&berth).await;
+    berth.platform.set_budget(&boss, &budget("project", "vision", "20", false)).await.unwrap();
+    // $12.80 of this month's $20 (a part of it in next month's when this month ends within
+    // 4 h: next month keeps at least $7.20 then).
+    train(&berth, &berth.caller, "first", project, now_ms(), 4).await.unwrap();
+    let asap = |days: &str| LaunchRequest {
+        offering: "training".into(),
+        size: "h100-1".into(),
+        name: format!("asap-{days}"),
+        hours: "4".into(),
+        earliest_within_days: days.into(),
+        image: "ghcr.io/acme/train:1".into(),
+        command: "python train.py".into(),
+        project: project.to_string(),
+        ..LaunchRequest::default()
+    };
+    let next_month = Month::of(now_ms()).next().starts_at();
+    if next_month - now_ms() > DAY_MS {
+        // A search of one day ends before next month: the budget's refusal, nothing written.
+        let error = berth.platform.launch(&berth.caller, &asap("1")).await.unwrap_err();
+        assert!(matches!(error, Error::Refused(Refusal::OverBudget(_))), "{error}");
+    }
+    let env = berth.platform.launch(&berth.caller, &asap("45")).await.unwrap();
+    assert_eq!(env.starts_at, next_month, "the first hour of next month, UTC");
+}

@@ -7,6 +7,7 @@ use berth_domain::booking::{self as rules, Tier, Window, utc_short};
 use berth_domain::catalog::{Offering, Size};
 use berth_domain::launch::{self, LaunchRequest, LaunchSpec};
 use berth_domain::lifecycle::{Desired, EnvState};
+use berth_domain::metering::Month;
 use berth_domain::mig::{MigProfile, profile_name};
 use berth_domain::placement::{Hold, Occupant};
 use berth_domain::policy::{Action, Role, Target};
@@ -393,24 +394,40 @@ impl Platform {
         // Only bookings that could conflict with the window matter to placement; a hard
         // or hybrid tenant's nodes are its own, so who books matters too.
         let occupant = crate::capacity::book::occupant_of(tx, booker.tenant_id).await?;
-        let window = match spec.earliest_within_days {
-            None => asked_window,
-            Some(days) => self.earliest_window(tx, spec, days, now, tier, occupant).await?,
+        // "As soon as possible" looks past a month whose budget the booking would exceed:
+        // the earliest start from the next month on, until the search's days run out.
+        let mut not_before = now;
+        let (window, size, assignments, reclaim, cents_per_hour) = loop {
+            let window = match spec.earliest_within_days {
+                None => asked_window,
+                Some(days) => self.earliest_window(tx, spec, days, not_before, now, tier, occupant).await?,
+            };
+            let (size, assignments, reclaim) = self.place_any(tx, spec, window, now, tier, occupant).await?;
+            // Quotas count the model actually placed.
+            let ask = QuotaAsk { model: size.gpu_model(), window, gpus: rules::gpu_equivalents(&assignments), tier };
+            self.check_quota(tx, booker, ask, None).await?;
+            // The price in force now (a booking needs one); the budget counts the rates over
+            // its window, changes to come included.
+            let (rate_key, _) = RateKey::of_shape(size.shape);
+            let cents_per_hour = crate::capacity::rates::rate_card(tx)
+                .await?
+                .size_price_at(size.shape, now)
+                .ok_or_else(|| Refusal::Unpriced(format!("{} ({})", size.label, rate_key.label())))?;
+            let units = i64::try_from(assignments.len()).unwrap_or(i64::MAX);
+            let cost = BookingCost { what: "booking", key: rate_key, units, tier, window, hours: spec.hours };
+            match self.check_budgets(tx, caller, booker, cost).await {
+                Err(Error::Refused(Refusal::OverBudget(why))) => {
+                    let next_month = Month::of(window.starts_at).next().starts_at();
+                    let search_ends = spec.earliest_within_days.map_or(0, |days| now + i64::from(days) * rules::DAY_MS);
+                    if next_month > search_ends {
+                        return Err(Refusal::OverBudget(why).into());
+                    }
+                    not_before = next_month;
+                }
+                Err(e) => return Err(e),
+                Ok(()) => break (window, size, assignments, reclaim, cents_per_hour),
+            }
         };
-        let (size, assignments, reclaim) = self.place_any(tx, spec, window, now, tier, occupant).await?;
-        // Quotas count the model actually placed.
-        let ask = QuotaAsk { model: size.gpu_model(), window, gpus: rules::gpu_equivalents(&assignments), tier };
-        self.check_quota(tx, booker, ask, None).await?;
-        // The price in force now (a booking needs one); the budget counts the rates over its
-        // window, changes to come included.
-        let (rate_key, _) = RateKey::of_shape(size.shape);
-        let cents_per_hour = crate::capacity::rates::rate_card(tx)
-            .await?
-            .size_price_at(size.shape, now)
-            .ok_or_else(|| Refusal::Unpriced(format!("{} ({})", size.label, rate_key.label())))?;
-        let units = i64::try_from(assignments.len()).unwrap_or(i64::MAX);
-        let cost = BookingCost { what: "booking", key: rate_key, units, tier, window, hours: spec.hours };
-        self.check_budgets(tx, caller, booker, cost).await?;
         let reclaimed = self.reclaim(tx, &reclaim, window, now).await?;
 
         sqlx::query(
@@ -504,11 +521,13 @@ impl Platform {
     /// The window of an "as soon as possible" booking: the earliest start within `days` at
     /// which one of its sizes is free for the whole duration. Found under the writer turn
     /// that then books it, so nobody can take it in between.
+    #[allow(clippy::too_many_arguments)] // the launch's own facts, passed on as they are
     async fn earliest_window(
         &self,
         tx: &mut WriteTx,
         spec: &LaunchSpec,
         days: u32,
+        not_before: i64,
         now: i64,
         tier: Tier,
         occupant: Occupant,
@@ -519,7 +538,7 @@ impl Platform {
         let mut earliest: Option<i64> = None;
         for size in Self::sizes_of(spec) {
             let gpus = self.gpus_of_model(tx, size.gpu_model()).await?;
-            let start = self.earliest_start_on(&gpus, size.shape, spec.hours, now, now, occupant);
+            let start = self.earliest_start_on(&gpus, size.shape, spec.hours, not_before, now, occupant);
             earliest = earliest.into_iter().chain(start).min();
         }
         let start = earliest.filter(|&t| t <= latest_start).ok_or_else(|| Refusal::NoCapacity {
