@@ -102,6 +102,13 @@ test('a member\'s booking past the project budget is refused; the usage page sho
     /Budget: this booking costs \$25\.60 for 2 h(, \$[\d.]+ of it in \w+)?; project vision has \$19\.\d\d of \$20\.00 left in \w+/,
   );
   assert.equal(new URL(mia.page.url()).pathname, '/launch/training', 'nothing was booked');
+  // The size's hint says so before any launch: for vision's budget, no month has room.
+  const hint = mia.page.locator('[data-hint="h100-4"]');
+  await hint.filter({ hasText: 'over budget' }).waitFor();
+  assert.match(
+    await hint.innerText(),
+    /^over budget now: this booking costs \$25\.60 for 2 h.*; no start within the booking horizon fits the budget$/,
+  );
 
   // Mia's own usage: her line only.
   await mia.page.goto(`${berth.url}/usage?by=person`);

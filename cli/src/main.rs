@@ -65,6 +65,9 @@ enum Command {
         /// A UTC date and time (`2026-11-26 14:00`); empty or absent: now.
         #[arg(long, default_value = "")]
         start: String,
+        /// The project (its id) whose budget counts too, as `book --project` takes it.
+        #[arg(long, default_value = "")]
+        project: String,
     },
     /// Book an environment.
     Book(Book),
@@ -247,17 +250,23 @@ fn run(cli: Cli) -> Result<(), Failure> {
             });
             Ok(())
         }
-        Command::Availability { offering, hours, start } => {
-            let query = [("offering", offering), ("hours", hours), ("start", start)];
+        Command::Availability { offering, hours, start, project } => {
+            let query = [("offering", offering), ("hours", hours), ("start", start), ("project", project)];
             let answer = api.get_query("/api/v1/availability", &query)?;
             print(out, &answer, || {
                 let rows: Vec<Vec<String>> = items(&answer, "sizes")
                     .into_iter()
                     .map(|s| {
+                        let budget = s["over_budget"].as_str();
                         let earliest = match (s["free"].as_u64().unwrap_or(0), when(s, "earliest_start")) {
-                            (0, t) if t.is_empty() => "none within the booking horizon".to_owned(),
+                            (_, t) if t.is_empty() => "none within the booking horizon".to_owned(),
                             (0, t) => t,
+                            _ if budget.is_some() => when(s, "earliest_start"),
                             _ => "as asked".to_owned(),
+                        };
+                        let earliest = match budget {
+                            Some(why) => format!("{earliest} (over budget before: {why})"),
+                            None => earliest,
                         };
                         vec![text(s, "size"), text(s, "label"), text(s, "free"), earliest]
                     })

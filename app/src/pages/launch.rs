@@ -25,16 +25,22 @@ pub fn LaunchPage() -> impl IntoView {
     // they were typed for).
     let typed = RwSignal::new(None::<(Offering, String)>);
     let typed_start = RwSignal::new(None::<(Offering, String)>);
+    // The project picked: only its shared volumes are offered, and the hints count its
+    // budget (once hydrated; a plain form lists every project's volumes, and the server
+    // refuses another project's).
+    let project = RwSignal::new(String::new());
     let hints = Resource::new(
         move || {
             let offering = offering()?;
             let typed = typed.get().filter(|(o, _)| *o == offering).map(|(_, hours)| hours);
             let from = typed_start.get().filter(|(o, _)| *o == offering).map(|(_, start)| start);
-            Some((offering, typed.or_else(hours)?, from.unwrap_or_else(start)))
+            Some((offering, typed.or_else(hours)?, from.unwrap_or_else(start), project.get()))
         },
         |wanted| async move {
             match wanted {
-                Some((offering, hours, start)) => size_hints(offering.id().to_owned(), hours, start).await,
+                Some((offering, hours, start, project)) => {
+                    size_hints(offering.id().to_owned(), hours, start, project).await
+                }
                 None => Ok(Vec::new()),
             }
         },
@@ -47,7 +53,7 @@ pub fn LaunchPage() -> impl IntoView {
             None => Ok(ImageOffer { options: Vec::new(), custom: None }),
         }
     });
-    let form = LaunchState { launch, typed, typed_start, hints, projects, volumes, images };
+    let form = LaunchState { launch, typed, typed_start, project, hints, projects, volumes, images };
     view! {
         <RequireUser>
             {move || match offering() {
@@ -98,6 +104,7 @@ struct LaunchState {
     launch: ServerAction<Launch>,
     typed: RwSignal<Option<(Offering, String)>>,
     typed_start: RwSignal<Option<(Offering, String)>>,
+    project: RwSignal<String>,
     hints: Resource<Result<Vec<SizeHint>, AppError>>,
     projects: Resource<Result<Vec<ProjectOption>, AppError>>,
     volumes: Resource<Result<Vec<VolumeOption>, AppError>>,
@@ -112,11 +119,8 @@ fn LaunchForm(
     hours: String,
     form: LaunchState,
 ) -> impl IntoView {
-    let LaunchState { launch, typed, typed_start, hints, projects, volumes, images } = form;
+    let LaunchState { launch, typed, typed_start, project, hints, projects, volumes, images } = form;
     FieldErrors::of(launch);
-    // The project picked, so that only its shared volumes are offered (once hydrated; a
-    // plain form lists every project's, and the server refuses another project's).
-    let project = RwSignal::new(String::new());
     let result = launch.value();
     let sizes = offering.sizes();
     let chosen = chosen_size.filter(|id| offering.size(id).is_some()).unwrap_or_else(|| sizes[0].id.to_owned());

@@ -20,31 +20,39 @@ pub async fn calendar(view: String, from: String) -> Result<CalendarView, AppErr
     Ok(build::calendar(span, from, now, &availability, &mine, gap))
 }
 
-/// Per size of `offering`: how many fit for `hours` from now, else the earliest start.
-/// Public, like the catalog; counted for the signed-in user's tenant when there is one.
+/// Per size of `offering`: how many fit for `hours` from `start` (now when empty), else the
+/// earliest start. Public, like the catalog; for a signed-in user counted for their tenant,
+/// and within their budgets and those of `project` (its id; empty: none).
 #[server(endpoint = "size_hints")]
 pub async fn size_hints(
     offering: String,
     hours: String,
     start: String,
+    project: String,
 ) -> Result<Vec<crate::model::SizeHint>, AppError> {
+    use berth_domain::booking::utc_short;
     use berth_domain::catalog::Offering;
     let meta = super::ssr::request_meta().await;
     let platform = super::ssr::platform(&meta)?;
+    let fail = |e| AppError::from_platform(e, &meta.request_id);
     let Some(offering) = Offering::parse(&offering) else { return Ok(Vec::new()) };
     let hours = hours.trim().parse::<u32>().ok().filter(|h| (1..=offering.max_hours()).contains(h)).unwrap_or(4);
-    let tenant = super::ssr::signed_in_user(&platform, &meta).await?.and_then(|u| u.tenant_id);
+    let user = super::ssr::signed_in_user(&platform, &meta).await?;
+    let tenant = user.as_ref().and_then(|u| u.tenant_id);
     // A start still being typed (or in the past) is taken as now; the launch checks it.
     let now = berth_platform::now_ms();
     let start = berth_domain::booking::parse_start(&start).ok().flatten().filter(|s| *s > now);
-    let sizes = platform
-        .size_availability(tenant, offering, hours, start)
-        .await
-        .map_err(|e| AppError::from_platform(e, &meta.request_id))?;
-    let when = start.map_or_else(|| "now".to_owned(), |s| format!("from {}", berth_domain::booking::utc_short(s)));
+    let sizes = match user {
+        Some(user) => {
+            let caller = user.caller(meta.clone());
+            platform.size_availability_within_budget(&caller, &project, offering, hours, start).await.map_err(fail)?
+        }
+        None => platform.size_availability(None, offering, hours, start).await.map_err(fail)?,
+    };
+    let when = start.map_or_else(|| "now".to_owned(), |s| format!("from {}", utc_short(s)));
     // Prices and the booking's cost by the rate card over the window, the tenant's discount
     // included.
-    let card = platform.rate_card().await.map_err(|e| AppError::from_platform(e, &meta.request_id))?;
+    let card = platform.rate_card().await.map_err(fail)?;
     let from = start.unwrap_or(now);
     let to = from + i64::from(hours) * berth_domain::booking::HOUR_MS;
     let money = berth_domain::metering::format_money;
@@ -61,14 +69,18 @@ pub async fn size_hints(
                 .size_cost(s.size.shape, false, tenant, from, to)
                 .map(|c| format!("{} for {hours} h", money(c.net))),
             discount: discount.clone(),
-            text: match (s.free_now, s.earliest_start) {
-                (0, Some(t)) => {
-                    format!("none free {when}; earliest start for {hours} h: {}", berth_domain::booking::utc_short(t))
+            text: match (s.free_now, s.earliest_start, &s.over_budget) {
+                (_, Some(t), Some(why)) => {
+                    format!("over budget {when}: {why}; earliest start within budget: {}", utc_short(t))
                 }
-                (0, None) => format!("none free for {hours} h within the booking horizon"),
-                (n, _) => format!("{n} free {when} for {hours} h"),
+                (_, None, Some(why)) => {
+                    format!("over budget {when}: {why}; no start within the booking horizon fits the budget")
+                }
+                (0, Some(t), None) => format!("none free {when}; earliest start for {hours} h: {}", utc_short(t)),
+                (0, None, None) => format!("none free for {hours} h within the booking horizon"),
+                (n, _, None) => format!("{n} free {when} for {hours} h"),
             },
-            free_now: s.free_now > 0,
+            free_now: s.free_now > 0 && s.over_budget.is_none(),
         })
         .collect())
 }

@@ -9,6 +9,7 @@ use berth_domain::booking::{self, GpuSet, Timeline, Window, utc_short};
 use berth_domain::catalog::{Offering, Size};
 use berth_domain::gpu::GpuModel;
 use berth_domain::lifecycle::{Desired, EnvState};
+use berth_domain::metering::Month;
 use berth_domain::placement::{Hold, Occupant, Shape};
 use berth_domain::policy::Action;
 use berth_domain::rates::RateKey;
@@ -18,7 +19,7 @@ use sqlx::SqliteConnection;
 use crate::audit::{self, Event, Outcome};
 use crate::capacity::environments::{Environment, environment_in};
 use crate::capacity::metering::BookingCost;
-use crate::capacity::quotas::QuotaAsk;
+use crate::capacity::quotas::{Booker, QuotaAsk};
 use crate::{Caller, Error, Platform, now_ms};
 
 /// One row of the availability calendar: how many of a shape are free in each bucket.
@@ -68,8 +69,12 @@ pub struct SizeAvailability {
     /// How many fit for the asked duration from the asked start (now when none).
     pub free_now: u32,
     /// The asked start when one fits, else the earliest start after it within the horizon,
-    /// if any.
+    /// if any (within the asker's budgets, when asked for them).
     pub earliest_start: Option<i64>,
+    /// Why the asker's budgets would refuse the size at its first fit ("this booking costs
+    /// $12.80 for 4 h; project vision has $7.20 of $50.00 left in November"), so that
+    /// `earliest_start` is the first fit from a month they allow.
+    pub over_budget: Option<String>,
 }
 
 /// A booking asked for, as a refusal explains it.
@@ -158,9 +163,54 @@ impl Platform {
             } else {
                 self.earliest_start_on(timeline.set(), size.shape, hours, from, now, occupant)
             };
-            out.push(SizeAvailability { size, free_now, earliest_start });
+            out.push(SizeAvailability { size, free_now, earliest_start, over_budget: None });
         }
         Ok(out)
+    }
+
+    /// `size_availability` for `caller` booking in `project` (its id, as the launch form and
+    /// the API name it; empty: none), within their budgets: a size whose first fit a budget
+    /// would refuse is looked for again from the next month's first hour, month after month
+    /// within the horizon, as a launch "as soon as possible" is. Only reads.
+    pub async fn size_availability_within_budget(
+        &self,
+        caller: &Caller,
+        project: &str,
+        offering: Offering,
+        hours: u32,
+        start: Option<i64>,
+    ) -> Result<Vec<SizeAvailability>, Error> {
+        let mut sizes = self.size_availability(caller.tenant_id(), offering, hours, start).await?;
+        if caller.tenant_id().is_none() {
+            return Ok(sizes);
+        }
+        let now = now_ms();
+        let mut conn = self.db.acquire().await?;
+        let booker = Booker {
+            user_id: caller.user_id(),
+            tenant_id: caller.tenant_id(),
+            project_id: self.project_to_book_in(&mut conn, caller, project).await?,
+        };
+        let occupant = crate::capacity::book::occupant_of(&mut conn, booker.tenant_id).await?;
+        for size in &mut sizes {
+            let shape = size.size.shape;
+            let gpus = self.gpus_of_model(&mut conn, shape.model()).await?;
+            let mut fit = size.earliest_start;
+            while let Some(start) = fit {
+                let window = Window { starts_at: start, ends_at: start + i64::from(hours) * booking::HOUR_MS };
+                match self.budget_marks(&mut conn, booker, BookingCost::of_size(shape, booking::Tier::Guaranteed, window, hours)).await {
+                    Ok(_) => break,
+                    Err(Error::Refused(Refusal::OverBudget(why))) => {
+                        size.over_budget.get_or_insert(why);
+                        let next_month = Month::of(start).next().starts_at();
+                        fit = self.earliest_start_on(&gpus, shape, hours, next_month, now, occupant);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            size.earliest_start = fit;
+        }
+        Ok(sizes)
     }
 
     /// The earliest start at or after `not_before` for `shape` held `hours` by a user of

@@ -110,6 +110,11 @@ pub struct AvailabilityQuery {
     /// Empty for now, else a UTC date and time (`2026-11-26 14:00`) as a launch takes it.
     #[serde(default)]
     pub start: String,
+    /// The project (its id) the booking would count against, as a launch takes it: its
+    /// budget is counted as well as the tenant's. Empty: none.
+    #[serde(default)]
+    #[param(pattern = "^[0-9]{0,18}$")]
+    pub project: String,
 }
 
 /// One size's availability.
@@ -122,9 +127,13 @@ pub struct SizeAvailabilityBody {
     /// How many fit for the whole window from the start asked (or now).
     free: u32,
     /// The start asked (or now) when one fits; else the earliest start within the booking
-    /// horizon; `null` when there is none.
+    /// horizon; `null` when there is none. Within the caller's budgets: see `over_budget`.
     #[schema(format = DateTime)]
     earliest_start: Option<String>,
+    /// Why the tenant's or the project's budget would refuse the size at its first fit;
+    /// `earliest_start` is then the first fit in a month the budgets allow. `null`: within
+    /// budget.
+    over_budget: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -150,7 +159,7 @@ pub(super) async fn availability(
         AvailabilityAsk::parse(&query.offering, &query.hours, &query.start).map_err(|r| fail(&caller)(r.into()))?;
     let from = ask.start.unwrap_or(0).max(berth_platform::now_ms());
     let sizes = platform
-        .size_availability(caller.tenant_id(), ask.offering, ask.hours, ask.start)
+        .size_availability_within_budget(&caller, &query.project, ask.offering, ask.hours, ask.start)
         .await
         .map_err(fail(&caller))?;
     let sizes = sizes
@@ -161,6 +170,7 @@ pub(super) async fn availability(
             gpu_model: s.size.gpu_model().name(),
             free: s.free_now,
             earliest_start: s.earliest_start.map(rfc3339),
+            over_budget: s.over_budget,
         })
         .collect();
     Ok(Json(AvailabilityBody { offering: ask.offering.id(), hours: ask.hours, from: rfc3339(from), sizes }))

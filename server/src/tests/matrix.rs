@@ -210,7 +210,7 @@ fn routes() -> Vec<Route> {
         sf("/api/sign_in_options", None, ""),
         sf("/api/fleet_capacity", None, ""),
         sf("/api/size_prices", None, ""),
-        sf("/api/size_hints", None, "offering=notebook&hours=2&start="),
+        sf("/api/size_hints", None, "offering=notebook&hours=2&start=&project="),
         api(M::GET, "/api/v1/me", None, ""),
         // The catalog and its availability are public on the portal too (`size_hints`); with
         // no offering, a caller is told so (422).
