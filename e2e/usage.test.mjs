@@ -134,6 +134,24 @@ test('a member\'s booking past the project budget is refused; the usage page sho
   assert.ok(rows.some((r) => /^\d{4}-\d{2},project,vision,vision,[\d.]+,1,0\.\d\d$/.test(r)), csv);
   assert.match(rows.at(-1), /^\d{4}-\d{2},project,total,,[\d.]+,,\d+\.\d\d$/);
 
+  // Week by week: the chart per week, the weeks' table, and the CSV by week.
+  await ada.page.getByRole('link', { name: 'Per week' }).click();
+  await ada.page.getByRole('img', { name: /^Cost per week in / }).waitFor();
+  assert.equal(await ada.page.getByRole('link', { name: 'Per week' }).getAttribute('aria-current'), 'page');
+  const weeks = ada.page.getByRole('region', { name: 'Week by week' }).locator('tr[data-week]');
+  assert.ok((await weeks.count()) >= 4, 'a month has four to six weeks');
+  const thisWeek = weeks.filter({ hasText: /\$0\.\d\d/ }).filter({ hasNotText: '$0.00' });
+  assert.equal(await thisWeek.count(), 1, 'the job ran in one week');
+  assert.match(await thisWeek.innerText(), /^Week \d{1,2}: \w{3} \d{1,2} \w{3}/);
+  const [byWeek] = await Promise.all([
+    ada.page.waitForEvent('download'),
+    ada.page.getByRole('link', { name: 'CSV by week' }).click(),
+  ]);
+  const weekRows = readFileSync(await byWeek.path(), 'utf8').trim().split('\r\n');
+  assert.equal(weekRows[0], 'month,group_by,from,to,key,name,gpu_hours,amount_usd');
+  assert.equal(weekRows.filter((r) => /,project,[\d-]+,[\d-]+,vision,vision,[\d.]+,0\.\d\d$/.test(r)).length, 1, weekRows.join('\n'));
+  assert.equal(weekRows.filter((r) => /,total,,/.test(r)).length, await weeks.count(), 'a total row per week');
+
   assert.deepEqual(mia.consoleErrors, []);
   assert.deepEqual(ada.consoleErrors, []);
   await mia.context.close();

@@ -818,6 +818,12 @@ pub struct UsageView {
     pub chart_series: Vec<String>,
     /// Cents per day (one entry per day of the month) for each series.
     pub daily_cents: Vec<Vec<i64>>,
+    /// `day` or `week`: what a bar of the cost chart is.
+    pub per: String,
+    /// The cost chart's bars, a day or a week each.
+    pub bars: Vec<ChartBar>,
+    /// The month's weeks (Monday to Sunday, cut at the month's edges).
+    pub weeks: Vec<WeekRow>,
     /// The budget drawn on the chart, in cents (the tenant's, when the report is one tenant's).
     pub chart_budget_cents: Option<i64>,
     pub budgets: Vec<BudgetView>,
@@ -829,6 +835,27 @@ pub struct UsageView {
     /// The same report as a download.
     pub csv_href: String,
     pub json_href: String,
+    /// The CSV with a row per line and week, or per line and day.
+    pub csv_week_href: String,
+    pub csv_day_href: String,
+}
+
+/// One bar of the usage chart: a day or a week, its cents per series.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChartBar {
+    /// Under the bar ("3", "W45") and in its tooltip ("Tue 3 Nov", "Week 45: ...").
+    pub short: String,
+    pub label: String,
+    pub cents: Vec<i64>,
+}
+
+/// A week of the usage report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WeekRow {
+    /// "Week 45: Mon 2 Nov – Sun 8 Nov"
+    pub label: String,
+    pub gpu_hours: String,
+    pub cost: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

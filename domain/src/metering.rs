@@ -201,6 +201,25 @@ impl Month {
         ((self.next().starts_at() - self.starts_at()) / crate::booking::DAY_MS) as u32
     }
 
+    /// The month's weeks, Monday to Sunday (UTC), cut at the month's edges: each one's ISO
+    /// week number and its first and last day in the month (0-based).
+    pub fn weeks(self) -> Vec<MonthWeek> {
+        let mut weeks: Vec<MonthWeek> = Vec::new();
+        for day in 0..self.days() as usize {
+            let iso_week = self.date_of(day).iso_week().week();
+            match weeks.last_mut() {
+                Some(week) if week.iso_week == iso_week => week.last_day = day,
+                _ => weeks.push(MonthWeek { iso_week, first_day: day, last_day: day }),
+            }
+        }
+        weeks
+    }
+
+    /// The date of its `day` (0-based).
+    pub fn date_of(self, day: usize) -> NaiveDate {
+        self.first_day() + chrono::Days::new(day as u64)
+    }
+
     /// "November"
     pub fn name(self) -> String {
         self.first_day().format("%B").to_string()
@@ -210,6 +229,16 @@ impl Month {
     pub fn title(self) -> String {
         self.first_day().format("%B %Y").to_string()
     }
+}
+
+/// A week of a month (`Month::weeks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MonthWeek {
+    /// ISO 8601 week number (1..=53).
+    pub iso_week: u32,
+    /// Its first and last day in the month, 0-based.
+    pub first_day: usize,
+    pub last_day: usize,
 }
 
 /// `[from, to)` cut at month boundaries: each month it touches, with its part.
@@ -372,6 +401,25 @@ mod tests {
         let future = UnitTime { held_from: None, released_at: None, ..unit };
         assert_eq!(future.charged(ChargeBasis::Use, 9 * H), None);
         assert_eq!(future.committed(ChargeBasis::Use), Some((10 * H, 18 * H)));
+    }
+
+    #[test]
+    fn weeks_run_monday_to_sunday_cut_at_the_month() {
+        // November 2026 begins on a Sunday and ends on a Monday.
+        let november = Month { year: 2026, month: 11 };
+        let weeks = november.weeks();
+        assert_eq!(weeks.len(), 6);
+        assert_eq!(weeks[0], MonthWeek { iso_week: 44, first_day: 0, last_day: 0 });
+        assert_eq!(weeks[1], MonthWeek { iso_week: 45, first_day: 1, last_day: 7 });
+        assert_eq!(weeks[5], MonthWeek { iso_week: 49, first_day: 29, last_day: 29 });
+        assert_eq!(november.date_of(1).to_string(), "2026-11-02");
+        // Every day is in exactly one week, in order; a January's first days can be in the
+        // previous year's week 53.
+        for month in [november, Month { year: 2027, month: 1 }, Month { year: 2024, month: 2 }] {
+            let days: Vec<usize> = month.weeks().iter().flat_map(|w| w.first_day..=w.last_day).collect();
+            assert_eq!(days, (0..month.days() as usize).collect::<Vec<_>>());
+        }
+        assert_eq!(Month { year: 2027, month: 1 }.weeks()[0].iso_week, 53);
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use berth_domain::Refusal;
 use berth_domain::booking::{DAY_MS, HOUR_MS};
+use berth_domain::catalog::Offering;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::lifecycle::EnvState;
 use berth_domain::metering::{Month, to_cents, unit_charge};
@@ -528,7 +529,28 @@ async fn sums_give_the_figures_of_the_rows(pool: SqlitePool) {
         for (s, r) in sums.lines.iter().zip(&rows.lines) {
             assert!((s.gpu_hours - r.gpu_hours).abs() < 1e-9, "{what}: {} GPU-hours", s.key);
         }
-        assert_eq!(sums.daily_cents, rows.daily_cents, "{what}: days");
+        // Days and weeks: the same cents, and GPU-hours within rounding.
+        for (cut, s, r) in [("days", &sums.daily, &rows.daily), ("weeks", &sums.weekly, &rows.weekly)] {
+            assert_eq!(s.len(), r.len(), "{what}: {cut}");
+            for (s, r) in s.iter().zip(r) {
+                assert_eq!((s.first_day, s.last_day, &s.cents), (r.first_day, r.last_day, &r.cents), "{what}: {cut}");
+                for (a, b) in s.gpu_hours.iter().zip(&r.gpu_hours) {
+                    assert!((a - b).abs() < 1e-9, "{what}: {cut} from {}: {a} GPU-hours against {b}", s.first_day);
+                }
+            }
+        }
+        // A week's lines are its days' GPU-hours, and its cents within a cent a line of them.
+        for week in &rows.weekly {
+            let days: Vec<_> =
+                rows.daily.iter().filter(|d| (week.first_day..=week.last_day).contains(&d.first_day)).collect();
+            assert_eq!(days.len(), (week.last_day - week.first_day).num_days() as usize + 1, "{what}");
+            for line in 0..rows.lines.len() {
+                let cents: i64 = days.iter().map(|d| d.cents[line]).sum();
+                assert!((week.cents[line] - cents).abs() <= days.len() as i64, "{what}: week from {}", week.first_day);
+                let hours: f64 = days.iter().map(|d| d.gpu_hours[line]).sum();
+                assert!((week.gpu_hours[line] - hours).abs() < 1e-9, "{what}: week from {}", week.first_day);
+            }
+        }
         assert_eq!(sums.total_cents, rows.total_cents, "{what}: total");
         assert_eq!(sums.budgets, rows.budgets, "{what}: budgets");
         assert_eq!(sums.fleet.len(), rows.fleet.len(), "{what}: fleet");
@@ -625,6 +647,35 @@ async fn as_soon_as_possible_waits_for_a_month_the_budget_allows(pool: SqlitePoo
         let error = berth.platform.launch(&berth.caller, &asap("1")).await.unwrap_err();
         assert!(matches!(error, Error::Refused(Refusal::OverBudget(_))), "{error}");
     }
+    // The launch form's hints (and the API's availability) say so before anyone launches:
+    // for the project, the first fit within its budget; without it, now.
+    let hints = berth
+        .platform
+        .size_availability_within_budget(&berth.caller, &project.to_string(), Offering::TrainingJob, 4, None)
+        .await
+        .unwrap();
+    let h100 = hints.iter().find(|s| s.size.id == "h100-1").unwrap();
+    assert!(h100.free_now > 0, "the capacity is free: the budget is what stops it");
+    let why = h100.over_budget.as_deref().expect("over budget");
+    assert!(why.starts_with("this booking costs $12.80 for 4 h"), "{why}");
+    assert!(why.contains("project vision has"), "{why}");
+    assert_eq!(h100.earliest_start, Some(next_month));
+    let hints = berth
+        .platform
+        .size_availability_within_budget(&berth.caller, "", Offering::TrainingJob, 4, None)
+        .await
+        .unwrap();
+    let h100 = hints.iter().find(|s| s.size.id == "h100-1").unwrap();
+    assert_eq!(h100.over_budget, None);
+    assert!(h100.earliest_start.unwrap() < next_month);
+    // A project one may not book in is refused, as the launch refuses it.
+    let error = berth
+        .platform
+        .size_availability_within_budget(&berth.caller, "999", Offering::TrainingJob, 4, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(error, Error::Refused(Refusal::UnknownProject(_))), "{error}");
+
     let env = berth.platform.launch(&berth.caller, &asap("45")).await.unwrap();
     assert_eq!(env.starts_at, next_month, "the first hour of next month, UTC");
 }

@@ -19,6 +19,7 @@ use tower_sessions::Session;
 use crate::api::{UsageQuery, usage_json, usage_report};
 use crate::served::{Routes, get};
 use crate::state::{AppState, escape_html, request_meta};
+use berth_platform::capacity::metering::UsageCut;
 
 pub fn routes() -> Routes<AppState> {
     Routes::new()
@@ -236,13 +237,26 @@ async fn finish_sign_in(
 }
 
 /// The usage page's report as CSV, for the browser session that shows it.
-async fn usage_csv(state: State<AppState>, query: Query<UsageQuery>, session: Session, parts: Parts) -> Response {
-    usage_file(state, query, session, parts, "csv").await
+/// How the usage page's CSV cuts the month: `month` (empty), `week` or `day`.
+#[derive(Debug, Default, serde::Deserialize)]
+struct CutQuery {
+    #[serde(default)]
+    per: String,
+}
+
+async fn usage_csv(
+    state: State<AppState>,
+    query: Query<UsageQuery>,
+    Query(cut): Query<CutQuery>,
+    session: Session,
+    parts: Parts,
+) -> Response {
+    usage_file(state, query, session, parts, Some(&cut.per)).await
 }
 
 /// The usage page's report as JSON (the API's form), for the browser session that shows it.
 async fn usage_download(state: State<AppState>, query: Query<UsageQuery>, session: Session, parts: Parts) -> Response {
-    usage_file(state, query, session, parts, "json").await
+    usage_file(state, query, session, parts, None).await
 }
 
 async fn usage_file(
@@ -250,18 +264,32 @@ async fn usage_file(
     Query(query): Query<UsageQuery>,
     session: Session,
     parts: Parts,
-    format: &str,
+    // `Some`: CSV cut so; `None`: JSON.
+    csv_cut: Option<&str>,
 ) -> Response {
     let caller = match download_caller(&state, &session, &parts).await {
         Ok(caller) => caller,
         Err(answer) => return answer,
     };
+    let cut = match csv_cut.map(UsageCut::parse).transpose() {
+        Ok(cut) => cut,
+        Err(e) => return download_error(e, &caller.meta.request_id),
+    };
     match usage_report(&state.platform, &caller, &query).await {
         Ok(report) => {
-            let name = format!("berth-usage-{}.{format}", report.month.key());
-            match format {
-                "csv" => download("text/csv; charset=utf-8", &name, report.to_csv()),
-                _ => download("application/json", &name, usage_json(&report).to_string()),
+            let month = report.month.key();
+            match cut {
+                Some(UsageCut::Month) => {
+                    download("text/csv; charset=utf-8", &format!("berth-usage-{month}.csv"), report.to_csv())
+                }
+                Some(cut) => {
+                    let name =
+                        format!("berth-usage-{month}-by-{}.csv", if cut == UsageCut::Week { "week" } else { "day" });
+                    download("text/csv; charset=utf-8", &name, report.to_csv_cut(cut))
+                }
+                None => {
+                    download("application/json", &format!("berth-usage-{month}.json"), usage_json(&report).to_string())
+                }
             }
         }
         Err(e) => download_error(e, &caller.meta.request_id),

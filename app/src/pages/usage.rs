@@ -21,9 +21,9 @@ pub fn UsagePage() -> impl IntoView {
         move || {
             let q = query.read();
             let get = |key: &str| q.get(key).unwrap_or_default();
-            (get("month"), get("by"), get("tenant"), set.version().get(), remove.version().get())
+            (get("month"), get("by"), get("tenant"), get("per"), set.version().get(), remove.version().get())
         },
-        |(month, by, tenant, _, _)| usage_page(month, by, tenant),
+        |(month, by, tenant, per, _, _)| usage_page(month, by, tenant, per),
     );
     view! {
         <Title text="Usage and cost"/>
@@ -99,7 +99,12 @@ const SWATCHES: [&str; 6] =
 #[component]
 fn Usage(view: UsageView, remove: ServerAction<RemoveBudget>) -> impl IntoView {
     let month_href = |month: &str| {
-        format!("/usage?month={month}&by={}&tenant={}", view.by, crate::components::url_encode(&view.tenant))
+        format!(
+            "/usage?month={month}&by={}&tenant={}&per={}",
+            view.by,
+            crate::components::url_encode(&view.tenant),
+            view.per
+        )
     };
     view! {
         <p class="mt-1 max-w-3xl text-sm text-slate-600">
@@ -141,6 +146,8 @@ fn Usage(view: UsageView, remove: ServerAction<RemoveBudget>) -> impl IntoView {
             <a class=NAV href=month_href(&view.next_month)>"Next month"</a>
             <span class="ml-auto flex gap-2 text-sm">
                 <a class="text-indigo-700 underline" href=view.csv_href.clone() rel="external" download=format!("berth-usage-{}.csv", view.month)>"Download CSV"</a>
+                <a class="text-indigo-700 underline" href=view.csv_week_href.clone() rel="external" download=format!("berth-usage-{}-by-week.csv", view.month)>"CSV by week"</a>
+                <a class="text-indigo-700 underline" href=view.csv_day_href.clone() rel="external" download=format!("berth-usage-{}-by-day.csv", view.month)>"CSV by day"</a>
                 <a class="text-indigo-700 underline" href=view.json_href.clone() rel="external" download=format!("berth-usage-{}.json", view.month)>"Download JSON"</a>
             </span>
         </form>
@@ -150,26 +157,30 @@ fn Usage(view: UsageView, remove: ServerAction<RemoveBudget>) -> impl IntoView {
                 <span class="text-2xl font-semibold text-slate-900" data-testid="usage-total">{view.total.clone()}</span>
                 " for " {view.total_gpu_hours.clone()} " GPU-hours"
             </p>
-            <DailyChart view=view.clone()/>
+            <CostChart view=view.clone()/>
             <ToDateChart view=view.clone()/>
         </section>
         <UsageTable view=view.clone()/>
+        <Weeks view=view.clone()/>
         <Budgets budgets=view.budgets.clone() remove/>
         <FleetAllocation fleet=view.fleet.clone()/>
     }
 }
 
-/// Cost per day, one stacked bar a day with a part per line.
+/// Cost per day (or per week), one stacked bar a day (a week) with a part per line, and
+/// links that switch between the two (plain links: no JavaScript needed).
 #[component]
-fn DailyChart(view: UsageView) -> impl IntoView {
+fn CostChart(view: UsageView) -> impl IntoView {
     const W: f64 = 720.0;
     const H: f64 = 160.0;
-    let days = view.daily_cents.len().max(1);
-    let top = view.daily_cents.iter().map(|d| d.iter().sum::<i64>()).max().unwrap_or(0).max(1);
-    let slot = W / days as f64;
-    let bars = view.daily_cents.iter().enumerate().flat_map(|(day, parts)| {
+    let weekly = view.per == "week";
+    let what = if weekly { "week" } else { "day" };
+    let count = view.bars.len().max(1);
+    let top = view.bars.iter().map(|b| b.cents.iter().sum::<i64>()).max().unwrap_or(0).max(1);
+    let slot = W / count as f64;
+    let bars = view.bars.iter().enumerate().flat_map(|(i, bar)| {
         let mut y = H;
-        parts
+        bar.cents
             .iter()
             .enumerate()
             .filter(|(_, cents)| **cents > 0)
@@ -177,24 +188,44 @@ fn DailyChart(view: UsageView) -> impl IntoView {
                 let height = H * *cents as f64 / top as f64;
                 y -= height;
                 let label = view.chart_series.get(line).cloned().unwrap_or_default();
-                let title = format!("Day {}: {label} {}", day + 1, berth_domain::metering::format_money(*cents));
+                let title = format!("{}: {label} {}", bar.label, berth_domain::metering::format_money(*cents));
                 view! {
-                    <rect x=format!("{:.1}", day as f64 * slot + 1.0) y=format!("{y:.1}")
+                    <rect x=format!("{:.1}", i as f64 * slot + 1.0) y=format!("{y:.1}")
                         width=format!("{:.1}", (slot - 2.0).max(1.0)) height=format!("{height:.1}")
                         class=FILLS[line.min(FILLS.len() - 1)]><title>{title}</title></rect>
                 }
             })
             .collect::<Vec<_>>()
     });
+    // Weeks are few: each is named under its bar; days only at the ends.
+    let ticks = view.bars.iter().enumerate().filter(|(i, _)| weekly || *i == 0 || *i + 1 == view.bars.len()).map(|(i, bar)| {
+        let x = if weekly { (i as f64 + 0.5) * slot } else if i == 0 { 0.0 } else { W };
+        let anchor = if weekly { "middle" } else if i == 0 { "start" } else { "end" };
+        view! { <text x=format!("{x:.1}") y=H + 13.0 text-anchor=anchor class="fill-slate-600 text-[10px]">{bar.short.clone()}</text> }
+    }).collect_view();
+    let switch = |current: bool| if current { "font-semibold text-slate-900" } else { "text-indigo-700 underline" };
+    let per_href = |per: &str| {
+        format!(
+            "/usage?month={}&by={}&tenant={}&per={per}",
+            view.month,
+            view.by,
+            crate::components::url_encode(&view.tenant)
+        )
+    };
     view! {
         <figure class="mt-4">
-            <figcaption class="text-xs font-medium text-slate-700">"Cost per day"</figcaption>
+            <figcaption class="flex flex-wrap items-baseline gap-3 text-xs font-medium text-slate-700">
+                {format!("Cost per {what}")}
+                <span class="flex gap-2 font-normal">
+                    <a href=per_href("day") aria-current=(!weekly).then_some("page") class=switch(!weekly)>"Per day"</a>
+                    <a href=per_href("week") aria-current=weekly.then_some("page") class=switch(weekly)>"Per week"</a>
+                </span>
+            </figcaption>
             <svg viewBox=format!("0 0 {W} {}", H + 16.0) class="mt-1 h-44 w-full" role="img"
-                aria-label=format!("Cost per day in {}; the table below has the figures", view.month_title)>
+                aria-label=format!("Cost per {what} in {}; the tables below have the figures", view.month_title)>
                 <line x1="0" y1=H x2=W y2=H class="stroke-slate-300"/>
                 {bars.collect_view()}
-                <text x="0" y=H + 13.0 class="fill-slate-600 text-[10px]">"1"</text>
-                <text x=W y=H + 13.0 text-anchor="end" class="fill-slate-600 text-[10px]">{days}</text>
+                {ticks}
                 <text x="2" y="10" class="fill-slate-600 text-[10px]">{berth_domain::metering::format_money(top)}</text>
             </svg>
             <ul class="mt-1 flex flex-wrap gap-3 text-xs text-slate-700">
@@ -204,6 +235,28 @@ fn DailyChart(view: UsageView) -> impl IntoView {
             </ul>
         </figure>
     }
+}
+
+/// The month week by week.
+#[component]
+fn Weeks(view: UsageView) -> impl IntoView {
+    (!view.lines.is_empty()).then(|| view! {
+        <section class="mt-6" aria-labelledby="u-weeks">
+            <h2 id="u-weeks" class="text-sm font-semibold text-slate-900">"Week by week"</h2>
+            <p class="mt-1 text-xs text-slate-600">
+                "Weeks run Monday to Sunday (UTC) and are numbered as ISO 8601 weeks; a week across two months shows its days in this one. Each week's cost is rounded once per line, so weeks can differ from the month's lines by under a cent a line."
+            </p>
+            <Table label="Week by week" columns=&["Week", "GPU-hours", "Cost"]>
+                {view.weeks.iter().map(|w| view! {
+                    <tr data-week=w.label.clone()>
+                        <th scope="row" class=ROW_HEADER>{w.label.clone()}</th>
+                        <td class=CELL>{w.gpu_hours.clone()}</td>
+                        <td class=CELL>{w.cost.clone()}</td>
+                    </tr>
+                }).collect_view()}
+            </Table>
+        </section>
+    })
 }
 
 /// The cost to date, day by day, against the budget when there is one.

@@ -7,10 +7,12 @@ use crate::model::UsageView;
 /// this month), grouped `by` project, person, offering, model, tier, tenant or environment,
 /// with the budgets that apply. Platform staff may narrow it to one `tenant` (slug).
 #[server(endpoint = "usage_page")]
-pub async fn usage_page(month: String, by: String, tenant: String) -> Result<UsageView, AppError> {
+pub async fn usage_page(month: String, by: String, tenant: String, per: String) -> Result<UsageView, AppError> {
     use berth_domain::metering::format_money;
     use berth_domain::policy::{Action, Reach};
     use berth_platform::capacity::metering::UsageBy;
+
+    use chrono::Datelike;
 
     use crate::components::url_encode;
     let (platform, caller) = super::ssr::caller().await?;
@@ -54,15 +56,44 @@ pub async fn usage_page(month: String, by: String, tenant: String) -> Result<Usa
     if report.lines.len() > shown {
         chart_series.push("Others".to_owned());
     }
-    let daily_cents = report
-        .daily_cents
+    let series_of = |cents: &[i64]| {
+        let mut series: Vec<i64> = cents.iter().take(shown).copied().collect();
+        if cents.len() > shown {
+            series.push(cents[shown..].iter().sum());
+        }
+        series
+    };
+    let daily_cents: Vec<Vec<i64>> = report.daily.iter().map(|day| series_of(&day.cents)).collect();
+    // The bars: a day each, or a week each (`per=week`).
+    let weekly = per.trim() == "week";
+    let bars = if weekly {
+        report
+            .weekly
+            .iter()
+            .map(|w| crate::model::ChartBar {
+                short: format!("W{}", w.first_day.iso_week().week()),
+                label: week_label(w),
+                cents: series_of(&w.cents),
+            })
+            .collect()
+    } else {
+        report
+            .daily
+            .iter()
+            .map(|d| crate::model::ChartBar {
+                short: d.first_day.day().to_string(),
+                label: d.first_day.format("%a %-d %b").to_string(),
+                cents: series_of(&d.cents),
+            })
+            .collect()
+    };
+    let weeks = report
+        .weekly
         .iter()
-        .map(|day| {
-            let mut series: Vec<i64> = day.iter().take(shown).copied().collect();
-            if day.len() > shown {
-                series.push(day[shown..].iter().sum());
-            }
-            series
+        .map(|w| crate::model::WeekRow {
+            label: week_label(w),
+            gpu_hours: format!("{:.2}", w.total_gpu_hours()),
+            cost: format_money(w.total_cents()),
         })
         .collect();
     let fleet = report
@@ -119,14 +150,32 @@ pub async fn usage_page(month: String, by: String, tenant: String) -> Result<Usa
         total: format_money(report.total_cents),
         chart_series,
         daily_cents,
+        per: if weekly { "week" } else { "day" }.to_owned(),
+        bars,
+        weeks,
         fleet,
         chart_budget_cents,
         budgets,
         can_set_budgets,
         can_set_tenant_budgets,
         csv_href: format!("/usage.csv?{query}"),
+        csv_week_href: format!("/usage.csv?{query}&per=week"),
+        csv_day_href: format!("/usage.csv?{query}&per=day"),
         json_href: format!("/usage.json?{query}"),
     })
+}
+
+/// "Week 45: Mon 2 – Sun 8 Nov" (the days of the week in the month).
+#[cfg(feature = "ssr")]
+fn week_label(week: &berth_platform::capacity::metering::UsagePeriod) -> String {
+    use chrono::Datelike;
+    let day = |d: chrono::NaiveDate| d.format("%a %-d %b").to_string();
+    let number = week.first_day.iso_week().week();
+    if week.first_day == week.last_day {
+        format!("Week {number}: {}", day(week.first_day))
+    } else {
+        format!("Week {number}: {} – {}", day(week.first_day), day(week.last_day))
+    }
 }
 
 /// Series the usage chart draws (lines past the last but one are drawn together).

@@ -198,7 +198,14 @@ impl Platform {
             let mut fit = size.earliest_start;
             while let Some(start) = fit {
                 let window = Window { starts_at: start, ends_at: start + i64::from(hours) * booking::HOUR_MS };
-                match self.budget_marks(&mut conn, booker, BookingCost::of_size(shape, booking::Tier::Guaranteed, window, hours)).await {
+                match self
+                    .budget_marks(
+                        &mut conn,
+                        booker,
+                        BookingCost::of_size(shape, booking::Tier::Guaranteed, window, hours),
+                    )
+                    .await
+                {
                     Ok(_) => break,
                     Err(Error::Refused(Refusal::OverBudget(why))) => {
                         size.over_budget.get_or_insert(why);

@@ -15,8 +15,10 @@ use berth_domain::booking::Tier;
 use berth_domain::booking::{DAY_MS, Window};
 use berth_domain::metering::{self, Budget, BudgetOf, ChargeBasis, Month, UnitTime, to_cents};
 use berth_domain::notification::Notice;
+use berth_domain::placement::Shape;
 use berth_domain::policy::{Action, Reach, Target};
 use berth_domain::rates::{Charge, Priced, RateCard, RateKey};
+use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
 use sqlx::{FromRow, SqliteConnection};
 
@@ -254,7 +256,9 @@ struct LineSum {
     environments: BTreeSet<String>,
     /// Environments counted by sums (each once, see `usage_sums.environments`).
     summed_environments: i64,
+    /// Microcents and GPU-hours per day of the month.
     daily: Vec<i64>,
+    daily_gpu_hours: Vec<f64>,
 }
 
 /// A month's lines being added up, from ledger units and from sums alike.
@@ -280,6 +284,7 @@ impl<'a> Tally<'a> {
             environments: BTreeSet::new(),
             summed_environments: 0,
             daily: vec![0; days],
+            daily_gpu_hours: vec![0.0; days],
         })
     }
 
@@ -294,8 +299,9 @@ impl<'a> Tally<'a> {
             line.environments.insert(unit.line.environment_id.clone());
         }
         for (day, day_from, day_to) in by_day(month_start, from, to) {
-            if let Some(slot) = line.daily.get_mut(day) {
-                *slot += unit.unit.charge(card, day_from, day_to);
+            if let (Some(cents), Some(hours)) = (line.daily.get_mut(day), line.daily_gpu_hours.get_mut(day)) {
+                *cents += unit.unit.charge(card, day_from, day_to);
+                *hours += unit.line.gpu_hours(day_to - day_from);
             }
         }
     }
@@ -307,15 +313,17 @@ impl<'a> Tally<'a> {
         line.microcents += sum.month_microcents;
         line.gpu_hours += sum.line.gpu_hours(sum.ms);
         line.summed_environments += sum.environments;
-        if let Some(slot) = line.daily.get_mut(day) {
-            *slot += sum.day_microcents;
+        if let (Some(cents), Some(hours)) = (line.daily.get_mut(day), line.daily_gpu_hours.get_mut(day)) {
+            *cents += sum.day_microcents;
+            *hours += sum.line.gpu_hours(sum.ms);
         }
     }
 
-    /// The lines, costliest first, and each day's cents per line in that order.
-    fn finish(self) -> (Vec<UsageLine>, Vec<Vec<i64>>) {
+    /// The lines, costliest first, and per day and per week each line's cents and
+    /// GPU-hours in that order. A day's or a week's cents are rounded once, like a line's.
+    fn finish(self) -> Finished {
         let days = self.month.days() as usize;
-        let mut lines: Vec<(UsageLine, Vec<i64>)> = self
+        let mut sums: Vec<(UsageLine, Vec<i64>, Vec<f64>)> = self
             .lines
             .into_iter()
             .map(|(key, sum)| {
@@ -326,12 +334,45 @@ impl<'a> Tally<'a> {
                     cents: to_cents(sum.microcents),
                     environments: sum.environments.len() + usize::try_from(sum.summed_environments).unwrap_or(0),
                 };
-                (line, sum.daily.into_iter().map(to_cents).collect())
+                (line, sum.daily, sum.daily_gpu_hours)
             })
             .collect();
-        lines.sort_by(|a, b| b.0.cents.cmp(&a.0.cents).then_with(|| a.0.key.cmp(&b.0.key)));
-        let daily_cents = (0..days).map(|day| lines.iter().map(|(_, daily)| daily[day]).collect()).collect();
-        (lines.into_iter().map(|(line, _)| line).collect(), daily_cents)
+        sums.sort_by(|a, b| b.0.cents.cmp(&a.0.cents).then_with(|| a.0.key.cmp(&b.0.key)));
+        let period = |first: usize, last: usize| UsagePeriod {
+            first_day: self.month.date_of(first),
+            last_day: self.month.date_of(last),
+            cents: sums.iter().map(|(_, cents, _)| to_cents(cents[first..=last].iter().sum())).collect(),
+            gpu_hours: sums.iter().map(|(_, _, hours)| hours[first..=last].iter().sum()).collect(),
+        };
+        let daily = (0..days).map(|day| period(day, day)).collect();
+        let weekly = self.month.weeks().iter().map(|w| period(w.first_day, w.last_day)).collect();
+        Finished { lines: sums.into_iter().map(|(line, _, _)| line).collect(), daily, weekly }
+    }
+}
+
+/// A month's lines added up (`Tally::finish`).
+struct Finished {
+    lines: Vec<UsageLine>,
+    daily: Vec<UsagePeriod>,
+    weekly: Vec<UsagePeriod>,
+}
+
+/// A day or a week of a report: each line's cents and GPU-hours, in the lines' order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UsagePeriod {
+    pub first_day: NaiveDate,
+    pub last_day: NaiveDate,
+    pub cents: Vec<i64>,
+    pub gpu_hours: Vec<f64>,
+}
+
+impl UsagePeriod {
+    pub fn total_cents(&self) -> i64 {
+        self.cents.iter().sum()
+    }
+
+    pub fn total_gpu_hours(&self) -> f64 {
+        self.gpu_hours.iter().sum()
     }
 }
 
@@ -365,8 +406,10 @@ pub struct UsageReport {
     /// The sum of the lines' cents: equal to them exactly.
     pub total_cents: i64,
     pub total_gpu_hours: f64,
-    /// For each day of the month, each line's cents (in `lines` order): the chart's bars.
-    pub daily_cents: Vec<Vec<i64>>,
+    /// Each day of the month, and each week (Monday to Sunday, cut at the month's edges):
+    /// each line's cents and GPU-hours, in `lines` order. The chart's bars.
+    pub daily: Vec<UsagePeriod>,
+    pub weekly: Vec<UsagePeriod>,
     pub budgets: Vec<BudgetStatus>,
     /// For platform staff looking at the whole platform: each GPU model's GPU-hours held
     /// (by anyone) against what the fleet had, per day.
@@ -375,10 +418,84 @@ pub struct UsageReport {
     pub counted_to: i64,
 }
 
+/// How a report's download cuts the month: whole, or a row per line and week or day.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UsageCut {
+    #[default]
+    Month,
+    Week,
+    Day,
+}
+
+impl UsageCut {
+    /// Reads `month`, `week` or `day` (empty: month).
+    pub fn parse(text: &str) -> Result<UsageCut, Error> {
+        match text.trim() {
+            "" | "month" => Ok(UsageCut::Month),
+            "week" => Ok(UsageCut::Week),
+            "day" => Ok(UsageCut::Day),
+            other => {
+                Err(Refusal::InvalidUsageReport(format!("a report is per month, week or day, not \"{other}\"")).into())
+            }
+        }
+    }
+}
+
+fn dollars(cents: i64) -> String {
+    format!("{}.{:02}", cents / 100, cents % 100)
+}
+
+/// Writes CSV rows (RFC 4180; cells quoted and never read as formulas).
+fn csv_rows<'a>(out: &mut String, rows: impl Iterator<Item = Vec<&'a str>>) {
+    for row in rows {
+        for (i, value) in row.into_iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            crate::audit::csv_cell(out, value);
+        }
+        out.push_str("\r\n");
+    }
+}
+
 impl UsageReport {
+    /// The report as CSV, amounts in dollars with cents: its lines and total for the month,
+    /// or per week or day each line with use in it and the period's total.
+    pub fn to_csv_cut(&self, cut: UsageCut) -> String {
+        let periods = match cut {
+            UsageCut::Month => return self.to_csv(),
+            UsageCut::Week => &self.weekly,
+            UsageCut::Day => &self.daily,
+        };
+        let mut out = String::from("month,group_by,from,to,key,name,gpu_hours,amount_usd\r\n");
+        let (month, by) = (self.month.key(), self.by.as_str());
+        for period in periods {
+            let (from, to) = (period.first_day.to_string(), period.last_day.to_string());
+            let used =
+                self.lines.iter().enumerate().filter(|(i, _)| period.cents[*i] != 0 || period.gpu_hours[*i] > 0.0);
+            let mut rows: Vec<[String; 4]> = used
+                .map(|(i, l)| {
+                    [l.key.clone(), l.label.clone(), format!("{:.4}", period.gpu_hours[i]), dollars(period.cents[i])]
+                })
+                .collect();
+            rows.push([
+                "total".into(),
+                String::new(),
+                format!("{:.4}", period.total_gpu_hours()),
+                dollars(period.total_cents()),
+            ]);
+            csv_rows(
+                &mut out,
+                rows.iter().map(|r| {
+                    [month.as_str(), by, &from, &to].into_iter().chain(r.iter().map(String::as_str)).collect()
+                }),
+            );
+        }
+        out
+    }
+
     /// The report's lines and total as CSV (RFC 4180), amounts in dollars with cents.
     pub fn to_csv(&self) -> String {
-        let dollars = |cents: i64| format!("{}.{:02}", cents / 100, cents % 100);
         let mut out = String::from("month,group_by,key,name,gpu_hours,environments,amount_usd\r\n");
         let month = self.month.key();
         let rows = self.lines.iter().map(|l| {
@@ -397,17 +514,12 @@ impl UsageReport {
             String::new(),
             dollars(self.total_cents),
         ];
-        for row in rows.chain(std::iter::once(total)) {
-            for (i, value) in
-                [month.as_str(), self.by.as_str()].into_iter().chain(row.iter().map(String::as_str)).enumerate()
-            {
-                if i > 0 {
-                    out.push(',');
-                }
-                crate::audit::csv_cell(&mut out, value);
-            }
-            out.push_str("\r\n");
-        }
+        let rows: Vec<[String; 5]> = rows.chain(std::iter::once(total)).collect();
+        csv_rows(
+            &mut out,
+            rows.iter()
+                .map(|r| [month.as_str(), self.by.as_str()].into_iter().chain(r.iter().map(String::as_str)).collect()),
+        );
         out
     }
 }
@@ -509,7 +621,7 @@ impl Platform {
                 fleet_hours.extend(held_hours(&units, month, counted_to));
             }
         }
-        let (lines, daily_cents) = tally.finish();
+        let Finished { lines, daily, weekly } = tally.finish();
         let budgets = self.budget_statuses(conn, &card, &scope, month, counted_to).await?;
         let fleet = if scope.all { fleet_use(conn, fleet_hours, month, counted_to).await? } else { Vec::new() };
         snapshot.commit().await?;
@@ -520,7 +632,8 @@ impl Platform {
             total_cents: lines.iter().map(|l| l.cents).sum(),
             total_gpu_hours: lines.iter().map(|l| l.gpu_hours).sum(),
             lines,
-            daily_cents,
+            daily,
+            weekly,
             budgets,
             fleet,
             counted_to,
@@ -601,40 +714,8 @@ impl Platform {
         cost: BookingCost,
     ) -> Result<(), Error> {
         let Some(tenant_id) = booker.tenant_id else { return Ok(()) };
-        let budgets: Vec<BudgetRow> = sqlx::query_as(&format!(
-            "SELECT {BUDGET_COLUMNS} FROM {BUDGET_TABLES}
-             WHERE b.tenant_id = ? AND (b.project_id IS NULL OR b.project_id IS ?)
-             ORDER BY b.project_id IS NULL"
-        ))
-        .bind(tenant_id)
-        .bind(booker.project_id)
-        .fetch_all(&mut *conn)
-        .await?;
-        if budgets.is_empty() {
-            return Ok(());
-        }
-        let card = rate_card(conn).await?;
-        let priced = Priced { key: cost.key, spot: cost.tier == Tier::Spot, tenant: Some(tenant_id) };
-        let whole = |from: i64, to: i64| to_cents(cost.units * card.charge(priced, from, to).net);
-        let total = whole(cost.window.starts_at, cost.window.ends_at);
-        let mut marks = Vec::new();
-        let mut summed = SummedMonths::new(&card);
-        for BudgetRow { id, project_id, cents_per_month, warn_only, tenant, project, .. } in budgets {
-            let of = match project {
-                Some(name) => BudgetOf::Project(name),
-                None => BudgetOf::Tenant(tenant),
-            };
-            let budget = Budget { of, cents_per_month, warn_only };
-            for (month, from, to) in metering::split_by_month(cost.window.starts_at, cost.window.ends_at) {
-                let committed = self.month_committed(conn, &mut summed, tenant_id, project_id, month).await?;
-                let this = whole(from, to);
-                budget.check(cost.what, month, committed, this, total, cost.hours)?;
-                for pct in budget.crossed(committed, committed + this) {
-                    marks.push((id, budget.clone(), month, pct));
-                }
-            }
-        }
-        for (id, budget, month, pct) in marks {
+        let marks = self.budget_marks(conn, booker, cost).await?;
+        for BudgetMark { id, budget, month, pct } in marks {
             let recorded = sqlx::query(
                 "INSERT INTO budget_alerts (budget_id, month, threshold, at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
             )
@@ -671,6 +752,53 @@ impl Platform {
             }
         }
         Ok(())
+    }
+
+    /// The marks (50, 80, 100 percent) a booking of `cost` by `booker` would make its
+    /// project's and tenant's budgets reach, month by month of its window; refused
+    /// (`OverBudget`) when it would take one past its limit. Reads only: the launch form's
+    /// hints ask it too.
+    pub(crate) async fn budget_marks(
+        &self,
+        conn: &mut SqliteConnection,
+        booker: Booker,
+        cost: BookingCost,
+    ) -> Result<Vec<BudgetMark>, Error> {
+        let Some(tenant_id) = booker.tenant_id else { return Ok(Vec::new()) };
+        let budgets: Vec<BudgetRow> = sqlx::query_as(&format!(
+            "SELECT {BUDGET_COLUMNS} FROM {BUDGET_TABLES}
+             WHERE b.tenant_id = ? AND (b.project_id IS NULL OR b.project_id IS ?)
+             ORDER BY b.project_id IS NULL"
+        ))
+        .bind(tenant_id)
+        .bind(booker.project_id)
+        .fetch_all(&mut *conn)
+        .await?;
+        if budgets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let card = rate_card(conn).await?;
+        let priced = Priced { key: cost.key, spot: cost.tier == Tier::Spot, tenant: Some(tenant_id) };
+        let whole = |from: i64, to: i64| to_cents(cost.units * card.charge(priced, from, to).net);
+        let total = whole(cost.window.starts_at, cost.window.ends_at);
+        let mut marks = Vec::new();
+        let mut summed = SummedMonths::new(&card);
+        for BudgetRow { id, project_id, cents_per_month, warn_only, tenant, project, .. } in budgets {
+            let of = match project {
+                Some(name) => BudgetOf::Project(name),
+                None => BudgetOf::Tenant(tenant),
+            };
+            let budget = Budget { of, cents_per_month, warn_only };
+            for (month, from, to) in metering::split_by_month(cost.window.starts_at, cost.window.ends_at) {
+                let committed = self.month_committed(conn, &mut summed, tenant_id, project_id, month).await?;
+                let this = whole(from, to);
+                budget.check(cost.what, month, committed, this, total, cost.hours)?;
+                for pct in budget.crossed(committed, committed + this) {
+                    marks.push(BudgetMark { id, budget: budget.clone(), month, pct });
+                }
+            }
+        }
+        Ok(marks)
     }
 
     /// Sets a tenant's budget (platform staff) or a project's (its tenant's admins too),
@@ -852,6 +980,22 @@ pub(crate) struct BookingCost {
     pub tier: Tier,
     pub window: Window,
     pub hours: u32,
+}
+
+impl BookingCost {
+    /// A new booking of one of a size: as many units as the size holds of its rate line.
+    pub(crate) fn of_size(shape: Shape, tier: Tier, window: Window, hours: u32) -> BookingCost {
+        let (key, units) = RateKey::of_shape(shape);
+        BookingCost { what: "booking", key, units: i64::from(units), tier, window, hours }
+    }
+}
+
+/// A mark (50, 80 or 100 percent) a booking makes a budget reach in a month.
+pub(crate) struct BudgetMark {
+    id: i64,
+    budget: Budget,
+    month: Month,
+    pct: u32,
 }
 
 /// What a unit is charged by and its times (`UNIT_COLUMNS`): what its charge is computed

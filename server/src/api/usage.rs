@@ -133,6 +133,12 @@ pub struct UsageBody {
     total_gpu_hours: f64,
     /// For each day of the month, each line's cents (in `lines` order).
     daily_cents: Vec<Vec<i64>>,
+    /// Each day of the month with each line's cents and GPU-hours (in `lines` order).
+    days: Vec<UsagePeriodBody>,
+    /// Each week, Monday to Sunday (UTC), cut at the month's edges: its days in the month,
+    /// with each line's cents and GPU-hours (in `lines` order). A period's cents are rounded
+    /// once per line, so weeks may differ from the month's lines by under a cent a line.
+    weeks: Vec<UsagePeriodBody>,
     budgets: Vec<BudgetBody>,
     /// Platform staff: each GPU model's GPU-hours held against the fleet's, per day.
     fleet: Vec<ModelUseBody>,
@@ -170,6 +176,29 @@ pub struct ModelUseBody {
     capacity_gpu_hours: Vec<f64>,
 }
 
+/// A day or a week of a usage report.
+#[derive(Serialize, ToSchema)]
+pub struct UsagePeriodBody {
+    /// Its first and last day in the month (the same for a day).
+    #[schema(format = Date)]
+    from: String,
+    #[schema(format = Date)]
+    to: String,
+    cents: Vec<i64>,
+    gpu_hours: Vec<f64>,
+    total_cents: i64,
+}
+
+fn period_body(period: &berth_platform::capacity::metering::UsagePeriod) -> UsagePeriodBody {
+    UsagePeriodBody {
+        from: period.first_day.to_string(),
+        to: period.last_day.to_string(),
+        cents: period.cents.clone(),
+        gpu_hours: period.gpu_hours.clone(),
+        total_cents: period.total_cents(),
+    }
+}
+
 /// A usage report as JSON (the API's answer and the page's download).
 pub fn usage_json(report: &berth_platform::capacity::metering::UsageReport) -> Value {
     let body = UsageBody {
@@ -192,7 +221,9 @@ pub fn usage_json(report: &berth_platform::capacity::metering::UsageReport) -> V
         total_cents: report.total_cents,
         total: berth_domain::metering::format_money(report.total_cents),
         total_gpu_hours: report.total_gpu_hours,
-        daily_cents: report.daily_cents.clone(),
+        daily_cents: report.daily.iter().map(|d| d.cents.clone()).collect(),
+        days: report.daily.iter().map(period_body).collect(),
+        weeks: report.weekly.iter().map(period_body).collect(),
         budgets: report
             .budgets
             .iter()
