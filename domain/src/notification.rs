@@ -31,10 +31,12 @@ pub enum Kind {
     IdleWarning,
     /// An environment was stopped for idleness.
     IdleStopped,
+    /// A month closed into the tenant's statement (tenant admins).
+    StatementReady,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 10] = [
+    pub const ALL: [Kind; 11] = [
         Kind::EnvironmentReady,
         Kind::EnvironmentFailed,
         Kind::WindowEnding,
@@ -45,6 +47,7 @@ impl Kind {
         Kind::BudgetMark,
         Kind::IdleWarning,
         Kind::IdleStopped,
+        Kind::StatementReady,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -59,6 +62,7 @@ impl Kind {
             Kind::BudgetMark => "usage.budget_mark",
             Kind::IdleWarning => "environment.idle_warning",
             Kind::IdleStopped => "environment.idle_stopped",
+            Kind::StatementReady => "usage.statement_ready",
         }
     }
 
@@ -79,6 +83,7 @@ impl Kind {
             Kind::BudgetMark => "Budget reached 50, 80 or 100%",
             Kind::IdleWarning => "Environment idle: it will be stopped unless kept",
             Kind::IdleStopped => "Environment stopped for idleness",
+            Kind::StatementReady => "Monthly statement ready (tenant admins)",
         }
     }
 
@@ -392,6 +397,16 @@ impl Notice {
             title: format!("{whose} reached {percent}% of its budget"),
             body: format!("The bookings of {whose} for {month} reached {percent}% of its monthly budget."),
             link: "/usage".to_owned(),
+        }
+    }
+
+    /// A tenant's month closed into statement `id`.
+    pub fn statement_ready(tenant: &str, month: &str, total: &str, id: i64) -> Notice {
+        Notice {
+            kind: Kind::StatementReady,
+            title: format!("{tenant}'s statement for {month} is ready"),
+            body: format!("{month} is closed: {tenant}'s statement totals {total}. It will not change."),
+            link: format!("/usage/statements/{id}"),
         }
     }
 }

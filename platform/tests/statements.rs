@@ -135,6 +135,15 @@ async fn an_ended_month_closes_into_lines_that_add_up_and_stay(pool: SqlitePool)
     assert!(csv.contains("\"dana@example.com\",training,\"H100-80GB, whole GPU\",guaranteed,22.0000,22.0000,\"$3.20, then $4.00 per GPU-hour\",76.80,2.00,74.80"), "{csv}");
     assert!(csv.trim_end().ends_with("total,76.80,2.00,74.80"), "{csv}");
 
+    // The tenant's admin was told once, with a link to it; the member was not.
+    let told = berth.platform.inbox(&boss).await.unwrap();
+    let ready: Vec<_> = told.items.iter().filter(|i| i.kind == "usage.statement_ready").collect();
+    assert_eq!(ready.len(), 1, "{:?}", told.items);
+    assert_eq!(ready[0].link, format!("/usage/statements/{}", statement.id));
+    assert!(ready[0].body.contains("totals $74.80"), "{}", ready[0].body);
+    let member = berth.platform.inbox(&berth.caller).await.unwrap();
+    assert!(member.items.iter().all(|i| i.kind != "usage.statement_ready"), "{:?}", member.items);
+
     // Frozen: later changes to the card or the tenant never rewrite it.
     sqlx::query("INSERT INTO rates (gpu_model, unit, cents_per_hour, effective_from, set_at) VALUES ('H100-80GB', 'gpu', 999, ?, 0)")
         .bind(start)

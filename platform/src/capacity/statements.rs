@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 
 use berth_domain::metering::{self, ChargeBasis, Month, format_money, to_cents};
+use berth_domain::notification::Notice;
 use berth_domain::policy::{Action, Reach};
 use berth_domain::rates::{RateCard, RateKey};
 use serde::{Deserialize, Serialize};
@@ -311,6 +312,12 @@ impl Platform {
             .bind(line.total_cents)
             .execute(&mut *tx)
             .await?;
+        }
+        // The tenant's admins (and its webhooks) hear of it with the statement.
+        if let Some(tenant_id) = tenant_id {
+            let admins = crate::notifications::tenant_admins(&mut tx, tenant_id).await?;
+            let notice = Notice::statement_ready(&tenant, &month.title(), &format_money(total), id);
+            self.notify(&mut tx, Some(tenant_id), &admins, &notice).await?;
         }
         tx.commit().await?;
         Ok(true)
