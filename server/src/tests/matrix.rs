@@ -294,7 +294,7 @@ fn routes() -> Vec<Route> {
             body: "",
             names_missing: false,
         },
-        sf("/api/usage_page", Some((UsageRead, Aim::CallersTenant)), "month=&by=project&tenant="),
+        sf("/api/usage_page", Some((UsageRead, Aim::CallersTenant)), "month=&by=project&tenant=&per="),
         sf("/api/statements", Some((StatementRead, Aim::CallersTenant)), ""),
         sf_missing("/api/statement", Some((StatementRead, Aim::CallersTenant)), "id=999999"),
         api(M::GET, "/api/v1/statements", Some((StatementRead, Aim::CallersTenant)), ""),
