@@ -5,15 +5,16 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { Berth, browser, signInAsAdmin, watchConsole } from './harness.mjs';
+import { Berth, browser, enterOneTimeCode, CHOSEN_ADMIN_PASSWORD, watchConsole } from './harness.mjs';
 
 const axeSource = readFileSync(createRequire(import.meta.url).resolve('axe-core/axe.min.js'), 'utf8');
 const WIDTHS = { desktop: { width: 1400, height: 1000 }, phone: { width: 390, height: 844 } };
 
-let berth, chrome, page, consoleErrors, environment;
+let berth, chrome, page, consoleErrors, environment, tenantPage, statementPage;
 
 before(async () => {
-  berth = await Berth.start();
+  // The demo's tenants, usage and statements give the pages something to show.
+  berth = await Berth.start({ BERTH_DEMO: 'true' });
   chrome = await browser();
   page = await chrome.newPage({ viewport: WIDTHS.desktop });
   consoleErrors = watchConsole(page);
@@ -25,11 +26,11 @@ after(async () => {
 });
 
 /** axe-core's WCAG 2.1 A/AA violations on the page as it is now, one line each. */
-async function violations() {
+async function violations(on = page) {
   // Injected as a script element: the page's CSP allows only its own scripts, so axe is
   // evaluated in the page's context through Playwright instead.
-  await page.evaluate(axeSource);
-  const result = await page.evaluate(() =>
+  await on.evaluate(axeSource);
+  const result = await on.evaluate(() =>
     // eslint-disable-next-line no-undef
     axe.run(document, { runOnly: { type: 'tag', values: ['wcag2a', 'wcag2aa', 'wcag21a', 'wcag21aa'] } }),
   );
@@ -85,8 +86,47 @@ test('the API reference shows every operation of the description, without JavaSc
   await context.close();
 });
 
-test('signing in, and an environment to look at', async () => {
-  await signInAsAdmin(page, berth, '/catalog');
+/** axe on the page `on` shows now, once hydrated. */
+async function checkHere(on, what) {
+  await on.locator('body[data-hydrated]').waitFor({ timeout: 15_000 });
+  assert.deepEqual(await violations(on), [], what);
+}
+
+test('signing in (choosing a password, setting up the authenticator), and pages to look at', async () => {
+  await page.goto(`${berth.url}/login?next=/catalog`);
+  await page.getByLabel('Email', { exact: true }).fill('admin@berth.local');
+  await page.getByLabel('Password').fill(berth.adminPassword());
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await page.waitForURL((url) => url.pathname === '/login/password');
+  await checkHere(page, '/login/password at desktop width');
+  await page.getByLabel('New password', { exact: true }).fill(CHOSEN_ADMIN_PASSWORD);
+  await page.getByLabel('New password again').fill(CHOSEN_ADMIN_PASSWORD);
+  await page.getByRole('button', { name: 'Save and continue' }).click();
+  berth.chosenPassword = CHOSEN_ADMIN_PASSWORD;
+  await page.waitForURL((url) => url.pathname === '/login/code');
+  await page.getByTestId('totp-secret').waitFor();
+  await checkHere(page, '/login/code (setting up) at desktop width');
+  await enterOneTimeCode(page, berth);
+  await page.waitForURL((url) => url.pathname === '/catalog');
+
+  // The code step of a later sign-in, at phone width.
+  const phone = await chrome.newPage({ viewport: WIDTHS.phone });
+  await phone.goto(`${berth.url}/login?next=/catalog`);
+  await phone.getByLabel('Email', { exact: true }).fill('admin@berth.local');
+  await phone.getByLabel('Password').fill(berth.adminPassword());
+  await phone.getByRole('button', { name: 'Sign in' }).click();
+  await phone.waitForURL((url) => url.pathname === '/login/code');
+  await phone.getByTestId('totp-ready').waitFor();
+  await checkHere(phone, '/login/code at phone width');
+  await phone.close();
+
+  // A tenant's page, its webhooks and a closed statement, by their links.
+  await page.goto(`${berth.url}/admin/tenants`);
+  tenantPage = await page.getByRole('link', { name: 'Acme Research', exact: true }).getAttribute('href');
+  await page.goto(`${berth.url}/usage/statements`);
+  statementPage = await page.locator('a[href^="/usage/statements/"]').first().getAttribute('href');
+  assert.match(tenantPage, /^\/tenants\/\d+$/);
+  assert.match(statementPage, /^\/usage\/statements\/\d+$/);
   await page.goto(`${berth.url}/launch/notebook`);
   await page.getByLabel('Name').fill('a11y-notebook');
   await page.getByRole('button', { name: 'Launch' }).click();
@@ -114,11 +154,21 @@ const signedIn = [
   '/admin/prices',
   '/usage/statements',
   '/admin/tenants',
+  '/prices',
+  '/admin/images',
+  '/launch/inference',
+  '/launch/cluster',
 ];
+const found = {
+  'the environment page': () => environment,
+  'a tenant page': () => tenantPage,
+  "a tenant's webhooks": () => `${tenantPage}/webhooks`,
+  'a statement': () => statementPage,
+};
 for (const width of Object.keys(WIDTHS)) {
-  for (const path of [...signedIn, 'the environment page']) {
+  for (const path of [...signedIn, ...Object.keys(found)]) {
     test(`signed in, ${path} at ${width} width has no WCAG 2.1 AA violation`, async () => {
-      await check(path === 'the environment page' ? environment : path, width);
+      await check(found[path] ? found[path]() : path, width);
     });
   }
 }

@@ -198,6 +198,11 @@ test('an SSH key is checked, listed with its fingerprint, refused a second time,
   await keys.getByRole('button', { name: 'Add key' }).click();
   await keys.getByRole('alert').getByText('this is a private key: never share it').waitFor();
   assert.equal(await page.locator('tr[data-ssh-key]').count(), 0, 'nothing was added');
+  // The refusal is about the key: the field says so to assistive technology, and beside it.
+  assert.equal(await publicKey.getAttribute('aria-invalid'), 'true');
+  assert.match(await publicKey.getAttribute('aria-describedby'), /k-key-error/);
+  assert.match(await page.locator('#k-key-error').innerText(), /private key/);
+  assert.equal(await keys.getByLabel(/^Name/).getAttribute('aria-invalid'), null, 'only the key');
 
   await publicKey.fill(ED25519);
   await keys.getByRole('button', { name: 'Add key' }).click();
@@ -240,6 +245,8 @@ test('the printed first-start password was spent at the first sign-in, and a loc
   await page.getByLabel('New password again').fill('a brand new passphrase');
   await page.getByRole('button', { name: 'Change password' }).click();
   await page.getByRole('alert').getByText('The current password is not right').waitFor();
+  assert.equal(await page.getByLabel('Current password').getAttribute('aria-invalid'), 'true');
+  assert.equal(await page.getByLabel('New password again').getAttribute('aria-invalid'), null);
   await page.getByLabel('Current password').fill(berth.adminPassword());
   await page.getByLabel('New password (12 characters or more)').fill('a brand new passphrase');
   await page.getByLabel('New password again').fill('a brand new passphrase');

@@ -71,10 +71,19 @@ test('maintenance on that node lists the booking to rebook, and can be ended', a
   });
   assert.ok(nodeName, 'the slice is drawn under a node');
   const form = page.getByRole('region', { name: 'Schedule maintenance' });
-  await form.getByLabel('Node', { exact: true }).fill(nodeName);
+  // A node that does not exist: refused, and the node field says why (the GPU health form's
+  // node field, another form, does not).
+  await form.getByLabel('Node', { exact: true }).fill('fra1-nowhere-01');
   await form.getByLabel('Reason').fill('firmware update');
   await form.getByLabel('Start (UTC, empty for now)').fill(`${tomorrow}T06:00`);
   await form.getByLabel('End (UTC)').fill(`${tomorrow}T12:00`);
+  await form.getByRole('button', { name: 'Schedule maintenance' }).click();
+  await form.getByRole('alert').getByText('there is no node called "fra1-nowhere-01"').waitFor();
+  assert.equal(await form.getByLabel('Node', { exact: true }).getAttribute('aria-invalid'), 'true');
+  assert.match(await page.locator('#m-node-error').innerText(), /no node called/);
+  const healthForm = page.getByRole('region', { name: 'GPU health' });
+  assert.equal(await healthForm.getByLabel('Node', { exact: true }).getAttribute('aria-invalid'), null);
+  await form.getByLabel('Node', { exact: true }).fill(nodeName);
   await form.getByRole('button', { name: 'Schedule maintenance' }).click();
   const windows = page.getByRole('region', { name: 'Maintenance in this range' });
   await windows.getByText(`${nodeName} · firmware update`).waitFor();

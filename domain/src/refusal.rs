@@ -272,6 +272,16 @@ impl Refusal {
             InvalidEarliestSearch(_) => "earliest_within_days",
             InvalidModels(_) => "models",
             InvalidVolumeSize(_) => "size_gib",
+            InvalidEmail(_) | EmailInUse(_) => "email",
+            InvalidSlug(_) | SlugInUse(_) => "slug",
+            InvalidIssuer(_) | PrivateIssuer(_) => "issuer",
+            InvalidSshKey(_) | SshKeyInUse(_) => "public_key",
+            WrongPassword => "current",
+            WrongCode => "code",
+            WeakPassword(_) | SamePassword => "password",
+            UnknownNode(_) => "node",
+            UnknownGpu { .. } => "gpu",
+            InvalidReason(_) => "reason",
             _ => return None,
         })
     }

@@ -47,6 +47,18 @@ impl FieldErrors {
     }
 }
 
+/// Gives the fields inside the answers of `action`, as [`FieldErrors::of`] does for a whole
+/// component: for a page or card with several forms, each form's fields hear only its own.
+#[component]
+pub fn FieldsOf<A>(action: ServerAction<A>, children: Children) -> impl IntoView
+where
+    A: leptos::server_fn::ServerFn<Error = AppError> + Send + Sync + Clone + 'static,
+    A::Output: Send + Sync + 'static,
+{
+    FieldErrors::of(action);
+    children()
+}
+
 /// What a field named `name` (`request[image]`) is told by the form's last answer.
 fn field_error(name: &'static str) -> Signal<Option<String>> {
     let leaf = name.rsplit('[').next().unwrap_or(name).trim_end_matches(']');

@@ -4,7 +4,7 @@
 pub mod form;
 pub mod table;
 
-pub use form::{ConfirmButton, CopyButton, Field, FieldErrors, SavedNotice};
+pub use form::{ConfirmButton, CopyButton, Field, FieldErrors, FieldsOf, SavedNotice};
 pub use table::Table;
 
 use leptos::prelude::*;

@@ -3,7 +3,7 @@ use leptos_meta::Title;
 
 use crate::components::form::{BUTTON, LABEL};
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ConfirmButton, CopyButton, ErrorAlert, Field, RequireUser, SavedNotice, Table};
+use crate::components::{CARD, ConfirmButton, CopyButton, ErrorAlert, Field, FieldsOf, RequireUser, SavedNotice, Table};
 use crate::model::{AccountView, NewTokenView, NotificationSettingsView, SshKeyView, TokenView};
 use crate::serverfns::{
     AddSshKey, ChangePassword, CreateToken, RemoveSshKey, ResetSecondFactor, RevokeToken, SaveNotificationSettings,
@@ -138,6 +138,7 @@ fn AccountBody(
         {view.new_token.map(|token| view! { <NewTokenBox token/> })}
         <section class=CARD aria-labelledby="create-token">
             <h2 id="create-token" class="text-sm font-semibold text-slate-900">"Create a token"</h2>
+            <FieldsOf action=create>
             <ActionForm action=create attr:class="mt-3 space-y-4">
                 <div class="grid gap-3 sm:grid-cols-3">
                     <Field id="t-name" name="name" label="Name" placeholder="ci-pipeline" autocomplete="off" class="sm:col-span-2"/>
@@ -160,6 +161,7 @@ fn AccountBody(
                 </fieldset>
                 <button type="submit" class=BUTTON>"Create token"</button>
             </ActionForm>
+            </FieldsOf>
             <div class="mt-3">
                 {move || create_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
             </div>
@@ -233,6 +235,7 @@ fn SshKeys(keys: Vec<SshKeyView>, add: ServerAction<AddSshKey>, remove: ServerAc
             </p>
             <div class=CARD>
                 <h3 class="text-sm font-semibold text-slate-900">"Add a key"</h3>
+                <FieldsOf action=add>
                 <ActionForm action=add attr:class="mt-3 space-y-3">
                     <Field id="k-key" name="public_key" rows=3 autocomplete="off" monospace=true
                         label="Public key (the contents of ~/.ssh/id_ed25519.pub; ssh-ed25519, ecdsa-sha2-nistp256/384/521 or ssh-rsa of 2048 bits or more)"
@@ -241,6 +244,7 @@ fn SshKeys(keys: Vec<SshKeyView>, add: ServerAction<AddSshKey>, remove: ServerAc
                         autocomplete="off" class="sm:w-1/2"/>
                     <button type="submit" class=BUTTON>"Add key"</button>
                 </ActionForm>
+                </FieldsOf>
                 <div class="mt-3">
                     {move || add_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
                 </div>
@@ -296,6 +300,7 @@ fn LocalAccount(resets: bool) -> impl IntoView {
         <section class="mt-10" aria-labelledby="password">
             <h2 id="password" class="text-xl font-bold tracking-tight text-slate-900">"Password"</h2>
             <div class=CARD>
+                <FieldsOf action=change>
                 <ActionForm action=change attr:class="space-y-3 sm:w-1/2">
                     <Field id="p-current" name="current" label="Current password" input_type="password" required=true
                         autocomplete="current-password"/>
@@ -305,6 +310,7 @@ fn LocalAccount(resets: bool) -> impl IntoView {
                         autocomplete="new-password"/>
                     <button type="submit" class=BUTTON>"Change password"</button>
                 </ActionForm>
+                </FieldsOf>
                 <div class="mt-3" role="status">
                     {move || changed().then(|| view! { <p class="text-sm text-emerald-700" data-testid="password-changed">"Your password was changed."</p> })}
                     {move || change_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
@@ -314,10 +320,12 @@ fn LocalAccount(resets: bool) -> impl IntoView {
                 <div class=CARD>
                     <h3 class="text-sm font-semibold text-slate-900">"Another administrator lost their authenticator"</h3>
                     <p class="mt-1 text-sm text-slate-600">"Clears their one-time code set-up; their next sign-in, with their password, sets up a new one. Audited. Your own needs another platform admin."</p>
+                    <FieldsOf action=reset>
                     <ActionForm action=reset attr:class="mt-3 flex flex-wrap items-end gap-3">
                         <Field id="r-email" name="email" label="Their email" input_type="email" required=true autocomplete="off"/>
                         <button type="submit" class="rounded-lg bg-white px-4 py-2 text-sm font-semibold text-red-700 ring-1 ring-red-300 hover:bg-red-50">"Reset authenticator"</button>
                     </ActionForm>
+                    </FieldsOf>
                     <div class="mt-3" role="status">
                         {move || was_reset().then(|| view! { <p class="text-sm text-emerald-700">"Their authenticator was reset."</p> })}
                         {move || reset_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}

@@ -5,7 +5,7 @@ use leptos_router::hooks::use_query_map;
 use crate::components::form::SMALL_BUTTON;
 use crate::components::table::CELL;
 use crate::components::{
-    CARD, ConfirmButton, CopyButton, ErrorAlert, Field, RequireUser, SavedNotice, StateBadge, Table,
+    CARD, ConfirmButton, CopyButton, ErrorAlert, Field, FieldsOf, RequireUser, SavedNotice, StateBadge, Table,
 };
 use crate::error::AppError;
 use crate::model::{Bar, FleetNode, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
@@ -209,6 +209,7 @@ fn Fleet(
             <section class=CARD aria-labelledby="schedule-maintenance">
                 <h2 id="schedule-maintenance" class="text-sm font-semibold text-slate-900">"Schedule maintenance"</h2>
                 <p class="mt-1 text-xs text-slate-600">"No booking can be placed on the node during the window; bookings already there are listed for rebooking."</p>
+                <FieldsOf action=schedule>
                 <ActionForm action=schedule attr:class="mt-3 grid gap-3 sm:grid-cols-2">
                     <Field id="m-node" name="node" label="Node" list="fleet-node-names" required=true autocomplete="off"
                         placeholder="node name"/>
@@ -221,11 +222,13 @@ fn Fleet(
                         <button type="submit" class="rounded-lg bg-amber-700 px-4 py-2 text-sm font-semibold text-white hover:bg-amber-600">"Schedule maintenance"</button>
                     </div>
                 </ActionForm>
+                </FieldsOf>
                 {move || schedule_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
             </section>
             <section class=format!("{CARD} lg:col-span-2") aria-labelledby="gpu-health">
                 <h2 id="gpu-health" class="text-sm font-semibold text-slate-900">"GPU health"</h2>
                 <p class="mt-1 text-xs text-slate-600">"Only healthy GPUs take new bookings. What still runs on a GPU you mark is in the chart above."</p>
+                <FieldsOf action=health>
                 <ActionForm action=health attr:class="mt-3 grid gap-3 sm:grid-cols-5">
                     <Field id="h-node" name="node" label="Node" list="fleet-node-names" required=true autocomplete="off"
                         placeholder="node name"/>
@@ -240,6 +243,7 @@ fn Fleet(
                         <button type="submit" class="w-full rounded-lg bg-slate-800 px-4 py-2 text-sm font-semibold text-white hover:bg-slate-700">"Record health"</button>
                     </div>
                 </ActionForm>
+                </FieldsOf>
                 {move || health_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
             </section>
             <section class=CARD aria-labelledby="maintenance-windows">

@@ -2,7 +2,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
-use crate::components::{Auth, ErrorAlert};
+use crate::components::{Auth, ErrorAlert, Field, FieldErrors};
 use crate::error::AppError;
 use crate::serverfns::{ChoosePassword, VerifyCode, second_factor, sign_in_options};
 
@@ -111,6 +111,7 @@ pub fn SecondFactorPage() -> impl IntoView {
         }
     });
     let result = verify.value();
+    FieldErrors::of(verify);
     let step = Resource::new(|| (), |_| second_factor());
     view! {
         <Title text="One-time code"/>
@@ -146,9 +147,8 @@ pub fn SecondFactorPage() -> impl IntoView {
             <div class="mt-6 rounded-xl border border-slate-200 bg-white p-6 shadow-sm">
                 <ActionForm action=verify>
                     <input type="hidden" name="next" value=next/>
-                    <label for="code" class="block text-sm font-medium text-slate-700">"Code from your authenticator"</label>
-                    <input id="code" name="code" required inputmode="numeric" autocomplete="one-time-code" pattern="[0-9 ]{6,7}"
-                        class="mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm tracking-widest shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500"/>
+                    <Field id="code" name="code" label="Code from your authenticator" required=true inputmode="numeric"
+                        autocomplete="one-time-code" minlength=6 maxlength=7 monospace=true/>
                     <div class="mt-4">{move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}</div>
                     <button type="submit" class="mt-4 w-full rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">
                         "Verify"
@@ -174,7 +174,7 @@ pub fn NewPasswordPage() -> impl IntoView {
         }
     });
     let result = choose.value();
-    let input = "mt-1 block w-full rounded-lg border border-slate-300 px-3 py-2 text-sm shadow-sm focus:border-indigo-500 focus:outline-none focus:ring-1 focus:ring-indigo-500";
+    FieldErrors::of(choose);
     view! {
         <Title text="Choose your password"/>
         <div class="mx-auto mt-8 max-w-sm">
@@ -186,14 +186,10 @@ pub fn NewPasswordPage() -> impl IntoView {
                 <ActionForm action=choose>
                     <input type="hidden" name="next" value=next/>
                     <div class="space-y-4">
-                        <div>
-                            <label for="new-password" class="block text-sm font-medium text-slate-700">"New password"</label>
-                            <input id="new-password" name="password" type="password" required minlength="12" autocomplete="new-password" class=input/>
-                        </div>
-                        <div>
-                            <label for="new-password-again" class="block text-sm font-medium text-slate-700">"New password again"</label>
-                            <input id="new-password-again" name="again" type="password" required minlength="12" autocomplete="new-password" class=input/>
-                        </div>
+                        <Field id="new-password" name="password" label="New password" input_type="password" required=true
+                            minlength=12 autocomplete="new-password"/>
+                        <Field id="new-password-again" name="again" label="New password again" input_type="password"
+                            required=true minlength=12 autocomplete="new-password"/>
                         {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
                         <button type="submit" class="w-full rounded-lg bg-indigo-600 px-4 py-2 text-sm font-semibold text-white hover:bg-indigo-500">
                             "Save and continue"

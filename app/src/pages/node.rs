@@ -4,7 +4,7 @@ use leptos_router::hooks::use_params_map;
 
 use crate::components::form::BUTTON;
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, StateBadge, Table};
+use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, FieldsOf, RequireUser, StateBadge, Table};
 use crate::model::{CheckRunView, NodeHealthView};
 use crate::serverfns::{ChangeNodeState, RunNodeChecks, node_health};
 
@@ -77,6 +77,7 @@ fn Node(
                     view! { <p class="mt-2 text-sm text-slate-600">"Nothing to do by hand in this state."</p> }.into_any()
                 } else {
                     view! {
+                        <FieldsOf action=change>
                         <ActionForm action=change attr:class="mt-3 grid gap-3">
                             <input type="hidden" name="node" value=name_for_state.clone()/>
                             <Field id="s-event" name="event" label="Action">
@@ -85,9 +86,11 @@ fn Node(
                             <Field id="s-reason" name="reason" label="Why" required=true maxlength=500 placeholder="firmware update"/>
                             <div><button type="submit" class=BUTTON>"Apply"</button></div>
                         </ActionForm>
+                        </FieldsOf>
                     }.into_any()
                 }}
                 {retirable.then(|| view! {
+                    <FieldsOf action=change>
                     <ActionForm action=change attr:class="mt-4 flex flex-wrap items-end gap-3">
                         <input type="hidden" name="node" value=name_for_retire.clone()/>
                         <input type="hidden" name="event" value="retire"/>
@@ -95,6 +98,7 @@ fn Node(
                         <ConfirmButton label="Retire" confirm="Yes, retire the node"
                             consequence="The node takes no bookings until a person reinstates it and it passes acceptance; what it holds keeps running."/>
                     </ActionForm>
+                    </FieldsOf>
                 })}
             </section>
         </div>

@@ -4,7 +4,7 @@ use leptos_router::hooks::use_params_map;
 
 use crate::components::form::{BUTTON, LABEL, SMALL_BUTTON, SMALL_INPUT};
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, RequireUser, SavedNotice, Table};
+use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, FieldsOf, RequireUser, SavedNotice, Table};
 use crate::model::{
     MemberView, NewWebhookView, ProjectView, SsoView, TenantPageView, TenantView, TokenView, WebhooksView,
 };
@@ -54,6 +54,7 @@ pub fn TenantsPage() -> impl IntoView {
             </Transition>
             <section class=CARD aria-labelledby="new-tenant">
                 <h2 id="new-tenant" class="text-sm font-semibold text-slate-900">"New tenant"</h2>
+                <FieldsOf action=create>
                 <ActionForm action=create attr:class="mt-3 grid gap-3 sm:grid-cols-5">
                     <Field id="t-slug" name="slug" label="Short name" required=true placeholder="acme"/>
                     <Field id="t-name" name="name" label="Name" required=true placeholder="Acme Research" class="sm:col-span-2"/>
@@ -65,6 +66,7 @@ pub fn TenantsPage() -> impl IntoView {
                     <Field id="t-admin" name="first_admin" label="First tenant admin (email)" input_type="email"/>
                     <div><button type="submit" class=BUTTON>"Create tenant"</button></div>
                 </ActionForm>
+                </FieldsOf>
             </section>
         </RequireUser>
     }
@@ -277,6 +279,7 @@ fn Members(members: Vec<MemberView>, manage: bool, me: i64, tenant_id: i64, acti
                 }).collect_view()}
             </Table>
             {manage.then(|| view! {
+                <FieldsOf action=actions.invite>
                 <ActionForm action=actions.invite attr:class="mt-4 grid gap-3 sm:grid-cols-4">
                     <input type="hidden" name="tenant_id" value=tenant_id/>
                     <Field id="invite-email" name="email" label="Invite by email" input_type="email" required=true
@@ -287,6 +290,7 @@ fn Members(members: Vec<MemberView>, manage: bool, me: i64, tenant_id: i64, acti
                         "They sign in with your company's SSO; the invitation is linked at their first sign-in with this (verified) email."
                     </p>
                 </ActionForm>
+                </FieldsOf>
             })}
         </section>
     }
@@ -334,11 +338,13 @@ fn Projects(projects: Vec<ProjectView>, manage: bool, tenant_id: i64, actions: T
                 }.into_any()
             }}
             {manage.then(|| view! {
+                <FieldsOf action=actions.project>
                 <ActionForm action=actions.project attr:class="mt-3 flex items-end gap-2">
                     <input type="hidden" name="tenant_id" value=tenant_id/>
                     <Field id="project-name" name="name" label="New project" required=true/>
                     <button type="submit" class=BUTTON>"Create"</button>
                 </ActionForm>
+                </FieldsOf>
             })}
         </section>
     }
@@ -366,6 +372,7 @@ fn Sso(sso: SsoView, manage: bool, tenant_id: i64, actions: TenantActions) -> im
             })}
             {if manage {
                 view! {
+                    <FieldsOf action=actions.sso>
                     <ActionForm action=actions.sso attr:class="mt-3 grid gap-3 sm:grid-cols-2">
                         <input type="hidden" name="tenant_id" value=tenant_id/>
                         <Field id="sso-name" name="display_name" label="Button label (\"Sign in with ...\")" required=true
@@ -387,6 +394,7 @@ fn Sso(sso: SsoView, manage: bool, tenant_id: i64, actions: TenantActions) -> im
                         </label>
                         <div class="flex justify-end"><button type="submit" class=BUTTON>"Save connection"</button></div>
                     </ActionForm>
+                    </FieldsOf>
                 }.into_any()
             } else if configured {
                 view! {
@@ -519,6 +527,7 @@ fn Webhooks(view: WebhooksView, add: ServerAction<AddWebhook>, remove: ServerAct
                 }.into_any()
             }}
             {view.can_manage.then(|| view! {
+                <FieldsOf action=add>
                 <ActionForm action=add attr:class="mt-4 space-y-3">
                     <input type="hidden" name="tenant_id" value=tenant_id/>
                     <div class="grid gap-3 sm:grid-cols-3">
@@ -544,6 +553,7 @@ fn Webhooks(view: WebhooksView, add: ServerAction<AddWebhook>, remove: ServerAct
                     </fieldset>
                     <button type="submit" class=BUTTON>"Add webhook"</button>
                 </ActionForm>
+                </FieldsOf>
             })}
             <h3 class="mt-6 text-sm font-semibold text-slate-900">"Delivery log"</h3>
             {if view.deliveries.is_empty() {
