@@ -3,7 +3,9 @@ use leptos_meta::Title;
 
 use crate::components::form::{BUTTON, LABEL};
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ConfirmButton, CopyButton, ErrorAlert, Field, FieldsOf, RequireUser, SavedNotice, Table};
+use crate::components::{
+    CARD, ConfirmButton, CopyButton, ErrorAlert, Field, FieldsOf, RequireUser, SavedNotice, Table,
+};
 use crate::model::{AccountView, NewTokenView, NotificationSettingsView, SshKeyView, TokenView};
 use crate::serverfns::{
     AddSshKey, ChangePassword, CreateToken, RemoveSshKey, ResetSecondFactor, RevokeToken, SaveNotificationSettings,
