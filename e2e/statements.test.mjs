@@ -33,7 +33,7 @@ test('last month is closed into a statement with line items that add up', async 
   const row = page.getByRole('row', { name: new RegExp(`${lastMonth}.*Acme Research`) });
   await row.waitFor({ timeout: 15_000 });
   assert.match(await row.innerText(), /\$361\.60/);
-  await row.getByRole('link', { name: `Statement of Acme Research for ${lastMonth}` }).click();
+  await row.getByRole('link', { name: `View the statement of Acme Research for ${lastMonth}` }).click();
   await page.getByRole('heading', { name: `Statement: Acme Research, ${lastMonth}` }).waitFor();
 
   const lines = page.locator('[data-statement-line]');

@@ -63,7 +63,9 @@ where
 fn field_error(name: &'static str) -> Signal<Option<String>> {
     let leaf = name.rsplit('[').next().unwrap_or(name).trim_end_matches(']');
     let errors = use_context::<FieldErrors>();
-    Signal::derive(move || match errors?.0.get()? {
+    // `try_get`: a page reloaded under a `Transition` keeps its old form on screen a moment
+    // after the old form's signals are disposed; its field then reads as unmarked.
+    Signal::derive(move || match errors?.0.try_get().flatten()? {
         AppError::Invalid { field, message } if field == leaf => Some(message),
         _ => None,
     })
@@ -120,12 +122,12 @@ pub fn Field(
 ) -> impl IntoView {
     let hint = help.is_some().then(|| format!("{id}-hint"));
     let error = field_error(name);
-    let invalid = move || error.with(Option::is_some).then_some("true");
+    let marked = move || error.try_with(Option::is_some).unwrap_or(false);
+    let invalid = move || marked().then_some("true");
     let described = {
         let hint = hint.clone();
         move || {
-            let ids: Vec<String> =
-                hint.iter().cloned().chain(error.with(Option::is_some).then(|| format!("{id}-error"))).collect();
+            let ids: Vec<String> = hint.iter().cloned().chain(marked().then(|| format!("{id}-error"))).collect();
             (!ids.is_empty()).then(|| ids.join(" "))
         }
     };
@@ -159,7 +161,7 @@ pub fn Field(
             <label for=id class=LABEL>{label}</label>
             {control}
             {help.map(|help| view! { <p id=hint class=HINT>{help.run()}</p> })}
-            {move || error.get().map(|message| view! {
+            {move || error.try_get().flatten().map(|message| view! {
                 <p id=format!("{id}-error") class="mt-1 text-xs font-medium text-red-700">{crate::components::capitalize(&message)}</p>
             })}
         </div>

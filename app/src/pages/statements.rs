@@ -34,8 +34,10 @@ pub fn StatementsPage() -> impl IntoView {
                                         <td class=CELL>{s.tenant.clone()}</td>
                                         <td class=CELL>{s.total.clone()}</td>
                                         <td class="px-4 py-2 text-right">
-                                            <a href=format!("/usage/statements/{}", s.id) class="text-sm font-semibold text-indigo-700 underline hover:text-indigo-500"
-                                               aria-label=format!("Statement of {} for {}", s.tenant, s.month)>"View"</a>
+                                            // The visible word starts the link's name (WCAG 2.5.3).
+                                            <a href=format!("/usage/statements/{}", s.id) class="text-sm font-semibold text-indigo-700 underline hover:text-indigo-500">
+                                                "View"<span class="sr-only">{format!(" the statement of {} for {}", s.tenant, s.month)}</span>
+                                            </a>
                                         </td>
                                     </tr>
                                 }).collect_view()}
