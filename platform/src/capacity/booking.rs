@@ -180,17 +180,16 @@ impl Platform {
         hours: u32,
         start: Option<i64>,
     ) -> Result<Vec<SizeAvailability>, Error> {
+        // A project the caller may not book in is refused as the launch refuses it (platform
+        // staff book in none).
+        let project_id = self.project_to_book_in(&mut *self.db.acquire().await?, caller, project).await?;
         let mut sizes = self.size_availability(caller.tenant_id(), offering, hours, start).await?;
         if caller.tenant_id().is_none() {
             return Ok(sizes);
         }
         let now = now_ms();
         let mut conn = self.db.acquire().await?;
-        let booker = Booker {
-            user_id: caller.user_id(),
-            tenant_id: caller.tenant_id(),
-            project_id: self.project_to_book_in(&mut conn, caller, project).await?,
-        };
+        let booker = Booker { user_id: caller.user_id(), tenant_id: caller.tenant_id(), project_id };
         let occupant = crate::capacity::book::occupant_of(&mut conn, booker.tenant_id).await?;
         for size in &mut sizes {
             let shape = size.size.shape;
