@@ -37,12 +37,27 @@ test('sign in, a refused launch, a launch and a stop, all without JavaScript', a
   await page.getByRole('alert').getByText('is a reference like ghcr.io/org/model:tag, not a URL').waitFor();
   assert.equal(await page.getByLabel('Container image').getAttribute('aria-invalid'), 'true', 'the field says it too');
 
-  await page.getByLabel('Name').fill('plain-html');
-  await page.getByLabel('1 x L40S 48GB').check();
-  await page.getByLabel('Duration (hours)').fill('3');
-  await page.getByLabel('Container image').fill('ghcr.io/acme/server:1');
-  await page.getByRole('button', { name: 'Launch' }).click();
+  // The model, the server's arguments and its variables: Berth's own variables are refused,
+  // and the field says so.
+  const fillEndpoint = async (env) => {
+    await page.getByLabel('Name').fill('plain-html');
+    await page.getByLabel('1 x L40S 48GB').check();
+    await page.getByLabel('Duration (hours)').fill('3');
+    await page.getByLabel('Container image').fill('ghcr.io/acme/server:1');
+    await page.getByLabel('Model', { exact: true }).fill('org/tiny-model');
+    await page.getByLabel('Server arguments').fill("--model {model} --chat-template 'a b'");
+    await page.getByLabel('Environment variables').fill(env);
+    await page.getByRole('button', { name: 'Launch' }).click();
+  };
+  await fillEndpoint('BERTH_API_KEY=mine');
+  await page.getByRole('alert').getByText('environment variables: BERTH_API_KEY is set by Berth').waitFor();
+  assert.equal(await page.getByLabel('Environment variables').getAttribute('aria-invalid'), 'true');
+  await fillEndpoint('HF_TOKEN=hf_do_not_show\nMAX_BATCH=8');
   await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
+  assert.equal(await page.getByTestId('model').innerText(), 'org/tiny-model');
+  assert.equal(await page.getByTestId('server-args').innerText(), "--model org/tiny-model --chat-template 'a b'");
+  assert.equal(await page.getByTestId('env-names').innerText(), 'HF_TOKEN, MAX_BATCH');
+  assert.ok(!(await page.content()).includes('hf_do_not_show'), 'a value is never shown back');
   // No polling without WASM: the page's own Refresh link shows the progress.
   await untilState('ready');
   const url = await page.locator('[data-endpoint-url]').innerText();
@@ -57,6 +72,7 @@ test('sign in, a refused launch, a launch and a stop, all without JavaScript', a
   await page.getByRole('button', { name: 'Replace API key' }).waitFor();
   const models = await fetchLocal(`${url}/models`, { headers: { authorization: `Bearer ${key}` } });
   assert.equal(models.status, 200);
+  assert.equal((await models.json()).data[0].id, 'org/tiny-model', 'the server serves the model asked for');
   assert.equal((await fetchLocal(`${url}/models`)).status, 401);
   // Two replicas, by a plain form too: the second books the other L40S.
   await page.getByLabel('Replicas', { exact: true }).fill('2');

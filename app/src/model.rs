@@ -198,6 +198,11 @@ pub struct EnvironmentView {
     pub summary: EnvironmentSummary,
     pub image: Option<String>,
     pub command: Option<String>,
+    /// An inference endpoint's model, the arguments its server gets, and the names of its
+    /// variables (their values are never sent back).
+    pub model: Option<String>,
+    pub args: Option<String>,
+    pub env_names: Option<String>,
     pub failure_reason: Option<String>,
     pub connection: Option<ConnectionView>,
     pub steps: Vec<StepView>,

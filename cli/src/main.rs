@@ -166,6 +166,15 @@ struct Book {
     /// A training job's command.
     #[arg(long, default_value = "")]
     command: String,
+    /// An endpoint's model (a Hugging Face id or a path in the image).
+    #[arg(long, default_value = "")]
+    model: String,
+    /// An endpoint's model server arguments, one line (`--args "--max-model-len 8192"`).
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    args: String,
+    /// An endpoint's environment variable, `NAME=value` (repeat for more).
+    #[arg(long = "env")]
+    env: Vec<String>,
     /// `guaranteed` or `spot`.
     #[arg(long, default_value = "")]
     tier: String,
@@ -299,7 +308,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 "offering": book.offering, "size": book.size, "name": name, "hours": book.hours.to_string(),
                 "start": start, "earliest_within_days": within, "models": book.models,
                 "project": book.project, "volumes": book.volumes, "image": book.image,
-                "command": book.command, "tier": book.tier,
+                "command": book.command, "tier": book.tier, "model": book.model, "args": book.args,
+                "env": book.env.join("\n"),
             });
             let env = api.post_once("/api/v1/environments", &body, &key)?;
             print(out, &env, || {

@@ -7,6 +7,7 @@ use crate::Refusal;
 use crate::catalog::{Offering, Size};
 use crate::gpu::GpuModel;
 use crate::image::ImageChoice;
+use crate::serving::Serving;
 
 /// What the launch form sends, as typed.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,6 +44,14 @@ pub struct LaunchRequest {
     pub image: String,
     #[serde(default)]
     pub command: String,
+    /// An inference endpoint's model, its server's arguments and `NAME=value` lines of
+    /// environment variables (see `serving`); empty for other offerings.
+    #[serde(default)]
+    pub model: String,
+    #[serde(default)]
+    pub args: String,
+    #[serde(default)]
+    pub env: String,
     /// The ids of the volumes to attach besides the owner's home volume (notebooks and
     /// training jobs only): their own personal volumes and the booking's project's.
     #[serde(default, deserialize_with = "ids_as_text")]
@@ -82,6 +91,8 @@ pub struct LaunchSpec {
     /// Sizes to book instead of `size`, in order, when it does not fit: the same capacity on
     /// the other GPU models the request allows.
     pub alternatives: Vec<&'static Size>,
+    /// An inference endpoint's model, arguments and variables (empty for the others).
+    pub serving: Serving,
 }
 
 /// The most days ahead an "as soon as possible" search may look; the booking horizon
@@ -134,7 +145,8 @@ pub fn validate(req: &LaunchRequest, images: &ImageChoice) -> Result<LaunchSpec,
         }
     };
     let alternatives = alternatives(offering, size, &req.models, &req.min_gpu_memory_gb)?;
-    Ok(LaunchSpec { offering, size, name, hours, image, command, earliest_within_days, alternatives })
+    let serving = Serving::parse(offering, &req.model, &req.args, &req.env)?;
+    Ok(LaunchSpec { offering, size, name, hours, image, command, earliest_within_days, alternatives, serving })
 }
 
 /// The sizes of the same kind as `size` on the other models `models` and `min_memory` allow.

@@ -49,6 +49,7 @@ pub mod rates;
 pub mod redirect;
 mod refusal;
 pub mod replay;
+pub mod serving;
 pub mod ssh_key;
 pub mod telemetry;
 pub mod tenancy;

@@ -73,6 +73,12 @@ pub struct NodeWorkload {
     /// node mounts (older plans have none).
     #[serde(default)]
     pub volumes: Vec<NodeVolume>,
+    /// An inference endpoint's model server arguments (after the image) and variables
+    /// (`Serving::container_args`/`container_env`; older plans have none).
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: Vec<crate::serving::EnvVar>,
 }
 
 /// A volume's directory on the shared filesystem and where the container sees it.

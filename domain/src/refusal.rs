@@ -248,6 +248,15 @@ pub enum Refusal {
         "volume \"{name}\" holds {used} GiB, more than its {size_gib} GiB; grow it to {needed_gib} GiB or more on the volumes page to attach it again"
     )]
     VolumeOverSize { name: String, used: String, size_gib: u32, needed_gib: u32 },
+    /// An inference endpoint's model, server arguments or variables (`serving.rs`).
+    #[error("model {0}")]
+    InvalidModel(&'static str),
+    #[error("arguments {0}")]
+    InvalidArguments(String),
+    #[error("environment variables: {0}")]
+    InvalidEnv(String),
+    #[error("only an inference endpoint takes a model, arguments or environment variables ({0} does not)")]
+    ServingNotAllowed(&'static str),
     #[error("{0}")]
     InvalidIdlePolicy(String),
     #[error("cannot keep it: {0}")]
@@ -282,6 +291,9 @@ impl Refusal {
             UnknownNode(_) => "node",
             UnknownGpu { .. } => "gpu",
             InvalidReason(_) => "reason",
+            InvalidModel(_) => "model",
+            InvalidArguments(_) => "args",
+            InvalidEnv(_) => "env",
             _ => return None,
         })
     }

@@ -1019,3 +1019,46 @@ async fn a_gpu_is_free_now_unless_a_booking_holds_it_now(pool: SqlitePool) {
     berth.wait_for(&now.id, EnvState::Released).await;
     assert_eq!(free_h100().await, all, "released, free again");
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn an_endpoint_keeps_its_model_arguments_and_variables_and_other_offerings_take_none(pool: SqlitePool) {
+    let berth = TestBerth::new(pool.clone()).await;
+    let endpoint = LaunchRequest {
+        offering: "inference".into(),
+        size: "l40s-1".into(),
+        name: "llm".into(),
+        hours: "2".into(),
+        image: "vllm/vllm-openai:v0.6.3".into(),
+        model: "org/model-7b".into(),
+        args: "--max-model-len 8192".into(),
+        env: "HF_TOKEN=hf_secret".into(),
+        ..LaunchRequest::default()
+    };
+    let env = berth.platform.launch(&berth.caller, &endpoint).await.unwrap();
+    let read = berth.platform.environment_of(&berth.caller, &env.id).await.unwrap();
+    assert_eq!(read.serving.model.as_deref(), Some("org/model-7b"));
+    assert_eq!(read.serving.container_args(), ["--max-model-len", "8192"]);
+    assert_eq!(read.serving.env_names(), ["HF_TOKEN"]);
+
+    // A notebook given a model is refused whole: nothing typed is dropped unsaid.
+    let before: i64 = sqlx::query_scalar("SELECT count(*) FROM environments").fetch_one(&pool).await.unwrap();
+    let notebook = LaunchRequest {
+        offering: "notebook".into(),
+        size: "h100-1g.10gb".into(),
+        name: "nb".into(),
+        hours: "2".into(),
+        model: "org/model-7b".into(),
+        ..LaunchRequest::default()
+    };
+    let error = berth.platform.launch(&berth.caller, &notebook).await.unwrap_err();
+    assert!(matches!(error, Error::Refused(Refusal::ServingNotAllowed("Jupyter notebook"))), "{error}");
+    let after: i64 = sqlx::query_scalar("SELECT count(*) FROM environments").fetch_one(&pool).await.unwrap();
+    assert_eq!(before, after);
+    // A bad variable names itself, and nothing is written either.
+    let error = berth
+        .platform
+        .launch(&berth.caller, &LaunchRequest { name: "llm2".into(), env: "NOT A LINE".into(), ..endpoint })
+        .await
+        .unwrap_err();
+    assert_eq!(error.to_string(), "environment variables: \"NOT A LINE\" is not NAME=value");
+}

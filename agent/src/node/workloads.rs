@@ -351,7 +351,15 @@ fn run_command(runtime: Runtime, w: &NodeWorkload, uuids: &[String], verb: &str)
     if let Some(command) = &w.command {
         args.extend(["/bin/sh".into(), "-c".into(), command.clone()]);
     }
-    let mut env = format!("CUDA_VISIBLE_DEVICES={}\n", uuids.join(","));
+    // An endpoint's model server arguments, after the image (its entrypoint runs them).
+    args.extend(w.args.iter().cloned());
+    let mut env = String::new();
+    // The plan's variables first, each one line (a value with a line break, which Berth's
+    // launch refuses, is left out): Berth's own come after and win.
+    for var in w.env.iter().filter(|v| v.fits_env_file()) {
+        env.push_str(&format!("{}={}\n", var.name, var.value));
+    }
+    env.push_str(&format!("CUDA_VISIBLE_DEVICES={}\n", uuids.join(",")));
     if let Some(secret) = &w.secret {
         let variable = if w.offering == Offering::Notebook { "JUPYTER_TOKEN" } else { "BERTH_API_KEY" };
         env.push_str(&format!("{variable}={secret}\n"));
@@ -409,6 +417,8 @@ mod tests {
             memory_gb: 32,
             network: None,
             volumes: vec![],
+            args: vec![],
+            env: vec![],
         }
     }
 
@@ -462,6 +472,36 @@ mod tests {
         let started = apply(&node, Some(Runtime::Podman), &[notebook(true)], &[]).expect("applied");
         assert_eq!(started[0].state, Some(WorkloadState::Running));
         assert!(node.take().iter().any(|c| c.starts_with("podman run --detach --name berth-e1")));
+    }
+
+    #[test]
+    fn an_endpoints_arguments_follow_the_image_and_its_variables_go_through_standard_input() {
+        use berth_domain::serving::EnvVar;
+        let var = |name: &str, value: &str| EnvVar { name: name.into(), value: value.into() };
+        let w = NodeWorkload {
+            offering: Offering::InferenceEndpoint,
+            image: "vllm/vllm-openai:v0.6.3".into(),
+            args: vec!["--model".into(), "org/m".into(), "--chat-template".into(), "a b".into()],
+            env: vec![
+                var("HF_TOKEN", "hf_secret"),
+                var("BERTH_MODEL", "org/m"),
+                // Never in a plan of Berth's; the agent leaves them out all the same.
+                var("INJECTED", "x\nCUDA_VISIBLE_DEVICES=all"),
+                var("CUDA_VISIBLE_DEVICES", "all"),
+            ],
+            ..notebook(true)
+        };
+        let command = one(start_commands(Runtime::Podman, &w, &["GPU-1".into()]));
+        assert_eq!(
+            &command.args[command.args.len() - 5..],
+            ["vllm/vllm-openai:v0.6.3", "--model", "org/m", "--chat-template", "a b"],
+            "one argument each, as typed: no shell between"
+        );
+        assert!(!command.to_string().contains("hf_secret"), "values never on the command line");
+        assert_eq!(
+            command.stdin.as_deref(),
+            Some("HF_TOKEN=hf_secret\nBERTH_MODEL=org/m\nCUDA_VISIBLE_DEVICES=GPU-1\nBERTH_API_KEY=s3cret\n")
+        );
     }
 
     #[test]

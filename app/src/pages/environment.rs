@@ -179,6 +179,9 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
                     <dl class="mt-3 space-y-2 text-sm">
                         {view.image.clone().map(|i| view! { <div><dt class="text-slate-600">"Image"</dt><dd class="break-all font-mono text-xs text-slate-900">{i}</dd></div> })}
                         {view.command.clone().map(|c| view! { <div><dt class="text-slate-600">"Command"</dt><dd class="break-all font-mono text-xs text-slate-900">{c}</dd></div> })}
+                        {view.model.clone().map(|m| view! { <div><dt class="text-slate-600">"Model"</dt><dd class="break-all font-mono text-xs text-slate-900" data-testid="model">{m}</dd></div> })}
+                        {view.args.clone().map(|a| view! { <div><dt class="text-slate-600">"Server arguments"</dt><dd class="break-all font-mono text-xs text-slate-900" data-testid="server-args">{a}</dd></div> })}
+                        {view.env_names.clone().map(|n| view! { <div><dt class="text-slate-600">"Environment variables (values hidden)"</dt><dd class="break-all font-mono text-xs text-slate-900" data-testid="env-names">{n}</dd></div> })}
                         {view.timeline.clone().into_iter().map(|(what, when)| view! {
                             <div class="flex justify-between gap-2"><dt class="text-slate-600">{what}</dt><dd class="text-slate-900">{when}</dd></div>
                         }).collect_view()}

@@ -240,6 +240,17 @@ fn LaunchForm(
                                 placeholder="python train.py --epochs 10"/>
                         })}
                         {(!offering.needs_command()).then(|| view! { <input type="hidden" name="request[command]" value=""/> })}
+                        {(offering == Offering::InferenceEndpoint).then(|| view! {
+                            <Field id="model" name="request[model]" label="Model" monospace=true maxlength=200 autocomplete="off"
+                                placeholder="meta-llama/Llama-3.1-8B-Instruct"
+                                help=|| "A Hugging Face id or a path in the image. The server gets it as --model (or wherever {model} stands in the arguments) and as BERTH_MODEL."/>
+                            <Field id="args" name="request[args]" label="Server arguments" monospace=true maxlength=2000 autocomplete="off"
+                                placeholder="--max-model-len 8192 --dtype bfloat16"
+                                help=|| "After the image's entrypoint, split as a shell would (quotes group words; nothing is expanded). Empty with a model: --model {model}."/>
+                            <Field id="env" name="request[env]" label="Environment variables" rows=3 monospace=true autocomplete="off"
+                                placeholder="HF_TOKEN=hf_..."
+                                help=|| "NAME=value, one a line. Values are handed to the server only: pages and the API show the names."/>
+                        })}
                         {move || result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
                         <p class="text-sm text-slate-700" data-cost="">
                             <Transition fallback=|| ()>

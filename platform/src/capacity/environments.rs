@@ -12,6 +12,7 @@ use berth_domain::mig::{MigProfile, profile_name};
 use berth_domain::placement::{Hold, Occupant};
 use berth_domain::policy::{Action, Role, Target};
 use berth_domain::rates::RateKey;
+use berth_domain::serving::Serving;
 use serde::{Deserialize, Serialize};
 use sqlx::sqlite::SqliteRow;
 use sqlx::{FromRow, Row, SqliteConnection};
@@ -85,6 +86,8 @@ pub struct Environment {
     pub size: &'static Size,
     pub image: Option<String>,
     pub command: Option<String>,
+    /// An inference endpoint's model, arguments and variables.
+    pub serving: Serving,
     pub cents_per_hour: i64,
     pub state: EnvState,
     pub desired: Desired,
@@ -208,7 +211,7 @@ const BOOKABLE_PROJECT: &str = "p.tenant_id = ?1
     AND (?2 OR EXISTS (SELECT 1 FROM project_members m WHERE m.project_id = p.id AND m.user_id = ?3))";
 
 pub(crate) const ENVIRONMENT_COLUMNS: &str =
-    "id, owner_id, tenant_id, project_id, name, offering, size_id, image, command, cents_per_hour, state,
+    "id, owner_id, tenant_id, project_id, name, offering, size_id, image, command, serving, cents_per_hour, state,
      desired, failure_reason, connection, created_at, starts_at, ends_at, state_changed_at, ready_at, finished_at, tier";
 
 pub(crate) fn environment_from_row(row: &SqliteRow) -> Result<Environment, Error> {
@@ -227,6 +230,7 @@ struct EnvironmentRow {
     size_id: String,
     image: Option<String>,
     command: Option<String>,
+    serving: Option<String>,
     cents_per_hour: i64,
     state: String,
     desired: String,
@@ -257,6 +261,7 @@ impl TryFrom<EnvironmentRow> for Environment {
             size: offering.size(&row.size_id).ok_or_else(|| corrupt("size"))?,
             image: row.image,
             command: row.command,
+            serving: row.serving.map(|s| serde_json::from_str(&s)).transpose().map_err(Error::internal)?.unwrap_or_default(),
             cents_per_hour: row.cents_per_hour,
             state: EnvState::parse(&row.state).ok_or_else(|| corrupt("state"))?,
             desired: Desired::parse(&row.desired).ok_or_else(|| corrupt("desired state"))?,
@@ -432,8 +437,8 @@ impl Platform {
 
         sqlx::query(
             "INSERT INTO environments (id, owner_id, tenant_id, project_id, name, offering, size_id, image, command,
-                 cents_per_hour, state, desired, created_at, starts_at, ends_at, state_changed_at, tier)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'requested', 'running', ?, ?, ?, ?, ?)",
+                 serving, cents_per_hour, state, desired, created_at, starts_at, ends_at, state_changed_at, tier)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'requested', 'running', ?, ?, ?, ?, ?)",
         )
         .bind(id)
         .bind(booker.user_id)
@@ -444,6 +449,7 @@ impl Platform {
         .bind(size.id)
         .bind(&spec.image)
         .bind(&spec.command)
+        .bind((spec.serving != Serving::default()).then(|| serde_json::to_string(&spec.serving)).transpose().map_err(Error::internal)?)
         .bind(cents_per_hour)
         .bind(now)
         .bind(window.starts_at)

@@ -62,6 +62,7 @@ pub(crate) async fn workload_of(
         shape: env.size.shape,
         image: env.image.clone(),
         command: env.command.clone(),
+        serving: env.serving.clone(),
         units,
         vcpus: env.size.vcpus,
         memory_gb: env.size.memory_gb,

@@ -205,3 +205,22 @@ async fn steps_repeat_safely_after_objects_vanished() {
         assert_nothing_left(&cluster, case);
     }
 }
+
+#[test]
+fn an_endpoints_model_arguments_and_variables_reach_its_container() {
+    let mut w = workload(Offering::InferenceEndpoint, "l40s-1", acme(), vec![gpu_unit("l40s-1", 1)]);
+    w.serving = berth_domain::serving::Serving::parse(
+        Offering::InferenceEndpoint,
+        "org/model-7b",
+        "--model {model} --max-model-len 8192",
+        "HF_TOKEN=hf_secret",
+    )
+    .unwrap();
+    let deployment = manifests::workload_manifests(&w).remove(0).object;
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["args"], json!(["--model", "org/model-7b", "--max-model-len", "8192"]));
+    assert!(container.get("command").is_none(), "the image's own entrypoint runs");
+    let env = container["env"].as_array().unwrap();
+    assert_eq!(env[0]["name"], "BERTH_API_KEY", "the key, from its Secret, first");
+    assert_eq!(&env[1..], [json!({ "name": "HF_TOKEN", "value": "hf_secret" }), json!({ "name": "BERTH_MODEL", "value": "org/model-7b" })]);
+}

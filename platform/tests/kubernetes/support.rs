@@ -100,6 +100,7 @@ pub fn workload(offering: Offering, size: &str, tenant: TenantScope, units: Vec<
             Offering::TrainingJob => Some("python train.py --epochs 3".into()),
             _ => None,
         },
+        serving: Default::default(),
         units,
         vcpus: size.vcpus,
         memory_gb: size.memory_gb,

@@ -41,6 +41,18 @@ pub struct EnvironmentBody {
     url: Option<String>,
     /// A dedicated cluster's connection, for those who may act in it.
     connection: Option<ConnectionBody>,
+    /// What an inference endpoint serves, as launched (`null`: nothing given).
+    serving: Option<ServingBody>,
+}
+
+/// An inference endpoint's model, arguments and variables; the variables by name only
+/// (values may be secrets).
+#[derive(Serialize, ToSchema)]
+pub struct ServingBody {
+    model: Option<String>,
+    /// The arguments the model server gets (`{model}` replaced).
+    args: Vec<String>,
+    env_names: Vec<String>,
 }
 
 /// How a dedicated cluster is reached.
@@ -84,6 +96,11 @@ fn environment_body(platform: &Platform, caller: &Caller, env: &Environment) -> 
         failure_reason: env.failure_reason.clone(),
         url,
         connection,
+        serving: (env.serving != Default::default()).then(|| ServingBody {
+            model: env.serving.model.clone(),
+            args: env.serving.container_args(),
+            env_names: env.serving.env_names(),
+        }),
     }
 }
 
@@ -193,6 +210,19 @@ pub struct LaunchBody {
     image: String,
     #[schema(required = false, default = "")]
     command: String,
+    /// An inference endpoint's model (a Hugging Face id or a path in the image); also
+    /// `BERTH_MODEL` in its environment.
+    #[schema(required = false, default = "")]
+    model: String,
+    /// The model server's arguments, split as a shell would (quotes group words), after
+    /// the image's entrypoint; `{model}` stands for the model. Empty with a model:
+    /// `--model {model}`.
+    #[schema(required = false, default = "")]
+    args: String,
+    /// The model server's environment variables, `NAME=value` lines. Never answered back
+    /// (only their names).
+    #[schema(required = false, default = "")]
+    env: String,
     /// Ids of volumes to attach besides the home volume (notebooks and training jobs).
     #[schema(schema_with = schema::ids, required = false)]
     volumes: Vec<i64>,

@@ -304,6 +304,8 @@ impl BareMetal {
             memory_gb: w.memory_gb,
             network: None,
             volumes: self.node_volumes(w),
+            args: w.serving.container_args(),
+            env: w.serving.container_env(),
         })
     }
 

@@ -31,6 +31,9 @@ pub struct Workload {
     pub shape: Shape,
     pub image: Option<String>,
     pub command: Option<String>,
+    /// An inference endpoint's model, arguments and variables (`Serving::container_args`
+    /// and `container_env` are what the container gets).
+    pub serving: berth_domain::serving::Serving,
     pub units: Vec<PlacedUnit>,
     /// vCPUs and memory of the booked size (a backend's namespace quota holds exactly these).
     pub vcpus: u32,

@@ -441,6 +441,7 @@ impl Simulated {
                     offering: w.offering,
                     name: w.name.clone(),
                     image: w.image.clone().unwrap_or_default(),
+                    model: w.serving.model.clone(),
                     units: describe_units(w),
                     credential: credential.clone(),
                     replicas: replicas.clone(),

@@ -532,6 +532,18 @@ pub fn workload_manifests(w: &Workload) -> Vec<Manifest> {
             if let Some(command) = &w.command {
                 container["command"] = json!(["/bin/sh", "-c", command]);
             }
+            // The model server's arguments follow the image's entrypoint; its variables
+            // sit beside the API key (values in the Deployment, read by those who may read
+            // the namespace's Deployments: the tenant's own and the platform's).
+            let args = w.serving.container_args();
+            if !args.is_empty() {
+                container["args"] = json!(args);
+            }
+            for var in w.serving.container_env() {
+                if let Some(env) = container["env"].as_array_mut() {
+                    env.push(json!({ "name": var.name, "value": var.value }));
+                }
+            }
             vec![Manifest::new(
                 DEPLOYMENT,
                 json!({

@@ -36,6 +36,9 @@ pub(super) struct Server {
     pub offering: Offering,
     pub name: String,
     pub image: String,
+    /// An endpoint's model, which its `/v1/models` lists (as vLLM lists the model it
+    /// serves); the image when none was given.
+    pub model: Option<String>,
     pub units: String,
     /// What a request must carry: `token <credential>` for a notebook, `Bearer <credential>`
     /// for an endpoint.
@@ -330,7 +333,7 @@ async fn models(State(s): State<Arc<Shared>>) -> Response {
     let (answering, replicas) = replica(&s);
     let body = json!({
         "object": "list",
-        "data": [{ "id": s.server.image, "object": "model", "owned_by": "berth-simulated" }],
+        "data": [{ "id": s.server.model.as_ref().unwrap_or(&s.server.image), "object": "model", "owned_by": "berth-simulated" }],
         "replicas": replicas,
     });
     ([("x-berth-replica", answering.to_string())], axum::Json(body)).into_response()
@@ -351,7 +354,7 @@ async fn completion(State(s): State<Arc<Shared>>, headers: HeaderMap, body: Stri
         .unwrap_or_default();
     let body = json!({
         "object": "text_completion",
-        "model": s.server.image,
+        "model": s.server.model.as_ref().unwrap_or(&s.server.image),
         "choices": [{ "index": 0, "text": format!("(simulated) you said: {prompt}"), "finish_reason": "stop" }],
         "replica": answering,
         "replicas": replicas,
