@@ -320,7 +320,9 @@ pub(crate) mod views {
             image: e.image.clone(),
             command: e.command.clone(),
             model: e.serving.model.clone(),
-            args: Some(e.serving.container_args()).filter(|a| !a.is_empty()).map(|a| berth_domain::serving::shell_words(&a)),
+            args: Some(e.serving.container_args())
+                .filter(|a| !a.is_empty())
+                .map(|a| berth_domain::serving::shell_words(&a)),
             env_names: Some(e.serving.env_names()).filter(|n| !n.is_empty()).map(|n| n.join(", ")),
             failure_reason: e.failure_reason.clone(),
             // Notebooks and endpoints are reached through Berth (below), training jobs show

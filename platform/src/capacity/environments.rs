@@ -261,7 +261,12 @@ impl TryFrom<EnvironmentRow> for Environment {
             size: offering.size(&row.size_id).ok_or_else(|| corrupt("size"))?,
             image: row.image,
             command: row.command,
-            serving: row.serving.map(|s| serde_json::from_str(&s)).transpose().map_err(Error::internal)?.unwrap_or_default(),
+            serving: row
+                .serving
+                .map(|s| serde_json::from_str(&s))
+                .transpose()
+                .map_err(Error::internal)?
+                .unwrap_or_default(),
             cents_per_hour: row.cents_per_hour,
             state: EnvState::parse(&row.state).ok_or_else(|| corrupt("state"))?,
             desired: Desired::parse(&row.desired).ok_or_else(|| corrupt("desired state"))?,
@@ -449,7 +454,12 @@ impl Platform {
         .bind(size.id)
         .bind(&spec.image)
         .bind(&spec.command)
-        .bind((spec.serving != Serving::default()).then(|| serde_json::to_string(&spec.serving)).transpose().map_err(Error::internal)?)
+        .bind(
+            (spec.serving != Serving::default())
+                .then(|| serde_json::to_string(&spec.serving))
+                .transpose()
+                .map_err(Error::internal)?,
+        )
         .bind(cents_per_hour)
         .bind(now)
         .bind(window.starts_at)

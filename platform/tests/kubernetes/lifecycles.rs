@@ -222,5 +222,11 @@ fn an_endpoints_model_arguments_and_variables_reach_its_container() {
     assert!(container.get("command").is_none(), "the image's own entrypoint runs");
     let env = container["env"].as_array().unwrap();
     assert_eq!(env[0]["name"], "BERTH_API_KEY", "the key, from its Secret, first");
-    assert_eq!(&env[1..], [json!({ "name": "HF_TOKEN", "value": "hf_secret" }), json!({ "name": "BERTH_MODEL", "value": "org/model-7b" })]);
+    assert_eq!(
+        &env[1..],
+        [
+            json!({ "name": "HF_TOKEN", "value": "hf_secret" }),
+            json!({ "name": "BERTH_MODEL", "value": "org/model-7b" })
+        ]
+    );
 }

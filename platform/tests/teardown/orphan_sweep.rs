@@ -113,6 +113,7 @@ fn workload_of(env: &Environment) -> Workload {
         shape: env.size.shape,
         image: env.image.clone(),
         command: env.command.clone(),
+        serving: env.serving.clone(),
         units: Vec::new(),
         vcpus: env.size.vcpus,
         memory_gb: env.size.memory_gb,
