@@ -70,7 +70,7 @@ enum Command {
         project: String,
     },
     /// Book an environment.
-    Book(Book),
+    Book(Box<Book>),
     /// Your environments (a tenant admin's: the tenant's).
     Ls {
         /// `active`, `finished` or `any`.
