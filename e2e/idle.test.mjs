@@ -71,6 +71,13 @@ test('an idle notebook shows its GPU use and is warned on its page and in the be
   await page.screenshot({ path: join(artifacts, 'idle-warning.png'), fullPage: true });
   // The operator's /metrics has its GPU's series, labelled with whose it is.
   assert.match(await berth.metrics(), new RegExp(`berth_gpu_utilization_percent\\{[^}]*environment="${environmentId}"[^}]*\\} \\d`));
+  // The fleet chart shows how busy held GPUs are, beside what is booked on them.
+  const fleet = await page.context().newPage();
+  await fleet.goto(`${berth.url}/admin/fleet`);
+  const busy = fleet.locator('[data-gpu-busy]').first();
+  await busy.waitFor();
+  assert.match(await busy.innerText(), /^\d{1,3}% busy$/);
+  await fleet.close();
 });
 
 test('"Keep it" withdraws the warning; the policy allows it once', async () => {

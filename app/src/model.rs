@@ -464,6 +464,8 @@ pub struct FleetGpu {
     pub health: String,
     pub health_note: String,
     pub bars: Vec<Bar>,
+    /// "73% busy": its latest utilization while held, beside what is allocated on it.
+    pub busy: Option<String>,
 }
 
 /// A block on the chart, placed in percent of the row.

@@ -13,6 +13,7 @@ use berth_domain::notification::Kind;
 use berth_domain::policy::Role;
 use berth_domain::telemetry::GpuReading;
 use berth_domain::tenancy::Isolation;
+use berth_platform::capacity::maintenance::NodeFilter;
 use berth_platform::provisioning::backend::simulated::Activity;
 use berth_platform::{Error, now_ms};
 use common::{TestBerth, test_meta};
@@ -78,6 +79,21 @@ async fn readings_are_kept_per_booked_gpu_or_slice_and_shown_to_whom_may_see_the
     let train = berth.platform.environment_gpu_use(&berth.caller, &training.id).await.expect("use");
     assert!(train.hour[0].utilization_pct > 85.0, "training keeps its GPU busy: {:?}", train.hour[0]);
     assert!(train.hour[0].power_w.unwrap() > 500.0);
+
+    // The fleet chart shows how busy each held GPU is, beside what is booked on it; a GPU
+    // nobody holds shows nothing.
+    let admin = berth.admin().await;
+    let t = now_ms();
+    let fleet = berth
+        .platform
+        .fleet_schedule(&admin, t - 3_600_000, t + 3_600_000, &NodeFilter::default())
+        .await
+        .expect("fleet");
+    let gpus: Vec<_> = fleet.nodes.iter().flat_map(|n| n.gpus.iter()).collect();
+    let held_by = |id: &str| gpus.iter().find(|g| g.bookings.iter().any(|b| b.environment_id == id)).unwrap();
+    assert!(held_by(&training.id).utilization_pct.unwrap() > 85, "{:?}", held_by(&training.id));
+    assert!(held_by(&notebook.id).utilization_pct.unwrap() < 3);
+    assert!(gpus.iter().filter(|g| g.bookings.is_empty()).all(|g| g.utilization_pct.is_none()));
 
     // Told to idle, the training job's GPU reads idle from then on.
     berth.backend.set_activity(&training.id, Activity::Idle);

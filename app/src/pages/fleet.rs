@@ -351,6 +351,10 @@ fn NodeRows(node: FleetNode, columns: usize) -> impl IntoView {
                         let tone = if gpu.health == "failed" { "bg-red-100 text-red-800" } else { "bg-amber-100 text-amber-800" };
                         view! { <span class=format!("ml-1 rounded px-1 font-medium {tone}")>{gpu.health.clone()}</span> }
                     })}
+                    {gpu.busy.clone().map(|busy| view! {
+                        <span class="ml-1 rounded bg-slate-100 px-1 font-medium text-slate-800" data-gpu-busy=""
+                            title="Utilization over the last minute of readings">{busy}</span>
+                    })}
                 </div>
                 <div class="relative h-6 flex-1 border-b border-slate-100" style=grid.clone()>
                     {node.maintenance.iter().cloned().map(|bar| view! { <BarView bar=Bar { label: String::new(), ..bar }/> }).collect_view()}

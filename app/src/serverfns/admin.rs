@@ -308,6 +308,7 @@ mod chart {
                         },
                         health: g.health.clone(),
                         health_note: g.health_note.clone().unwrap_or_default(),
+                        busy: g.utilization_pct.map(|pct| format!("{pct}% busy")),
                         bars: g
                             .bookings
                             .iter()

@@ -68,6 +68,9 @@ pub struct GpuSchedule {
     pub health: String,
     pub health_note: Option<String>,
     pub bookings: Vec<ScheduledBooking>,
+    /// Its latest utilization reading (percent; the mean of its slices' or shares'), while
+    /// a booking holds it and its readings arrive; `None` otherwise.
+    pub utilization_pct: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -391,7 +394,36 @@ impl Platform {
                 health: row.try_get(7)?,
                 health_note: row.try_get(8)?,
                 bookings: Vec::new(),
+                utilization_pct: None,
             });
+        }
+        // Beside what is allocated, how busy it is: each held GPU's latest minute of
+        // readings (the telemetry store's fine buckets of the last two minutes).
+        let fine = berth_domain::telemetry::FINE;
+        let busy = sqlx::query(
+            "WITH latest AS (
+                 SELECT s.reservation_id, max(s.bucket) AS bucket FROM gpu_samples s
+                 JOIN reservations r ON r.id = s.reservation_id
+                 WHERE s.resolution_s = ?1 AND s.bucket >= ?2 AND r.released_at IS NULL
+                   AND r.gpu_id IN (SELECT g.id FROM gpus g WHERE g.node_id IN (SELECT value FROM json_each(?3)))
+                 GROUP BY s.reservation_id)
+             SELECT r.gpu_id, avg(s.utilization_sum / s.readings)
+             FROM latest CROSS JOIN gpu_samples s
+                 ON s.reservation_id = latest.reservation_id AND s.resolution_s = ?1 AND s.bucket = latest.bucket
+             JOIN reservations r ON r.id = latest.reservation_id
+             GROUP BY r.gpu_id",
+        )
+        .bind(fine.seconds)
+        .bind(fine.bucket_of(now) - 2 * fine.seconds * 1000)
+        .bind(&node_ids)
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in &busy {
+            let Some((key, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
+            let pct: Option<f64> = row.try_get(1)?;
+            if let (Some(node), Some(pct)) = (nodes.get_mut(key), pct) {
+                node.gpus[*i].utilization_pct = Some(pct.round().clamp(0.0, 100.0) as u32);
+            }
         }
         let bookings = sqlx::query(
             "SELECT r.gpu_id, e.id, e.name, u.email, e.state, r.slice_start, r.slice_size, r.mig_profile, r.starts_at,
