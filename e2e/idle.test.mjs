@@ -72,12 +72,14 @@ test('an idle notebook shows its GPU use and is warned on its page and in the be
   // The operator's /metrics has its GPU's series, labelled with whose it is.
   assert.match(await berth.metrics(), new RegExp(`berth_gpu_utilization_percent\\{[^}]*environment="${environmentId}"[^}]*\\} \\d`));
   // The fleet chart shows how busy held GPUs are, beside what is booked on them.
-  const fleet = await page.context().newPage();
-  await fleet.goto(`${berth.url}/admin/fleet`);
-  const busy = fleet.locator('[data-gpu-busy]').first();
+  const back = page.url();
+  await page.goto(`${berth.url}/admin/fleet`);
+  const busy = page.locator('[data-gpu-busy]').first();
   await busy.waitFor();
   assert.match(await busy.innerText(), /^\d{1,3}% busy$/);
-  await fleet.close();
+  await page.goto(back);
+  await page.locator('body[data-hydrated]').waitFor();
+  await page.locator('[data-idle="warned"]').waitFor();
 });
 
 test('"Keep it" withdraws the warning; the policy allows it once', async () => {
