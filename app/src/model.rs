@@ -1064,8 +1064,9 @@ pub struct UseChartView {
 pub struct IdleView {
     /// The policy in a sentence; `None` when no idle policy applies.
     pub policy: Option<String>,
-    /// The standing warning in words.
+    /// The standing warning in words, and its heading ("Idle: it will be stopped").
     pub warning: Option<String>,
+    pub warning_title: String,
     /// Whether the caller may choose "keep it" now.
     pub may_keep: bool,
     /// "1 of 2 keeps used", or empty.

@@ -8,6 +8,7 @@
 
 use crate::Refusal;
 use crate::booking::utc_short;
+use crate::catalog::Offering;
 
 /// How idleness is judged for one offering.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -244,10 +245,41 @@ pub fn may_keep(policy: &IdlePolicy, keeps_used: i64) -> Result<(), Refusal> {
 }
 
 /// The warning's words on the environment page and in the notification.
-pub fn warning_text(name: &str, idle_since: i64, stop_at: i64) -> String {
+/// What the end of the grace does to an idle environment. A notebook (or a job, under a
+/// policy) is stopped and its capacity released. An inference endpoint is never stopped
+/// for idleness: it gives back its replicas beyond its minimum of one, and one at its
+/// minimum has nothing to give back, so it is not warned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reclaim {
+    Stop,
+    /// From this many replicas to one.
+    ScaleDown { replicas: u32 },
+}
+
+impl Reclaim {
+    /// What idleness would take from an environment of `offering` running `replicas`.
+    pub fn of(offering: Offering, replicas: u32) -> Option<Reclaim> {
+        match offering {
+            Offering::InferenceEndpoint if replicas > 1 => Some(Reclaim::ScaleDown { replicas }),
+            Offering::InferenceEndpoint => None,
+            _ => Some(Reclaim::Stop),
+        }
+    }
+
+    /// "stopped", "scaled down to 1 replica": what the warning says will happen.
+    pub fn outcome(self) -> &'static str {
+        match self {
+            Reclaim::Stop => "stopped",
+            Reclaim::ScaleDown { .. } => "scaled down to 1 replica",
+        }
+    }
+}
+
+pub fn warning_text(name: &str, idle_since: i64, stop_at: i64, reclaim: Reclaim) -> String {
     format!(
-        "{name}'s GPUs have been idle since {}. It will be stopped at {} unless you keep it.",
+        "{name}'s GPUs have been idle since {}. It will be {} at {} unless you keep it.",
         utc_short(idle_since),
+        reclaim.outcome(),
         utc_short(stop_at)
     )
 }
@@ -257,6 +289,16 @@ mod tests {
     use super::*;
 
     const MIN: i64 = 60_000;
+
+    #[test]
+    fn an_endpoint_is_scaled_down_never_stopped_and_left_alone_at_one_replica() {
+        assert_eq!(Reclaim::of(Offering::Notebook, 1), Some(Reclaim::Stop));
+        assert_eq!(Reclaim::of(Offering::TrainingJob, 1), Some(Reclaim::Stop));
+        assert_eq!(Reclaim::of(Offering::InferenceEndpoint, 3), Some(Reclaim::ScaleDown { replicas: 3 }));
+        assert_eq!(Reclaim::of(Offering::InferenceEndpoint, 1), None);
+        let text = warning_text("llm", 0, 60_000, Reclaim::ScaleDown { replicas: 3 });
+        assert!(text.ends_with("It will be scaled down to 1 replica at Thu 1 Jan 00:01 UTC unless you keep it."), "{text}");
+    }
 
     fn policy() -> IdlePolicy {
         IdlePolicy { below_pct: 5.0, idle_for_s: 3600, grace_s: 900, max_keeps: Some(2) }

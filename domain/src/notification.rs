@@ -82,7 +82,7 @@ impl Kind {
             Kind::NodeHealth => "Node health changes (platform admins)",
             Kind::BudgetMark => "Budget reached 50, 80 or 100%",
             Kind::IdleWarning => "Environment idle: it will be stopped unless kept",
-            Kind::IdleStopped => "Environment stopped for idleness",
+            Kind::IdleStopped => "Environment stopped (or an endpoint scaled down) for idleness",
             Kind::StatementReady => "Monthly statement ready (tenant admins)",
         }
     }
@@ -332,11 +332,11 @@ impl Notice {
         }
     }
 
-    pub fn idle_warning(id: &str, name: &str, idle_since: i64, stop_at: i64) -> Notice {
+    pub fn idle_warning(id: &str, name: &str, idle_since: i64, stop_at: i64, reclaim: crate::idle::Reclaim) -> Notice {
         Notice {
             kind: Kind::IdleWarning,
-            title: format!("{name} is idle and will be stopped"),
-            body: crate::idle::warning_text(name, idle_since, stop_at),
+            title: format!("{name} is idle and will be {}", reclaim.outcome()),
+            body: crate::idle::warning_text(name, idle_since, stop_at, reclaim),
             link: format!("/environments/{id}#idle"),
         }
     }
@@ -346,6 +346,17 @@ impl Notice {
             kind: Kind::IdleStopped,
             title: format!("{name} was stopped for idleness"),
             body: format!("{name} was stopped and its GPUs released: {policy}. Your volumes keep your files."),
+            link: format!("/environments/{id}"),
+        }
+    }
+
+    /// An idle endpoint gave back its replicas beyond one (of the idle-stop kind: the
+    /// same choice of channels).
+    pub fn idle_scaled_down(id: &str, name: &str, replicas: u32, policy: &str) -> Notice {
+        Notice {
+            kind: Kind::IdleStopped,
+            title: format!("{name} was scaled down for idleness"),
+            body: format!("{name} went from {replicas} replicas to 1 and released the others' GPUs: {policy}."),
             link: format!("/environments/{id}"),
         }
     }

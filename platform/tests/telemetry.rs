@@ -284,3 +284,66 @@ async fn a_tenant_may_only_make_the_platforms_policy_stricter(pool: SqlitePool) 
     let status = berth.platform.idle_status(&berth.caller, &notebook.id).await.expect("status");
     assert_eq!(status.policy, None);
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn an_idle_endpoint_gives_back_its_replicas_beyond_one_and_is_never_stopped(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    let policy = IdlePolicy::parse("5", "10s", "10s", "").expect("policy");
+    berth.platform.set_idle_policy(&admin, None, Offering::InferenceEndpoint, Some(policy)).await.expect("policy");
+    let endpoint = berth.launch("inference", "l40s-1", "llm").await.expect("endpoint");
+    berth.wait_for(&endpoint.id, EnvState::Ready).await;
+    berth.backend.set_activity(&endpoint.id, Activity::Idle);
+
+    // At its one replica it has nothing to give back: never warned, never stopped.
+    read_once(&berth).await;
+    let t0 = now_ms();
+    assert_eq!(berth.platform.watch_idle(t0 + 12 * SECOND).await.expect("pass"), 0);
+    assert_eq!(berth.platform.watch_idle(t0 + 40 * SECOND).await.expect("pass"), 0);
+    let status = berth.platform.idle_status(&berth.caller, &endpoint.id).await.expect("status");
+    assert_eq!((status.warning, status.outcome), (None, None));
+
+    // With two replicas, idleness warns that it will scale down, then scales it down.
+    berth.platform.set_replicas(&berth.caller, &endpoint.id, "2").await.expect("scale up");
+    read_once(&berth).await;
+    let t1 = now_ms();
+    berth.platform.watch_idle(t1 + 12 * SECOND).await.expect("pass");
+    let status = berth.platform.idle_status(&berth.caller, &endpoint.id).await.expect("status");
+    let (_, stop_at) = status.warning.expect("warned");
+    assert_eq!(status.outcome, Some("scaled down to 1 replica"));
+    let title: String = sqlx::query_scalar("SELECT title FROM notifications WHERE kind = 'environment.idle_warning'")
+        .fetch_one(berth.platform.db())
+        .await
+        .unwrap();
+    assert_eq!(title, "llm is idle and will be scaled down to 1 replica");
+
+    assert_eq!(berth.platform.watch_idle(stop_at + SECOND).await.expect("pass"), 1);
+    let env = berth.platform.environment_of(&berth.caller, &endpoint.id).await.expect("env");
+    assert_eq!(env.state, EnvState::Ready, "an endpoint is never stopped for idleness");
+    let replicas: i64 = sqlx::query_scalar("SELECT replicas FROM environments WHERE id = ?")
+        .bind(&endpoint.id)
+        .fetch_one(berth.platform.db())
+        .await
+        .unwrap();
+    assert_eq!(replicas, 1);
+    assert_eq!(audited(&berth, "endpoint.idle_scale_down").await, 1);
+    assert_eq!(notified(&berth, Kind::IdleStopped).await, 1);
+    let status = berth.platform.idle_status(&berth.caller, &endpoint.id).await.expect("status");
+    assert_eq!((status.warning, status.stopped_at, status.outcome), (None, None, None));
+    // The second replica's GPU goes back to the calendar once the backend stopped it.
+    let mut held = i64::MAX;
+    for _ in 0..100 {
+        held = sqlx::query_scalar(
+            "SELECT count(*) FROM reservations WHERE environment_id = ? AND replica = 1 AND released_at IS NULL",
+        )
+        .bind(&endpoint.id)
+        .fetch_one(berth.platform.db())
+        .await
+        .unwrap();
+        if held == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(held, 0, "the surplus replica's GPU is released");
+}

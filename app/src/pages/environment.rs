@@ -249,7 +249,7 @@ fn GpuUse(actions: Actions, id: String) -> impl IntoView {
 
 #[component]
 fn IdleCard(idle: IdleView, keep: ServerAction<KeepEnvironment>, id: String) -> impl IntoView {
-    let IdleView { policy, warning, may_keep, keeps, stopped } = idle;
+    let IdleView { policy, warning, warning_title, may_keep, keeps, stopped } = idle;
     let keep_form = may_keep.then(|| {
         view! {
             <ActionForm action=keep attr:class="mt-3">
@@ -263,7 +263,7 @@ fn IdleCard(idle: IdleView, keep: ServerAction<KeepEnvironment>, id: String) -> 
     match (warning, stopped) {
         (Some(warning), _) => view! {
             <section id="idle" role="alert" data-idle="warned" class="rounded-xl border border-amber-300 bg-amber-50 p-5 text-sm text-amber-950">
-                <h2 class="font-semibold">"Idle: it will be stopped"</h2>
+                <h2 class="font-semibold">{warning_title}</h2>
                 <p class="mt-1">{warning}</p>
                 <p class="mt-1 text-amber-900">{policy.unwrap_or_default()} {(!keeps.is_empty()).then(|| format!(" ({keeps})."))}</p>
                 {keep_form}

@@ -185,15 +185,17 @@ mod views {
             None if status.keeps_used > 0 => format!("{} keeps used", status.keeps_used),
             None => String::new(),
         };
+        let outcome = status.outcome.unwrap_or("stopped");
         IdleView {
             policy: status.policy.clone(),
             warning: status.warning.map(|(since, stop_at)| {
                 format!(
-                    "Its GPUs have been idle since {}. It will be stopped at {} unless you keep it.",
+                    "Its GPUs have been idle since {}. It will be {outcome} at {} unless you keep it.",
                     utc(since),
                     utc(stop_at)
                 )
             }),
+            warning_title: format!("Idle: it will be {outcome}"),
             may_keep: status.may_keep,
             keeps,
             stopped: status.stopped_at.map(|at| format!("Stopped for idleness at {}.", utc(at))),

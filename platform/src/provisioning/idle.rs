@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use berth_domain::Refusal;
 use berth_domain::catalog::Offering;
-use berth_domain::idle::{self, IdleAction, IdleFacts, IdlePolicy};
+use berth_domain::idle::{self, IdleAction, IdleFacts, IdlePolicy, Reclaim};
 use berth_domain::lifecycle::{Desired, EnvState};
 use berth_domain::notification::Notice;
 use berth_domain::policy::{Action, Target};
@@ -46,8 +46,11 @@ pub struct IdlePolicies {
 pub struct IdleStatus {
     /// The policy that applies, in words; `None` when none does.
     pub policy: Option<String>,
-    /// The standing warning: idle since, stopped at.
+    /// The standing warning: idle since, stopped (or scaled down) at.
     pub warning: Option<(i64, i64)>,
+    /// What idleness would do to it: "stopped", "scaled down to 1 replica"; `None` for an
+    /// endpoint at its one replica, which idleness leaves alone.
+    pub outcome: Option<&'static str>,
     pub keeps_used: i64,
     /// Keeps left in this booking; `None` is no limit.
     pub keeps_left: Option<i64>,
@@ -159,6 +162,9 @@ impl Platform {
         let mut conn = self.db.acquire().await?;
         let policy = applying_policy(&mut conn, env.tenant_id, env.offering).await?;
         let watch = watch_of(&mut conn, id).await?;
+        let replicas: i64 =
+            sqlx::query_scalar("SELECT replicas FROM environments WHERE id = ?").bind(id).fetch_one(&mut *conn).await?;
+        let reclaim = Reclaim::of(env.offering, u32::try_from(replicas).unwrap_or(1));
         let keeps_left = policy.and_then(|p| p.max_keeps).map(|limit| (limit - watch.keeps).max(0));
         let target = Target::Owned { tenant_id: env.tenant_id, owner_id: env.owner_id };
         let may_keep = policy.is_some()
@@ -169,6 +175,7 @@ impl Platform {
         Ok(IdleStatus {
             policy: policy.map(|p| p.describe()),
             warning: watch.idle_since.zip(watch.stop_at),
+            outcome: reclaim.map(Reclaim::outcome),
             keeps_used: watch.keeps,
             keeps_left,
             stopped_at: watch.stopped_at,
@@ -221,7 +228,7 @@ impl Platform {
     /// One pass of the idle watcher: the proxy's traffic written down, then each ready
     /// environment under a policy judged by `domain::idle::decide`, and each verdict acted
     /// on in its own write transaction (re-checked there, so a stop or keep meanwhile
-    /// wins). Answers how many were stopped.
+    /// wins). Answers how many were stopped (or, endpoints, scaled down to one replica).
     pub async fn watch_idle(&self, now: i64) -> Result<usize, Error> {
         let traffic = self.traffic.take();
         if !traffic.is_empty() {
@@ -244,8 +251,8 @@ impl Platform {
             return Ok(0);
         }
         let ready = sqlx::query(
-            "SELECT e.id, e.name, e.owner_id, e.tenant_id, e.offering, coalesce(e.ready_at, e.state_changed_at) AS ready_at,
-                    w.kept_at, w.traffic_at, w.stop_at
+            "SELECT e.id, e.name, e.owner_id, e.tenant_id, e.offering, e.replicas,
+                    coalesce(e.ready_at, e.state_changed_at) AS ready_at, w.kept_at, w.traffic_at, w.stop_at
              FROM environments e LEFT JOIN idle_watch w ON w.environment_id = e.id
              WHERE e.state = 'ready' AND e.desired = 'running'",
         )
@@ -257,6 +264,9 @@ impl Platform {
             let tenant_id: Option<i64> = row.try_get("tenant_id")?;
             let offering: String = row.try_get("offering")?;
             let Some(offering) = Offering::parse(&offering) else { continue };
+            let replicas = u32::try_from(row.try_get::<i64, _>("replicas")?).unwrap_or(1);
+            // An endpoint at its one replica has nothing to give back.
+            let Some(reclaim) = Reclaim::of(offering, replicas) else { continue };
             let platform = policies.get(&(None, offering)).copied();
             let tenant = tenant_id.and_then(|t| policies.get(&(Some(t), offering)).copied());
             let Some(policy) = IdlePolicy::strictest(platform, tenant) else { continue };
@@ -285,7 +295,7 @@ impl Platform {
             }
             let name: String = row.try_get("name")?;
             let owner: i64 = row.try_get("owner_id")?;
-            let acted = Acting { id: &id, name: &name, owner, tenant_id, policy: &policy, facts: &facts };
+            let acted = Acting { id: &id, name: &name, owner, tenant_id, policy: &policy, facts: &facts, reclaim };
             if self.act_on_idleness(&acted, action, now).await? {
                 stopped += 1;
             }
@@ -297,7 +307,8 @@ impl Platform {
     }
 
     /// Acts on one verdict, if what it was decided on still holds (the environment is
-    /// ready and wanted, and its watch row is as read). Answers whether it stopped it.
+    /// ready and wanted, and its watch row is as read). Answers whether it stopped it or
+    /// scaled it down.
     async fn act_on_idleness(&self, e: &Acting<'_>, action: IdleAction, now: i64) -> Result<bool, Error> {
         let mut tx = self.begin_write().await?;
         let still: Option<Option<i64>> = sqlx::query_scalar(
@@ -323,7 +334,7 @@ impl Platform {
                 .bind(stop_at)
                 .execute(&mut *tx)
                 .await?;
-                let detail = idle::warning_text(e.name, idle_since, stop_at);
+                let detail = idle::warning_text(e.name, idle_since, stop_at, e.reclaim);
                 let event = Event {
                     action: "environment.idle_warning",
                     target: Some(e.id),
@@ -331,7 +342,7 @@ impl Platform {
                     detail: Some(&detail),
                 };
                 audit::record(&mut tx, &actor, event).await?;
-                let notice = Notice::idle_warning(e.id, e.name, idle_since, stop_at);
+                let notice = Notice::idle_warning(e.id, e.name, idle_since, stop_at, e.reclaim);
                 self.notify(&mut tx, e.tenant_id, &[e.owner], &notice).await?;
                 false
             }
@@ -341,6 +352,32 @@ impl Platform {
                     .execute(&mut *tx)
                     .await?;
                 false
+            }
+            IdleAction::Stop if matches!(e.reclaim, Reclaim::ScaleDown { .. }) => {
+                let Reclaim::ScaleDown { replicas } = e.reclaim else { return Ok(false) };
+                // Down to one replica: the reconciler stops the others and gives their
+                // GPUs back (as a scale-down from the page does). Its idle clock starts
+                // again; a new warning comes only if it scales up and idles again.
+                sqlx::query("UPDATE environments SET replicas = 1, scale_error = NULL WHERE id = ? AND replicas > 1")
+                    .bind(e.id)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("UPDATE idle_watch SET idle_since = NULL, stop_at = NULL WHERE environment_id = ?")
+                    .bind(e.id)
+                    .execute(&mut *tx)
+                    .await?;
+                let detail = format!("replicas {replicas} -> 1 for idleness: {}", e.policy.describe());
+                let event = Event {
+                    action: "endpoint.idle_scale_down",
+                    target: Some(e.id),
+                    outcome: Outcome::Success,
+                    detail: Some(&detail),
+                };
+                audit::record(&mut tx, &actor, event).await?;
+                let notice = Notice::idle_scaled_down(e.id, e.name, replicas, &e.policy.describe());
+                self.notify(&mut tx, e.tenant_id, &[e.owner], &notice).await?;
+                // Counted with the stops: the reconciler has capacity to give back.
+                true
             }
             IdleAction::Stop => {
                 sqlx::query("UPDATE environments SET desired = 'released' WHERE id = ?")
@@ -391,6 +428,8 @@ struct Acting<'a> {
     tenant_id: Option<i64>,
     policy: &'a IdlePolicy,
     facts: &'a IdleFacts,
+    /// What the end of the grace does to it.
+    reclaim: Reclaim,
 }
 
 #[derive(Default)]

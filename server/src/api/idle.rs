@@ -223,9 +223,13 @@ pub struct IdleStatusBody {
     /// Since when its GPUs are idle, once its owner was warned; `null` without a warning.
     #[schema(format = DateTime)]
     idle_since: Option<String>,
-    /// When the watcher stops it unless it is kept; `null` without a warning.
+    /// When the watcher stops it (an endpoint: scales it down to one replica) unless it is
+    /// kept; `null` without a warning.
     #[schema(format = DateTime)]
     stops_at: Option<String>,
+    /// What idleness would do: `stopped`, `scaled down to 1 replica`; `null` for an
+    /// endpoint at one replica, which idleness leaves alone.
+    outcome: Option<&'static str>,
     keeps_used: i64,
     /// Keeps left in this booking; `null` is no limit.
     keeps_left: Option<i64>,
@@ -243,6 +247,7 @@ fn idle_body(status: IdleStatus) -> IdleStatusBody {
         policy: status.policy,
         idle_since: idle_since.map(rfc3339),
         stops_at: stops_at.map(rfc3339),
+        outcome: status.outcome,
         keeps_used: status.keeps_used,
         keeps_left: status.keeps_left,
         stopped_at: status.stopped_at.map(rfc3339),
