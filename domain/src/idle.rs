@@ -253,7 +253,9 @@ pub fn may_keep(policy: &IdlePolicy, keeps_used: i64) -> Result<(), Refusal> {
 pub enum Reclaim {
     Stop,
     /// From this many replicas to one.
-    ScaleDown { replicas: u32 },
+    ScaleDown {
+        replicas: u32,
+    },
 }
 
 impl Reclaim {
@@ -297,7 +299,10 @@ mod tests {
         assert_eq!(Reclaim::of(Offering::InferenceEndpoint, 3), Some(Reclaim::ScaleDown { replicas: 3 }));
         assert_eq!(Reclaim::of(Offering::InferenceEndpoint, 1), None);
         let text = warning_text("llm", 0, 60_000, Reclaim::ScaleDown { replicas: 3 });
-        assert!(text.ends_with("It will be scaled down to 1 replica at Thu 1 Jan 00:01 UTC unless you keep it."), "{text}");
+        assert!(
+            text.ends_with("It will be scaled down to 1 replica at Thu 1 Jan 00:01 UTC unless you keep it."),
+            "{text}"
+        );
     }
 
     fn policy() -> IdlePolicy {
