@@ -217,6 +217,17 @@ async fn replicas_book_capacity_within_quota_and_give_it_back(pool: SqlitePool) 
     wait_applied(&berth, &id, 1).await;
     assert_eq!(held_by(&berth, &id).await, 1, "the surplus replica's GPU is released once it stopped");
     assert_eq!(common::overlapping_reservations(&pool).await, 0);
+    // Up and straight down again, before the way up was applied: the count matches what
+    // runs, and the replica booked on the way up still gives its GPU back.
+    berth.platform.set_replicas(&berth.caller, &id, "2").await.expect("scale up");
+    berth.platform.set_replicas(&berth.caller, &id, "1").await.expect("and down");
+    for _ in 0..100 {
+        if held_by(&berth, &id).await == 1 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(held_by(&berth, &id).await, 1, "nothing is left booked by the replica asked away");
     let (_, body) = get(&format!("{}/v1/models", upstream.base_url), Some(&credential)).await;
     assert!(body.contains("\"replicas\":1"), "{body}");
     // The released GPU can be booked again right away.

@@ -140,9 +140,15 @@ impl Platform {
         timeout: Duration,
         tasks: &mut JoinSet<()>,
     ) -> Result<(), Error> {
+        // Due: a count not applied yet, or reservations of replicas beyond the count (asked
+        // up and down again before the way up was applied: the count matches what runs, but
+        // the booked-up replica still holds its capacity).
         let due: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM environments WHERE offering = 'inference' AND state = 'ready' AND desired = 'running'
-               AND replicas <> replicas_applied",
+            "SELECT e.id FROM environments e
+             WHERE e.offering = 'inference' AND e.state = 'ready' AND e.desired = 'running'
+               AND (e.replicas <> e.replicas_applied
+                    OR EXISTS (SELECT 1 FROM reservations r WHERE r.environment_id = e.id
+                               AND r.released_at IS NULL AND r.replica >= e.replicas))",
         )
         .fetch_all(&self.db)
         .await?;
