@@ -7,6 +7,7 @@ use berth_domain::Refusal;
 use berth_domain::catalog::Offering;
 use berth_domain::launch::LaunchRequest;
 use berth_platform::capacity::environments::{Environment, EnvironmentFilter};
+use berth_platform::provisioning::connect::KeyState;
 use berth_platform::{Caller, Error, Platform};
 use http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -299,6 +300,107 @@ pub(super) async fn change_end(
 ) -> Result<Json<EnvironmentBody>, ApiError> {
     let env = platform.change_end(&caller, &id, &end.ends_at).await.map_err(fail(&caller))?;
     Ok(Json(environment_body(&platform, &caller, &env)))
+}
+
+/// An inference endpoint's replicas and key, as its page shows them.
+#[derive(Serialize, ToSchema)]
+pub struct EndpointBody {
+    /// What the owner asked for, and what the backend last confirmed running.
+    replicas: u32,
+    replicas_applied: u32,
+    /// Why applying `replicas` failed last time; `null` once it worked.
+    scale_error: Option<String>,
+    /// `pending` (not made yet: the endpoint is not ready), `unrevealed` (made, to be shown
+    /// once) or `shown` (only its hash is kept).
+    #[schema(pattern = "^(pending|unrevealed|shown)$")]
+    key: &'static str,
+    /// When it was shown (or last replaced).
+    #[schema(format = DateTime)]
+    key_shown_at: Option<String>,
+}
+
+async fn endpoint_body(platform: &Platform, caller: &Caller, id: &str) -> Result<EndpointBody, Error> {
+    let detail = platform.environment_detail(caller, id).await?;
+    let state = detail.endpoint.ok_or(Refusal::NoReplicas(detail.environment.offering.title()))?;
+    let (key, key_shown_at) = match state.key {
+        KeyState::NotYetMade => ("pending", None),
+        KeyState::Unrevealed => ("unrevealed", None),
+        KeyState::Shown { at } => ("shown", Some(rfc3339(at))),
+    };
+    Ok(EndpointBody {
+        replicas: state.replicas,
+        replicas_applied: state.replicas_applied,
+        scale_error: state.scale_error,
+        key,
+        key_shown_at,
+    })
+}
+
+/// An inference endpoint's replicas and the state of its API key.
+#[utoipa::path(get, path = "/api/v1/environments/{id}/endpoint", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id")),
+    responses((status = 200, body = EndpointBody)))]
+pub(super) async fn endpoint(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+) -> Result<Json<EndpointBody>, ApiError> {
+    Ok(Json(endpoint_body(&platform, &caller, &id).await.map_err(fail(&caller))?))
+}
+
+/// How many replicas an endpoint should run.
+#[derive(Deserialize, ToSchema)]
+pub struct NewReplicas {
+    #[schema(minimum = 1, maximum = 8)]
+    replicas: u32,
+}
+
+/// Sets how many replicas a ready endpoint runs: each more books its size again until the
+/// endpoint's end, within quota and budget (all or nothing); fewer give theirs back once
+/// stopped.
+#[utoipa::path(put, path = "/api/v1/environments/{id}/replicas", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id")),
+    request_body = NewReplicas,
+    responses((status = 200, body = EndpointBody)))]
+pub(super) async fn set_replicas(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+    Body(asked): Body<NewReplicas>,
+) -> Result<Json<EndpointBody>, ApiError> {
+    let replicas = asked.replicas.to_string();
+    platform.set_replicas(&caller, &id, &replicas).await.map_err(fail(&caller))?;
+    Ok(Json(endpoint_body(&platform, &caller, &id).await.map_err(fail(&caller))?))
+}
+
+/// An endpoint's API key, shown this once.
+#[derive(Serialize, ToSchema)]
+pub struct ApiKeyBody {
+    /// `Authorization: Bearer <key>` on the endpoint's URL. Berth keeps only its hash.
+    key: String,
+}
+
+/// Shows an endpoint's API key, once (after that, 422: replace it instead). Audited.
+#[utoipa::path(post, path = "/api/v1/environments/{id}/api-key", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id")),
+    responses((status = 200, body = ApiKeyBody)))]
+pub(super) async fn reveal_api_key(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+) -> Result<Json<ApiKeyBody>, ApiError> {
+    let key = platform.reveal_endpoint_key(&caller, &id).await.map_err(fail(&caller))?;
+    Ok(Json(ApiKeyBody { key }))
+}
+
+/// Gives an endpoint a new API key, shown this once; the old one stops working at once.
+/// Audited.
+#[utoipa::path(post, path = "/api/v1/environments/{id}/api-key/replace", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id")),
+    responses((status = 200, body = ApiKeyBody)))]
+pub(super) async fn replace_api_key(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+) -> Result<Json<ApiKeyBody>, ApiError> {
+    let key = platform.replace_endpoint_key(&caller, &id).await.map_err(fail(&caller))?;
+    Ok(Json(ApiKeyBody { key }))
 }
 
 /// How much of a training job's log.

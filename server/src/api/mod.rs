@@ -47,6 +47,10 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/environments/{id}/stop", post(environments::stop))
         .route("/api/v1/environments/{id}/end", post(environments::change_end))
         .route("/api/v1/environments/{id}/logs", get(environments::logs))
+        .route("/api/v1/environments/{id}/endpoint", get(environments::endpoint))
+        .route("/api/v1/environments/{id}/replicas", put(environments::set_replicas))
+        .route("/api/v1/environments/{id}/api-key", post(environments::reveal_api_key))
+        .route("/api/v1/environments/{id}/api-key/replace", post(environments::replace_api_key))
         .route("/api/v1/catalog", get(catalog::catalog))
         .route("/api/v1/availability", get(catalog::availability))
         .route("/api/v1/prices", get(prices::prices).post(prices::set_price))
@@ -120,6 +124,10 @@ pub fn routes() -> Routes<AppState> {
         environments::stop,
         environments::change_end,
         environments::logs,
+        environments::endpoint,
+        environments::set_replicas,
+        environments::reveal_api_key,
+        environments::replace_api_key,
         catalog::catalog,
         catalog::availability,
         prices::prices,

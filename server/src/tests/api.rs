@@ -338,3 +338,73 @@ async fn a_script_lists_nodes_and_schedules_maintenance() {
     let again = berth.api(Method::DELETE, &format!("/api/v1/maintenance/{id}"), "", Some(&root)).await;
     assert_eq!(again.status, StatusCode::NOT_FOUND, "{}", again.body);
 }
+
+/// A script runs an inference endpoint end to end: launched with its model, arguments and
+/// variables (answered by name only), its key shown once and replaced, its replicas set.
+#[tokio::test]
+async fn a_script_serves_a_model_shows_its_key_once_and_scales_it() {
+    let berth = Berth::start_running().await;
+    let tenant = berth.platform.ensure_tenant("tenant-a", "Tenant A", Isolation::Soft).await.expect("tenant");
+    let member = berth.person("dana@example.com", Role::Member, Some(tenant)).await;
+    let viewer = berth.person("vic@example.com", Role::Viewer, Some(tenant)).await;
+    let (_, token) = berth.token(&member, &[]).await;
+    let (_, watcher) = berth.token(&viewer, &[]).await;
+    let launch = r#"{"offering": "inference", "size": "l40s-1", "name": "llm", "hours": "2",
+                     "image": "vllm/vllm-openai:v0.6.3", "model": "org/model-7b",
+                     "args": "--model {model} --max-model-len 8192", "env": "HF_TOKEN=hf_secret"}"#;
+    let launched = berth.api(Method::POST, "/api/v1/environments", launch, Some(&token)).await;
+    assert_eq!(launched.status, StatusCode::CREATED, "{}", launched.body);
+    assert!(!launched.body.contains("hf_secret"), "a variable's value is never answered");
+    let env = json(&launched);
+    assert_eq!(
+        env["serving"],
+        serde_json::json!({"model": "org/model-7b", "args": ["--model", "org/model-7b", "--max-model-len", "8192"],
+                           "env_names": ["HF_TOKEN"]})
+    );
+    let id = env["id"].as_str().expect("id").to_owned();
+    let at = |path: &str| format!("/api/v1/environments/{id}{path}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let state = json(&berth.api(Method::GET, &at("/endpoint"), "", Some(&token)).await);
+        if state["key"] == "unrevealed" {
+            assert_eq!((state["replicas"].as_u64(), state["replicas_applied"].as_u64()), (Some(1), Some(1)));
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the endpoint never became ready: {state}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+
+    // A viewer sees the endpoint's state, not its key.
+    let seen = berth.api(Method::GET, &at("/endpoint"), "", Some(&watcher)).await;
+    assert_eq!(seen.status, StatusCode::OK, "{}", seen.body);
+    let peek = berth.api(Method::POST, &at("/api-key"), "", Some(&watcher)).await;
+    assert_eq!(peek.status, StatusCode::FORBIDDEN, "{}", peek.body);
+    // Shown once; then only replaced, which stops the old one.
+    let shown = json(&berth.api(Method::POST, &at("/api-key"), "", Some(&token)).await);
+    let key = shown["key"].as_str().expect("the key").to_owned();
+    assert!(key.starts_with("berth_ep_"), "{key}");
+    let again = berth.api(Method::POST, &at("/api-key"), "", Some(&token)).await;
+    assert_eq!(again.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", again.body);
+    let replaced = json(&berth.api(Method::POST, &at("/api-key/replace"), "", Some(&token)).await);
+    assert_ne!(replaced["key"].as_str(), Some(key.as_str()));
+    assert_eq!(json(&berth.api(Method::GET, &at("/endpoint"), "", Some(&token)).await)["key"], "shown");
+
+    // Two replicas, then a count out of range is refused in words.
+    let scaled = berth.api(Method::PUT, &at("/replicas"), r#"{"replicas": 2}"#, Some(&token)).await;
+    assert_eq!(scaled.status, StatusCode::OK, "{}", scaled.body);
+    assert_eq!(json(&scaled)["replicas"].as_u64(), Some(2));
+    let held: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM reservations WHERE environment_id = ? AND released_at IS NULL")
+            .bind(&id)
+            .fetch_one(berth.platform.db())
+            .await
+            .expect("count");
+    assert_eq!(held, 2, "the second replica books its own GPU");
+    let nine = berth.api(Method::PUT, &at("/replicas"), r#"{"replicas": 9}"#, Some(&token)).await;
+    assert_eq!(nine.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", nine.body);
+    assert!(nine.body.contains("replicas must be a whole number between 1 and 8"), "{}", nine.body);
+    // A notebook has neither.
+    let notebook = berth.launch(&member, "nb").await;
+    let none = berth.api(Method::GET, &format!("/api/v1/environments/{notebook}/endpoint"), "", Some(&token)).await;
+    assert_eq!(none.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", none.body);
+}
