@@ -353,56 +353,59 @@ impl Platform {
                     .await?;
                 false
             }
-            IdleAction::Stop if matches!(e.reclaim, Reclaim::ScaleDown { .. }) => {
-                let Reclaim::ScaleDown { replicas } = e.reclaim else { return Ok(false) };
-                // Down to one replica: the reconciler stops the others and gives their
-                // GPUs back (as a scale-down from the page does). Its idle clock starts
-                // again; a new warning comes only if it scales up and idles again.
-                sqlx::query("UPDATE environments SET replicas = 1, scale_error = NULL WHERE id = ? AND replicas > 1")
+            IdleAction::Stop => match e.reclaim {
+                Reclaim::ScaleDown { replicas } => {
+                    // Down to one replica: the reconciler stops the others and gives their
+                    // GPUs back (as a scale-down from the page does). Its idle clock starts
+                    // again; a new warning comes only if it scales up and idles again.
+                    sqlx::query(
+                        "UPDATE environments SET replicas = 1, scale_error = NULL WHERE id = ? AND replicas > 1",
+                    )
                     .bind(e.id)
                     .execute(&mut *tx)
                     .await?;
-                sqlx::query("UPDATE idle_watch SET idle_since = NULL, stop_at = NULL WHERE environment_id = ?")
+                    sqlx::query("UPDATE idle_watch SET idle_since = NULL, stop_at = NULL WHERE environment_id = ?")
+                        .bind(e.id)
+                        .execute(&mut *tx)
+                        .await?;
+                    let detail = format!("replicas {replicas} -> 1 for idleness: {}", e.policy.describe());
+                    let event = Event {
+                        action: "endpoint.idle_scale_down",
+                        target: Some(e.id),
+                        outcome: Outcome::Success,
+                        detail: Some(&detail),
+                    };
+                    audit::record(&mut tx, &actor, event).await?;
+                    let notice = Notice::idle_scaled_down(e.id, e.name, replicas, &e.policy.describe());
+                    self.notify(&mut tx, e.tenant_id, &[e.owner], &notice).await?;
+                    // Counted with the stops: the reconciler has capacity to give back.
+                    true
+                }
+                Reclaim::Stop => {
+                    sqlx::query("UPDATE environments SET desired = 'released' WHERE id = ?")
+                        .bind(e.id)
+                        .execute(&mut *tx)
+                        .await?;
+                    sqlx::query(
+                        "UPDATE idle_watch SET idle_since = NULL, stop_at = NULL, stopped_at = ? WHERE environment_id = ?",
+                    )
+                    .bind(now)
                     .bind(e.id)
                     .execute(&mut *tx)
                     .await?;
-                let detail = format!("replicas {replicas} -> 1 for idleness: {}", e.policy.describe());
-                let event = Event {
-                    action: "endpoint.idle_scale_down",
-                    target: Some(e.id),
-                    outcome: Outcome::Success,
-                    detail: Some(&detail),
-                };
-                audit::record(&mut tx, &actor, event).await?;
-                let notice = Notice::idle_scaled_down(e.id, e.name, replicas, &e.policy.describe());
-                self.notify(&mut tx, e.tenant_id, &[e.owner], &notice).await?;
-                // Counted with the stops: the reconciler has capacity to give back.
-                true
-            }
-            IdleAction::Stop => {
-                sqlx::query("UPDATE environments SET desired = 'released' WHERE id = ?")
-                    .bind(e.id)
-                    .execute(&mut *tx)
-                    .await?;
-                sqlx::query(
-                    "UPDATE idle_watch SET idle_since = NULL, stop_at = NULL, stopped_at = ? WHERE environment_id = ?",
-                )
-                .bind(now)
-                .bind(e.id)
-                .execute(&mut *tx)
-                .await?;
-                let detail = format!("stopped for idleness: {}", e.policy.describe());
-                let event = Event {
-                    action: "environment.idle_stop",
-                    target: Some(e.id),
-                    outcome: Outcome::Success,
-                    detail: Some(&detail),
-                };
-                audit::record(&mut tx, &actor, event).await?;
-                let notice = Notice::idle_stopped(e.id, e.name, &e.policy.describe());
-                self.notify(&mut tx, e.tenant_id, &[e.owner], &notice).await?;
-                true
-            }
+                    let detail = format!("stopped for idleness: {}", e.policy.describe());
+                    let event = Event {
+                        action: "environment.idle_stop",
+                        target: Some(e.id),
+                        outcome: Outcome::Success,
+                        detail: Some(&detail),
+                    };
+                    audit::record(&mut tx, &actor, event).await?;
+                    let notice = Notice::idle_stopped(e.id, e.name, &e.policy.describe());
+                    self.notify(&mut tx, e.tenant_id, &[e.owner], &notice).await?;
+                    true
+                }
+            },
         };
         tx.commit().await?;
         Ok(stopped)
