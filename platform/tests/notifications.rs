@@ -444,7 +444,7 @@ async fn invitations_maintenance_node_health_and_budget_marks_tell_the_right_peo
     assert!(!titles(&berth, &boss).await.iter().any(|t| t.starts_with("Node ")));
 
     // A budget's 50% mark: the tenant's admins hear of it.
-    let change = berth_platform::capacity::metering::BudgetChange {
+    let change = berth_platform::capacity::budgets::BudgetChange {
         level: "tenant".into(),
         who: "acme".into(),
         amount: "10".into(),

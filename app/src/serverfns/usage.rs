@@ -192,7 +192,7 @@ pub async fn set_budget(
     /// A checkbox: sent only when ticked.
     warn_only: Option<String>,
 ) -> Result<(), AppError> {
-    use berth_platform::capacity::metering::BudgetChange;
+    use berth_platform::capacity::budgets::BudgetChange;
     let (platform, caller) = super::ssr::caller().await?;
     let change = BudgetChange { level, who, amount, warn_only: warn_only.is_some() };
     platform.set_budget(&caller, &change).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;

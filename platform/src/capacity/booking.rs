@@ -17,8 +17,8 @@ use berth_domain::rates::RateKey;
 use sqlx::SqliteConnection;
 
 use crate::audit::{self, Event, Outcome};
+use crate::capacity::budgets::BookingCost;
 use crate::capacity::environments::{Environment, environment_in};
-use crate::capacity::metering::BookingCost;
 use crate::capacity::quotas::{Booker, QuotaAsk};
 use crate::{Caller, Error, Platform, now_ms};
 

@@ -19,8 +19,9 @@ use sqlx::{FromRow, Row, SqliteConnection};
 
 use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
+use crate::capacity::budgets::BookingCost;
 use crate::capacity::idempotency::{self, IdempotencyKey};
-use crate::capacity::metering::{self, BookingCost};
+use crate::capacity::metering;
 use crate::capacity::quotas::{Booker, QuotaAsk};
 use crate::capacity::volumes;
 use crate::metrics::LaunchOutcome;

@@ -1,5 +1,6 @@
-//! Metering: the usage ledger (written by the transactions that change capacity), usage
-//! reports, and monthly budgets checked inside a booking's writer turn like quotas.
+//! Metering: the usage ledger (written by the transactions that change capacity) and usage
+//! reports. Budgets (`budgets`) and the sums released units are added to (`usage_sums`)
+//! read and write the same ledger.
 //!
 //! The ledger has a row per capacity unit (`usage_ledger`, one per reservation): the launch
 //! and a replica's booking insert it beside the reservation (`record_units`), the start of
@@ -11,20 +12,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use berth_domain::Refusal;
+use berth_domain::booking::DAY_MS;
 use berth_domain::booking::Tier;
-use berth_domain::booking::{DAY_MS, Window};
-use berth_domain::metering::{self, Budget, BudgetOf, ChargeBasis, Month, UnitTime, to_cents};
-use berth_domain::notification::Notice;
-use berth_domain::placement::Shape;
-use berth_domain::policy::{Action, Reach, Target};
+use berth_domain::metering::{self, ChargeBasis, Month, UnitTime, to_cents};
+use berth_domain::policy::Action;
 use berth_domain::rates::{Charge, Priced, RateCard, RateKey};
 use chrono::NaiveDate;
 use serde::{Deserialize, Serialize};
 use sqlx::{FromRow, SqliteConnection};
 
 use crate::access::Scope;
-use crate::audit::{self, Event, Outcome};
-use crate::capacity::quotas::Booker;
+use crate::capacity::budgets::BudgetStatus;
 use crate::capacity::rates::rate_card;
 use crate::{Caller, Error, Platform, now_ms};
 
@@ -376,25 +374,6 @@ impl UsagePeriod {
     }
 }
 
-/// A monthly budget and how far the month has gone into it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BudgetStatus {
-    pub id: i64,
-    pub tenant_id: i64,
-    pub project_id: Option<i64>,
-    /// "Tenant Acme", "Project acme/vision"
-    pub of: String,
-    pub cents_per_month: i64,
-    pub warn_only: bool,
-    /// Charged so far this month.
-    pub spent_cents: i64,
-    /// Charged, plus what running and booked environments will cost by the month's end:
-    /// what bookings are checked against.
-    pub committed_cents: i64,
-    /// The marks (50, 80, 100 percent) reached this month, as recorded.
-    pub reached: Vec<u32>,
-}
-
 /// What a usage page shows: a month of the ledger within the caller's reach.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct UsageReport {
@@ -546,18 +525,6 @@ pub struct ModelUse {
     pub capacity_gpu_hours: Vec<f64>,
 }
 
-/// A budget to set, as the form names it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct BudgetChange {
-    /// `tenant` (by slug; platform staff) or `project` (`tenant-slug/name`, or the name in the
-    /// caller's tenant).
-    pub level: String,
-    pub who: String,
-    /// Dollars a month, as typed ("2,000").
-    pub amount: String,
-    pub warn_only: bool,
-}
-
 impl Platform {
     /// What bookings are charged for on this platform.
     pub fn charging(&self) -> ChargeBasis {
@@ -640,268 +607,6 @@ impl Platform {
         })
     }
 
-    /// The budgets a report shows: the tenant's and its projects' (a member's: their
-    /// tenant's and their projects'), or every tenant's for platform staff.
-    async fn budget_statuses(
-        &self,
-        conn: &mut SqliteConnection,
-        card: &RateCard,
-        scope: &Scope,
-        month: Month,
-        counted_to: i64,
-    ) -> Result<Vec<BudgetStatus>, Error> {
-        // A member's (reach `Own`): their tenant's own budget and their projects'.
-        let member_tenant: Option<i64> = match (scope.tenant_id, scope.owner_id) {
-            (None, Some(id)) if !scope.all => {
-                sqlx::query_scalar("SELECT tenant_id FROM users WHERE id = ?").bind(id).fetch_one(&mut *conn).await?
-            }
-            _ => None,
-        };
-        let rows: Vec<BudgetRow> = sqlx::query_as(&format!(
-            "SELECT {BUDGET_COLUMNS} FROM {BUDGET_TABLES}
-             WHERE t.status <> 'deleted'
-               AND (?1 OR b.tenant_id = ?2
-                    OR (b.tenant_id = ?3 AND (b.project_id IS NULL
-                        OR b.project_id IN (SELECT project_id FROM project_members WHERE user_id = ?4))))
-             ORDER BY t.name, b.project_id IS NOT NULL, p.name"
-        ))
-        .bind(scope.all)
-        .bind(scope.tenant_id)
-        .bind(member_tenant)
-        .bind(scope.owner_id)
-        .fetch_all(&mut *conn)
-        .await?;
-        let mut statuses = Vec::with_capacity(rows.len());
-        let mut summed = SummedMonths::new(card);
-        for BudgetRow { id, tenant_id, project_id, cents_per_month, warn_only, tenant, slug, project } in rows {
-            let spent_cents = self.month_spent(conn, &mut summed, tenant_id, project_id, month, counted_to).await?;
-            let committed_cents = self.month_committed(conn, &mut summed, tenant_id, project_id, month).await?;
-            let reached: Vec<u32> = sqlx::query_scalar(
-                "SELECT threshold FROM budget_alerts WHERE budget_id = ? AND month = ? ORDER BY threshold",
-            )
-            .bind(id)
-            .bind(month.key())
-            .fetch_all(&mut *conn)
-            .await?;
-            let of = match project {
-                Some(name) => format!("Project {slug}/{name}"),
-                None => format!("Tenant {tenant}"),
-            };
-            statuses.push(BudgetStatus {
-                id,
-                tenant_id,
-                project_id,
-                of,
-                cents_per_month,
-                warn_only,
-                spent_cents,
-                committed_cents,
-                reached,
-            });
-        }
-        Ok(statuses)
-    }
-
-    /// Refuses a booking whose cost would take its project or tenant past a monthly budget,
-    /// month by month of its window; inside the booking's transaction, after its quota
-    /// check, so nothing is written when it is refused. Marks it makes a budget reach are
-    /// recorded (once each per month) and audited.
-    pub(crate) async fn check_budgets(
-        &self,
-        conn: &mut SqliteConnection,
-        caller: &Caller,
-        booker: Booker,
-        cost: BookingCost,
-    ) -> Result<(), Error> {
-        let Some(tenant_id) = booker.tenant_id else { return Ok(()) };
-        let marks = self.budget_marks(conn, booker, cost).await?;
-        for BudgetMark { id, budget, month, pct } in marks {
-            let recorded = sqlx::query(
-                "INSERT INTO budget_alerts (budget_id, month, threshold, at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            )
-            .bind(id)
-            .bind(month.key())
-            .bind(pct)
-            .bind(now_ms())
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-            if recorded == 1 {
-                let target = budget.of.to_string();
-                let detail = format!(
-                    "{pct}% of {} in {} reached{}",
-                    metering::format_money(budget.cents_per_month),
-                    month.title(),
-                    if budget.warn_only { " (warn only)" } else { "" }
-                );
-                let event = Event {
-                    action: "budget.threshold",
-                    target: Some(&target),
-                    outcome: Outcome::Success,
-                    detail: Some(&detail),
-                };
-                audit::record(&mut *conn, &caller.actor(), event).await?;
-                // The tenant's admins hear of it, and for a project's budget the person
-                // whose booking crossed the mark.
-                let mut told = crate::notifications::tenant_admins(&mut *conn, tenant_id).await?;
-                if matches!(budget.of, BudgetOf::Project(_)) {
-                    told.push(caller.user_id());
-                }
-                let notice = Notice::budget_mark(&target, pct, &month.title());
-                self.notify(conn, Some(tenant_id), &told, &notice).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The marks (50, 80, 100 percent) a booking of `cost` by `booker` would make its
-    /// project's and tenant's budgets reach, month by month of its window; refused
-    /// (`OverBudget`) when it would take one past its limit. Reads only: the launch form's
-    /// hints ask it too.
-    pub(crate) async fn budget_marks(
-        &self,
-        conn: &mut SqliteConnection,
-        booker: Booker,
-        cost: BookingCost,
-    ) -> Result<Vec<BudgetMark>, Error> {
-        let Some(tenant_id) = booker.tenant_id else { return Ok(Vec::new()) };
-        let budgets: Vec<BudgetRow> = sqlx::query_as(&format!(
-            "SELECT {BUDGET_COLUMNS} FROM {BUDGET_TABLES}
-             WHERE b.tenant_id = ? AND (b.project_id IS NULL OR b.project_id IS ?)
-             ORDER BY b.project_id IS NULL"
-        ))
-        .bind(tenant_id)
-        .bind(booker.project_id)
-        .fetch_all(&mut *conn)
-        .await?;
-        if budgets.is_empty() {
-            return Ok(Vec::new());
-        }
-        let card = rate_card(conn).await?;
-        let priced = Priced { key: cost.key, spot: cost.tier == Tier::Spot, tenant: Some(tenant_id) };
-        let whole = |from: i64, to: i64| to_cents(cost.units * card.charge(priced, from, to).net);
-        let total = whole(cost.window.starts_at, cost.window.ends_at);
-        let mut marks = Vec::new();
-        let mut summed = SummedMonths::new(&card);
-        for BudgetRow { id, project_id, cents_per_month, warn_only, tenant, project, .. } in budgets {
-            let of = match project {
-                Some(name) => BudgetOf::Project(name),
-                None => BudgetOf::Tenant(tenant),
-            };
-            let budget = Budget { of, cents_per_month, warn_only };
-            for (month, from, to) in metering::split_by_month(cost.window.starts_at, cost.window.ends_at) {
-                let committed = self.month_committed(conn, &mut summed, tenant_id, project_id, month).await?;
-                let this = whole(from, to);
-                budget.check(cost.what, month, committed, this, total, cost.hours)?;
-                for pct in budget.crossed(committed, committed + this) {
-                    marks.push(BudgetMark { id, budget: budget.clone(), month, pct });
-                }
-            }
-        }
-        Ok(marks)
-    }
-
-    /// Sets a tenant's budget (platform staff) or a project's (its tenant's admins too),
-    /// replacing the one it had. Someone out of reach is answered like someone who does not
-    /// exist.
-    pub async fn set_budget(&self, caller: &Caller, change: &BudgetChange) -> Result<(), Error> {
-        self.authorize_in_tenant(caller, Action::UsageManage).await?;
-        let cents = metering::parse_money(&change.amount)?;
-        let who = change.who.trim();
-        let missing = |what: &str| Error::Refused(Refusal::InvalidBudget(format!("there is no {what} \"{who}\"")));
-        let (tenant_id, project_id, label): (i64, Option<i64>, String) = match change.level.trim() {
-            "tenant" => {
-                // A tenant's own budget is set by the platform, like its quota.
-                self.authorize(caller, Action::UsageManage, Target::Platform).await?;
-                let id: Option<i64> =
-                    sqlx::query_scalar("SELECT id FROM tenants WHERE slug = ? AND status <> 'deleted'")
-                        .bind(who)
-                        .fetch_optional(&self.db)
-                        .await?;
-                (id.ok_or_else(|| missing("tenant"))?, None, format!("tenant {who}"))
-            }
-            "project" => {
-                let (slug, name) = match who.split_once('/') {
-                    Some((slug, name)) => (Some(slug.trim()), name.trim()),
-                    None => (None, who),
-                };
-                let found: Option<(i64, i64, String)> = sqlx::query_as(
-                    "SELECT p.tenant_id, p.id, t.slug FROM projects p JOIN tenants t ON t.id = p.tenant_id
-                     WHERE p.name = ? AND t.status <> 'deleted' AND (t.slug = ? OR (? IS NULL AND t.id = ?))",
-                )
-                .bind(name)
-                .bind(slug)
-                .bind(slug)
-                .bind(caller.tenant_id())
-                .fetch_optional(&self.db)
-                .await?;
-                let (tenant_id, project_id, slug) = found.ok_or_else(|| missing("project"))?;
-                if self.authorize(caller, Action::UsageManage, Target::Tenant(tenant_id)).await.is_err() {
-                    return Err(missing("project"));
-                }
-                (tenant_id, Some(project_id), format!("project {slug}/{name}"))
-            }
-            other => {
-                return Err(Refusal::InvalidBudget(format!(
-                    "\"{other}\" is not something a budget applies to; choose tenant or project"
-                ))
-                .into());
-            }
-        };
-        let mut tx = self.begin_write().await?;
-        sqlx::query(
-            "INSERT INTO budgets (tenant_id, project_id, cents_per_month, warn_only, updated_at, updated_by)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-             ON CONFLICT (tenant_id, coalesce(project_id, 0)) DO UPDATE SET
-                cents_per_month = excluded.cents_per_month, warn_only = excluded.warn_only,
-                updated_at = excluded.updated_at, updated_by = excluded.updated_by",
-        )
-        .bind(tenant_id)
-        .bind(project_id)
-        .bind(cents)
-        .bind(change.warn_only)
-        .bind(now_ms())
-        .bind(caller.user_id())
-        .execute(&mut *tx)
-        .await?;
-        let detail =
-            format!("{} a month{}", metering::format_money(cents), if change.warn_only { ", warn only" } else { "" });
-        let event =
-            Event { action: "budget.set", target: Some(&label), outcome: Outcome::Success, detail: Some(&detail) };
-        audit::record(&mut tx, &caller.actor(), event).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// Removes a budget: its tenant or project is no longer limited by cost.
-    pub async fn remove_budget(&self, caller: &Caller, id: i64) -> Result<(), Error> {
-        self.authorize_in_tenant(caller, Action::UsageManage).await?;
-        let row: Option<(i64, Option<i64>, String, Option<String>)> = sqlx::query_as(
-            "SELECT b.tenant_id, b.project_id, t.slug, p.name FROM budgets b JOIN tenants t ON t.id = b.tenant_id
-             LEFT JOIN projects p ON p.id = b.project_id WHERE b.id = ?",
-        )
-        .bind(id)
-        .fetch_optional(&self.db)
-        .await?;
-        let (tenant_id, project_id, slug, project) = row.ok_or(Error::NotFound)?;
-        // A tenant's own budget is the platform's; rows out of reach look missing.
-        let target = if project_id.is_some() { Target::Tenant(tenant_id) } else { Target::Platform };
-        if self.authorize(caller, Action::UsageManage, target).await.is_err() {
-            return Err(Error::NotFound);
-        }
-        let mut tx = self.begin_write().await?;
-        sqlx::query("DELETE FROM budget_alerts WHERE budget_id = ?").bind(id).execute(&mut *tx).await?;
-        sqlx::query("DELETE FROM budgets WHERE id = ?").bind(id).execute(&mut *tx).await?;
-        let label = match project {
-            Some(name) => format!("project {slug}/{name}"),
-            None => format!("tenant {slug}"),
-        };
-        let event = Event { action: "budget.remove", target: Some(&label), outcome: Outcome::Success, detail: None };
-        audit::record(&mut tx, &caller.actor(), event).await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
     /// GPU-hours and cost charged so far, all time, per tenant and project: the operator's
     /// `/metrics` counters (not a person's report: no caller). Reads the whole ledger.
     pub async fn usage_totals(&self) -> Result<Vec<UsageTotal>, Error> {
@@ -941,61 +646,6 @@ impl Platform {
             })
             .collect())
     }
-
-    /// Whether the caller may set budgets at all, and tenants' own (for forms).
-    pub fn budget_reach(&self, caller: &Caller) -> (bool, bool) {
-        let reach = caller.principal.reach(Action::UsageManage);
-        (reach.is_some(), reach == Some(Reach::All))
-    }
-}
-
-/// A budget as stored, with its tenant's and project's names.
-#[derive(Debug, Clone, FromRow)]
-struct BudgetRow {
-    id: i64,
-    tenant_id: i64,
-    project_id: Option<i64>,
-    cents_per_month: i64,
-    warn_only: bool,
-    tenant: String,
-    slug: String,
-    project: Option<String>,
-}
-
-const BUDGET_COLUMNS: &str =
-    "b.id, b.tenant_id, b.project_id, b.cents_per_month, b.warn_only, t.name AS tenant, t.slug, p.name AS project";
-const BUDGET_TABLES: &str =
-    "budgets b JOIN tenants t ON t.id = b.tenant_id LEFT JOIN projects p ON p.id = b.project_id";
-
-/// What a booking (or the part an extension or a scale-up adds) would cost: `units` of a
-/// line of the rate card for `window`, at the rates and discounts in force (and to come)
-/// over it.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct BookingCost {
-    /// "booking", "extension", "scale-up": how the refusal names it.
-    pub what: &'static str,
-    pub key: RateKey,
-    /// Capacity units (reservations): GPUs, slices or shares.
-    pub units: i64,
-    pub tier: Tier,
-    pub window: Window,
-    pub hours: u32,
-}
-
-impl BookingCost {
-    /// A new booking of one of a size: as many units as the size holds of its rate line.
-    pub(crate) fn of_size(shape: Shape, tier: Tier, window: Window, hours: u32) -> BookingCost {
-        let (key, units) = RateKey::of_shape(shape);
-        BookingCost { what: "booking", key, units: i64::from(units), tier, window, hours }
-    }
-}
-
-/// A mark (50, 80 or 100 percent) a booking makes a budget reach in a month.
-pub(crate) struct BudgetMark {
-    id: i64,
-    budget: Budget,
-    month: Month,
-    pct: u32,
 }
 
 /// What a unit is charged by and its times (`UNIT_COLUMNS`): what its charge is computed
@@ -1024,7 +674,7 @@ impl Unit {
 
     /// Its charge for `[from, to)` after discounts, in microcents. A unit of a model this
     /// Berth no longer knows has no line on the card, and costs nothing (logged).
-    fn charge(&self, card: &RateCard, from: i64, to: i64) -> i64 {
+    pub(super) fn charge(&self, card: &RateCard, from: i64, to: i64) -> i64 {
         self.charges(card, from, to).net
     }
 
@@ -1044,7 +694,7 @@ impl Unit {
 
 /// `[from, to)` (within the month that starts at `month_start`) cut at UTC midnights: each
 /// day's index in the month and its part of the span.
-fn by_day(month_start: i64, from: i64, to: i64) -> impl Iterator<Item = (usize, i64, i64)> {
+pub(super) fn by_day(month_start: i64, from: i64, to: i64) -> impl Iterator<Item = (usize, i64, i64)> {
     let mut at = from;
     std::iter::from_fn(move || {
         (at < to).then(|| {
@@ -1068,11 +718,6 @@ pub(super) fn within(span: Option<(i64, i64)>, month: Month) -> Option<(i64, i64
     let (from, to) = span?;
     let (from, to) = (from.max(month_start), to.min(month_end));
     (from < to).then_some((from, to))
-}
-
-/// What `units` are charged in `month` for the spans `span` picks, rounded once to the cent.
-fn month_cents(units: &[Unit], card: &RateCard, month: Month, span: impl Fn(UnitTime) -> Option<(i64, i64)>) -> i64 {
-    to_cents(units.iter().filter_map(|u| within(span(u.time()), month).map(|(f, t)| u.charge(card, f, t))).sum())
 }
 
 /// Each model's GPU-hours held per day of `month` (`held`: model, the day's first
@@ -1126,9 +771,6 @@ fn held_hours(units: &[LedgerUnit], month: Month, counted_to: i64) -> Vec<(Strin
     held
 }
 
-/// The bases a released unit is summed on: both, so that `--charge-for` may change.
-const BASES: [ChargeBasis; 2] = [ChargeBasis::Use, ChargeBasis::ReservedWindow];
-
 /// A day's sums of released units on one line (`usage_sums`), with the line's names.
 #[derive(Debug, Clone, FromRow)]
 struct DaySum {
@@ -1169,36 +811,9 @@ impl SumKey {
     }
 }
 
-/// A released unit as summing reads it.
-#[derive(Debug, Clone, FromRow)]
-struct ReleasedUnit {
-    environment_id: String,
-    reservation_id: i64,
-    summed: bool,
-    #[sqlx(flatten)]
-    key: SumKey,
-    #[sqlx(flatten)]
-    unit: Unit,
-}
-
-/// What one unit adds to one day of one basis.
-#[derive(Debug, Default)]
-struct DayPart {
-    ms: i64,
-    day_microcents: i64,
-    month_microcents: i64,
-    month_list_microcents: i64,
-    environments: i64,
-}
-
-/// The first millisecond of the UTC day `ms` falls in.
-fn day_of(ms: i64) -> i64 {
-    ms - ms.rem_euclid(DAY_MS)
-}
-
 /// The released units of environments whose ids are the JSON array `ids`, summed or not,
 /// each environment's together.
-const RELEASED_UNITS: &str = concat!(
+pub(super) const RELEASED_UNITS: &str = concat!(
     "SELECT l.environment_id, l.reservation_id, l.summed, l.project_id, l.owner_id, l.offering, l.mig_profile,
         l.gpu_parts, l.gpu_part_of, ",
     unit_columns!(),
@@ -1206,132 +821,6 @@ const RELEASED_UNITS: &str = concat!(
     WHERE l.environment_id IN (SELECT value FROM json_each(?1)) AND r.released_at IS NOT NULL
     ORDER BY l.environment_id, l.reservation_id"
 );
-
-/// Released units' charges on their way into `usage_sums`: added up per basis, day and
-/// line in memory, then written once per row.
-struct Summing<'a> {
-    card: &'a RateCard,
-    parts: BTreeMap<(&'static str, i64, SumKey), DayPart>,
-    /// The units added, to be marked summed.
-    units: Vec<i64>,
-}
-
-impl<'a> Summing<'a> {
-    fn new(card: &'a RateCard) -> Summing<'a> {
-        Summing { card, parts: BTreeMap::new(), units: Vec::new() }
-    }
-
-    /// Adds an environment's released units not summed yet (`units`: all its released
-    /// units, summed or not).
-    fn add_environment(&mut self, units: &[ReleasedUnit]) {
-        // The months each basis already counts the environment in (its units share one
-        // line: the environment's tenant, project, owner, offering, tier and size).
-        let mut counted: BTreeSet<(&str, Month)> = BTreeSet::new();
-        let months = |unit: &Unit, basis: ChargeBasis| {
-            let span = unit.time().charged(basis, i64::MAX);
-            span.map(|(from, to)| metering::split_by_month(from, to)).unwrap_or_default()
-        };
-        for released in units.iter().filter(|u| u.summed) {
-            for basis in BASES {
-                counted.extend(months(&released.unit, basis).into_iter().map(|(month, _, _)| (basis.as_str(), month)));
-            }
-        }
-        for released in units.iter().filter(|u| !u.summed) {
-            let unit = &released.unit;
-            for basis in BASES {
-                // Released: its charge on either basis is final.
-                for (month, from, to) in months(unit, basis) {
-                    let month_charge = unit.charges(self.card, from, to);
-                    let first = self.part(basis, day_of(from), &released.key);
-                    first.month_microcents += month_charge.net;
-                    first.month_list_microcents += month_charge.list;
-                    if counted.insert((basis.as_str(), month)) {
-                        first.environments += 1;
-                    }
-                    let month_start = month.starts_at();
-                    for (day, day_from, day_to) in by_day(month_start, from, to) {
-                        let day_charge = unit.charge(self.card, day_from, day_to);
-                        let part = self.part(basis, month_start + day as i64 * DAY_MS, &released.key);
-                        part.ms += day_to - day_from;
-                        part.day_microcents += day_charge;
-                    }
-                }
-            }
-            self.units.push(released.reservation_id);
-        }
-    }
-
-    fn part(&mut self, basis: ChargeBasis, day: i64, key: &SumKey) -> &mut DayPart {
-        self.parts.entry((basis.as_str(), day, key.clone())).or_default()
-    }
-
-    /// Writes the sums and marks the units summed, in the caller's transaction. Answers
-    /// how many units.
-    async fn write(self, conn: &mut SqliteConnection) -> Result<usize, Error> {
-        for ((basis, day, key), part) in &self.parts {
-            sqlx::query(
-                "INSERT INTO usage_sums (basis, day, tenant_id, project_id, owner_id, offering, tier, gpu_model,
-                     mig_profile, gpu_parts, gpu_part_of, ms, day_microcents, month_microcents, environments,
-                     month_list_microcents)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)
-                 ON CONFLICT (basis, coalesce(tenant_id, 0), day, coalesce(project_id, 0), owner_id, offering, tier,
-                     gpu_model, coalesce(mig_profile, ''), gpu_parts, gpu_part_of)
-                 DO UPDATE SET ms = ms + excluded.ms, day_microcents = day_microcents + excluded.day_microcents,
-                     month_microcents = month_microcents + excluded.month_microcents,
-                     environments = environments + excluded.environments,
-                     month_list_microcents = month_list_microcents + excluded.month_list_microcents",
-            )
-            .bind(*basis)
-            .bind(*day)
-            .bind(key.tenant_id)
-            .bind(key.project_id)
-            .bind(key.owner_id)
-            .bind(&key.offering)
-            .bind(&key.tier)
-            .bind(&key.gpu_model)
-            .bind(&key.mig_profile)
-            .bind(key.gpu_parts)
-            .bind(key.gpu_part_of)
-            .bind(part.ms)
-            .bind(part.day_microcents)
-            .bind(part.month_microcents)
-            .bind(part.environments)
-            .bind(part.month_list_microcents)
-            .execute(&mut *conn)
-            .await?;
-        }
-        if !self.units.is_empty() {
-            sqlx::query("UPDATE usage_ledger SET summed = 1 WHERE reservation_id IN (SELECT value FROM json_each(?))")
-                .bind(serde_json::to_string(&self.units).map_err(Error::internal)?)
-                .execute(&mut *conn)
-                .await?;
-        }
-        Ok(self.units.len())
-    }
-}
-
-/// Adds the released units of `environments` not yet summed to `usage_sums` and marks
-/// them summed, in the caller's transaction: the one that releases them, so that the sums
-/// never drift from the ledger (a unit is counted by its sums or by its row, never both).
-/// Answers how many units.
-async fn sum_environments(conn: &mut SqliteConnection, environments: &[String]) -> Result<usize, Error> {
-    let units: Vec<ReleasedUnit> = sqlx::query_as(RELEASED_UNITS)
-        .bind(serde_json::to_string(environments).map_err(Error::internal)?)
-        .fetch_all(&mut *conn)
-        .await?;
-    let card = rate_card(conn).await?;
-    let mut summing = Summing::new(&card);
-    for environment in units.chunk_by(|a, b| a.environment_id == b.environment_id) {
-        summing.add_environment(environment);
-    }
-    summing.write(conn).await
-}
-
-/// Sums the released units of `environment_id` not summed yet: in the transaction that
-/// releases them (see [`sum_environments`]).
-pub(crate) async fn sum_released_units(conn: &mut SqliteConnection, environment_id: &str) -> Result<usize, Error> {
-    sum_environments(conn, &[environment_id.to_owned()]).await
-}
 
 /// The scope of a report as a condition on `usage_sums s` (parameters ?3 to ?5 as
 /// [`month_units`] binds them). A tenant's admins and viewers see the tenant's sums: their
@@ -1480,7 +969,7 @@ async fn summed_environments(
 
 /// Which of a month's ledger units a report or a budget reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum UnitsToRead {
+pub(super) enum UnitsToRead {
     /// Every unit: on the reserved-window basis one released early is still charged as
     /// its window passes, so sums at release do not hold its charge (and lines by
     /// environment are not summed).
@@ -1492,153 +981,10 @@ enum UnitsToRead {
 
 impl UnitsToRead {
     /// The ledger as a query names it (`l`) and the condition on it.
-    fn ledger(self) -> (&'static str, &'static str) {
+    pub(super) fn ledger(self) -> (&'static str, &'static str) {
         match self {
             UnitsToRead::All => ("usage_ledger l", "1"),
             UnitsToRead::Unsummed => ("usage_ledger l INDEXED BY usage_ledger_unsummed", "l.summed = 0"),
-        }
-    }
-}
-
-/// The units of a tenant (or one of its projects) whose windows touch `month`.
-async fn budget_units(
-    conn: &mut SqliteConnection,
-    tenant_id: i64,
-    project_id: Option<i64>,
-    month: Month,
-    which: UnitsToRead,
-) -> Result<Vec<Unit>, Error> {
-    let (ledger, summed) = which.ledger();
-    let (month_start, month_end) = month.span();
-    Ok(sqlx::query_as(&format!(
-        "SELECT {UNIT_COLUMNS}
-         FROM {ledger} JOIN reservations r ON r.id = l.reservation_id
-         WHERE {summed} AND l.tenant_id = ?1 AND (?2 IS NULL OR l.project_id = ?2)
-           AND r.starts_at < ?3 AND r.ends_at > ?4"
-    ))
-    .bind(tenant_id)
-    .bind(project_id)
-    .bind(month_end)
-    .bind(month_start)
-    .fetch_all(&mut *conn)
-    .await?)
-}
-
-/// What budgets read of tenants' months: the rate card the open units are charged by, and
-/// the microcents summed per project, each tenant's month on a basis read once (one grouped
-/// read of its sums), however many of its budgets ask.
-struct SummedMonths<'a> {
-    card: &'a RateCard,
-    sums: BTreeMap<(i64, &'static str, Month), BTreeMap<Option<i64>, i64>>,
-}
-
-impl<'a> SummedMonths<'a> {
-    fn new(card: &'a RateCard) -> SummedMonths<'a> {
-        SummedMonths { card, sums: BTreeMap::new() }
-    }
-
-    /// The microcents summed for a tenant (or one of its projects) in `month` on `basis`.
-    async fn microcents(
-        &mut self,
-        conn: &mut SqliteConnection,
-        basis: ChargeBasis,
-        tenant_id: i64,
-        project_id: Option<i64>,
-        month: Month,
-    ) -> Result<i64, Error> {
-        let key = (tenant_id, basis.as_str(), month);
-        if let std::collections::btree_map::Entry::Vacant(slot) = self.sums.entry(key) {
-            let (month_start, month_end) = month.span();
-            let rows: Vec<(Option<i64>, i64)> = sqlx::query_as(
-                "SELECT project_id, sum(month_microcents) FROM usage_sums
-                 WHERE basis = ?1 AND coalesce(tenant_id, 0) = ?2 AND day >= ?3 AND day < ?4
-                 GROUP BY project_id",
-            )
-            .bind(basis.as_str())
-            .bind(tenant_id)
-            .bind(month_start)
-            .bind(month_end)
-            .fetch_all(&mut *conn)
-            .await?;
-            slot.insert(rows.into_iter().collect());
-        }
-        let projects = self.sums.get(&key).ok_or_else(|| Error::internal("summed month not read"))?;
-        Ok(match project_id {
-            Some(_) => projects.get(&project_id).copied().unwrap_or(0),
-            None => projects.values().sum(),
-        })
-    }
-}
-
-impl Platform {
-    /// What a tenant (or one of its projects) has committed in `month`, in cents: what
-    /// bookings are checked against. Released units from their sums, the rest row by row;
-    /// a few reads whatever the month's size.
-    async fn month_committed(
-        &self,
-        conn: &mut SqliteConnection,
-        summed: &mut SummedMonths<'_>,
-        tenant_id: i64,
-        project_id: Option<i64>,
-        month: Month,
-    ) -> Result<i64, Error> {
-        let card = summed.card;
-        let summed = summed.microcents(conn, self.charging, tenant_id, project_id, month).await?;
-        let units = budget_units(conn, tenant_id, project_id, month, UnitsToRead::Unsummed).await?;
-        let open: i64 = units
-            .iter()
-            .filter_map(|u| within(u.time().committed(self.charging), month).map(|(f, t)| u.charge(card, f, t)))
-            .sum();
-        Ok(to_cents(summed + open))
-    }
-
-    /// What a tenant (or one of its projects) was charged in `month` up to `counted_to`, in
-    /// cents. On the reserved-window basis a unit released early is still charged as its
-    /// window passes, so there every unit is read.
-    async fn month_spent(
-        &self,
-        conn: &mut SqliteConnection,
-        summed: &mut SummedMonths<'_>,
-        tenant_id: i64,
-        project_id: Option<i64>,
-        month: Month,
-        counted_to: i64,
-    ) -> Result<i64, Error> {
-        if self.charging == ChargeBasis::ReservedWindow {
-            let units = budget_units(conn, tenant_id, project_id, month, UnitsToRead::All).await?;
-            return Ok(month_cents(&units, summed.card, month, |u| u.charged(self.charging, counted_to)));
-        }
-        let card = summed.card;
-        let summed = summed.microcents(conn, ChargeBasis::Use, tenant_id, project_id, month).await?;
-        let units = budget_units(conn, tenant_id, project_id, month, UnitsToRead::Unsummed).await?;
-        let open: i64 = units
-            .iter()
-            .filter_map(|u| {
-                within(u.time().charged(ChargeBasis::Use, counted_to), month).map(|(f, t)| u.charge(card, f, t))
-            })
-            .sum();
-        Ok(to_cents(summed + open))
-    }
-
-    /// Sums the released units not summed yet (those released before sums existed): what
-    /// `berth serve` does as it starts. In batches of environments, each batch one write
-    /// transaction. Answers how many units it summed.
-    pub async fn sum_released_usage(&self) -> Result<usize, Error> {
-        let mut summed = 0;
-        loop {
-            let mut tx = self.begin_write().await?;
-            let environments: Vec<String> = sqlx::query_scalar(
-                "SELECT DISTINCT l.environment_id
-                 FROM usage_ledger l INDEXED BY usage_ledger_unsummed JOIN reservations r ON r.id = l.reservation_id
-                 WHERE l.summed = 0 AND r.released_at IS NOT NULL LIMIT 2000",
-            )
-            .fetch_all(&mut *tx)
-            .await?;
-            if environments.is_empty() {
-                return Ok(summed);
-            }
-            summed += sum_environments(&mut tx, &environments).await?;
-            tx.commit().await?;
         }
     }
 }

@@ -3,8 +3,8 @@
 //! calendar and availability (`booking`), the launch transaction (`environments`: check,
 //! place, reserve in one write; `group_commit`: several launches in one writer turn;
 //! `idempotency`: a retried launch with the same key gets the first one's booking),
-//! quotas and their queue marks (`quotas`), the usage ledger, reports and budgets
-//! (`metering`), the rate card they charge by (`rates`), monthly statements (`statements`), spot reclaim (`spot`) and maintenance windows (`maintenance`), and
+//! quotas and their queue marks (`quotas`), the usage ledger and reports (`metering`), the
+//! sums released units are added to (`usage_sums`), monthly budgets (`budgets`), the rate card they charge by (`rates`), monthly statements (`statements`), spot reclaim (`spot`) and maintenance windows (`maintenance`), and
 //! volumes with their storage quotas and attachments (`volumes`), and the image catalog
 //! with each tenant's rule for custom images (`images`).
 //!
@@ -13,6 +13,7 @@
 
 pub(crate) mod book;
 pub mod booking;
+pub mod budgets;
 pub mod environments;
 pub mod fleet;
 pub(crate) mod group_commit;
@@ -24,4 +25,5 @@ pub mod quotas;
 pub mod rates;
 pub(crate) mod spot;
 pub mod statements;
+pub mod usage_sums;
 pub mod volumes;

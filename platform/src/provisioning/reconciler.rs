@@ -576,7 +576,7 @@ impl Reconciler {
                     .execute(&mut *tx)
                     .await?;
                 // Its charges are final: summed for reports and budgets, with the release.
-                crate::capacity::metering::sum_released_units(&mut tx, &env.id).await?;
+                crate::capacity::usage_sums::sum_released_units(&mut tx, &env.id).await?;
                 // The tenant's space no longer holds it (see `tenant_queues`).
                 crate::capacity::quotas::follow_holdings(&mut tx, &env.id).await?;
                 // Its volumes are free again, for the next booking or to be deleted.

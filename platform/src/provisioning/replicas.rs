@@ -24,8 +24,8 @@ use berth_domain::rates::RateKey;
 use tokio::task::JoinSet;
 
 use crate::audit::{self, Event, Outcome};
+use crate::capacity::budgets::BookingCost;
 use crate::capacity::environments::{Environment, environment_in, held_units};
-use crate::capacity::metering::BookingCost;
 use crate::capacity::quotas::QuotaAsk;
 use crate::provisioning::backend::{Backend, PlacedUnit};
 use crate::{Caller, Error, Platform, lock, now_ms};
@@ -224,7 +224,7 @@ impl Platform {
         .await?
         .rows_affected();
         // The released replicas' charges are final: summed, with the release.
-        crate::capacity::metering::sum_released_units(&mut tx, id).await?;
+        crate::capacity::usage_sums::sum_released_units(&mut tx, id).await?;
         let kept = unreleased_bookings(&mut tx, id).await?;
         let occupant = crate::capacity::book::occupant_of(&mut tx, env.tenant_id).await?;
         let (booker, spot) = (env.booker(), env.tier == rules::Tier::Spot);

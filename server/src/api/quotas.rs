@@ -6,7 +6,7 @@ use axum::Json;
 use axum::extract::Path;
 use berth_domain::Refusal;
 use berth_domain::booking::Quota;
-use berth_platform::capacity::metering::BudgetChange;
+use berth_platform::capacity::budgets::BudgetChange;
 use berth_platform::capacity::quotas::{QuotaRow, QuotaSubject};
 use berth_platform::{Caller, Error, Platform};
 use serde::{Deserialize, Serialize};
