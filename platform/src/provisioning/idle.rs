@@ -321,7 +321,6 @@ impl Platform {
         if still != Some(e.facts.stop_at) {
             return Ok(false);
         }
-        let actor = Actor::background(e.tenant_id);
         let stopped = match action {
             IdleAction::Nothing => return Ok(false),
             IdleAction::Warn { idle_since, stop_at } => {
@@ -335,15 +334,8 @@ impl Platform {
                 .execute(&mut *tx)
                 .await?;
                 let detail = idle::warning_text(e.name, idle_since, stop_at, e.reclaim);
-                let event = Event {
-                    action: "environment.idle_warning",
-                    target: Some(e.id),
-                    outcome: Outcome::Success,
-                    detail: Some(&detail),
-                };
-                audit::record(&mut tx, &actor, event).await?;
                 let notice = Notice::idle_warning(e.id, e.name, idle_since, stop_at, e.reclaim);
-                self.notify(&mut tx, e.tenant_id, &[e.owner], &notice).await?;
+                self.record_idle_step(&mut tx, e, "environment.idle_warning", &detail, &notice).await?;
                 false
             }
             IdleAction::Withdraw => {
@@ -369,15 +361,8 @@ impl Platform {
                         .execute(&mut *tx)
                         .await?;
                     let detail = format!("replicas {replicas} -> 1 for idleness: {}", e.policy.describe());
-                    let event = Event {
-                        action: "endpoint.idle_scale_down",
-                        target: Some(e.id),
-                        outcome: Outcome::Success,
-                        detail: Some(&detail),
-                    };
-                    audit::record(&mut tx, &actor, event).await?;
                     let notice = Notice::idle_scaled_down(e.id, e.name, replicas, &e.policy.describe());
-                    self.notify(&mut tx, e.tenant_id, &[e.owner], &notice).await?;
+                    self.record_idle_step(&mut tx, e, "endpoint.idle_scale_down", &detail, &notice).await?;
                     // Counted with the stops: the reconciler has capacity to give back.
                     true
                 }
@@ -394,21 +379,28 @@ impl Platform {
                     .execute(&mut *tx)
                     .await?;
                     let detail = format!("stopped for idleness: {}", e.policy.describe());
-                    let event = Event {
-                        action: "environment.idle_stop",
-                        target: Some(e.id),
-                        outcome: Outcome::Success,
-                        detail: Some(&detail),
-                    };
-                    audit::record(&mut tx, &actor, event).await?;
                     let notice = Notice::idle_stopped(e.id, e.name, &e.policy.describe());
-                    self.notify(&mut tx, e.tenant_id, &[e.owner], &notice).await?;
+                    self.record_idle_step(&mut tx, e, "environment.idle_stop", &detail, &notice).await?;
                     true
                 }
             },
         };
         tx.commit().await?;
         Ok(stopped)
+    }
+
+    /// Audits what the watcher did to `e` (`action`, in words `detail`) and tells its owner.
+    async fn record_idle_step(
+        &self,
+        conn: &mut SqliteConnection,
+        e: &Acting<'_>,
+        action: &str,
+        detail: &str,
+        notice: &Notice,
+    ) -> Result<(), Error> {
+        let event = Event { action, target: Some(e.id), outcome: Outcome::Success, detail: Some(detail) };
+        audit::record(&mut *conn, &Actor::background(e.tenant_id), event).await?;
+        self.notify(conn, e.tenant_id, &[e.owner], notice).await
     }
 
     /// Environments stopped for idleness, per tenant slug (`""` for staff's own), for `/metrics`.
