@@ -182,6 +182,17 @@ pub(crate) fn csv_cell(out: &mut String, value: &str) {
     }
 }
 
+/// One CSV row of `cells` (see [`csv_cell`]), ended by CRLF.
+pub(crate) fn csv_row<'a>(out: &mut String, cells: impl IntoIterator<Item = &'a str>) {
+    for (i, value) in cells.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        csv_cell(out, value);
+    }
+    out.push_str("\r\n");
+}
+
 /// The rows as CSV (RFC 4180), times in UTC. Cells that a spreadsheet would run as a
 /// formula are prefixed with a quote.
 pub fn to_csv(rows: &[AuditRow]) -> String {
@@ -204,13 +215,7 @@ pub fn to_csv(rows: &[AuditRow]) -> String {
             row.request_id.clone().unwrap_or_default(),
             row.detail.clone().unwrap_or_default(),
         ];
-        for (i, value) in cells.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            csv_cell(&mut out, value);
-        }
-        out.push_str("\r\n");
+        csv_row(&mut out, cells.iter().map(String::as_str));
     }
     out
 }

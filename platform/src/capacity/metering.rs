@@ -420,21 +420,9 @@ impl UsageCut {
     }
 }
 
-fn dollars(cents: i64) -> String {
+/// Dollars and cents as a CSV cell: `1234.50`.
+pub(super) fn dollars(cents: i64) -> String {
     format!("{}.{:02}", cents / 100, cents % 100)
-}
-
-/// Writes CSV rows (RFC 4180; cells quoted and never read as formulas).
-fn csv_rows<'a>(out: &mut String, rows: impl Iterator<Item = Vec<&'a str>>) {
-    for row in rows {
-        for (i, value) in row.into_iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            crate::audit::csv_cell(out, value);
-        }
-        out.push_str("\r\n");
-    }
 }
 
 impl UsageReport {
@@ -463,12 +451,10 @@ impl UsageReport {
                 format!("{:.4}", period.total_gpu_hours()),
                 dollars(period.total_cents()),
             ]);
-            csv_rows(
-                &mut out,
-                rows.iter().map(|r| {
-                    [month.as_str(), by, &from, &to].into_iter().chain(r.iter().map(String::as_str)).collect()
-                }),
-            );
+            for r in &rows {
+                let cells = [month.as_str(), by, &from, &to].into_iter().chain(r.iter().map(String::as_str));
+                crate::audit::csv_row(&mut out, cells);
+            }
         }
         out
     }
@@ -494,11 +480,12 @@ impl UsageReport {
             dollars(self.total_cents),
         ];
         let rows: Vec<[String; 5]> = rows.chain(std::iter::once(total)).collect();
-        csv_rows(
-            &mut out,
-            rows.iter()
-                .map(|r| [month.as_str(), self.by.as_str()].into_iter().chain(r.iter().map(String::as_str)).collect()),
-        );
+        for r in &rows {
+            crate::audit::csv_row(
+                &mut out,
+                [month.as_str(), self.by.as_str()].into_iter().chain(r.iter().map(String::as_str)),
+            );
+        }
         out
     }
 }

@@ -18,7 +18,7 @@ use berth_domain::rates::{RateCard, RateKey};
 use serde::{Deserialize, Serialize};
 use sqlx::FromRow;
 
-use super::metering::{SumKey, UNIT_COLUMNS, Unit, gpu_hours, within};
+use super::metering::{SumKey, UNIT_COLUMNS, Unit, dollars, gpu_hours, within};
 use super::rates::rate_card;
 use crate::{Caller, Error, Platform, now_ms};
 
@@ -76,7 +76,6 @@ impl Statement {
             let text = if text.starts_with(['=', '+', '-', '@']) { format!("'{text}") } else { text.to_owned() };
             format!("\"{}\"", text.replace('"', "\"\""))
         };
-        let dollars = |cents: i64| format!("{}.{:02}", cents / 100, cents % 100);
         let mut csv = String::from(
             "tenant,month,project,person,offering,size,tier,unit_hours,gpu_hours,rate,amount,discount,total\n",
         );
