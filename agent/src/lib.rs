@@ -7,14 +7,17 @@
 //! `libnvidia-ml.so` at run time: on a machine without it the agent says so once and
 //! reports zero GPUs, which the portal records as every GPU of the node missing.
 
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use berth_domain::agent::{GpuReport, NodeReport};
+use berth_domain::agent::{GpuReport, MAX_XIDS_PER_GPU, NodeReport};
 use berth_domain::node_plan::{NodePlan, PlanReport};
 use nvml_wrapper::Nvml;
+use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{EccCounter, MemoryError, TemperatureSensor};
+use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 
 mod error;
@@ -49,9 +52,101 @@ impl GpuProbe for NoGpus {
     }
 }
 
-/// The node's GPUs through NVML.
+/// The XID errors NVML raised since the last report, per GPU index: the watcher thread
+/// records them as they come, each report takes them. A GPU in trouble can raise thousands
+/// between two reports; the latest [`MAX_XIDS_PER_GPU`] are kept.
+#[derive(Debug, Default)]
+pub struct XidLog {
+    raised: Mutex<BTreeMap<i64, VecDeque<u32>>>,
+}
+
+impl XidLog {
+    pub fn record(&self, gpu: i64, code: u32) {
+        let mut raised = self.raised.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let codes = raised.entry(gpu).or_default();
+        if codes.len() == MAX_XIDS_PER_GPU {
+            codes.pop_front();
+        }
+        codes.push_back(code);
+    }
+
+    /// GPU `gpu`'s errors since the last take, oldest first.
+    pub fn take(&self, gpu: i64) -> Vec<u32> {
+        let mut raised = self.raised.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        raised.remove(&gpu).map(Vec::from).unwrap_or_default()
+    }
+}
+
+/// The node's GPUs through NVML. NVML lives as long as the agent (the XID watcher thread
+/// borrows it), so it is leaked once at start-up rather than torn down.
 pub struct NvmlProbe {
-    nvml: Nvml,
+    nvml: &'static Nvml,
+    xids: Arc<XidLog>,
+}
+
+impl NvmlProbe {
+    /// Opens NVML and starts the thread that listens for XID errors on every GPU that can
+    /// raise them.
+    pub fn open() -> Result<NvmlProbe, NvmlError> {
+        let nvml: &'static Nvml = Box::leak(Box::new(Nvml::init()?));
+        let xids = Arc::new(XidLog::default());
+        let log = xids.clone();
+        let started = std::thread::Builder::new().name("xid-watcher".into()).spawn(move || watch_xids(nvml, &log));
+        if let Err(error) = started {
+            tracing::warn!(%error, "cannot start the XID watcher: XID errors will not be reported");
+        }
+        Ok(NvmlProbe { nvml, xids })
+    }
+}
+
+/// Waits for NVML's critical XID events on every GPU that supports them and logs each in
+/// `log`, until NVML fails for good.
+fn watch_xids(nvml: &'static Nvml, log: &XidLog) {
+    let registered = (|| -> Result<_, nvml_wrapper::error::NvmlErrorWithSource> {
+        let mut set = nvml.create_event_set()?;
+        for index in 0..nvml.device_count()? {
+            let device = nvml.device_by_index(index)?;
+            if device.supported_event_types().is_ok_and(|t| t.contains(EventTypes::CRITICAL_XID_ERROR)) {
+                set = device.register_events(EventTypes::CRITICAL_XID_ERROR, set)?;
+            }
+        }
+        Ok(set)
+    })();
+    let set = match registered {
+        Ok(set) => set,
+        Err(error) => {
+            tracing::warn!(%error, "cannot listen for XID errors: they will not be reported");
+            return;
+        }
+    };
+    let mut failures = 0u32;
+    loop {
+        match set.wait(5_000) {
+            Ok(event) => {
+                failures = 0;
+                let code = match event.event_data {
+                    Some(XidError::Value(code)) => u32::try_from(code).unwrap_or(u32::MAX),
+                    _ => continue,
+                };
+                match event.device.index() {
+                    Ok(index) => {
+                        tracing::warn!(gpu = index, xid = code, "XID error");
+                        log.record(i64::from(index), code);
+                    }
+                    Err(error) => tracing::warn!(xid = code, %error, "XID error on a GPU NVML cannot name"),
+                }
+            }
+            Err(NvmlError::Timeout) => failures = 0,
+            // A GPU off the bus ends the wait with an error; the next report leaves that GPU
+            // out, which the portal fails. Keep listening for the others, slowing down if
+            // the errors repeat.
+            Err(error) => {
+                failures = failures.saturating_add(1);
+                tracing::warn!(%error, failures, "waiting for XID errors failed");
+                std::thread::sleep(retry_delay(failures));
+            }
+        }
+    }
 }
 
 impl GpuProbe for NvmlProbe {
@@ -60,8 +155,8 @@ impl GpuProbe for NvmlProbe {
         let mut gpus = Vec::new();
         for index in 0..count {
             // A GPU NVML cannot open is left out; the portal fails it as not reported.
-            match read_gpu(&self.nvml, index) {
-                Ok(gpu) => gpus.push(gpu),
+            match read_gpu(self.nvml, index) {
+                Ok(gpu) => gpus.push(GpuReport { xid_errors: self.xids.take(gpu.index), ..gpu }),
                 Err(error) => tracing::warn!(index, %error, "NVML cannot read this GPU; leaving it out of the report"),
             }
         }
@@ -90,12 +185,13 @@ fn read_gpu(nvml: &Nvml, index: u32) -> Result<GpuReport, NvmlError> {
         power_w: device.power_usage().ok().map(|milliwatts| i64::from(milliwatts / 1000)),
         utilization_pct: device.utilization_rates().ok().map(|u| i64::from(u.gpu)),
         memory_used_mib: device.memory_info().ok().and_then(|m| i64::try_from(m.used / (1024 * 1024)).ok()),
+        xid_errors: Vec::new(),
     })
 }
 
 /// NVML's probe, or none with the one line that tells the operator why.
 pub fn open_probe() -> (Arc<dyn GpuProbe>, Option<String>) {
-    probe_or_none(Nvml::init().map(|nvml| NvmlProbe { nvml }))
+    probe_or_none(NvmlProbe::open())
 }
 
 /// The probe NVML's start gave, or [`NoGpus`] and the reason when it failed.
@@ -309,6 +405,23 @@ mod tests {
             );
             assert_eq!(node_report(probe.as_ref()).expect("report").gpus, []);
         }
+    }
+
+    #[test]
+    fn xids_are_taken_once_per_gpu_and_the_latest_kept() {
+        let log = XidLog::default();
+        log.record(3, 13);
+        log.record(3, 79);
+        log.record(0, 48);
+        assert_eq!(log.take(3), [13, 79]);
+        assert_eq!(log.take(3), Vec::<u32>::new());
+        assert_eq!(log.take(0), [48]);
+        for code in 0..(MAX_XIDS_PER_GPU as u32 + 5) {
+            log.record(1, code);
+        }
+        let kept = log.take(1);
+        assert_eq!(kept.len(), MAX_XIDS_PER_GPU);
+        assert_eq!(kept.first(), Some(&5));
     }
 
     #[test]

@@ -426,6 +426,8 @@ pub struct NodeHealthView {
     pub bookings_note: String,
     pub changes: Vec<NodeChangeView>,
     pub runs: Vec<CheckRunView>,
+    /// XID errors its agent reported in the last 7 days, newest first, in words.
+    pub xid_errors: Vec<String>,
     /// The actions the lifecycle allows now: (event, label).
     pub actions: Vec<(String, String)>,
 }

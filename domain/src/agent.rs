@@ -52,10 +52,16 @@ pub struct GpuReport {
     /// Memory in use, MiB.
     #[serde(default)]
     pub memory_used_mib: Option<i64>,
+    /// The XID errors NVML raised on the GPU since the agent's last report, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub xid_errors: Vec<u32>,
 }
 
 /// The most GPUs one node can report; more is a broken or hostile agent.
 pub const MAX_GPUS_PER_REPORT: usize = 64;
+/// The most XID errors one GPU's report carries: the agent keeps the latest this many
+/// between reports, since a GPU in trouble can raise thousands.
+pub const MAX_XIDS_PER_GPU: usize = 32;
 const MAX_TEXT: usize = 128;
 
 impl NodeReport {
@@ -87,6 +93,12 @@ impl NodeReport {
             if gpu.memory_mib < 0 || readings.iter().flatten().any(|r| *r < 0) {
                 return Err(Refusal::InvalidReport(format!("GPU {}: a reading is negative", gpu.index)));
             }
+            if gpu.xid_errors.len() > MAX_XIDS_PER_GPU {
+                return Err(Refusal::InvalidReport(format!(
+                    "GPU {}: more than {MAX_XIDS_PER_GPU} XID errors",
+                    gpu.index
+                )));
+            }
         }
         if self.period_s.is_some_and(|p| !(p.is_finite() && p > 0.0)) {
             return Err(Refusal::InvalidReport("the report period is not a positive number of seconds".into()));
@@ -116,6 +128,35 @@ impl NodeReport {
                 })
             })
             .collect()
+    }
+}
+
+/// Why the report's node should take no new work: the first fatal XID it carries (see
+/// [`crate::node_checks::is_fatal_xid`]), in words; `None` when there is none. XIDs an
+/// application causes (13, 31, 43) are the workload's and leave the node as it is.
+pub fn fatal_xid(report: &NodeReport) -> Option<String> {
+    report.gpus.iter().find_map(|gpu| {
+        let code = gpu.xid_errors.iter().copied().find(|code| crate::node_checks::is_fatal_xid(*code))?;
+        Some(format!("the node's agent reports XID {code} on GPU {} ({})", gpu.index, xid_meaning(code)))
+    })
+}
+
+/// What a fatal XID means, from NVIDIA's XID catalogue.
+pub fn xid_meaning(code: u32) -> &'static str {
+    match code {
+        13 => "graphics engine exception",
+        31 => "GPU memory page fault",
+        43 => "GPU stopped processing",
+        48 => "double-bit ECC error",
+        63 => "ECC page retirement or row remapping recorded",
+        64 => "ECC page retirement or row remapping failed",
+        74 => "NVLink error",
+        79 => "GPU has fallen off the bus",
+        92 => "high single-bit ECC error rate",
+        94 => "contained ECC error",
+        95 => "uncontained ECC error",
+        119 | 120 => "GSP error",
+        _ => "see NVIDIA's XID catalogue",
     }
 }
 
@@ -316,6 +357,29 @@ mod tests {
         assert_eq!(verdict.note, "the agent reports H100-80GB, the fleet file says A100-80GB");
         let unknown = GpuReport { name: "Tesla T4".into(), ..h100(0) };
         assert_eq!(assess(&unknown, GpuModel::L40S).note, "the agent reports \"Tesla T4\", the fleet file says L40S");
+    }
+
+    #[test]
+    fn a_fatal_xid_names_the_node_unwell_and_an_applications_xid_does_not() {
+        let report = |xids: &[u32]| NodeReport {
+            gpus: vec![h100(0), GpuReport { xid_errors: xids.to_vec(), ..h100(3) }],
+            ..NodeReport::default()
+        };
+        assert_eq!(fatal_xid(&report(&[])), None);
+        // 13 and 43 are a program's faults: the node is fine.
+        assert_eq!(fatal_xid(&report(&[13, 43])), None);
+        assert_eq!(
+            fatal_xid(&report(&[13, 79, 48])).as_deref(),
+            Some("the node's agent reports XID 79 on GPU 3 (GPU has fallen off the bus)")
+        );
+        assert!(report(&[79; MAX_XIDS_PER_GPU]).validate().is_ok());
+        let flood = report(&[13; MAX_XIDS_PER_GPU + 1]).validate().unwrap_err();
+        assert_eq!(flood, Refusal::InvalidReport("GPU 3: more than 32 XID errors".into()));
+        // Older agents send none: the field may be left out.
+        let old: GpuReport =
+            serde_json::from_str(r#"{"index":0,"uuid":"GPU-0","name":"x","memory_mib":1,"mig_enabled":false}"#)
+                .expect("an older agent's GPU");
+        assert!(old.xid_errors.is_empty());
     }
 
     #[test]

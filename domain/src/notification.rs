@@ -25,6 +25,8 @@ pub enum Kind {
     Maintenance,
     /// A node changed its lifecycle state (platform admins).
     NodeHealth,
+    /// A node that runs one's environments became degraded (a failed check, a fatal XID).
+    NodeDegraded,
     /// A budget crossed 50, 80 or 100%.
     BudgetMark,
     /// An environment's GPUs stayed idle: it will be stopped unless its owner keeps it.
@@ -36,7 +38,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 11] = [
+    pub const ALL: [Kind; 12] = [
         Kind::EnvironmentReady,
         Kind::EnvironmentFailed,
         Kind::WindowEnding,
@@ -44,6 +46,7 @@ impl Kind {
         Kind::TenantInvitation,
         Kind::Maintenance,
         Kind::NodeHealth,
+        Kind::NodeDegraded,
         Kind::BudgetMark,
         Kind::IdleWarning,
         Kind::IdleStopped,
@@ -59,6 +62,7 @@ impl Kind {
             Kind::TenantInvitation => "tenant.invitation",
             Kind::Maintenance => "fleet.maintenance",
             Kind::NodeHealth => "fleet.node_health",
+            Kind::NodeDegraded => "environment.node_degraded",
             Kind::BudgetMark => "usage.budget_mark",
             Kind::IdleWarning => "environment.idle_warning",
             Kind::IdleStopped => "environment.idle_stopped",
@@ -80,6 +84,7 @@ impl Kind {
             Kind::TenantInvitation => "Added to a tenant",
             Kind::Maintenance => "Maintenance affecting my bookings",
             Kind::NodeHealth => "Node health changes (platform admins)",
+            Kind::NodeDegraded => "A node running my environments became unhealthy",
             Kind::BudgetMark => "Budget reached 50, 80 or 100%",
             Kind::IdleWarning => "Environment idle: it will be stopped unless kept",
             Kind::IdleStopped => "Environment stopped (or an endpoint scaled down) for idleness",
@@ -399,6 +404,24 @@ impl Notice {
             title: format!("Node {node} is {to}"),
             body: format!("Node {node} went from {from} to {to}: {reason}"),
             link: format!("/admin/nodes/{node}"),
+        }
+    }
+
+    /// To the owner of `environments` (id, name) on `node`, which just became degraded.
+    pub fn node_degraded(node: &str, reason: &str, environments: &[(String, String)]) -> Notice {
+        let names: Vec<&str> = environments.iter().map(|(_, name)| name.as_str()).collect();
+        Notice {
+            kind: Kind::NodeDegraded,
+            title: format!("{} runs on a node that became unhealthy", names.join(", ")),
+            body: format!(
+                "Node {node}, which runs {}, is degraded: {reason}. What runs there keeps running, but may fail; \
+                 save your work. The node takes no new bookings until it is repaired.",
+                names.join(", ")
+            ),
+            link: match environments {
+                [(id, _)] => format!("/environments/{id}"),
+                _ => "/environments".to_owned(),
+            },
         }
     }
 

@@ -43,6 +43,7 @@ fn h100(index: i64) -> GpuReport {
         power_w: Some(118),
         utilization_pct: Some(0),
         memory_used_mib: Some(512),
+        xid_errors: Vec::new(),
     }
 }
 
@@ -212,4 +213,65 @@ async fn an_agents_readings_go_to_the_booking_that_holds_each_gpu(pool: SqlitePo
     assert_eq!(days.len(), 1);
     assert!((days[0].read_gpu_hours - 15.0 / 3600.0).abs() < 1e-9, "{days:?}");
     assert!((days[0].busy_gpu_hours - 0.97 * 15.0 / 3600.0).abs() < 1e-9, "{days:?}");
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_fatal_xid_degrades_the_node_and_its_bookings_owners_are_told(pool: SqlitePool) {
+    use berth_domain::node_health::NodeState;
+    let berth = dgx_berth(pool).await;
+    let admin = berth.admin().await;
+    let (_, secret) = berth.platform.create_node_token(&admin, "dgx-01").await.expect("node token");
+    let env = berth.launch("training", "h100-1", "train").await.expect("launch");
+    berth.wait_for(&env.id, berth_domain::lifecycle::EnvState::Ready).await;
+    let detail = berth.platform.environment_detail(&berth.caller, &env.id).await.expect("detail");
+    let held = detail.units[0].gpu_index as usize;
+    let other = (held + 1) % 8;
+
+    // XID 13 is the program's fault: recorded, shown to the owner, and the node stays.
+    let mut gpus: Vec<GpuReport> = (0..8).map(h100).collect();
+    gpus[held].xid_errors = vec![13];
+    let receipt = berth.platform.report_node(&secret, &report(gpus), test_meta()).await.expect("report");
+    assert!(receipt.changes.is_empty(), "{:?}", receipt.changes);
+    assert_eq!(berth.platform.node_health(&admin, "dgx-01").await.unwrap().status.state, NodeState::Available);
+
+    // XID 79 on another GPU: the node is degraded in the report's transaction.
+    let mut gpus: Vec<GpuReport> = (0..8).map(h100).collect();
+    gpus[other].xid_errors = vec![13, 79];
+    let receipt = berth.platform.report_node(&secret, &report(gpus.clone()), test_meta()).await.expect("report");
+    let why = format!("the node's agent reports XID 79 on GPU {other} (GPU has fallen off the bus)");
+    assert_eq!(receipt.changes, [format!("node: degraded: {why}")]);
+    let health = berth.platform.node_health(&admin, "dgx-01").await.unwrap();
+    assert_eq!(health.status.state, NodeState::Degraded);
+    assert_eq!((health.changes[0].reason.as_str(), health.changes[0].by.as_deref()), (why.as_str(), None));
+    let codes: Vec<(i64, u32)> = health.xid_errors.iter().map(|x| (x.gpu_index, x.code)).collect();
+    assert_eq!(codes.len(), 3, "{codes:?}");
+    assert!(codes.contains(&(held as i64, 13)) && codes.contains(&(other as i64, 79)), "{codes:?}");
+    assert_eq!(audited(&berth, "node.state", "success").await, 1);
+
+    // What the node holds keeps running; it takes nothing new.
+    let again = berth.launch("training", "h100-1", "another").await;
+    assert!(matches!(again, Err(Error::Refused(Refusal::NoCapacity { .. }))), "{again:?}");
+    let detail = berth.platform.environment_detail(&berth.caller, &env.id).await.unwrap();
+    assert_eq!(detail.environment.state, berth_domain::lifecycle::EnvState::Ready);
+
+    // The owner hears of it, with a link to the environment; platform admins of the change.
+    let told = berth.platform.inbox(&berth.caller).await.unwrap();
+    let degraded: Vec<_> = told.items.iter().filter(|i| i.kind == "environment.node_degraded").collect();
+    assert_eq!(degraded.len(), 1, "{:?}", told.items);
+    assert_eq!(degraded[0].link, format!("/environments/{}", env.id));
+    assert!(degraded[0].body.contains(&why), "{}", degraded[0].body);
+    let admins = berth.platform.inbox(&admin).await.unwrap();
+    assert!(admins.items.iter().any(|i| i.kind == "fleet.node_health" && i.title == "Node dgx-01 is degraded"));
+
+    // The owner's page lists the errors on its own GPU only, while it held it.
+    let used = berth.platform.environment_gpu_use(&berth.caller, &env.id).await.unwrap();
+    let own: Vec<String> = used.xid_errors.iter().map(|x| x.describe()).collect();
+    assert_eq!(own, [format!("XID 13 on dgx-01 GPU {held} (graphics engine exception)")]);
+
+    // A second fatal XID on a degraded node moves nothing and tells no one again.
+    let receipt = berth.platform.report_node(&secret, &report(gpus), test_meta()).await.expect("report");
+    assert!(receipt.changes.is_empty(), "{:?}", receipt.changes);
+    assert_eq!(audited(&berth, "node.state", "success").await, 1);
+    let told = berth.platform.inbox(&berth.caller).await.unwrap();
+    assert_eq!(told.items.iter().filter(|i| i.kind == "environment.node_degraded").count(), 1);
 }

@@ -218,6 +218,12 @@ async fn a_failed_check_on_demand_degrades_a_held_node_and_its_booking_keeps_run
     assert_eq!(state_of(&berth, &node).await.0, "degraded");
     assert_eq!(berth.platform.environment_of(&berth.caller, &env.id).await.unwrap().state, EnvState::Ready);
     assert_eq!(reservations_on(&berth, &node).await, 8, "what the node holds stays");
+    // Its owner is told why, with a link to the cluster.
+    let told = berth.platform.inbox(&berth.caller).await.unwrap();
+    let degraded: Vec<_> = told.items.iter().filter(|i| i.kind == "environment.node_degraded").collect();
+    assert_eq!(degraded.len(), 1, "{:?}", told.items);
+    assert_eq!(degraded[0].link, format!("/environments/{}", env.id));
+    assert!(degraded[0].body.contains("mlx5_2 port 1: Down/Polling at 10"), "{}", degraded[0].body);
 }
 
 #[sqlx::test(migrations = "../migrations")]

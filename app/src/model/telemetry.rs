@@ -13,6 +13,9 @@ pub struct GpuUseView {
     /// `true` when any reading exists (otherwise the charts say why there are none).
     pub has_readings: bool,
     pub charts: Vec<UseChartView>,
+    /// XID errors raised on its GPUs while it held them, newest first, in words
+    /// ("25 Nov 10:02 UTC: XID 13 on gpu-a1 GPU 3 (graphics engine exception)").
+    pub xid_errors: Vec<String>,
 }
 
 /// One small chart: a series over a span, as SVG polyline points in a 300 x 60 box.

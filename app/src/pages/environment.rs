@@ -310,6 +310,12 @@ fn GpuUseCard(used: GpuUseView) -> impl IntoView {
                     }).collect_view()}
                 </div>
             })}
+            {(!used.xid_errors.is_empty()).then(|| view! {
+                <h3 class="mt-4 text-sm font-semibold text-slate-900">"GPU errors (XID) while it ran"</h3>
+                <ul class="mt-1 list-disc pl-5 text-sm text-slate-700" data-xid-errors="">
+                    {used.xid_errors.into_iter().map(|x| view! { <li>{x}</li> }).collect_view()}
+                </ul>
+            })}
         </section>
     }
 }

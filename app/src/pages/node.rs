@@ -121,6 +121,18 @@ fn Node(
                 }.into_any()
             }}
         </section>
+        <section class="mt-8" aria-labelledby="xid-errors">
+            <h2 id="xid-errors" class="text-sm font-semibold text-slate-900">"GPU errors (XID), last 7 days"</h2>
+            {if node.xid_errors.is_empty() {
+                view! { <p class="mt-2 text-sm text-slate-600">"None reported by the node's agent."</p> }.into_any()
+            } else {
+                view! {
+                    <ul class="mt-2 list-disc pl-5 text-sm text-slate-700" data-xid-errors="">
+                        {node.xid_errors.iter().map(|x| view! { <li>{x.clone()}</li> }).collect_view()}
+                    </ul>
+                }.into_any()
+            }}
+        </section>
         <section class="mt-8" aria-labelledby="check-runs">
             <h2 id="check-runs" class="text-sm font-semibold text-slate-900">"Check runs"</h2>
             {if node.runs.is_empty() {

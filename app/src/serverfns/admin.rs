@@ -183,6 +183,7 @@ fn node_view(health: &berth_platform::provisioning::node_health::NodeHealth) -> 
                 by: c.by.clone().unwrap_or_else(|| "Berth".to_owned()),
             })
             .collect(),
+        xid_errors: health.xid_errors.iter().map(|x| format!("{}: {}", utc(x.seen_at), x.describe())).collect(),
         runs: health
             .runs
             .iter()

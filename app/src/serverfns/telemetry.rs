@@ -139,7 +139,12 @@ mod views {
                 |p| p.power_w,
             ));
         }
-        GpuUseView { latest, has_readings: !used.hour.is_empty() || !used.day.is_empty(), charts }
+        GpuUseView {
+            latest,
+            has_readings: !used.hour.is_empty() || !used.day.is_empty(),
+            charts,
+            xid_errors: used.xid_errors.iter().map(|x| format!("{}: {}", utc(x.seen_at), x.describe())).collect(),
+        }
     }
 
     fn chart(

@@ -49,7 +49,8 @@ pub(crate) struct AgentNode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReportReceipt {
     pub node: String,
-    /// `gpu 3: failed (2 uncorrected ECC errors)`, one per GPU whose health changed.
+    /// `gpu 3: failed: 2 uncorrected ECC errors`, one per GPU whose health changed, and
+    /// `node: degraded: …` when a fatal XID degraded the node.
     pub changes: Vec<String>,
     /// Indices the node reports that the fleet file does not name; they are not booked.
     pub unexpected: Vec<i64>,
@@ -235,6 +236,14 @@ impl Platform {
                 .ok_or_else(|| Error::internal(format!("GPU {node}/{index} has an unknown model {model}")))?;
             let verdict = match report.gpus.iter().find(|g| g.index == index) {
                 Some(gpu) => {
+                    for code in &gpu.xid_errors {
+                        sqlx::query("INSERT INTO gpu_xid_errors (gpu_id, code, seen_at) VALUES (?, ?, ?)")
+                            .bind(gpu_id)
+                            .bind(i64::from(*code))
+                            .bind(now)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
                     sqlx::query(
                         "UPDATE gpus SET uuid = ?, memory_mib = ?, mig_mode = ?, mig_instances = ?, ecc_uncorrected = ?,
                                 temperature_c = ?, power_w = ?, utilization_pct = ? WHERE id = ?",
@@ -279,6 +288,13 @@ impl Platform {
                 Event { action: "gpu.health", target: Some(&target), outcome: Outcome::Success, detail: Some(&detail) };
             audit::record(&mut tx, &actor, event).await?;
             changes.push(format!("gpu {index}: {change}"));
+        }
+        // A fatal XID is the node's trouble, not only the GPU's (a GPU off the bus, an
+        // uncontained ECC error): the node takes no new bookings until it is repaired.
+        if let Some(reason) = agent::fatal_xid(report)
+            && self.agent_fault(&mut tx, Actor { user_id: None, tenant_id: None, meta: &meta }, &node, &reason).await?
+        {
+            changes.push(format!("node: degraded: {reason}"));
         }
         let unexpected: Vec<i64> = report.gpus.iter().map(|g| g.index).filter(|index| !known.contains(index)).collect();
         if !unexpected.is_empty() {

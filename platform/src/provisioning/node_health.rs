@@ -19,7 +19,8 @@ use berth_domain::policy::{Action, Denied, Target};
 use sqlx::{Row, SqliteConnection};
 
 use super::backend::CheckedNode;
-use crate::audit::{self, Event, Outcome};
+use super::telemetry::{XidError, xid_errors};
+use crate::audit::{self, Actor, Event, Outcome};
 use crate::{Caller, Error, Platform, now_ms};
 
 /// The most of a check's output kept (the start of it: where tools print their verdicts
@@ -47,6 +48,8 @@ pub struct NodeHealth {
     pub changes: Vec<NodeStateChange>,
     /// Newest first, the last 20.
     pub runs: Vec<CheckRun>,
+    /// XID errors its agent reported in the last 7 days, newest first (the last 50).
+    pub xid_errors: Vec<XidError>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -157,20 +160,37 @@ async fn holder(conn: &mut SqliteConnection, node_id: i64, now: i64) -> Result<O
     Ok(Some((tenants.len() == 1).then(|| tenants[0])))
 }
 
+/// Who moves a node: the audit row's actor, and the person the change row names (`None`
+/// when Berth itself moves it: a check's verdict, a repair command's end, an agent's XID).
+struct Mover<'a> {
+    actor: Actor<'a>,
+    person: Option<i64>,
+}
+
+impl Mover<'_> {
+    fn person(caller: &Caller) -> Mover<'_> {
+        Mover { actor: caller.actor(), person: Some(caller.user_id()) }
+    }
+
+    /// Berth, on a person's behalf (audited as them, as the change they started).
+    fn berth_for(caller: &Caller) -> Mover<'_> {
+        Mover { actor: caller.actor(), person: None }
+    }
+}
+
 /// Moves node `node_id` by `event` inside `tx`, writing the node, its change row and an
 /// audit row; refuses a move the lifecycle does not allow (reading the state in `tx`, so
-/// two writers cannot both move from the same state).
-#[allow(clippy::too_many_arguments)]
+/// two writers cannot both move from the same state). Platform admins are told; so are the
+/// owners of what the node holds when it becomes degraded.
 async fn transition(
     platform: &Platform,
     tx: &mut SqliteConnection,
-    caller: &Caller,
+    mover: &Mover<'_>,
     node: &NodeRow,
     event: NodeEvent,
     reason: &str,
-    by_person: bool,
-    tiers: u32,
 ) -> Result<NodeStatus, Error> {
+    let tiers = platform.tiers();
     let state: String =
         sqlx::query_scalar("SELECT state FROM nodes WHERE id = ?").bind(node.id).fetch_one(&mut *tx).await?;
     let tier: i64 =
@@ -197,19 +217,55 @@ async fn transition(
     .bind(i64::from(to.tier))
     .bind(event.as_str())
     .bind(reason)
-    .bind(by_person.then(|| caller.user_id()))
+    .bind(mover.person)
     .bind(now)
     .execute(&mut *tx)
     .await?;
     let target = format!("node:{}", node.name);
     let detail = format!("{} -> {}{}: {reason}", from.state.as_str(), to.state.as_str(), tier_note(to));
     let event = Event { action: "node.state", target: Some(&target), outcome: Outcome::Success, detail: Some(&detail) };
-    audit::record(&mut *tx, &caller.actor(), event).await?;
+    audit::record(&mut *tx, &mover.actor, event).await?;
     // Platform admins hear of it in the same transaction.
     let admins = crate::notifications::platform_admins(&mut *tx).await?;
     let notice = Notice::node_health(&node.name, from.state.as_str(), to.state.as_str(), reason);
     platform.notify(tx, None, &admins, &notice).await?;
+    if to.state == NodeState::Degraded && from.state != NodeState::Degraded {
+        tell_owners_of_degraded(platform, tx, node, reason, now).await?;
+    }
     Ok(to)
+}
+
+/// Tells each owner of an environment the node holds now (or has booked later) that it
+/// became degraded, once, naming all their environments there.
+async fn tell_owners_of_degraded(
+    platform: &Platform,
+    tx: &mut SqliteConnection,
+    node: &NodeRow,
+    reason: &str,
+    now: i64,
+) -> Result<(), Error> {
+    let held: Vec<(i64, Option<i64>, String, String)> = sqlx::query_as(
+        "SELECT DISTINCT e.owner_id, e.tenant_id, e.id, e.name FROM reservations r
+         JOIN gpus g ON g.id = r.gpu_id JOIN environments e ON e.id = r.environment_id
+         WHERE g.node_id = ? AND r.released_at IS NULL AND r.ends_at > ?
+           AND e.state NOT IN ('released', 'failed')
+         ORDER BY e.owner_id, e.name",
+    )
+    .bind(node.id)
+    .bind(now)
+    .fetch_all(&mut *tx)
+    .await?;
+    // Each owner (with the tenant the notice is in) and their environments: (id, name).
+    type Owner = (i64, Option<i64>);
+    let mut owners: std::collections::BTreeMap<Owner, Vec<(String, String)>> = Default::default();
+    for (owner, tenant, id, name) in held {
+        owners.entry((owner, tenant)).or_default().push((id, name));
+    }
+    for ((owner, tenant), environments) in owners {
+        let notice = Notice::node_degraded(&node.name, reason, &environments);
+        platform.notify(tx, tenant, &[owner], &notice).await?;
+    }
+    Ok(())
 }
 
 fn tier_note(status: NodeStatus) -> String {
@@ -247,6 +303,24 @@ impl Platform {
     pub async fn node_health(&self, caller: &Caller, name: &str) -> Result<NodeHealth, Error> {
         self.authorize(caller, Action::FleetRead, Target::Platform).await?;
         self.read_node_health(name).await
+    }
+
+    /// A fatal fault the node's agent reported (a fatal XID), inside the report's
+    /// transaction: an available or draining node becomes degraded. A node in any other state
+    /// takes no new bookings already and stays as it is. Whether the node moved.
+    pub(crate) async fn agent_fault(
+        &self,
+        tx: &mut SqliteConnection,
+        actor: Actor<'_>,
+        node: &str,
+        reason: &str,
+    ) -> Result<bool, Error> {
+        let Some(row) = node_row(tx, node).await? else { return Ok(false) };
+        if !matches!(row.status.state, NodeState::Available | NodeState::Draining) {
+            return Ok(false);
+        }
+        transition(self, tx, &Mover { actor, person: None }, &row, NodeEvent::Fault, reason).await?;
+        Ok(true)
     }
 
     async fn read_node_health(&self, name: &str) -> Result<NodeHealth, Error> {
@@ -307,6 +381,14 @@ impl Platform {
                 results: check_results(&mut conn, id).await?,
             });
         }
+        let raised = sqlx::query(
+            "SELECT n.name, g.idx, x.code, x.seen_at FROM gpu_xid_errors x
+             JOIN gpus g ON g.id = x.gpu_id JOIN nodes n ON n.id = g.node_id
+             WHERE g.node_id = ? AND x.seen_at >= ? ORDER BY x.seen_at DESC, x.id DESC LIMIT 50",
+        )
+        .bind(node.id)
+        .bind(now_ms() - 7 * 86_400_000);
+        let xid_errors = xid_errors(&mut conn, raised).await?;
         let tier_name = (node.status.tier > 0)
             .then(|| self.repair_tiers.get(node.status.tier as usize - 1).map(|t| t.name.clone()))
             .flatten();
@@ -321,6 +403,7 @@ impl Platform {
             bookings_now,
             changes,
             runs,
+            xid_errors,
         })
     }
 
@@ -361,7 +444,7 @@ impl Platform {
             self.backend_for_checks()?;
         }
         let mut tx = self.begin_write().await?;
-        let to = transition(self, &mut tx, caller, &node, event, reason, true, self.tiers()).await?;
+        let to = transition(self, &mut tx, &Mover::person(caller), &node, event, reason).await?;
         tx.commit_and(|| self.forget_fleet()).await?;
 
         match (event, to.state) {
@@ -378,7 +461,7 @@ impl Platform {
                         ),
                     };
                     let mut tx = self.begin_write().await?;
-                    let after = transition(self, &mut tx, caller, &node, event, &why, false, self.tiers()).await?;
+                    let after = transition(self, &mut tx, &Mover::berth_for(caller), &node, event, &why).await?;
                     tx.commit_and(|| self.forget_fleet()).await?;
                     if after.state == NodeState::Testing {
                         self.acceptance(caller, &node, ACCEPTANCE_AFTER_REPAIR).await?;
@@ -433,7 +516,7 @@ impl Platform {
         if acceptance {
             let mut tx = self.begin_write().await?;
             let why = format!("acceptance checks at level {}", level.as_str());
-            transition(self, &mut tx, caller, &node, NodeEvent::StartAcceptance, &why, true, self.tiers()).await?;
+            transition(self, &mut tx, &Mover::person(caller), &node, NodeEvent::StartAcceptance, &why).await?;
             tx.commit_and(|| self.forget_fleet()).await?;
             self.acceptance(caller, &node, level).await
         } else {
@@ -547,7 +630,7 @@ impl Platform {
             _ => None,
         };
         if let Some(event) = verdict {
-            transition(self, &mut tx, caller, node, event, &why, false, self.tiers()).await?;
+            transition(self, &mut tx, &Mover::berth_for(caller), node, event, &why).await?;
         }
         tx.commit_and(|| self.forget_fleet()).await?;
         let requested_by: Option<String> = sqlx::query_scalar("SELECT email FROM users WHERE id = ?")

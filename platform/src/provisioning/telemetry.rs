@@ -41,6 +41,55 @@ pub struct GpuUsePoint {
 pub struct EnvironmentGpuUse {
     pub hour: Vec<GpuUsePoint>,
     pub day: Vec<GpuUsePoint>,
+    /// XID errors raised on its GPUs while it held them, newest first (the last 50).
+    pub xid_errors: Vec<XidError>,
+}
+
+/// An XID error a node's agent reported on a GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XidError {
+    pub node: String,
+    pub gpu_index: i64,
+    pub code: u32,
+    /// When the report carrying it arrived.
+    pub seen_at: i64,
+}
+
+impl XidError {
+    /// "XID 79 on GPU 3 (GPU has fallen off the bus)".
+    pub fn describe(&self) -> String {
+        let fatal = if berth_domain::node_checks::is_fatal_xid(self.code) { ", fatal" } else { "" };
+        format!(
+            "XID {} on {} GPU {} ({}{fatal})",
+            self.code,
+            self.node,
+            self.gpu_index,
+            berth_domain::agent::xid_meaning(self.code)
+        )
+    }
+}
+
+/// How long XID errors are kept.
+const XID_KEPT_MS: i64 = 30 * 86_400_000;
+
+/// XID errors, newest first, from rows of (node, GPU index, code, seen at).
+pub(crate) async fn xid_errors<'q>(
+    conn: &mut sqlx::SqliteConnection,
+    query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+) -> Result<Vec<XidError>, Error> {
+    query
+        .fetch_all(&mut *conn)
+        .await?
+        .iter()
+        .map(|row| {
+            Ok(XidError {
+                node: row.try_get(0)?,
+                gpu_index: row.try_get(1)?,
+                code: u32::try_from(row.try_get::<i64, _>(2)?).unwrap_or(u32::MAX),
+                seen_at: row.try_get(3)?,
+            })
+        })
+        .collect()
 }
 
 /// A reading's GPU-seconds and busy GPU-seconds per day, tenant and model.
@@ -175,8 +224,9 @@ impl Platform {
     }
 
     /// Deletes buckets past their age: one-minute ones after two hours, five-minute ones
-    /// after a day and an hour. One bucket (a row per booked GPU) per write transaction, so
-    /// bookings never wait behind a long delete. Answers how many rows went.
+    /// after a day and an hour; XID errors after 30 days. One bucket (a row per booked GPU)
+    /// per write transaction, so bookings never wait behind a long delete. Answers how many
+    /// rows went.
     pub async fn prune_samples(&self, now: i64) -> Result<u64, Error> {
         let mut pruned = 0;
         for (resolution, kept) in [(FINE, FINE_KEPT_MS), (COARSE, COARSE_KEPT_MS)] {
@@ -198,6 +248,13 @@ impl Platform {
                 tx.commit().await?;
             }
         }
+        let mut tx = self.begin_write().await?;
+        pruned += sqlx::query("DELETE FROM gpu_xid_errors WHERE seen_at < ?")
+            .bind(now - XID_KEPT_MS)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        tx.commit().await?;
         Ok(pruned)
     }
 
@@ -206,9 +263,20 @@ impl Platform {
         self.environment_for(caller, id, Action::EnvironmentRead).await?;
         let now = now_ms();
         let mut conn = self.db.acquire().await?;
+        let raised = sqlx::query(
+            // Errors on a GPU it held, while it held it: a whole GPU's XID touches each of
+            // its slices' holders.
+            "SELECT DISTINCT n.name, g.idx, x.code, x.seen_at, x.id FROM reservations r
+             JOIN gpu_xid_errors x ON x.gpu_id = r.gpu_id AND x.seen_at >= r.starts_at
+                  AND x.seen_at < coalesce(r.released_at, r.ends_at)
+             JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+             WHERE r.environment_id = ? ORDER BY x.seen_at DESC, x.id DESC LIMIT 50",
+        )
+        .bind(id);
         Ok(EnvironmentGpuUse {
             hour: use_points(&mut conn, id, FINE, now - 3_600_000).await?,
             day: use_points(&mut conn, id, COARSE, now - 24 * 3_600_000).await?,
+            xid_errors: xid_errors(&mut conn, raised).await?,
         })
     }
 

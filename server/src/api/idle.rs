@@ -302,6 +302,8 @@ pub struct GpuUseBody {
     hour: Vec<GpuUsePointBody>,
     /// The last day, five-minute buckets, oldest first.
     day: Vec<GpuUsePointBody>,
+    /// XID errors raised on its GPUs while it held them, newest first (the last 50).
+    xid_errors: Vec<super::nodes::XidErrorBody>,
 }
 
 fn point_body(p: GpuUsePoint) -> GpuUsePointBody {
@@ -328,5 +330,6 @@ pub(super) async fn gpu_use(
     Ok(Json(GpuUseBody {
         hour: used.hour.into_iter().map(point_body).collect(),
         day: used.day.into_iter().map(point_body).collect(),
+        xid_errors: used.xid_errors.iter().map(super::nodes::xid_error_body).collect(),
     }))
 }

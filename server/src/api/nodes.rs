@@ -7,6 +7,7 @@ use axum::response::{IntoResponse, Response};
 use berth_domain::agent::NodeReport;
 use berth_domain::node_plan::PlanReport;
 use berth_platform::Error;
+use berth_platform::provisioning::telemetry::XidError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::ToSchema;
@@ -34,6 +35,35 @@ pub struct NodeHealthBody {
     changes: Vec<NodeStateChangeBody>,
     /// Newest first, the last 20.
     check_runs: Vec<CheckRunBody>,
+    /// XID errors the node's agent reported in the last 7 days, newest first (the last 50).
+    xid_errors: Vec<XidErrorBody>,
+}
+
+/// An XID error a node's agent reported on a GPU.
+#[derive(Serialize, ToSchema)]
+pub struct XidErrorBody {
+    node: String,
+    gpu: i64,
+    code: u32,
+    /// What it means, from NVIDIA's XID catalogue.
+    meaning: &'static str,
+    /// Whether it is the GPU's or node's trouble (it degrades the node) rather than an
+    /// application's.
+    fatal: bool,
+    /// When the agent's report carrying it arrived.
+    #[schema(format = DateTime)]
+    seen_at: String,
+}
+
+pub(super) fn xid_error_body(error: &XidError) -> XidErrorBody {
+    XidErrorBody {
+        node: error.node.clone(),
+        gpu: error.gpu_index,
+        code: error.code,
+        meaning: berth_domain::agent::xid_meaning(error.code),
+        fatal: berth_domain::node_checks::is_fatal_xid(error.code),
+        seen_at: rfc3339(error.seen_at),
+    }
 }
 
 #[derive(Serialize, ToSchema)]
@@ -86,6 +116,7 @@ pub(super) async fn node_health(
         takes_new_bookings: health.status.state.takes_new_bookings(),
         changes,
         check_runs: health.runs.iter().map(check_run_body).collect(),
+        xid_errors: health.xid_errors.iter().map(xid_error_body).collect(),
     }))
 }
 
