@@ -122,7 +122,7 @@ release-tools:
 # Each package on its own, so `ssr` and `hydrate` are never switched on together. berthctl is
 # built before the server's tests, which run the binary (server/src/tests/cli.rs).
 unit: host-tools smtp-tools
-	cargo test -p berth-domain
+	cargo test -p berth-domain --all-features
 	cargo test -p berth-platform
 	cargo test -p berth-app --features ssr
 	cargo test -p berth-agent
@@ -150,7 +150,7 @@ e2e: build browser smtp-tools
 
 lint:
 	cargo fmt --all --check
-	cargo clippy -p berth-domain --all-targets -- -D warnings
+	cargo clippy -p berth-domain --all-targets --all-features -- -D warnings
 	cargo clippy -p berth-platform --all-targets -- -D warnings
 	cargo clippy -p berth-app --all-targets --features ssr -- -D warnings
 	cargo clippy -p berth-app --lib --target wasm32-unknown-unknown --no-default-features --features hydrate -- -D warnings

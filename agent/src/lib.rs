@@ -25,6 +25,7 @@ pub mod node;
 
 pub use crate::error::{Error, NodeError};
 use crate::node::NodeHost;
+use crate::node::commands::CommandRunner;
 
 /// Where the agent posts its reports, under the portal's URL.
 pub const REPORT_PATH: &str = "/api/v1/agent/report";
@@ -186,6 +187,7 @@ fn read_gpu(nvml: &Nvml, index: u32) -> Result<GpuReport, NvmlError> {
         utilization_pct: device.utilization_rates().ok().map(|u| i64::from(u.gpu)),
         memory_used_mib: device.memory_info().ok().and_then(|m| i64::try_from(m.used / (1024 * 1024)).ok()),
         xid_errors: Vec::new(),
+        mig_readings: Vec::new(),
     })
 }
 
@@ -219,6 +221,19 @@ pub fn retry_delay(failures: u32) -> Duration {
     FIRST_RETRY.saturating_mul(1 << failures.saturating_sub(1).min(16)).min(MAX_RETRY)
 }
 
+/// Where the agent reads the MIG instances of GPUs in MIG mode (NVML gives no utilization
+/// per instance): the node's own DCGM exporter page, with each instance placed by
+/// `nvidia-smi mig -lgi`.
+pub struct MigSource {
+    /// `http://127.0.0.1:9400/metrics` where the exporter runs on the node, as DCGM's
+    /// packages and the GPU Operator set it up.
+    pub exporter_url: String,
+    pub runner: Arc<dyn CommandRunner>,
+}
+
+/// How long the node's exporter may take to answer.
+const EXPORTER_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// One node's agent: where it reports, with which token, how often, reading what.
 pub struct Agent {
     client: reqwest::Client,
@@ -228,6 +243,9 @@ pub struct Agent {
     probe: Arc<dyn GpuProbe>,
     /// The node the plans are applied to, and how often to ask for the plan.
     host: Option<(Arc<dyn NodeHost>, Duration)>,
+    mig: Option<MigSource>,
+    /// Whether the last MIG read failed: said once per run of failures, not every report.
+    mig_failing: std::sync::atomic::AtomicBool,
 }
 
 impl Agent {
@@ -241,13 +259,57 @@ impl Agent {
             .user_agent(concat!("berth-agent/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(Error::HttpClient)?;
-        Ok(Agent { client, portal: portal.to_owned(), token: token.trim().to_owned(), interval, probe, host: None })
+        Ok(Agent {
+            client,
+            portal: portal.to_owned(),
+            token: token.trim().to_owned(),
+            interval,
+            probe,
+            host: None,
+            mig: None,
+            mig_failing: std::sync::atomic::AtomicBool::new(false),
+        })
     }
 
     /// The agent also applies the node plans of a `--backend baremetal` portal to `host`,
     /// asking for the plan every `plan_interval`.
     pub fn with_host(self, host: Arc<dyn NodeHost>, plan_interval: Duration) -> Agent {
         Agent { host: Some((host, plan_interval)), ..self }
+    }
+
+    /// The agent also reads the MIG instances of GPUs in MIG mode from `source`.
+    pub fn with_mig_source(self, source: MigSource) -> Agent {
+        Agent { mig: Some(source), ..self }
+    }
+
+    /// The readings of the MIG instances on the node now, by GPU index.
+    async fn read_mig(
+        &self,
+        source: &MigSource,
+    ) -> Result<BTreeMap<i64, Vec<berth_domain::agent::MigReading>>, String> {
+        let answer = self
+            .client
+            .get(&source.exporter_url)
+            .timeout(EXPORTER_TIMEOUT)
+            .send()
+            .await
+            .map_err(|e| format!("the DCGM exporter at {} did not answer: {e}", source.exporter_url))?;
+        if !answer.status().is_success() {
+            return Err(format!("the DCGM exporter at {} answered {}", source.exporter_url, answer.status()));
+        }
+        let page = answer.text().await.map_err(|e| format!("the DCGM exporter's page broke off: {e}"))?;
+        let runner = source.runner.clone();
+        let placements = tokio::task::spawn_blocking(move || node::mig::listed_instances(runner.as_ref()))
+            .await
+            .map_err(|e| format!("listing the GPU instances stopped: {e}"))?
+            .map_err(|e| format!("cannot list the GPU instances: {e}"))?;
+        let series = berth_domain::dcgm::parse_page(&page);
+        Ok(berth_domain::dcgm::mig_readings(&series, |gpu, id| {
+            placements
+                .iter()
+                .find(|p| i64::from(p.gpu) == gpu && i64::from(p.id) == id)
+                .map(|p| i64::from(p.instance.start))
+        }))
     }
 
     /// Sends `body` (or nothing) to `path` with the node token; the portal's JSON answer or
@@ -318,6 +380,25 @@ impl Agent {
             .map_err(|source| Error::Stopped { what: "reading the GPUs", source })??;
         // Each report's readings stand for the time until the next one.
         report.period_s = Some(self.interval.as_secs_f64());
+        if let Some(source) = &self.mig
+            && report.gpus.iter().any(|gpu| gpu.mig_enabled)
+        {
+            use std::sync::atomic::Ordering;
+            match self.read_mig(source).await {
+                Ok(mut by_gpu) => {
+                    self.mig_failing.store(false, Ordering::Relaxed);
+                    for gpu in &mut report.gpus {
+                        gpu.mig_readings = by_gpu.remove(&gpu.index).unwrap_or_default();
+                    }
+                }
+                // The report goes without them: a gap in the instances' charts.
+                Err(why) => {
+                    if !self.mig_failing.swap(true, Ordering::Relaxed) {
+                        tracing::warn!("MIG instances not read (their use is not reported until they are): {why}");
+                    }
+                }
+            }
+        }
         let body = serde_json::to_vec(&report).map_err(|source| Error::Encode { what: "the report", source })?;
         self.call(reqwest::Method::POST, REPORT_PATH, Some(body)).await
     }

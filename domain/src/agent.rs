@@ -55,6 +55,22 @@ pub struct GpuReport {
     /// The XID errors NVML raised on the GPU since the agent's last report, oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub xid_errors: Vec<u32>,
+    /// Its MIG instances' readings, where the agent could read them (NVML gives none per
+    /// instance: they come from the node's DCGM exporter, see `crate::dcgm::mig_readings`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mig_readings: Vec<MigReading>,
+}
+
+/// One MIG instance's reading, placed as Berth names a slice.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct MigReading {
+    /// The first memory slice of its placement (0 to 7).
+    pub slice_start: i64,
+    /// Its graphics engine activity, 0 to 100.
+    pub utilization_pct: f64,
+    pub memory_used_mib: f64,
+    /// 0 where the source does not know it.
+    pub memory_total_mib: f64,
 }
 
 /// The most GPUs one node can report; more is a broken or hostile agent.
@@ -93,6 +109,9 @@ impl NodeReport {
             if gpu.memory_mib < 0 || readings.iter().flatten().any(|r| *r < 0) {
                 return Err(Refusal::InvalidReport(format!("GPU {}: a reading is negative", gpu.index)));
             }
+            if gpu.mig_readings.len() > 8 {
+                return Err(Refusal::InvalidReport(format!("GPU {}: more than 8 MIG instances", gpu.index)));
+            }
             if gpu.xid_errors.len() > MAX_XIDS_PER_GPU {
                 return Err(Refusal::InvalidReport(format!(
                     "GPU {}: more than {MAX_XIDS_PER_GPU} XID errors",
@@ -106,28 +125,44 @@ impl NodeReport {
         Ok(())
     }
 
-    /// The report's GPU readings for the telemetry store: one per GPU whose utilization
-    /// NVML gave (so none for a GPU in MIG mode), read at `at_ms` on `node`.
+    /// The report's GPU readings for the telemetry store, read at `at_ms` on `node`: one
+    /// per GPU whose utilization NVML gave (none for a GPU in MIG mode), and one per MIG
+    /// instance the agent read.
     pub fn readings(&self, node: &str, at_ms: i64) -> Vec<GpuReading> {
-        self.gpus
-            .iter()
-            .filter_map(|gpu| {
-                let utilization = gpu.utilization_pct?;
-                Some(GpuReading {
-                    node: node.to_owned(),
-                    gpu_index: gpu.index,
-                    slice_start: None,
-                    environment: None,
-                    at_ms,
-                    period_s: self.period_s.unwrap_or(DEFAULT_PERIOD_S),
-                    utilization_pct: utilization as f64,
-                    memory_used_mib: gpu.memory_used_mib.unwrap_or(0) as f64,
-                    memory_total_mib: gpu.memory_mib as f64,
-                    power_w: gpu.power_w.map(|w| w as f64),
-                    temperature_c: gpu.temperature_c.map(|t| t as f64),
-                })
-            })
-            .collect()
+        let period_s = self.period_s.unwrap_or(DEFAULT_PERIOD_S);
+        let mut readings = Vec::new();
+        for gpu in &self.gpus {
+            let reading = |slice_start, utilization: f64, used: f64, total: f64, power_w| GpuReading {
+                node: node.to_owned(),
+                gpu_index: gpu.index,
+                slice_start,
+                environment: None,
+                at_ms,
+                period_s,
+                utilization_pct: utilization,
+                memory_used_mib: used,
+                memory_total_mib: total,
+                power_w,
+                temperature_c: gpu.temperature_c.map(|t| t as f64),
+            };
+            if let Some(utilization) = gpu.utilization_pct {
+                let used = gpu.memory_used_mib.unwrap_or(0) as f64;
+                readings.push(reading(
+                    None,
+                    utilization as f64,
+                    used,
+                    gpu.memory_mib as f64,
+                    gpu.power_w.map(|w| w as f64),
+                ));
+            }
+            // An instance is not given its GPU's power: counted per instance it would count
+            // several times.
+            for mig in &gpu.mig_readings {
+                let MigReading { slice_start, utilization_pct, memory_used_mib, memory_total_mib } = *mig;
+                readings.push(reading(Some(slice_start), utilization_pct, memory_used_mib, memory_total_mib, None));
+            }
+        }
+        readings
     }
 }
 
@@ -141,7 +176,7 @@ pub fn fatal_xid(report: &NodeReport) -> Option<String> {
     })
 }
 
-/// What a fatal XID means, from NVIDIA's XID catalogue.
+/// What an XID means, from NVIDIA's XID catalogue.
 pub fn xid_meaning(code: u32) -> &'static str {
     match code {
         13 => "graphics engine exception",

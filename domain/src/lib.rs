@@ -27,6 +27,8 @@
 pub mod agent;
 pub mod booking;
 pub mod catalog;
+#[cfg(feature = "dcgm")]
+pub mod dcgm;
 pub mod fabric;
 pub mod fleet;
 pub mod gpu;

@@ -44,6 +44,7 @@ fn h100(index: i64) -> GpuReport {
         utilization_pct: Some(0),
         memory_used_mib: Some(512),
         xid_errors: Vec::new(),
+        mig_readings: Vec::new(),
     }
 }
 

@@ -99,6 +99,11 @@ pub struct AgentArgs {
     /// files where they are not open to everyone (those the node lacks are skipped).
     #[arg(long, env = "BERTH_GPU_GROUPS", value_delimiter = ',', default_value = "video,render")]
     pub gpu_groups: Vec<String>,
+    /// The node's own NVIDIA DCGM exporter, read for the use of MIG instances (NVML gives
+    /// none per instance): its metrics URL, or `off`. A node in MIG mode without one
+    /// reports no instance readings, and says so in the agent's log.
+    #[arg(long, env = "BERTH_AGENT_DCGM_EXPORTER", default_value = "http://127.0.0.1:9400/metrics")]
+    pub dcgm_exporter: String,
 }
 
 #[derive(Debug, clap::Args)]
@@ -350,9 +355,17 @@ async fn agent(args: AgentArgs) -> Result<(), String> {
     if let Some(message) = no_nvml {
         tracing::warn!("{message}");
     }
-    let agent = berth_agent::Agent::new(&args.portal, &args.token, args.interval, probe)
+    let mut agent = berth_agent::Agent::new(&args.portal, &args.token, args.interval, probe)
         .map_err(|e| e.to_string())?
         .with_host(machine(&args).map_err(|e| e.to_string())?, args.plan_interval);
+    if args.dcgm_exporter != "off" {
+        let url = &args.dcgm_exporter;
+        if !(url.starts_with("http://") || url.starts_with("https://")) {
+            return Err(format!("--dcgm-exporter: \"{url}\" is not an http(s) URL (or `off`)"));
+        }
+        let runner = Arc::new(berth_agent::node::commands::SystemRunner::new());
+        agent = agent.with_mig_source(berth_agent::MigSource { exporter_url: url.clone(), runner });
+    }
     tracing::info!(portal = %args.portal, interval = ?args.interval, "berth agent is reporting");
     let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(shutdown_signal(stop_tx));

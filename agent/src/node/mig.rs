@@ -118,6 +118,11 @@ fn instances(runner: &dyn CommandRunner, modes: &BTreeMap<u32, Option<bool>>) ->
     Ok(parse_instances(&text))
 }
 
+/// Every GPU instance on the node now (none where no GPU is in MIG mode).
+pub fn listed_instances(runner: &dyn CommandRunner) -> Result<Vec<GpuInstance>, NodeError> {
+    instances(runner, &mig_modes(runner)?)
+}
+
 pub fn parse_instances(text: &str) -> Vec<GpuInstance> {
     text.lines()
         .filter_map(|line| {

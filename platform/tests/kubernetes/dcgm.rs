@@ -12,7 +12,7 @@ use serde_json::json;
 use crate::kubernetes_api::FakeCluster;
 use crate::support::{ENV_ID, OTHER_ENV_ID};
 
-const PAGE: &str = include_str!("../../fixtures/dcgm/mig-kubernetes.txt");
+const PAGE: &str = include_str!("../../../domain/fixtures/dcgm/mig-kubernetes.txt");
 const SLICES: &str = "/apis/discovery.k8s.io/v1/namespaces/gpu-operator/endpointslices";
 
 /// An exporter on loopback serving `page`; its port.

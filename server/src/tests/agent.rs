@@ -123,3 +123,92 @@ async fn the_portal_refuses_personal_tokens_bad_reports_and_is_told_apart_when_d
     let error = down.report_once().await.expect_err("no portal").to_string();
     assert!(error.starts_with("cannot reach the portal at http://127.0.0.1:1/api/v1/agent/report"), "{error}");
 }
+
+/// A node's command line tools as the agent meets them on a node with GPUs in MIG mode.
+struct MigNode {
+    lgi: String,
+}
+
+impl berth_agent::node::commands::CommandRunner for MigNode {
+    fn run(&self, command: &berth_domain::agent::Command) -> Result<String, berth_agent::node::commands::CommandError> {
+        let line = command.to_string();
+        Ok(if line.starts_with("nvidia-smi --query-gpu=index,mig.mode.current") {
+            "0, Enabled\n1, Enabled\n".to_owned()
+        } else if line == "nvidia-smi mig -lgi" {
+            self.lgi.clone()
+        } else {
+            String::new()
+        })
+    }
+}
+
+/// A booked MIG slice on a bare-metal node: NVML gives no use per instance, so the agent
+/// reads the node's DCGM exporter, places each instance by `nvidia-smi mig -lgi`, and the
+/// booking's page shows its slice's use.
+#[tokio::test]
+async fn the_agent_reads_mig_instances_from_the_nodes_dcgm_exporter() {
+    let berth = Berth::start(None).await;
+    let admin = berth.person("admin@example.com", Role::PlatformAdmin, None).await;
+    let owner = berth.person("ada@example.com", Role::PlatformAdmin, None).await;
+    let id = berth.launch(&owner, "notebook").await;
+    let (node, gpu, start): (String, i64, i64) = sqlx::query_as(
+        "SELECT n.name, g.idx, r.slice_start FROM reservations r JOIN gpus g ON g.id = r.gpu_id
+         JOIN nodes n ON n.id = g.node_id WHERE r.environment_id = ?",
+    )
+    .bind(&id)
+    .fetch_one(berth.platform.db())
+    .await
+    .expect("the slice");
+    // Readings go to running environments; no backend runs here to start it.
+    sqlx::query("UPDATE environments SET state = 'ready' WHERE id = ?")
+        .bind(&id)
+        .execute(berth.platform.db())
+        .await
+        .expect("ready");
+    let (_, secret) = berth.platform.create_node_token(&admin.caller(meta()), &node).await.expect("node token");
+    let url = berth.serve_on_loopback().await;
+
+    // The node's exporter: GPU instance 7 is the booked slice; 9 is another instance.
+    let page = format!(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu=\"{gpu}\",GPU_I_ID=\"7\",GPU_I_PROFILE=\"1g.10gb\",Hostname=\"{node}\"}} 0.62\n\
+         DCGM_FI_DEV_FB_USED{{gpu=\"{gpu}\",GPU_I_ID=\"7\",GPU_I_PROFILE=\"1g.10gb\",Hostname=\"{node}\"}} 3000\n\
+         DCGM_FI_DEV_FB_FREE{{gpu=\"{gpu}\",GPU_I_ID=\"7\",GPU_I_PROFILE=\"1g.10gb\",Hostname=\"{node}\"}} 6856\n\
+         DCGM_FI_PROF_GR_ENGINE_ACTIVE{{gpu=\"{gpu}\",GPU_I_ID=\"9\",GPU_I_PROFILE=\"1g.10gb\",Hostname=\"{node}\"}} 0.99\n"
+    );
+    let exporter = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let exporter_url = format!("http://{}/metrics", exporter.local_addr().expect("address"));
+    let app = axum::Router::new().route("/metrics", axum::routing::get(move || async move { page }));
+    tokio::spawn(async move { axum::serve(exporter, app).await });
+    let other = if start == 0 { 1 } else { 0 };
+    let lgi = format!(
+        "+----------------------------------------------------+\n\
+         | GPU instances:                                     |\n\
+         | GPU   Name             Profile  Instance   Placement  |\n\
+         |                          ID       ID       Start:Size |\n\
+         |====================================================|\n\
+         |   {gpu}  MIG 1g.10gb         19        7          {start}:1     |\n\
+         |   {gpu}  MIG 1g.10gb         19        9          {other}:1     |\n\
+         +----------------------------------------------------+\n"
+    );
+    let h100 = |index| GpuReport {
+        index,
+        uuid: format!("GPU-3b5c-{index}"),
+        name: "NVIDIA H100 80GB HBM3".into(),
+        memory_mib: 81_559,
+        mig_enabled: true,
+        ecc_uncorrected: Some(0),
+        temperature_c: Some(44),
+        ..GpuReport::default()
+    };
+    let agent = Agent::new(&url, &secret, Duration::from_secs(30), Arc::new(FakeNode(vec![h100(0), h100(1)])))
+        .expect("agent")
+        .with_mig_source(berth_agent::MigSource { exporter_url, runner: Arc::new(MigNode { lgi }) });
+    agent.report_once().await.expect("report");
+
+    let used = berth.platform.environment_gpu_use(&owner.caller(meta()), &id).await.expect("use");
+    assert_eq!(used.hour.len(), 1, "{:?}", used.hour);
+    let minute = &used.hour[0];
+    assert!((minute.utilization_pct - 62.0).abs() < 1e-9, "{minute:?}");
+    assert_eq!((minute.memory_used_mib, minute.memory_total_mib), (3000.0, 9856.0));
+    assert_eq!((minute.power_w, minute.temperature_c), (None, Some(44.0)));
+}
