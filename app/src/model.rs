@@ -827,7 +827,8 @@ pub struct VolumeView {
     pub scope: String,
     pub owner: String,
     pub size_gib: u32,
-    /// "1.2 MiB" as last measured, or why there is no figure.
+    /// "1.2 MiB, measured 2026-11-26 13:40 UTC" (the last figure and when it was taken), or
+    /// "not measured".
     pub used: String,
     pub mount_path: String,
     /// Where the backend keeps it, or "made at its first attach".

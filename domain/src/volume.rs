@@ -103,7 +103,9 @@ pub fn check_resize(current_gib: u32, asked: &str) -> Result<u32, Refusal> {
 /// A volume last measured holding more than its size is not attached again until it is
 /// grown. Where the storage holds no limit itself (a directory on a shared filesystem),
 /// this is how a size holds: what was written past it stays, and the next booking waits.
-/// `None` (not measured, as on Kubernetes, whose claims the storage enforces) passes.
+/// On Kubernetes the same rule reads the kubelet's figure, which [`own_use`] keeps only
+/// where the claim's filesystem is no larger than the volume, so storage that holds the
+/// claim's size never trips it. `None` (never measured) passes.
 pub fn check_within_size(name: &str, size_gib: u32, used_bytes: Option<i64>) -> Result<(), Refusal> {
     const GIB: i64 = 1 << 30;
     let Some(used) = used_bytes.filter(|used| *used > i64::from(size_gib) * GIB) else { return Ok(()) };
@@ -111,6 +113,19 @@ pub fn check_within_size(name: &str, size_gib: u32, used_bytes: Option<i64>) -> 
     let tenths = (used.saturating_mul(10) + GIB / 2) / GIB;
     let used = format!("{}.{}", tenths / 10, tenths % 10);
     Err(Refusal::VolumeOverSize { name: name.to_owned(), used, size_gib, needed_gib })
+}
+
+/// What a measurement says of a volume's use: `used_bytes`, unless it came with the size of
+/// the filesystem it was taken on (`capacity_bytes`, as the kubelet reports a claim's) and
+/// that filesystem is larger than the volume. Then the figure is a shared export's (an NFS
+/// subdirectory, EFS: the kubelet reports the whole export), other volumes' data included,
+/// and is neither the volume's use to show nor a reason to refuse it: `None`.
+pub fn own_use(size_gib: u32, used_bytes: u64, capacity_bytes: Option<u64>) -> Option<u64> {
+    const GIB: u64 = 1 << 30;
+    match capacity_bytes {
+        Some(capacity) if capacity > u64::from(size_gib) * GIB => None,
+        _ => Some(used_bytes),
+    }
 }
 
 /// Where a volume appears inside an environment.
@@ -234,6 +249,20 @@ mod tests {
             over.to_string(),
             "volume \"data\" holds 12.5 GiB, more than its 10 GiB; grow it to 13 GiB or more on the volumes page to attach it again"
         );
+    }
+
+    #[test]
+    fn a_figure_of_a_filesystem_larger_than_the_volume_is_not_its_use() {
+        const GIB: u64 = 1 << 30;
+        assert_eq!(own_use(10, 3 * GIB, None), Some(3 * GIB), "a directory's own files");
+        // Block storage formatted on the claim: a little less than its size.
+        assert_eq!(own_use(10, 3 * GIB, Some(10 * GIB - (300 << 20))), Some(3 * GIB));
+        assert_eq!(own_use(10, 3 * GIB, Some(10 * GIB)), Some(3 * GIB), "a quota of exactly the size (CephFS)");
+        // A grown volume whose filesystem has not followed yet is still its own.
+        assert_eq!(own_use(20, 3 * GIB, Some(10 * GIB)), Some(3 * GIB));
+        // An NFS export of 2 TiB shared by every claim: its use is everyone's.
+        assert_eq!(own_use(10, 700 * GIB, Some(2048 * GIB)), None);
+        assert_eq!(own_use(10, GIB, Some(10 * GIB + 1)), None);
     }
 
     #[test]

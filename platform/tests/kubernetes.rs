@@ -3,10 +3,12 @@
 //! provision/teardown, a second pass over a converged environment, crashes after each
 //! step, MIG layouts shared with neighbours (and kept in the mig-parted ConfigMap only
 //! while needed), tenants' Kueue ClusterQueues, soft tenants' namespaces shared by their
-//! environments, the orphan sweep, and volumes that outlive their environments (a soft
-//! tenant's claim kept in its namespace, a hard tenant's PersistentVolume bound to the next one).
+//! environments, the orphan sweep, volumes that outlive their environments (a soft
+//! tenant's claim kept in its namespace, a hard tenant's PersistentVolume bound to the next
+//! one), and volumes' use from the kubelets' stats summaries.
 #![allow(clippy::expect_used, clippy::unwrap_used)] // a failed expectation stops the test with its message
 
+mod common;
 mod kubernetes_api;
 
 #[path = "kubernetes/checklist.rs"]
@@ -31,5 +33,7 @@ mod scenarios;
 mod soft_tenants;
 #[path = "kubernetes/support.rs"]
 mod support;
+#[path = "kubernetes/volume_use.rs"]
+mod volume_use;
 #[path = "kubernetes/volumes.rs"]
 mod volumes;

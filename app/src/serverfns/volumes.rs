@@ -31,6 +31,16 @@ mod views {
         if unit == 0 { format!("{n} B") } else { format!("{value:.1} {}", UNITS[unit]) }
     }
 
+    /// "3.0 GiB, measured 2026-11-26 13:40 UTC": when matters, since a volume the backend
+    /// cannot measure now (on Kubernetes, one no running pod mounts) keeps its last figure.
+    pub fn use_text(used_bytes: Option<i64>, measured_at: Option<i64>) -> String {
+        match (used_bytes, measured_at) {
+            (Some(used), Some(at)) => format!("{}, measured {}", bytes(used), utc(at)),
+            (Some(used), None) => bytes(used),
+            (None, _) => "not measured".to_owned(),
+        }
+    }
+
     pub fn attachment(a: Attachment) -> VolumeAttachmentView {
         VolumeAttachmentView {
             volume: a.volume_name,
@@ -54,7 +64,7 @@ mod views {
             scope,
             owner: v.owner_email,
             size_gib: v.size_gib,
-            used: v.used_bytes.map_or_else(|| "not measured".to_owned(), bytes),
+            used: use_text(v.used_bytes, v.measured_at),
             mount_path: v.mount_path,
             location: v.location.unwrap_or_else(|| "made at its first attach".to_owned()),
             created: utc(v.created_at),
@@ -178,5 +188,14 @@ mod tests {
         assert_eq!(super::views::bytes(512), "512 B");
         assert_eq!(super::views::bytes(1536), "1.5 KiB");
         assert_eq!(super::views::bytes(3 * 1024 * 1024 * 1024), "3.0 GiB");
+    }
+
+    #[test]
+    fn use_says_when_it_was_measured() {
+        use super::views::use_text;
+        // 2026-11-26 13:40 UTC
+        let at = 1_795_700_400_000;
+        assert_eq!(use_text(Some(3 << 30), Some(at)), "3.0 GiB, measured 2026-11-26 13:40 UTC");
+        assert_eq!(use_text(None, None), "not measured");
     }
 }

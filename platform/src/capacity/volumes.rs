@@ -31,8 +31,12 @@ pub struct Volume {
     pub size_gib: u32,
     /// Where the backend keeps it, once it was first attached.
     pub location: Option<String>,
-    /// Bytes in use as last measured; `None` where the backend cannot measure it.
+    /// Bytes in use as last measured; `None` where the backend cannot measure it (or has
+    /// not yet: on Kubernetes, until a running pod mounts its claim).
     pub used_bytes: Option<i64>,
+    /// When `used_bytes` was measured (ms). On Kubernetes a volume no running pod mounts is
+    /// not measured, so its figure may be older than the last sweep.
+    pub measured_at: Option<i64>,
     pub mount_path: String,
     pub created_at: i64,
     /// The environments it is attached to now.
@@ -114,7 +118,7 @@ pub fn storage_name(volume_id: i64) -> String {
 }
 
 const VOLUME_COLUMNS: &str = "v.id, v.tenant_id, v.project_id, p.name AS project, v.owner_id, u.email AS owner_email,
-     v.name, v.is_home, v.size_gib, v.location, v.used_bytes, v.created_at";
+     v.name, v.is_home, v.size_gib, v.location, v.used_bytes, v.measured_at, v.created_at";
 const VOLUME_TABLES: &str = "volumes v JOIN users u ON u.id = v.owner_id LEFT JOIN projects p ON p.id = v.project_id";
 
 #[derive(sqlx::FromRow)]
@@ -130,6 +134,7 @@ struct VolumeRow {
     size_gib: i64,
     location: Option<String>,
     used_bytes: Option<i64>,
+    measured_at: Option<i64>,
     created_at: i64,
 }
 
@@ -148,6 +153,7 @@ impl VolumeRow {
             size_gib: u32::try_from(self.size_gib).unwrap_or(u32::MAX),
             location: self.location,
             used_bytes: self.used_bytes,
+            measured_at: self.measured_at,
             created_at: self.created_at,
             attachments,
         }
@@ -367,6 +373,7 @@ impl Platform {
                     size_gib,
                     location: None,
                     used_bytes: None,
+                    measured_at: None,
                     mount_path: volume::HOME_MOUNT.to_owned(),
                     created_at: 0,
                     attachments: Vec::new(),

@@ -301,7 +301,7 @@ impl Reconciler {
             }
         }
         // What volumes hold, for their page (see `volume_storage`).
-        crate::provisioning::volume_storage::measure(&self.platform, self.backend.as_ref()).await?;
+        crate::provisioning::volume_storage::measure(&self.platform, self.backend.as_ref(), timeout).await?;
         Ok(report)
     }
 

@@ -5,6 +5,10 @@
 //! any more: they are attached until their environments release, and a volume is never
 //! deleted while attached.
 
+use std::collections::HashMap;
+
+use berth_domain::volume;
+
 use crate::audit::{self, Actor, Event, Outcome};
 use crate::provisioning::backend::{Backend, StoredVolume, Workload};
 use crate::{Error, Platform, now_ms};
@@ -103,22 +107,58 @@ pub(crate) async fn follow_deletions(platform: &Platform, backend: &dyn Backend)
     Ok(())
 }
 
-/// Measures what each live volume the backend holds takes, where it can.
-pub(crate) async fn measure(platform: &Platform, backend: &dyn Backend) -> Result<(), Error> {
-    let live: Vec<(i64, String)> =
-        sqlx::query_as("SELECT id, location FROM volumes WHERE deleted_at IS NULL AND location IS NOT NULL")
-            .fetch_all(&platform.db)
-            .await?;
-    for (volume_id, location) in live {
-        let Some(bytes) = backend.volume_use(&StoredVolume { volume_id, location }).await else { continue };
-        let mut tx = platform.begin_write().await?;
+/// Measures what each live volume the backend holds takes, where it can, all in one call to
+/// the backend bounded by `within`. A figure that is not the volume's own (a shared
+/// export's, `domain::volume::own_use`) is not recorded; a volume the backend did not
+/// measure this time (Kubernetes: no running pod mounts its claim, or its node did not
+/// answer) keeps its last figure and the time it was taken, as its page shows.
+pub(crate) async fn measure(
+    platform: &Platform,
+    backend: &dyn Backend,
+    within: std::time::Duration,
+) -> Result<(), Error> {
+    let live: Vec<(i64, String, i64)> = sqlx::query_as(
+        "SELECT id, location, size_gib FROM volumes WHERE deleted_at IS NULL AND location IS NOT NULL ORDER BY id",
+    )
+    .fetch_all(&platform.db)
+    .await?;
+    if live.is_empty() {
+        return Ok(());
+    }
+    let sizes: HashMap<i64, u32> =
+        live.iter().map(|(id, _, size)| (*id, u32::try_from(*size).unwrap_or(u32::MAX))).collect();
+    let stored: Vec<StoredVolume> =
+        live.into_iter().map(|(volume_id, location, _)| StoredVolume { volume_id, location }).collect();
+    let Ok(measured) = tokio::time::timeout(within, backend.volumes_use(&stored)).await else {
+        tracing::warn!(
+            volumes = stored.len(),
+            "measuring volumes took over {} s; they keep their last figures",
+            within.as_secs()
+        );
+        return Ok(());
+    };
+    if measured.is_empty() {
+        return Ok(());
+    }
+    let now = now_ms();
+    let mut tx = platform.begin_write().await?;
+    for found in measured {
+        let Some(&size_gib) = sizes.get(&found.volume_id) else { continue };
+        let Some(bytes) = volume::own_use(size_gib, found.used_bytes, found.capacity_bytes) else {
+            tracing::debug!(
+                volume = found.volume_id,
+                capacity = ?found.capacity_bytes,
+                "a volume's figure is of a filesystem larger than the volume (a shared export); not its use"
+            );
+            continue;
+        };
         sqlx::query("UPDATE volumes SET used_bytes = ?, measured_at = ? WHERE id = ? AND deleted_at IS NULL")
             .bind(i64::try_from(bytes).unwrap_or(i64::MAX))
-            .bind(now_ms())
-            .bind(volume_id)
+            .bind(now)
+            .bind(found.volume_id)
             .execute(&mut *tx)
             .await?;
-        tx.commit().await?;
     }
+    tx.commit().await?;
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! A mock Kubernetes API server behind `tower-test`: it records every request and answers
 //! like a small cluster would (server-side apply, create, replace, get, list, delete with
 //! 404s and conflicts), with four nodes, a GPU Operator that applies MIG layouts at once,
-//! and workloads that become ready at once. Tests compare the recorded requests with the
+//! workloads that become ready at once, and kubelets whose stats summaries a test sets
+//! (through the node proxy). Tests compare the recorded requests with the
 //! exact list a scenario expects, so a missing or an extra call fails.
 //!
 //! The same server is the stateful fake for random runs ([`FakeCluster::stateful`]): the
@@ -57,6 +58,11 @@ pub struct State {
     pub job_status: Option<Value>,
     /// Pods' logs by pod name.
     pub pod_logs: BTreeMap<String, String>,
+    /// Each node's kubelet stats summary, as its node proxy answers
+    /// (`/api/v1/nodes/<node>/proxy/stats/summary`); a node without one has no pods.
+    pub stats_summaries: BTreeMap<String, Value>,
+    /// Paths whose requests are recorded and never answered (a kubelet that hangs).
+    pub hanging: std::collections::BTreeSet<String>,
     /// Whether requests are kept in `calls`.
     pub record: bool,
     /// Chances of injected faults per request.
@@ -152,7 +158,18 @@ impl FakeCluster {
                 let log = call.path.ends_with("/log");
                 let faults = shared.lock().unwrap().faults;
                 let roll = rand::random::<f64>();
-                let (status, answer) = if roll < faults.error {
+                let hangs = {
+                    let mut state = shared.lock().unwrap();
+                    let hangs = state.hanging.contains(&call.path);
+                    if hangs && state.record {
+                        state.calls.push(call.clone());
+                    }
+                    hangs
+                };
+                let (status, answer) = if hangs {
+                    unanswered.push(respond);
+                    continue;
+                } else if roll < faults.error {
                     status(503, "ServiceUnavailable", "injected: the server is currently unable to handle the request")
                 } else if roll < faults.error + faults.hang {
                     unanswered.push(respond);
@@ -372,6 +389,15 @@ impl State {
         let (_, segs) = segments(&call.path);
         let is_collection = segs.len() % 2 == 1;
         let is_node = segs.first().map(String::as_str) == Some("nodes") && segs.len() == 2;
+        // A kubelet's stats summary through the node proxy.
+        if call.method == "GET" && segs.len() == 5 && segs[0] == "nodes" && segs[2..] == ["proxy", "stats", "summary"] {
+            let node = &segs[1];
+            if !self.nodes.contains_key(node) {
+                return status(404, "NotFound", "no such node");
+            }
+            let empty = json!({ "node": { "nodeName": node }, "pods": [] });
+            return (StatusCode::OK, self.stats_summaries.get(node).cloned().unwrap_or(empty));
+        }
         if call.method == "GET" && call.path.ends_with("/log") {
             let pod = &segs[segs.len() - 2];
             return match self.pod_logs.get(pod) {

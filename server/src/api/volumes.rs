@@ -25,8 +25,12 @@ pub struct VolumeBody {
     mount_path: String,
     /// Where the backend keeps it, once it was first attached.
     location: Option<String>,
-    /// As last measured; `null` where the backend cannot measure it.
+    /// As last measured; `null` where the backend cannot measure it (or has not yet).
     used_bytes: Option<i64>,
+    /// When `used_bytes` was measured: on Kubernetes a volume no running pod mounts keeps
+    /// an older figure.
+    #[schema(format = DateTime)]
+    measured_at: Option<String>,
     #[schema(format = DateTime)]
     created_at: String,
     attached: Vec<AttachmentBody>,
@@ -63,6 +67,7 @@ fn volume_body(v: Volume) -> VolumeBody {
         mount_path: v.mount_path,
         location: v.location,
         used_bytes: v.used_bytes,
+        measured_at: v.measured_at.map(rfc3339),
         created_at: rfc3339(v.created_at),
         attached,
     }

@@ -145,6 +145,17 @@ pub struct StoredVolume {
     pub location: String,
 }
 
+/// What a backend measured of one volume.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VolumeUse {
+    pub volume_id: i64,
+    pub used_bytes: u64,
+    /// The size of the filesystem the figure was taken on, where the backend reports one
+    /// (the kubelet does): a claim on a shared export reports the whole export's use, which
+    /// is then not the volume's (`domain::volume::own_use`). `None`: the volume's own files.
+    pub capacity_bytes: Option<u64>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StepOutput {
     pub detail: Option<String>,
@@ -160,6 +171,7 @@ pub type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<StepOutput, Backend
 pub type OwnedFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<OwnedObject>, BackendError>> + Send + 'a>>;
 pub type RemoveFuture<'a> = Pin<Box<dyn Future<Output = Result<bool, BackendError>> + Send + 'a>>;
 pub type UseFuture<'a> = Pin<Box<dyn Future<Output = Option<u64>> + Send + 'a>>;
+pub type VolumesUseFuture<'a> = Pin<Box<dyn Future<Output = Vec<VolumeUse>> + Send + 'a>>;
 pub type ReadingsFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<GpuReading>, BackendError>> + Send + 'a>>;
 pub type QueueFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + 'a>>;
 
@@ -312,6 +324,22 @@ pub trait Backend: Send + Sync + 'static {
     fn volume_use<'a>(&'a self, volume: &'a StoredVolume) -> UseFuture<'a> {
         let _ = volume;
         Box::pin(async { None })
+    }
+
+    /// What each of `volumes` holds now, where the backend can measure it; one left out
+    /// keeps its last measurement. Never fails: what cannot be read is logged and left out.
+    /// The default asks [`Backend::volume_use`] one volume after another; Kubernetes reads
+    /// every node's kubelet once for all of them.
+    fn volumes_use<'a>(&'a self, volumes: &'a [StoredVolume]) -> VolumesUseFuture<'a> {
+        Box::pin(async move {
+            let mut measured = Vec::new();
+            for volume in volumes {
+                if let Some(used_bytes) = self.volume_use(volume).await {
+                    measured.push(VolumeUse { volume_id: volume.volume_id, used_bytes, capacity_bytes: None });
+                }
+            }
+            measured
+        })
     }
 
     /// Removes a deleted tenant's queue; `false` when there was none. Safe to repeat.

@@ -39,11 +39,14 @@
 //!
 //! Training logs come from the Job's newest pod (`pods/log`), its exit status from the
 //! container's terminated state. An endpoint's replicas are the Deployment's `replicas`,
-//! applied with its namespace's quota and queue sized for all of them.
+//! applied with its namespace's quota and queue sized for all of them. What volumes hold
+//! comes from the kubelets' stats summaries, through the API server's node proxy
+//! (`volume_stats`).
 
 mod dcgm;
 pub mod manifests;
 mod mig;
+pub mod volume_stats;
 
 pub use dcgm::DcgmExporter;
 
@@ -70,7 +73,7 @@ use self::manifests::{
 use super::{
     Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit, QueueFuture,
     ReadingsFuture, RemoveFuture, ScaleFuture, StepFuture, StepOutput, StoredVolume, TenantQueue, Upstream,
-    UpstreamFuture, VolumeMount, Workload, workload_secret,
+    UpstreamFuture, VolumeMount, VolumesUseFuture, Workload, workload_secret,
 };
 
 /// Where a soft tenant's volume is kept: `claim <namespace>/<name>`.
@@ -90,6 +93,8 @@ pub struct KubernetesConfig {
     pub poll_interval: Duration,
     /// Where GPU readings come from (`--kube-dcgm-exporter`); `None`: no readings.
     pub dcgm_exporter: Option<DcgmExporter>,
+    /// How long one node's kubelet may take to give its stats summary (volumes' use).
+    pub node_stats_timeout: Duration,
 }
 
 impl Default for KubernetesConfig {
@@ -99,6 +104,7 @@ impl Default for KubernetesConfig {
             api_server_url: None,
             poll_interval: Duration::from_secs(2),
             dcgm_exporter: Some(DcgmExporter::default()),
+            node_stats_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -926,7 +932,13 @@ impl Backend for Kubernetes {
     }
 
     fn volume_size_rule(&self) -> &'static str {
-        "A volume is a claim of its size on the cluster's storage class: block storage stops writes past it; a shared filesystem's subdirectories may not."
+        "A volume is a claim of its size on the cluster's storage class: storage that gives each claim a filesystem of its own (block storage, CephFS) stops writes past it; a subdirectory of a shared export (NFS) is held by nothing, and its use is not measured."
+    }
+
+    /// Every Ready node's kubelet stats summary, for the claims of `volumes` (see
+    /// `volume_stats`).
+    fn volumes_use<'a>(&'a self, volumes: &'a [StoredVolume]) -> VolumesUseFuture<'a> {
+        Box::pin(volume_stats::collect(&self.client, volumes, self.config.node_stats_timeout))
     }
 
     fn volume_location(&self, workload: &Workload, volume: &VolumeMount) -> String {
