@@ -120,6 +120,9 @@ impl Phase {
 /// One idempotent thing a backend does; each has an undo in the teardown plan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Step {
+    /// A dedicated cluster's nodes pass the quick acceptance checks before it starts. The
+    /// reconciler runs it through the node checks, not the backend's steps.
+    AcceptanceChecks,
     ConfigurePartition,
     PullImage,
     StartWorkload,
@@ -132,7 +135,8 @@ pub enum Step {
 }
 
 impl Step {
-    pub const ALL: [Step; 9] = [
+    pub const ALL: [Step; 10] = [
+        Step::AcceptanceChecks,
         Step::ConfigurePartition,
         Step::PullImage,
         Step::StartWorkload,
@@ -146,6 +150,7 @@ impl Step {
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Step::AcceptanceChecks => "acceptance_checks",
             Step::ConfigurePartition => "configure_partition",
             Step::PullImage => "pull_image",
             Step::StartWorkload => "start_workload",
@@ -174,6 +179,7 @@ impl Step {
 
     pub fn label(self) -> &'static str {
         match self {
+            Step::AcceptanceChecks => "Run acceptance checks on its nodes",
             Step::ConfigurePartition => "Configure GPU partition",
             Step::PullImage => "Pull container image",
             Step::StartWorkload => "Start workload",
@@ -190,6 +196,11 @@ impl Step {
 /// The steps that bring an environment of this kind up, in order.
 pub fn provision_plan(offering: Offering, shape: Shape) -> Vec<Step> {
     let mut plan = Vec::new();
+    // A tenant is handed nodes that passed acceptance just now, as neoclouds' cluster
+    // consoles do ("running acceptance tests").
+    if offering == Offering::DedicatedCluster {
+        plan.push(Step::AcceptanceChecks);
+    }
     if matches!(shape, Shape::MigSlice { .. }) {
         plan.push(Step::ConfigurePartition);
     }

@@ -31,6 +31,7 @@ pub struct Event<'a> {
 }
 
 /// Who acted, in which tenant, and from where.
+#[derive(Clone, Copy)]
 pub struct Actor<'a> {
     pub user_id: Option<i64>,
     pub tenant_id: Option<i64>,

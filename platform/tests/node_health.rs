@@ -373,3 +373,66 @@ async fn random_moves_never_place_a_booking_on_a_node_that_is_not_available(pool
     }
     assert!(placed >= 10, "the walk placed bookings ({placed})");
 }
+
+/// The one node a whole-node booking holds.
+async fn node_of(berth: &TestBerth, environment_id: &str) -> String {
+    sqlx::query_scalar(
+        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ?",
+    )
+    .bind(environment_id)
+    .fetch_one(berth.platform.db())
+    .await
+    .unwrap()
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_dedicated_cluster_starts_only_after_its_nodes_pass_acceptance(pool: SqlitePool) {
+    use berth_domain::lifecycle::Step;
+    let berth = berth_with_arrivals(pool).await;
+    let admin = berth.admin().await;
+    let env = berth.launch("cluster", "h100-node-1", "cluster").await.expect("launch");
+    berth.wait_for(&env.id, EnvState::Ready).await;
+    let node = node_of(&berth, &env.id).await;
+
+    // Its page shows the step first, with the run that passed.
+    let detail = berth.platform.environment_detail(&berth.caller, &env.id).await.unwrap();
+    let first = &detail.steps[0];
+    assert_eq!((first.step, first.status.as_str()), (Step::AcceptanceChecks, "succeeded"));
+    let said = first.detail.clone().unwrap_or_default();
+    assert!(said.starts_with(&format!("quick acceptance checks passed on {node} (check run ")), "{said}");
+
+    // The node stayed available (the cluster holds it), its run kept as acceptance by Berth.
+    let health = berth.platform.node_health(&admin, &node).await.unwrap();
+    assert_eq!(health.status.state, NodeState::Available);
+    assert_eq!((health.runs[0].purpose.as_str(), health.runs[0].passed), ("acceptance", Some(true)));
+    assert_eq!(health.runs[0].requested_by, None);
+    // (A later booking of the node is taken meanwhile: `booking.rs`, as soon as possible.)
+    assert!(health.changes.is_empty(), "{:?}", health.changes);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_node_failing_acceptance_is_not_handed_to_the_cluster(pool: SqlitePool) {
+    let berth = berth_with_arrivals(pool).await;
+    let admin = berth.admin().await;
+    for node in ["big-01", "big-02"] {
+        berth.backend.fail_check(node, CheckKind::GpuDiagnostics);
+    }
+    let env = berth.launch("cluster", "h100-node-1", "cluster").await.expect("launch");
+    let node = node_of(&berth, &env.id).await;
+    let failed = berth.wait_for(&env.id, EnvState::Failed).await;
+    let reason = failed.failure_reason.unwrap_or_default();
+    assert!(
+        reason.starts_with(&format!("Run acceptance checks on its nodes failed: {node} failed acceptance (check run ")),
+        "{reason}"
+    );
+    assert!(reason.ends_with("the cluster is not started on it"), "{reason}");
+    assert_eq!(berth.held_reservations().await, 0, "its capacity went back");
+
+    // The node is degraded and takes nothing new; the owner was told why.
+    assert_eq!(state_of(&berth, &node).await.0, "degraded");
+    assert_eq!(berth.platform.node_health(&admin, &node).await.unwrap().runs[0].passed, Some(false));
+    let told = berth.platform.inbox(&berth.caller).await.unwrap();
+    let kinds: Vec<&str> = told.items.iter().map(|i| i.kind.as_str()).collect();
+    assert!(kinds.contains(&"environment.node_degraded") && kinds.contains(&"environment.failed"), "{kinds:?}");
+}

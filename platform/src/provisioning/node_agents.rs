@@ -292,7 +292,7 @@ impl Platform {
         // A fatal XID is the node's trouble, not only the GPU's (a GPU off the bus, an
         // uncontained ECC error): the node takes no new bookings until it is repaired.
         if let Some(reason) = agent::fatal_xid(report)
-            && self.agent_fault(&mut tx, Actor { user_id: None, tenant_id: None, meta: &meta }, &node, &reason).await?
+            && self.agent_fault(&mut tx, actor, &node, &reason).await?
         {
             changes.push(format!("node: degraded: {reason}"));
         }

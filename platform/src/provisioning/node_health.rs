@@ -523,23 +523,72 @@ impl Platform {
             if node.status.state == NodeState::Testing {
                 return Err(Refusal::NodeTransition { state: NodeState::Testing.label(), event: "run checks" }.into());
             }
-            self.check_run(caller, &node, level, false).await
+            self.check_run(&Mover::person(caller), &node, level, RunPurpose::OnDemand).await
         }
     }
 
     /// Acceptance of a node already `testing`: the checks, then passed or failed.
     async fn acceptance(&self, caller: &Caller, node: &NodeRow, level: CheckLevel) -> Result<CheckRun, Error> {
-        self.check_run(caller, node, level, true).await
+        self.check_run(&Mover::person(caller), node, level, RunPurpose::Acceptance).await
+    }
+
+    /// A dedicated cluster's provisioning step: quick acceptance checks on each node it
+    /// holds, one after another. A node that fails becomes degraded (its owner told, see
+    /// [`transition`]); one that passes stays as it is: it stays `available` meanwhile, since
+    /// the cluster holds it already and a `testing` node would refuse every later booking
+    /// of it for that time. The step's detail on success; on a failure, which node failed
+    /// and why, and the cluster does not start. Where the backend runs no node checks, the
+    /// step says so and passes.
+    pub(crate) async fn cluster_acceptance(&self, environment_id: &str) -> Result<Result<String, String>, Error> {
+        if self.backend_for_checks().is_err() {
+            return Ok(Ok("not run: this backend runs no node checks yet (the simulated fleet does)".to_owned()));
+        }
+        let names: Vec<String> = sqlx::query_scalar(
+            "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+             WHERE r.environment_id = ? AND r.released_at IS NULL ORDER BY n.name",
+        )
+        .bind(environment_id)
+        .fetch_all(&self.db)
+        .await?;
+        let tenant: Option<i64> = sqlx::query_scalar("SELECT tenant_id FROM environments WHERE id = ?")
+            .bind(environment_id)
+            .fetch_one(&self.db)
+            .await?;
+        // Berth acts, in the cluster's tenant: the audit log shows it there.
+        let mover = || Mover { actor: Actor::background(tenant), person: None };
+        let mut passed = Vec::new();
+        for name in names {
+            let node = {
+                let mut conn = self.db.acquire().await?;
+                node_row(&mut conn, &name).await?.ok_or(Error::NotFound)?
+            };
+            // A node that failed since it was booked is not handed over.
+            if !matches!(node.status.state, NodeState::New | NodeState::Available | NodeState::Draining) {
+                return Ok(Err(format!("{name} is {}: the cluster is not started on it", node.status.state.label())));
+            }
+            let run = self.check_run(&mover(), &node, CheckLevel::Quick, RunPurpose::BeforeHandover).await?;
+            if run.passed != Some(true) {
+                let failures: Vec<String> =
+                    run.results.iter().filter(|r| !r.passed).map(|r| format!("{}: {}", r.kind, r.summary)).collect();
+                return Ok(Err(format!(
+                    "{name} failed acceptance (check run {}): {}; the cluster is not started on it",
+                    run.id,
+                    failures.join("; ")
+                )));
+            }
+            passed.push(format!("{name} (check run {})", run.id));
+        }
+        Ok(Ok(format!("quick acceptance checks passed on {}", passed.join(", "))))
     }
 
     /// Runs the checks and records them with their verdict's state change in one
     /// transaction.
     async fn check_run(
         &self,
-        caller: &Caller,
+        mover: &Mover<'_>,
         node: &NodeRow,
         level: CheckLevel,
-        acceptance: bool,
+        purpose: RunPurpose,
     ) -> Result<CheckRun, Error> {
         let backend = self.backend_for_checks()?;
         let started_at = now_ms();
@@ -581,8 +630,8 @@ impl Platform {
         )
         .bind(node.id)
         .bind(level.as_str())
-        .bind(if acceptance { "acceptance" } else { "on_demand" })
-        .bind(caller.user_id())
+        .bind(purpose.as_str())
+        .bind(mover.person)
         .bind(started_at)
         .bind(finished_at)
         .bind(passed)
@@ -620,27 +669,29 @@ impl Platform {
             outcome: if passed { Outcome::Success } else { Outcome::Failure },
             detail: Some(&why),
         };
-        audit::record(&mut tx, &caller.actor(), event).await?;
+        audit::record(&mut tx, &mover.actor, event).await?;
         let current: String =
             sqlx::query_scalar("SELECT state FROM nodes WHERE id = ?").bind(node.id).fetch_one(&mut *tx).await?;
-        let verdict = match (acceptance, passed, current.as_str()) {
-            (true, true, _) => Some(NodeEvent::AcceptancePassed),
-            (true, false, _) => Some(NodeEvent::AcceptanceFailed),
-            (false, false, "available" | "draining") => Some(NodeEvent::Fault),
+        let verdict = match (purpose, passed, current.as_str()) {
+            (RunPurpose::Acceptance, true, _) => Some(NodeEvent::AcceptancePassed),
+            (RunPurpose::Acceptance, false, _) => Some(NodeEvent::AcceptanceFailed),
+            (_, false, "available" | "draining") => Some(NodeEvent::Fault),
             _ => None,
         };
         if let Some(event) = verdict {
-            transition(self, &mut tx, &Mover::berth_for(caller), node, event, &why).await?;
+            // The verdict is Berth's, on the requester's behalf.
+            let verdict_by = Mover { actor: mover.actor, person: None };
+            transition(self, &mut tx, &verdict_by, node, event, &why).await?;
         }
         tx.commit_and(|| self.forget_fleet()).await?;
         let requested_by: Option<String> = sqlx::query_scalar("SELECT email FROM users WHERE id = ?")
-            .bind(caller.user_id())
+            .bind(mover.person)
             .fetch_optional(&self.db)
             .await?;
         Ok(CheckRun {
             id: run_id,
             level: level.as_str().to_owned(),
-            purpose: if acceptance { "acceptance" } else { "on_demand" }.to_owned(),
+            purpose: purpose.as_str().to_owned(),
             requested_by,
             started_at,
             finished_at: Some(finished_at),
@@ -653,6 +704,27 @@ impl Platform {
         match self.backend() {
             Ok(backend) if backend.runs_node_checks() => Ok(backend),
             _ => Err(Refusal::NodeChecksUnsupported.into()),
+        }
+    }
+}
+
+/// Why checks run, which says what their verdict does to the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunPurpose {
+    /// The node is `testing`: it ends available or degraded.
+    Acceptance,
+    /// Asked for on a node in use: a failure degrades it, a pass changes nothing.
+    OnDemand,
+    /// Before a dedicated cluster starts on the node it holds: kept as acceptance, and
+    /// its verdict is an on-demand check's.
+    BeforeHandover,
+}
+
+impl RunPurpose {
+    fn as_str(self) -> &'static str {
+        match self {
+            RunPurpose::Acceptance | RunPurpose::BeforeHandover => "acceptance",
+            RunPurpose::OnDemand => "on_demand",
         }
     }
 }

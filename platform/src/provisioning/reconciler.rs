@@ -30,7 +30,7 @@ use tokio::task::JoinSet;
 
 use crate::audit::{self, Actor, Event, Outcome};
 use crate::capacity::environments::{ENVIRONMENT_COLUMNS, Environment, environment_from_row};
-use crate::provisioning::backend::{Backend, Live, OwnedObject, StepOutput, Workload, orphans};
+use crate::provisioning::backend::{Backend, BackendError, Live, OwnedObject, StepOutput, Workload, orphans};
 use crate::provisioning::tenant_queues::QueueSyncs;
 use crate::{Error, Platform, RequestMeta, lock, now_ms};
 
@@ -476,7 +476,17 @@ impl Reconciler {
             // Its log and status outlive it; the page shows them after the job is gone.
             self.platform.keep_job_log(&self.backend, &workload, self.config.step_timeout).await;
         }
-        let call = tokio::time::timeout(self.config.step_timeout, self.backend.run(&workload, step));
+        let call = tokio::time::timeout(self.config.step_timeout, async {
+            if step == Step::AcceptanceChecks {
+                // Checks of the nodes, through the node health lifecycle, not a backend step.
+                return match self.platform.cluster_acceptance(&env.id).await {
+                    Ok(Ok(detail)) => Ok(StepOutput { detail: Some(detail), ..StepOutput::default() }),
+                    Ok(Err(failed)) => Err(BackendError(failed)),
+                    Err(e) => Err(BackendError(format!("cannot run the acceptance checks: {e}"))),
+                };
+            }
+            self.backend.run(&workload, step).await
+        });
         let called = std::time::Instant::now();
         let end = tokio::select! {
             result = call => StepEnd::Finished(match result {

@@ -167,6 +167,8 @@ fn scenario(case: &str, w: &Workload, step: Step) -> Vec<String> {
                 format!("PATCH /apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings/berth-cluster-user"),
             ],
         ),
+        // The reconciler runs it through the node checks: the backend asks nothing.
+        ("dedicated-cluster", Step::AcceptanceChecks) => vec![],
         ("dedicated-cluster", Step::WaitHealthy) => {
             vec!["GET /api/v1/nodes/h100-1".into(), "GET /api/v1/nodes/h100-2".into()]
         }

@@ -279,7 +279,7 @@ async fn a_script_sets_idle_policies_and_reads_an_environments_standing() {
     let keep = berth.api(Method::POST, &format!("/api/v1/environments/{env}/keep"), "", Some(&dana)).await;
     assert_eq!(keep.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", keep.body);
     let used = json(&berth.api(Method::GET, &format!("/api/v1/environments/{env}/gpu-use"), "", Some(&dana)).await);
-    assert_eq!(used, serde_json::json!({"hour": [], "day": []}), "no readings yet");
+    assert_eq!(used, serde_json::json!({"hour": [], "day": [], "xid_errors": []}), "no readings yet");
 
     let removed = berth.api(Method::DELETE, &tenants, "", Some(&boss)).await;
     assert_eq!(removed.status, StatusCode::OK, "{}", removed.body);

@@ -323,6 +323,8 @@ impl Simulated {
 
     fn delay(&self, step: Step) -> Duration {
         let base_ms = match step {
+            // Its checks take their own time (see `simulated/checks.rs`).
+            Step::AcceptanceChecks => 0.0,
             Step::ConfigurePartition => 4000.0,
             Step::PullImage => 3500.0,
             Step::StartWorkload => 2000.0,
@@ -379,6 +381,8 @@ fn record(
     let id = w.environment_id.clone();
     let mut output = StepOutput::default();
     match step {
+        // The reconciler runs it through the node checks; nothing of the world's.
+        Step::AcceptanceChecks => {}
         Step::ConfigurePartition => {
             world.partitions.insert(id);
             output.detail = Some(describe_units(w));
@@ -539,7 +543,12 @@ impl Backend for Simulated {
 
     fn run_check<'a>(&'a self, node: &'a CheckedNode, kind: CheckKind, level: CheckLevel) -> CheckFuture<'a> {
         let fail = lock(&self.node_faults).fails(&node.name, kind);
-        Box::pin(async move { Ok(checks::output(node, kind, level, fail)) })
+        // A check takes a moment of its own, as the fleet's speed scales it.
+        let takes = Duration::from_secs_f64(0.6 * lock(&self.config).speed);
+        Box::pin(async move {
+            tokio::time::sleep(takes).await;
+            Ok(checks::output(node, kind, level, fail))
+        })
     }
 
     fn run_repair<'a>(&'a self, node: &'a CheckedNode, command: &'a str) -> CheckFuture<'a> {
