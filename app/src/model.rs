@@ -224,6 +224,9 @@ pub struct EnvironmentView {
     pub logs: Option<JobLogsView>,
     /// Its volumes, by mount path.
     pub volumes: Vec<VolumeAttachmentView>,
+    /// A dedicated cluster's failed nodes and what replaced them, in words, oldest first
+    /// ("big-02 failed 27 Nov 10:02 UTC: …; big-03 replaces it, moved 27 Nov 10:03 UTC").
+    pub node_changes: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

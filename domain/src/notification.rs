@@ -425,6 +425,34 @@ impl Notice {
         }
     }
 
+    /// To a dedicated cluster's owner: `failed` left it; `replacement` took its place, or
+    /// `instead` says why none did and when one may.
+    pub fn cluster_node_lost(
+        id: &str,
+        name: &str,
+        failed: &str,
+        reason: &str,
+        replacement: Option<&str>,
+        instead: &str,
+    ) -> Notice {
+        let (title, then) = match replacement {
+            Some(node) => (
+                format!("{name}: {node} replaces {failed}"),
+                format!("{node} replaces it for the rest of the booking, with the cluster's network and accounts."),
+            ),
+            None => (
+                format!("{name} lost {failed}"),
+                format!("No node replaces it yet: {instead}. The cluster keeps running on its other nodes."),
+            ),
+        };
+        Notice {
+            kind: Kind::NodeDegraded,
+            title,
+            body: format!("Node {failed} of dedicated cluster {name} failed: {reason}. {then}"),
+            link: format!("/environments/{id}"),
+        }
+    }
+
     pub fn budget_mark(whose: &str, percent: u32, month: &str) -> Notice {
         Notice {
             kind: Kind::BudgetMark,

@@ -436,3 +436,106 @@ async fn a_node_failing_acceptance_is_not_handed_to_the_cluster(pool: SqlitePool
     let kinds: Vec<&str> = told.items.iter().map(|i| i.kind.as_str()).collect();
     assert!(kinds.contains(&"environment.node_degraded") && kinds.contains(&"environment.failed"), "{kinds:?}");
 }
+
+/// Waits until `check` holds of the cluster's page, failing the test after 10 s.
+async fn wait_until(
+    berth: &TestBerth,
+    id: &str,
+    check: impl Fn(&berth_platform::provisioning::journal::EnvironmentDetail) -> bool,
+) -> berth_platform::provisioning::journal::EnvironmentDetail {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let detail = berth.platform.environment_detail(&berth.caller, id).await.expect("detail");
+        if check(&detail) {
+            return detail;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never came: {:#?}", detail.node_replacements);
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn a_cluster_losing_a_node_gets_a_healthy_one_for_the_rest_of_its_window(pool: SqlitePool) {
+    let berth = berth_with_arrivals(pool).await;
+    let admin = berth.admin().await;
+    // A hard tenant's cluster: its nodes are its own, before and after.
+    let tenant = berth.caller.tenant_id().unwrap();
+    berth.platform.set_tenant_isolation(&admin, tenant, "hard").await.expect("hard");
+    let env = berth.launch("cluster", "h100-node-1", "cluster").await.expect("launch");
+    berth.wait_for(&env.id, EnvState::Ready).await;
+    let failed = node_of(&berth, &env.id).await;
+    let other = if failed == "big-01" { "big-02" } else { "big-01" };
+
+    // A check on demand fails: the node is degraded, and Berth moves the cluster.
+    berth.backend.fail_check(&failed, CheckKind::GpuDiagnostics);
+    berth.platform.run_node_checks(&admin, &failed, "quick").await.expect("check");
+    let detail = wait_until(&berth, &env.id, |d| d.node_replacements.iter().any(|r| r.moved_at.is_some())).await;
+    let replaced = &detail.node_replacements[0];
+    assert_eq!((replaced.failed_node.as_str(), replaced.replacement.as_deref()), (failed.as_str(), Some(other)));
+    assert!(replaced.reason.contains("gpu_diagnostics"), "{}", replaced.reason);
+    assert_eq!(replaced.problem, None);
+
+    // It runs on the new node only, until its own end; the failed node's GPUs are released.
+    let held: Vec<&str> = detail.units.iter().filter(|u| u.released_at.is_none()).map(|u| u.node.as_str()).collect();
+    assert_eq!(held, [other; 8]);
+    assert_eq!(reservations_on(&berth, &failed).await, 0);
+    let ends: Vec<i64> = sqlx::query_scalar("SELECT ends_at FROM reservations WHERE released_at IS NULL")
+        .fetch_all(berth.platform.db())
+        .await
+        .unwrap();
+    assert!(ends.iter().all(|&end| end == env.ends_at), "{ends:?} vs {}", env.ends_at);
+    assert_eq!(detail.environment.state, EnvState::Ready);
+    assert_eq!(common::overlapping_reservations(berth.platform.db()).await, 0);
+    assert_eq!(common::tenants_sharing_nodes(berth.platform.db()).await, 0);
+
+    // Its owner was told which node took over; it is audited.
+    let told = berth.platform.inbox(&berth.caller).await.unwrap();
+    let title = format!("cluster: {other} replaces {failed}");
+    assert!(
+        told.items.iter().any(|i| i.title == title && i.link == format!("/environments/{}", env.id)),
+        "{:?}",
+        told.items
+    );
+    let audited: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'cluster.replace_node'")
+        .fetch_one(berth.platform.db())
+        .await
+        .unwrap();
+    assert_eq!(audited, 1);
+
+    // Stopping it releases the rest exactly once.
+    berth.platform.stop(&berth.caller, &env.id).await.expect("stop");
+    berth.wait_for(&env.id, EnvState::Released).await;
+    assert_eq!(berth.held_reservations().await, 0);
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn with_no_node_free_the_cluster_keeps_running_and_is_moved_once_one_is(pool: SqlitePool) {
+    let berth = berth_with_arrivals(pool).await;
+    let admin = berth.admin().await;
+    let env = berth.launch("cluster", "h100-node-1", "cluster").await.expect("launch");
+    let busy = berth.launch("cluster", "h100-node-1", "busy").await.expect("the other node");
+    berth.wait_for(&env.id, EnvState::Ready).await;
+    berth.wait_for(&busy.id, EnvState::Ready).await;
+    let failed = node_of(&berth, &env.id).await;
+    let other = node_of(&berth, &busy.id).await;
+
+    berth.backend.fail_check(&failed, CheckKind::GpuDiagnostics);
+    berth.platform.run_node_checks(&admin, &failed, "quick").await.expect("check");
+    let detail = wait_until(&berth, &env.id, |d| !d.node_replacements.is_empty()).await;
+    let waiting = &detail.node_replacements[0];
+    assert_eq!((waiting.replacement.as_deref(), waiting.moved_at), (None, None));
+    // "busy" ends with it: no node is free before the cluster's end.
+    assert_eq!(waiting.next_free_at, None, "{waiting:?}");
+    assert_eq!(reservations_on(&berth, &failed).await, 8, "it keeps running where it is");
+    let told = berth.platform.inbox(&berth.caller).await.unwrap();
+    let lost = told.items.iter().find(|i| i.title == format!("cluster lost {failed}")).expect("told");
+    assert!(lost.body.contains("none of its kind is free before the cluster's window ends"), "{}", lost.body);
+
+    // The other booking ends early: its node is free, and the cluster moves there.
+    berth.platform.stop(&berth.caller, &busy.id).await.expect("stop");
+    berth.wait_for(&busy.id, EnvState::Released).await;
+    let detail = wait_until(&berth, &env.id, |d| d.node_replacements[0].moved_at.is_some()).await;
+    assert_eq!(detail.node_replacements[0].replacement.as_deref(), Some(other.as_str()));
+    assert_eq!(reservations_on(&berth, &failed).await, 0);
+    assert_eq!(reservations_on(&berth, &other).await, 8);
+}

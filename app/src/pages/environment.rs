@@ -187,6 +187,14 @@ fn EnvironmentBody(view: EnvironmentView, actions: Actions) -> impl IntoView {
                         }).collect_view()}
                     </dl>
                 </section>
+                {(!view.node_changes.is_empty()).then(|| view! {
+                    <section class="rounded-xl border border-amber-200 bg-amber-50 p-5" data-node-changes="">
+                        <h2 class="font-semibold text-amber-900">"Nodes replaced"</h2>
+                        <ul class="mt-3 space-y-2 text-sm text-amber-900">
+                            {view.node_changes.clone().into_iter().map(|change| view! { <li>{change}</li> }).collect_view()}
+                        </ul>
+                    </section>
+                })}
                 {(!view.volumes.is_empty()).then(|| view! {
                     <section class="rounded-xl border border-slate-200 bg-white p-5 shadow-sm" data-environment-volumes="">
                         <h2 class="font-semibold text-slate-900">"Volumes"</h2>

@@ -314,7 +314,25 @@ pub(crate) mod views {
         if let Some(at) = e.finished_at {
             timeline.push((e.state.label_for(e.offering).to_owned(), utc(at)));
         }
+        let node_changes = d
+            .node_replacements
+            .iter()
+            .map(|r| {
+                let then = match (&r.replacement, r.moved_at, &r.problem, r.next_free_at) {
+                    (Some(node), Some(at), _, _) => format!("{node} replaced it, moved there {}", utc(at)),
+                    (Some(node), None, Some(problem), _) => format!("{node} replaces it; {problem}"),
+                    (Some(node), None, None, _) => format!("{node} replaces it; moving the cluster there"),
+                    (None, _, Some(problem), _) => format!("no node replaces it: {problem}"),
+                    (None, _, None, Some(at)) => {
+                        format!("no node of its kind is free now; the first is from {}", utc(at))
+                    }
+                    (None, _, None, None) => "no node of its kind is free before the window ends".to_owned(),
+                };
+                format!("{} failed {}: {}. {then}.", r.failed_node, utc(r.decided_at), r.reason)
+            })
+            .collect();
         EnvironmentView {
+            node_changes,
             volumes: d.volumes.iter().cloned().map(super::super::volumes::attachment_view).collect(),
             summary: summary(e, now),
             image: e.image.clone(),

@@ -40,9 +40,10 @@ pub(crate) struct AccessState {
     backend: Option<Arc<dyn Backend>>,
     /// Environment -> upstream and when it was looked up.
     upstreams: Mutex<HashMap<String, (Upstream, i64)>>,
-    /// Endpoints whose last scaling failed -> not to be tried again before this time.
+    /// Endpoints whose last scaling failed, and clusters whose last move off a failed node
+    /// failed -> not to be tried again before this time.
     pub(crate) scale_retry: Mutex<HashMap<String, i64>>,
-    /// Endpoints being scaled right now.
+    /// Endpoints being scaled, and clusters being moved, right now.
     pub(crate) scaling: Mutex<std::collections::HashSet<String>>,
 }
 

@@ -33,6 +33,8 @@ pub struct EnvironmentDetail {
     pub endpoint: Option<EndpointState>,
     /// The volumes it has and had attached, by mount path.
     pub volumes: Vec<crate::capacity::volumes::Attachment>,
+    /// A dedicated cluster's failed nodes and what replaced them, oldest first.
+    pub node_replacements: Vec<crate::provisioning::cluster_nodes::NodeReplacement>,
 }
 
 impl Platform {
@@ -67,6 +69,7 @@ impl Platform {
         let endpoint = crate::provisioning::connect::endpoint_state(&mut conn, &environment).await?;
         let may_connect = self.may_connect(caller, &environment);
         let volumes = crate::capacity::volumes::attachments_of_environment(&mut conn, id).await?;
-        Ok(EnvironmentDetail { environment, steps, units, may_connect, endpoint, volumes })
+        let node_replacements = self.node_replacements(&mut conn, id).await?;
+        Ok(EnvironmentDetail { environment, steps, units, may_connect, endpoint, volumes, node_replacements })
     }
 }

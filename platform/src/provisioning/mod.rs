@@ -12,6 +12,7 @@
 //! sessions on environments' origins).
 
 pub mod backend;
+pub mod cluster_nodes;
 pub mod connect;
 pub mod environment_sessions;
 pub mod idle;

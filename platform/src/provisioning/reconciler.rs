@@ -209,6 +209,8 @@ impl Reconciler {
         }
         // Endpoints whose owner changed their replica count (see `replicas`).
         self.platform.scale_endpoints(&self.backend, self.config.step_timeout, tasks).await?;
+        // Running clusters on nodes that failed (see `cluster_nodes`).
+        self.platform.replace_failed_cluster_nodes(&self.backend, self.config.step_timeout, tasks).await?;
         // Training jobs that ended on their own (see `jobs`).
         self.platform.watch_jobs(&self.backend, self.config.job_poll, self.config.step_timeout, tasks).await?;
         // Tenants' queues behind their quota (see `tenant_queues`).

@@ -246,7 +246,10 @@ impl Platform {
 }
 
 /// An environment's unreleased reservations as the booking book holds them, by window.
-async fn unreleased_bookings(conn: &mut sqlx::SqliteConnection, id: &str) -> Result<Vec<(Window, Vec<Hold>)>, Error> {
+pub(crate) async fn unreleased_bookings(
+    conn: &mut sqlx::SqliteConnection,
+    id: &str,
+) -> Result<Vec<(Window, Vec<Hold>)>, Error> {
     let rows: Vec<(i64, i64, i64, Option<String>, i64, i64)> = sqlx::query_as(
         "SELECT gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at FROM reservations
          WHERE environment_id = ? AND released_at IS NULL ORDER BY starts_at, id",

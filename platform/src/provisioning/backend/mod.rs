@@ -401,6 +401,19 @@ pub trait Backend: Send + Sync + 'static {
         let _ = (workload, dropped);
         Box::pin(async { Err(BackendError("this backend cannot change an endpoint's replicas yet".into())) })
     }
+
+    /// Whether [`Backend::move_cluster`] can move a running dedicated cluster off a node.
+    fn moves_clusters(&self) -> bool {
+        false
+    }
+
+    /// Moves a running dedicated cluster onto its units now (a replacement node's among
+    /// them) and off `dropped` (a failed node's): once this returns, nothing of the cluster
+    /// runs on them and their capacity may be released. Safe to repeat.
+    fn move_cluster<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> ScaleFuture<'a> {
+        let _ = (workload, dropped);
+        Box::pin(async { Err(BackendError("this backend cannot move a cluster to another node yet".into())) })
+    }
 }
 
 // ---------------------------------------------------------------------------------------

@@ -631,6 +631,26 @@ impl Backend for Simulated {
         Box::pin(async move { self.job_logs_of(workload, tail) })
     }
 
+    fn moves_clusters(&self) -> bool {
+        true
+    }
+
+    fn move_cluster<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> ScaleFuture<'a> {
+        let _ = dropped; // nothing of the simulated cluster runs on a unit but its readings
+        Box::pin(async move {
+            // As long as starting it took: the new node is handed over with the tenant's
+            // network and accounts.
+            tokio::time::sleep(self.delay(Step::StartWorkload)).await;
+            if let Some(Fault::Fail) = self.fault_for(Step::StartWorkload) {
+                return Err(BackendError("simulated failure moving the cluster".into()));
+            }
+            if let Some(running) = lock(&self.running).get_mut(&workload.environment_id) {
+                running.units = workload.units.clone();
+            }
+            Ok(())
+        })
+    }
+
     fn scale<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> ScaleFuture<'a> {
         let _ = dropped; // the simulated replicas share one server; nothing runs on the units
         Box::pin(async move {
