@@ -75,7 +75,8 @@ async fn a_launch_runs_the_default_or_the_entry_it_names(pool: SqlitePool) {
         .add_image(&root, None, &entry("NGC PyTorch", &trainer, &["training", "notebook"], &["training"]))
         .await
         .expect("added");
-    assert!(added.is_pinned());
+    assert!(added.image.is_pinned());
+    assert_eq!(added.tenant, None, "the platform's catalog");
     assert_eq!(image_of(&berth, &dana, &launch("training", "job-1", "")).await, Some(trainer.clone()));
     assert_eq!(image_of(&berth, &dana, &launch("training", "job-2", "NGC PyTorch")).await, Some(trainer.clone()));
 
@@ -133,7 +134,8 @@ async fn custom_images_follow_the_tenants_rule(pool: SqlitePool) {
     assert!(berth.platform.launch(&dana, &launch("training", "any-1", "docker.io/me/trainer:1")).await.is_ok());
 
     let rule = berth.platform.set_custom_images(&root, acme, "registries", "ghcr.io, nvcr.io").await.expect("rule");
-    assert_eq!(rule, CustomImages::Registries(vec!["ghcr.io".into(), "nvcr.io".into()]));
+    assert_eq!(rule.custom, CustomImages::Registries(vec!["ghcr.io".into(), "nvcr.io".into()]));
+    assert_eq!((rule.tenant_id, rule.tenant.as_str()), (acme, "acme"));
     let before = count(&berth, "SELECT count(*) FROM environments").await;
     assert_eq!(
         refusal(berth.platform.launch(&dana, &launch("training", "hub-1", "pytorch/pytorch:2.4")).await),
@@ -198,8 +200,12 @@ async fn entries_are_checked_and_catalogs_kept_apart(pool: SqlitePool) {
     // The same name in the platform's catalog is another entry.
     berth.platform.add_image(&root, None, &entry("Lab", &pinned, &["notebook"], &[])).await.expect("platform's");
 
-    assert!(refusal(berth.platform.set_default_image(&ada, added.id, "training").await).contains("does not suit"));
-    berth.platform.set_default_image(&ada, added.id, "notebook").await.expect("default");
+    assert!(
+        refusal(berth.platform.set_default_image(&ada, added.image.id, "training").await).contains("does not suit")
+    );
+    let made = berth.platform.set_default_image(&ada, added.image.id, "notebook").await.expect("default");
+    assert_eq!(made.tenant.as_deref(), Some("acme"));
+    assert_eq!(made.image.default_for, [berth_domain::catalog::Offering::Notebook]);
     let catalog = berth.platform.image_catalog(&dana).await.expect("catalog");
     let ours = &catalog.tenants[0].images[0];
     assert_eq!(ours.default_for, [berth_domain::catalog::Offering::Notebook]);
@@ -210,7 +216,7 @@ async fn entries_are_checked_and_catalogs_kept_apart(pool: SqlitePool) {
     let gia =
         berth.platform.create_user("gia@example.com", "Gia", "a long passphrase", Role::TenantAdmin, Some(globex));
     let gia = gia.await.expect("gia").caller(common::test_meta());
-    assert!(matches!(berth.platform.remove_image(&gia, added.id).await, Err(Error::NotFound)));
+    assert!(matches!(berth.platform.remove_image(&gia, added.image.id).await, Err(Error::NotFound)));
     let seeded = theirs_id(&berth, "PyTorch notebook").await;
     assert!(matches!(berth.platform.remove_image(&ada, seeded).await, Err(Error::Forbidden)));
 }

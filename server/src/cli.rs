@@ -410,6 +410,22 @@ fn volumes_beside(database_url: &str) -> Option<PathBuf> {
     Some(file.parent().map_or_else(|| PathBuf::from("volumes"), |dir| dir.join("volumes")))
 }
 
+/// Bare-metal volumes get an XFS project quota of their size where `path` is on XFS with
+/// project quotas enforced; otherwise their size is measured, and the log says why.
+async fn with_volume_quotas(metal: BareMetal, path: &std::path::Path) -> BareMetal {
+    use berth_platform::provisioning::backend::xfs_quota::{ProjectQuotas, SystemRunner};
+    match ProjectQuotas::detect(path, Arc::new(SystemRunner)).await {
+        Ok(quotas) => {
+            tracing::info!(path = %path.display(), mount = %quotas.mount().display(), "bare-metal volumes get XFS project quotas of their size");
+            metal.with_volume_quotas(quotas)
+        }
+        Err(why) => {
+            tracing::info!(path = %path.display(), reason = %why, "bare-metal volumes have no filesystem quota: their size is measured");
+            metal
+        }
+    }
+}
+
 async fn open_database(url: &str) -> Result<sqlx::SqlitePool, String> {
     let pool = store::connect(url).await.map_err(|e| format!("cannot open database {url}: {e}"))?;
     store::migrate(&pool).await.map_err(|e| format!("cannot migrate database {url}: {e}"))?;
@@ -468,10 +484,17 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     platform.sync_fleet(&fleet).await.map_err(|e| format!("cannot load the fleet: {e}"))?;
     let backend: Arc<dyn Backend> = match (args.backend, kubernetes) {
         (BackendKind::Kubernetes, Some(kubernetes)) => kubernetes,
-        (BackendKind::Baremetal, _) => Arc::new(BareMetal::new(
-            platform.clone(),
-            BareMetalConfig { volumes_path: args.baremetal_volumes_path.clone(), ..BareMetalConfig::default() },
-        )),
+        (BackendKind::Baremetal, _) => {
+            let volumes_path = args.baremetal_volumes_path.clone();
+            let metal = BareMetal::new(
+                platform.clone(),
+                BareMetalConfig { volumes_path: volumes_path.clone(), ..BareMetalConfig::default() },
+            );
+            Arc::new(match volumes_path {
+                Some(path) => with_volume_quotas(metal, &path).await,
+                None => metal,
+            })
+        }
         _ => Arc::new(Simulated::new(SimulatedConfig {
             speed: args.sim_speed.max(0.0),
             faults: args.sim_faults.clone(),

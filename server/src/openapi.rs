@@ -92,6 +92,8 @@ const LINKS: &[(&str, &str, &str, &str, &str, &str, &str)] = &[
     ("/api/v1/volumes", "post", "201", "resize", "resize_volume", "id", "$response.body#/id"),
     ("/api/v1/volumes", "post", "201", "delete", "delete_volume", "id", "$response.body#/id"),
     ("/api/v1/volumes", "get", "200", "first", "volume", "id", "$response.body#/volumes/0/id"),
+    ("/api/v1/images", "post", "201", "remove", "remove_image", "id", "$response.body#/id"),
+    ("/api/v1/images", "post", "201", "make_default", "set_default_image", "id", "$response.body#/id"),
     ("/api/v1/tenants", "get", "200", "members", "members", "id", "$response.body#/tenants/0/id"),
     ("/api/v1/tenants", "get", "200", "projects", "projects", "id", "$response.body#/tenants/0/id"),
     ("/api/v1/quotas", "put", "200", "remove", "remove_quota", "id", "$response.body#/id"),

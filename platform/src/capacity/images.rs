@@ -34,6 +34,22 @@ pub struct TenantImages {
     pub may_manage: bool,
 }
 
+/// One entry and the catalog it is in, as a change answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CatalogEntry {
+    /// The tenant's slug; `None` for the platform's catalog.
+    pub tenant: Option<String>,
+    pub image: CatalogImage,
+}
+
+/// A tenant's rule for custom images, as a change answers it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TenantRule {
+    pub tenant_id: i64,
+    pub tenant: String,
+    pub custom: CustomImages,
+}
+
 const IMAGE_COLUMNS: &str = "i.id, i.tenant_id, i.name, i.reference, i.description, i.cuda, i.framework, i.offerings,
      coalesce((SELECT group_concat(d.offering) FROM image_defaults d WHERE d.image_id = i.id), '')";
 
@@ -134,10 +150,11 @@ impl Platform {
         caller: &Caller,
         tenant_id: Option<i64>,
         form: &ImageForm,
-    ) -> Result<CatalogImage, Error> {
+    ) -> Result<CatalogEntry, Error> {
         self.authorize(caller, Action::ImageManage, tenant_id.map_or(Target::Platform, Target::Tenant)).await?;
         let entry = image::validate(form)?;
         let mut tx = self.begin_write().await?;
+        let mut tenant = None;
         if let Some(tenant_id) = tenant_id {
             crate::capacity::environments::ensure_tenant_active(&mut tx, tenant_id).await?;
             let (slug, custom) = tenant_rule(&mut tx, tenant_id).await?;
@@ -153,6 +170,7 @@ impl Platform {
                 ))
                 .into());
             }
+            tenant = Some(slug);
         }
         let taken: Option<String> = sqlx::query_scalar(
             "SELECT CASE WHEN name = ?2 THEN 'name' ELSE 'image' END FROM images
@@ -201,7 +219,8 @@ impl Platform {
         audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit().await?;
         let mut conn = self.db.acquire().await?;
-        entries(&mut conn, tenant_id).await?.into_iter().find(|i| i.id == id).ok_or(Error::NotFound)
+        let image = entries(&mut conn, tenant_id).await?.into_iter().find(|i| i.id == id).ok_or(Error::NotFound)?;
+        Ok(CatalogEntry { tenant, image })
     }
 
     /// Removes an entry. Environments that run it keep their image: each keeps the reference
@@ -225,8 +244,9 @@ impl Platform {
         Ok(())
     }
 
-    /// Makes an entry its catalog's default for an offering it suits.
-    pub async fn set_default_image(&self, caller: &Caller, id: i64, offering: &str) -> Result<(), Error> {
+    /// Makes an entry its catalog's default for an offering it suits; answers the entry as
+    /// it is now.
+    pub async fn set_default_image(&self, caller: &Caller, id: i64, offering: &str) -> Result<CatalogEntry, Error> {
         let (tenant_id, name) = self.image_to_change(caller, id).await?;
         let offering = Offering::parse(offering.trim()).ok_or_else(|| Refusal::UnknownOffering(offering.to_owned()))?;
         let mut tx = self.begin_write().await?;
@@ -249,7 +269,13 @@ impl Platform {
             Event { action: "image.default", target: Some(&target), outcome: Outcome::Success, detail: Some(&detail) };
         audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit().await?;
-        Ok(())
+        let mut conn = self.db.acquire().await?;
+        let tenant = match tenant_id {
+            Some(tenant_id) => Some(tenant_rule(&mut conn, tenant_id).await?.0),
+            None => None,
+        };
+        let image = entries(&mut conn, tenant_id).await?.into_iter().find(|i| i.id == id).ok_or(Error::NotFound)?;
+        Ok(CatalogEntry { tenant, image })
     }
 
     /// Sets which images besides the catalog's a tenant's people may run (platform admins).
@@ -259,18 +285,18 @@ impl Platform {
         tenant_id: i64,
         mode: &str,
         registries: &str,
-    ) -> Result<CustomImages, Error> {
+    ) -> Result<TenantRule, Error> {
         self.authorize(caller, Action::TenantManage, Target::Tenant(tenant_id)).await?;
         let custom = CustomImages::parse(mode, registries)?;
         let mut tx = self.begin_write().await?;
-        let changed = sqlx::query("UPDATE tenants SET custom_images = ? WHERE id = ? AND status <> 'deleted'")
-            .bind(custom.stored())
-            .bind(tenant_id)
-            .execute(&mut *tx)
-            .await?;
-        if changed.rows_affected() == 0 {
-            return Err(Error::NotFound);
-        }
+        let tenant: String = sqlx::query_scalar(
+            "UPDATE tenants SET custom_images = ? WHERE id = ? AND status <> 'deleted' RETURNING slug",
+        )
+        .bind(custom.stored())
+        .bind(tenant_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound)?;
         let target = format!("tenant:{tenant_id}");
         let detail = custom.describe();
         let event = Event {
@@ -281,7 +307,7 @@ impl Platform {
         };
         audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit().await?;
-        Ok(custom)
+        Ok(TenantRule { tenant_id, tenant, custom })
     }
 
     /// An entry's catalog and name, once the caller may change that catalog. An entry of

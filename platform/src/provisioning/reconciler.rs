@@ -220,6 +220,8 @@ impl Reconciler {
         }
         // Deleted volumes' storage, and deleted tenants' volumes (see `volume_storage`).
         crate::provisioning::volume_storage::follow_deletions(&self.platform, self.backend.as_ref()).await?;
+        // Grown volumes' limits, where the storage holds sizes (see `volume_storage`).
+        crate::provisioning::volume_storage::hold_sizes(&self.platform, self.backend.as_ref(), None).await?;
         Ok(())
     }
 

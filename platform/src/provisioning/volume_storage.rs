@@ -1,5 +1,7 @@
 //! Volumes on the backend: where each is kept (`record_locations`, before the start step
-//! of a workload that mounts it), what it holds (`measure`, in the periodic sweep), and the
+//! of a workload that mounts it), its size held by the storage where the backend can
+//! (`hold_sizes`, before that step and every reconciler pass, so a grown volume's limit
+//! follows), what it holds (`measure`, in the periodic sweep), and the
 //! storage of deleted volumes removed (`follow_deletions`, every reconciler pass). A
 //! deleted tenant's volumes are deleted here too, once none of its environments is live
 //! any more: they are attached until their environments release, and a volume is never
@@ -42,6 +44,33 @@ pub(crate) async fn record_locations(
             .await?;
     }
     tx.commit().await?;
+    let ids: Vec<i64> = workload.volumes.iter().map(|v| v.volume_id).collect();
+    hold_sizes(platform, backend, Some(&ids)).await
+}
+
+/// Tells the backend each live volume's size, where its storage holds sizes itself (XFS
+/// project quotas on bare metal): only `volumes`, or every live volume with a place. The
+/// backend skips what it already holds and logs what it cannot.
+pub(crate) async fn hold_sizes(
+    platform: &Platform,
+    backend: &dyn Backend,
+    volumes: Option<&[i64]>,
+) -> Result<(), Error> {
+    if !backend.holds_volume_sizes() {
+        return Ok(());
+    }
+    let live: Vec<(i64, String, i64)> = sqlx::query_as(
+        "SELECT id, location, size_gib FROM volumes WHERE deleted_at IS NULL AND location IS NOT NULL ORDER BY id",
+    )
+    .fetch_all(&platform.db)
+    .await?;
+    for (volume_id, location, size_gib) in live {
+        if volumes.is_some_and(|only| !only.contains(&volume_id)) {
+            continue;
+        }
+        let size_gib = u32::try_from(size_gib).unwrap_or(u32::MAX);
+        backend.hold_volume_size(&StoredVolume { volume_id, location }, size_gib).await;
+    }
     Ok(())
 }
 

@@ -108,7 +108,7 @@ pub struct NewIdlePolicy {
     max_keeps: Value,
 }
 
-/// The offering a policy is for.
+/// The offering a policy or a default is for.
 #[derive(IntoParams)]
 #[into_params(parameter_in = Path)]
 #[allow(dead_code)] // The parameter's description; read as a `String`.
@@ -119,7 +119,7 @@ pub struct OfferingPath {
 }
 
 /// An offering named in a path: one that does not exist is not found.
-fn offering_named(caller: &Caller, id: &str) -> Result<Offering, ApiError> {
+pub(super) fn offering_named(caller: &Caller, id: &str) -> Result<Offering, ApiError> {
     Offering::parse(id).ok_or_else(|| fail(caller)(Error::NotFound))
 }
 

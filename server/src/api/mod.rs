@@ -26,6 +26,7 @@ mod catalog;
 mod environments;
 mod fleet;
 mod idle;
+mod images;
 mod nodes;
 mod notifications;
 mod prices;
@@ -90,7 +91,10 @@ pub fn routes() -> Routes<AppState> {
             "/api/v1/volumes/{id}",
             get(volumes::volume).patch(volumes::resize_volume).delete(volumes::delete_volume),
         )
-        .route("/api/v1/images", get(volumes::images))
+        .route("/api/v1/images", get(images::images).post(images::add_image))
+        .route("/api/v1/images/{id}", delete(images::remove_image))
+        .route("/api/v1/images/{id}/defaults/{offering}", put(images::set_default_image))
+        .route("/api/v1/tenants/{id}/custom-images", put(images::set_custom_images))
         .route("/api/v1/audit", get(usage::audit))
         .route("/api/v1/usage", get(usage::usage))
         .route("/api/v1/statements", get(statements::statements))
@@ -168,7 +172,11 @@ pub fn routes() -> Routes<AppState> {
         volumes::volume,
         volumes::resize_volume,
         volumes::delete_volume,
-        volumes::images,
+        images::images,
+        images::add_image,
+        images::remove_image,
+        images::set_default_image,
+        images::set_custom_images,
         usage::audit,
         usage::usage,
         statements::statements,

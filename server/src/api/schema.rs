@@ -111,3 +111,8 @@ pub fn optional_decimal_or_text() -> RefOr<Schema> {
         .item(ObjectBuilder::new().schema_type(SchemaType::Type(Type::Null)))
         .into()
 }
+
+/// Offering ids.
+pub fn offerings() -> ArrayBuilder {
+    ArrayBuilder::new().items(offering())
+}

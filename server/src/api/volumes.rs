@@ -1,4 +1,4 @@
-//! Volumes (list, make, grow, delete) and the image catalog.
+//! Volumes (list, make, grow, delete).
 
 use axum::Json;
 use axum::extract::Path;
@@ -164,80 +164,4 @@ pub(super) async fn delete_volume(
 ) -> Result<Json<Deleted>, ApiError> {
     platform.delete_volume(&caller, id).await.map_err(fail(&caller))?;
     Ok(Json(Deleted { deleted: id }))
-}
-
-/// One entry of the image catalog.
-#[derive(Serialize, ToSchema)]
-pub struct ImageBody {
-    id: i64,
-    /// `platform`, or the slug of the tenant whose own entry it is.
-    catalog: String,
-    name: String,
-    /// What a launch names to run it (`image` in the launch body), or its `name`.
-    reference: String,
-    /// Named by digest, not by a tag that may move.
-    pinned: bool,
-    description: String,
-    cuda: String,
-    framework: String,
-    /// Offering ids it suits.
-    #[schema(value_type = Vec<String>, example = json!(["notebook", "training"]))]
-    offerings: Vec<&'static str>,
-    /// Offering ids it is its catalog's default for.
-    #[schema(value_type = Vec<String>)]
-    default_for: Vec<&'static str>,
-}
-
-/// A tenant's rule for images besides the catalog's (training jobs and endpoints).
-#[derive(Serialize, ToSchema)]
-pub struct CustomImagesBody {
-    tenant: String,
-    /// `catalog` (catalog images only), `any` (any registry) or `registries`.
-    #[schema(example = "registries")]
-    rule: &'static str,
-    /// The registry hosts allowed, for `registries`.
-    registries: Vec<String>,
-}
-
-#[derive(Serialize, ToSchema)]
-pub struct ImageCatalogBody {
-    /// The platform's entries, then each tenant's in reach.
-    images: Vec<ImageBody>,
-    custom_images: Vec<CustomImagesBody>,
-}
-
-fn image_body(catalog: &str, i: berth_domain::image::CatalogImage) -> ImageBody {
-    let ids = |offerings: &[berth_domain::catalog::Offering]| offerings.iter().map(|o| o.id()).collect();
-    ImageBody {
-        id: i.id,
-        catalog: catalog.to_owned(),
-        pinned: i.is_pinned(),
-        offerings: ids(&i.offerings),
-        default_for: ids(&i.default_for),
-        name: i.name,
-        reference: i.reference,
-        description: i.description,
-        cuda: i.cuda,
-        framework: i.framework,
-    }
-}
-
-/// The image catalog in the caller's reach: the platform's entries, their tenant's own (a
-/// platform admin's: every tenant's), and each tenant's rule for custom images.
-#[utoipa::path(get, path = "/api/v1/images", tag = "images", responses((status = 200, body = ImageCatalogBody)))]
-pub(super) async fn images(TokenCaller(platform, caller): TokenCaller) -> Result<Json<ImageCatalogBody>, ApiError> {
-    use berth_domain::image::CustomImages;
-    let catalog = platform.image_catalog(&caller).await.map_err(fail(&caller))?;
-    let mut images: Vec<ImageBody> = catalog.platform.into_iter().map(|i| image_body("platform", i)).collect();
-    let mut custom_images = Vec::with_capacity(catalog.tenants.len());
-    for tenant in catalog.tenants {
-        images.extend(tenant.images.into_iter().map(|i| image_body(&tenant.tenant, i)));
-        let (rule, registries) = match tenant.custom {
-            CustomImages::CatalogOnly => ("catalog", Vec::new()),
-            CustomImages::AnyRegistry => ("any", Vec::new()),
-            CustomImages::Registries(hosts) => ("registries", hosts),
-        };
-        custom_images.push(CustomImagesBody { tenant: tenant.tenant, rule, registries });
-    }
-    Ok(Json(ImageCatalogBody { images, custom_images }))
 }

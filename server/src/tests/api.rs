@@ -89,7 +89,7 @@ async fn a_script_reads_the_image_catalog_and_is_held_to_its_tenants_rule() {
     assert_eq!(pytorch["default_for"], serde_json::json!(["notebook"]));
     assert_eq!(
         catalog["custom_images"],
-        serde_json::json!([{"tenant": "tenant-a", "rule": "registries", "registries": ["ghcr.io"]}])
+        serde_json::json!([{"tenant": "tenant-a", "tenant_id": tenant, "rule": "registries", "registries": ["ghcr.io"]}])
     );
 
     let hub = r#"{"offering": "training", "size": "h100-1", "name": "hub", "hours": "1",
@@ -103,6 +103,115 @@ async fn a_script_reads_the_image_catalog_and_is_held_to_its_tenants_rule() {
     let envs: i64 =
         sqlx::query_scalar("SELECT count(*) FROM environments").fetch_one(berth.platform.db()).await.expect("count");
     assert_eq!(envs, 1, "the refused request wrote nothing");
+}
+
+/// A platform admin's script curates the catalog: adds a pinned training image, makes it
+/// the default (a member's launch without an image runs it), is refused an unpinned entry
+/// with the page's words, narrows a tenant's custom images, and removes the entry. Refusals
+/// write nothing; a tenant admin may not touch the platform's catalog.
+#[tokio::test]
+async fn a_script_curates_the_image_catalog() {
+    let berth = Berth::start(None).await;
+    let db = berth.platform.db();
+    let tenant = berth.platform.ensure_tenant("tenant-a", "Tenant A", Isolation::Soft).await.expect("tenant");
+    let root = berth.person("root@example.com", Role::PlatformAdmin, None).await;
+    let boss = berth.person("boss@example.com", Role::TenantAdmin, Some(tenant)).await;
+    let member = berth.person("dana@example.com", Role::Member, Some(tenant)).await;
+    let (_, root) = berth.token(&root, &[]).await;
+    let (_, boss) = berth.token(&boss, &[]).await;
+    let (_, dana) = berth.token(&member, &[]).await;
+    let images = || async { sqlx::query_scalar::<_, i64>("SELECT count(*) FROM images").fetch_one(db).await };
+    let before = images().await.expect("count");
+
+    let digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let reference = format!("nvcr.io/nvidia/pytorch:24.05-py3@{digest}");
+    let entry = format!(
+        r#"{{"name": "NGC PyTorch", "reference": "{reference}", "cuda": "12.4", "framework": "PyTorch 2.4",
+             "offerings": ["training", "inference"]}}"#
+    );
+    let added = berth.api(Method::POST, "/api/v1/images", &entry, Some(&root)).await;
+    assert_eq!(added.status, StatusCode::CREATED, "{}", added.body);
+    let added = json(&added);
+    assert_eq!((added["catalog"].as_str(), added["pinned"].as_bool()), (Some("platform"), Some(true)), "{added}");
+    assert_eq!((&added["tenant_id"], &added["default_for"]), (&serde_json::Value::Null, &serde_json::json!([])));
+    let id = added["id"].as_i64().expect("the entry's id");
+    let theirs = berth.api(Method::POST, "/api/v1/images", &entry.replace("NGC", "Their"), Some(&boss)).await;
+    assert_eq!(theirs.status, StatusCode::CREATED, "a tenant admin adds to the tenant's own: {}", theirs.body);
+    assert_eq!(json(&theirs)["catalog"], "tenant-a");
+    let platforms = entry.replace(r#"{"name""#, r#"{"tenant": null, "name""#).replace("NGC", "Boss's");
+    let platforms = platforms.replace("sha256:0", "sha256:1");
+    let platforms = berth.api(Method::POST, "/api/v1/images", &platforms, Some(&boss)).await;
+    assert_eq!(platforms.status, StatusCode::CREATED, "null is the caller's own catalog: {}", platforms.body);
+
+    let default = format!("/api/v1/images/{id}/defaults/training");
+    let refused = berth.api(Method::PUT, &default, "", Some(&boss)).await;
+    assert_eq!(refused.status, StatusCode::FORBIDDEN, "the platform's entry is the platform's: {}", refused.body);
+    let unsuited = berth.api(Method::PUT, &format!("/api/v1/images/{id}/defaults/notebook"), "", Some(&root)).await;
+    assert_eq!(unsuited.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", unsuited.body);
+    assert!(unsuited.body.contains("NGC PyTorch does not suit jupyter notebook"), "{}", unsuited.body);
+    let made = berth.api(Method::PUT, &default, "", Some(&root)).await;
+    assert_eq!(made.status, StatusCode::OK, "{}", made.body);
+    assert_eq!(json(&made)["default_for"], serde_json::json!(["training"]));
+
+    let job =
+        r#"{"offering": "training", "size": "h100-1", "name": "job", "hours": "1", "command": "python train.py"}"#;
+    let booked = berth.api(Method::POST, "/api/v1/environments", job, Some(&dana)).await;
+    assert_eq!(booked.status, StatusCode::CREATED, "{}", booked.body);
+    let env = json(&booked)["id"].as_str().expect("the environment's id").to_owned();
+    let image: Option<String> =
+        sqlx::query_scalar("SELECT image FROM environments WHERE id = ?").bind(&env).fetch_one(db).await.expect("env");
+    assert_eq!(image.as_deref(), Some(reference.as_str()), "the launch runs the new default");
+
+    let unpinned = entry.replace(&format!("@{digest}"), "").replace("NGC", "Loose");
+    let refused = berth.api(Method::POST, "/api/v1/images", &unpinned, Some(&root)).await;
+    assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+    assert!(
+        refused.body.contains("nvcr.io/nvidia/pytorch:24.05-py3 is not pinned: add its digest (…@sha256:<64 hex>)"),
+        "the page's words: {}",
+        refused.body
+    );
+    assert_eq!(images().await.expect("count"), before + 3, "the refused entry wrote nothing");
+
+    let custom = format!("/api/v1/tenants/{tenant}/custom-images");
+    let narrowed = berth.api(Method::PUT, &custom, r#"{"rule": "registries", "registries": ["GHCR.io"]}"#, Some(&root));
+    let narrowed = narrowed.await;
+    assert_eq!(narrowed.status, StatusCode::OK, "{}", narrowed.body);
+    assert_eq!(
+        json(&narrowed),
+        serde_json::json!({"tenant": "tenant-a", "tenant_id": tenant, "rule": "registries", "registries": ["ghcr.io"]})
+    );
+    let nonsense = berth.api(Method::PUT, &custom, r#"{"rule": "everything"}"#, Some(&root)).await;
+    assert_eq!(nonsense.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", nonsense.body);
+    assert!(nonsense.body.contains("choose catalog, any or registries"), "{}", nonsense.body);
+    let own = berth.api(Method::PUT, &custom, r#"{"rule": "any"}"#, Some(&boss)).await;
+    assert_eq!(own.status, StatusCode::FORBIDDEN, "the rule is the platform's: {}", own.body);
+    let rule: String = sqlx::query_scalar("SELECT custom_images FROM tenants WHERE id = ?")
+        .bind(tenant)
+        .fetch_one(db)
+        .await
+        .expect("rule");
+    assert_eq!(rule, "ghcr.io", "refused rules wrote nothing");
+
+    let removed = berth.api(Method::DELETE, &format!("/api/v1/images/{id}"), "", Some(&root)).await;
+    assert_eq!(removed.status, StatusCode::OK, "{}", removed.body);
+    assert_eq!(json(&removed), serde_json::json!({"removed": id}));
+    let again = berth.api(Method::DELETE, &format!("/api/v1/images/{id}"), "", Some(&root)).await;
+    assert_eq!(again.status, StatusCode::NOT_FOUND, "{}", again.body);
+    let listed = json(&berth.api(Method::GET, "/api/v1/images", "", Some(&dana)).await);
+    let names: Vec<&str> =
+        listed["images"].as_array().expect("images").iter().filter_map(|i| i["name"].as_str()).collect();
+    assert!(!names.contains(&"NGC PyTorch") && names.contains(&"Their PyTorch"), "{names:?}");
+    let image: Option<String> =
+        sqlx::query_scalar("SELECT image FROM environments WHERE id = ?").bind(&env).fetch_one(db).await.expect("env");
+    assert_eq!(image.as_deref(), Some(reference.as_str()), "the booking keeps its image");
+    let audited: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_events WHERE outcome = 'success'
+         AND action IN ('image.add', 'image.default', 'image.remove', 'tenant.custom_images')",
+    )
+    .fetch_one(db)
+    .await
+    .expect("audit");
+    assert_eq!(audited, 6, "three entries added, a default, a rule, a removal");
 }
 
 /// Reads an answer's JSON body.

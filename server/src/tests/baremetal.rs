@@ -25,6 +25,7 @@ use berth_platform::capacity::environments::Environment;
 use berth_platform::people::User;
 use berth_platform::provisioning::backend::Backend;
 use berth_platform::provisioning::backend::baremetal::{BareMetal, BareMetalConfig};
+use berth_platform::provisioning::backend::xfs_quota::{CommandLine, CommandOutput, ProjectQuotas, RunFuture, Runner};
 use berth_platform::provisioning::reconciler::{Reconciler, ReconcilerConfig};
 
 use super::{Berth, meta};
@@ -137,6 +138,11 @@ impl Metal {
 
     /// With volumes kept under `volumes_path` (the shared filesystem's mount point).
     async fn start_with(volumes_path: Option<std::path::PathBuf>) -> Metal {
+        Metal::start_with_quotas(volumes_path, None).await
+    }
+
+    /// With volumes kept under `volumes_path`, and project quotas on it where given.
+    async fn start_with_quotas(volumes_path: Option<std::path::PathBuf>, quotas: Option<ProjectQuotas>) -> Metal {
         let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info,sqlx=warn").try_init();
         let berth = Berth::start_with_fleet(None, FLEET).await;
         let p = &berth.platform;
@@ -164,10 +170,12 @@ impl Metal {
             });
             nodes.insert(name, node);
         }
-        let backend = Arc::new(BareMetal::new(
-            p.clone(),
-            BareMetalConfig { poll_interval: Duration::from_millis(10), volumes_path },
-        ));
+        let metal =
+            BareMetal::new(p.clone(), BareMetalConfig { poll_interval: Duration::from_millis(10), volumes_path });
+        let backend = Arc::new(match quotas {
+            Some(quotas) => metal.with_volume_quotas(quotas),
+            None => metal,
+        });
         Metal { berth, nodes, backend, acme, globex, stop }
     }
 
@@ -432,6 +440,77 @@ async fn volumes_are_bind_mounted_from_the_shared_filesystem_and_removed_when_de
         assert!(tokio::time::Instant::now() < deadline, "the deleted volume's directory is still there");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let _ = stop.send(true);
+    reconciler.await.expect("reconciler");
+    let _ = metal.stop.send(true);
+    let _ = std::fs::remove_dir_all(&shared);
+}
+
+/// `findmnt` and `xfs_quota` as they answer on an XFS filesystem mounted with `prjquota`
+/// (reconstructed from their documented formats, see `xfs_quota.rs`); every command line
+/// kept.
+struct XfsHost {
+    mount: std::path::PathBuf,
+    ran: std::sync::Mutex<Vec<String>>,
+}
+
+impl Runner for XfsHost {
+    fn run<'a>(&'a self, command: &'a CommandLine) -> RunFuture<'a> {
+        let line = command.to_string();
+        self.ran.lock().expect("ran").push(line.clone());
+        let script = command.args.get(2).cloned().unwrap_or_default();
+        let stdout = if command.program == "findmnt" {
+            format!("xfs {}\n", self.mount.display())
+        } else if script == "state" {
+            "Project quota state on /srv/berth (/dev/sdb1)\n  Accounting: ON\n  Enforcement: ON\n".to_owned()
+        } else if let Some(rest) = script.strip_prefix("project -s -p ") {
+            let id = rest.rsplit(' ').next().unwrap_or_default();
+            format!(
+                "Setting up project {id} (path {rest})...\nProcessed 1 (/etc/projects and cmdline) paths for project {id} with recursion depth infinite (-1).\n"
+            )
+        } else {
+            String::new()
+        };
+        Box::pin(async move { Ok(CommandOutput { success: true, stdout, stderr: String::new() }) })
+    }
+}
+
+#[tokio::test]
+async fn volumes_on_xfs_get_a_project_quota_of_their_size_set_again_when_grown() {
+    let shared = std::env::temp_dir().join(format!("berth-xfs-{}", uuid::Uuid::new_v4()));
+    let host = Arc::new(XfsHost { mount: shared.clone(), ran: std::sync::Mutex::new(Vec::new()) });
+    let quotas = ProjectQuotas::detect(&shared, host.clone()).await.expect("XFS with project quotas");
+    let metal = Metal::start_with_quotas(Some(shared.clone()), Some(quotas)).await;
+    assert!(metal.backend.volume_size_rule().contains("XFS project quota of its size"));
+    let (stop, reconciler) = metal.run_reconciler();
+    let globex = &metal.globex;
+    let notebook = metal
+        .launch(globex, "notebook", "h100-1g.10gb", "nb", "quay.io/jupyter/pytorch-notebook:cuda12-latest", "")
+        .await;
+    metal.wait_for(globex, &notebook, EnvState::Ready).await;
+    let home: i64 = sqlx::query_scalar("SELECT id FROM volumes WHERE is_home = 1")
+        .fetch_one(metal.berth.platform.db())
+        .await
+        .expect("the home volume");
+    let dir = shared.join(format!("berth-vol-{home}"));
+    assert!(dir.is_dir(), "Berth made the volume's directory before the node used it");
+    let (project, m) = (1_000_000 + home, shared.display());
+    let expected = vec![
+        format!("findmnt -n -r -o FSTYPE,TARGET -T {m}"),
+        format!("xfs_quota -x -c state {m}"),
+        format!("xfs_quota -x -c 'project -s -p {} {project}' {m}", dir.display()),
+        format!("xfs_quota -x -c 'limit -p bhard={} {project}' {m}", 10u64 << 30),
+    ];
+    assert_eq!(*host.ran.lock().expect("ran"), expected, "set once, before the start, at the home volume's 10 GiB");
+
+    metal.berth.platform.resize_volume(&globex.caller(meta()), home, "12").await.expect("grown");
+    let grown = format!("xfs_quota -x -c 'limit -p bhard={} {project}' {m}", 12u64 << 30);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !host.ran.lock().expect("ran").contains(&grown) {
+        assert!(tokio::time::Instant::now() < deadline, "the grown volume's limit was not set");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(host.ran.lock().expect("ran").len(), expected.len() + 1, "only the limit changes");
     let _ = stop.send(true);
     reconciler.await.expect("reconciler");
     let _ = metal.stop.send(true);

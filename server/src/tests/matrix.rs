@@ -129,6 +129,10 @@ const SPARE_KEYS: [&str; 2] = [
 const ADD_IMAGE_FORM: &str = "tenant=&image[name]=matrix-{n}&image[offerings][0]=training\
      &image[reference]=ghcr.io%2Fmatrix%2Fimage-{n}%40sha256%3A0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
+/// The same through the API: the caller's own catalog (the platform's for staff).
+const ADD_IMAGE_JSON: &str = r#"{"name": "api-{n}", "offerings": ["training"],
+    "reference": "ghcr.io/matrix/api-{n}@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}"#;
+
 const LAUNCH_JSON: &str = r#"{"offering": "notebook", "size": "h100-1g.10gb", "name": "api-{n}", "hours": "2"}"#;
 
 /// Every route. Reads come first and moving an end before stopping, so that allowed
@@ -328,6 +332,10 @@ fn routes() -> Vec<Route> {
         sf_missing("/api/set_default_image", Some((ImageManage, Aim::CallersTenant)), "id=999999&offering=training"),
         sf_missing("/api/remove_image", Some((ImageManage, Aim::CallersTenant)), "id=999999"),
         sf("/api/set_custom_images", tenant(TenantManage), "tenant_id={id}&mode=any&registries="),
+        api(M::POST, "/api/v1/images", Some((ImageManage, Aim::CallersTenant)), ADD_IMAGE_JSON),
+        api_missing(M::PUT, "/api/v1/images/{id}/defaults/{offering}", Some((ImageManage, Aim::CallersTenant)), ""),
+        api_missing(M::DELETE, "/api/v1/images/{id}", Some((ImageManage, Aim::CallersTenant)), ""),
+        api(M::PUT, "/api/v1/tenants/{id}/custom-images", tenant(TenantManage), r#"{"rule": "any"}"#),
         sf("/api/volumes", Some((VolumeRead, Aim::CallersTenant)), ""),
         api(M::GET, "/api/v1/volumes", Some((VolumeRead, Aim::CallersTenant)), ""),
         api(M::GET, "/api/v1/volumes/{id}", Some((VolumeRead, Aim::Volume)), ""),

@@ -16,6 +16,7 @@
 //! | clear partition | the environment's MIG instances leave the layout |
 //! | release capacity | whatever part of the environment is left goes |
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use berth_domain::catalog::Offering;
@@ -25,9 +26,11 @@ use berth_domain::node_access::account_name;
 use berth_domain::node_plan::{Device, NodeVolume, NodeWorkload, WorkloadState, WorkloadStatus, free_host_port};
 use berth_domain::tenancy::Isolation;
 
+use super::xfs_quota::ProjectQuotas;
 use super::{
-    Backend, BackendError, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, RemoveFuture,
-    StepFuture, StepOutput, StoredVolume, Upstream, UpstreamFuture, UseFuture, VolumeMount, Workload, workload_secret,
+    Backend, BackendError, Connection, HoldFuture, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject,
+    RemoveFuture, StepFuture, StepOutput, StoredVolume, Upstream, UpstreamFuture, UseFuture, VolumeMount, Workload,
+    workload_secret,
 };
 use crate::Platform;
 use crate::provisioning::node_plans::{AccessPart, MigSlice, NetworkPart, NodeTarget, PartKind, PartWrite};
@@ -53,11 +56,19 @@ impl Default for BareMetalConfig {
 pub struct BareMetal {
     platform: Platform,
     config: BareMetalConfig,
+    /// Project quotas on the volumes' filesystem (XFS), where found at start.
+    quotas: Option<Arc<ProjectQuotas>>,
 }
 
 impl BareMetal {
     pub fn new(platform: Platform, config: BareMetalConfig) -> BareMetal {
-        BareMetal { platform, config }
+        BareMetal { platform, config, quotas: None }
+    }
+
+    /// Volumes get an XFS project quota of their size (`xfs_quota`): found by
+    /// [`ProjectQuotas::detect`] on `volumes_path` at start.
+    pub fn with_volume_quotas(self, quotas: ProjectQuotas) -> BareMetal {
+        BareMetal { quotas: Some(Arc::new(quotas)), ..self }
     }
 
     async fn step(&self, w: &Workload, step: Step) -> Result<StepOutput, BackendError> {
@@ -416,6 +427,43 @@ impl Backend for BareMetal {
                     tracing::error!(volume = volume.volume_id, error = %e, dir = %dir.display(), "cannot remove a volume's directory");
                     Err(BackendError(format!("could not remove volume {}", volume.volume_id)))
                 }
+            }
+        })
+    }
+
+    fn volume_size_rule(&self) -> &'static str {
+        match self.quotas {
+            Some(_) => {
+                "A volume is a directory with an XFS project quota of its size: writes past its size fail. One whose quota could not be set is held by measuring it: found holding more than its size, it is not attached again until it is grown."
+            }
+            None => {
+                "A volume's size is held by measuring it: one found holding more than its size is not attached again until it is grown."
+            }
+        }
+    }
+
+    fn holds_volume_sizes(&self) -> bool {
+        self.quotas.is_some() && self.config.volumes_path.is_some()
+    }
+
+    /// The volume's directory is made here, on Berth's host, made an XFS project and
+    /// limited to the volume's size; a volume whose quota fails is logged and measured.
+    fn hold_volume_size<'a>(&'a self, volume: &'a StoredVolume, size_gib: u32) -> HoldFuture<'a> {
+        Box::pin(async move {
+            let (Some(quotas), Some(root)) = (&self.quotas, &self.config.volumes_path) else { return };
+            let dir = root.join(crate::capacity::volumes::storage_name(volume.volume_id));
+            if volume.location != dir.display().to_string() {
+                // Kept elsewhere (another path, or when volumes were not kept): not ours.
+                return;
+            }
+            if let Err(why) = quotas.hold(volume.volume_id, &dir, size_gib).await {
+                tracing::warn!(
+                    volume = volume.volume_id,
+                    size_gib,
+                    dir = %dir.display(),
+                    error = %why,
+                    "no XFS project quota for this volume; its size is held by measuring it"
+                );
             }
         })
     }

@@ -5,6 +5,7 @@
 pub mod baremetal;
 pub mod kubernetes;
 pub mod simulated;
+pub mod xfs_quota;
 
 use std::collections::HashSet;
 use std::future::Future;
@@ -170,6 +171,7 @@ pub struct BackendError(pub String);
 pub type StepFuture<'a> = Pin<Box<dyn Future<Output = Result<StepOutput, BackendError>> + Send + 'a>>;
 pub type OwnedFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<OwnedObject>, BackendError>> + Send + 'a>>;
 pub type RemoveFuture<'a> = Pin<Box<dyn Future<Output = Result<bool, BackendError>> + Send + 'a>>;
+pub type HoldFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 pub type UseFuture<'a> = Pin<Box<dyn Future<Output = Option<u64>> + Send + 'a>>;
 pub type VolumesUseFuture<'a> = Pin<Box<dyn Future<Output = Vec<VolumeUse>> + Send + 'a>>;
 pub type ReadingsFuture<'a> = Pin<Box<dyn Future<Output = Result<Vec<GpuReading>, BackendError>> + Send + 'a>>;
@@ -311,6 +313,21 @@ pub trait Backend: Send + Sync + 'static {
     /// checked at each attach (`domain::volume::check_within_size`).
     fn volume_size_rule(&self) -> &'static str {
         "A volume's size is held by measuring it: one found holding more than its size is not attached again until it is grown."
+    }
+
+    /// Whether this backend's storage holds each volume to its size once told the size (bare
+    /// metal on XFS with project quotas). Without, [`Backend::hold_volume_size`] is never
+    /// called.
+    fn holds_volume_sizes(&self) -> bool {
+        false
+    }
+
+    /// Holds a volume's storage to `size_gib`, making it where it is first missing; asked
+    /// before a workload that mounts it starts and after it grows. Never fails: what cannot
+    /// be done is logged, and that volume's size is held by measuring it.
+    fn hold_volume_size<'a>(&'a self, volume: &'a StoredVolume, size_gib: u32) -> HoldFuture<'a> {
+        let _ = (volume, size_gib);
+        Box::pin(async {})
     }
 
     /// Removes a deleted volume's storage; `false` when there was none. Safe to repeat.
