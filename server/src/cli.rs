@@ -410,13 +410,13 @@ fn volumes_beside(database_url: &str) -> Option<PathBuf> {
     Some(file.parent().map_or_else(|| PathBuf::from("volumes"), |dir| dir.join("volumes")))
 }
 
-/// Bare-metal volumes get an XFS project quota of their size where `path` is on XFS with
-/// project quotas enforced; otherwise their size is measured, and the log says why.
+/// Bare-metal volumes get a quota of their size where `path` is on XFS with project quotas
+/// enforced or on CephFS; otherwise their size is measured, and the log says why.
 async fn with_volume_quotas(metal: BareMetal, path: &std::path::Path) -> BareMetal {
-    use berth_platform::provisioning::backend::xfs_quota::{ProjectQuotas, SystemRunner};
-    match ProjectQuotas::detect(path, Arc::new(SystemRunner)).await {
+    use berth_platform::provisioning::backend::volume_quotas::{VolumeQuotas, SystemRunner};
+    match VolumeQuotas::detect(path, Arc::new(SystemRunner)).await {
         Ok(quotas) => {
-            tracing::info!(path = %path.display(), mount = %quotas.mount().display(), "bare-metal volumes get XFS project quotas of their size");
+            tracing::info!(path = %path.display(), mount = %quotas.mount().display(), kind = ?quotas.kind(), "bare-metal volumes get filesystem quotas of their size");
             metal.with_volume_quotas(quotas)
         }
         Err(why) => {

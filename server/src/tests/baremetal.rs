@@ -25,7 +25,7 @@ use berth_platform::capacity::environments::Environment;
 use berth_platform::people::User;
 use berth_platform::provisioning::backend::Backend;
 use berth_platform::provisioning::backend::baremetal::{BareMetal, BareMetalConfig};
-use berth_platform::provisioning::backend::xfs_quota::{CommandLine, CommandOutput, ProjectQuotas, RunFuture, Runner};
+use berth_platform::provisioning::backend::volume_quotas::{CommandLine, CommandOutput, VolumeQuotas, RunFuture, Runner};
 use berth_platform::provisioning::reconciler::{Reconciler, ReconcilerConfig};
 
 use super::{Berth, meta};
@@ -142,7 +142,7 @@ impl Metal {
     }
 
     /// With volumes kept under `volumes_path`, and project quotas on it where given.
-    async fn start_with_quotas(volumes_path: Option<std::path::PathBuf>, quotas: Option<ProjectQuotas>) -> Metal {
+    async fn start_with_quotas(volumes_path: Option<std::path::PathBuf>, quotas: Option<VolumeQuotas>) -> Metal {
         let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("info,sqlx=warn").try_init();
         let berth = Berth::start_with_fleet(None, FLEET).await;
         let p = &berth.platform;
@@ -479,7 +479,7 @@ impl Runner for XfsHost {
 async fn volumes_on_xfs_get_a_project_quota_of_their_size_set_again_when_grown() {
     let shared = std::env::temp_dir().join(format!("berth-xfs-{}", uuid::Uuid::new_v4()));
     let host = Arc::new(XfsHost { mount: shared.clone(), ran: std::sync::Mutex::new(Vec::new()) });
-    let quotas = ProjectQuotas::detect(&shared, host.clone()).await.expect("XFS with project quotas");
+    let quotas = VolumeQuotas::detect(&shared, host.clone()).await.expect("XFS with project quotas");
     let metal = Metal::start_with_quotas(Some(shared.clone()), Some(quotas)).await;
     assert!(metal.backend.volume_size_rule().contains("XFS project quota of its size"));
     let (stop, reconciler) = metal.run_reconciler();

@@ -26,7 +26,7 @@ use berth_domain::node_access::account_name;
 use berth_domain::node_plan::{Device, NodeVolume, NodeWorkload, WorkloadState, WorkloadStatus, free_host_port};
 use berth_domain::tenancy::Isolation;
 
-use super::xfs_quota::ProjectQuotas;
+use super::volume_quotas::{QuotaKind, VolumeQuotas};
 use super::{
     Backend, BackendError, Connection, HoldFuture, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject,
     RemoveFuture, StepFuture, StepOutput, StoredVolume, Upstream, UpstreamFuture, UseFuture, VolumeMount, Workload,
@@ -56,8 +56,8 @@ impl Default for BareMetalConfig {
 pub struct BareMetal {
     platform: Platform,
     config: BareMetalConfig,
-    /// Project quotas on the volumes' filesystem (XFS), where found at start.
-    quotas: Option<Arc<ProjectQuotas>>,
+    /// Quotas on the volumes' filesystem (XFS projects, CephFS directories), where found at start.
+    quotas: Option<Arc<VolumeQuotas>>,
 }
 
 impl BareMetal {
@@ -65,9 +65,9 @@ impl BareMetal {
         BareMetal { platform, config, quotas: None }
     }
 
-    /// Volumes get an XFS project quota of their size (`xfs_quota`): found by
-    /// [`ProjectQuotas::detect`] on `volumes_path` at start.
-    pub fn with_volume_quotas(self, quotas: ProjectQuotas) -> BareMetal {
+    /// Volumes get a filesystem quota of their size (XFS `xfs_quota`, CephFS `setfattr`): found by
+    /// [`VolumeQuotas::detect`] on `volumes_path` at start.
+    pub fn with_volume_quotas(self, quotas: VolumeQuotas) -> BareMetal {
         BareMetal { quotas: Some(Arc::new(quotas)), ..self }
     }
 
@@ -432,9 +432,12 @@ impl Backend for BareMetal {
     }
 
     fn volume_size_rule(&self) -> &'static str {
-        match self.quotas {
-            Some(_) => {
+        match self.quotas.as_ref().map(|q| q.kind()) {
+            Some(QuotaKind::XfsProject) => {
                 "A volume is a directory with an XFS project quota of its size: writes past its size fail. One whose quota could not be set is held by measuring it: found holding more than its size, it is not attached again until it is grown."
+            }
+            Some(QuotaKind::CephDirectory) => {
+                "A volume is a CephFS directory with a quota of its size: writes stop at about its size (CephFS clients may overshoot a little before they notice). One whose quota could not be set is held by measuring it: found holding more than its size, it is not attached again until it is grown."
             }
             None => {
                 "A volume's size is held by measuring it: one found holding more than its size is not attached again until it is grown."
@@ -446,8 +449,8 @@ impl Backend for BareMetal {
         self.quotas.is_some() && self.config.volumes_path.is_some()
     }
 
-    /// The volume's directory is made here, on Berth's host, made an XFS project and
-    /// limited to the volume's size; a volume whose quota fails is logged and measured.
+    /// The volume's directory is made here, on Berth's host, and given a quota of the
+    /// volume's size; a volume whose quota fails is logged and measured.
     fn hold_volume_size<'a>(&'a self, volume: &'a StoredVolume, size_gib: u32) -> HoldFuture<'a> {
         Box::pin(async move {
             let (Some(quotas), Some(root)) = (&self.quotas, &self.config.volumes_path) else { return };
@@ -462,7 +465,7 @@ impl Backend for BareMetal {
                     size_gib,
                     dir = %dir.display(),
                     error = %why,
-                    "no XFS project quota for this volume; its size is held by measuring it"
+                    "no filesystem quota for this volume; its size is held by measuring it"
                 );
             }
         })

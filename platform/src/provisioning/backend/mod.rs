@@ -5,7 +5,7 @@
 pub mod baremetal;
 pub mod kubernetes;
 pub mod simulated;
-pub mod xfs_quota;
+pub mod volume_quotas;
 
 use std::collections::HashSet;
 use std::future::Future;

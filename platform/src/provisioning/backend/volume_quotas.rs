@@ -1,8 +1,13 @@
-//! XFS project quotas for bare-metal volumes: where `--baremetal-volumes-path` is on XFS with
-//! project quotas enforced, each volume's directory is an XFS project whose hard block limit
-//! is the volume's size, so writes past it fail. Detected once at start ([`ProjectQuotas::detect`]);
-//! the command lines and the reading of their output are pure functions, run through a
-//! [`Runner`] that tests replace.
+//! Filesystem quotas for bare-metal volumes, where `--baremetal-volumes-path` is on a
+//! filesystem that has them:
+//! - **XFS** with project quotas enforced: each volume's directory is an XFS project whose hard
+//!   block limit is the volume's size, so writes past it fail;
+//! - **CephFS**: each volume's directory has a `ceph.quota.max_bytes` of its size, which CephFS
+//!   clients enforce (they may write a little past it before they notice, as CephFS says).
+//!
+//! Detected once at start ([`VolumeQuotas::detect`]); the command lines and the reading of
+//! their output are pure functions, run through a [`Runner`] that tests replace. Elsewhere
+//! (NFS, Lustre, ext4) sizes are measured.
 //!
 //! A volume's project id is `PROJECT_ID_BASE + volume id` ([`project_id`]): deterministic,
 //! so Berth keeps no table of them and a restart sets the same ids again, and above the
@@ -82,6 +87,25 @@ pub fn state_command(mount: &Path) -> CommandLine {
     CommandLine {
         program: "xfs_quota",
         args: vec!["-x".into(), "-c".into(), "state".into(), mount.display().to_string()],
+    }
+}
+
+/// `getfattr -n ceph.dir.rbytes --only-values <dir>`: a directory's recursive size, an
+/// attribute every CephFS directory has: reading it says the filesystem is CephFS and that
+/// `getfattr`/`setfattr` (Debian's `attr`) are installed.
+pub fn ceph_probe_command(dir: &Path) -> CommandLine {
+    CommandLine {
+        program: "getfattr",
+        args: vec!["-n".into(), "ceph.dir.rbytes".into(), "--only-values".into(), dir.display().to_string()],
+    }
+}
+
+/// `setfattr -n ceph.quota.max_bytes -v <bytes> <dir>`: a CephFS directory's quota.
+pub fn ceph_limit_command(dir: &Path, size_gib: u32) -> CommandLine {
+    let bytes = u64::from(size_gib) << 30;
+    CommandLine {
+        program: "setfattr",
+        args: vec!["-n".into(), "ceph.quota.max_bytes".into(), "-v".into(), bytes.to_string(), dir.display().to_string()],
     }
 }
 
@@ -203,9 +227,17 @@ impl Runner for SystemRunner {
     }
 }
 
-/// Project quotas on the filesystem that keeps the volumes, found on at start.
-pub struct ProjectQuotas {
+/// Which quotas hold the volumes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuotaKind {
+    XfsProject,
+    CephDirectory,
+}
+
+/// Quotas on the filesystem that keeps the volumes, found on at start.
+pub struct VolumeQuotas {
     runner: Arc<dyn Runner>,
+    kind: QuotaKind,
     mount: PathBuf,
     /// What each volume's quota is now, as far as this process knows: set at a size, or
     /// failed at one (logged once; tried again when the size changes or Berth restarts).
@@ -218,31 +250,44 @@ enum Held {
     FailedAt(u32),
 }
 
-impl std::fmt::Debug for ProjectQuotas {
+impl std::fmt::Debug for VolumeQuotas {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProjectQuotas").field("mount", &self.mount).finish_non_exhaustive()
+        f.debug_struct("VolumeQuotas").field("mount", &self.mount).finish_non_exhaustive()
     }
 }
 
-impl ProjectQuotas {
-    /// Whether `volumes_path` is on XFS with project quotas enforced; `Err` says why not.
-    pub async fn detect(volumes_path: &Path, runner: Arc<dyn Runner>) -> Result<ProjectQuotas, String> {
+impl VolumeQuotas {
+    /// Whether `volumes_path` is on XFS with project quotas enforced or on CephFS with the
+    /// tools to set its quotas; `Err` says why not.
+    pub async fn detect(volumes_path: &Path, runner: Arc<dyn Runner>) -> Result<VolumeQuotas, String> {
         let found = runner.run(&filesystem_command(volumes_path)).await;
         let found = found.map_err(|e| format!("cannot run findmnt: {e}"))?;
         worked(&found).map_err(|e| format!("findmnt cannot find the filesystem of {}: {e}", volumes_path.display()))?;
         let (fstype, mount) = parse_filesystem(&found.stdout)
             .ok_or_else(|| format!("findmnt's answer for {} is not understood", volumes_path.display()))?;
+        // The kernel client mounts `ceph`, the FUSE one `fuse.ceph-fuse`.
+        if fstype == "ceph" || fstype == "fuse.ceph-fuse" {
+            let probe = runner.run(&ceph_probe_command(volumes_path)).await;
+            let probe = probe.map_err(|e| format!("cannot run getfattr (install the attr package): {e}"))?;
+            worked(&probe).map_err(|e| format!("CephFS at {}: getfattr cannot read its attributes: {e}", mount.display()))?;
+            let kind = QuotaKind::CephDirectory;
+            return Ok(VolumeQuotas { runner, kind, mount, held: Mutex::new(HashMap::new()) });
+        }
         if fstype != "xfs" {
-            return Err(format!("{} is on {fstype}, not XFS", volumes_path.display()));
+            return Err(format!("{} is on {fstype}, neither XFS nor CephFS", volumes_path.display()));
         }
         let state = runner.run(&state_command(&mount)).await.map_err(|e| format!("cannot run xfs_quota: {e}"))?;
         worked(&state).map_err(|e| format!("xfs_quota state on {}: {e}", mount.display()))?;
         project_quotas_on(&state.stdout).map_err(|e| format!("XFS at {}: {e}", mount.display()))?;
-        Ok(ProjectQuotas { runner, mount, held: Mutex::new(HashMap::new()) })
+        Ok(VolumeQuotas { runner, kind: QuotaKind::XfsProject, mount, held: Mutex::new(HashMap::new()) })
     }
 
     pub fn mount(&self) -> &Path {
         &self.mount
+    }
+
+    pub fn kind(&self) -> QuotaKind {
+        self.kind
     }
 
     /// Makes volume `volume_id`'s directory `dir` its project and limits it to `size_gib`,
@@ -264,18 +309,25 @@ impl ProjectQuotas {
         outcome
     }
 
-    /// `first`: the directory is not known to be the volume's project yet.
+    /// `first`: the directory is not known to hold its quota yet.
     async fn set(&self, volume_id: i64, dir: &Path, size_gib: u32, first: bool) -> Result<(), String> {
-        let id = project_id(volume_id).ok_or_else(|| format!("volume {volume_id} has no XFS project id"))?;
         // The directory is made here, before any node writes into it, so that everything
-        // in it belongs to the project (`project -s` sets the inherit flag). Again after a
-        // restart: `project -s` is safe to repeat.
+        // in it counts (`project -s` sets XFS's inherit flag; a CephFS quota is on the
+        // directory). Again after a restart: both are safe to repeat.
         if first {
             let made = dir.to_path_buf();
             tokio::task::spawn_blocking(move || std::fs::create_dir_all(&made))
                 .await
                 .map_err(|e| e.to_string())?
                 .map_err(|e| format!("cannot make {}: {e}", dir.display()))?;
+        }
+        if self.kind == QuotaKind::CephDirectory {
+            let limit = ceph_limit_command(dir, size_gib);
+            let output = self.runner.run(&limit).await.map_err(|e| format!("cannot run setfattr: {e}"))?;
+            return worked(&output).map_err(|e| format!("{limit}: {e}"));
+        }
+        let id = project_id(volume_id).ok_or_else(|| format!("volume {volume_id} has no XFS project id"))?;
+        if first {
             let project = project_command(&self.mount, dir, id)
                 .ok_or_else(|| format!("{} cannot be named to xfs_quota", dir.display()))?;
             let output = self.runner.run(&project).await.map_err(|e| format!("cannot run xfs_quota: {e}"))?;
@@ -417,7 +469,7 @@ Processed 1 (/etc/projects and cmdline) paths for project 1000007 with recursion
             ],
             ..Recording::default()
         });
-        let quotas = ProjectQuotas::detect(&root, runner.clone()).await.expect("XFS with project quotas");
+        let quotas = VolumeQuotas::detect(&root, runner.clone()).await.expect("XFS with project quotas");
         let dir = root.join("berth-vol-7");
         quotas.hold(7, &dir, 10).await.expect("held");
         assert!(dir.is_dir(), "Berth makes the directory before the project");
@@ -438,19 +490,59 @@ Processed 1 (/etc/projects and cmdline) paths for project 1000007 with recursion
     }
 
     #[tokio::test]
+    async fn on_cephfs_a_volume_gets_a_directory_quota_of_its_size_and_again_when_grown() {
+        let root = std::env::temp_dir().join(format!("berth-ceph-{}", std::process::id()));
+        let runner = Arc::new(Recording {
+            answers: vec![
+                ("findmnt ".into(), said(&format!("ceph {}\n", root.display()))),
+                ("getfattr ".into(), said("0")),
+                ("setfattr ".into(), said("")),
+            ],
+            ..Recording::default()
+        });
+        let quotas = VolumeQuotas::detect(&root, runner.clone()).await.expect("CephFS");
+        assert_eq!(quotas.kind(), QuotaKind::CephDirectory);
+        let dir = root.join("berth-vol-7");
+        quotas.hold(7, &dir, 10).await.expect("held");
+        assert!(dir.is_dir(), "Berth makes the directory before the quota");
+        quotas.hold(7, &dir, 10).await.expect("unchanged: nothing to run");
+        quotas.hold(7, &dir, 20).await.expect("grown");
+        let r = root.display();
+        assert_eq!(
+            *runner.ran.lock().expect("ran"),
+            [
+                format!("findmnt -n -r -o FSTYPE,TARGET -T {r}"),
+                format!("getfattr -n ceph.dir.rbytes --only-values {r}"),
+                format!("setfattr -n ceph.quota.max_bytes -v 10737418240 {r}/berth-vol-7"),
+                format!("setfattr -n ceph.quota.max_bytes -v 21474836480 {r}/berth-vol-7"),
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&root);
+
+        // Without the attr tools (or a FUSE mount that hides the attributes) it says why.
+        let missing = CommandOutput { success: false, stdout: String::new(), stderr: "getfattr: not found\n".into() };
+        let bare = Arc::new(Recording {
+            answers: vec![("findmnt ".into(), said("fuse.ceph-fuse /mnt/ceph\n")), ("getfattr ".into(), missing)],
+            ..Recording::default()
+        });
+        let why = VolumeQuotas::detect(Path::new("/mnt/ceph/berth"), bare).await.unwrap_err();
+        assert_eq!(why, "CephFS at /mnt/ceph: getfattr cannot read its attributes: getfattr: not found");
+    }
+
+    #[tokio::test]
     async fn not_xfs_or_quotas_off_says_why_and_a_failed_quota_is_not_retried_at_its_size() {
         let nfs = Arc::new(Recording {
             answers: vec![("findmnt ".into(), said("nfs4 /mnt/shared\n"))],
             ..Recording::default()
         });
-        let why = ProjectQuotas::detect(Path::new("/mnt/shared/berth"), nfs).await.unwrap_err();
-        assert_eq!(why, "/mnt/shared/berth is on nfs4, not XFS");
+        let why = VolumeQuotas::detect(Path::new("/mnt/shared/berth"), nfs).await.unwrap_err();
+        assert_eq!(why, "/mnt/shared/berth is on nfs4, neither XFS nor CephFS");
         let off = STATE_ON.replace("  Accounting: ON\n  Enforcement: ON", "  Accounting: OFF\n  Enforcement: OFF");
         let noquota = Arc::new(Recording {
             answers: vec![("findmnt ".into(), said("xfs /srv\n")), ("xfs_quota".into(), said(&off))],
             ..Recording::default()
         });
-        let why = ProjectQuotas::detect(Path::new("/srv/berth"), noquota).await.unwrap_err();
+        let why = VolumeQuotas::detect(Path::new("/srv/berth"), noquota).await.unwrap_err();
         assert!(why.contains("project quota accounting is off"), "{why}");
 
         let root = std::env::temp_dir().join(format!("berth-xfs-denied-{}", std::process::id()));
@@ -468,7 +560,7 @@ Processed 1 (/etc/projects and cmdline) paths for project 1000007 with recursion
             ],
             ..Recording::default()
         });
-        let quotas = ProjectQuotas::detect(&root, runner.clone()).await.expect("detected");
+        let quotas = VolumeQuotas::detect(&root, runner.clone()).await.expect("detected");
         let why = quotas.hold(7, &root.join("berth-vol-7"), 5).await.unwrap_err();
         assert!(why.contains("Operation not permitted"), "{why}");
         let ran = runner.ran.lock().expect("ran").len();
