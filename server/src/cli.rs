@@ -413,7 +413,7 @@ fn volumes_beside(database_url: &str) -> Option<PathBuf> {
 /// Bare-metal volumes get a quota of their size where `path` is on XFS with project quotas
 /// enforced or on CephFS; otherwise their size is measured, and the log says why.
 async fn with_volume_quotas(metal: BareMetal, path: &std::path::Path) -> BareMetal {
-    use berth_platform::provisioning::backend::volume_quotas::{VolumeQuotas, SystemRunner};
+    use berth_platform::provisioning::backend::volume_quotas::{SystemRunner, VolumeQuotas};
     match VolumeQuotas::detect(path, Arc::new(SystemRunner)).await {
         Ok(quotas) => {
             tracing::info!(path = %path.display(), mount = %quotas.mount().display(), kind = ?quotas.kind(), "bare-metal volumes get filesystem quotas of their size");

@@ -25,7 +25,9 @@ use berth_platform::capacity::environments::Environment;
 use berth_platform::people::User;
 use berth_platform::provisioning::backend::Backend;
 use berth_platform::provisioning::backend::baremetal::{BareMetal, BareMetalConfig};
-use berth_platform::provisioning::backend::volume_quotas::{CommandLine, CommandOutput, VolumeQuotas, RunFuture, Runner};
+use berth_platform::provisioning::backend::volume_quotas::{
+    CommandLine, CommandOutput, RunFuture, Runner, VolumeQuotas,
+};
 use berth_platform::provisioning::reconciler::{Reconciler, ReconcilerConfig};
 
 use super::{Berth, meta};

@@ -105,7 +105,13 @@ pub fn ceph_limit_command(dir: &Path, size_gib: u32) -> CommandLine {
     let bytes = u64::from(size_gib) << 30;
     CommandLine {
         program: "setfattr",
-        args: vec!["-n".into(), "ceph.quota.max_bytes".into(), "-v".into(), bytes.to_string(), dir.display().to_string()],
+        args: vec![
+            "-n".into(),
+            "ceph.quota.max_bytes".into(),
+            "-v".into(),
+            bytes.to_string(),
+            dir.display().to_string(),
+        ],
     }
 }
 
@@ -269,7 +275,8 @@ impl VolumeQuotas {
         if fstype == "ceph" || fstype == "fuse.ceph-fuse" {
             let probe = runner.run(&ceph_probe_command(volumes_path)).await;
             let probe = probe.map_err(|e| format!("cannot run getfattr (install the attr package): {e}"))?;
-            worked(&probe).map_err(|e| format!("CephFS at {}: getfattr cannot read its attributes: {e}", mount.display()))?;
+            worked(&probe)
+                .map_err(|e| format!("CephFS at {}: getfattr cannot read its attributes: {e}", mount.display()))?;
             let kind = QuotaKind::CephDirectory;
             return Ok(VolumeQuotas { runner, kind, mount, held: Mutex::new(HashMap::new()) });
         }
