@@ -539,3 +539,35 @@ async fn with_no_node_free_the_cluster_keeps_running_and_is_moved_once_one_is(po
     assert_eq!(reservations_on(&berth, &failed).await, 0);
     assert_eq!(reservations_on(&berth, &other).await, 8);
 }
+
+#[sqlx::test(migrations = "../migrations")]
+async fn checks_cut_short_by_a_stop_fail_acceptance_at_the_next_start(pool: SqlitePool) {
+    let berth = berth_with_arrivals(pool).await;
+    let admin = berth.admin().await;
+    // Slow checks, so the acceptance is caught midway.
+    berth.backend.set_speed(100.0);
+    let platform = berth.platform.clone();
+    let caller = admin.clone();
+    let running = tokio::spawn(async move { platform.run_node_checks(&caller, "a100-01", "quick").await });
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while state_of(&berth, "a100-01").await.0 != "testing" {
+        assert!(tokio::time::Instant::now() < deadline, "acceptance never started");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // Berth stops with the checks running: nothing of them is left but the node's state.
+    running.abort();
+    let _ = running.await;
+    berth.backend.set_speed(0.0);
+
+    // At the next start the node fails its acceptance, says why, and takes nothing.
+    assert_eq!(berth.platform.end_interrupted_checks().await.unwrap(), ["a100-01"]);
+    let health = berth.platform.node_health(&admin, "a100-01").await.unwrap();
+    assert_eq!(health.status.state, NodeState::Degraded);
+    assert!(health.changes[0].reason.contains("cut short"), "{}", health.changes[0].reason);
+    assert_eq!(health.changes[0].by, None);
+    assert!(berth.platform.end_interrupted_checks().await.unwrap().is_empty(), "once");
+
+    // A repair runs acceptance again, and the node is taken into service.
+    berth.platform.change_node_state(&admin, "a100-01", "start_repair", "after the restart").await.unwrap();
+    assert_eq!(state_of(&berth, "a100-01").await.0, "available");
+}

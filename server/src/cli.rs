@@ -520,6 +520,8 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot configure the platform's OpenID provider: {e}"))?;
     }
 
+    // Checks cut short by the last stop left their nodes testing: they fail acceptance.
+    platform.end_interrupted_checks().await.map_err(|e| format!("cannot end interrupted node checks: {e}"))?;
     let telemetry = TelemetryWorker::new(
         platform.clone(),
         backend.clone(),

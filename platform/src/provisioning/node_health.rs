@@ -323,6 +323,29 @@ impl Platform {
         Ok(true)
     }
 
+    /// At start, before anyone can run checks: a node left `testing` had its checks cut
+    /// short when Berth stopped (checks run in the process; nothing of them survives it).
+    /// It fails its acceptance, so it is degraded and a person repairs or retires it, and
+    /// its history says why. The nodes moved.
+    pub async fn end_interrupted_checks(&self) -> Result<Vec<String>, Error> {
+        let names: Vec<String> =
+            sqlx::query_scalar("SELECT name FROM nodes WHERE state = 'testing' AND in_service = 1 ORDER BY name")
+                .fetch_all(&self.db)
+                .await?;
+        let mover = Mover { actor: Actor::background(None), person: None };
+        let why = "its acceptance checks were cut short: Berth stopped while they ran; repair it to run them again";
+        for name in &names {
+            let mut tx = self.begin_write().await?;
+            let Some(node) = node_row(&mut tx, name).await? else { continue };
+            if node.status.state == NodeState::Testing {
+                transition(self, &mut tx, &mover, &node, NodeEvent::AcceptanceFailed, why).await?;
+            }
+            tx.commit_and(|| self.forget_fleet()).await?;
+            tracing::warn!(node = %name, "acceptance was cut short when Berth stopped: the node is degraded");
+        }
+        Ok(names)
+    }
+
     async fn read_node_health(&self, name: &str) -> Result<NodeHealth, Error> {
         let mut conn = self.db.acquire().await?;
         let node = node_row(&mut conn, name).await?.ok_or(Error::NotFound)?;

@@ -336,6 +336,53 @@ async fn endpoint_body(platform: &Platform, caller: &Caller, id: &str) -> Result
     })
 }
 
+/// A failed node of a dedicated cluster and what took its place.
+#[derive(Serialize, ToSchema)]
+pub struct NodeReplacementBody {
+    failed_node: String,
+    /// Why it failed (its state change's reason).
+    reason: String,
+    #[schema(format = DateTime)]
+    failed_at: String,
+    /// The node booked in its place; `null` while none is free.
+    replacement: Option<String>,
+    /// While none is free: the first time one is, within the cluster's window.
+    #[schema(format = DateTime)]
+    next_free_at: Option<String>,
+    /// Why it cannot be moved (the backend cannot yet, or its last try failed).
+    problem: Option<String>,
+    /// When the cluster was moved and the failed node's GPUs released.
+    #[schema(format = DateTime)]
+    moved_at: Option<String>,
+}
+
+/// A dedicated cluster's failed nodes and what replaced them, oldest first (empty for
+/// anything else), as its page lists them.
+#[utoipa::path(get, path = "/api/v1/environments/{id}/node-replacements", tag = "environments",
+    params(("id" = String, Path, description = "The environment's id")),
+    responses((status = 200, body = [NodeReplacementBody])))]
+pub(super) async fn node_replacements(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<NodeReplacementBody>>, ApiError> {
+    let detail = platform.environment_detail(&caller, &id).await.map_err(fail(&caller))?;
+    Ok(Json(
+        detail
+            .node_replacements
+            .into_iter()
+            .map(|r| NodeReplacementBody {
+                failed_node: r.failed_node,
+                reason: r.reason,
+                failed_at: rfc3339(r.decided_at),
+                replacement: r.replacement,
+                next_free_at: r.next_free_at.map(rfc3339),
+                problem: r.problem,
+                moved_at: r.moved_at.map(rfc3339),
+            })
+            .collect(),
+    ))
+}
+
 /// An inference endpoint's replicas and the state of its API key.
 #[utoipa::path(get, path = "/api/v1/environments/{id}/endpoint", tag = "environments",
     params(("id" = String, Path, description = "The environment's id")),

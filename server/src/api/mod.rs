@@ -49,6 +49,7 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/environments/{id}/end", post(environments::change_end))
         .route("/api/v1/environments/{id}/logs", get(environments::logs))
         .route("/api/v1/environments/{id}/endpoint", get(environments::endpoint))
+        .route("/api/v1/environments/{id}/node-replacements", get(environments::node_replacements))
         .route("/api/v1/environments/{id}/replicas", put(environments::set_replicas))
         .route("/api/v1/environments/{id}/api-key", post(environments::reveal_api_key))
         .route("/api/v1/environments/{id}/api-key/replace", post(environments::replace_api_key))
@@ -129,6 +130,7 @@ pub fn routes() -> Routes<AppState> {
         environments::change_end,
         environments::logs,
         environments::endpoint,
+        environments::node_replacements,
         environments::set_replicas,
         environments::reveal_api_key,
         environments::replace_api_key,

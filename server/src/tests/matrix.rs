@@ -367,6 +367,7 @@ fn routes() -> Vec<Route> {
         sf("/api/replace_api_key", connect, "id={id}"),
         // A notebook: a caller the policy allows is told it has no replicas or key (422).
         api(M::GET, "/api/v1/environments/{id}/endpoint", environment, ""),
+        api(M::GET, "/api/v1/environments/{id}/node-replacements", environment, ""),
         api(M::PUT, "/api/v1/environments/{id}/replicas", change, r#"{"replicas": 2}"#),
         api(M::POST, "/api/v1/environments/{id}/api-key", connect, ""),
         api(M::POST, "/api/v1/environments/{id}/api-key/replace", connect, ""),

@@ -292,6 +292,11 @@ impl Simulated {
         lock(&self.node_faults).repairs.get(node).cloned().unwrap_or_default()
     }
 
+    /// How slow the fleet is (0 instant; tests slow it down to catch a step midway).
+    pub fn set_speed(&self, speed: f64) {
+        lock(&self.config).speed = speed;
+    }
+
     /// Replaces the fault rules (tests change them between phases of a scenario).
     pub fn set_faults(&self, faults: Vec<FaultRule>) {
         lock(&self.config).faults = faults;
