@@ -55,3 +55,40 @@ test('acceptance, a drain and retirement of a node, without JavaScript', async (
   await page.locator(`[data-node="${node}"] [data-node-state="retired"]`).waitFor();
   assert.match(await page.locator(`[data-node="${node}"] [data-node-state-note]`).innerText(), /returned to the vendor/);
 });
+
+test('a dedicated cluster whose node is retired moves to a healthy node, and its page says so', async () => {
+  await page.goto(`${berth.url}/launch/cluster`);
+  await page.getByLabel('Name').fill('moving-cluster');
+  await page.getByLabel('1 node, 8 x H100 80GB, NVLink').check();
+  await page.getByLabel('Duration (hours)').fill('2');
+  await page.getByRole('button', { name: 'Launch' }).click();
+  await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
+  const envUrl = page.url();
+  // Without JavaScript the page is read again until the cluster runs.
+  const reloadUntil = async (selector) => {
+    for (let i = 0; i < 120; i++) {
+      if (await page.locator(selector).count()) return;
+      await page.waitForTimeout(250);
+      await page.reload();
+    }
+    assert.fail(`${selector} never showed on ${page.url()}`);
+  };
+  await reloadUntil('[data-state="ready"]');
+  // Its nodes passed acceptance first: the step says which.
+  await page.getByText(/quick acceptance checks passed on \S+ \(check run \d+\)/).waitFor();
+  // "site / node / GPU n"
+  const nodeOf = async () => (await page.locator('[data-unit="held"] .text-xs').first().innerText()).split(' / ')[1];
+  const failed = await nodeOf();
+
+  await page.goto(`${berth.url}/admin/nodes/${failed}`);
+  await page.getByLabel('Why retire it').fill('fan failure');
+  await page.getByText('Retire', { exact: true }).click();
+  await page.getByRole('button', { name: 'Yes, retire the node' }).click();
+  await page.locator('[data-state="retired"]').waitFor();
+
+  await page.goto(envUrl);
+  await reloadUntil('[data-node-changes] li:has-text("moved there")');
+  const change = await page.locator('[data-node-changes] li').first().innerText();
+  assert.match(change, new RegExp(`^${failed} failed .*: fan failure\\. \\S+ replaced it, moved there`));
+  assert.notEqual(await nodeOf(), failed);
+});
