@@ -21,9 +21,10 @@ use sqlx::Row;
 use tokio::task::JoinSet;
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::capacity::environments::{environment_in, held_units};
-use crate::provisioning::backend::{Backend, PlacedUnit};
-use crate::{Error, Platform, lock, now_ms};
+use crate::capacity::environments::environment_in;
+use crate::provisioning::backend::Backend;
+use crate::provisioning::running_changes::{applied_within, kept_and_dropped};
+use crate::{Error, Platform, now_ms};
 
 /// A failed move is tried again after this long.
 const MOVE_RETRY_MS: i64 = 10_000;
@@ -80,18 +81,9 @@ impl Platform {
         .fetch_all(&self.db)
         .await?;
         for id in unmoved {
-            if lock(&self.access.scale_retry).get(&id).is_some_and(|&at| at > now)
-                || !lock(&self.access.scaling).insert(id.clone())
-            {
-                continue;
-            }
-            let (this, backend) = (self.clone(), backend.clone());
-            tasks.spawn(async move {
-                if let Err(e) = this.move_cluster(&backend, &id, timeout).await {
-                    tracing::error!(environment = %id, error = %e, "moving a cluster's bookkeeping failed");
-                }
-                lock(&this.access.scaling).remove(&id);
-                this.wake_reconciler();
+            let backend = backend.clone();
+            self.spawn_running_change(id, now, "moving a cluster", tasks, move |this, id| async move {
+                this.move_cluster(&backend, &id, timeout).await
             });
         }
         Ok(())
@@ -224,22 +216,12 @@ impl Platform {
         .bind(id)
         .fetch_all(&mut *conn)
         .await?;
-        let workload =
-            crate::provisioning::workloads::workload_of(&mut conn, &env, |u| !leaving.contains(&u.node)).await?;
-        let dropped: Vec<PlacedUnit> = held_units(&mut conn, id)
-            .await?
-            .into_iter()
-            .filter(|u| u.released_at.is_none() && leaving.contains(&u.node))
-            .map(|u| u.placed(id))
-            .collect();
+        let (workload, dropped) = kept_and_dropped(&mut conn, &env, |u| leaving.contains(&u.node)).await?;
         drop(conn);
-        let result = match tokio::time::timeout(timeout, backend.move_cluster(&workload, &dropped)).await {
-            Ok(result) => result.map_err(|e| e.0),
-            Err(_) => Err(format!("did not finish within {} s", timeout.as_secs())),
-        };
+        let result = applied_within(timeout, backend.move_cluster(&workload, &dropped)).await;
         if let Err(message) = result {
             tracing::warn!(environment = %id, error = %message, "moving the cluster failed; will retry");
-            lock(&self.access.scale_retry).insert(id.to_owned(), now_ms() + MOVE_RETRY_MS);
+            self.retry_running_change_after(id, now_ms() + MOVE_RETRY_MS);
             sqlx::query(
                 "UPDATE cluster_node_replacements SET problem = ? WHERE environment_id = ? AND moved_at IS NULL
                    AND replacement_node_id IS NOT NULL",
@@ -272,22 +254,8 @@ impl Platform {
         .bind(id)
         .execute(&mut *tx)
         .await?;
-        // The failed nodes' charges end here: summed with the release.
-        crate::capacity::usage_sums::sum_released_units(&mut tx, id).await?;
-        crate::capacity::quotas::follow_holdings(&mut tx, id).await?;
-        let kept = crate::provisioning::replicas::unreleased_bookings(&mut tx, id).await?;
-        let occupant = crate::capacity::book::occupant_of(&mut tx, env.tenant_id).await?;
-        let (booker, spot) = (env.booker(), env.tier == rules::Tier::Spot);
-        tx.commit_and(|| {
-            self.with_book(|book| {
-                book.release(id);
-                for (window, holds) in &kept {
-                    book.add(id, booker, occupant, holds, *window, spot);
-                }
-            })
-        })
-        .await?;
-        lock(&self.access.scale_retry).remove(id);
+        // The failed nodes' charges end here.
+        self.commit_partial_release(tx, &env, released).await?;
         tracing::info!(environment = %id, ?leaving, released, "cluster moved off its failed nodes");
         Ok(())
     }

@@ -40,11 +40,11 @@ pub(crate) struct AccessState {
     backend: Option<Arc<dyn Backend>>,
     /// Environment -> upstream and when it was looked up.
     upstreams: Mutex<HashMap<String, (Upstream, i64)>>,
-    /// Endpoints whose last scaling failed, and clusters whose last move off a failed node
-    /// failed -> not to be tried again before this time.
-    pub(crate) scale_retry: Mutex<HashMap<String, i64>>,
-    /// Endpoints being scaled, and clusters being moved, right now.
-    pub(crate) scaling: Mutex<std::collections::HashSet<String>>,
+    /// Environments whose last change while running failed (an endpoint's scaling, a
+    /// cluster's move off a failed node) -> not to be tried again before this time.
+    pub(crate) retry_after: Mutex<HashMap<String, i64>>,
+    /// Environments whose running change is being applied now (see `running_changes`).
+    pub(crate) changing: Mutex<std::collections::HashSet<String>>,
 }
 
 /// An endpoint's key as its owner sees it.

@@ -23,6 +23,7 @@ pub mod node_health;
 pub mod node_plans;
 pub mod reconciler;
 pub mod replicas;
+pub(crate) mod running_changes;
 pub mod telemetry;
 pub(crate) mod tenant_queues;
 pub(crate) mod volume_storage;

@@ -25,9 +25,10 @@ use tokio::task::JoinSet;
 
 use crate::audit::{self, Event, Outcome};
 use crate::capacity::budgets::BookingCost;
-use crate::capacity::environments::{Environment, environment_in, held_units};
+use crate::capacity::environments::{Environment, environment_in};
 use crate::capacity::quotas::QuotaAsk;
-use crate::provisioning::backend::{Backend, PlacedUnit};
+use crate::provisioning::backend::Backend;
+use crate::provisioning::running_changes::{applied_within, kept_and_dropped};
 use crate::{Caller, Error, Platform, lock, now_ms};
 
 /// A failed scaling is tried again after this long.
@@ -127,7 +128,7 @@ impl Platform {
             })
         })
         .await?;
-        lock(&self.access.scale_retry).remove(id);
+        lock(&self.access.retry_after).remove(id);
         self.wake_reconciler();
         self.environment_of(caller, id).await
     }
@@ -154,18 +155,9 @@ impl Platform {
         .await?;
         let now = now_ms();
         for id in due {
-            if lock(&self.access.scale_retry).get(&id).is_some_and(|&at| at > now)
-                || !lock(&self.access.scaling).insert(id.clone())
-            {
-                continue;
-            }
-            let (this, backend) = (self.clone(), backend.clone());
-            tasks.spawn(async move {
-                if let Err(e) = this.scale_endpoint(&backend, &id, timeout).await {
-                    tracing::error!(environment = %id, error = %e, "scaling bookkeeping failed");
-                }
-                lock(&this.access.scaling).remove(&id);
-                this.wake_reconciler();
+            let backend = backend.clone();
+            self.spawn_running_change(id, now, "scaling", tasks, move |this, id| async move {
+                this.scale_endpoint(&backend, &id, timeout).await
             });
         }
         Ok(())
@@ -176,21 +168,12 @@ impl Platform {
         let env = environment_in(&mut conn, id).await?;
         let wanted: i64 =
             sqlx::query_scalar("SELECT replicas FROM environments WHERE id = ?").bind(id).fetch_one(&mut *conn).await?;
-        let workload = crate::provisioning::workloads::workload_of(&mut conn, &env, |u| u.replica < wanted).await?;
-        let dropped: Vec<PlacedUnit> = held_units(&mut conn, id)
-            .await?
-            .into_iter()
-            .filter(|u| u.released_at.is_none() && u.replica >= wanted)
-            .map(|u| u.placed(id))
-            .collect();
+        let (workload, dropped) = kept_and_dropped(&mut conn, &env, |u| u.replica >= wanted).await?;
         drop(conn);
-        let result = match tokio::time::timeout(timeout, backend.scale(&workload, &dropped)).await {
-            Ok(result) => result.map_err(|e| e.0),
-            Err(_) => Err(format!("did not finish within {} s", timeout.as_secs())),
-        };
+        let result = applied_within(timeout, backend.scale(&workload, &dropped)).await;
         if let Err(message) = result {
             tracing::warn!(environment = %id, error = %message, "scaling failed; will retry");
-            lock(&self.access.scale_retry).insert(id.to_owned(), now_ms() + SCALE_RETRY_MS);
+            self.retry_running_change_after(id, now_ms() + SCALE_RETRY_MS);
             sqlx::query("UPDATE environments SET scale_error = ? WHERE id = ?")
                 .bind(&message)
                 .bind(id)
@@ -212,8 +195,6 @@ impl Platform {
         if applied == 0 {
             return Ok(());
         }
-        // What the endpoint holds changed: its tenant's space follows (see `tenant_queues`).
-        crate::capacity::quotas::follow_holdings(&mut tx, id).await?;
         let released = sqlx::query(
             "UPDATE reservations SET released_at = ? WHERE environment_id = ? AND replica >= ? AND released_at IS NULL",
         )
@@ -223,23 +204,8 @@ impl Platform {
         .execute(&mut *tx)
         .await?
         .rows_affected();
-        // The released replicas' charges are final: summed, with the release.
-        crate::capacity::usage_sums::sum_released_units(&mut tx, id).await?;
-        let kept = unreleased_bookings(&mut tx, id).await?;
-        let occupant = crate::capacity::book::occupant_of(&mut tx, env.tenant_id).await?;
-        let (booker, spot) = (env.booker(), env.tier == rules::Tier::Spot);
-        tx.commit_and(|| {
-            if released > 0 {
-                self.with_book(|book| {
-                    book.release(id);
-                    for (window, holds) in &kept {
-                        book.add(id, booker, occupant, holds, *window, spot);
-                    }
-                });
-            }
-        })
-        .await?;
-        lock(&self.access.scale_retry).remove(id);
+        // The released replicas' charges are final, and the tenant's space follows.
+        self.commit_partial_release(tx, &env, released).await?;
         tracing::info!(environment = %id, replicas = wanted, released, "endpoint scaled");
         Ok(())
     }
