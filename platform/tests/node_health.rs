@@ -437,13 +437,14 @@ async fn a_node_failing_acceptance_is_not_handed_to_the_cluster(pool: SqlitePool
     assert!(kinds.contains(&"environment.node_degraded") && kinds.contains(&"environment.failed"), "{kinds:?}");
 }
 
-/// Waits until `check` holds of the cluster's page, failing the test after 10 s.
+/// Waits until `check` holds of the cluster's page, failing the test after 20 s (a
+/// placement with no node free is tried again every 5 s).
 async fn wait_until(
     berth: &TestBerth,
     id: &str,
     check: impl Fn(&berth_platform::provisioning::journal::EnvironmentDetail) -> bool,
 ) -> berth_platform::provisioning::journal::EnvironmentDetail {
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
         let detail = berth.platform.environment_detail(&berth.caller, id).await.expect("detail");
         if check(&detail) {

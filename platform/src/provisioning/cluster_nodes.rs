@@ -24,10 +24,14 @@ use crate::audit::{self, Actor, Event, Outcome};
 use crate::capacity::environments::environment_in;
 use crate::provisioning::backend::Backend;
 use crate::provisioning::running_changes::{applied_within, kept_and_dropped};
-use crate::{Error, Platform, now_ms};
+use crate::{Error, Platform, lock, now_ms};
 
 /// A failed move is tried again after this long.
 const MOVE_RETRY_MS: i64 = 10_000;
+/// With no node free, placement is tried again after this long (not every pass: each try
+/// takes the writer turn); where the backend cannot move clusters, after this long.
+const LOOK_AGAIN_MS: i64 = 5_000;
+const CANNOT_MOVE_AGAIN_MS: i64 = 600_000;
 
 /// One failed node of a cluster, as its page shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,8 +72,21 @@ impl Platform {
         .fetch_all(&self.db)
         .await?;
         for (environment_id, node_id) in failed {
-            if let Err(e) = self.book_replacement(backend.as_ref(), &environment_id, node_id).await {
-                tracing::error!(environment = %environment_id, node_id, error = %e, "cannot book a replacement node");
+            let key = format!("{environment_id}/node {node_id}");
+            if lock(&self.access.retry_after).get(&key).is_some_and(|&at| at > now) {
+                continue;
+            }
+            match self.book_replacement(backend.as_ref(), &environment_id, node_id).await {
+                Ok(true) => {
+                    lock(&self.access.retry_after).remove(&key);
+                }
+                Ok(false) => {
+                    let wait = if backend.moves_clusters() { LOOK_AGAIN_MS } else { CANNOT_MOVE_AGAIN_MS };
+                    lock(&self.access.retry_after).insert(key, now + wait);
+                }
+                Err(e) => {
+                    tracing::error!(environment = %environment_id, node_id, error = %e, "cannot book a replacement node");
+                }
             }
         }
         let unmoved: Vec<String> = sqlx::query_scalar(
@@ -90,8 +107,9 @@ impl Platform {
     }
 
     /// Books a node in place of `node_id` for cluster `environment_id` from now to its end,
-    /// or records (once) that none is free and when one will be. The owner is told either way.
-    async fn book_replacement(&self, backend: &dyn Backend, environment_id: &str, node_id: i64) -> Result<(), Error> {
+    /// or records (once) that none is free and when one will be. The owner is told either
+    /// way. Whether a node was booked.
+    async fn book_replacement(&self, backend: &dyn Backend, environment_id: &str, node_id: i64) -> Result<bool, Error> {
         let now = now_ms();
         let mut tx = self.begin_write().await?;
         let env = environment_in(&mut tx, environment_id).await?;
@@ -135,7 +153,7 @@ impl Platform {
                 .earliest_start(one_node, rules::HOUR_MS, now, env.ends_at, occupant)
                 .filter(|_| problem.is_none());
             if known.as_ref().is_some_and(|(at, said)| *at == next_free_at && *said == problem) {
-                return Ok(()); // nothing new to say
+                return Ok(false); // nothing new to say
             }
             sqlx::query(
                 "INSERT INTO cluster_node_replacements (environment_id, failed_node_id, reason, decided_at, next_free_at, problem)
@@ -161,7 +179,7 @@ impl Platform {
                 self.notify(&mut tx, env.tenant_id, &[env.owner_id], &notice).await?;
             }
             tx.commit().await?;
-            return Ok(());
+            return Ok(false);
         };
         let replacement: String =
             sqlx::query_scalar("SELECT n.name FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.id = ?")
@@ -201,7 +219,7 @@ impl Platform {
             .await?;
         tracing::info!(environment = %environment_id, failed = %failed_name, %replacement, "replacement node booked");
         self.wake_reconciler();
-        Ok(())
+        Ok(true)
     }
 
     /// Has the backend move cluster `id` off its failed nodes whose replacements are booked,
