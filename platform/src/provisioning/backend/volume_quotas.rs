@@ -248,6 +248,9 @@ pub struct VolumeQuotas {
     /// What each volume's quota is now, as far as this process knows: set at a size, or
     /// failed at one (logged once; tried again when the size changes or Berth restarts).
     held: Mutex<HashMap<i64, Held>>,
+    /// One quota change at a time: the start step and the reconciler's pass may both ask
+    /// for the same volume at once, and the second must see what the first did.
+    turn: tokio::sync::Mutex<()>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,7 +281,13 @@ impl VolumeQuotas {
             worked(&probe)
                 .map_err(|e| format!("CephFS at {}: getfattr cannot read its attributes: {e}", mount.display()))?;
             let kind = QuotaKind::CephDirectory;
-            return Ok(VolumeQuotas { runner, kind, mount, held: Mutex::new(HashMap::new()) });
+            return Ok(VolumeQuotas {
+                runner,
+                kind,
+                mount,
+                held: Mutex::new(HashMap::new()),
+                turn: tokio::sync::Mutex::new(()),
+            });
         }
         if fstype != "xfs" {
             return Err(format!("{} is on {fstype}, neither XFS nor CephFS", volumes_path.display()));
@@ -286,7 +295,13 @@ impl VolumeQuotas {
         let state = runner.run(&state_command(&mount)).await.map_err(|e| format!("cannot run xfs_quota: {e}"))?;
         worked(&state).map_err(|e| format!("xfs_quota state on {}: {e}", mount.display()))?;
         project_quotas_on(&state.stdout).map_err(|e| format!("XFS at {}: {e}", mount.display()))?;
-        Ok(VolumeQuotas { runner, kind: QuotaKind::XfsProject, mount, held: Mutex::new(HashMap::new()) })
+        Ok(VolumeQuotas {
+            runner,
+            kind: QuotaKind::XfsProject,
+            mount,
+            held: Mutex::new(HashMap::new()),
+            turn: tokio::sync::Mutex::new(()),
+        })
     }
 
     pub fn mount(&self) -> &Path {
@@ -302,6 +317,7 @@ impl VolumeQuotas {
     /// the volume is held by measuring it. A quota that failed at this size is not tried
     /// again (`Ok`, nothing run) until the size changes or Berth restarts.
     pub async fn hold(&self, volume_id: i64, dir: &Path, size_gib: u32) -> Result<(), String> {
+        let _turn = self.turn.lock().await;
         let before = self.held.lock().map(|held| held.get(&volume_id).copied()).unwrap_or(None);
         match before {
             Some(Held::At(size)) | Some(Held::FailedAt(size)) if size == size_gib => return Ok(()),
