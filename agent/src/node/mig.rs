@@ -110,17 +110,17 @@ fn instances(runner: &dyn CommandRunner, modes: &BTreeMap<u32, Option<bool>>) ->
     if !modes.values().any(|m| *m == Some(true)) {
         return Ok(Vec::new());
     }
-    let text = match run(runner, "nvidia-smi", &["mig", "-lgi"]) {
-        Ok(text) => text,
-        Err(e) if e.to_string().contains("No GPU instances found") => return Ok(Vec::new()),
-        Err(e) => return Err(e),
-    };
-    Ok(parse_instances(&text))
+    listed_instances(runner)
 }
 
-/// Every GPU instance on the node now (none where no GPU is in MIG mode).
+/// Every GPU instance `nvidia-smi mig -lgi` lists now, for a node with GPUs in MIG mode
+/// (the caller knows they are: asking `nvidia-smi` for the modes again would be waste).
 pub fn listed_instances(runner: &dyn CommandRunner) -> Result<Vec<GpuInstance>, NodeError> {
-    instances(runner, &mig_modes(runner)?)
+    match run(runner, "nvidia-smi", &["mig", "-lgi"]) {
+        Ok(text) => Ok(parse_instances(&text)),
+        Err(e) if e.to_string().contains("No GPU instances found") => Ok(Vec::new()),
+        Err(e) => Err(e),
+    }
 }
 
 pub fn parse_instances(text: &str) -> Vec<GpuInstance> {

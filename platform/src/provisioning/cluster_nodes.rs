@@ -137,16 +137,17 @@ impl Platform {
         // Only a node of the failed one's site: the cluster's network and storage reach it.
         let placed = match timeline.place(one_node, window, occupant) {
             Ok(holds) if backend.moves_clusters() => {
-                let site: i64 =
-                    sqlx::query_scalar("SELECT n.site_id FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.id = ?")
-                        .bind(holds[0].gpu_id)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                (site == site_id).then_some(holds)
+                let (site, name): (i64, String) = sqlx::query_as(
+                    "SELECT n.site_id, n.name FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.id = ?",
+                )
+                .bind(holds[0].gpu_id)
+                .fetch_one(&mut *tx)
+                .await?;
+                (site == site_id).then_some((holds, name))
             }
             _ => None,
         };
-        let Some(holds) = placed else {
+        let Some((holds, replacement)) = placed else {
             let problem = (!backend.moves_clusters())
                 .then(|| format!("Berth cannot move a cluster to another node on the {} backend yet", backend.name()));
             let next_free_at = timeline
@@ -181,11 +182,6 @@ impl Platform {
             tx.commit().await?;
             return Ok(false);
         };
-        let replacement: String =
-            sqlx::query_scalar("SELECT n.name FROM gpus g JOIN nodes n ON n.id = g.node_id WHERE g.id = ?")
-                .bind(holds[0].gpu_id)
-                .fetch_one(&mut *tx)
-                .await?;
         // The same size as before, one node for another: quotas and budgets hold as booked.
         crate::capacity::environments::insert_reservations(&mut tx, environment_id, &holds, window, 0).await?;
         crate::capacity::metering::record_units(&mut tx, environment_id, 0, now).await?;

@@ -132,13 +132,7 @@ struct MigNode {
 impl berth_agent::node::commands::CommandRunner for MigNode {
     fn run(&self, command: &berth_domain::agent::Command) -> Result<String, berth_agent::node::commands::CommandError> {
         let line = command.to_string();
-        Ok(if line.starts_with("nvidia-smi --query-gpu=index,mig.mode.current") {
-            "0, Enabled\n1, Enabled\n".to_owned()
-        } else if line == "nvidia-smi mig -lgi" {
-            self.lgi.clone()
-        } else {
-            String::new()
-        })
+        Ok(if line == "nvidia-smi mig -lgi" { self.lgi.clone() } else { String::new() })
     }
 }
 
