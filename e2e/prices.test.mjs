@@ -41,9 +41,16 @@ test('a platform admin changes a price from now, and the catalog and the launch 
   assert.match(await node.innerText(), /\$32\.00\/h/);
   await visitor.close();
 
-  // The launch form prices the booking by the card.
-  await page.goto(`${berth.url}/launch/training?size=h100-1`);
+  // The launch form prices the booking by the card, with the duration typed before the page
+  // is interactive (its WebAssembly held back until then: a slow network or machine).
+  let typed;
+  const held = new Promise((resolve) => { typed = resolve; });
+  await page.route('**/pkg/*.wasm', async (route) => { await held; await route.continue(); });
+  await page.goto(`${berth.url}/launch/training?size=h100-1`, { waitUntil: 'domcontentloaded' });
   await page.getByLabel('Duration (hours)').fill('3');
+  typed();
+  await page.locator('body[data-hydrated]').waitFor();
+  await page.unroute('**/pkg/*.wasm');
   await page.locator('[data-cost]').getByText('$12.00 for 3 h (1 x H100 80GB at $4.00/h)').waitFor();
 });
 

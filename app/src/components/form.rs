@@ -206,6 +206,19 @@ pub fn ConfirmButton(
     }
 }
 
+/// The value of the input or select that `selector` finds, as the page has it now. What a person typed
+/// or picked before the page was hydrated raised no event the page heard (on a slow network
+/// or machine that is a while), so a form that follows its fields reads them once hydrated.
+#[cfg(feature = "hydrate")]
+pub fn input_value(selector: &str) -> Option<String> {
+    use wasm_bindgen::JsCast;
+    let element = leptos::prelude::document().query_selector(selector).ok()??;
+    match element.dyn_into::<web_sys::HtmlInputElement>() {
+        Ok(input) => Some(input.value()),
+        Err(element) => Some(element.dyn_into::<web_sys::HtmlSelectElement>().ok()?.value()),
+    }
+}
+
 /// A button that copies `text` (a key, a token, a command) to the clipboard. It needs the
 /// browser's clipboard, so it shows once the page is hydrated; without JavaScript the text
 /// beside it is there to select.

@@ -135,6 +135,27 @@ fn LaunchForm(
             typed.get().filter(|(o, _)| *o == offering).map(|(_, h)| h).unwrap_or_else(|| initial_hours.clone());
         typed.trim().parse::<u32>().ok().is_some_and(|h| (1..=max_hours).contains(&h))
     };
+    // The duration, start, size and project as the form has them once hydrated: what was typed before
+    // raised no event, and the hints and the cost would otherwise follow the first values.
+    #[cfg(feature = "hydrate")]
+    {
+        use crate::components::form::input_value;
+        let (first_hours, first_start, first_size) = (hours.clone(), start.replace('T', " "), chosen.clone());
+        Effect::new(move |_| {
+            if let Some(h) = input_value("#hours").filter(|h| *h != first_hours) {
+                typed.set(Some((offering, h)));
+            }
+            if let Some(s) = input_value("#start").filter(|s| *s != first_start) {
+                typed_start.set(Some((offering, s)));
+            }
+            if let Some(size) = input_value(r#"input[name="request[size]"]:checked"#).filter(|s| *s != first_size) {
+                picked.set(size);
+            }
+            if let Some(picked_project) = input_value("#project").filter(|p| !p.is_empty()) {
+                project.set(picked_project);
+            }
+        });
+    }
     let cost = move |hints: Vec<SizeHint>, picked: String| {
         let size = offering.size(&picked)?;
         let hint = hints.into_iter().find(|h| h.size_id == size.id)?;
