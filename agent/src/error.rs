@@ -26,6 +26,8 @@ pub enum Error {
     Refused { what: &'static str, status: reqwest::StatusCode, message: String },
     #[error("cannot read the portal's plan: {0}")]
     UnreadablePlan(#[source] serde_json::Error),
+    #[error("cannot read the portal's check orders: {0}")]
+    UnreadableChecks(#[source] serde_json::Error),
     /// `what` is "the report" or "the plan report".
     #[error("cannot encode {what}: {source}")]
     Encode { what: &'static str, source: serde_json::Error },

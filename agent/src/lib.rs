@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_domain::agent::{GpuReport, MAX_XIDS_PER_GPU, NodeReport};
+use berth_domain::node_checks::CheckOrder;
 use berth_domain::node_plan::{NodePlan, PlanReport};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
@@ -31,6 +32,9 @@ use crate::node::commands::CommandRunner;
 pub const REPORT_PATH: &str = "/api/v1/agent/report";
 /// Where the agent fetches its node's plan and reports on it.
 pub const PLAN_PATH: &str = "/api/v1/agent/plan";
+/// Where a bare-metal node's agent takes the checks ordered on its node, and answers each
+/// at `CHECKS_PATH/{id}`.
+pub const CHECKS_PATH: &str = "/api/v1/agent/checks";
 
 /// Failed reports are retried sooner than the interval at first, then ever more rarely,
 /// so a portal that comes back is not met by every node at once for long.
@@ -335,7 +339,11 @@ impl Agent {
                 .as_str()
                 .or_else(|| answer["error"].as_str())
                 .map_or_else(|| text.chars().take(200).collect(), str::to_owned);
-            let what = if path == REPORT_PATH { "the report" } else { "the plan" };
+            let what = match path {
+                REPORT_PATH => "the report",
+                PLAN_PATH => "the plan",
+                _ => "a check",
+            };
             return Err(Error::Refused { what, status, message });
         }
         Ok(answer)
@@ -368,6 +376,30 @@ impl Agent {
         let body = serde_json::to_vec(&report).map_err(|source| Error::Encode { what: "the plan report", source })?;
         self.call(reqwest::Method::POST, PLAN_PATH, Some(body)).await?;
         Ok(Some(generation))
+    }
+
+    /// Takes the checks ordered on the node, runs them one after another and answers each;
+    /// how many ran. A check's own failure is its answer; `Err` only when the portal could
+    /// not be asked or told.
+    pub async fn run_checks_once(&self) -> Result<usize, Error> {
+        let Some((host, _)) = &self.host else { return Ok(0) };
+        let orders: Vec<CheckOrder> = serde_json::from_value(self.call(reqwest::Method::GET, CHECKS_PATH, None).await?)
+            .map_err(Error::UnreadableChecks)?;
+        for order in &orders {
+            tracing::info!(id = order.id, kind = order.kind.as_str(), level = order.level.as_str(), "running a check");
+            let (node, ordered) = (host.clone(), order.clone());
+            // Checks run for minutes (DCGM's long level for an hour): off the async threads.
+            let answer = tokio::task::spawn_blocking(move || node.run_check(&ordered))
+                .await
+                .map_err(|source| Error::Stopped { what: "running a check", source })?;
+            if let Some(error) = &answer.error {
+                tracing::warn!(id = order.id, kind = order.kind.as_str(), %error, "a check could not run");
+            }
+            let body =
+                serde_json::to_vec(&answer).map_err(|source| Error::Encode { what: "a check's answer", source })?;
+            self.call(reqwest::Method::POST, &format!("{CHECKS_PATH}/{}", order.id), Some(body)).await?;
+        }
+        Ok(orders.len())
     }
 
     /// Reads the GPUs and posts one report; the portal's answer (which GPUs changed
@@ -403,10 +435,30 @@ impl Agent {
         self.call(reqwest::Method::POST, REPORT_PATH, Some(body)).await
     }
 
-    /// Reports every interval (and syncs the node's plan every plan interval) until `stop`
-    /// completes; a failed report is logged and retried with backoff.
+    /// Reports every interval (and, on a bare-metal portal's node, syncs the node's plan and
+    /// takes its checks every plan interval) until `stop` completes; a failed report is
+    /// logged and retried with backoff. Checks run beside the reports: a long one does not
+    /// hold them up.
     pub async fn run(&self, stop: impl Future<Output = ()>) {
-        tokio::pin!(stop);
+        tokio::select! {
+            () = stop => {}
+            () = self.report_and_plan() => {}
+            () = self.take_checks() => {}
+        }
+    }
+
+    /// Runs the checks ordered on the node as they come (never, without a node to run them).
+    async fn take_checks(&self) {
+        let Some((_, plan_interval)) = &self.host else { return std::future::pending().await };
+        loop {
+            if let Err(error) = self.run_checks_once().await {
+                tracing::warn!(%error, "taking or answering checks failed");
+            }
+            tokio::time::sleep(*plan_interval).await;
+        }
+    }
+
+    async fn report_and_plan(&self) {
         let mut failures = 0u32;
         let mut next_report = tokio::time::Instant::now();
         let mut next_plan = tokio::time::Instant::now();
@@ -450,10 +502,7 @@ impl Agent {
                 Some(_) => next_report.min(next_plan),
                 None => next_report,
             };
-            tokio::select! {
-                () = &mut stop => return,
-                () = tokio::time::sleep_until(wake) => {}
-            }
+            tokio::time::sleep_until(wake).await;
         }
     }
 }

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
+use crate::agent::Command;
 use crate::gpu::GpuModel;
 
 /// How deep acceptance goes: DCGM's run levels (`dcgmi diag -r 1|2|3`), and from medium
@@ -107,15 +108,77 @@ impl CheckKind {
         }
     }
 
-    /// The command that produces the output [`evaluate`] reads, as a node runs it.
-    pub fn command(self, level: CheckLevel, gpus: u32) -> String {
+    /// The command that produces the output [`evaluate`] reads, as a node runs it. A node's
+    /// agent builds it from the check it is asked for: the portal never sends a command line.
+    pub fn command(self, level: CheckLevel, gpus: u32) -> Command {
         match self {
-            CheckKind::GpuDiagnostics => format!("dcgmi diag -r {} -j", level.dcgm_run_level()),
-            CheckKind::MemoryErrors => "nvidia-smi -q -d ECC,ROW_REMAPPER".into(),
-            CheckKind::XidEvents => "dmesg --ctime --level=err,warn,info --facility=kern".into(),
-            CheckKind::NcclBandwidth => format!("all_reduce_perf -b 8 -e 8G -f 2 -g {gpus}"),
-            CheckKind::Infiniband => "ibstat".into(),
+            CheckKind::GpuDiagnostics => {
+                Command::new("dcgmi", &["diag", "-r", &level.dcgm_run_level().to_string(), "-j"])
+            }
+            CheckKind::MemoryErrors => Command::new("nvidia-smi", &["-q", "-d", "ECC,ROW_REMAPPER"]),
+            CheckKind::XidEvents => Command::new("dmesg", &["--ctime", "--level=err,warn,info", "--facility=kern"]),
+            CheckKind::NcclBandwidth => {
+                Command::new("all_reduce_perf", &["-b", "8", "-e", "8G", "-f", "2", "-g", &gpus.to_string()])
+            }
+            CheckKind::Infiniband => Command::new("ibstat", &[]),
         }
+    }
+
+    /// How long the check may take on a node before it counts as failed: DCGM's levels
+    /// take about 1, 3 and 30 to 60 minutes on eight GPUs, the NCCL sweep a few minutes,
+    /// the rest read counters.
+    pub fn time_limit(self, level: CheckLevel) -> std::time::Duration {
+        let minutes = match (self, level) {
+            (CheckKind::GpuDiagnostics, CheckLevel::Quick) => 10,
+            (CheckKind::GpuDiagnostics, CheckLevel::Medium) => 20,
+            (CheckKind::GpuDiagnostics, CheckLevel::Long) => 120,
+            (CheckKind::NcclBandwidth, _) => 15,
+            (CheckKind::MemoryErrors | CheckKind::XidEvents | CheckKind::Infiniband, _) => 2,
+        };
+        std::time::Duration::from_secs(minutes * 60)
+    }
+}
+
+/// A check a bare-metal node's agent is asked to run (`GET /api/v1/agent/checks`): it runs
+/// [`CheckKind::command`] and answers with a [`CheckAnswer`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckOrder {
+    pub id: i64,
+    pub kind: CheckKind,
+    pub level: CheckLevel,
+    /// The GPUs the portal books on the node (the NCCL test's `-g`).
+    pub gpus: u32,
+}
+
+/// What a check printed, whatever its exit status (a failing `dcgmi diag` exits non-zero
+/// and says why in its output), or why it could not run at all.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CheckAnswer {
+    #[serde(default)]
+    pub output: String,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+impl CheckAnswer {
+    /// The most of a check's output an agent sends: a long `dmesg` is cut at its start,
+    /// where the oldest lines are.
+    pub const MAX_OUTPUT: usize = 256 * 1024;
+
+    /// What a check printed, its last [`CheckAnswer::MAX_OUTPUT`] bytes.
+    pub fn printed(mut output: String) -> CheckAnswer {
+        if output.len() > Self::MAX_OUTPUT {
+            let mut start = output.len() - Self::MAX_OUTPUT;
+            while !output.is_char_boundary(start) {
+                start += 1;
+            }
+            output.drain(..start);
+        }
+        CheckAnswer { output, error: None }
+    }
+
+    pub fn failed(error: String) -> CheckAnswer {
+        CheckAnswer { output: String::new(), error: Some(error) }
     }
 }
 

@@ -41,6 +41,14 @@ impl std::fmt::Display for CommandError {
 pub trait CommandRunner: Send + Sync {
     /// Runs `command`; its standard output, or why it failed.
     fn run(&self, command: &Command) -> Result<String, CommandError>;
+
+    /// Runs a health check's `command` for at most `limit`: its standard output whatever
+    /// its exit status (a check that finds a fault exits non-zero and says what in its
+    /// output), or why it could not run or finish.
+    fn run_check(&self, command: &Command, limit: Duration) -> Result<String, CommandError> {
+        let _ = limit;
+        self.run(command)
+    }
 }
 
 /// The node's own programs, optionally inside a network namespace (`ip netns exec`),
@@ -72,14 +80,15 @@ impl Default for SystemRunner {
     }
 }
 
-impl CommandRunner for SystemRunner {
-    fn run(&self, command: &Command) -> Result<String, CommandError> {
+impl SystemRunner {
+    /// Runs `command` for at most `limit`: its exit status, standard output and error.
+    fn spawn(
+        &self,
+        command: &Command,
+        limit: Duration,
+    ) -> Result<(std::process::ExitStatus, String, String), CommandError> {
         let line = command.to_string();
         let failed = |message: String| CommandError { command: line.clone(), failure: Failure::Failed { message } };
-        let not_installed = || CommandError {
-            command: line.clone(),
-            failure: Failure::NotInstalled { program: command.program.into() },
-        };
         let mut process = match &self.namespace {
             Some(namespace) => {
                 let mut p = std::process::Command::new("ip");
@@ -97,7 +106,12 @@ impl CommandRunner for SystemRunner {
             .env("LC_ALL", "C");
         let mut child = match process.spawn() {
             Ok(child) => child,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_installed()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(CommandError {
+                    command: line.clone(),
+                    failure: Failure::NotInstalled { program: command.program.into() },
+                });
+            }
             Err(e) => return Err(failed(format!("cannot start it: {e}"))),
         };
         if let (Some(mut stdin), Some(text)) = (child.stdin.take(), command.stdin.clone()) {
@@ -109,7 +123,7 @@ impl CommandRunner for SystemRunner {
         }
         let stdout = child.stdout.take().map(read_all);
         let stderr = child.stderr.take().map(read_all);
-        let deadline = Instant::now() + self.timeout;
+        let deadline = Instant::now() + limit;
         let status = loop {
             match child.try_wait() {
                 Ok(Some(status)) => break status,
@@ -117,23 +131,55 @@ impl CommandRunner for SystemRunner {
                 Ok(None) => {
                     let _ = child.kill();
                     let _ = child.wait();
-                    return Err(failed(format!("no answer in {} s", self.timeout.as_secs())));
+                    return Err(failed(format!("no answer in {} s", limit.as_secs())));
                 }
                 Err(e) => return Err(failed(format!("cannot wait for it: {e}"))),
             }
         };
         let stdout = stdout.and_then(|t| t.join().ok()).unwrap_or_default();
         let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
+        // `ip netns exec` reports a missing program itself.
+        if !status.success()
+            && self.namespace.is_some()
+            && stderr.contains("exec of \"")
+            && stderr.contains("No such file or directory")
+        {
+            return Err(CommandError {
+                command: line,
+                failure: Failure::NotInstalled { program: command.program.into() },
+            });
+        }
+        Ok((status, stdout, stderr))
+    }
+}
+
+impl CommandRunner for SystemRunner {
+    fn run(&self, command: &Command) -> Result<String, CommandError> {
+        let (status, stdout, stderr) = self.spawn(command, self.timeout)?;
         if status.success() {
             return Ok(stdout);
         }
-        // `ip netns exec` reports a missing program itself.
-        if self.namespace.is_some() && stderr.contains("exec of \"") && stderr.contains("No such file or directory") {
-            return Err(not_installed());
-        }
         let message = stderr.trim();
         let message = if message.is_empty() { format!("exit status {status}") } else { message.to_owned() };
-        Err(failed(message.chars().take(500).collect()))
+        Err(CommandError {
+            command: command.to_string(),
+            failure: Failure::Failed { message: message.chars().take(500).collect() },
+        })
+    }
+
+    fn run_check(&self, command: &Command, limit: Duration) -> Result<String, CommandError> {
+        let (status, stdout, stderr) = self.spawn(command, limit)?;
+        // Nothing on standard output and a failure: what it said on its error stream is all
+        // there is to judge (`ibstat` without ports, `dmesg` without the right to read).
+        if stdout.trim().is_empty() && !status.success() {
+            let message = stderr.trim();
+            let message = if message.is_empty() { format!("exit status {status}") } else { message.to_owned() };
+            return Err(CommandError {
+                command: command.to_string(),
+                failure: Failure::Failed { message: message.chars().take(500).collect() },
+            });
+        }
+        Ok(stdout)
     }
 }
 
@@ -214,6 +260,18 @@ mod tests {
         assert_eq!(missing.to_string(), "berth-no-such-program is not installed on this node");
         let failing = runner.run(&Command::new("ls", &["/berth/no/such/path"])).expect_err("fails");
         assert!(failing.to_string().starts_with("`ls /berth/no/such/path` failed: ls: cannot access"), "{failing}");
+    }
+
+    #[test]
+    fn a_check_that_exits_non_zero_still_gives_its_output() {
+        let runner = SystemRunner::new();
+        let failing_check = Command::new("sh", &["-c", "echo '{\"status\": \"Fail\"}'; exit 226"]);
+        assert_eq!(runner.run_check(&failing_check, Duration::from_secs(10)), Ok("{\"status\": \"Fail\"}\n".into()));
+        let silent = Command::new("sh", &["-c", "echo 'cannot open /dev/kmsg' >&2; exit 1"]);
+        let error = runner.run_check(&silent, Duration::from_secs(10)).expect_err("no output");
+        assert_eq!(error.to_string(), "`sh -c echo 'cannot open /dev/kmsg' >&2; exit 1` failed: cannot open /dev/kmsg");
+        let slow = runner.run_check(&Command::new("sleep", &["30"]), Duration::from_millis(200)).expect_err("stopped");
+        assert_eq!(slow.to_string(), "`sleep 30` failed: no answer in 0 s");
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use berth_domain::agent::Command;
+use berth_domain::node_checks::{CheckAnswer, CheckOrder};
 use berth_domain::node_plan::{NodePlan, WorkloadStatus};
 
 use self::commands::CommandRunner;
@@ -31,6 +32,10 @@ pub trait NodeHost: Send + Sync {
     fn apply(&self, plan: &NodePlan) -> Result<Vec<WorkloadStatus>, NodeError>;
     /// The node's address on its underlay network, for the tenants' other nodes.
     fn underlay_address(&self) -> Option<Ipv4Addr>;
+    /// Runs a health check the portal ordered with the check's own command
+    /// (`CheckKind::command`, never a command line from the portal): what it printed, or
+    /// why it could not run.
+    fn run_check(&self, order: &CheckOrder) -> CheckAnswer;
 }
 
 /// This machine, through its `nvidia-smi`, `ip`, `bridge`, `nft` and container runtime.
@@ -82,6 +87,14 @@ impl NodeHost for Machine {
     fn underlay_address(&self) -> Option<Ipv4Addr> {
         self.network.as_ref().map(|n| n.underlay.address)
     }
+
+    fn run_check(&self, order: &CheckOrder) -> CheckAnswer {
+        let command = order.kind.command(order.level, order.gpus);
+        match self.runner.run_check(&command, order.kind.time_limit(order.level)) {
+            Ok(output) => CheckAnswer::printed(output),
+            Err(error) => CheckAnswer::failed(error.to_string()),
+        }
+    }
 }
 
 /// The first IPv4 address of `interface`, from `ip -json -4 address show dev IFACE`.
@@ -129,6 +142,32 @@ mod tests {
         };
         let machine = Machine::new(Arc::new(Recording::default()), Some(network), None);
         assert_eq!(machine.underlay_address(), Some(Ipv4Addr::new(10, 0, 0, 1)));
+    }
+
+    #[test]
+    fn a_check_runs_its_own_command_and_answers_with_what_it_printed() {
+        use berth_domain::node_checks::{CheckKind, CheckLevel};
+
+        let node = Arc::new(Recording::default());
+        let diag = include_str!("../../../domain/fixtures/checks/dcgmi-diag-r1-pass.json");
+        node.answer("dcgmi diag -r 1 -j", diag);
+        node.fail("ibstat", commands::Failure::NotInstalled { program: "ibstat".into() });
+        let machine = Machine::new(node.clone(), None, None);
+        let order = |kind, level| CheckOrder { id: 1, kind, level, gpus: 8 };
+        assert_eq!(
+            machine.run_check(&order(CheckKind::GpuDiagnostics, CheckLevel::Quick)),
+            CheckAnswer::printed(diag.into())
+        );
+        assert_eq!(
+            machine.run_check(&order(CheckKind::Infiniband, CheckLevel::Quick)),
+            CheckAnswer::failed("ibstat is not installed on this node".into())
+        );
+        machine.run_check(&order(CheckKind::NcclBandwidth, CheckLevel::Medium));
+        assert_eq!(
+            node.take(),
+            ["dcgmi diag -r 1 -j", "ibstat ", "all_reduce_perf -b 8 -e 8G -f 2 -g 8"],
+            "each check's own command, nothing else"
+        );
     }
 
     #[test]

@@ -147,6 +147,9 @@ fn node_view(health: &berth_platform::provisioning::node_health::NodeHealth) -> 
     if let Some(name) = &health.tier_name {
         label.push_str(&format!(": {name}"));
     }
+    if let Some(command) = &health.tier_command_by_hand {
+        label.push_str(&format!(" (run `{command}` on the node by hand, then mark the repair done or failed)"));
+    }
     let actions = [
         (NodeEvent::Drain, "Drain (finish what it holds, take nothing new)"),
         (NodeEvent::ReturnToService, "Return to service"),

@@ -41,6 +41,9 @@ pub struct NodeHealth {
     pub status: NodeStatus,
     /// The name of the repair tier in progress (in repair) or last tried.
     pub tier_name: Option<String>,
+    /// The command of the tier in progress where the backend does not run it: a person
+    /// runs it on the node and marks the repair done or failed.
+    pub tier_command_by_hand: Option<String>,
     pub tiers: u32,
     /// Unreleased bookings on the node now.
     pub bookings_now: i64,
@@ -412,9 +415,11 @@ impl Platform {
         .bind(node.id)
         .bind(now_ms() - 7 * 86_400_000);
         let xid_errors = xid_errors(&mut conn, raised).await?;
-        let tier_name = (node.status.tier > 0)
-            .then(|| self.repair_tiers.get(node.status.tier as usize - 1).map(|t| t.name.clone()))
-            .flatten();
+        let tier = (node.status.tier > 0).then(|| self.repair_tiers.get(node.status.tier as usize - 1)).flatten();
+        let tier_name = tier.map(|t| t.name.clone());
+        let runs_repairs = self.backend().is_ok_and(|b| b.runs_repair_commands());
+        let tier_command_by_hand =
+            tier.and_then(|t| t.command.clone()).filter(|_| node.status.state == NodeState::InRepair && !runs_repairs);
         Ok(NodeHealth {
             node: node.name,
             site: node.site,
@@ -422,6 +427,7 @@ impl Platform {
             gpus: node.gpus,
             status: node.status,
             tier_name,
+            tier_command_by_hand,
             tiers: self.tiers(),
             bookings_now,
             changes,
@@ -473,8 +479,11 @@ impl Platform {
         match (event, to.state) {
             (NodeEvent::StartRepair, NodeState::InRepair) => {
                 let tier = self.repair_tiers[to.tier as usize - 1].clone();
-                if let Some(command) = &tier.command {
-                    let backend = self.backend_for_checks()?;
+                let backend = self.backend_for_checks()?;
+                // Where the backend runs no repair commands (bare metal: the agent runs no
+                // command line the portal sends), the tier waits for a person as a manual
+                // one does; the node page says which command the tier names.
+                if let Some(command) = tier.command.as_ref().filter(|_| backend.runs_repair_commands()) {
                     let outcome = backend.run_repair(&self.checked_node(&node), command).await;
                     let (event, why) = match outcome {
                         Ok(_) => (NodeEvent::RepairDone, format!("tier {} ({}): `{command}` ran", to.tier, tier.name)),
@@ -625,7 +634,7 @@ impl Platform {
         };
         let mut results = Vec::new();
         for kind in node_checks::checks_for(level, node.gpus, node.infiniband) {
-            let command = kind.command(level, node.gpus);
+            let command = kind.command(level, node.gpus).to_string();
             let (verdict, raw) = match backend.run_check(&checked, kind, level).await {
                 Ok(raw) => match node_checks::evaluate(kind, &raw, &facts) {
                     Ok(verdict) => (verdict, raw),

@@ -108,6 +108,8 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/nodes/{id}/state", post(nodes::change_node_state))
         .route("/api/v1/agent/report", post(nodes::agent_report))
         .route("/api/v1/agent/plan", get(nodes::agent_plan).post(nodes::agent_plan_report))
+        .route("/api/v1/agent/checks", get(nodes::agent_checks))
+        .route("/api/v1/agent/checks/{id}", post(nodes::agent_check_answer))
 }
 
 /// The API's description (OpenAPI 3.1, `openapi.rs` serves it): every route of [`routes`]
@@ -192,6 +194,8 @@ pub fn routes() -> Routes<AppState> {
         nodes::agent_report,
         nodes::agent_plan,
         nodes::agent_plan_report,
+        nodes::agent_checks,
+        nodes::agent_check_answer,
     ),
     components(schemas(crate::problem::Problem)),
     modifiers(&Described)

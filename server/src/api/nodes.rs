@@ -5,6 +5,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
 use berth_domain::agent::NodeReport;
+use berth_domain::node_checks::CheckAnswer;
 use berth_domain::node_plan::PlanReport;
 use berth_platform::Error;
 use berth_platform::provisioning::telemetry::XidError;
@@ -374,6 +375,85 @@ pub(super) async fn agent_plan_report(
         .unwrap_or_else(|e| Err(Error::internal(e)));
     match outcome {
         Ok(()) => Ok(Json(PlanAccepted { generation })),
+        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
+        Err(error) => Err(ApiError { error, request_id }.into_response()),
+    }
+}
+
+/// A check a bare-metal node's agent is asked to run (`berth_domain::node_checks::CheckOrder`):
+/// the agent runs the check's own command, never a command line from the portal.
+#[derive(Serialize, ToSchema)]
+pub struct CheckOrderBody {
+    /// Answer it at `POST /api/v1/agent/checks/{id}`.
+    id: i64,
+    #[schema(example = "gpu_diagnostics")]
+    kind: String,
+    #[schema(example = "quick")]
+    level: String,
+    /// The node's GPUs (the NCCL test's `-g`).
+    gpus: u32,
+}
+
+/// A bare-metal node's agent takes the checks ordered on its node (each is handed out once).
+#[utoipa::path(get, path = "/api/v1/agent/checks", tag = "agent",
+    responses((status = 200, body = Vec<CheckOrderBody>)))]
+pub(super) async fn agent_checks(
+    State(state): State<AppState>,
+    NodeSecret(secret, meta): NodeSecret,
+) -> Result<Json<Vec<CheckOrderBody>>, Response> {
+    let request_id = meta.request_id.clone();
+    match state.platform.take_check_orders(&secret, meta).await {
+        Ok(orders) => Ok(Json(
+            orders
+                .into_iter()
+                .map(|o| CheckOrderBody {
+                    id: o.id,
+                    kind: o.kind.as_str().to_owned(),
+                    level: o.level.as_str().to_owned(),
+                    gpus: o.gpus,
+                })
+                .collect(),
+        )),
+        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
+        Err(error) => Err(ApiError { error, request_id }.into_response()),
+    }
+}
+
+/// What a check printed, or why it could not run (`berth_domain::node_checks::CheckAnswer`).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct CheckAnswerBody {
+    /// Its output whatever its exit status, at most 256 KiB (its end).
+    #[schema(required = false)]
+    output: String,
+    /// Why it could not run at all; the output is then ignored.
+    error: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CheckAnswered {
+    id: i64,
+}
+
+/// A bare-metal node's agent answers check order `id`. An answer to an order that was
+/// closed already (answered, or out of time) changes nothing.
+#[utoipa::path(post, path = "/api/v1/agent/checks/{id}", tag = "agent",
+    params(("id" = i64, Path, description = "The check order's id")),
+    request_body = CheckAnswerBody,
+    responses((status = 200, body = CheckAnswered)))]
+pub(super) async fn agent_check_answer(
+    State(state): State<AppState>,
+    NodeSecret(secret, meta): NodeSecret,
+    Path(id): Path<String>,
+    Body(answer): Body<CheckAnswer>,
+) -> Result<Json<CheckAnswered>, Response> {
+    let request_id = meta.request_id.clone();
+    // An id that is not a number names no order.
+    let Ok(id) = id.parse::<i64>() else {
+        return Err(ApiError { error: Error::NotFound, request_id }.into_response());
+    };
+    match state.platform.answer_check(&secret, id, &answer, meta).await {
+        Ok(()) => Ok(Json(CheckAnswered { id })),
         Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
         Err(error) => Err(ApiError { error, request_id }.into_response()),
     }

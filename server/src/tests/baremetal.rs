@@ -11,6 +11,7 @@ use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum::http::{Method, StatusCode};
 use berth_agent::node::NodeHost;
 use berth_agent::node::commands::{CommandError, Failure};
 use berth_agent::{Agent, GpuProbe, NodeError};
@@ -18,6 +19,8 @@ use berth_domain::agent::GpuReport;
 use berth_domain::host_network::TenantSegment;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::lifecycle::{EnvState, provision_plan, teardown_plan};
+use berth_domain::node_checks::{CheckAnswer, CheckKind, CheckLevel, CheckOrder};
+use berth_domain::node_health::NodeState;
 use berth_domain::node_plan::{Device, NodePlan, WorkloadState, WorkloadStatus};
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
@@ -54,6 +57,9 @@ struct FakeNode {
     fail: Mutex<Option<NodeError>>,
     /// Containers that ended: environment -> exit code and the log they wrote.
     ended: Mutex<BTreeMap<String, (i64, Vec<String>)>>,
+    /// The checks it ran, in order, and those that find a fault.
+    checks_run: Mutex<Vec<(CheckKind, CheckLevel)>>,
+    faulty: Mutex<Vec<CheckKind>>,
 }
 
 impl FakeNode {
@@ -63,6 +69,8 @@ impl FakeNode {
             applied: Mutex::new(NodePlan::default()),
             fail: Mutex::new(None),
             ended: Mutex::new(BTreeMap::new()),
+            checks_run: Mutex::new(Vec::new()),
+            faulty: Mutex::new(Vec::new()),
         })
     }
 
@@ -105,6 +113,33 @@ impl NodeHost for FakeNode {
     fn underlay_address(&self) -> Option<Ipv4Addr> {
         Some(self.underlay)
     }
+
+    /// What the real tools print (`domain/fixtures/checks/`), a fault's output where told.
+    fn run_check(&self, order: &CheckOrder) -> CheckAnswer {
+        self.checks_run.lock().expect("checks").push((order.kind, order.level));
+        let faulty = self.faulty.lock().expect("faulty").contains(&order.kind);
+        let output = match (order.kind, faulty) {
+            (CheckKind::GpuDiagnostics, false) => {
+                include_str!("../../../domain/fixtures/checks/dcgmi-diag-r1-pass.json")
+            }
+            (CheckKind::GpuDiagnostics, true) => {
+                include_str!("../../../domain/fixtures/checks/dcgmi-diag-r3-memory-fail.json")
+            }
+            (CheckKind::MemoryErrors, _) => {
+                include_str!("../../../domain/fixtures/checks/nvidia-smi-q-health.recorded.txt")
+            }
+            (CheckKind::XidEvents, false) => "",
+            (CheckKind::XidEvents, true) => include_str!("../../../domain/fixtures/checks/dmesg-xid.txt"),
+            (CheckKind::NcclBandwidth, false) => {
+                include_str!("../../../domain/fixtures/checks/all_reduce_perf-8xH100-nvlink.txt")
+            }
+            (CheckKind::NcclBandwidth, true) => {
+                include_str!("../../../domain/fixtures/checks/all_reduce_perf-8xH100-weak-link.txt")
+            }
+            (CheckKind::Infiniband, _) => return CheckAnswer::failed("ibstat is not installed on this node".into()),
+        };
+        CheckAnswer::printed(output.to_owned())
+    }
 }
 
 impl GpuProbe for FakeNode {
@@ -130,6 +165,9 @@ struct Metal {
     backend: Arc<BareMetal>,
     acme: User,
     globex: User,
+    admin: User,
+    /// Each node's agent token.
+    tokens: BTreeMap<&'static str, String>,
     stop: tokio::sync::watch::Sender<bool>,
 }
 
@@ -155,7 +193,7 @@ impl Metal {
         let admin = berth.person("root@example.com", Role::PlatformAdmin, None).await;
         let url = berth.serve_on_loopback().await;
         let (stop, stopped) = tokio::sync::watch::channel(false);
-        let mut nodes = BTreeMap::new();
+        let (mut nodes, mut tokens) = (BTreeMap::new(), BTreeMap::new());
         for (i, name) in NODES.into_iter().enumerate() {
             let node = FakeNode::new(u8::try_from(i + 1).expect("small"));
             let (_, secret) = p.create_node_token(&admin.caller(meta()), name).await.expect("node token");
@@ -171,6 +209,7 @@ impl Metal {
                     .await;
             });
             nodes.insert(name, node);
+            tokens.insert(name, secret);
         }
         let metal =
             BareMetal::new(p.clone(), BareMetalConfig { poll_interval: Duration::from_millis(10), volumes_path });
@@ -178,7 +217,7 @@ impl Metal {
             Some(quotas) => metal.with_volume_quotas(quotas),
             None => metal,
         });
-        Metal { berth, nodes, backend, acme, globex, stop }
+        Metal { berth, nodes, backend, acme, globex, admin, tokens, stop }
     }
 
     fn reconciler(&self) -> Reconciler {
@@ -908,4 +947,86 @@ async fn a_deleted_tenant_leaves_nothing_on_its_nodes() {
     metal.assert_nothing_left().await;
     let _ = stop.send(true);
     reconciler.await.expect("reconciler");
+}
+
+/// Health checks on bare metal: the node's own agent runs each check's command and the
+/// portal judges what it printed, as it judges the simulated fleet's; a failure degrades
+/// the node; a repair tier's command is not sent to the node (a person runs it), and
+/// acceptance after the repair runs on the node again.
+#[tokio::test]
+async fn checks_run_on_the_node_by_its_agent_and_a_failure_takes_it_out_of_service() {
+    let metal = Metal::start().await;
+    let platform = metal.berth.platform.clone().with_backend(metal.backend.clone());
+    let admin = metal.admin.caller(meta());
+
+    let run = platform.run_node_checks(&admin, "h100-03", "quick").await.expect("checks");
+    assert_eq!(run.passed, Some(true), "{run:?}");
+    let kinds: Vec<&str> = run.results.iter().map(|r| r.kind.as_str()).collect();
+    assert_eq!(kinds, ["gpu_diagnostics", "memory_errors", "xid_events"]);
+    let diag = &run.results[0];
+    assert_eq!(diag.command, "dcgmi diag -r 1 -j");
+    assert_eq!(diag.raw_output, include_str!("../../../domain/fixtures/checks/dcgmi-diag-r1-pass.json"));
+    assert_eq!(
+        *metal.nodes["h100-03"].checks_run.lock().expect("checks"),
+        [
+            (CheckKind::GpuDiagnostics, CheckLevel::Quick),
+            (CheckKind::MemoryErrors, CheckLevel::Quick),
+            (CheckKind::XidEvents, CheckLevel::Quick)
+        ]
+    );
+    assert!(metal.nodes["h100-01"].checks_run.lock().expect("checks").is_empty(), "only the node checked runs them");
+
+    // An answer from another node's agent names no order of its own; its own node's second
+    // answer changes nothing.
+    let order: i64 = sqlx::query_scalar(
+        "SELECT o.id FROM node_check_orders o JOIN nodes n ON n.id = o.node_id WHERE n.name = 'h100-03' ORDER BY o.id",
+    )
+    .fetch_one(platform.db())
+    .await
+    .expect("order");
+    let path = format!("/api/v1/agent/checks/{order}");
+    let body = r#"{"output": "{}"}"#;
+    let reply = metal.berth.api(Method::POST, &path, body, Some(&metal.tokens["h100-01"])).await;
+    assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.body);
+    let reply = metal.berth.api(Method::POST, &path, body, Some(&metal.tokens["h100-03"])).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let kept: String = sqlx::query_scalar("SELECT output FROM node_check_orders WHERE id = ?")
+        .bind(order)
+        .fetch_one(platform.db())
+        .await
+        .expect("output");
+    assert_eq!(kept, diag.raw_output, "the first answer stands");
+
+    // A node whose GPU memory test fails is degraded, with DCGM's words.
+    metal.nodes["h100-02"].faulty.lock().expect("faulty").push(CheckKind::GpuDiagnostics);
+    let run = platform.run_node_checks(&admin, "h100-02", "quick").await.expect("checks");
+    assert_eq!(run.passed, Some(false));
+    assert!(!run.results[0].passed && run.results[0].summary.contains("GPU Memory"), "{:?}", run.results[0]);
+    let health = platform.node_health(&admin, "h100-02").await.expect("health");
+    assert_eq!(health.status.state, NodeState::Degraded);
+
+    // The first repair tier names a command; the agent runs none the portal sends, so the
+    // tier waits for a person, and the page says what to run.
+    let health =
+        platform.change_node_state(&admin, "h100-02", "start_repair", "memory test failed").await.expect("repair");
+    assert_eq!((health.status.state, health.tier_name.as_deref()), (NodeState::InRepair, Some("reset GPUs")));
+    assert_eq!(health.tier_command_by_hand.as_deref(), Some("nvidia-smi --gpu-reset"));
+    let before = metal.nodes["h100-02"].checks_run.lock().expect("checks").len();
+
+    // The person reset the GPUs; acceptance runs on the node at the medium level, NCCL too.
+    metal.nodes["h100-02"].faulty.lock().expect("faulty").clear();
+    let health =
+        platform.change_node_state(&admin, "h100-02", "repair_done", "GPUs reset by hand").await.expect("done");
+    assert_eq!(health.status.state, NodeState::Available, "{:?}", health.changes.first());
+    let ran: Vec<(CheckKind, CheckLevel)> =
+        metal.nodes["h100-02"].checks_run.lock().expect("checks")[before..].to_vec();
+    assert_eq!(
+        ran,
+        [
+            (CheckKind::GpuDiagnostics, CheckLevel::Medium),
+            (CheckKind::MemoryErrors, CheckLevel::Medium),
+            (CheckKind::XidEvents, CheckLevel::Medium),
+            (CheckKind::NcclBandwidth, CheckLevel::Medium)
+        ]
+    );
 }

@@ -483,6 +483,20 @@ fn routes() -> Vec<Route> {
             body: r#"{"generation": 0}"#,
             names_missing: false,
         },
+        Route {
+            via: Via::NodeAgent(M::GET),
+            path: "/api/v1/agent/checks",
+            needs: None,
+            body: "",
+            names_missing: false,
+        },
+        Route {
+            via: Via::NodeAgent(M::POST),
+            path: "/api/v1/agent/checks/{id}",
+            needs: None,
+            body: r#"{"output": "matrix"}"#,
+            names_missing: true,
+        },
         sf(
             "/api/set_quota",
             Some((QuotaManage, Aim::Platform)),

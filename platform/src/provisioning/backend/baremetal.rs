@@ -15,6 +15,10 @@
 //! | stop workload | the container is removed, the tenant network detached, the cluster's account removed |
 //! | clear partition | the environment's MIG instances leave the layout |
 //! | release capacity | whatever part of the environment is left goes |
+//!
+//! Health checks run on the node too: the agent takes the portal's check orders and runs
+//! each check's own command (`node_check_orders`). Repair tiers' commands do not: the
+//! agent runs no command line the portal sends, so a tier with one waits for a person.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,14 +27,15 @@ use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::Step;
 use berth_domain::mig::{MigInstance, MigProfile};
 use berth_domain::node_access::account_name;
+use berth_domain::node_checks::{CheckKind, CheckLevel};
 use berth_domain::node_plan::{Device, NodeVolume, NodeWorkload, WorkloadState, WorkloadStatus, free_host_port};
 use berth_domain::tenancy::Isolation;
 
 use super::volume_quotas::{QuotaKind, VolumeQuotas};
 use super::{
-    Backend, BackendError, Connection, HoldFuture, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject,
-    RemoveFuture, StepFuture, StepOutput, StoredVolume, Upstream, UpstreamFuture, UseFuture, VolumeMount, Workload,
-    workload_secret,
+    Backend, BackendError, CheckFuture, CheckedNode, Connection, HoldFuture, JobLogs, JobLogsFuture, JobStatus,
+    OwnedFuture, OwnedObject, RemoveFuture, StepFuture, StepOutput, StoredVolume, Upstream, UpstreamFuture, UseFuture,
+    VolumeMount, Workload, workload_secret,
 };
 use crate::Platform;
 use crate::provisioning::node_plans::{AccessPart, MigSlice, NetworkPart, NodeTarget, PartKind, PartWrite};
@@ -447,6 +452,20 @@ impl Backend for BareMetal {
 
     fn holds_volume_sizes(&self) -> bool {
         self.quotas.is_some() && self.config.volumes_path.is_some()
+    }
+
+    /// The node's agent runs each check (see `node_check_orders`).
+    fn runs_node_checks(&self) -> bool {
+        true
+    }
+
+    fn run_check<'a>(&'a self, node: &'a CheckedNode, kind: CheckKind, level: CheckLevel) -> CheckFuture<'a> {
+        Box::pin(async move {
+            self.platform
+                .order_check(&node.name, kind, level, node.gpus, self.config.poll_interval)
+                .await
+                .map_err(BackendError)
+        })
     }
 
     /// The volume's directory is made here, on Berth's host, and given a quota of the

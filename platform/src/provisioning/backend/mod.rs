@@ -390,9 +390,15 @@ pub trait Backend: Send + Sync + 'static {
         Box::pin(async { Err(BackendError("this backend cannot show training logs yet".into())) })
     }
 
-    /// Whether [`Backend::run_check`] and [`Backend::run_repair`] do anything: the
-    /// platform refuses checks up front (writing nothing) on a backend that cannot run them.
+    /// Whether [`Backend::run_check`] does anything: the platform refuses checks up front
+    /// (writing nothing) on a backend that cannot run them.
     fn runs_node_checks(&self) -> bool {
+        false
+    }
+
+    /// Whether [`Backend::run_repair`] does anything: where it does not, a repair tier
+    /// with a command waits for a person to run it and mark the repair done or failed.
+    fn runs_repair_commands(&self) -> bool {
         false
     }
 

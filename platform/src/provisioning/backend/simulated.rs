@@ -556,6 +556,10 @@ impl Backend for Simulated {
         })
     }
 
+    fn runs_repair_commands(&self) -> bool {
+        true
+    }
+
     fn run_repair<'a>(&'a self, node: &'a CheckedNode, command: &'a str) -> CheckFuture<'a> {
         lock(&self.node_faults).repair(&node.name, command);
         Box::pin(async move { Ok(format!("simulated: ran `{command}` for {}", node.name)) })

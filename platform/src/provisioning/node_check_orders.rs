@@ -1,0 +1,199 @@
+//! Health checks on bare-metal nodes, run by each node's own agent (issue 16).
+//!
+//! The bare-metal backend orders a check ([`Platform::order_check`]): a row in
+//! `node_check_orders`. The node's agent takes its open orders with its node token
+//! ([`Platform::take_check_orders`]), runs the check's own command
+//! (`berth_domain::node_checks::CheckKind::command`: the portal never sends a command line)
+//! and answers with what it printed ([`Platform::answer_check`]). The order waits for that
+//! answer for the check's time limit; after it, the order is closed with an error, so a
+//! late answer changes nothing and the check counts as failed.
+
+use std::time::Duration;
+
+use berth_domain::Refusal;
+use berth_domain::node_checks::{CheckAnswer, CheckKind, CheckLevel, CheckOrder};
+
+use crate::{Error, Platform, RequestMeta, now_ms};
+
+/// How long an agent has to take an order on top of the check's own time limit: it asks
+/// for orders every few seconds, and a node whose agent is down should not be waited on
+/// for the whole of a long check's limit before that shows.
+const TAKE_WITHIN: Duration = Duration::from_secs(60);
+
+/// The longest error an agent may send (its output is bounded by [`CheckAnswer::MAX_OUTPUT`]).
+const MAX_ERROR: usize = 2_000;
+
+impl Platform {
+    /// Orders `kind` at `level` on `node` (whose agent runs it on `gpus` GPUs) and waits,
+    /// looking every `poll`, for the agent's answer: what the check printed, or why there is
+    /// none (the agent could not run it, or did not answer in time).
+    pub(crate) async fn order_check(
+        &self,
+        node: &str,
+        kind: CheckKind,
+        level: CheckLevel,
+        gpus: u32,
+        poll: Duration,
+    ) -> Result<String, String> {
+        let ordered = self.write_check_order(node, kind, level, gpus).await.map_err(|e| e.to_string())?;
+        let taken_by = tokio::time::Instant::now() + TAKE_WITHIN;
+        let answered_by = taken_by + kind.time_limit(level);
+        loop {
+            tokio::time::sleep(poll).await;
+            let (taken, answered, output, error) = self.check_order(ordered).await.map_err(|e| e.to_string())?;
+            if answered {
+                return match error {
+                    Some(error) => Err(error),
+                    None => Ok(output.unwrap_or_default()),
+                };
+            }
+            let now = tokio::time::Instant::now();
+            let late = if !taken && now >= taken_by {
+                Some(format!("{node}'s agent did not take the check in {} s: is it running?", TAKE_WITHIN.as_secs()))
+            } else if now >= answered_by {
+                Some(format!("{node}'s agent gave no answer in {} min", kind.time_limit(level).as_secs() / 60))
+            } else {
+                None
+            };
+            if let Some(why) = late {
+                // Closed now: an answer in the meantime wins, and a later one changes nothing.
+                if self.close_check_order(ordered, &why).await.map_err(|e| e.to_string())? {
+                    return Err(why);
+                }
+            }
+        }
+    }
+
+    async fn write_check_order(&self, node: &str, kind: CheckKind, level: CheckLevel, gpus: u32) -> Result<i64, Error> {
+        let mut tx = self.begin_write().await?;
+        let id: i64 = sqlx::query_scalar(
+            "INSERT INTO node_check_orders (node_id, kind, level, gpus, ordered_at)
+             SELECT id, ?, ?, ?, ? FROM nodes WHERE name = ? RETURNING id",
+        )
+        .bind(kind.as_str())
+        .bind(level.as_str())
+        .bind(gpus)
+        .bind(now_ms())
+        .bind(node)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(Error::NotFound)?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    /// Taken, answered, output, error.
+    async fn check_order(&self, id: i64) -> Result<(bool, bool, Option<String>, Option<String>), Error> {
+        Ok(sqlx::query_as(
+            "SELECT taken_at IS NOT NULL, answered_at IS NOT NULL, output, error FROM node_check_orders WHERE id = ?",
+        )
+        .bind(id)
+        .fetch_one(&self.db)
+        .await?)
+    }
+
+    /// Closes an unanswered order with `why`; false when the answer came first.
+    async fn close_check_order(&self, id: i64, why: &str) -> Result<bool, Error> {
+        let mut tx = self.begin_write().await?;
+        let closed =
+            sqlx::query("UPDATE node_check_orders SET answered_at = ?, error = ? WHERE id = ? AND answered_at IS NULL")
+                .bind(now_ms())
+                .bind(why)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        tx.commit().await?;
+        Ok(closed == 1)
+    }
+
+    /// The checks ordered on the node behind `secret` that its agent has not taken yet,
+    /// oldest first; they count as taken from now on.
+    pub async fn take_check_orders(&self, secret: &str, meta: RequestMeta) -> Result<Vec<CheckOrder>, Error> {
+        let agent = self.authenticate_node(secret, "agent.checks", &meta).await?;
+        let open: Vec<(i64, String, String, u32)> = sqlx::query_as(
+            "SELECT id, kind, level, gpus FROM node_check_orders
+             WHERE node_id = ? AND taken_at IS NULL AND answered_at IS NULL ORDER BY id",
+        )
+        .bind(agent.node_id)
+        .fetch_all(&self.db)
+        .await?;
+        if open.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin_write().await?;
+        let mut taken = Vec::new();
+        for (id, kind, level, gpus) in open {
+            // Taken once: a second agent with the node's token (or a retried request) gets
+            // none it was handed already.
+            let fresh = sqlx::query("UPDATE node_check_orders SET taken_at = ? WHERE id = ? AND taken_at IS NULL")
+                .bind(now_ms())
+                .bind(id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+            let (Some(kind), Ok(level)) = (CheckKind::parse(&kind), CheckLevel::parse(&level)) else {
+                return Err(Error::internal(format!("check order {id} has kind {kind:?} and level {level:?}")));
+            };
+            if fresh == 1 {
+                taken.push(CheckOrder { id, kind, level, gpus });
+            }
+        }
+        tx.commit().await?;
+        Ok(taken)
+    }
+
+    /// The answer of the agent behind `secret` to its check order `id`. An order another
+    /// node's or never made is not found; an answer to an order already closed (answered,
+    /// or out of time) changes nothing.
+    pub async fn answer_check(
+        &self,
+        secret: &str,
+        id: i64,
+        answer: &CheckAnswer,
+        meta: RequestMeta,
+    ) -> Result<(), Error> {
+        let agent = self.authenticate_node(secret, "agent.checks", &meta).await?;
+        if answer.output.len() > CheckAnswer::MAX_OUTPUT {
+            return Err(Refusal::InvalidReport(format!(
+                "a check's output is at most {} KiB; send its end",
+                CheckAnswer::MAX_OUTPUT / 1024
+            ))
+            .into());
+        }
+        if answer.error.as_ref().is_some_and(|e| e.len() > MAX_ERROR) {
+            return Err(Refusal::InvalidReport(format!("a check's error is at most {MAX_ERROR} bytes")).into());
+        }
+        let mut tx = self.begin_write().await?;
+        let theirs: Option<bool> =
+            sqlx::query_scalar("SELECT answered_at IS NULL FROM node_check_orders WHERE id = ? AND node_id = ?")
+                .bind(id)
+                .bind(agent.node_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        match theirs {
+            None => return Err(Error::NotFound),
+            Some(false) => return Ok(()),
+            Some(true) => {}
+        }
+        // An answer with an error keeps no output; one without keeps its output, empty or not.
+        let (output, error) = match &answer.error {
+            Some(error) => (None, Some(error.as_str())),
+            None => (Some(answer.output.as_str()), None),
+        };
+        let now = now_ms();
+        sqlx::query(
+            "UPDATE node_check_orders SET answered_at = ?, output = ?, error = ?, taken_at = coalesce(taken_at, ?)
+             WHERE id = ?",
+        )
+        .bind(now)
+        .bind(output)
+        .bind(error)
+        .bind(now)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}
