@@ -232,22 +232,31 @@ impl Platform {
         .await?;
         let (workload, dropped) = kept_and_dropped(&mut conn, &env, |u| leaving.contains(&u.node)).await?;
         drop(conn);
-        let result = applied_within(timeout, backend.move_cluster(&workload, &dropped)).await;
-        if let Err(message) = result {
-            tracing::warn!(environment = %id, error = %message, "moving the cluster failed; will retry");
-            self.retry_running_change_after(id, now_ms() + MOVE_RETRY_MS);
-            sqlx::query(
-                "UPDATE cluster_node_replacements SET problem = ? WHERE environment_id = ? AND moved_at IS NULL
+        let connection = match applied_within(timeout, backend.move_cluster(&workload, &dropped)).await {
+            Ok(connection) => connection,
+            Err(message) => {
+                tracing::warn!(environment = %id, error = %message, "moving the cluster failed; will retry");
+                self.retry_running_change_after(id, now_ms() + MOVE_RETRY_MS);
+                sqlx::query(
+                    "UPDATE cluster_node_replacements SET problem = ? WHERE environment_id = ? AND moved_at IS NULL
                    AND replacement_node_id IS NOT NULL",
-            )
-            .bind(format!("moving the cluster failed (tried again): {message}"))
-            .bind(id)
-            .execute(&self.db)
-            .await?;
-            return Ok(());
-        }
+                )
+                .bind(format!("moving the cluster failed (tried again): {message}"))
+                .bind(id)
+                .execute(&self.db)
+                .await?;
+                return Ok(());
+            }
+        };
         let now = now_ms();
         let mut tx = self.begin_write().await?;
+        // Its page's connection details name the nodes it runs on now.
+        let connection = serde_json::to_string(&connection).map_err(Error::internal)?;
+        sqlx::query("UPDATE environments SET connection = ? WHERE id = ?")
+            .bind(connection)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         let names = serde_json::to_string(&leaving).map_err(Error::internal)?;
         let released = sqlx::query(
             "UPDATE reservations SET released_at = ? WHERE environment_id = ? AND released_at IS NULL

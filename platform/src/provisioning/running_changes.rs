@@ -11,7 +11,7 @@ use berth_domain::booking::Tier;
 use tokio::task::JoinSet;
 
 use crate::capacity::environments::{Environment, HeldUnit, held_units};
-use crate::provisioning::backend::{PlacedUnit, ScaleFuture, Workload};
+use crate::provisioning::backend::{BackendError, PlacedUnit, Workload};
 use crate::store::WriteTx;
 use crate::{Error, Platform, lock};
 
@@ -33,7 +33,10 @@ pub(crate) async fn kept_and_dropped(
 }
 
 /// The backend's answer to `call` within `timeout`, or why there is none.
-pub(crate) async fn applied_within(timeout: Duration, call: ScaleFuture<'_>) -> Result<(), String> {
+pub(crate) async fn applied_within<T>(
+    timeout: Duration,
+    call: impl Future<Output = Result<T, BackendError>>,
+) -> Result<T, String> {
     match tokio::time::timeout(timeout, call).await {
         Ok(result) => result.map_err(|e| e.0),
         Err(_) => Err(format!("did not finish within {} s", timeout.as_secs())),

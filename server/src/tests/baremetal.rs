@@ -1030,3 +1030,67 @@ async fn checks_run_on_the_node_by_its_agent_and_a_failure_takes_it_out_of_servi
         ]
     );
 }
+
+/// A running dedicated cluster whose node is retired moves to a healthy node: the new node
+/// gets the cluster's SSH account and its tenant's network, the failed node keeps nothing
+/// of it, its reservations there are released, and the page's SSH line names the new node.
+#[tokio::test]
+async fn a_cluster_losing_a_node_is_moved_with_its_account_and_network() {
+    let metal = Metal::start().await;
+    let p = &metal.berth.platform;
+    p.add_ssh_key(&metal.acme.caller(meta()), "", ADA_KEY).await.expect("key");
+    let (stop, reconciler) = metal.run_reconciler();
+    let cluster = metal.launch(&metal.acme, "cluster", "h100-node-1", "solo", "", "").await;
+    metal.wait_for(&metal.acme, &cluster, EnvState::Ready).await;
+    metal.settled().await;
+    let account = berth_domain::node_access::account_name(&cluster);
+    let holding = || -> Vec<&'static str> {
+        metal
+            .nodes
+            .iter()
+            .filter(|(_, node)| node.holds().accounts.iter().any(|a| a.name == account))
+            .map(|(n, _)| *n)
+            .collect()
+    };
+    let failed = holding()[0];
+    assert!(!metal.nodes[failed].holds().networks.is_empty(), "a hard tenant's cluster has its network");
+
+    p.change_node_state(&metal.admin.caller(meta()), failed, "retire", "fan failure").await.expect("retired");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let moved: Option<(Option<i64>, Option<String>)> =
+            sqlx::query_as("SELECT moved_at, problem FROM cluster_node_replacements WHERE environment_id = ?")
+                .bind(&cluster)
+                .fetch_optional(p.db())
+                .await
+                .expect("replacement");
+        if moved.as_ref().is_some_and(|(at, _)| at.is_some()) {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never moved: {moved:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    metal.settled().await;
+    let now = holding();
+    assert_eq!(now.len(), 1, "{now:?}");
+    let replacement = now[0];
+    assert_ne!(replacement, failed);
+    assert!(!metal.nodes[replacement].holds().networks.is_empty(), "the tenant's network is on the new node");
+    let left = metal.nodes[failed].holds();
+    assert!(left.accounts.is_empty() && left.networks.is_empty(), "{failed} keeps {left:?}");
+    let on_failed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ? AND n.name = ? AND r.released_at IS NULL",
+    )
+    .bind(&cluster)
+    .bind(failed)
+    .fetch_one(p.db())
+    .await
+    .expect("reservations");
+    assert_eq!(on_failed, 0, "the failed node's GPUs are released");
+    let env = metal.environment(&metal.acme, &cluster).await;
+    assert_eq!(env.state, EnvState::Ready);
+    assert_eq!(env.connection.expect("connection").example, format!("ssh {account}@{replacement}"));
+    let _ = stop.send(true);
+    reconciler.await.expect("reconciler");
+}

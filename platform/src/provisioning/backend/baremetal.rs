@@ -34,8 +34,8 @@ use berth_domain::tenancy::Isolation;
 use super::volume_quotas::{QuotaKind, VolumeQuotas};
 use super::{
     Backend, BackendError, CheckFuture, CheckedNode, Connection, HoldFuture, JobLogs, JobLogsFuture, JobStatus,
-    OwnedFuture, OwnedObject, RemoveFuture, StepFuture, StepOutput, StoredVolume, Upstream, UpstreamFuture, UseFuture,
-    VolumeMount, Workload, workload_secret,
+    MoveFuture, OwnedFuture, OwnedObject, PlacedUnit, RemoveFuture, StepFuture, StepOutput, StoredVolume, Upstream,
+    UpstreamFuture, UseFuture, VolumeMount, Workload, workload_secret,
 };
 use crate::Platform;
 use crate::provisioning::node_plans::{AccessPart, MigSlice, NetworkPart, NodeTarget, PartKind, PartWrite};
@@ -452,6 +452,38 @@ impl Backend for BareMetal {
 
     fn holds_volume_sizes(&self) -> bool {
         self.quotas.is_some() && self.config.volumes_path.is_some()
+    }
+
+    /// A dedicated cluster on bare metal is its tenant's network and its SSH account on
+    /// each node (no container): both are planned on its nodes now and taken off `dropped`.
+    fn moves_clusters(&self) -> bool {
+        true
+    }
+
+    fn move_cluster<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> MoveFuture<'a> {
+        Box::pin(async move {
+            let nodes = workload.nodes();
+            let network = self.network_part(workload).await?;
+            let account = AccessPart { account: account_name(&workload.environment_id) };
+            let mut writes = Vec::new();
+            for node in &nodes {
+                if let Some(part) = &network {
+                    writes.push((node.clone(), PartWrite::Network(part.clone())));
+                }
+                writes.push((node.clone(), PartWrite::Access(account.clone())));
+            }
+            let mut leaving: Vec<&str> =
+                dropped.iter().map(|u| u.node.as_str()).filter(|n| !nodes.iter().any(|k| k == n)).collect();
+            leaving.sort_unstable();
+            leaving.dedup();
+            for node in leaving {
+                for kind in [PartKind::Workload, PartKind::Network, PartKind::Access] {
+                    writes.push((node.to_owned(), PartWrite::Delete(kind)));
+                }
+            }
+            self.write_and_wait(workload, &writes, false).await?;
+            self.connection(workload).await
+        })
     }
 
     /// The node's agent runs each check (see `node_check_orders`).

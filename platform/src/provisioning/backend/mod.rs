@@ -432,8 +432,9 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Moves a running dedicated cluster onto its units now (a replacement node's among
     /// them) and off `dropped` (a failed node's): once this returns, nothing of the cluster
-    /// runs on them and their capacity may be released. Safe to repeat.
-    fn move_cluster<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> ScaleFuture<'a> {
+    /// runs on them and their capacity may be released. Safe to repeat. The answer is the
+    /// cluster's connection details as they are now (they name its nodes).
+    fn move_cluster<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> MoveFuture<'a> {
         let _ = (workload, dropped);
         Box::pin(async { Err(BackendError("this backend cannot move a cluster to another node yet".into())) })
     }
@@ -518,6 +519,7 @@ pub struct CheckedNode {
 }
 
 pub type ScaleFuture<'a> = Pin<Box<dyn Future<Output = Result<(), BackendError>> + Send + 'a>>;
+pub type MoveFuture<'a> = Pin<Box<dyn Future<Output = Result<Connection, BackendError>> + Send + 'a>>;
 
 impl Workload {
     /// The booked nodes, in order, each once.

@@ -22,9 +22,9 @@ use berth_domain::telemetry::{self, GpuReading};
 use rand::Rng;
 
 use super::{
-    Backend, BackendError, CheckFuture, CheckedNode, Connection, JobLogs, JobLogsFuture, JobStatus, OwnedFuture,
-    OwnedObject, PlacedUnit, ReadingsFuture, RemoveFuture, ScaleFuture, StepFuture, StepOutput, StoredVolume, Upstream,
-    UpstreamFuture, UseFuture, VolumeMount, Workload, workload_secret,
+    Backend, BackendError, CheckFuture, CheckedNode, Connection, JobLogs, JobLogsFuture, JobStatus, MoveFuture,
+    OwnedFuture, OwnedObject, PlacedUnit, ReadingsFuture, RemoveFuture, ScaleFuture, StepFuture, StepOutput,
+    StoredVolume, Upstream, UpstreamFuture, UseFuture, VolumeMount, Workload, workload_secret,
 };
 use crate::lock;
 
@@ -644,7 +644,7 @@ impl Backend for Simulated {
         true
     }
 
-    fn move_cluster<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> ScaleFuture<'a> {
+    fn move_cluster<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> MoveFuture<'a> {
         let _ = dropped; // nothing of the simulated cluster runs on a unit but its readings
         Box::pin(async move {
             // As long as starting it took: the new node is handed over with the tenant's
@@ -656,7 +656,7 @@ impl Backend for Simulated {
             if let Some(running) = lock(&self.running).get_mut(&workload.environment_id) {
                 running.units = workload.units.clone();
             }
-            Ok(())
+            Ok(connection_for(workload, None, None))
         })
     }
 
