@@ -118,17 +118,21 @@ impl Platform {
         Ok((NodeToken { id, node: node.to_owned(), created_at: now, last_used_at: None }, secret))
     }
 
-    /// Stops a node token at once. Platform admins only.
+    /// Stops a node token at once. Platform admins only. A token revoked already stays
+    /// so, and nothing is written (a retried request, the page and the API both).
     pub async fn revoke_node_token(&self, caller: &Caller, id: i64) -> Result<(), Error> {
         self.authorize(caller, Action::FleetManage, Target::Platform).await?;
         let mut tx = self.begin_write().await?;
-        let node: Option<String> = sqlx::query_scalar(
-            "SELECT n.name FROM node_tokens t JOIN nodes n ON n.id = t.node_id WHERE t.id = ? AND t.revoked_at IS NULL",
+        let token: Option<(String, bool)> = sqlx::query_as(
+            "SELECT n.name, t.revoked_at IS NOT NULL FROM node_tokens t JOIN nodes n ON n.id = t.node_id WHERE t.id = ?",
         )
         .bind(id)
         .fetch_optional(&mut *tx)
         .await?;
-        let node = node.ok_or(Error::NotFound)?;
+        let node = match token.ok_or(Error::NotFound)? {
+            (_, true) => return Ok(()),
+            (node, false) => node,
+        };
         sqlx::query("UPDATE node_tokens SET revoked_at = ? WHERE id = ?")
             .bind(now_ms())
             .bind(id)

@@ -106,6 +106,8 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/nodes/{id}/health", get(nodes::node_health))
         .route("/api/v1/nodes/{id}/checks", post(nodes::run_node_checks))
         .route("/api/v1/nodes/{id}/state", post(nodes::change_node_state))
+        .route("/api/v1/nodes/{id}/tokens", post(nodes::create_node_token))
+        .route("/api/v1/node-tokens/{id}", delete(nodes::revoke_node_token))
         .route("/api/v1/agent/report", post(nodes::agent_report))
         .route("/api/v1/agent/plan", get(nodes::agent_plan).post(nodes::agent_plan_report))
         .route("/api/v1/agent/checks", get(nodes::agent_checks))
@@ -191,6 +193,8 @@ pub fn routes() -> Routes<AppState> {
         nodes::node_health,
         nodes::run_node_checks,
         nodes::change_node_state,
+        nodes::create_node_token,
+        nodes::revoke_node_token,
         nodes::agent_report,
         nodes::agent_plan,
         nodes::agent_plan_report,

@@ -4,6 +4,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::{IntoResponse, Response};
+use berth_domain::Refusal;
 use berth_domain::agent::NodeReport;
 use berth_domain::node_checks::CheckAnswer;
 use berth_domain::node_plan::PlanReport;
@@ -28,6 +29,9 @@ pub struct NodeHealthBody {
     repair_tier: u32,
     /// The repair tier in progress (in repair) or last tried.
     repair_tier_name: Option<String>,
+    /// The repair tier's command where Berth does not run it (bare metal): a person runs it
+    /// on the node, then marks the repair done or failed.
+    repair_tier_command_by_hand: Option<String>,
     repair_tiers: u32,
     /// Unreleased bookings on the node now.
     bookings_now: i64,
@@ -112,6 +116,7 @@ pub(super) async fn node_health(
         state: health.status.state.as_str(),
         repair_tier: health.status.tier,
         repair_tier_name: health.tier_name,
+        repair_tier_command_by_hand: health.tier_command_by_hand,
         repair_tiers: health.tiers,
         bookings_now: health.bookings_now,
         takes_new_bookings: health.status.state.takes_new_bookings(),
@@ -212,6 +217,9 @@ pub struct NodeStateBody {
     state: &'static str,
     repair_tier: u32,
     repair_tier_name: Option<String>,
+    /// The repair tier's command where Berth does not run it (bare metal): a person runs it
+    /// on the node, then marks the repair done or failed.
+    repair_tier_command_by_hand: Option<String>,
 }
 
 /// A platform admin moves a node through its lifecycle.
@@ -231,7 +239,56 @@ pub(super) async fn change_node_state(
         state: health.status.state.as_str(),
         repair_tier: health.status.tier,
         repair_tier_name: health.tier_name,
+        repair_tier_command_by_hand: health.tier_command_by_hand,
     }))
+}
+
+/// A node's agent token: the secret is shown once, when it is made.
+#[derive(Serialize, ToSchema)]
+pub struct NewNodeTokenBody {
+    id: i64,
+    node: String,
+    created_at: String,
+    /// `BERTH_NODE_TOKEN` for `berth agent` on the node; not kept by Berth, not shown again.
+    secret: String,
+}
+
+/// A platform admin makes a token for a node's agent (`berth agent`), as the fleet page does.
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/tokens", tag = "nodes",
+    params(("id" = String, Path, description = "The node's name")),
+    responses((status = 201, body = NewNodeTokenBody)))]
+pub(super) async fn create_node_token(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    let (token, secret) = platform
+        .create_node_token(&caller, &name)
+        .await
+        // The node is the path's: one that does not exist is not found.
+        .map_err(|e| match e {
+            Error::Refused(Refusal::UnknownNode(_)) => Error::NotFound,
+            other => other,
+        })
+        .map_err(fail(&caller))?;
+    let body = NewNodeTokenBody { id: token.id, node: token.node, created_at: rfc3339(token.created_at), secret };
+    Ok((axum::http::StatusCode::CREATED, Json(body)).into_response())
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct NodeTokenRevoked {
+    revoked: i64,
+}
+
+/// A platform admin revokes a node's agent token: the agent's next call is refused.
+#[utoipa::path(delete, path = "/api/v1/node-tokens/{id}", tag = "nodes",
+    params(("id" = i64, Path, description = "The token's id")),
+    responses((status = 200, body = NodeTokenRevoked)))]
+pub(super) async fn revoke_node_token(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+) -> Result<Json<NodeTokenRevoked>, ApiError> {
+    platform.revoke_node_token(&caller, id).await.map_err(fail(&caller))?;
+    Ok(Json(NodeTokenRevoked { revoked: id }))
 }
 
 /// What a node's agent reports (`berth_domain::agent::NodeReport`, which reads it: a test

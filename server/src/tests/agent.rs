@@ -124,6 +124,42 @@ async fn the_portal_refuses_personal_tokens_bad_reports_and_is_told_apart_when_d
     assert!(error.starts_with("cannot reach the portal at http://127.0.0.1:1/api/v1/agent/report"), "{error}");
 }
 
+/// Onboarding a node by script: a platform admin makes its agent's token through the API,
+/// the agent reports with it, and once the token is revoked the agent is refused.
+#[tokio::test]
+async fn a_node_token_made_and_revoked_through_the_api_lets_its_agent_in_and_out() {
+    let berth = Berth::start(None).await;
+    let admin = berth.person("admin@example.com", Role::PlatformAdmin, None).await;
+    let (_, admin_token) = berth.token(&admin, &[]).await;
+    let url = berth.serve_on_loopback().await;
+
+    let made = berth.api(Method::POST, "/api/v1/nodes/l40s-01/tokens", "", Some(&admin_token)).await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.body);
+    let made: serde_json::Value = serde_json::from_str(&made.body).expect("json");
+    assert_eq!(made["node"], "l40s-01");
+    let secret = made["secret"].as_str().expect("secret").to_owned();
+    let agent = Agent::new(&url, &secret, Duration::from_secs(30), Arc::new(FakeNode(vec![l40s(0)]))).expect("agent");
+    agent.report_once().await.expect("the new token reports");
+
+    let revoke = format!("/api/v1/node-tokens/{}", made["id"]);
+    let revoked = berth.api(Method::DELETE, &revoke, "", Some(&admin_token)).await;
+    assert_eq!(
+        (revoked.status, revoked.body.as_str()),
+        (StatusCode::OK, format!(r#"{{"revoked":{}}}"#, made["id"]).as_str())
+    );
+    let refused = agent.report_once().await.expect_err("revoked").to_string();
+    assert!(refused.starts_with("the portal refused the report (401 Unauthorized)"), "{refused}");
+    // Revoking again changes nothing and is not an error; a node that does not exist is not found.
+    assert_eq!(berth.api(Method::DELETE, &revoke, "", Some(&admin_token)).await.status, StatusCode::OK);
+    let revocations: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_events WHERE action = 'node_token.revoke'")
+        .fetch_one(berth.platform.db())
+        .await
+        .expect("count");
+    assert_eq!(revocations, 1);
+    let missing = berth.api(Method::POST, "/api/v1/nodes/no-such-node/tokens", "", Some(&admin_token)).await;
+    assert_eq!(missing.status, StatusCode::NOT_FOUND, "{}", missing.body);
+}
+
 /// A node's command line tools as the agent meets them on a node with GPUs in MIG mode.
 struct MigNode {
     lgi: String,

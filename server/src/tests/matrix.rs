@@ -468,6 +468,8 @@ fn routes() -> Vec<Route> {
             Some((FleetManage, Aim::Node)),
             r#"{"event": "return_to_service", "reason": "matrix"}"#,
         ),
+        api(M::POST, "/api/v1/nodes/{id}/tokens", Some((FleetManage, Aim::Node)), ""),
+        api(M::DELETE, "/api/v1/node-tokens/{id}", Some((FleetManage, Aim::NodeToken)), ""),
         Route {
             via: Via::NodeAgent(M::POST),
             path: "/api/v1/agent/report",
