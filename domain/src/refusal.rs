@@ -104,6 +104,8 @@ pub enum Refusal {
     SlugInUse(String),
     #[error("isolation must be soft, hard or hybrid, not \"{0}\"")]
     InvalidIsolation(String),
+    #[error("a tenant's status can be set to active or suspended, not \"{0}\" (delete a tenant with DELETE)")]
+    InvalidTenantStatus(String),
     #[error("the tenant cannot become {isolation} yet: {detail}")]
     IsolationBlocked { isolation: &'static str, detail: String },
     #[error("there is no role called \"{0}\"")]

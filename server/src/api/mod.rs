@@ -59,7 +59,8 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/prices/{id}", delete(prices::withdraw_price))
         .route("/api/v1/discounts", post(prices::set_discount))
         .route("/api/v1/discounts/{id}", delete(prices::withdraw_discount))
-        .route("/api/v1/tenants", get(tenancy::tenants))
+        .route("/api/v1/tenants", get(tenancy::tenants).post(tenancy::create_tenant))
+        .route("/api/v1/tenants/{id}", delete(tenancy::delete_tenant).patch(tenancy::change_tenant))
         .route("/api/v1/tenants/{id}/members", get(tenancy::members))
         .route("/api/v1/tenants/{id}/members", post(tenancy::invite_member))
         .route("/api/v1/tenants/{id}/members/{user}", delete(tenancy::remove_member).patch(tenancy::change_member_role))
@@ -146,6 +147,9 @@ pub fn routes() -> Routes<AppState> {
         prices::set_discount,
         prices::withdraw_discount,
         tenancy::tenants,
+        tenancy::create_tenant,
+        tenancy::change_tenant,
+        tenancy::delete_tenant,
         tenancy::members,
         tenancy::invite_member,
         tenancy::change_member_role,

@@ -58,6 +58,18 @@ pub fn isolation() -> ObjectBuilder {
     one_of(Isolation::ALL.map(Isolation::as_str))
 }
 
+pub fn optional_isolation() -> RefOr<Schema> {
+    OneOfBuilder::new().item(isolation()).item(ObjectBuilder::new().schema_type(SchemaType::Type(Type::Null))).into()
+}
+
+/// What a tenant's status may be set to (`DELETE` deletes it).
+pub fn optional_tenant_status() -> RefOr<Schema> {
+    OneOfBuilder::new()
+        .item(one_of(["active", "suspended"]))
+        .item(ObjectBuilder::new().schema_type(SchemaType::Type(Type::Null)))
+        .into()
+}
+
 pub fn node_state() -> ObjectBuilder {
     one_of(NodeState::ALL.map(NodeState::as_str))
 }

@@ -4,6 +4,8 @@
 use axum::Json;
 use axum::extract::Path;
 use axum::response::{IntoResponse, Response};
+use berth_domain::Refusal;
+use berth_platform::tenancy::tenants::{Tenant, TenantChange};
 use berth_platform::{Caller, Error, Platform};
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -52,23 +54,111 @@ pub struct TenantList {
     tenants: Vec<TenantBody>,
 }
 
+fn tenant_body(t: Tenant) -> TenantBody {
+    TenantBody {
+        id: t.id,
+        slug: t.slug,
+        name: t.name,
+        isolation: t.isolation.as_str(),
+        status: t.status,
+        members: t.members,
+        active_environments: t.active_environments,
+    }
+}
+
 /// The tenants in the caller's reach.
 #[utoipa::path(get, path = "/api/v1/tenants", tag = "tenants", responses((status = 200, body = TenantList)))]
 pub(super) async fn tenants(TokenCaller(platform, caller): TokenCaller) -> Result<Json<TenantList>, ApiError> {
     let tenants = platform.tenants(&caller).await.map_err(fail(&caller))?;
-    let tenants = tenants
-        .into_iter()
-        .map(|t| TenantBody {
-            id: t.id,
-            slug: t.slug,
-            name: t.name,
-            isolation: t.isolation.as_str(),
-            status: t.status,
-            members: t.members,
-            active_environments: t.active_environments,
-        })
-        .collect();
-    Ok(Json(TenantList { tenants }))
+    Ok(Json(TenantList { tenants: tenants.into_iter().map(tenant_body).collect() }))
+}
+
+/// `{"slug": "acme", "name": "Acme Research", "isolation": "soft", "first_admin": "ada@acme.example"}`.
+#[derive(Deserialize, ToSchema)]
+pub struct NewTenant {
+    /// Lowercase letters, digits and hyphens; its namespaces and networks are named after it.
+    slug: String,
+    name: String,
+    /// `soft`, `hybrid` or `hard`.
+    #[schema(schema_with = schema::isolation)]
+    isolation: String,
+    /// Invited as its tenant admin (by email); absent or empty for none.
+    #[serde(default)]
+    first_admin: String,
+}
+
+/// A platform admin makes a tenant, with its isolation's fabric and, where given, its first
+/// admin invited, as the tenants page does.
+#[utoipa::path(post, path = "/api/v1/tenants", tag = "tenants", request_body = NewTenant,
+    responses((status = 201, body = TenantBody)))]
+pub(super) async fn create_tenant(
+    TokenCaller(platform, caller): TokenCaller,
+    Body(asked): Body<NewTenant>,
+) -> Response {
+    match platform.create_tenant(&caller, &asked.slug, &asked.name, &asked.isolation, &asked.first_admin).await {
+        Ok(tenant) => (StatusCode::CREATED, Json(tenant_body(tenant))).into_response(),
+        Err(e) => fail(&caller)(e).into_response(),
+    }
+}
+
+/// `{"status": "suspended"}` or `{"isolation": "hard"}`, or both.
+#[derive(Deserialize, ToSchema)]
+pub struct TenantPatch {
+    /// `active` or `suspended`: a suspended tenant's people can no longer act (their
+    /// sessions and tokens stop at once). Delete a tenant with `DELETE`.
+    #[schema(schema_with = schema::optional_tenant_status)]
+    status: Option<String>,
+    /// `soft`, `hybrid` or `hard`.
+    #[schema(schema_with = schema::optional_isolation)]
+    isolation: Option<String>,
+}
+
+/// A platform admin suspends or resumes a tenant, or changes its isolation; answers the
+/// tenant as it is then (with neither, it changes nothing).
+#[utoipa::path(patch, path = "/api/v1/tenants/{id}", tag = "tenants",
+    params(("id" = i64, Path, description = "The tenant's id")),
+    request_body = TenantPatch,
+    responses((status = 200, body = TenantBody)))]
+pub(super) async fn change_tenant(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+    Body(patch): Body<TenantPatch>,
+) -> Result<Json<TenantBody>, ApiError> {
+    let change = match patch.status.as_deref().map(str::trim) {
+        None => None,
+        Some("active") => Some(TenantChange::Resume),
+        Some("suspended") => Some(TenantChange::Suspend),
+        Some(other) => {
+            let refusal = Refusal::InvalidTenantStatus(other.chars().take(40).collect());
+            return Err(fail(&caller)(Error::Refused(refusal)));
+        }
+    };
+    // The isolation first: a refused one (no nodes of its own free) leaves the status as it was.
+    if let Some(isolation) = &patch.isolation {
+        platform.set_tenant_isolation(&caller, id, isolation).await.map_err(fail(&caller))?;
+    }
+    if let Some(change) = change {
+        platform.change_tenant(&caller, id, change).await.map_err(fail(&caller))?;
+    }
+    Ok(Json(tenant_body(platform.tenant(&caller, id).await.map_err(fail(&caller))?)))
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct TenantDeleted {
+    deleted: i64,
+}
+
+/// A platform admin deletes a tenant: its environments stop (and are torn down), its
+/// sessions and tokens end, its volumes go once nothing runs; its history stays.
+#[utoipa::path(delete, path = "/api/v1/tenants/{id}", tag = "tenants",
+    params(("id" = i64, Path, description = "The tenant's id")),
+    responses((status = 200, body = TenantDeleted)))]
+pub(super) async fn delete_tenant(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(id): Path<i64>,
+) -> Result<Json<TenantDeleted>, ApiError> {
+    platform.change_tenant(&caller, id, TenantChange::Delete).await.map_err(fail(&caller))?;
+    Ok(Json(TenantDeleted { deleted: id }))
 }
 
 #[derive(Serialize, ToSchema)]

@@ -517,3 +517,77 @@ async fn a_script_serves_a_model_shows_its_key_once_and_scales_it() {
     let none = berth.api(Method::GET, &format!("/api/v1/environments/{notebook}/endpoint"), "", Some(&token)).await;
     assert_eq!(none.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", none.body);
 }
+
+/// Onboarding and offboarding by script: a platform admin makes a tenant with its first
+/// admin, suspends it (its people's tokens stop at once), resumes it, is told what is wrong
+/// with a bad status or isolation (nothing changes), and deletes it.
+#[tokio::test]
+async fn a_script_onboards_suspends_and_deletes_a_tenant() {
+    let berth = Berth::start(None).await;
+    let staff = berth.person("ops@example.com", Role::PlatformAdmin, None).await;
+    let (_, token) = berth.token(&staff, &[]).await;
+    let b = &berth;
+    let call = move |method: Method, path: String, body: String| {
+        let token = token.clone();
+        async move { b.api(method, &path, &body, Some(&token)).await }
+    };
+
+    let made = call(
+        Method::POST,
+        "/api/v1/tenants".into(),
+        r#"{"slug": "initech", "name": "Initech", "isolation": "soft", "first_admin": "peter@initech.example"}"#.into(),
+    )
+    .await;
+    assert_eq!(made.status, StatusCode::CREATED, "{}", made.body);
+    let tenant = json(&made);
+    assert_eq!((tenant["slug"].as_str(), tenant["status"].as_str()), (Some("initech"), Some("active")));
+    assert_eq!(tenant["members"], 1, "its first admin is invited");
+    let id = tenant["id"].as_i64().expect("id");
+    let again =
+        call(Method::POST, "/api/v1/tenants".into(), r#"{"slug": "initech", "name": "I", "isolation": "soft"}"#.into())
+            .await;
+    assert_eq!(again.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", again.body);
+    assert!(again.body.contains(r#"the short name \"initech\" is taken"#), "{}", again.body);
+
+    let mia = berth.person("mia@initech.example", Role::Member, Some(id)).await;
+    let (_, mias) = berth.token(&mia, &[]).await;
+    assert_eq!(berth.api(Method::GET, "/api/v1/me", "", Some(&mias)).await.status, StatusCode::OK);
+
+    let tenant_path = format!("/api/v1/tenants/{id}");
+    let suspended = call(Method::PATCH, tenant_path.clone(), r#"{"status": "suspended"}"#.into()).await;
+    assert_eq!(suspended.status, StatusCode::OK, "{}", suspended.body);
+    assert_eq!(json(&suspended)["status"], "suspended");
+    assert_eq!(berth.api(Method::GET, "/api/v1/me", "", Some(&mias)).await.status, StatusCode::UNAUTHORIZED);
+
+    let bad = call(Method::PATCH, tenant_path.clone(), r#"{"status": "deleted", "isolation": "hard"}"#.into()).await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
+    assert!(bad.body.contains(r#"not \"deleted\" (delete a tenant with DELETE)"#), "{}", bad.body);
+    let bad = call(Method::PATCH, tenant_path.clone(), r#"{"isolation": "total"}"#.into()).await;
+    assert!(bad.body.contains(r#"isolation must be soft, hard or hybrid, not \"total\""#), "{}", bad.body);
+    let resumed = call(Method::PATCH, tenant_path.clone(), r#"{"status": "active"}"#.into()).await;
+    let resumed = json(&resumed);
+    assert_eq!((resumed["status"].as_str(), resumed["isolation"].as_str()), (Some("active"), Some("soft")));
+
+    let deleted = call(Method::DELETE, tenant_path.clone(), String::new()).await;
+    assert_eq!(deleted.status, StatusCode::OK, "{}", deleted.body);
+    let status: String = sqlx::query_scalar("SELECT status FROM tenants WHERE id = ?")
+        .bind(id)
+        .fetch_one(berth.platform.db())
+        .await
+        .expect("status");
+    assert_eq!(status, "deleted");
+    assert_eq!(call(Method::DELETE, tenant_path, String::new()).await.status, StatusCode::NOT_FOUND);
+    // A member may not make tenants.
+    let other = berth.platform.ensure_tenant("hooli", "Hooli", Isolation::Soft).await.expect("tenant");
+    let (_, members_token) =
+        berth.token(&berth.person("gavin@hooli.example", Role::Member, Some(other)).await, &[]).await;
+    let refused = berth
+        .api(
+            Method::POST,
+            "/api/v1/tenants",
+            r#"{"slug": "x", "name": "X", "isolation": "soft"}"#,
+            Some(&members_token),
+        )
+        .await;
+    assert!(refused.status == StatusCode::FORBIDDEN, "{}", refused.body);
+}

@@ -422,6 +422,15 @@ fn routes() -> Vec<Route> {
         ),
         sf("/api/set_tenant_isolation", tenant(TenantManage), "id={id}&isolation=soft"),
         sf("/api/change_tenant", tenant(TenantManage), "id={id}&change=resume"),
+        api(M::PATCH, "/api/v1/tenants/{id}", tenant(TenantManage), r#"{"status": "active", "isolation": null}"#),
+        // Deleting names a tenant nothing has: the matrix's tenants stay for the other routes.
+        api_missing(M::DELETE, "/api/v1/tenants/{id}", Some((TenantManage, Aim::Platform)), ""),
+        api(
+            M::POST,
+            "/api/v1/tenants",
+            Some((TenantManage, Aim::Platform)),
+            r#"{"slug": "api-t-{n}", "name": "API tenant {n}", "isolation": "soft"}"#,
+        ),
         sf(
             "/api/create_tenant",
             Some((TenantManage, Aim::Platform)),

@@ -46,11 +46,15 @@ async fn schemathesis_finds_no_server_error_and_no_broken_answer() {
     let mut runs: Vec<(String, Option<String>, Vec<&str>)> = Vec::new();
     // Revoking comes last, the platform admin's after the member's: the fuzzer may well
     // revoke the very token it runs with, and an admin anyone's. Removing a member (or
-    // changing their role) ends or narrows their token the same way, so it comes last too.
+    // changing their role), suspending or deleting a tenant end or narrow their tokens the
+    // same way, so they come last too.
     let (_, admin_token) = berth.token(&admin, &[]).await;
     let (_, member_token) = berth.token(&member, &[]).await;
-    let everything_else = vec!["--exclude-path-regex", "^/api/v1/(agent/|tokens/.*/revoke|tenants/[^/]+/members/)"];
-    let revoking = vec!["--include-path-regex", "^/api/v1/(tokens/.*/revoke|tenants/[^/]+/members/)", NO_LINKS];
+    // Suspending or deleting a tenant ends its people's tokens too: last as well.
+    let everything_else =
+        vec!["--exclude-path-regex", "^/api/v1/(agent/|tokens/.*/revoke|tenants/[^/]+/members/|tenants/[^/]+$)"];
+    let revoking =
+        vec!["--include-path-regex", "^/api/v1/(tokens/.*/revoke|tenants/[^/]+/members/|tenants/[^/]+$)", NO_LINKS];
     runs.push(("a platform admin".into(), Some(admin_token.clone()), everything_else.clone()));
     runs.push(("a tenant member".into(), Some(member_token.clone()), everything_else.clone()));
     // Two tenants' members as peers: what one reads of its own, the other must not
