@@ -171,13 +171,16 @@ impl GpuProbe for NvmlProbe {
 
 fn read_gpu(nvml: &Nvml, index: u32) -> Result<GpuReport, NvmlError> {
     let device = nvml.device_by_index(index)?;
+    // An error: a GPU without MIG.
+    let mig_mode = device.mig_mode();
     // Readings a GPU does not support (ECC off, no power sensor) are left empty.
     Ok(GpuReport {
         index: i64::from(index),
         uuid: device.uuid()?,
         name: device.name()?,
         memory_mib: i64::try_from(device.memory_info()?.total / (1024 * 1024)).unwrap_or(i64::MAX),
-        mig_enabled: device.mig_mode().is_ok_and(|mode| mode.current == 1),
+        mig_enabled: mig_mode.as_ref().is_ok_and(|mode| mode.current == 1),
+        mig_pending: mig_mode.as_ref().ok().map(|mode| mode.pending == 1),
         // nvml-wrapper's safe API cannot list MIG instances yet (it needs
         // nvmlDeviceGetMigDeviceHandleByIndex); left for the nvidia-smi fallback.
         mig_instances: None,

@@ -35,6 +35,10 @@ pub struct GpuReport {
     pub memory_mib: i64,
     /// MIG mode currently in effect (not the one pending a reset).
     pub mig_enabled: bool,
+    /// The MIG mode the GPU takes at its next reset; `None` for a GPU without MIG (or an
+    /// agent that does not say). Different from `mig_enabled`, the change waits for a reset.
+    #[serde(default)]
+    pub mig_pending: Option<bool>,
     /// MIG instances on the GPU, when the agent could count them.
     #[serde(default)]
     pub mig_instances: Option<i64>,
@@ -281,8 +285,8 @@ pub fn model_of(product_name: &str, memory_mib: i64) -> Option<GpuModel> {
 }
 
 /// What one reported GPU's readings say about its health, against the model the fleet
-/// file gives it. A different model or any uncorrected ECC error fails it; running hot
-/// degrades it.
+/// file gives it. A different model or any uncorrected ECC error fails it; running hot, or
+/// a MIG mode change waiting for a reset, degrades it (a degraded GPU takes no new booking).
 pub fn assess(gpu: &GpuReport, expected: GpuModel) -> Verdict {
     let reported = model_of(&gpu.name, gpu.memory_mib);
     if reported != Some(expected) {
@@ -297,6 +301,19 @@ pub fn assess(gpu: &GpuReport, expected: GpuModel) -> Verdict {
     }
     if let Some(t) = gpu.temperature_c.filter(|t| *t > HOT_GPU_C) {
         return Verdict { health: GpuHealth::Degraded, note: format!("{t} °C, above {HOT_GPU_C} °C") };
+    }
+    // Placement assumes the mode in effect; a change pending a reset flips it under any
+    // booking (MIG slices vanish, or a whole GPU splits), so the GPU takes none until then.
+    if let Some(pending) = gpu.mig_pending.filter(|p| *p != gpu.mig_enabled) {
+        let (now, then) = if pending { ("off", "on") } else { ("on", "off") };
+        return Verdict {
+            health: GpuHealth::Degraded,
+            note: format!(
+                "MIG mode is {now} until a GPU reset turns it {then}: reset it with nothing running on it \
+                 (nvidia-smi -i {} -r)",
+                gpu.index
+            ),
+        };
     }
     Verdict { health: GpuHealth::Healthy, note: String::new() }
 }
@@ -383,6 +400,36 @@ mod tests {
         // Readings the GPU does not support say nothing against it.
         let silent = GpuReport { ecc_uncorrected: None, temperature_c: None, ..h100(3) };
         assert_eq!(assess(&silent, GpuModel::H100_80GB).health, GpuHealth::Healthy);
+    }
+
+    #[test]
+    fn a_mig_mode_waiting_for_a_reset_degrades_the_gpu_until_it_is_in_effect() {
+        let stuck_off = GpuReport { mig_enabled: false, mig_pending: Some(true), ..h100(3) };
+        let verdict = assess(&stuck_off, GpuModel::H100_80GB);
+        assert_eq!(verdict.health, GpuHealth::Degraded);
+        assert_eq!(
+            verdict.note,
+            "MIG mode is off until a GPU reset turns it on: reset it with nothing running on it (nvidia-smi -i 3 -r)"
+        );
+        let stuck_on = GpuReport { mig_enabled: true, mig_pending: Some(false), ..h100(0) };
+        assert!(
+            assess(&stuck_on, GpuModel::H100_80GB).note.starts_with("MIG mode is on until a GPU reset turns it off")
+        );
+        for settled in [
+            GpuReport { mig_enabled: true, mig_pending: Some(true), ..h100(0) },
+            GpuReport { mig_enabled: false, mig_pending: Some(false), ..h100(0) },
+            // A GPU without MIG, or an agent that does not say.
+            GpuReport { mig_enabled: false, mig_pending: None, ..h100(0) },
+        ] {
+            assert_eq!(assess(&settled, GpuModel::H100_80GB).health, GpuHealth::Healthy, "{settled:?}");
+        }
+        // Once reset, the agent's next report makes it healthy again.
+        let degraded = assess(&stuck_off, GpuModel::H100_80GB);
+        let reset = assess(&GpuReport { mig_enabled: true, ..stuck_off.clone() }, GpuModel::H100_80GB);
+        assert_eq!(
+            next_health(degraded.health, &degraded.note, HealthSource::Agent, &reset),
+            Some(Verdict { health: GpuHealth::Healthy, note: String::new() })
+        );
     }
 
     #[test]

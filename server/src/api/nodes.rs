@@ -314,7 +314,11 @@ pub struct GpuReportBody {
     /// e.g. `NVIDIA H100 80GB HBM3`.
     name: String,
     memory_mib: i64,
+    /// The MIG mode in effect.
     mig_enabled: bool,
+    /// The MIG mode at the GPU's next reset; `null` for a GPU without MIG. Different from
+    /// `mig_enabled`, the GPU takes no new booking until it is reset.
+    mig_pending: Option<bool>,
     mig_instances: Option<i64>,
     /// Uncorrected ECC errors since the driver loaded.
     ecc_uncorrected: Option<i64>,

@@ -124,6 +124,52 @@ async fn the_portal_refuses_personal_tokens_bad_reports_and_is_told_apart_when_d
     assert!(error.starts_with("cannot reach the portal at http://127.0.0.1:1/api/v1/agent/report"), "{error}");
 }
 
+/// A GPU whose MIG mode change waits for a reset takes no booking: the agent reports both
+/// modes, the portal degrades the GPU saying how to reset it (the fleet page shows the
+/// note), and once the mode is in effect the next report makes it healthy again.
+#[tokio::test]
+async fn a_mig_mode_waiting_for_a_reset_keeps_the_gpu_out_of_bookings_until_it_is_reset() {
+    let berth = Berth::start(None).await;
+    let admin = berth.person("admin@example.com", Role::PlatformAdmin, None).await;
+    let (_, secret) = berth.platform.create_node_token(&admin.caller(meta()), "h100-01").await.expect("node token");
+    let report = |current: bool, pending: bool| {
+        let gpu = |index: i64, current: bool, pending: bool| {
+            json!({"index": index, "uuid": format!("GPU-h-{index}"), "name": "NVIDIA H100 80GB HBM3",
+                   "memory_mib": 81_559, "ecc_uncorrected": 0, "temperature_c": 40,
+                   "mig_enabled": current, "mig_pending": pending})
+        };
+        json!({"agent_version": "0.1.0", "gpus": [gpu(0, false, false), gpu(1, current, pending)]}).to_string()
+    };
+    let health = || async {
+        sqlx::query_as::<_, (String, Option<String>)>(
+            "SELECT g.health, g.health_note FROM gpus g JOIN nodes n ON n.id = g.node_id
+             WHERE n.name = 'h100-01' AND g.idx = 1",
+        )
+        .fetch_one(berth.platform.db())
+        .await
+        .expect("health")
+    };
+
+    let reply = berth.api(Method::POST, "/api/v1/agent/report", &report(false, true), Some(&secret)).await;
+    assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+    let note =
+        "MIG mode is off until a GPU reset turns it on: reset it with nothing running on it (nvidia-smi -i 1 -r)";
+    assert!(reply.body.contains(&format!("gpu 1: degraded: {note}")), "{}", reply.body);
+    assert_eq!(health().await, ("degraded".to_owned(), Some(note.to_owned())));
+    let free: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM gpus g JOIN nodes n ON n.id = g.node_id
+         WHERE n.name = 'h100-01' AND g.health = 'healthy' AND n.state = 'available'",
+    )
+    .fetch_one(berth.platform.db())
+    .await
+    .expect("bookable");
+    assert_eq!(free, 1, "only GPU 0 takes bookings");
+
+    let reply = berth.api(Method::POST, "/api/v1/agent/report", &report(true, true), Some(&secret)).await;
+    assert!(reply.body.contains("gpu 1: healthy"), "{}", reply.body);
+    assert_eq!(health().await, ("healthy".to_owned(), None));
+}
+
 /// Onboarding a node by script: a platform admin makes its agent's token through the API,
 /// the agent reports with it, and once the token is revoked the agent is refused.
 #[tokio::test]

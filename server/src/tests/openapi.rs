@@ -137,7 +137,7 @@ async fn the_schemas_of_domain_bodies_are_what_the_domain_reads() {
     let with_ids = json!({ "offering": "notebook", "size": "s", "name": "n", "hours": "1", "volumes": [3, "4"] });
     assert!(serde_json::from_value::<LaunchRequest>(with_ids).is_ok(), "volumes as the schema allows them");
 
-    let gpu = json!({ "index": 0, "uuid": "GPU-1", "name": "H100", "memory_mib": 81559, "mig_enabled": false,
+    let gpu = json!({ "index": 0, "uuid": "GPU-1", "name": "H100", "memory_mib": 81559, "mig_enabled": false, "mig_pending": false,
         "mig_instances": 0, "ecc_uncorrected": 0, "temperature_c": 40, "power_w": 300, "utilization_pct": 5 });
     assert_schema_reads::<GpuReport>(&document, "GpuReportBody", gpu.clone());
     assert_schema_reads::<NodeReport>(&document, "NodeReportBody", json!({ "agent_version": "1", "gpus": [gpu] }));
