@@ -37,6 +37,7 @@ fn h100(index: i64) -> GpuReport {
         name: "NVIDIA H100 80GB HBM3".into(),
         memory_mib: 81_559,
         mig_enabled: false,
+        mig_pending: Some(false),
         mig_instances: Some(0),
         ecc_uncorrected: Some(0),
         temperature_c: Some(41),
