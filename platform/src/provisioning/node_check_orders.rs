@@ -35,12 +35,17 @@ impl Platform {
         gpus: u32,
         poll: Duration,
     ) -> Result<String, String> {
-        let ordered = self.write_check_order(node, kind, level, gpus).await.map_err(|e| e.to_string())?;
+        // The answer is shown on the node page: Berth's own failures go to its log, not there.
+        let internal = |e: Error| {
+            tracing::error!(node, kind = kind.as_str(), error = %e, "a check order could not be written or read");
+            "Berth could not order the check or read its answer (its log says why)".to_owned()
+        };
+        let ordered = self.write_check_order(node, kind, level, gpus).await.map_err(internal)?;
         let taken_by = tokio::time::Instant::now() + TAKE_WITHIN;
         let answered_by = taken_by + kind.time_limit(level);
         loop {
             tokio::time::sleep(poll).await;
-            let (taken, answered, output, error) = self.check_order(ordered).await.map_err(|e| e.to_string())?;
+            let (taken, answered, output, error) = self.check_order(ordered).await.map_err(internal)?;
             if answered {
                 return match error {
                     Some(error) => Err(error),
@@ -57,7 +62,7 @@ impl Platform {
             };
             if let Some(why) = late {
                 // Closed now: an answer in the meantime wins, and a later one changes nothing.
-                if self.close_check_order(ordered, &why).await.map_err(|e| e.to_string())? {
+                if self.close_check_order(ordered, &why).await.map_err(internal)? {
                     return Err(why);
                 }
             }
