@@ -253,6 +253,9 @@ pub struct Agent {
     mig: Option<MigSource>,
     /// Whether the last MIG read failed: said once per run of failures, not every report.
     mig_failing: std::sync::atomic::AtomicBool,
+    /// Whether this agent has taken its node's checks yet: its first ask takes again those
+    /// an earlier run of it took and never answered.
+    checks_taken: std::sync::atomic::AtomicBool,
 }
 
 impl Agent {
@@ -275,6 +278,7 @@ impl Agent {
             host: None,
             mig: None,
             mig_failing: std::sync::atomic::AtomicBool::new(false),
+            checks_taken: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -385,9 +389,16 @@ impl Agent {
     /// how many ran. A check's own failure is its answer; `Err` only when the portal could
     /// not be asked or told.
     pub async fn run_checks_once(&self) -> Result<usize, Error> {
+        use std::sync::atomic::Ordering;
         let Some((host, _)) = &self.host else { return Ok(0) };
-        let orders: Vec<CheckOrder> = serde_json::from_value(self.call(reqwest::Method::GET, CHECKS_PATH, None).await?)
+        let path = if self.checks_taken.load(Ordering::Relaxed) {
+            CHECKS_PATH.to_owned()
+        } else {
+            format!("{CHECKS_PATH}?resume=true")
+        };
+        let orders: Vec<CheckOrder> = serde_json::from_value(self.call(reqwest::Method::GET, &path, None).await?)
             .map_err(Error::UnreadableChecks)?;
+        self.checks_taken.store(true, Ordering::Relaxed);
         for order in &orders {
             tracing::info!(id = order.id, kind = order.kind.as_str(), level = order.level.as_str(), "running a check");
             let (node, ordered) = (host.clone(), order.clone());

@@ -113,14 +113,22 @@ impl Platform {
     }
 
     /// The checks ordered on the node behind `secret` that its agent has not taken yet,
-    /// oldest first; they count as taken from now on.
-    pub async fn take_check_orders(&self, secret: &str, meta: RequestMeta) -> Result<Vec<CheckOrder>, Error> {
+    /// oldest first; they count as taken from now on. With `resume` (an agent that has just
+    /// started), also those taken and never answered: an agent that stopped while they ran
+    /// runs them again rather than leave them waiting out their time limit.
+    pub async fn take_check_orders(
+        &self,
+        secret: &str,
+        resume: bool,
+        meta: RequestMeta,
+    ) -> Result<Vec<CheckOrder>, Error> {
         let agent = self.authenticate_node(secret, "agent.checks", &meta).await?;
         let open: Vec<(i64, String, String, u32)> = sqlx::query_as(
             "SELECT id, kind, level, gpus FROM node_check_orders
-             WHERE node_id = ? AND taken_at IS NULL AND answered_at IS NULL ORDER BY id",
+             WHERE node_id = ? AND (taken_at IS NULL OR ?) AND answered_at IS NULL ORDER BY id",
         )
         .bind(agent.node_id)
+        .bind(resume)
         .fetch_all(&self.db)
         .await?;
         if open.is_empty() {
@@ -131,12 +139,15 @@ impl Platform {
         for (id, kind, level, gpus) in open {
             // Taken once: a second agent with the node's token (or a retried request) gets
             // none it was handed already.
-            let fresh = sqlx::query("UPDATE node_check_orders SET taken_at = ? WHERE id = ? AND taken_at IS NULL")
-                .bind(now_ms())
-                .bind(id)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
+            let fresh = sqlx::query(
+                "UPDATE node_check_orders SET taken_at = ? WHERE id = ? AND (taken_at IS NULL OR ?) AND answered_at IS NULL",
+            )
+            .bind(now_ms())
+            .bind(id)
+            .bind(resume)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
             let (Some(kind), Ok(level)) = (CheckKind::parse(&kind), CheckLevel::parse(&level)) else {
                 return Err(Error::internal(format!("check order {id} has kind {kind:?} and level {level:?}")));
             };

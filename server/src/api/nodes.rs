@@ -2,7 +2,7 @@
 //! (`/api/v1/agent/*`, node token).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use berth_domain::Refusal;
 use berth_domain::agent::NodeReport;
@@ -12,7 +12,7 @@ use berth_platform::Error;
 use berth_platform::provisioning::telemetry::XidError;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::ToSchema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::{ApiError, Body, NodeSecret, TokenCaller, fail, node_unauthenticated, rfc3339, schema};
 use crate::state::AppState;
@@ -455,15 +455,25 @@ pub struct CheckOrderBody {
     gpus: u32,
 }
 
-/// A bare-metal node's agent takes the checks ordered on its node (each is handed out once).
-#[utoipa::path(get, path = "/api/v1/agent/checks", tag = "agent",
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CheckOrdersQuery {
+    /// `true` from an agent that has just started: the checks it took before and never
+    /// answered are handed out again.
+    resume: Option<bool>,
+}
+
+/// A bare-metal node's agent takes the checks ordered on its node (each is handed out once,
+/// or again to an agent that has just started).
+#[utoipa::path(get, path = "/api/v1/agent/checks", tag = "agent", params(CheckOrdersQuery),
     responses((status = 200, body = Vec<CheckOrderBody>)))]
 pub(super) async fn agent_checks(
     State(state): State<AppState>,
     NodeSecret(secret, meta): NodeSecret,
+    Query(query): Query<CheckOrdersQuery>,
 ) -> Result<Json<Vec<CheckOrderBody>>, Response> {
     let request_id = meta.request_id.clone();
-    match state.platform.take_check_orders(&secret, meta).await {
+    match state.platform.take_check_orders(&secret, query.resume.unwrap_or(false), meta).await {
         Ok(orders) => Ok(Json(
             orders
                 .into_iter()

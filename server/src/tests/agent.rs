@@ -170,6 +170,73 @@ async fn a_mig_mode_waiting_for_a_reset_keeps_the_gpu_out_of_bookings_until_it_i
     assert_eq!(health().await, ("healthy".to_owned(), None));
 }
 
+/// An agent that stopped while it ran checks takes them again when it starts: its first
+/// ask says `resume`, and the checks it took and never answered are handed out again,
+/// rather than left to wait out their time limit.
+#[tokio::test]
+async fn checks_an_agent_took_before_it_restarted_are_handed_to_it_again() {
+    use berth_platform::provisioning::backend::baremetal::{BareMetal, BareMetalConfig};
+
+    let berth = Berth::start(None).await;
+    let admin = berth.person("admin@example.com", Role::PlatformAdmin, None).await;
+    let (_, secret) = berth.platform.create_node_token(&admin.caller(meta()), "h100-02").await.expect("node token");
+    let config = BareMetalConfig { poll_interval: Duration::from_millis(10), volumes_path: None };
+    let platform = berth.platform.clone().with_backend(Arc::new(BareMetal::new(berth.platform.clone(), config)));
+    let run = tokio::spawn(async move { platform.run_node_checks(&admin.caller(meta()), "h100-02", "quick").await });
+
+    let take = |path: &'static str| {
+        let secret = secret.clone();
+        let berth = &berth;
+        async move {
+            let reply = berth.api(Method::GET, path, "", Some(&secret)).await;
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+            serde_json::from_str::<Vec<serde_json::Value>>(&reply.body).expect("orders")
+        }
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let taken = loop {
+        let orders = take("/api/v1/agent/checks").await;
+        if !orders.is_empty() {
+            break orders;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no check was ordered");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(taken[0]["kind"], "gpu_diagnostics");
+    assert_eq!(take("/api/v1/agent/checks").await, Vec::<serde_json::Value>::new(), "handed out once");
+    // The agent restarts before answering: its first ask takes the same checks again.
+    let again = take("/api/v1/agent/checks?resume=true").await;
+    assert_eq!(again.first().map(|o| &o["id"]), Some(&taken[0]["id"]));
+
+    let diag = include_str!("../../../domain/fixtures/checks/dcgmi-diag-r1-pass.json");
+    let mut ran = Vec::new();
+    // Orders come one kind after another: each is answered as the agent would.
+    let mut orders = again;
+    while let Some(order) = orders.first().cloned() {
+        let output = match order["kind"].as_str() {
+            Some("gpu_diagnostics") => diag,
+            Some("memory_errors") => include_str!("../../../domain/fixtures/checks/nvidia-smi-q-health.recorded.txt"),
+            _ => "",
+        };
+        let path = format!("/api/v1/agent/checks/{}", order["id"]);
+        let body = json!({ "output": output }).to_string();
+        assert_eq!(berth.api(Method::POST, &path, &body, Some(&secret)).await.status, StatusCode::OK);
+        ran.push(order["kind"].as_str().unwrap_or_default().to_owned());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        orders = loop {
+            let next = take("/api/v1/agent/checks").await;
+            if !next.is_empty() || run.is_finished() || tokio::time::Instant::now() >= deadline {
+                break next;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+    }
+    assert_eq!(ran, ["gpu_diagnostics", "memory_errors", "xid_events"]);
+    let run = run.await.expect("the run").expect("checks");
+    assert_eq!(run.results.len(), 3);
+    assert_eq!(run.results[0].raw_output, diag, "the answer given after the restart is the run's");
+}
+
 /// Onboarding a node by script: a platform admin makes its agent's token through the API,
 /// the agent reports with it, and once the token is revoked the agent is refused.
 #[tokio::test]
