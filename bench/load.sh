@@ -29,14 +29,24 @@ fi
 command -v python3 >/dev/null || { echo "python3 is missing (it computes the one-time code)" >&2; exit 1; }
 
 dir=$(mktemp -d)
-port=${BENCH_PORT:-39170}
-url=http://127.0.0.1:$port
-BERTH_LOG=warn "$berth" serve --listen 127.0.0.1:$port --database "sqlite://$dir/berth.db" \
-  --site-root target/site --demo --sim-speed 0 >"$dir/berth.log" 2>&1 &
-pid=$!
-trap 'kill $pid 2>/dev/null; rm -rf "$dir"' EXIT
-for _ in $(seq 100); do curl -fs "$url/readyz" >/dev/null && break; sleep 0.1; done
-# Ours answering, not something else already on the port.
+trap 'kill ${pid:-} 2>/dev/null; rm -rf "$dir"' EXIT
+# Ports below Linux's ephemeral range (32768 and up): a fixed port there can be a client
+# connection's own port for a moment, and the listen fails. One taken all the same is
+# passed over for the next.
+for port in ${BENCH_PORT:-$(seq 29170 29179)}; do
+  url=http://127.0.0.1:$port
+  BERTH_LOG=warn "$berth" serve --listen 127.0.0.1:$port --database "sqlite://$dir/berth-$port.db" \
+    --site-root target/site --demo --sim-speed 0 >"$dir/berth.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 100); do
+    curl -fs "$url/readyz" >/dev/null && break
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.1
+  done
+  # Ours answering, not something else already on the port.
+  kill -0 $pid 2>/dev/null && curl -fs "$url/readyz" >/dev/null && break
+  grep -q "Address already in use" "$dir/berth.log" || break
+done
 kill -0 $pid 2>/dev/null && curl -fs "$url/readyz" >/dev/null || {
   echo "berth did not start on port $port:" >&2
   cat "$dir/berth.log" >&2
