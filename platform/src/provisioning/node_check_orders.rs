@@ -123,39 +123,42 @@ impl Platform {
         meta: RequestMeta,
     ) -> Result<Vec<CheckOrder>, Error> {
         let agent = self.authenticate_node(secret, "agent.checks", &meta).await?;
-        let open: Vec<(i64, String, String, u32)> = sqlx::query_as(
-            "SELECT id, kind, level, gpus FROM node_check_orders
-             WHERE node_id = ? AND (taken_at IS NULL OR ?) AND answered_at IS NULL ORDER BY id",
+        // Every agent asks every few seconds: a read first, and the writer turn only when
+        // there is something to take.
+        let open: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM node_check_orders
+                            WHERE node_id = ? AND (taken_at IS NULL OR ?) AND answered_at IS NULL)",
         )
         .bind(agent.node_id)
         .bind(resume)
-        .fetch_all(&self.db)
+        .fetch_one(&self.db)
         .await?;
-        if open.is_empty() {
+        if !open {
             return Ok(Vec::new());
         }
         let mut tx = self.begin_write().await?;
-        let mut taken = Vec::new();
-        for (id, kind, level, gpus) in open {
-            // Taken once: a second agent with the node's token (or a retried request) gets
-            // none it was handed already.
-            let fresh = sqlx::query(
-                "UPDATE node_check_orders SET taken_at = ? WHERE id = ? AND (taken_at IS NULL OR ?) AND answered_at IS NULL",
-            )
-            .bind(now_ms())
-            .bind(id)
-            .bind(resume)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+        // Taken once, under the turn: a second agent with the node's token (or a retried
+        // request) gets none it was handed already.
+        let rows: Vec<(i64, String, String, u32)> = sqlx::query_as(
+            "UPDATE node_check_orders SET taken_at = ?
+             WHERE node_id = ? AND (taken_at IS NULL OR ?) AND answered_at IS NULL
+             RETURNING id, kind, level, gpus",
+        )
+        .bind(now_ms())
+        .bind(agent.node_id)
+        .bind(resume)
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut taken = Vec::with_capacity(rows.len());
+        for (id, kind, level, gpus) in rows {
             let (Some(kind), Ok(level)) = (CheckKind::parse(&kind), CheckLevel::parse(&level)) else {
                 return Err(Error::internal(format!("check order {id} has kind {kind:?} and level {level:?}")));
             };
-            if fresh == 1 {
-                taken.push(CheckOrder { id, kind, level, gpus });
-            }
+            taken.push(CheckOrder { id, kind, level, gpus });
         }
         tx.commit().await?;
+        // Oldest first (RETURNING keeps no order).
+        taken.sort_by_key(|o| o.id);
         Ok(taken)
     }
 

@@ -380,16 +380,22 @@ pub(super) async fn agent_report(
     NodeSecret(secret, meta): NodeSecret,
     Body(report): Body<NodeReport>,
 ) -> Result<Json<ReportReceiptBody>, Response> {
-    let request_id = meta.request_id.clone();
-    match state.platform.report_node(&secret, &report, meta).await {
-        Ok(receipt) => Ok(Json(ReportReceiptBody {
-            node: receipt.node,
-            gpus: report.gpus.len(),
-            changes: receipt.changes,
-            unexpected_gpus: receipt.unexpected,
-        })),
-        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
-        Err(error) => Err(ApiError { error, request_id }.into_response()),
+    let failed = agent_failure(meta.request_id.clone());
+    let receipt = state.platform.report_node(&secret, &report, meta).await.map_err(failed)?;
+    Ok(Json(ReportReceiptBody {
+        node: receipt.node,
+        gpus: report.gpus.len(),
+        changes: receipt.changes,
+        unexpected_gpus: receipt.unexpected,
+    }))
+}
+
+/// An agent route's failure: without a working node token, a 401 that says which token is
+/// wanted; otherwise the problem as every API route answers it.
+fn agent_failure(request_id: String) -> impl FnOnce(Error) -> Response {
+    move |error| match error {
+        Error::Unauthenticated => node_unauthenticated(&request_id),
+        error => ApiError { error, request_id }.into_response(),
     }
 }
 
@@ -400,15 +406,9 @@ pub(super) async fn agent_plan(
     State(state): State<AppState>,
     NodeSecret(secret, meta): NodeSecret,
 ) -> Result<Json<Value>, Response> {
-    let request_id = meta.request_id.clone();
-    match state.platform.node_plan(&secret, meta).await {
-        Ok(plan) => Ok(Json(
-            serde_json::to_value(plan)
-                .map_err(|e| ApiError { error: Error::internal(e), request_id: request_id.clone() }.into_response())?,
-        )),
-        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
-        Err(error) => Err(ApiError { error, request_id }.into_response()),
-    }
+    let failed = agent_failure(meta.request_id.clone());
+    let plan = state.platform.node_plan(&secret, meta).await;
+    Ok(Json(plan.and_then(|plan| serde_json::to_value(plan).map_err(Error::internal)).map_err(failed)?))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -427,18 +427,15 @@ pub(super) async fn agent_plan_report(
     NodeSecret(secret, meta): NodeSecret,
     Body(report): Body<PlanReport>,
 ) -> Result<Json<PlanAccepted>, Response> {
-    let request_id = meta.request_id.clone();
+    let failed = agent_failure(meta.request_id.clone());
     let generation = report.generation;
     // Its own task: an agent that hangs up must not cut the write transaction short.
     let platform = state.platform.clone();
     let outcome = tokio::spawn(async move { platform.report_node_plan(&secret, &report, meta).await })
         .await
         .unwrap_or_else(|e| Err(Error::internal(e)));
-    match outcome {
-        Ok(()) => Ok(Json(PlanAccepted { generation })),
-        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
-        Err(error) => Err(ApiError { error, request_id }.into_response()),
-    }
+    outcome.map_err(failed)?;
+    Ok(Json(PlanAccepted { generation }))
 }
 
 /// A check a bare-metal node's agent is asked to run (`berth_domain::node_checks::CheckOrder`):
@@ -472,22 +469,20 @@ pub(super) async fn agent_checks(
     NodeSecret(secret, meta): NodeSecret,
     Query(query): Query<CheckOrdersQuery>,
 ) -> Result<Json<Vec<CheckOrderBody>>, Response> {
-    let request_id = meta.request_id.clone();
-    match state.platform.take_check_orders(&secret, query.resume.unwrap_or(false), meta).await {
-        Ok(orders) => Ok(Json(
-            orders
-                .into_iter()
-                .map(|o| CheckOrderBody {
-                    id: o.id,
-                    kind: o.kind.as_str().to_owned(),
-                    level: o.level.as_str().to_owned(),
-                    gpus: o.gpus,
-                })
-                .collect(),
-        )),
-        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
-        Err(error) => Err(ApiError { error, request_id }.into_response()),
-    }
+    let failed = agent_failure(meta.request_id.clone());
+    let orders =
+        state.platform.take_check_orders(&secret, query.resume.unwrap_or(false), meta).await.map_err(failed)?;
+    Ok(Json(
+        orders
+            .into_iter()
+            .map(|o| CheckOrderBody {
+                id: o.id,
+                kind: o.kind.as_str().to_owned(),
+                level: o.level.as_str().to_owned(),
+                gpus: o.gpus,
+            })
+            .collect(),
+    ))
 }
 
 /// What a check printed, or why it could not run (`berth_domain::node_checks::CheckAnswer`).
@@ -518,14 +513,9 @@ pub(super) async fn agent_check_answer(
     Path(id): Path<String>,
     Body(answer): Body<CheckAnswer>,
 ) -> Result<Json<CheckAnswered>, Response> {
-    let request_id = meta.request_id.clone();
+    let failed = agent_failure(meta.request_id.clone());
     // An id that is not a number names no order.
-    let Ok(id) = id.parse::<i64>() else {
-        return Err(ApiError { error: Error::NotFound, request_id }.into_response());
-    };
-    match state.platform.answer_check(&secret, id, &answer, meta).await {
-        Ok(()) => Ok(Json(CheckAnswered { id })),
-        Err(Error::Unauthenticated) => Err(node_unauthenticated(&request_id)),
-        Err(error) => Err(ApiError { error, request_id }.into_response()),
-    }
+    let Ok(id) = id.parse::<i64>() else { return Err(failed(Error::NotFound)) };
+    state.platform.answer_check(&secret, id, &answer, meta).await.map_err(failed)?;
+    Ok(Json(CheckAnswered { id }))
 }
