@@ -23,6 +23,8 @@ mod dedicated_nodes;
 mod golden;
 #[path = "kubernetes/lifecycles.rs"]
 mod lifecycles;
+#[path = "kubernetes/node_checks.rs"]
+mod node_checks;
 #[path = "kubernetes/orphans.rs"]
 mod orphans;
 #[path = "kubernetes/reaching.rs"]

@@ -15,7 +15,7 @@ use berth_platform::notifications::outbox::{Notifier, NotifierConfig};
 use berth_platform::origins::EnvironmentOrigins;
 use berth_platform::provisioning::backend::Backend;
 use berth_platform::provisioning::backend::baremetal::{BareMetal, BareMetalConfig};
-use berth_platform::provisioning::backend::kubernetes::manifests::ClusterSettings;
+use berth_platform::provisioning::backend::kubernetes::manifests::{CheckImages, ClusterSettings};
 use berth_platform::provisioning::backend::kubernetes::{Kubernetes, KubernetesConfig};
 use berth_platform::provisioning::backend::simulated::{FaultRule, Simulated, SimulatedConfig};
 use berth_platform::provisioning::reconciler::{Reconciler, ReconcilerConfig};
@@ -187,6 +187,15 @@ pub struct ServeArgs {
     /// default when not given. Claims of volumes are never owned by an environment's objects.
     #[arg(long, env = "BERTH_KUBE_STORAGE_CLASS")]
     pub kube_storage_class: Option<String>,
+    /// Kubernetes backend: where node health checks run as Jobs pinned to their node (Berth
+    /// applies it, allowing privileged pods: the kernel log and InfiniBand ports need the host).
+    #[arg(long, env = "BERTH_KUBE_CHECK_NAMESPACE", default_value = "berth-node-checks")]
+    pub kube_check_namespace: String,
+    /// Kubernetes backend: the images node health checks run in, as TOOL=IMAGE pairs
+    /// separated by commas (`dcgm` has dcgmi and nv-hostengine, `cuda` nvidia-smi and dmesg,
+    /// `nccl` all_reduce_perf, `infiniband` ibstat); tools not named keep their defaults.
+    #[arg(long, env = "BERTH_KUBE_CHECK_IMAGES", default_value = "")]
+    pub kube_check_images: String,
     /// Kubernetes backend: the Service of the NVIDIA DCGM exporter whose pods give GPU
     /// readings, as NAMESPACE/SERVICE[:PORT], or `off`. Each ready pod behind it is scraped
     /// directly (Berth runs in the cluster), with a 5-second timeout.
@@ -451,6 +460,10 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
                     berth_namespace: args.kube_berth_namespace.clone(),
                     cluster_domain: args.kube_cluster_domain.clone(),
                     storage_class: args.kube_storage_class.clone(),
+                    check_namespace: args.kube_check_namespace.clone(),
+                    check_images: CheckImages::default()
+                        .with_overrides(&args.kube_check_images)
+                        .map_err(|e| format!("--kube-check-images: {e}"))?,
                     ..ClusterSettings::default()
                 },
                 api_server_url: args.kube_api_url.clone(),

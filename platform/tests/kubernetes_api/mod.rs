@@ -58,6 +58,9 @@ pub struct State {
     pub job_status: Option<Value>,
     /// Pods' logs by pod name.
     pub pod_logs: BTreeMap<String, String>,
+    /// What the pod of a Job of this name prints: a Job created with an entry here runs its
+    /// one pod to the end at once (exit 0), and reports itself succeeded.
+    pub job_outputs: BTreeMap<String, String>,
     /// Each node's kubelet stats summary, as its node proxy answers
     /// (`/api/v1/nodes/<node>/proxy/stats/summary`); a node without one has no pods.
     pub stats_summaries: BTreeMap<String, Value>,
@@ -476,6 +479,11 @@ impl State {
                 }
                 self.revision += 1;
                 body["metadata"]["resourceVersion"] = json!(self.revision.to_string());
+                if body.get("kind") == Some(&json!("Job"))
+                    && let Some(output) = self.job_outputs.get(&name).cloned()
+                {
+                    self.run_job_pod(&segs[1], &name, &body, output);
+                }
                 self.objects.insert(path.clone(), body);
                 (StatusCode::CREATED, self.view(&path).unwrap())
             }
@@ -494,6 +502,9 @@ impl State {
             }
             "GET" if is_collection => {
                 let selector = query_value(&call.query, "labelSelector").unwrap_or_default();
+                // The one field selector Berth uses: pods on a node.
+                let on_node = query_value(&call.query, "fieldSelector")
+                    .and_then(|f| f.strip_prefix("spec.nodeName=").map(str::to_owned));
                 let items: Vec<Value> = if segs == ["nodes"] {
                     self.nodes
                         .keys()
@@ -508,6 +519,7 @@ impl State {
                         })
                         .filter_map(|p| self.view(p))
                         .filter(|o| matches_selector(o, &selector))
+                        .filter(|o| on_node.as_deref().is_none_or(|n| o.pointer("/spec/nodeName") == Some(&json!(n))))
                         .collect()
                 };
                 (
@@ -529,6 +541,11 @@ impl State {
             }
             "DELETE" => match self.objects.remove(&call.path) {
                 Some(o) => {
+                    // A Job's pods go with it (Berth deletes Jobs in the background).
+                    if o.get("kind") == Some(&json!("Job")) {
+                        let pod = format!("/api/v1/namespaces/{}/pods/{}-run", segs[1], segs[segs.len() - 1]);
+                        self.objects.remove(&pod);
+                    }
                     if segs.len() == 2 && segs[0] == "namespaces" {
                         let ns = &segs[1];
                         self.objects.retain(|p, _| !p.contains(&format!("/namespaces/{ns}/")));
@@ -541,6 +558,23 @@ impl State {
         }
     }
 
+    /// The one pod of a Job that has run to its end, printing `output`.
+    fn run_job_pod(&mut self, namespace: &str, job: &str, body: &Value, output: String) {
+        let pod = format!("{job}-run");
+        let template = &body["spec"]["template"];
+        let container = template.pointer("/spec/containers/0/name").cloned().unwrap_or(json!("main"));
+        let object = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": pod, "namespace": namespace, "labels": template["metadata"]["labels"].clone(),
+                          "creationTimestamp": "2026-11-27T10:00:00Z" },
+            "spec": template["spec"].clone(),
+            "status": { "phase": "Succeeded",
+                        "containerStatuses": [{ "name": container, "state": { "terminated": { "exitCode": 0 } } }] },
+        });
+        self.objects.insert(format!("/api/v1/namespaces/{namespace}/pods/{pod}"), object);
+        self.pod_logs.insert(pod, output);
+    }
+
     /// An object as the API answers: with the status the cluster would have filled in.
     fn view(&self, path: &str) -> Option<Value> {
         let mut o = self.objects.get(path)?.clone();
@@ -548,6 +582,13 @@ impl State {
             Some("StatefulSet" | "Deployment") => {
                 let replicas = o.pointer("/spec/replicas").cloned().unwrap_or(json!(1));
                 o["status"] = json!({ "replicas": replicas, "readyReplicas": replicas });
+            }
+            Some("Job")
+                if self
+                    .job_outputs
+                    .contains_key(o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default()) =>
+            {
+                o["status"] = json!({ "succeeded": 1 });
             }
             Some("Job") => o["status"] = self.job_status.clone().unwrap_or(json!({ "active": 1 })),
             Some("Secret") if o.get("type") == Some(&json!("kubernetes.io/service-account-token")) => {

@@ -58,8 +58,10 @@ use crate::provisioning::backend::{Holding, PlacedUnit, TenantQueue, TenantSpace
 // `Manifest`), and callers name everything `manifests::…`.
 mod namespaces;
 use namespaces::role_binding;
+mod checks;
 mod nodes;
 
+pub use checks::{CHECK_CONTAINER, CHECK_JOB_LABEL, CheckImages, check_job, check_job_name, check_namespace};
 pub use namespaces::{
     has_own_cluster_queue, namespace_bundle, space_of, tenant_cluster_queue, tenant_namespace_bundle,
     tenant_queue_name, tenant_queue_quota, tenant_quota,
@@ -129,6 +131,11 @@ pub struct ClusterSettings {
     /// The StorageClass of volumes' claims (`--kube-storage-class`); `None` for the
     /// cluster's default. It should offer ReadWriteMany, which the claims ask for.
     pub storage_class: Option<String>,
+    /// Where node health checks run as Jobs (`checks`): a namespace of Berth's that
+    /// allows privileged pods.
+    pub check_namespace: String,
+    /// The images node health checks run in.
+    pub check_images: CheckImages,
 }
 
 impl Default for ClusterSettings {
@@ -143,6 +150,8 @@ impl Default for ClusterSettings {
             berth_namespace: "berth".into(),
             cluster_domain: "cluster.local".into(),
             storage_class: None,
+            check_namespace: "berth-node-checks".into(),
+            check_images: CheckImages::default(),
         }
     }
 }

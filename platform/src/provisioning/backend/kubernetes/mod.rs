@@ -43,6 +43,7 @@
 //! comes from the kubelets' stats summaries, through the API server's node proxy
 //! (`volume_stats`).
 
+mod checks;
 mod dcgm;
 pub mod manifests;
 mod mig;
@@ -72,10 +73,12 @@ use self::manifests::{
     NODE, NodeStage, TENANT_ENVIRONMENTS_ANNOTATION, TENANT_LABEL,
 };
 use super::{
-    Backend, BackendError, JobLogs, JobLogsFuture, JobStatus, OwnedFuture, OwnedObject, PlacedUnit, QueueFuture,
-    ReadingsFuture, RemoveFuture, ScaleFuture, StepFuture, StepOutput, StoredVolume, TenantQueue, Upstream,
-    UpstreamFuture, VolumeMount, VolumesUseFuture, Workload, workload_secret,
+    Backend, BackendError, CheckFuture, CheckedNode, Connection, JobLogs, JobLogsFuture, JobStatus, MoveFuture,
+    OwnedFuture, OwnedObject, PlacedUnit, QueueFuture, ReadingsFuture, RemoveFuture, ScaleFuture, StepFuture,
+    StepOutput, StoredVolume, TenantQueue, Upstream, UpstreamFuture, VolumeMount, VolumesUseFuture, Workload,
+    workload_secret,
 };
+use berth_domain::node_checks::{CheckKind, CheckLevel};
 
 /// Where a soft tenant's volume is kept: `claim <namespace>/<name>`.
 const CLAIM_LOCATION: &str = "claim ";
@@ -394,6 +397,52 @@ impl Kubernetes {
             self.apply_node(&gone, node, NodeStage::Released).await?;
         }
         Ok(())
+    }
+
+    /// Moves a dedicated cluster onto its units now: every node it holds (the replacement
+    /// among them) labelled and tainted for its tenant, the nodes it left given back (kept
+    /// for the tenant's other environments there), and the cluster's pods on those nodes
+    /// deleted and waited out, so their controllers start them on the nodes it holds. The
+    /// kubeconfig does not name nodes: the connection is the same.
+    async fn move_to(&self, w: &Workload, dropped: &[PlacedUnit]) -> Result<Connection, BackendError> {
+        if w.offering != Offering::DedicatedCluster {
+            return Err(BackendError("only a dedicated cluster moves to another node".into()));
+        }
+        let nodes = w.nodes();
+        if manifests::dedicates_nodes(w) {
+            for node in &nodes {
+                self.apply_node(w, node, NodeStage::Held).await?;
+            }
+        }
+        let left = Workload { units: dropped.to_vec(), ..w.clone() };
+        let mut leaving: Vec<String> = left.nodes().into_iter().filter(|n| !nodes.contains(n)).collect();
+        leaving.dedup();
+        let names = manifests::Names::of(w);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &names.namespace);
+        for node in &leaving {
+            // First the node stops being the tenant's, so nothing of the cluster is
+            // scheduled there again; then what still runs there goes.
+            if manifests::dedicates_nodes(w) {
+                self.apply_node(&left, node, NodeStage::Released).await?;
+            }
+            let on_node = ListParams::default().fields(&format!("spec.nodeName={node}"));
+            let doing = format!("list the cluster's pods on {node}");
+            let running = pods.list(&on_node).await.map_err(|e| api_failure(&doing, e))?.items;
+            for pod in &running {
+                match pods.delete(&pod.name_any(), &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(status)) if status.code == 404 => {}
+                    Err(e) => return Err(api_failure(&format!("delete pod {} on {node}", pod.name_any()), e)),
+                }
+            }
+            while !running.is_empty()
+                && !pods.list(&on_node).await.map_err(|e| api_failure(&doing, e))?.items.is_empty()
+            {
+                tokio::time::sleep(self.config.poll_interval).await;
+            }
+        }
+        let kubeconfig = self.kubeconfig(w).await?;
+        Ok(manifests::connection(w, None, &self.api_server_url, Some(kubeconfig)))
     }
 
     fn api(&self, kind: &Kind, namespace: Option<&str>) -> Api<DynamicObject> {
@@ -787,6 +836,23 @@ impl Backend for Kubernetes {
 
     fn job_logs<'a>(&'a self, workload: &'a Workload, tail: usize) -> JobLogsFuture<'a> {
         Box::pin(self.job_logs_of(workload, tail))
+    }
+
+    /// Each check is a Job pinned to the node (see `checks`).
+    fn runs_node_checks(&self) -> bool {
+        true
+    }
+
+    fn run_check<'a>(&'a self, node: &'a CheckedNode, kind: CheckKind, level: CheckLevel) -> CheckFuture<'a> {
+        Box::pin(self.run_check_job(node, kind, level))
+    }
+
+    fn moves_clusters(&self) -> bool {
+        true
+    }
+
+    fn move_cluster<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> MoveFuture<'a> {
+        Box::pin(self.move_to(workload, dropped))
     }
 
     fn scale<'a>(&'a self, workload: &'a Workload, dropped: &'a [PlacedUnit]) -> ScaleFuture<'a> {
