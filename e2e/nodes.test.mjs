@@ -92,3 +92,14 @@ test('a dedicated cluster whose node is retired moves to a healthy node, and its
   assert.match(change, new RegExp(`^${failed} failed .*: fan failure\\. \\S+ replaced it, moved there`));
   assert.notEqual(await nodeOf(), failed);
 });
+
+test('a GPU of a node nobody holds is reset from its page, asked twice, without JavaScript', async () => {
+  const node = 'fra1-a100-01';
+  await page.goto(`${berth.url}/admin/nodes/${node}`);
+  const gpu = page.locator('[data-gpu="2"]');
+  assert.match(await gpu.innerText(), /GPU 2[\s\S]*Healthy/);
+  await gpu.getByText('Reset', { exact: true }).click();
+  await gpu.getByRole('button', { name: 'Yes, reset GPU 2' }).click();
+  await page.waitForURL((url) => url.pathname === `/admin/nodes/${node}` && url.searchParams.get('reset') === '2');
+  assert.match(await page.locator('[data-gpu-reset]').innerText(), /GPU 2 was reset/);
+});

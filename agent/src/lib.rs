@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_domain::agent::{GpuReport, MAX_XIDS_PER_GPU, NodeReport};
-use berth_domain::node_checks::CheckOrder;
+use berth_domain::node_checks::NodeOrder;
 use berth_domain::node_plan::{NodePlan, PlanReport};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
@@ -396,18 +396,18 @@ impl Agent {
         } else {
             format!("{CHECKS_PATH}?resume=true")
         };
-        let orders: Vec<CheckOrder> = serde_json::from_value(self.call(reqwest::Method::GET, &path, None).await?)
+        let orders: Vec<NodeOrder> = serde_json::from_value(self.call(reqwest::Method::GET, &path, None).await?)
             .map_err(Error::UnreadableChecks)?;
         self.checks_taken.store(true, Ordering::Relaxed);
         for order in &orders {
-            tracing::info!(id = order.id, kind = order.kind.as_str(), level = order.level.as_str(), "running a check");
+            tracing::info!(id = order.id, command = %order.task.command(), "running an order");
             let (node, ordered) = (host.clone(), order.clone());
             // Checks run for minutes (DCGM's long level for an hour): off the async threads.
-            let answer = tokio::task::spawn_blocking(move || node.run_check(&ordered))
+            let answer = tokio::task::spawn_blocking(move || node.run_order(&ordered))
                 .await
                 .map_err(|source| Error::Stopped { what: "running a check", source })?;
             if let Some(error) = &answer.error {
-                tracing::warn!(id = order.id, kind = order.kind.as_str(), %error, "a check could not run");
+                tracing::warn!(id = order.id, command = %order.task.command(), %error, "an order could not run");
             }
             let body =
                 serde_json::to_vec(&answer).map_err(|source| Error::Encode { what: "a check's answer", source })?;

@@ -433,6 +433,19 @@ pub struct NodeHealthView {
     pub xid_errors: Vec<String>,
     /// The actions the lifecycle allows now: (event, label).
     pub actions: Vec<(String, String)>,
+    /// Each GPU by index.
+    pub gpus: Vec<NodeGpuView>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeGpuView {
+    pub index: u32,
+    /// `healthy`, `degraded` or `failed` (a badge's state).
+    pub health: String,
+    /// "Healthy", or the health and why: "Degraded: MIG mode is off until a GPU reset …".
+    pub summary: String,
+    /// "on", "off", or "not reported".
+    pub mig_mode: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

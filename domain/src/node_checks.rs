@@ -139,15 +139,58 @@ impl CheckKind {
     }
 }
 
-/// A check a bare-metal node's agent is asked to run (`GET /api/v1/agent/checks`): it runs
-/// [`CheckKind::command`] and answers with a [`CheckAnswer`].
+/// What a bare-metal node's agent is asked to do (`GET /api/v1/agent/checks`): it runs
+/// [`NodeTask::command`] and answers with a [`CheckAnswer`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CheckOrder {
+pub struct NodeOrder {
     pub id: i64,
-    pub kind: CheckKind,
-    pub level: CheckLevel,
-    /// The GPUs the portal books on the node (the NCCL test's `-g`).
-    pub gpus: u32,
+    #[serde(flatten)]
+    pub task: NodeTask,
+}
+
+/// A task the portal may order on a node: one of its commands, never a command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "task", rename_all = "snake_case")]
+pub enum NodeTask {
+    /// A health check.
+    Check {
+        kind: CheckKind,
+        level: CheckLevel,
+        /// The GPUs the portal books on the node (the NCCL test's `-g`).
+        gpus: u32,
+    },
+    /// A reset of one idle GPU (`nvidia-smi -i <gpu> -r`): it applies a MIG mode change
+    /// that waits for one, and clears a GPU that hangs.
+    ResetGpu { gpu: u32 },
+}
+
+impl NodeTask {
+    /// The command the node runs for it.
+    pub fn command(self) -> Command {
+        match self {
+            NodeTask::Check { kind, level, gpus } => kind.command(level, gpus),
+            NodeTask::ResetGpu { gpu } => Command::new("nvidia-smi", &["-i", &gpu.to_string(), "-r"]),
+        }
+    }
+
+    /// How long it may take before it counts as failed: a reset takes seconds.
+    pub fn time_limit(self) -> std::time::Duration {
+        match self {
+            NodeTask::Check { kind, level, .. } => kind.time_limit(level),
+            NodeTask::ResetGpu { .. } => std::time::Duration::from_secs(2 * 60),
+        }
+    }
+}
+
+/// Whether `nvidia-smi -i <gpu> -r` reset the GPU, from what it printed: it says "was
+/// successfully reset" when it did, and why not otherwise (a process using the GPU, a
+/// GPU that cannot be reset alone on an NVLink board, not root).
+pub fn reset_outcome(output: &str) -> Result<(), String> {
+    if output.contains("successfully reset") {
+        return Ok(());
+    }
+    let said: Vec<&str> = output.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    Err(if said.is_empty() { "nvidia-smi printed nothing".to_owned() } else { said.join(" ") })
 }
 
 /// What a check printed, whatever its exit status (a failing `dcgmi diag` exits non-zero
@@ -675,6 +718,36 @@ pub fn parse_ibstat(raw: &str) -> Result<Vec<IbPort>, Refusal> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_gpu_reset_is_its_own_command_and_judged_by_what_nvidia_smi_says() {
+        let reset = NodeTask::ResetGpu { gpu: 3 };
+        assert_eq!(reset.command().to_string(), "nvidia-smi -i 3 -r");
+        assert_eq!(reset.time_limit().as_secs(), 120);
+        let order = NodeOrder { id: 7, task: reset };
+        let wire = serde_json::to_value(&order).unwrap();
+        assert_eq!(wire, serde_json::json!({ "id": 7, "task": "reset_gpu", "gpu": 3 }));
+        let check = NodeOrder {
+            id: 8,
+            task: NodeTask::Check { kind: CheckKind::Infiniband, level: CheckLevel::Quick, gpus: 8 },
+        };
+        let wire = serde_json::to_value(&check).unwrap();
+        assert_eq!(
+            wire,
+            serde_json::json!({ "id": 8, "task": "check", "kind": "infiniband", "level": "quick", "gpus": 8 })
+        );
+        assert_eq!(serde_json::from_value::<NodeOrder>(wire).unwrap(), check);
+
+        assert_eq!(reset_outcome("GPU 00000000:1B:00.0 was successfully reset.\nAll done.\n"), Ok(()));
+        let busy = "The following GPUs could not be reset:\n  GPU 00000000:1B:00.0: In use by another client\n\n\
+                    1 device is currently being used by one or more other processes.\n";
+        let why = reset_outcome(busy).unwrap_err();
+        assert!(
+            why.starts_with("The following GPUs could not be reset: GPU 00000000:1B:00.0: In use by another client"),
+            "{why}"
+        );
+        assert_eq!(reset_outcome(""), Err("nvidia-smi printed nothing".to_owned()));
+    }
     use super::*;
 
     fn fixture(name: &str) -> String {

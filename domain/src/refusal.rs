@@ -18,6 +18,14 @@ pub enum Refusal {
     NodeChecksUnsupported,
     #[error("node {0} is held by a booking; checks that disturb it wait until it is free")]
     NodeHeld(String),
+    #[error("{node} has GPUs 0 to {}; there is no GPU {gpu}", gpus.saturating_sub(1))]
+    NoSuchGpu { node: String, gpu: u32, gpus: u32 },
+    #[error("GPU {gpu} of {node} holds a booking now or within 10 minutes; reset it when nothing runs on it")]
+    GpuInUse { node: String, gpu: u32 },
+    #[error("Berth does not reset GPUs on the {0} backend")]
+    GpuResetUnsupported(&'static str),
+    #[error("GPU {gpu} of {node} was not reset: {why}")]
+    GpuResetFailed { node: String, gpu: u32, why: String },
     #[error("{offering} has no size called \"{size}\"")]
     UnknownSize { offering: String, size: String },
     #[error("name {0}")]

@@ -572,3 +572,45 @@ async fn checks_cut_short_by_a_stop_fail_acceptance_at_the_next_start(pool: Sqli
     berth.platform.change_node_state(&admin, "a100-01", "start_repair", "after the restart").await.unwrap();
     assert_eq!(state_of(&berth, "a100-01").await.0, "available");
 }
+
+/// A GPU reset is a platform admin's repair: only on a GPU that holds no booking now or
+/// soon, only a GPU the node has; done by the backend (recorded on the simulated fleet) and
+/// audited.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_gpu_is_reset_only_by_a_platform_admin_and_only_when_nothing_runs_on_it(pool: SqlitePool) {
+    let berth = berth_with_arrivals(pool).await;
+    let admin = berth.admin().await;
+    let printed = berth.platform.reset_gpu(&admin, "big-01", 3).await.expect("reset");
+    assert!(printed.contains("was successfully reset"), "{printed}");
+    assert_eq!(berth.backend.repairs_of("big-01"), vec!["nvidia-smi -i 3 -r".to_owned()]);
+
+    let missing = berth.platform.reset_gpu(&admin, "big-01", 8).await;
+    assert!(
+        matches!(&missing, Err(Error::Refused(r @ Refusal::NoSuchGpu { .. })) if r.to_string() == "big-01 has GPUs 0 to 7; there is no GPU 8"),
+        "{missing:?}"
+    );
+    assert!(matches!(berth.platform.reset_gpu(&admin, "no-such-node", 0).await, Err(Error::NotFound)));
+    let tenant_admin = berth.user_with("ta@example.com", Role::TenantAdmin).await;
+    assert!(matches!(berth.platform.reset_gpu(&tenant_admin, "big-01", 3).await, Err(Error::Forbidden)));
+    assert!(matches!(berth.platform.reset_gpu(&berth.caller, "big-01", 3).await, Err(Error::Forbidden)));
+
+    // A whole node booked now: none of its GPUs is reset, and the backend is not asked.
+    let env = berth.launch("cluster", "h100-node-1", "holds-a-node").await.expect("booked");
+    let node: String = sqlx::query_scalar(
+        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ?",
+    )
+    .bind(&env.id)
+    .fetch_one(berth.platform.db())
+    .await
+    .expect("placed");
+    let busy = berth.platform.reset_gpu(&admin, &node, 0).await;
+    assert!(matches!(&busy, Err(Error::Refused(Refusal::GpuInUse { .. }))), "{busy:?}");
+    assert_eq!(berth.backend.repairs_of(&node).len(), usize::from(node == "big-01"), "nothing more was reset");
+    let audited: Vec<(String, String)> =
+        sqlx::query_as("SELECT outcome, detail FROM audit_events WHERE action = 'node.gpu_reset' ORDER BY id")
+            .fetch_all(berth.platform.db())
+            .await
+            .expect("audit");
+    assert_eq!(audited, [("success".to_owned(), "GPU 3 reset".to_owned())]);
+}

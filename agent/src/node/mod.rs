@@ -17,7 +17,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use berth_domain::agent::Command;
-use berth_domain::node_checks::{CheckAnswer, CheckOrder};
+use berth_domain::node_checks::{CheckAnswer, NodeOrder};
 use berth_domain::node_plan::{NodePlan, WorkloadStatus};
 
 use self::commands::CommandRunner;
@@ -32,10 +32,10 @@ pub trait NodeHost: Send + Sync {
     fn apply(&self, plan: &NodePlan) -> Result<Vec<WorkloadStatus>, NodeError>;
     /// The node's address on its underlay network, for the tenants' other nodes.
     fn underlay_address(&self) -> Option<Ipv4Addr>;
-    /// Runs a health check the portal ordered with the check's own command
-    /// (`CheckKind::command`, never a command line from the portal): what it printed, or
+    /// Runs what the portal ordered (a health check, a GPU reset) with its own command
+    /// (`NodeTask::command`, never a command line from the portal): what it printed, or
     /// why it could not run.
-    fn run_check(&self, order: &CheckOrder) -> CheckAnswer;
+    fn run_order(&self, order: &NodeOrder) -> CheckAnswer;
 }
 
 /// This machine, through its `nvidia-smi`, `ip`, `bridge`, `nft` and container runtime.
@@ -88,9 +88,8 @@ impl NodeHost for Machine {
         self.network.as_ref().map(|n| n.underlay.address)
     }
 
-    fn run_check(&self, order: &CheckOrder) -> CheckAnswer {
-        let command = order.kind.command(order.level, order.gpus);
-        match self.runner.run_check(&command, order.kind.time_limit(order.level)) {
+    fn run_order(&self, order: &NodeOrder) -> CheckAnswer {
+        match self.runner.run_check(&order.task.command(), order.task.time_limit()) {
             Ok(output) => CheckAnswer::printed(output),
             Err(error) => CheckAnswer::failed(error.to_string()),
         }
@@ -146,27 +145,28 @@ mod tests {
 
     #[test]
     fn a_check_runs_its_own_command_and_answers_with_what_it_printed() {
-        use berth_domain::node_checks::{CheckKind, CheckLevel};
+        use berth_domain::node_checks::{CheckKind, CheckLevel, NodeTask};
 
         let node = Arc::new(Recording::default());
         let diag = include_str!("../../../domain/fixtures/checks/dcgmi-diag-r1-pass.json");
         node.answer("dcgmi diag -r 1 -j", diag);
         node.fail("ibstat", commands::Failure::NotInstalled { program: "ibstat".into() });
         let machine = Machine::new(node.clone(), None, None);
-        let order = |kind, level| CheckOrder { id: 1, kind, level, gpus: 8 };
+        let order = |kind, level| NodeOrder { id: 1, task: NodeTask::Check { kind, level, gpus: 8 } };
         assert_eq!(
-            machine.run_check(&order(CheckKind::GpuDiagnostics, CheckLevel::Quick)),
+            machine.run_order(&order(CheckKind::GpuDiagnostics, CheckLevel::Quick)),
             CheckAnswer::printed(diag.into())
         );
         assert_eq!(
-            machine.run_check(&order(CheckKind::Infiniband, CheckLevel::Quick)),
+            machine.run_order(&order(CheckKind::Infiniband, CheckLevel::Quick)),
             CheckAnswer::failed("ibstat is not installed on this node".into())
         );
-        machine.run_check(&order(CheckKind::NcclBandwidth, CheckLevel::Medium));
+        machine.run_order(&order(CheckKind::NcclBandwidth, CheckLevel::Medium));
+        machine.run_order(&NodeOrder { id: 2, task: NodeTask::ResetGpu { gpu: 5 } });
         assert_eq!(
             node.take(),
-            ["dcgmi diag -r 1 -j", "ibstat ", "all_reduce_perf -b 8 -e 8G -f 2 -g 8"],
-            "each check's own command, nothing else"
+            ["dcgmi diag -r 1 -j", "ibstat ", "all_reduce_perf -b 8 -e 8G -f 2 -g 8", "nvidia-smi -i 5 -r"],
+            "each order's own command, nothing else"
         );
     }
 

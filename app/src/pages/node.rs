@@ -1,12 +1,12 @@
 use leptos::prelude::*;
 use leptos_meta::Title;
-use leptos_router::hooks::use_params_map;
+use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::components::form::BUTTON;
 use crate::components::table::{CELL, ROW_HEADER};
 use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, FieldsOf, RequireUser, StateBadge, Table};
 use crate::model::{CheckRunView, NodeHealthView};
-use crate::serverfns::{ChangeNodeState, RunNodeChecks, node_health};
+use crate::serverfns::{ChangeNodeState, ResetGpu, RunNodeChecks, node_health};
 
 /// Platform admins: one node's lifecycle state with why, who and when; its history; its
 /// check runs with each check's figure, threshold and raw output; and the actions the
@@ -18,10 +18,14 @@ pub fn NodePage() -> impl IntoView {
     let name = move || params.read().get("id").unwrap_or_default();
     let checks = ServerAction::<RunNodeChecks>::new();
     let change = ServerAction::<ChangeNodeState>::new();
+    let reset = ServerAction::<ResetGpu>::new();
     let data = Resource::new(
-        move || (name(), checks.version().get(), change.version().get()),
-        |(name, _, _)| node_health(name),
+        move || (name(), checks.version().get(), change.version().get(), reset.version().get()),
+        |(name, _, _, _)| node_health(name),
     );
+    // Where a reset sends the browser back (`?reset=3`), with or without WebAssembly.
+    let query = use_query_map();
+    let was_reset = move || query.read().get("reset");
     view! {
         <Title text="Node"/>
         <RequireUser>
@@ -29,10 +33,15 @@ pub fn NodePage() -> impl IntoView {
                 let error = checks.value().get().and_then(Result::err).or_else(|| change.value().get().and_then(Result::err));
                 error.map(|error| view! { <div class="mb-4"><ErrorAlert error/></div> })
             }}
+            {move || was_reset().filter(|_| reset.value().get().is_none_or(|r| r.is_ok())).map(|gpu| view! {
+                <p class="mb-4 rounded-md bg-emerald-50 p-3 text-sm text-emerald-800" role="status" data-gpu-reset="">
+                    "GPU " {gpu} " was reset. Its agent's next report shows its MIG mode and health."
+                </p>
+            })}
             <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match data.await {
-                        Ok(node) => view! { <Node node checks change/> }.into_any(),
+                        Ok(node) => view! { <Node node checks change reset/> }.into_any(),
                         Err(error) => view! { <ErrorAlert error/> }.into_any(),
                     }
                 })}
@@ -46,10 +55,12 @@ fn Node(
     node: NodeHealthView,
     checks: ServerAction<RunNodeChecks>,
     change: ServerAction<ChangeNodeState>,
+    reset: ServerAction<ResetGpu>,
 ) -> impl IntoView {
     let retirable = node.state != "retired";
     let name = node.node.clone();
     let (name_for_state, name_for_retire) = (name.clone(), name.clone());
+    let (gpus, name_for_reset) = (node.gpus.clone(), name.clone());
     view! {
         <p class="text-sm"><a href="/admin/fleet" class="text-indigo-600 hover:text-indigo-500">"← Fleet"</a></p>
         <div class="mt-2 flex flex-wrap items-center gap-3">
@@ -102,6 +113,32 @@ fn Node(
                 })}
             </section>
         </div>
+        <section class="mt-8" aria-labelledby="gpus">
+            <h2 id="gpus" class="text-sm font-semibold text-slate-900">"GPUs"</h2>
+            <p class="mt-1 text-xs text-slate-600">"A reset applies a MIG mode change that waits for one and clears a GPU that hangs. It kills what runs on the GPU, so Berth resets only a GPU with no booking now or within 10 minutes."</p>
+            {move || reset.value().get().and_then(Result::err).map(|error| view! { <div class="mt-2"><ErrorAlert error/></div> })}
+            <Table label="GPUs" columns=&["GPU", "Health", "MIG mode", ""]>
+                {gpus.into_iter().map(|g| {
+                    let (index, node) = (g.index.to_string(), name_for_reset.clone());
+                    view! {
+                        <tr data-gpu=g.index.to_string()>
+                            <th scope="row" class=ROW_HEADER>{format!("GPU {}", g.index)}</th>
+                            <td class=CELL><StateBadge state=g.health.clone() label=g.summary.clone()/></td>
+                            <td class=CELL>{g.mig_mode}</td>
+                            <td class=CELL>
+                                <ActionForm action=reset>
+                                    <input type="hidden" name="node" value=node/>
+                                    <input type="hidden" name="gpu" value=index/>
+                                    <ConfirmButton label="Reset" confirm=format!("Yes, reset GPU {}", g.index)
+                                        aria_label=format!("Reset GPU {}", g.index)
+                                        consequence="nvidia-smi resets the GPU on the node: what runs on it stops. Refused while it holds a booking."/>
+                                </ActionForm>
+                            </td>
+                        </tr>
+                    }
+                }).collect_view()}
+            </Table>
+        </section>
         <section class="mt-8" aria-labelledby="state-history">
             <h2 id="state-history" class="text-sm font-semibold text-slate-900">"State history"</h2>
             {if node.changes.is_empty() {

@@ -124,6 +124,21 @@ pub async fn change_node_state(node: String, event: String, reason: String) -> R
     Ok(())
 }
 
+/// Resets one GPU of a node (`nvidia-smi -i <gpu> -r`): applies a MIG mode change that
+/// waits for a reset, or clears a GPU that hangs. Platform admins only; the GPU must hold no
+/// booking now or within 10 minutes. Back on the node page, which says it was reset.
+#[server(endpoint = "reset_gpu")]
+pub async fn reset_gpu(node: String, gpu: String) -> Result<(), AppError> {
+    let (platform, caller) = super::ssr::caller().await?;
+    let index: u32 = gpu.trim().parse().map_err(|_| AppError::Invalid {
+        field: "gpu".into(),
+        message: format!("\"{}\" is not a GPU index", gpu.chars().take(20).collect::<String>()),
+    })?;
+    platform.reset_gpu(&caller, &node, index).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
+    leptos_axum::redirect(&format!("/admin/nodes/{}?reset={index}", crate::components::urlencode(&node)));
+    Ok(())
+}
+
 /// "In repair (tier 2)", "Available".
 #[cfg(feature = "ssr")]
 fn state_label(state: &str, tier: i64) -> String {
@@ -187,6 +202,28 @@ fn node_view(health: &berth_platform::provisioning::node_health::NodeHealth) -> 
             })
             .collect(),
         xid_errors: health.xid_errors.iter().map(|x| format!("{}: {}", utc(x.seen_at), x.describe())).collect(),
+        gpus: health
+            .gpu_states
+            .iter()
+            .map(|g| {
+                let mut summary = g.health.clone();
+                summary[..1].make_ascii_uppercase();
+                if let Some(note) = &g.note {
+                    summary.push_str(&format!(": {note}"));
+                }
+                crate::model::NodeGpuView {
+                    index: g.index,
+                    health: g.health.clone(),
+                    summary,
+                    mig_mode: match g.mig_mode {
+                        Some(true) => "on",
+                        Some(false) => "off",
+                        None => "not reported",
+                    }
+                    .to_owned(),
+                }
+            })
+            .collect(),
         runs: health
             .runs
             .iter()

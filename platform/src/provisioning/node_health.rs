@@ -53,6 +53,20 @@ pub struct NodeHealth {
     pub runs: Vec<CheckRun>,
     /// XID errors its agent reported in the last 7 days, newest first (the last 50).
     pub xid_errors: Vec<XidError>,
+    /// Each GPU's health and MIG mode, by index.
+    pub gpu_states: Vec<GpuState>,
+}
+
+/// One GPU of a node as its agent (or an admin) last left it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuState {
+    pub index: u32,
+    /// `healthy`, `degraded` or `failed`.
+    pub health: String,
+    /// Why it is not healthy ("MIG mode is off until a GPU reset turns it on: …").
+    pub note: Option<String>,
+    /// The MIG mode in effect as the agent last reported it (`None` before a report).
+    pub mig_mode: Option<bool>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -162,6 +176,11 @@ async fn holder(conn: &mut SqliteConnection, node_id: i64, now: i64) -> Result<O
     tenants.dedup();
     Ok(Some((tenants.len() == 1).then(|| tenants[0])))
 }
+
+/// How long a GPU must stay free of bookings for a reset: an agent takes the order within
+/// its plan interval and the reset takes seconds, so a booking starting meanwhile is not
+/// hit.
+pub const RESET_CLEAR_MS: i64 = 10 * 60 * 1000;
 
 /// Who moves a node: the audit row's actor, and the person the change row names (`None`
 /// when Berth itself moves it: a check's verdict, a repair command's end, an agent's XID).
@@ -415,6 +434,20 @@ impl Platform {
         .bind(node.id)
         .bind(now_ms() - 7 * 86_400_000);
         let xid_errors = xid_errors(&mut conn, raised).await?;
+        let gpu_states = sqlx::query_as::<_, (u32, String, Option<String>, Option<bool>)>(
+            "SELECT idx, health, health_note, mig_mode FROM gpus WHERE node_id = ? ORDER BY idx",
+        )
+        .bind(node.id)
+        .fetch_all(&mut *conn)
+        .await?
+        .into_iter()
+        .map(|(index, health, note, mig_mode)| GpuState {
+            index,
+            health,
+            note: note.filter(|n| !n.is_empty()),
+            mig_mode,
+        })
+        .collect();
         let tier = (node.status.tier > 0).then(|| self.repair_tiers.get(node.status.tier as usize - 1)).flatten();
         let tier_name = tier.map(|t| t.name.clone());
         let runs_repairs = self.backend().is_ok_and(|b| b.runs_repair_commands());
@@ -433,6 +466,7 @@ impl Platform {
             changes,
             runs,
             xid_errors,
+            gpu_states,
         })
     }
 
@@ -506,6 +540,61 @@ impl Platform {
             _ => {}
         }
         self.read_node_health(name).await
+    }
+
+    /// Resets one GPU of a node (`nvidia-smi -i <gpu> -r`), the repair for a MIG mode change
+    /// that waits for a reset and for a GPU that hangs. Platform admins; only a GPU that
+    /// holds no booking now or within [`RESET_CLEAR_MS`] (the reset would kill what runs on
+    /// it). The answer is what the reset printed; a reset that did not happen is refused
+    /// with the tool's words. The node's agent reports the GPU's new mode on its next
+    /// report, which makes a GPU degraded for a pending mode healthy again.
+    pub async fn reset_gpu(&self, caller: &Caller, name: &str, gpu: u32) -> Result<String, Error> {
+        self.authorize(caller, Action::FleetManage, Target::Platform).await?;
+        let node = {
+            let mut conn = self.db.acquire().await?;
+            node_row(&mut conn, name).await?.ok_or(Error::NotFound)?
+        };
+        if gpu >= node.gpus {
+            return Err(Refusal::NoSuchGpu { node: node.name.clone(), gpu, gpus: node.gpus }.into());
+        }
+        let now = now_ms();
+        let held: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM reservations r JOIN gpus g ON g.id = r.gpu_id
+                            WHERE g.node_id = ? AND g.idx = ? AND r.released_at IS NULL
+                              AND r.starts_at < ? AND r.ends_at > ?)",
+        )
+        .bind(node.id)
+        .bind(gpu)
+        .bind(now + RESET_CLEAR_MS)
+        .bind(now)
+        .fetch_one(&self.db)
+        .await?;
+        if held {
+            return Err(Refusal::GpuInUse { node: node.name.clone(), gpu }.into());
+        }
+        let backend = self.backend().map_err(|_| Refusal::NodeChecksUnsupported)?;
+        if !backend.resets_gpus() {
+            return Err(Refusal::GpuResetUnsupported(backend.name()).into());
+        }
+        let outcome = match backend.reset_gpu(&self.checked_node(&node), gpu).await {
+            Ok(printed) => node_checks::reset_outcome(&printed).map(|()| printed),
+            Err(e) => Err(e.to_string()),
+        };
+        let target = format!("node:{}", node.name);
+        let detail = match &outcome {
+            Ok(_) => format!("GPU {gpu} reset"),
+            Err(why) => format!("GPU {gpu} not reset: {}", why.chars().take(400).collect::<String>()),
+        };
+        let event = Event {
+            action: "node.gpu_reset",
+            target: Some(&target),
+            outcome: if outcome.is_ok() { Outcome::Success } else { Outcome::Failure },
+            detail: Some(&detail),
+        };
+        let mut tx = self.begin_write().await?;
+        audit::record(&mut tx, &caller.actor(), event).await?;
+        tx.commit().await?;
+        outcome.map_err(|why| Refusal::GpuResetFailed { node: node.name.clone(), gpu, why }.into())
     }
 
     /// Runs the checks of `level` on a node. Platform admins: any node, and a level that

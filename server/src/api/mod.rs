@@ -107,6 +107,7 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/nodes/{id}/health", get(nodes::node_health))
         .route("/api/v1/nodes/{id}/checks", post(nodes::run_node_checks))
         .route("/api/v1/nodes/{id}/state", post(nodes::change_node_state))
+        .route("/api/v1/nodes/{id}/gpus/{gpu}/reset", post(nodes::reset_gpu))
         .route("/api/v1/nodes/{id}/tokens", post(nodes::create_node_token))
         .route("/api/v1/node-tokens/{id}", delete(nodes::revoke_node_token))
         .route("/api/v1/agent/report", post(nodes::agent_report))
@@ -197,6 +198,7 @@ pub fn routes() -> Routes<AppState> {
         nodes::node_health,
         nodes::run_node_checks,
         nodes::change_node_state,
+        nodes::reset_gpu,
         nodes::create_node_token,
         nodes::revoke_node_token,
         nodes::agent_report,

@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use berth_domain::Refusal;
 use berth_domain::agent::NodeReport;
-use berth_domain::node_checks::CheckAnswer;
+use berth_domain::node_checks::{CheckAnswer, NodeOrder, NodeTask};
 use berth_domain::node_plan::PlanReport;
 use berth_platform::Error;
 use berth_platform::provisioning::telemetry::XidError;
@@ -42,6 +42,21 @@ pub struct NodeHealthBody {
     check_runs: Vec<CheckRunBody>,
     /// XID errors the node's agent reported in the last 7 days, newest first (the last 50).
     xid_errors: Vec<XidErrorBody>,
+    /// Each GPU's health and MIG mode, by index (`POST …/gpus/{gpu}/reset` resets one).
+    gpu_states: Vec<GpuStateBody>,
+}
+
+/// One GPU of a node as its agent (or an admin) last left it.
+#[derive(Serialize, ToSchema)]
+pub struct GpuStateBody {
+    index: u32,
+    /// `healthy`, `degraded` or `failed`.
+    #[schema(example = "degraded")]
+    health: String,
+    /// Why it is not healthy.
+    note: Option<String>,
+    /// The MIG mode in effect as the agent last reported it; `null` before a report.
+    mig_mode: Option<bool>,
 }
 
 /// An XID error a node's agent reported on a GPU.
@@ -123,6 +138,11 @@ pub(super) async fn node_health(
         changes,
         check_runs: health.runs.iter().map(check_run_body).collect(),
         xid_errors: health.xid_errors.iter().map(xid_error_body).collect(),
+        gpu_states: health
+            .gpu_states
+            .into_iter()
+            .map(|g| GpuStateBody { index: g.index, health: g.health, note: g.note, mig_mode: g.mig_mode })
+            .collect(),
     }))
 }
 
@@ -241,6 +261,33 @@ pub(super) async fn change_node_state(
         repair_tier_name: health.tier_name,
         repair_tier_command_by_hand: health.tier_command_by_hand,
     }))
+}
+
+/// A GPU reset done.
+#[derive(Serialize, ToSchema)]
+pub struct GpuResetBody {
+    node: String,
+    gpu: u32,
+    /// What `nvidia-smi -i <gpu> -r` printed.
+    output: String,
+}
+
+/// A platform admin resets one GPU of a node (`nvidia-smi -i <gpu> -r`): the repair for a
+/// MIG mode change waiting for a reset, or a GPU that hangs. Refused (422) for a GPU that
+/// holds a booking now or within 10 minutes, and when the reset did not happen (with the
+/// tool's words).
+#[utoipa::path(post, path = "/api/v1/nodes/{id}/gpus/{gpu}/reset", tag = "nodes",
+    params(("id" = String, Path, description = "The node's name"),
+           ("gpu" = u32, Path, description = "The GPU's index on the node")),
+    responses((status = 200, body = GpuResetBody)))]
+pub(super) async fn reset_gpu(
+    TokenCaller(platform, caller): TokenCaller,
+    Path((name, gpu)): Path<(String, String)>,
+) -> Result<Json<GpuResetBody>, ApiError> {
+    // An index that is not a number names no GPU.
+    let Ok(gpu) = gpu.parse::<u32>() else { return Err(fail(&caller)(Error::NotFound)) };
+    let output = platform.reset_gpu(&caller, &name, gpu).await.map_err(fail(&caller))?;
+    Ok(Json(GpuResetBody { node: name, gpu, output }))
 }
 
 /// A node's agent token: the secret is shown once, when it is made.
@@ -438,18 +485,42 @@ pub(super) async fn agent_plan_report(
     Ok(Json(PlanAccepted { generation }))
 }
 
-/// A check a bare-metal node's agent is asked to run (`berth_domain::node_checks::CheckOrder`):
-/// the agent runs the check's own command, never a command line from the portal.
+/// What a bare-metal node's agent is asked to do (`berth_domain::node_checks::NodeOrder`):
+/// a health check or a GPU reset, each with its own command, never a command line from the
+/// portal.
 #[derive(Serialize, ToSchema)]
-pub struct CheckOrderBody {
+pub struct NodeOrderBody {
     /// Answer it at `POST /api/v1/agent/checks/{id}`.
     id: i64,
+    /// `check` or `reset_gpu`.
+    #[schema(example = "check")]
+    task: &'static str,
+    /// The check (`check` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(example = "gpu_diagnostics")]
-    kind: String,
+    kind: Option<&'static str>,
+    /// Its level (`check` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(example = "quick")]
-    level: String,
-    /// The node's GPUs (the NCCL test's `-g`).
-    gpus: u32,
+    level: Option<&'static str>,
+    /// The node's GPUs, the NCCL test's `-g` (`check` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpus: Option<u32>,
+    /// The GPU to reset (`reset_gpu` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    gpu: Option<u32>,
+}
+
+impl From<NodeOrder> for NodeOrderBody {
+    fn from(order: NodeOrder) -> NodeOrderBody {
+        let none = NodeOrderBody { id: order.id, task: "check", kind: None, level: None, gpus: None, gpu: None };
+        match order.task {
+            NodeTask::Check { kind, level, gpus } => {
+                NodeOrderBody { kind: Some(kind.as_str()), level: Some(level.as_str()), gpus: Some(gpus), ..none }
+            }
+            NodeTask::ResetGpu { gpu } => NodeOrderBody { task: "reset_gpu", gpu: Some(gpu), ..none },
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize, IntoParams)]
@@ -460,29 +531,19 @@ pub struct CheckOrdersQuery {
     resume: Option<bool>,
 }
 
-/// A bare-metal node's agent takes the checks ordered on its node (each is handed out once,
-/// or again to an agent that has just started).
+/// A bare-metal node's agent takes the checks and GPU resets ordered on its node (each is
+/// handed out once, or again to an agent that has just started).
 #[utoipa::path(get, path = "/api/v1/agent/checks", tag = "agent", params(CheckOrdersQuery),
-    responses((status = 200, body = Vec<CheckOrderBody>)))]
+    responses((status = 200, body = Vec<NodeOrderBody>)))]
 pub(super) async fn agent_checks(
     State(state): State<AppState>,
     NodeSecret(secret, meta): NodeSecret,
     Query(query): Query<CheckOrdersQuery>,
-) -> Result<Json<Vec<CheckOrderBody>>, Response> {
+) -> Result<Json<Vec<NodeOrderBody>>, Response> {
     let failed = agent_failure(meta.request_id.clone());
     let orders =
         state.platform.take_check_orders(&secret, query.resume.unwrap_or(false), meta).await.map_err(failed)?;
-    Ok(Json(
-        orders
-            .into_iter()
-            .map(|o| CheckOrderBody {
-                id: o.id,
-                kind: o.kind.as_str().to_owned(),
-                level: o.level.as_str().to_owned(),
-                gpus: o.gpus,
-            })
-            .collect(),
-    ))
+    Ok(Json(orders.into_iter().map(NodeOrderBody::from).collect()))
 }
 
 /// What a check printed, or why it could not run (`berth_domain::node_checks::CheckAnswer`).

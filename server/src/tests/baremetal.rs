@@ -19,7 +19,7 @@ use berth_domain::agent::GpuReport;
 use berth_domain::host_network::TenantSegment;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::lifecycle::{EnvState, provision_plan, teardown_plan};
-use berth_domain::node_checks::{CheckAnswer, CheckKind, CheckLevel, CheckOrder};
+use berth_domain::node_checks::{CheckAnswer, CheckKind, CheckLevel, NodeOrder, NodeTask};
 use berth_domain::node_health::NodeState;
 use berth_domain::node_plan::{Device, NodePlan, WorkloadState, WorkloadStatus};
 use berth_domain::policy::Role;
@@ -60,6 +60,12 @@ struct FakeNode {
     /// The checks it ran, in order, and those that find a fault.
     checks_run: Mutex<Vec<(CheckKind, CheckLevel)>>,
     faulty: Mutex<Vec<CheckKind>>,
+    /// The GPUs it reset, in order, and those a process holds (their reset fails).
+    resets: Mutex<Vec<u32>>,
+    busy_gpus: Mutex<Vec<u32>>,
+    /// GPUs whose MIG mode is off with "on" pending a reset, which turns it on.
+    mig_pending: Mutex<Vec<u32>>,
+    mig_on: Mutex<Vec<u32>>,
 }
 
 impl FakeNode {
@@ -71,6 +77,10 @@ impl FakeNode {
             ended: Mutex::new(BTreeMap::new()),
             checks_run: Mutex::new(Vec::new()),
             faulty: Mutex::new(Vec::new()),
+            resets: Mutex::new(Vec::new()),
+            busy_gpus: Mutex::new(Vec::new()),
+            mig_pending: Mutex::new(Vec::new()),
+            mig_on: Mutex::new(Vec::new()),
         })
     }
 
@@ -114,11 +124,36 @@ impl NodeHost for FakeNode {
         Some(self.underlay)
     }
 
-    /// What the real tools print (`domain/fixtures/checks/`), a fault's output where told.
-    fn run_check(&self, order: &CheckOrder) -> CheckAnswer {
-        self.checks_run.lock().expect("checks").push((order.kind, order.level));
-        let faulty = self.faulty.lock().expect("faulty").contains(&order.kind);
-        let output = match (order.kind, faulty) {
+    /// What the real tools print (`domain/fixtures/checks/`), a fault's output where told;
+    /// a reset as `nvidia-smi -r` words it.
+    fn run_order(&self, order: &NodeOrder) -> CheckAnswer {
+        let (kind, level) = match order.task {
+            NodeTask::Check { kind, level, .. } => (kind, level),
+            NodeTask::ResetGpu { gpu } => {
+                self.resets.lock().expect("resets").push(gpu);
+                let bus = format!("GPU 00000000:{:02X}:00.0", 0x18 + gpu);
+                let busy = self.busy_gpus.lock().expect("busy").contains(&gpu);
+                let mut pending = self.mig_pending.lock().expect("pending");
+                if !busy && pending.contains(&gpu) {
+                    pending.retain(|g| *g != gpu);
+                    self.mig_on.lock().expect("mig").push(gpu);
+                }
+                return CheckAnswer::printed(if busy {
+                    format!(
+                        "The following GPUs could not be reset:\n  {bus}: In use by another client\n\n1 device is \
+                         currently being used by one or more other processes (e.g., Fabric Manager, CUDA application, \
+                         graphics application such as an X server, or a monitoring application such as another \
+                         instance of nvidia-smi). Please first kill all processes using the device and retry the \
+                         command or reboot the system to make GPU reset take effect.\n"
+                    )
+                } else {
+                    format!("{bus} was successfully reset.\nAll done.\n")
+                });
+            }
+        };
+        self.checks_run.lock().expect("checks").push((kind, level));
+        let faulty = self.faulty.lock().expect("faulty").contains(&kind);
+        let output = match (kind, faulty) {
             (CheckKind::GpuDiagnostics, false) => {
                 include_str!("../../../domain/fixtures/checks/dcgmi-diag-r1-pass.json")
             }
@@ -144,6 +179,7 @@ impl NodeHost for FakeNode {
 
 impl GpuProbe for FakeNode {
     fn gpus(&self) -> Result<Vec<GpuReport>, berth_agent::Error> {
+        let (pending, on) = (self.mig_pending.lock().expect("pending"), self.mig_on.lock().expect("mig"));
         Ok((0..8)
             .map(|index| GpuReport {
                 index,
@@ -152,6 +188,11 @@ impl GpuProbe for FakeNode {
                 memory_mib: 81_559,
                 ecc_uncorrected: Some(0),
                 temperature_c: Some(40),
+                mig_enabled: on.contains(&u32::try_from(index).expect("small")),
+                mig_pending: Some(
+                    on.contains(&u32::try_from(index).expect("small"))
+                        || pending.contains(&u32::try_from(index).expect("small")),
+                ),
                 ..GpuReport::default()
             })
             .collect())
@@ -169,6 +210,8 @@ struct Metal {
     /// Each node's agent token.
     tokens: BTreeMap<&'static str, String>,
     stop: tokio::sync::watch::Sender<bool>,
+    /// Where the served Berth listens.
+    url: String,
 }
 
 impl Metal {
@@ -217,7 +260,7 @@ impl Metal {
             Some(quotas) => metal.with_volume_quotas(quotas),
             None => metal,
         });
-        Metal { berth, nodes, backend, acme, globex, admin, tokens, stop }
+        Metal { berth, nodes, backend, acme, globex, admin, tokens, stop, url }
     }
 
     fn reconciler(&self) -> Reconciler {
@@ -979,7 +1022,7 @@ async fn checks_run_on_the_node_by_its_agent_and_a_failure_takes_it_out_of_servi
     // An answer from another node's agent names no order of its own; its own node's second
     // answer changes nothing.
     let order: i64 = sqlx::query_scalar(
-        "SELECT o.id FROM node_check_orders o JOIN nodes n ON n.id = o.node_id WHERE n.name = 'h100-03' ORDER BY o.id",
+        "SELECT o.id FROM node_orders o JOIN nodes n ON n.id = o.node_id WHERE n.name = 'h100-03' ORDER BY o.id",
     )
     .fetch_one(platform.db())
     .await
@@ -990,7 +1033,7 @@ async fn checks_run_on_the_node_by_its_agent_and_a_failure_takes_it_out_of_servi
     assert_eq!(reply.status, StatusCode::NOT_FOUND, "{}", reply.body);
     let reply = metal.berth.api(Method::POST, &path, body, Some(&metal.tokens["h100-03"])).await;
     assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
-    let kept: String = sqlx::query_scalar("SELECT output FROM node_check_orders WHERE id = ?")
+    let kept: String = sqlx::query_scalar("SELECT output FROM node_orders WHERE id = ?")
         .bind(order)
         .fetch_one(platform.db())
         .await
@@ -1029,6 +1072,56 @@ async fn checks_run_on_the_node_by_its_agent_and_a_failure_takes_it_out_of_servi
             (CheckKind::NcclBandwidth, CheckLevel::Medium)
         ]
     );
+}
+
+/// A GPU whose MIG mode waits for a reset is degraded; a platform admin resets it from
+/// the portal, the node's agent runs `nvidia-smi -i <gpu> -r` (an order, as a check is),
+/// and its next report brings the GPU back. A reset the tool refuses is refused with its
+/// words, and every reset is audited.
+#[tokio::test]
+async fn a_gpu_waiting_for_a_reset_is_reset_by_its_nodes_agent_and_takes_bookings_again() {
+    let metal = Metal::start().await;
+    let platform = metal.berth.platform.clone().with_backend(metal.backend.clone());
+    let admin = metal.admin.caller(meta());
+    let node = &metal.nodes["h100-03"];
+    node.mig_pending.lock().expect("pending").push(1);
+    let agent = Agent::new(&metal.url, &metal.tokens["h100-03"], Duration::from_secs(3600), node.clone())
+        .expect("agent")
+        .with_host(node.clone(), Duration::from_millis(20));
+    agent.report_once().await.expect("report");
+    let gpu = |health: &berth_platform::provisioning::node_health::NodeHealth| health.gpu_states[1].clone();
+    let before = gpu(&platform.node_health(&admin, "h100-03").await.expect("health"));
+    assert_eq!((before.health.as_str(), before.mig_mode), ("degraded", Some(false)));
+    assert!(before.note.as_deref().is_some_and(|n| n.contains("nvidia-smi -i 1 -r")), "{before:?}");
+
+    let printed = platform.reset_gpu(&admin, "h100-03", 1).await.expect("reset");
+    assert!(printed.contains("was successfully reset"), "{printed}");
+    assert_eq!(*node.resets.lock().expect("resets"), [1], "the node's agent ran the reset of GPU 1");
+    assert!(metal.nodes["h100-01"].resets.lock().expect("resets").is_empty());
+    agent.report_once().await.expect("report");
+    let after = gpu(&platform.node_health(&admin, "h100-03").await.expect("health"));
+    assert_eq!((after.health.as_str(), after.mig_mode, after.note), ("healthy", Some(true), None));
+
+    // A GPU a process holds is not reset: nvidia-smi says why, and so does Berth.
+    node.busy_gpus.lock().expect("busy").push(2);
+    let refused = platform.reset_gpu(&admin, "h100-03", 2).await.expect_err("busy");
+    let berth_platform::Error::Refused(refusal) = refused else { panic!("{refused:?}") };
+    assert!(
+        refusal.to_string().starts_with(
+            "GPU 2 of h100-03 was not reset: The following GPUs could not be reset: GPU 00000000:1A:00.0: In use by \
+             another client"
+        ),
+        "{refusal}"
+    );
+    let audited: Vec<(String, String)> = sqlx::query_as(
+        "SELECT outcome, detail FROM audit_events WHERE action = 'node.gpu_reset' AND target = 'node:h100-03' ORDER BY id",
+    )
+    .fetch_all(platform.db())
+    .await
+    .expect("audit");
+    assert_eq!(audited[0], ("success".to_owned(), "GPU 1 reset".to_owned()));
+    assert_eq!(audited[1].0, "failure");
+    assert!(audited[1].1.starts_with("GPU 2 not reset: The following GPUs could not be reset"), "{:?}", audited[1]);
 }
 
 /// A running dedicated cluster whose node is retired moves to a healthy node: the new node

@@ -477,6 +477,10 @@ fn routes() -> Vec<Route> {
             Some((FleetManage, Aim::Node)),
             r#"{"event": "return_to_service", "reason": "matrix"}"#,
         ),
+        // No backend here either: a reset the policy allows is refused (422) after the access
+        // check, and writes nothing.
+        sf("/api/reset_gpu", Some((FleetManage, Aim::Node)), "node={id}&gpu={gpu}"),
+        api(M::POST, "/api/v1/nodes/{id}/gpus/{gpu}/reset", Some((FleetManage, Aim::Node)), ""),
         api(M::POST, "/api/v1/nodes/{id}/tokens", Some((FleetManage, Aim::Node)), ""),
         api(M::DELETE, "/api/v1/node-tokens/{id}", Some((FleetManage, Aim::NodeToken)), ""),
         Route {
@@ -809,6 +813,7 @@ fn fill(route: &Route, text: &str, id: &str, owner: &str, n: usize) -> String {
         .replace("{offering}", "notebook")
         .replace("{*rest}", "lab")
         .replace("{owner}", owner)
+        .replace("{gpu}", "0")
         .replace("{n}", &n.to_string())
         .replace("{end}", &value(in_hours(3)))
         .replace("{later_end}", &value(in_days(41)))

@@ -17,7 +17,7 @@
 //! | release capacity | whatever part of the environment is left goes |
 //!
 //! Health checks run on the node too: the agent takes the portal's check orders and runs
-//! each check's own command (`node_check_orders`). Repair tiers' commands do not: the
+//! each check's own command (`node_orders`). Repair tiers' commands do not: the
 //! agent runs no command line the portal sends, so a tier with one waits for a person.
 
 use std::sync::Arc;
@@ -27,7 +27,7 @@ use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::Step;
 use berth_domain::mig::{MigInstance, MigProfile};
 use berth_domain::node_access::account_name;
-use berth_domain::node_checks::{CheckKind, CheckLevel};
+use berth_domain::node_checks::{CheckKind, CheckLevel, NodeTask};
 use berth_domain::node_plan::{Device, NodeVolume, NodeWorkload, WorkloadState, WorkloadStatus, free_host_port};
 use berth_domain::tenancy::Isolation;
 
@@ -486,7 +486,7 @@ impl Backend for BareMetal {
         })
     }
 
-    /// The node's agent runs each check (see `node_check_orders`).
+    /// The node's agent runs each check (see `node_orders`).
     fn runs_node_checks(&self) -> bool {
         true
     }
@@ -494,7 +494,21 @@ impl Backend for BareMetal {
     fn run_check<'a>(&'a self, node: &'a CheckedNode, kind: CheckKind, level: CheckLevel) -> CheckFuture<'a> {
         Box::pin(async move {
             self.platform
-                .order_check(&node.name, kind, level, node.gpus, self.config.poll_interval)
+                .order_task(&node.name, NodeTask::Check { kind, level, gpus: node.gpus }, self.config.poll_interval)
+                .await
+                .map_err(BackendError)
+        })
+    }
+
+    /// The node's agent resets it (an order, as a check is).
+    fn resets_gpus(&self) -> bool {
+        true
+    }
+
+    fn reset_gpu<'a>(&'a self, node: &'a CheckedNode, gpu: u32) -> CheckFuture<'a> {
+        Box::pin(async move {
+            self.platform
+                .order_task(&node.name, NodeTask::ResetGpu { gpu }, self.config.poll_interval)
                 .await
                 .map_err(BackendError)
         })

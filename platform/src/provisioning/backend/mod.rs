@@ -417,6 +417,18 @@ pub trait Backend: Send + Sync + 'static {
         Box::pin(async { Err(BackendError("this backend cannot run repair commands yet".into())) })
     }
 
+    /// Whether [`Backend::reset_gpu`] does anything.
+    fn resets_gpus(&self) -> bool {
+        false
+    }
+
+    /// Resets one GPU of the node (`nvidia-smi -i <gpu> -r`), which nothing may be using;
+    /// the answer is what the reset printed (`node_checks::reset_outcome` judges it).
+    fn reset_gpu<'a>(&'a self, node: &'a CheckedNode, gpu: u32) -> CheckFuture<'a> {
+        let _ = (node, gpu);
+        Box::pin(async { Err(BackendError("this backend cannot reset a GPU yet".into())) })
+    }
+
     /// Runs an inference endpoint at [`Workload::replicas`], on the workload's units.
     /// `dropped` are units the endpoint no longer uses (scaling down): once this returns,
     /// nothing runs on them any more and their capacity may be released. Safe to repeat.

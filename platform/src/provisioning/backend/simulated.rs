@@ -565,6 +565,18 @@ impl Backend for Simulated {
         Box::pin(async move { Ok(format!("simulated: ran `{command}` for {}", node.name)) })
     }
 
+    fn resets_gpus(&self) -> bool {
+        true
+    }
+
+    /// Recorded with the repairs (`repairs_of`), answered as `nvidia-smi -r` words it.
+    fn reset_gpu<'a>(&'a self, node: &'a CheckedNode, gpu: u32) -> CheckFuture<'a> {
+        lock(&self.node_faults).repairs.entry(node.name.clone()).or_default().push(format!("nvidia-smi -i {gpu} -r"));
+        Box::pin(
+            async move { Ok(format!("GPU 00000000:{:02X}:00.0 was successfully reset.\nAll done.\n", 0x18 + gpu)) },
+        )
+    }
+
     fn run<'a>(&'a self, workload: &'a Workload, step: Step) -> StepFuture<'a> {
         Box::pin(async move {
             let delay = self.delay(step);

@@ -1,17 +1,17 @@
-//! Health checks on bare-metal nodes, run by each node's own agent (issue 16).
+//! Health checks and GPU resets on bare-metal nodes, run by each node's own agent (issue 16).
 //!
-//! The bare-metal backend orders a check ([`Platform::order_check`]): a row in
-//! `node_check_orders`. The node's agent takes its open orders with its node token
-//! ([`Platform::take_check_orders`]), runs the check's own command
-//! (`berth_domain::node_checks::CheckKind::command`: the portal never sends a command line)
+//! The bare-metal backend orders a task ([`Platform::order_task`]): a row in
+//! `node_orders`. The node's agent takes its open orders with its node token
+//! ([`Platform::take_check_orders`]), runs the task's own command
+//! (`berth_domain::node_checks::NodeTask::command`: the portal never sends a command line)
 //! and answers with what it printed ([`Platform::answer_check`]). The order waits for that
-//! answer for the check's time limit; after it, the order is closed with an error, so a
-//! late answer changes nothing and the check counts as failed.
+//! answer for the task's time limit; after it, the order is closed with an error, so a
+//! late answer changes nothing and the task counts as failed.
 
 use std::time::Duration;
 
 use berth_domain::Refusal;
-use berth_domain::node_checks::{CheckAnswer, CheckKind, CheckLevel, CheckOrder};
+use berth_domain::node_checks::{CheckAnswer, CheckKind, CheckLevel, NodeOrder, NodeTask};
 
 use crate::{Error, Platform, RequestMeta, now_ms};
 
@@ -20,29 +20,35 @@ use crate::{Error, Platform, RequestMeta, now_ms};
 /// for the whole of a long check's limit before that shows.
 const TAKE_WITHIN: Duration = Duration::from_secs(60);
 
+/// An order as `node_orders` keeps it: a check's kind and level, or `gpu_reset` and its GPU.
+#[derive(sqlx::FromRow)]
+struct OrderRow {
+    id: i64,
+    kind: String,
+    level: Option<String>,
+    gpus: u32,
+    gpu: Option<u32>,
+}
+
+/// `node_orders.kind` of a GPU reset.
+const GPU_RESET: &str = "gpu_reset";
+
 /// The longest error an agent may send (its output is bounded by [`CheckAnswer::MAX_OUTPUT`]).
 const MAX_ERROR: usize = 2_000;
 
 impl Platform {
-    /// Orders `kind` at `level` on `node` (whose agent runs it on `gpus` GPUs) and waits,
-    /// looking every `poll`, for the agent's answer: what the check printed, or why there is
-    /// none (the agent could not run it, or did not answer in time).
-    pub(crate) async fn order_check(
-        &self,
-        node: &str,
-        kind: CheckKind,
-        level: CheckLevel,
-        gpus: u32,
-        poll: Duration,
-    ) -> Result<String, String> {
+    /// Orders `task` on `node` and waits, looking every `poll`, for the agent's answer:
+    /// what the task printed, or why there is none (the agent could not run it, or did not
+    /// answer in time).
+    pub(crate) async fn order_task(&self, node: &str, task: NodeTask, poll: Duration) -> Result<String, String> {
         // The answer is shown on the node page: Berth's own failures go to its log, not there.
         let internal = |e: Error| {
-            tracing::error!(node, kind = kind.as_str(), error = %e, "a check order could not be written or read");
-            "Berth could not order the check or read its answer (its log says why)".to_owned()
+            tracing::error!(node, command = %task.command(), error = %e, "a node order could not be written or read");
+            "Berth could not order it or read the agent's answer (its log says why)".to_owned()
         };
-        let ordered = self.write_check_order(node, kind, level, gpus).await.map_err(internal)?;
+        let ordered = self.write_order(node, task).await.map_err(internal)?;
         let taken_by = tokio::time::Instant::now() + TAKE_WITHIN;
-        let answered_by = taken_by + kind.time_limit(level);
+        let answered_by = taken_by + task.time_limit();
         loop {
             tokio::time::sleep(poll).await;
             let (taken, answered, output, error) = self.check_order(ordered).await.map_err(internal)?;
@@ -54,9 +60,9 @@ impl Platform {
             }
             let now = tokio::time::Instant::now();
             let late = if !taken && now >= taken_by {
-                Some(format!("{node}'s agent did not take the check in {} s: is it running?", TAKE_WITHIN.as_secs()))
+                Some(format!("{node}'s agent did not take the order in {} s: is it running?", TAKE_WITHIN.as_secs()))
             } else if now >= answered_by {
-                Some(format!("{node}'s agent gave no answer in {} min", kind.time_limit(level).as_secs() / 60))
+                Some(format!("{node}'s agent gave no answer in {} min", task.time_limit().as_secs() / 60))
             } else {
                 None
             };
@@ -69,15 +75,20 @@ impl Platform {
         }
     }
 
-    async fn write_check_order(&self, node: &str, kind: CheckKind, level: CheckLevel, gpus: u32) -> Result<i64, Error> {
+    async fn write_order(&self, node: &str, task: NodeTask) -> Result<i64, Error> {
+        let (kind, level, gpus, gpu) = match task {
+            NodeTask::Check { kind, level, gpus } => (kind.as_str(), Some(level.as_str()), gpus, None),
+            NodeTask::ResetGpu { gpu } => (GPU_RESET, None, 0, Some(gpu)),
+        };
         let mut tx = self.begin_write().await?;
         let id: i64 = sqlx::query_scalar(
-            "INSERT INTO node_check_orders (node_id, kind, level, gpus, ordered_at)
-             SELECT id, ?, ?, ?, ? FROM nodes WHERE name = ? RETURNING id",
+            "INSERT INTO node_orders (node_id, kind, level, gpus, gpu, ordered_at)
+             SELECT id, ?, ?, ?, ?, ? FROM nodes WHERE name = ? RETURNING id",
         )
-        .bind(kind.as_str())
-        .bind(level.as_str())
+        .bind(kind)
+        .bind(level)
         .bind(gpus)
+        .bind(gpu)
         .bind(now_ms())
         .bind(node)
         .fetch_optional(&mut *tx)
@@ -90,7 +101,7 @@ impl Platform {
     /// Taken, answered, output, error.
     async fn check_order(&self, id: i64) -> Result<(bool, bool, Option<String>, Option<String>), Error> {
         Ok(sqlx::query_as(
-            "SELECT taken_at IS NOT NULL, answered_at IS NOT NULL, output, error FROM node_check_orders WHERE id = ?",
+            "SELECT taken_at IS NOT NULL, answered_at IS NOT NULL, output, error FROM node_orders WHERE id = ?",
         )
         .bind(id)
         .fetch_one(&self.db)
@@ -101,7 +112,7 @@ impl Platform {
     async fn close_check_order(&self, id: i64, why: &str) -> Result<bool, Error> {
         let mut tx = self.begin_write().await?;
         let closed =
-            sqlx::query("UPDATE node_check_orders SET answered_at = ?, error = ? WHERE id = ? AND answered_at IS NULL")
+            sqlx::query("UPDATE node_orders SET answered_at = ?, error = ? WHERE id = ? AND answered_at IS NULL")
                 .bind(now_ms())
                 .bind(why)
                 .bind(id)
@@ -121,12 +132,12 @@ impl Platform {
         secret: &str,
         resume: bool,
         meta: RequestMeta,
-    ) -> Result<Vec<CheckOrder>, Error> {
+    ) -> Result<Vec<NodeOrder>, Error> {
         let agent = self.authenticate_node(secret, "agent.checks", &meta).await?;
         // Every agent asks every few seconds: a read first, and the writer turn only when
         // there is something to take.
         let open: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM node_check_orders
+            "SELECT EXISTS (SELECT 1 FROM node_orders
                             WHERE node_id = ? AND (taken_at IS NULL OR ?) AND answered_at IS NULL)",
         )
         .bind(agent.node_id)
@@ -139,10 +150,10 @@ impl Platform {
         let mut tx = self.begin_write().await?;
         // Taken once, under the turn: a second agent with the node's token (or a retried
         // request) gets none it was handed already.
-        let rows: Vec<(i64, String, String, u32)> = sqlx::query_as(
-            "UPDATE node_check_orders SET taken_at = ?
+        let rows: Vec<OrderRow> = sqlx::query_as(
+            "UPDATE node_orders SET taken_at = ?
              WHERE node_id = ? AND (taken_at IS NULL OR ?) AND answered_at IS NULL
-             RETURNING id, kind, level, gpus",
+             RETURNING id, kind, level, gpus, gpu",
         )
         .bind(now_ms())
         .bind(agent.node_id)
@@ -150,11 +161,13 @@ impl Platform {
         .fetch_all(&mut *tx)
         .await?;
         let mut taken = Vec::with_capacity(rows.len());
-        for (id, kind, level, gpus) in rows {
-            let (Some(kind), Ok(level)) = (CheckKind::parse(&kind), CheckLevel::parse(&level)) else {
-                return Err(Error::internal(format!("check order {id} has kind {kind:?} and level {level:?}")));
+        for OrderRow { id, kind, level, gpus, gpu } in rows {
+            let task = match (CheckKind::parse(&kind), level.as_deref().map(CheckLevel::parse), gpu) {
+                (Some(kind), Some(Ok(level)), None) => NodeTask::Check { kind, level, gpus },
+                (None, None, Some(gpu)) if kind == GPU_RESET => NodeTask::ResetGpu { gpu },
+                _ => return Err(Error::internal(format!("node order {id} has kind {kind:?} and level {level:?}"))),
             };
-            taken.push(CheckOrder { id, kind, level, gpus });
+            taken.push(NodeOrder { id, task });
         }
         tx.commit().await?;
         // Oldest first (RETURNING keeps no order).
@@ -185,7 +198,7 @@ impl Platform {
         }
         let mut tx = self.begin_write().await?;
         let theirs: Option<bool> =
-            sqlx::query_scalar("SELECT answered_at IS NULL FROM node_check_orders WHERE id = ? AND node_id = ?")
+            sqlx::query_scalar("SELECT answered_at IS NULL FROM node_orders WHERE id = ? AND node_id = ?")
                 .bind(id)
                 .bind(agent.node_id)
                 .fetch_optional(&mut *tx)
@@ -202,7 +215,7 @@ impl Platform {
         };
         let now = now_ms();
         sqlx::query(
-            "UPDATE node_check_orders SET answered_at = ?, output = ?, error = ?, taken_at = coalesce(taken_at, ?)
+            "UPDATE node_orders SET answered_at = ?, output = ?, error = ?, taken_at = coalesce(taken_at, ?)
              WHERE id = ?",
         )
         .bind(now)
