@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use berth_domain::agent::{GpuReport, MAX_XIDS_PER_GPU, NodeReport};
-use berth_domain::node_checks::NodeOrder;
+use berth_domain::node_checks::AgentOrder;
 use berth_domain::node_plan::{NodePlan, PlanReport};
 use nvml_wrapper::Nvml;
 use nvml_wrapper::bitmasks::event::EventTypes;
@@ -396,7 +396,7 @@ impl Agent {
         } else {
             format!("{CHECKS_PATH}?resume=true")
         };
-        let orders: Vec<NodeOrder> = serde_json::from_value(self.call(reqwest::Method::GET, &path, None).await?)
+        let orders: Vec<AgentOrder> = serde_json::from_value(self.call(reqwest::Method::GET, &path, None).await?)
             .map_err(Error::UnreadableChecks)?;
         self.checks_taken.store(true, Ordering::Relaxed);
         for order in &orders {

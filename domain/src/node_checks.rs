@@ -142,7 +142,7 @@ impl CheckKind {
 /// What a bare-metal node's agent is asked to do (`GET /api/v1/agent/checks`): it runs
 /// [`NodeTask::command`] and answers with a [`CheckAnswer`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeOrder {
+pub struct AgentOrder {
     pub id: i64,
     #[serde(flatten)]
     pub task: NodeTask,
@@ -724,10 +724,10 @@ mod tests {
         let reset = NodeTask::ResetGpu { gpu: 3 };
         assert_eq!(reset.command().to_string(), "nvidia-smi -i 3 -r");
         assert_eq!(reset.time_limit().as_secs(), 120);
-        let order = NodeOrder { id: 7, task: reset };
+        let order = AgentOrder { id: 7, task: reset };
         let wire = serde_json::to_value(&order).unwrap();
         assert_eq!(wire, serde_json::json!({ "id": 7, "task": "reset_gpu", "gpu": 3 }));
-        let check = NodeOrder {
+        let check = AgentOrder {
             id: 8,
             task: NodeTask::Check { kind: CheckKind::Infiniband, level: CheckLevel::Quick, gpus: 8 },
         };
@@ -736,7 +736,7 @@ mod tests {
             wire,
             serde_json::json!({ "id": 8, "task": "check", "kind": "infiniband", "level": "quick", "gpus": 8 })
         );
-        assert_eq!(serde_json::from_value::<NodeOrder>(wire).unwrap(), check);
+        assert_eq!(serde_json::from_value::<AgentOrder>(wire).unwrap(), check);
 
         assert_eq!(reset_outcome("GPU 00000000:1B:00.0 was successfully reset.\nAll done.\n"), Ok(()));
         let busy = "The following GPUs could not be reset:\n  GPU 00000000:1B:00.0: In use by another client\n\n\

@@ -17,7 +17,7 @@ use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 use berth_domain::agent::Command;
-use berth_domain::node_checks::{CheckAnswer, NodeOrder};
+use berth_domain::node_checks::{AgentOrder, CheckAnswer};
 use berth_domain::node_plan::{NodePlan, WorkloadStatus};
 
 use self::commands::CommandRunner;
@@ -35,7 +35,7 @@ pub trait NodeHost: Send + Sync {
     /// Runs what the portal ordered (a health check, a GPU reset) with its own command
     /// (`NodeTask::command`, never a command line from the portal): what it printed, or
     /// why it could not run.
-    fn run_order(&self, order: &NodeOrder) -> CheckAnswer;
+    fn run_order(&self, order: &AgentOrder) -> CheckAnswer;
 }
 
 /// This machine, through its `nvidia-smi`, `ip`, `bridge`, `nft` and container runtime.
@@ -88,7 +88,7 @@ impl NodeHost for Machine {
         self.network.as_ref().map(|n| n.underlay.address)
     }
 
-    fn run_order(&self, order: &NodeOrder) -> CheckAnswer {
+    fn run_order(&self, order: &AgentOrder) -> CheckAnswer {
         match self.runner.run_check(&order.task.command(), order.task.time_limit()) {
             Ok(output) => CheckAnswer::printed(output),
             Err(error) => CheckAnswer::failed(error.to_string()),
@@ -152,7 +152,7 @@ mod tests {
         node.answer("dcgmi diag -r 1 -j", diag);
         node.fail("ibstat", commands::Failure::NotInstalled { program: "ibstat".into() });
         let machine = Machine::new(node.clone(), None, None);
-        let order = |kind, level| NodeOrder { id: 1, task: NodeTask::Check { kind, level, gpus: 8 } };
+        let order = |kind, level| AgentOrder { id: 1, task: NodeTask::Check { kind, level, gpus: 8 } };
         assert_eq!(
             machine.run_order(&order(CheckKind::GpuDiagnostics, CheckLevel::Quick)),
             CheckAnswer::printed(diag.into())
@@ -162,7 +162,7 @@ mod tests {
             CheckAnswer::failed("ibstat is not installed on this node".into())
         );
         machine.run_order(&order(CheckKind::NcclBandwidth, CheckLevel::Medium));
-        machine.run_order(&NodeOrder { id: 2, task: NodeTask::ResetGpu { gpu: 5 } });
+        machine.run_order(&AgentOrder { id: 2, task: NodeTask::ResetGpu { gpu: 5 } });
         assert_eq!(
             node.take(),
             ["dcgmi diag -r 1 -j", "ibstat ", "all_reduce_perf -b 8 -e 8G -f 2 -g 8", "nvidia-smi -i 5 -r"],

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use berth_domain::Refusal;
-use berth_domain::node_checks::{CheckAnswer, CheckKind, CheckLevel, NodeOrder, NodeTask};
+use berth_domain::node_checks::{AgentOrder, CheckAnswer, CheckKind, CheckLevel, NodeTask};
 
 use crate::{Error, Platform, RequestMeta, now_ms};
 
@@ -132,7 +132,7 @@ impl Platform {
         secret: &str,
         resume: bool,
         meta: RequestMeta,
-    ) -> Result<Vec<NodeOrder>, Error> {
+    ) -> Result<Vec<AgentOrder>, Error> {
         let agent = self.authenticate_node(secret, "agent.checks", &meta).await?;
         // Every agent asks every few seconds: a read first, and the writer turn only when
         // there is something to take.
@@ -167,7 +167,7 @@ impl Platform {
                 (None, None, Some(gpu)) if kind == GPU_RESET => NodeTask::ResetGpu { gpu },
                 _ => return Err(Error::internal(format!("node order {id} has kind {kind:?} and level {level:?}"))),
             };
-            taken.push(NodeOrder { id, task });
+            taken.push(AgentOrder { id, task });
         }
         tx.commit().await?;
         // Oldest first (RETURNING keeps no order).

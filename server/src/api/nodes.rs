@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use berth_domain::Refusal;
 use berth_domain::agent::NodeReport;
-use berth_domain::node_checks::{CheckAnswer, NodeOrder, NodeTask};
+use berth_domain::node_checks::{AgentOrder, CheckAnswer, NodeTask};
 use berth_domain::node_plan::PlanReport;
 use berth_platform::Error;
 use berth_platform::provisioning::telemetry::XidError;
@@ -485,11 +485,11 @@ pub(super) async fn agent_plan_report(
     Ok(Json(PlanAccepted { generation }))
 }
 
-/// What a bare-metal node's agent is asked to do (`berth_domain::node_checks::NodeOrder`):
+/// What a bare-metal node's agent is asked to do (`berth_domain::node_checks::AgentOrder`):
 /// a health check or a GPU reset, each with its own command, never a command line from the
 /// portal.
 #[derive(Serialize, ToSchema)]
-pub struct NodeOrderBody {
+pub struct AgentOrderBody {
     /// Answer it at `POST /api/v1/agent/checks/{id}`.
     id: i64,
     /// `check` or `reset_gpu`.
@@ -511,14 +511,14 @@ pub struct NodeOrderBody {
     gpu: Option<u32>,
 }
 
-impl From<NodeOrder> for NodeOrderBody {
-    fn from(order: NodeOrder) -> NodeOrderBody {
-        let none = NodeOrderBody { id: order.id, task: "check", kind: None, level: None, gpus: None, gpu: None };
+impl From<AgentOrder> for AgentOrderBody {
+    fn from(order: AgentOrder) -> AgentOrderBody {
+        let none = AgentOrderBody { id: order.id, task: "check", kind: None, level: None, gpus: None, gpu: None };
         match order.task {
             NodeTask::Check { kind, level, gpus } => {
-                NodeOrderBody { kind: Some(kind.as_str()), level: Some(level.as_str()), gpus: Some(gpus), ..none }
+                AgentOrderBody { kind: Some(kind.as_str()), level: Some(level.as_str()), gpus: Some(gpus), ..none }
             }
-            NodeTask::ResetGpu { gpu } => NodeOrderBody { task: "reset_gpu", gpu: Some(gpu), ..none },
+            NodeTask::ResetGpu { gpu } => AgentOrderBody { task: "reset_gpu", gpu: Some(gpu), ..none },
         }
     }
 }
@@ -534,16 +534,16 @@ pub struct CheckOrdersQuery {
 /// A bare-metal node's agent takes the checks and GPU resets ordered on its node (each is
 /// handed out once, or again to an agent that has just started).
 #[utoipa::path(get, path = "/api/v1/agent/checks", tag = "agent", params(CheckOrdersQuery),
-    responses((status = 200, body = Vec<NodeOrderBody>)))]
+    responses((status = 200, body = Vec<AgentOrderBody>)))]
 pub(super) async fn agent_checks(
     State(state): State<AppState>,
     NodeSecret(secret, meta): NodeSecret,
     Query(query): Query<CheckOrdersQuery>,
-) -> Result<Json<Vec<NodeOrderBody>>, Response> {
+) -> Result<Json<Vec<AgentOrderBody>>, Response> {
     let failed = agent_failure(meta.request_id.clone());
     let orders =
         state.platform.take_check_orders(&secret, query.resume.unwrap_or(false), meta).await.map_err(failed)?;
-    Ok(Json(orders.into_iter().map(NodeOrderBody::from).collect()))
+    Ok(Json(orders.into_iter().map(AgentOrderBody::from).collect()))
 }
 
 /// What a check printed, or why it could not run (`berth_domain::node_checks::CheckAnswer`).

@@ -19,7 +19,7 @@ use berth_domain::agent::GpuReport;
 use berth_domain::host_network::TenantSegment;
 use berth_domain::launch::LaunchRequest;
 use berth_domain::lifecycle::{EnvState, provision_plan, teardown_plan};
-use berth_domain::node_checks::{CheckAnswer, CheckKind, CheckLevel, NodeOrder, NodeTask};
+use berth_domain::node_checks::{AgentOrder, CheckAnswer, CheckKind, CheckLevel, NodeTask};
 use berth_domain::node_health::NodeState;
 use berth_domain::node_plan::{Device, NodePlan, WorkloadState, WorkloadStatus};
 use berth_domain::policy::Role;
@@ -126,7 +126,7 @@ impl NodeHost for FakeNode {
 
     /// What the real tools print (`domain/fixtures/checks/`), a fault's output where told;
     /// a reset as `nvidia-smi -r` words it.
-    fn run_order(&self, order: &NodeOrder) -> CheckAnswer {
+    fn run_order(&self, order: &AgentOrder) -> CheckAnswer {
         let (kind, level) = match order.task {
             NodeTask::Check { kind, level, .. } => (kind, level),
             NodeTask::ResetGpu { gpu } => {
