@@ -17,9 +17,11 @@
 //!
 //! The measure: a node's free GPU milli is worth what the next tasks could use. A [`TaskMix`]
 //! says what tasks to expect; a free GPU too small for a kind, or on a node without the CPU,
-//! memory or model for it, is unusable by it (FGD's measure), and free milli that the node's
-//! free CPU and memory cannot feed at the mix's appetite is unusable by any of them. The rule
-//! takes the placement that adds the least unusable milli.
+//! memory or model for it, is unusable by it (FGD's measure); a GPU partly taken that a share
+//! fits is worth what the mix is expected to leave of it once full (FGD counts it usable
+//! outright); and free milli that the node's free CPU and memory cannot feed at the mix's
+//! appetite is unusable by any of them. The rule takes the placement that adds the least
+//! unusable milli.
 
 use std::collections::HashMap;
 
@@ -820,14 +822,17 @@ impl Score {
 
 /// The placement rule, with what it remembers between calls on one [`Cluster`].
 ///
-/// [`Rule::berth`] is the rule Berth places bookings by: FGD with the node's CPU and memory in
-/// the measure. A node's free GPU milli is worth only what its free CPU and memory can feed:
-/// at the workload's appetite (see [`Appetite`]) anything beyond is stranded however the next
-/// tasks are shaped, a loss FGD's one-task-ahead measure does not see. The placement chosen is
-/// the one that adds the least to FGD's unusable milli plus this unfed milli, compared
-/// exactly; equal outcomes go to the earliest node of `ties`, and on one node to the
-/// lowest-indexed GPU. [`Rule::fgd_as_published`] is the paper's policy, kept as the
-/// comparison the replay reports.
+/// [`Rule::berth`] is the rule Berth places bookings by: FGD with each partly taken GPU followed
+/// until it is full and the node's CPU and memory in the measure. FGD counts a GPU that a share
+/// fits as usable outright; this rule counts the sliver the share would leave, as the mix goes
+/// on filling it ([`TaskMix::sliver_waste`]), so a 470 share goes where it leaves 60 rather
+/// than 210 the mix rarely fills. And a node's free GPU milli is worth only what its free CPU
+/// and memory can feed: at the workload's appetite (see [`Appetite`]) anything beyond is
+/// stranded however the next tasks are shaped, a loss FGD's one-task-ahead measure does not
+/// see. The placement chosen is the one that adds the least to [`TaskMix::unused_gpu_milli`]
+/// plus this unfed milli, compared exactly; equal outcomes go to the earliest node of `ties`,
+/// and on one node to the lowest-indexed GPU. [`Rule::fgd_as_published`] is the paper's
+/// policy, kept as the comparison the replay reports.
 #[derive(Debug, Clone)]
 pub struct Rule {
     mix: TaskMix,
