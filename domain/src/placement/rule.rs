@@ -17,9 +17,11 @@
 //!
 //! The measure: a node's free GPU milli is worth what the next tasks could use. A [`TaskMix`]
 //! says what tasks to expect; a free GPU too small for a kind, or on a node without the CPU,
-//! memory or model for it, is unusable by it (FGD's measure), and free milli that the node's
-//! free CPU and memory cannot feed at the mix's appetite is unusable by any of them. The rule
-//! takes the placement that adds the least unusable milli.
+//! memory or model for it, is unusable by it (FGD's measure); a GPU partly taken that a share
+//! fits is worth what the mix is expected to leave of it once full (FGD counts it usable
+//! outright); and free milli that the node's free CPU and memory cannot feed at the mix's
+//! appetite is unusable by any of them. The rule takes the placement that adds the least
+//! unusable milli.
 
 use std::collections::HashMap;
 
@@ -450,6 +452,8 @@ pub struct TaskMix {
     /// Kinds grouped by GPU ask, so that each group scans the GPUs once.
     groups: Vec<MixGroup>,
     appetite: Appetite,
+    /// [`TaskMix::sliver_waste`] of each free amount 0..1000, worked out once per mix.
+    sliver_waste: Vec<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -553,7 +557,8 @@ impl TaskMix {
         }
         groups.sort_by_key(|g| g.gpu);
         let cpu_milli_per_gpu_milli = if milli > 0.0 { cpu / milli } else { 0.0 };
-        TaskMix { groups, appetite: Appetite { cpu_milli_per_gpu_milli, memory_mib_per_gpu_milli: 0.0 } }
+        let sliver_waste = sliver_waste(&groups);
+        TaskMix { groups, appetite: Appetite { cpu_milli_per_gpu_milli, memory_mib_per_gpu_milli: 0.0 }, sliver_waste }
     }
 
     pub fn appetite(&self) -> Appetite {
@@ -572,12 +577,36 @@ impl TaskMix {
     /// but for the models: the published one counts a node of a model the task does not allow
     /// as wholly unusable to it.
     pub fn unusable_gpu_milli(&self, model: u8, cpu_free: u32, gpu_free: &[u16]) -> f64 {
-        self.unusable(model, cpu_free, gpu_free, false)
+        self.unusable(model, cpu_free, gpu_free, Reading::OneTask)
     }
 
-    /// [`TaskMix::unusable_gpu_milli`], where `published` counts a node of a model a task does
-    /// not allow as wholly unusable to it, as the FGD paper's simulator does.
-    fn unusable(&self, model: u8, cpu_free: u32, gpu_free: &[u16], published: bool) -> f64 {
+    /// Expected GPU milli of the node that the tasks to come never use, following each GPU
+    /// until it is full: [`TaskMix::unusable_gpu_milli`], except that a GPU partly taken that
+    /// a share fits is not counted usable outright but by the sliver the share leaves,
+    /// [`TaskMix::sliver_waste`] of it. FGD's measure sees a GPU with 530 milli free as usable
+    /// by a 470 or a 320 share alike; this one sees that the 470 leaves 60 and the 320 leaves
+    /// 210, and which of those the mix goes on to fill. A fully free GPU stays usable outright
+    /// (whole-GPU tasks take it whole). On a node whose CPU fits every kind, each partly taken
+    /// GPU with `f` free counts exactly `sliver_waste(f)`.
+    pub fn unused_gpu_milli(&self, model: u8, cpu_free: u32, gpu_free: &[u16]) -> f64 {
+        self.unusable(model, cpu_free, gpu_free, Reading::UntilFull)
+    }
+
+    /// Expected milli, of a GPU with `free_milli` free (below 1000), that the mix never uses
+    /// when each next task is drawn from it: a task that cannot take the GPU (it takes whole
+    /// GPUs, or none, or a larger share) finds `free_milli` unusable, FGD's one-task measure;
+    /// a share of `m` that fits leaves `free_milli - m`, worth this again. So
+    /// `waste(f) = (1 - P(f)) * f + sum over shares m <= f of weight(m) * waste(f - m)`, with
+    /// `P(f)` the weight of the shares that fit. CPU, memory and models are left out: the node
+    /// measure checks them for the first task. The weights are the mix's own, nothing tuned.
+    pub fn sliver_waste(&self, free_milli: u16) -> f64 {
+        self.sliver_waste.get(usize::from(free_milli)).copied().unwrap_or(0.0)
+    }
+
+    /// The measure of [`TaskMix::unusable_gpu_milli`] (or of [`TaskMix::unused_gpu_milli`]),
+    /// read as `reading` says.
+    fn unusable(&self, model: u8, cpu_free: u32, gpu_free: &[u16], reading: Reading) -> f64 {
+        let published = reading == Reading::Published;
         let total: u32 = gpu_free.iter().map(|&f| u32::from(f)).sum();
         if total == 0 {
             return 0.0;
@@ -594,12 +623,19 @@ impl TaskMix {
                 }
             }
             let gpu_fits = group.gpu != GpuAsk::None && enough >= group.gpu.gpu_count();
+            // Followed until full: what the share would leave on each partly taken GPU it fits.
+            let mut slivers = 0.0;
+            if let (Reading::UntilFull, GpuAsk::Share(m)) = (reading, group.gpu) {
+                for &f in gpu_free.iter().filter(|&&f| f >= m && f < MILLI_PER_GPU) {
+                    slivers += self.sliver_waste(f - m);
+                }
+            }
             // A kind that may not land on this model asks nothing of the node: its free milli
             // is no loss to it (counting it as unusable, as the published simulator does,
             // steers other tasks away from the models constrained tasks need).
             for kind in group.kinds.iter().filter(|k| published || k.models.allows(model)) {
                 let fits = gpu_fits && kind.cpu_milli <= cpu_free && kind.models.allows(model);
-                out += kind.weight * f64::from(if fits { too_small } else { total });
+                out += kind.weight * if fits { f64::from(too_small) + slivers } else { f64::from(total) };
             }
         }
         out
@@ -619,21 +655,55 @@ impl TaskMix {
     }
 }
 
+/// How [`TaskMix::unusable`] reads a node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// FGD as published: a kind not allowed on the node's model finds it wholly unusable.
+    Published,
+    /// FGD's, one task ahead ([`TaskMix::unusable_gpu_milli`]).
+    OneTask,
+    /// Each GPU followed until full ([`TaskMix::unused_gpu_milli`]).
+    UntilFull,
+}
+
+/// [`TaskMix::sliver_waste`] for every free amount below a whole GPU, smallest first (each
+/// amount only needs the smaller ones): 1000 entries times the mix's share sizes, once per mix.
+fn sliver_waste(groups: &[MixGroup]) -> Vec<f64> {
+    let shares: Vec<(u16, f64)> = groups
+        .iter()
+        .filter_map(|g| match g.gpu {
+            GpuAsk::Share(m) => Some((m, g.kinds.iter().map(|k| k.weight).sum())),
+            _ => None,
+        })
+        .collect();
+    let mut waste: Vec<f64> = Vec::with_capacity(usize::from(MILLI_PER_GPU));
+    for free in 0..MILLI_PER_GPU {
+        let (mut fit, mut after) = (0.0, 0.0);
+        for &(m, weight) in shares.iter().filter(|&&(m, _)| 0 < m && m <= free) {
+            fit += weight;
+            after += weight * waste[usize::from(free - m)];
+        }
+        waste.push((1.0 - fit) * f64::from(free) + after);
+    }
+    waste
+}
+
 /// How a rule measures what a node's free GPUs are worth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Measure {
     /// FGD's: [`TaskMix::unusable_gpu_milli`].
     Fgd,
-    /// Berth's: FGD's plus [`TaskMix::unfed_gpu_milli`].
-    FgdAndUnfed,
+    /// Berth's: [`TaskMix::unused_gpu_milli`] (FGD's, each GPU followed until full) plus
+    /// [`TaskMix::unfed_gpu_milli`].
+    UntilFullAndUnfed,
 }
 
 impl Measure {
     fn of(self, mix: &TaskMix, model: u8, cpu_free: u32, memory_free: u32, gpu_free: &[u16]) -> f64 {
         match self {
-            Measure::Fgd => mix.unusable(model, cpu_free, gpu_free, true),
-            Measure::FgdAndUnfed => {
-                let unusable = mix.unusable_gpu_milli(model, cpu_free, gpu_free);
+            Measure::Fgd => mix.unusable(model, cpu_free, gpu_free, Reading::Published),
+            Measure::UntilFullAndUnfed => {
+                let unusable = mix.unused_gpu_milli(model, cpu_free, gpu_free);
                 let total: u32 = gpu_free.iter().map(|&f| u32::from(f)).sum();
                 unusable + mix.unfed_gpu_milli(cpu_free, memory_free, total)
             }
@@ -752,14 +822,17 @@ impl Score {
 
 /// The placement rule, with what it remembers between calls on one [`Cluster`].
 ///
-/// [`Rule::berth`] is the rule Berth places bookings by: FGD with the node's CPU and memory in
-/// the measure. A node's free GPU milli is worth only what its free CPU and memory can feed:
-/// at the workload's appetite (see [`Appetite`]) anything beyond is stranded however the next
-/// tasks are shaped, a loss FGD's one-task-ahead measure does not see. The placement chosen is
-/// the one that adds the least to FGD's unusable milli plus this unfed milli, compared
-/// exactly; equal outcomes go to the earliest node of `ties`, and on one node to the
-/// lowest-indexed GPU. [`Rule::fgd_as_published`] is the paper's policy, kept as the
-/// comparison the replay reports.
+/// [`Rule::berth`] is the rule Berth places bookings by: FGD with each partly taken GPU followed
+/// until it is full and the node's CPU and memory in the measure. FGD counts a GPU that a share
+/// fits as usable outright; this rule counts the sliver the share would leave, as the mix goes
+/// on filling it ([`TaskMix::sliver_waste`]), so a 470 share goes where it leaves 60 rather
+/// than 210 the mix rarely fills. And a node's free GPU milli is worth only what its free CPU
+/// and memory can feed: at the workload's appetite (see [`Appetite`]) anything beyond is
+/// stranded however the next tasks are shaped, a loss FGD's one-task-ahead measure does not
+/// see. The placement chosen is the one that adds the least to [`TaskMix::unused_gpu_milli`]
+/// plus this unfed milli, compared exactly; equal outcomes go to the earliest node of `ties`,
+/// and on one node to the lowest-indexed GPU. [`Rule::fgd_as_published`] is the paper's
+/// policy, kept as the comparison the replay reports.
 #[derive(Debug, Clone)]
 pub struct Rule {
     mix: TaskMix,
@@ -773,7 +846,7 @@ pub struct Rule {
 impl Rule {
     /// Berth's rule, measured against `mix`, ties to the earliest node of `ties`.
     pub fn berth(mix: TaskMix, ties: NodeOrder) -> Rule {
-        Rule::with(mix, Measure::FgdAndUnfed, Score::Exact, ties)
+        Rule::with(mix, Measure::UntilFullAndUnfed, Score::Exact, ties)
     }
 
     /// FGD as published (Weng et al., `FGDScore`): the node and GPU whose placement lowers the

@@ -172,8 +172,34 @@ fn policies_remember_offers_only_until_a_node_changes() {
     let first = cluster.place(&share(0, 300), &mut policy).expect("fits").node;
     // The same kind again must see the change and pack onto the same GPU (700 free).
     assert_eq!(cluster.place(&share(0, 300), &mut policy).map(|p| p.node), Ok(first));
-    // A third there would strand 100 milli no 300 can use: it goes to the other node.
+    // A third there leaves 100 milli no 300 can use; but with only 300s to come every GPU ends
+    // 100 short, so opening the other GPU would only strand a second 100 later: it fills this one.
+    assert_eq!(cluster.place(&share(0, 300), &mut policy).map(|p| p.node), Ok(first));
+    // That GPU has 100 free now: the next goes to the other node.
     assert_eq!(cluster.place(&share(0, 300), &mut policy).map(|p| p.node), Ok(1 - first));
+}
+
+#[test]
+fn the_berth_measure_follows_a_gpu_until_it_is_full() {
+    // Half the tasks take a whole GPU, a quarter a 470 share, a quarter a 320 share, 4 cores each.
+    let mix = TaskMix::from_counts([
+        (4_000, GpuAsk::Whole(1), 2.0),
+        (4_000, GpuAsk::Share(470), 1.0),
+        (4_000, GpuAsk::Share(320), 1.0),
+    ]);
+    // Nothing fits 60 or 210: FGD's one-task loss, all of it.
+    assert!((mix.sliver_waste(60) - 60.0).abs() < 1e-9);
+    assert!((mix.sliver_waste(210) - 210.0).abs() < 1e-9);
+    // 530 free: half the tasks cannot use it; a 470 leaves 60, a 320 leaves 210.
+    let w530 = 0.5 * 530.0 + 0.25 * 60.0 + 0.25 * 210.0;
+    assert!((mix.sliver_waste(530) - w530).abs() < 1e-9);
+    // FGD's measure counts the 530 as usable by both shares; Berth's by what they leave.
+    assert!((mix.unusable_gpu_milli(0, 64_000, &[530, 1000]) - 0.5 * 530.0).abs() < 1e-9);
+    assert!((mix.unused_gpu_milli(0, 64_000, &[530, 1000]) - w530).abs() < 1e-9);
+    // A fully free GPU is not followed: a whole-GPU task takes it whole.
+    assert_eq!(mix.unused_gpu_milli(0, 64_000, &[1000]), 0.0);
+    // Without the CPU for any task, all of it is unusable, as in FGD's measure.
+    assert!((mix.unused_gpu_milli(0, 0, &[530]) - 530.0).abs() < 1e-9);
 }
 
 /// A trace like openb's `gpu_spec` variants, built here: two models, a third of the tasks
