@@ -18,6 +18,8 @@ pub enum Refusal {
     NodeChecksUnsupported,
     #[error("node {0} is held by a booking; checks that disturb it wait until it is free")]
     NodeHeld(String),
+    #[error("checks are running on {node} already (check run {run}); wait for them to finish")]
+    ChecksRunning { node: String, run: i64 },
     #[error("{node} has GPUs 0 to {}; there is no GPU {gpu}", gpus.saturating_sub(1))]
     NoSuchGpu { node: String, gpu: u32, gpus: u32 },
     #[error("GPU {gpu} of {node} holds a booking now or within 10 minutes; reset it when nothing runs on it")]

@@ -67,6 +67,25 @@ async fn reservations_on(berth: &TestBerth, node: &str) -> i64 {
     .expect("count")
 }
 
+/// The node's health once what a repair started in the background (its command, then
+/// acceptance) has ended: out of repair and testing, no check run open.
+async fn settled(
+    berth: &TestBerth,
+    admin: &Caller,
+    node: &str,
+) -> berth_platform::provisioning::node_health::NodeHealth {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let health = berth.platform.node_health(admin, node).await.expect("health");
+        let open = health.runs.iter().any(|r| r.finished_at.is_none());
+        if !open && !matches!(health.status.state, NodeState::InRepair | NodeState::Testing) {
+            return health;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{node} never settled: {:?}", health.status);
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 fn no_capacity(result: Result<berth_platform::capacity::environments::Environment, Error>) -> bool {
     matches!(result, Err(Error::Refused(Refusal::NoCapacity { .. })))
 }
@@ -92,12 +111,15 @@ async fn a_node_failing_acceptance_never_takes_a_booking_and_does_after_repair(p
     assert!(no_capacity(berth.launch("training", "a100-8", "on-degraded").await), "a degraded node takes nothing");
     assert_eq!(reservations_on(&berth, "a100-01").await, 0);
 
-    // Tier 1 is a command (a GPU reset), which fixes the simulated node; acceptance follows.
+    // Tier 1 is a command (a GPU reset), which fixes the simulated node; acceptance follows,
+    // both in the background: the answer comes once the node is in repair.
     let health = berth
         .platform
         .change_node_state(&admin, "a100-01", "start_repair", "NCCL bandwidth low")
         .await
         .expect("repair");
+    assert_eq!(health.status.state, NodeState::InRepair);
+    let health = settled(&berth, &admin, "a100-01").await;
     assert_eq!(berth.backend.repairs_of("a100-01"), vec!["nvidia-smi --gpu-reset".to_owned()]);
     assert_eq!(health.status.state, NodeState::Available, "{:#?}", health.changes);
     assert_eq!(health.runs.len(), 2);
@@ -144,13 +166,17 @@ async fn a_node_that_no_repair_fixes_climbs_every_tier_and_is_retired(pool: Sqli
     // Tiers 1 and 2 are commands: each runs, acceptance fails again, degraded at that tier.
     for tier in 1..=2 {
         change("start_repair").await.expect("repair");
+        settled(&berth, &admin, "a100-01").await;
         assert_eq!(state_of(&berth, "a100-01").await, ("degraded".into(), tier));
     }
     // Tier 3 (reimage) is manual: the node waits in repair until a person says how it went.
     let health = change("start_repair").await.expect("manual tier");
     assert_eq!((health.status.state, health.status.tier), (NodeState::InRepair, 3));
     assert_eq!(health.tier_name.as_deref(), Some("reimage"));
-    change("repair_done").await.expect("done, then acceptance");
+    let health = change("repair_done").await.expect("done, then acceptance");
+    assert_eq!(health.status.state, NodeState::Testing, "acceptance runs in the background");
+    assert_eq!(health.runs[0].passed, None, "the run is open while it goes on");
+    settled(&berth, &admin, "a100-01").await;
     assert_eq!(state_of(&berth, "a100-01").await, ("degraded".into(), 3));
     change("start_repair").await.expect("tier 4");
     change("repair_failed").await.expect("the vendor gave up");
@@ -230,6 +256,8 @@ async fn a_failed_check_on_demand_degrades_a_held_node_and_its_booking_keeps_run
 async fn tenant_admins_check_only_nodes_their_dedicated_cluster_holds(pool: SqlitePool) {
     let berth = berth_with_arrivals(pool).await;
     let env = berth.launch("cluster", "h100-node-1", "cluster").await.expect("launch");
+    // Its own acceptance step runs checks on the node first (one run at a time).
+    berth.wait_for(&env.id, EnvState::Ready).await;
     let held: String = sqlx::query_scalar(
         "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
          WHERE r.environment_id = ?",
@@ -570,6 +598,7 @@ async fn checks_cut_short_by_a_stop_fail_acceptance_at_the_next_start(pool: Sqli
 
     // A repair runs acceptance again, and the node is taken into service.
     berth.platform.change_node_state(&admin, "a100-01", "start_repair", "after the restart").await.unwrap();
+    settled(&berth, &admin, "a100-01").await;
     assert_eq!(state_of(&berth, "a100-01").await.0, "available");
 }
 
@@ -613,4 +642,51 @@ async fn a_gpu_is_reset_only_by_a_platform_admin_and_only_when_nothing_runs_on_i
             .await
             .expect("audit");
     assert_eq!(audited, [("success".to_owned(), "GPU 3 reset".to_owned())]);
+}
+
+/// People start checks and get the run back at once, open; a second run on the node waits
+/// for the first; the run's results and verdict show on the node once it has ended.
+#[sqlx::test(migrations = "../migrations")]
+async fn checks_started_by_a_person_run_in_the_background_one_run_at_a_time(pool: SqlitePool) {
+    let berth = berth_with_arrivals(pool).await;
+    let admin = berth.admin().await;
+    berth.backend.set_speed(1.0);
+    let run = berth.platform.start_node_checks(&admin, "a100-01", "quick").await.expect("started");
+    assert_eq!((run.purpose.as_str(), run.passed, run.finished_at), ("acceptance", None, None));
+    assert!(run.results.is_empty());
+    assert_eq!(run.requested_by.as_deref(), Some("root@example.com"));
+    assert_eq!(state_of(&berth, "a100-01").await.0, "testing", "the node tests while the run goes on");
+
+    let again = berth.platform.start_node_checks(&admin, "a100-01", "quick").await;
+    assert!(matches!(&again, Err(Error::Refused(Refusal::NodeTransition { .. }))), "{again:?}");
+    // On a node a cluster holds, checks are on demand: a second run is refused while the
+    // first goes on.
+    berth.backend.set_speed(0.0);
+    let env = berth.launch("cluster", "h100-node-1", "held").await.expect("launch");
+    berth.wait_for(&env.id, EnvState::Ready).await;
+    berth.backend.set_speed(1.0);
+    let held: String = sqlx::query_scalar(
+        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ?",
+    )
+    .bind(&env.id)
+    .fetch_one(berth.platform.db())
+    .await
+    .unwrap();
+    let first = berth.platform.start_node_checks(&admin, &held, "quick").await.expect("on demand");
+    assert_eq!(first.purpose, "on_demand");
+    let second = berth.platform.start_node_checks(&admin, &held, "quick").await;
+    let running = format!("checks are running on {held} already (check run {}); wait for them to finish", first.id);
+    assert!(
+        matches!(&second, Err(Error::Refused(r @ Refusal::ChecksRunning { .. })) if r.to_string() == running),
+        "{second:?}"
+    );
+
+    let health = settled(&berth, &admin, "a100-01").await;
+    assert_eq!(health.status.state, NodeState::Available);
+    assert_eq!((health.runs[0].id, health.runs[0].passed), (run.id, Some(true)));
+    assert_eq!(health.runs[0].results.len(), 3, "{:?}", health.runs[0].results);
+    let health = settled(&berth, &admin, &held).await;
+    assert_eq!(health.runs[0].passed, Some(true));
+    berth.platform.start_node_checks(&admin, &held, "quick").await.expect("once the first has ended");
 }

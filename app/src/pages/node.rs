@@ -4,7 +4,7 @@ use leptos_router::hooks::{use_params_map, use_query_map};
 
 use crate::components::form::BUTTON;
 use crate::components::table::{CELL, ROW_HEADER};
-use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, FieldsOf, RequireUser, StateBadge, Table};
+use crate::components::{CARD, ConfirmButton, ErrorAlert, Field, FieldsOf, RequireUser, StateBadge, Table, poll_every};
 use crate::model::{CheckRunView, NodeHealthView};
 use crate::serverfns::{ChangeNodeState, ResetGpu, RunNodeChecks, node_health};
 
@@ -23,6 +23,14 @@ pub fn NodePage() -> impl IntoView {
         move || (name(), checks.version().get(), change.version().get(), reset.version().get()),
         |(name, _, _, _)| node_health(name),
     );
+    // Checks run in the background: while one does, the page reads the node again every
+    // few seconds (without WebAssembly, a refresh in <noscript> does).
+    let running = RwSignal::new(false);
+    poll_every(3000, move || {
+        if running.get_untracked() {
+            data.refetch();
+        }
+    });
     // Where a reset sends the browser back (`?reset=3`), with or without WebAssembly.
     let query = use_query_map();
     let was_reset = move || query.read().get("reset");
@@ -41,7 +49,7 @@ pub fn NodePage() -> impl IntoView {
             <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match data.await {
-                        Ok(node) => view! { <Node node checks change reset/> }.into_any(),
+                        Ok(node) => view! { <Node node checks change reset running/> }.into_any(),
                         Err(error) => view! { <ErrorAlert error/> }.into_any(),
                     }
                 })}
@@ -56,7 +64,10 @@ fn Node(
     checks: ServerAction<RunNodeChecks>,
     change: ServerAction<ChangeNodeState>,
     reset: ServerAction<ResetGpu>,
+    running: RwSignal<bool>,
 ) -> impl IntoView {
+    let checks_running = node.runs.iter().any(|r| r.outcome == "running");
+    Effect::new(move |_| running.set(checks_running));
     let retirable = node.state != "retired";
     let name = node.node.clone();
     let (name_for_state, name_for_retire) = (name.clone(), name.clone());
@@ -68,6 +79,10 @@ fn Node(
             <StateBadge state=node.state.clone() label=node.state_label.clone()/>
         </div>
         <p class="mt-1 text-sm text-slate-600">{node.about.clone()} " · " {node.bookings_note.clone()}</p>
+        {checks_running.then(|| view! {
+            <noscript><meta http-equiv="refresh" content="3"/></noscript>
+            <p class="mt-2 text-sm text-amber-800" role="status" data-checks-running="">"Checks are running on this node; this page shows their results when they end."</p>
+        })}
         <div class="grid gap-x-6 lg:grid-cols-2">
             <section class=CARD aria-labelledby="run-checks">
                 <h2 id="run-checks" class="text-sm font-semibold text-slate-900">"Run checks"</h2>

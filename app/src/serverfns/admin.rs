@@ -97,14 +97,15 @@ pub async fn node_health(node: String) -> Result<NodeHealthView, AppError> {
     Ok(node_view(&health))
 }
 
-/// Runs checks on a node at `level` (`quick`, `medium`, `long`): acceptance on a node
-/// nobody holds, else a check on demand. Platform admins; tenant admins on nodes their
+/// Starts checks on a node at `level` (`quick`, `medium`, `long`): acceptance on a node
+/// nobody holds, else a check on demand. They run in the background; the node page shows
+/// the run as running until it ends. Platform admins; tenant admins on nodes their
 /// tenant's dedicated cluster holds.
 #[server(endpoint = "run_node_checks")]
 pub async fn run_node_checks(node: String, level: String) -> Result<(), AppError> {
     let (platform, caller) = super::ssr::caller().await?;
     platform
-        .run_node_checks(&caller, &node, &level)
+        .start_node_checks(&caller, &node, &level)
         .await
         .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     leptos_axum::redirect(&format!("/admin/nodes/{}", crate::components::urlencode(&node)));

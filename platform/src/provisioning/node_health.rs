@@ -107,6 +107,7 @@ pub struct CheckResult {
 }
 
 /// A node's row, as the lifecycle needs it.
+#[derive(Clone)]
 struct NodeRow {
     id: i64,
     name: String,
@@ -348,8 +349,15 @@ impl Platform {
     /// At start, before anyone can run checks: a node left `testing` had its checks cut
     /// short when Berth stopped (checks run in the process; nothing of them survives it).
     /// It fails its acceptance, so it is degraded and a person repairs or retires it, and
-    /// its history says why. The nodes moved.
+    /// its history says why. Runs left open (on demand too) are closed as failed, with no
+    /// results. The nodes moved.
     pub async fn end_interrupted_checks(&self) -> Result<Vec<String>, Error> {
+        let mut tx = self.begin_write().await?;
+        sqlx::query("UPDATE node_check_runs SET finished_at = ?, passed = 0 WHERE finished_at IS NULL")
+            .bind(now_ms())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
         let names: Vec<String> =
             sqlx::query_scalar("SELECT name FROM nodes WHERE state = 'testing' AND in_service = 1 ORDER BY name")
                 .fetch_all(&self.db)
@@ -473,7 +481,9 @@ impl Platform {
     /// Moves a node by a platform admin's `event` (`drain`, `return_to_service`,
     /// `start_repair`, `repair_done`, `repair_failed`, `retire`, `reinstate`) for `reason`.
     /// A repair tier with a command runs it; a repair that is done is followed by acceptance
-    /// at once. Returns the node's health after it all.
+    /// at once. Both go on in the background (a reboot or a medium acceptance takes
+    /// minutes): the answer is the node's health once it has moved, with the acceptance run
+    /// open where one starts.
     pub async fn change_node_state(
         &self,
         caller: &Caller,
@@ -517,25 +527,42 @@ impl Platform {
                 // Where the backend runs no repair commands (bare metal: the agent runs no
                 // command line the portal sends), the tier waits for a person as a manual
                 // one does; the node page says which command the tier names.
-                if let Some(command) = tier.command.as_ref().filter(|_| backend.runs_repair_commands()) {
-                    let outcome = backend.run_repair(&self.checked_node(&node), command).await;
-                    let (event, why) = match outcome {
-                        Ok(_) => (NodeEvent::RepairDone, format!("tier {} ({}): `{command}` ran", to.tier, tier.name)),
-                        Err(e) => (
-                            NodeEvent::RepairFailed,
-                            format!("tier {} ({}): `{command}` failed: {e}", to.tier, tier.name),
-                        ),
-                    };
-                    let mut tx = self.begin_write().await?;
-                    let after = transition(self, &mut tx, &Mover::berth_for(caller), &node, event, &why).await?;
-                    tx.commit_and(|| self.forget_fleet()).await?;
-                    if after.state == NodeState::Testing {
-                        self.acceptance(caller, &node, ACCEPTANCE_AFTER_REPAIR).await?;
-                    }
+                if let Some(command) = tier.command.clone().filter(|_| backend.runs_repair_commands()) {
+                    let (platform, caller) = (self.clone(), caller.clone());
+                    tokio::spawn(async move {
+                        let outcome = backend.run_repair(&platform.checked_node(&node), &command).await;
+                        let (event, why) = match outcome {
+                            Ok(_) => {
+                                (NodeEvent::RepairDone, format!("tier {} ({}): `{command}` ran", to.tier, tier.name))
+                            }
+                            Err(e) => (
+                                NodeEvent::RepairFailed,
+                                format!("tier {} ({}): `{command}` failed: {e}", to.tier, tier.name),
+                            ),
+                        };
+                        let after = async {
+                            let mut tx = platform.begin_write().await?;
+                            let after =
+                                transition(&platform, &mut tx, &Mover::berth_for(&caller), &node, event, &why).await?;
+                            tx.commit_and(|| platform.forget_fleet()).await?;
+                            if after.state == NodeState::Testing {
+                                platform.acceptance(&caller, &node, ACCEPTANCE_AFTER_REPAIR).await?;
+                            }
+                            Ok::<(), Error>(())
+                        };
+                        if let Err(e) = after.await {
+                            tracing::error!(node = %node.name, error = %e, "a repair tier could not be recorded");
+                        }
+                    });
                 }
             }
             (NodeEvent::RepairDone, NodeState::Testing) => {
-                self.acceptance(caller, &node, ACCEPTANCE_AFTER_REPAIR).await?;
+                let mut tx = self.begin_write().await?;
+                let started =
+                    open_run(&mut tx, Some(caller.user_id()), node, ACCEPTANCE_AFTER_REPAIR, RunPurpose::Acceptance)
+                        .await?;
+                tx.commit().await?;
+                self.finish_in_background(caller, started);
             }
             _ => {}
         }
@@ -603,7 +630,38 @@ impl Platform {
     /// the run is acceptance (the node is testing meanwhile; it ends available or degraded);
     /// otherwise it is a check on demand, whose failure degrades an available or draining
     /// node and whose pass changes nothing.
+    ///
+    /// Waits for the whole run: tests and the platform's own flows use it. People start
+    /// runs with [`Platform::start_node_checks`], which answers at once.
     pub async fn run_node_checks(&self, caller: &Caller, name: &str, level: &str) -> Result<CheckRun, Error> {
+        let started = self.begin_node_checks(caller, name, level).await?;
+        self.finish_run(&Mover::person(caller), started).await
+    }
+
+    /// [`Platform::run_node_checks`] in the background: the run is recorded as running
+    /// (and the node `testing`, for acceptance) before this answers, and finishes on its
+    /// own; the node page and `GET /api/v1/nodes/{name}/health` show it when it has. A
+    /// real node's quick level takes minutes, the long one an hour: no request waits for it.
+    pub async fn start_node_checks(&self, caller: &Caller, name: &str, level: &str) -> Result<CheckRun, Error> {
+        let started = self.begin_node_checks(caller, name, level).await?;
+        let running = started.running(self).await?;
+        self.finish_in_background(caller, started);
+        Ok(running)
+    }
+
+    /// Runs an open run to its end on a task of its own.
+    fn finish_in_background(&self, caller: &Caller, started: StartedRun) {
+        let (platform, caller) = (self.clone(), caller.clone());
+        tokio::spawn(async move {
+            let run = started.run_id;
+            if let Err(e) = platform.finish_run(&Mover::person(&caller), started).await {
+                tracing::error!(run, error = %e, "a check run could not be finished");
+            }
+        });
+    }
+
+    /// Checks who may run checks of `level` on the node, and opens the run.
+    async fn begin_node_checks(&self, caller: &Caller, name: &str, level: &str) -> Result<StartedRun, Error> {
         if caller.principal.reach(Action::FleetCheck).is_none() {
             self.authorize(caller, Action::FleetCheck, Target::Platform).await?;
         }
@@ -634,23 +692,20 @@ impl Platform {
         self.backend_for_checks()?;
         let acceptance =
             held.is_none() && matches!(node.status.state, NodeState::New | NodeState::Available | NodeState::Draining);
-        if acceptance {
-            let mut tx = self.begin_write().await?;
+        if !acceptance && node.status.state == NodeState::Testing {
+            return Err(Refusal::NodeTransition { state: NodeState::Testing.label(), event: "run checks" }.into());
+        }
+        let mut tx = self.begin_write().await?;
+        let purpose = if acceptance {
             let why = format!("acceptance checks at level {}", level.as_str());
             transition(self, &mut tx, &Mover::person(caller), &node, NodeEvent::StartAcceptance, &why).await?;
-            tx.commit_and(|| self.forget_fleet()).await?;
-            self.acceptance(caller, &node, level).await
+            RunPurpose::Acceptance
         } else {
-            if node.status.state == NodeState::Testing {
-                return Err(Refusal::NodeTransition { state: NodeState::Testing.label(), event: "run checks" }.into());
-            }
-            self.check_run(&Mover::person(caller), &node, level, RunPurpose::OnDemand).await
-        }
-    }
-
-    /// Acceptance of a node already `testing`: the checks, then passed or failed.
-    async fn acceptance(&self, caller: &Caller, node: &NodeRow, level: CheckLevel) -> Result<CheckRun, Error> {
-        self.check_run(&Mover::person(caller), node, level, RunPurpose::Acceptance).await
+            RunPurpose::OnDemand
+        };
+        let started = open_run(&mut tx, Some(caller.user_id()), node, level, purpose).await?;
+        tx.commit_and(|| self.forget_fleet()).await?;
+        Ok(started)
     }
 
     /// A dedicated cluster's provisioning step: quick acceptance checks on each node it
@@ -702,8 +757,13 @@ impl Platform {
         Ok(Ok(format!("quick acceptance checks passed on {}", passed.join(", "))))
     }
 
-    /// Runs the checks and records them with their verdict's state change in one
-    /// transaction.
+    /// Acceptance of a node already `testing`: the checks, then passed or failed.
+    async fn acceptance(&self, caller: &Caller, node: &NodeRow, level: CheckLevel) -> Result<CheckRun, Error> {
+        self.check_run(&Mover::person(caller), node, level, RunPurpose::Acceptance).await
+    }
+
+    /// Opens a run and runs it to its end. Berth's own runs (a cluster's acceptance step,
+    /// acceptance after a repair) wait for a person's run on the node to end first.
     async fn check_run(
         &self,
         mover: &Mover<'_>,
@@ -711,8 +771,36 @@ impl Platform {
         level: CheckLevel,
         purpose: RunPurpose,
     ) -> Result<CheckRun, Error> {
-        let backend = self.backend_for_checks()?;
-        let started_at = now_ms();
+        self.backend_for_checks()?;
+        let started = loop {
+            let mut tx = self.begin_write().await?;
+            match open_run(&mut tx, mover.person, node.clone(), level, purpose).await {
+                Ok(started) => {
+                    tx.commit().await?;
+                    break started;
+                }
+                Err(Error::Refused(Refusal::ChecksRunning { .. })) => {
+                    drop(tx);
+                    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
+        self.finish_run(mover, started).await
+    }
+
+    /// Runs the checks of an open run and records them, closing the run, with its
+    /// verdict's state change in one transaction.
+    async fn finish_run(&self, mover: &Mover<'_>, started: StartedRun) -> Result<CheckRun, Error> {
+        let StartedRun { run_id, node, level, purpose, started_at } = started;
+        let node = &node;
+        let backend = match self.backend_for_checks() {
+            Ok(backend) => backend,
+            Err(e) => {
+                close_run_cut_short(self, run_id).await?;
+                return Err(e);
+            }
+        };
         let checked = self.checked_node(node);
         let facts = NodeFacts {
             model: node.model,
@@ -745,19 +833,12 @@ impl Platform {
         let passed = results.iter().all(|r| r.passed);
         let finished_at = now_ms();
         let mut tx = self.begin_write().await?;
-        let run_id: i64 = sqlx::query_scalar(
-            "INSERT INTO node_check_runs (node_id, level, purpose, requested_by, started_at, finished_at, passed)
-             VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
-        )
-        .bind(node.id)
-        .bind(level.as_str())
-        .bind(purpose.as_str())
-        .bind(mover.person)
-        .bind(started_at)
-        .bind(finished_at)
-        .bind(passed)
-        .fetch_one(&mut *tx)
-        .await?;
+        sqlx::query("UPDATE node_check_runs SET finished_at = ?, passed = ? WHERE id = ?")
+            .bind(finished_at)
+            .bind(passed)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await?;
         for r in &results {
             sqlx::query(
                 "INSERT INTO node_check_results (run_id, kind, passed, measured, threshold, unit, summary, command, raw_output)
@@ -805,10 +886,7 @@ impl Platform {
             transition(self, &mut tx, &verdict_by, node, event, &why).await?;
         }
         tx.commit_and(|| self.forget_fleet()).await?;
-        let requested_by: Option<String> = sqlx::query_scalar("SELECT email FROM users WHERE id = ?")
-            .bind(mover.person)
-            .fetch_optional(&self.db)
-            .await?;
+        let requested_by = email_of(self, mover.person).await?;
         Ok(CheckRun {
             id: run_id,
             level: level.as_str().to_owned(),
@@ -827,6 +905,83 @@ impl Platform {
             _ => Err(Refusal::NodeChecksUnsupported.into()),
         }
     }
+}
+
+/// A check run recorded as running, not yet run.
+struct StartedRun {
+    run_id: i64,
+    node: NodeRow,
+    level: CheckLevel,
+    purpose: RunPurpose,
+    started_at: i64,
+}
+
+impl StartedRun {
+    /// The run as the node page shows it while it goes on.
+    async fn running(&self, platform: &Platform) -> Result<CheckRun, Error> {
+        let requested_by: Option<i64> = sqlx::query_scalar("SELECT requested_by FROM node_check_runs WHERE id = ?")
+            .bind(self.run_id)
+            .fetch_one(&platform.db)
+            .await?;
+        Ok(CheckRun {
+            id: self.run_id,
+            level: self.level.as_str().to_owned(),
+            purpose: self.purpose.as_str().to_owned(),
+            requested_by: email_of(platform, requested_by).await?,
+            started_at: self.started_at,
+            finished_at: None,
+            passed: None,
+            results: Vec::new(),
+        })
+    }
+}
+
+/// Records a run on `node` as running, inside `tx`; refused while another run on the node
+/// goes on (two runs would fight over its GPUs, and their verdicts over its state).
+async fn open_run(
+    tx: &mut SqliteConnection,
+    requested_by: Option<i64>,
+    node: NodeRow,
+    level: CheckLevel,
+    purpose: RunPurpose,
+) -> Result<StartedRun, Error> {
+    let running: Option<i64> =
+        sqlx::query_scalar("SELECT id FROM node_check_runs WHERE node_id = ? AND finished_at IS NULL")
+            .bind(node.id)
+            .fetch_optional(&mut *tx)
+            .await?;
+    if let Some(run) = running {
+        return Err(Refusal::ChecksRunning { node: node.name.clone(), run }.into());
+    }
+    let started_at = now_ms();
+    let run_id: i64 = sqlx::query_scalar(
+        "INSERT INTO node_check_runs (node_id, level, purpose, requested_by, started_at)
+         VALUES (?, ?, ?, ?, ?) RETURNING id",
+    )
+    .bind(node.id)
+    .bind(level.as_str())
+    .bind(purpose.as_str())
+    .bind(requested_by)
+    .bind(started_at)
+    .fetch_one(&mut *tx)
+    .await?;
+    Ok(StartedRun { run_id, node, level, purpose, started_at })
+}
+
+/// Closes a run that did not run to its end as failed, with no results.
+async fn close_run_cut_short(platform: &Platform, run_id: i64) -> Result<(), Error> {
+    let mut tx = platform.begin_write().await?;
+    sqlx::query("UPDATE node_check_runs SET finished_at = ?, passed = 0 WHERE id = ? AND finished_at IS NULL")
+        .bind(now_ms())
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await?;
+    tx.commit().await?;
+    Ok(())
+}
+
+async fn email_of(platform: &Platform, user: Option<i64>) -> Result<Option<String>, Error> {
+    Ok(sqlx::query_scalar("SELECT email FROM users WHERE id = ?").bind(user).fetch_optional(&platform.db).await?)
 }
 
 /// Why checks run, which says what their verdict does to the node.

@@ -207,18 +207,22 @@ pub struct CheckRequest {
     level: String,
 }
 
-/// Runs checks on a node: acceptance on a node nobody holds, else a check on demand.
+/// Starts checks on a node: acceptance on a node nobody holds, else a check on demand.
+/// Answered 202 with the run as it starts (`passed` null); it goes on in the background
+/// (minutes on a real node, an hour at the long level): `GET /api/v1/nodes/{id}/health`
+/// lists it with its results once it has finished. A node with a run going on refuses
+/// another (422).
 #[utoipa::path(post, path = "/api/v1/nodes/{id}/checks", tag = "nodes",
     params(("id" = String, Path, description = "The node's name")),
     request_body = CheckRequest,
-    responses((status = 200, body = CheckRunBody)))]
+    responses((status = 202, body = CheckRunBody)))]
 pub(super) async fn run_node_checks(
     TokenCaller(platform, caller): TokenCaller,
     Path(name): Path<String>,
     Body(request): Body<CheckRequest>,
-) -> Result<Json<CheckRunBody>, ApiError> {
-    let run = platform.run_node_checks(&caller, &name, &request.level).await.map_err(fail(&caller))?;
-    Ok(Json(check_run_body(&run)))
+) -> Result<Response, ApiError> {
+    let run = platform.start_node_checks(&caller, &name, &request.level).await.map_err(fail(&caller))?;
+    Ok((axum::http::StatusCode::ACCEPTED, Json(check_run_body(&run))).into_response())
 }
 
 #[derive(Deserialize, ToSchema)]

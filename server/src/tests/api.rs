@@ -35,7 +35,8 @@ async fn a_script_books_as_soon_as_possible_and_learns_the_start() {
 
 /// A platform admin's script puts a node through acceptance, reads why it failed (figure,
 /// threshold, raw output), repairs it and sees it available again; the same token cannot
-/// skip the lifecycle.
+/// skip the lifecycle. Checks and repairs go on in the background: the script reads the
+/// node's health until they have ended, as a script on a real fleet must.
 #[tokio::test]
 async fn a_script_runs_acceptance_and_repairs_a_node() {
     let berth = Berth::start_running().await;
@@ -43,18 +44,34 @@ async fn a_script_runs_acceptance_and_repairs_a_node() {
     let (_, token) = berth.token(&admin, &[]).await;
     let fleet = berth.fleet.clone().expect("a simulated fleet");
     fleet.fail_check("h100-01", berth_domain::node_checks::CheckKind::MemoryErrors);
+    let health_until = |done: fn(&serde_json::Value) -> bool| {
+        let (berth, token) = (&berth, &token);
+        async move {
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let health = berth.api(Method::GET, "/api/v1/nodes/h100-01/health", "", Some(token)).await;
+                assert_eq!(health.status, StatusCode::OK, "{}", health.body);
+                let health: serde_json::Value = serde_json::from_str(&health.body).expect("json");
+                if done(&health) {
+                    return health;
+                }
+                assert!(tokio::time::Instant::now() < deadline, "never done: {health}");
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+    };
 
-    let run = berth.api(Method::POST, "/api/v1/nodes/h100-01/checks", r#"{"level": "quick"}"#, Some(&token)).await;
-    assert_eq!(run.status, StatusCode::OK, "{}", run.body);
-    let run: serde_json::Value = serde_json::from_str(&run.body).expect("json");
-    assert_eq!((run["purpose"].as_str(), run["passed"].as_bool()), (Some("acceptance"), Some(false)));
+    let started = berth.api(Method::POST, "/api/v1/nodes/h100-01/checks", r#"{"level": "quick"}"#, Some(&token)).await;
+    assert_eq!(started.status, StatusCode::ACCEPTED, "{}", started.body);
+    let started: serde_json::Value = serde_json::from_str(&started.body).expect("json");
+    assert_eq!((started["purpose"].as_str(), &started["passed"]), (Some("acceptance"), &serde_json::Value::Null));
+    let health = health_until(|h| !h["check_runs"][0]["passed"].is_null()).await;
+    let run = &health["check_runs"][0];
+    assert_eq!((&run["id"], run["passed"].as_bool()), (&started["id"], Some(false)));
     let memory = run["results"].as_array().expect("results").iter().find(|r| r["check"] == "memory_errors").cloned();
     let memory = memory.expect("the memory check ran");
     assert_eq!((memory["measured"].as_f64(), memory["threshold"].as_f64()), (Some(2.0), Some(0.0)), "{memory}");
     assert!(memory["raw_output"].as_str().unwrap_or_default().contains("Remapped Rows"), "{memory}");
-
-    let health = berth.api(Method::GET, "/api/v1/nodes/h100-01/health", "", Some(&token)).await;
-    let health: serde_json::Value = serde_json::from_str(&health.body).expect("json");
     assert_eq!((health["state"].as_str(), health["takes_new_bookings"].as_bool()), (Some("degraded"), Some(false)));
     assert_eq!(health["changes"][0]["by"], serde_json::Value::Null, "the checks' verdict is Berth's");
     assert_eq!(health["changes"][1]["by"], "root@example.com");
@@ -65,7 +82,8 @@ async fn a_script_runs_acceptance_and_repairs_a_node() {
     let repair = r#"{"event": "start_repair", "reason": "2 uncorrectable ECC errors"}"#;
     let repaired = berth.api(Method::POST, "/api/v1/nodes/h100-01/state", repair, Some(&token)).await;
     assert_eq!(repaired.status, StatusCode::OK, "{}", repaired.body);
-    assert!(repaired.body.contains(r#""state":"available""#), "{}", repaired.body);
+    assert!(repaired.body.contains(r#""state":"in_repair""#), "{}", repaired.body);
+    health_until(|h| h["state"] == "available").await;
 }
 
 /// A script reads the image catalog and its tenant's rule, and a launch naming an image from

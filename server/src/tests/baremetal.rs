@@ -1060,6 +1060,16 @@ async fn checks_run_on_the_node_by_its_agent_and_a_failure_takes_it_out_of_servi
     metal.nodes["h100-02"].faulty.lock().expect("faulty").clear();
     let health =
         platform.change_node_state(&admin, "h100-02", "repair_done", "GPUs reset by hand").await.expect("done");
+    assert_eq!(health.status.state, NodeState::Testing, "acceptance runs in the background");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let health = loop {
+        let health = platform.node_health(&admin, "h100-02").await.expect("health");
+        if health.status.state != NodeState::Testing {
+            break health;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "acceptance never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
     assert_eq!(health.status.state, NodeState::Available, "{:?}", health.changes.first());
     let ran: Vec<(CheckKind, CheckLevel)> =
         metal.nodes["h100-02"].checks_run.lock().expect("checks")[before..].to_vec();
