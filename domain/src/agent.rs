@@ -296,6 +296,19 @@ pub fn assess(gpu: &GpuReport, expected: GpuModel) -> Verdict {
             note: format!("the agent reports {what}, the fleet file says {expected}"),
         };
     }
+    // NVML counts MiB, a model's memory is sold in decimal GB (an 80 GB H100 reports
+    // 81,559 MiB, 85.5 GB): a GPU with clearly less than its model has is not the GPU
+    // placement counts on (a different SKU under the same name, memory disabled).
+    let reported_gb = gpu.memory_mib as f64 * 1_048_576.0 / 1e9;
+    if gpu.memory_mib > 0 && reported_gb < 0.95 * f64::from(expected.memory_gb()) {
+        return Verdict {
+            health: GpuHealth::Failed,
+            note: format!(
+                "the agent reports {reported_gb:.1} GB of GPU memory, the fleet file's {expected} has {} GB",
+                expected.memory_gb()
+            ),
+        };
+    }
     if let Some(errors) = gpu.ecc_uncorrected.filter(|e| *e > 0) {
         return Verdict { health: GpuHealth::Failed, note: format!("{errors} uncorrected ECC errors") };
     }
@@ -430,6 +443,26 @@ mod tests {
             next_health(degraded.health, &degraded.note, HealthSource::Agent, &reset),
             Some(Verdict { health: GpuHealth::Healthy, note: String::new() })
         );
+    }
+
+    #[test]
+    fn a_gpu_with_less_memory_than_its_model_fails_and_each_models_own_figure_passes() {
+        let short = GpuReport { memory_mib: 40_960, ..h100(1) };
+        let verdict = assess(&short, GpuModel::H100_80GB);
+        assert_eq!(verdict.health, GpuHealth::Failed);
+        assert_eq!(verdict.note, "the agent reports 42.9 GB of GPU memory, the fleet file's H100-80GB has 80 GB");
+        // What each model reports through NVML (the H100's recorded, see ../shared/reference).
+        for (name, mib, model) in [
+            ("NVIDIA H100 80GB HBM3", 81_559, GpuModel::H100_80GB),
+            ("NVIDIA A100-SXM4-80GB", 81_920, GpuModel::A100_80GB),
+            ("NVIDIA A100-SXM4-40GB", 40_960, GpuModel::A100_40GB),
+            ("NVIDIA H100 NVL", 95_830, GpuModel::H100_NVL),
+            ("NVIDIA H200", 143_771, GpuModel::H200),
+            ("NVIDIA L40S", 46_068, GpuModel::L40S),
+        ] {
+            let gpu = GpuReport { name: name.into(), memory_mib: mib, ..h100(0) };
+            assert_eq!(assess(&gpu, model).health, GpuHealth::Healthy, "{name}: {}", assess(&gpu, model).note);
+        }
     }
 
     #[test]

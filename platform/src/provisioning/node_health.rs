@@ -717,7 +717,7 @@ impl Platform {
     /// step says so and passes.
     pub(crate) async fn cluster_acceptance(&self, environment_id: &str) -> Result<Result<String, String>, Error> {
         if self.backend_for_checks().is_err() {
-            return Ok(Ok("not run: this backend runs no node checks yet (the simulated fleet does)".to_owned()));
+            return Ok(Ok("not run: this backend runs no node checks".to_owned()));
         }
         let names: Vec<String> = sqlx::query_scalar(
             "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
