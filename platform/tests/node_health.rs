@@ -690,3 +690,31 @@ async fn checks_started_by_a_person_run_in_the_background_one_run_at_a_time(pool
     assert_eq!(health.runs[0].passed, Some(true));
     berth.platform.start_node_checks(&admin, &held, "quick").await.expect("once the first has ended");
 }
+
+/// On a node a cluster holds, a check that cannot run at all (its GPUs are the tenant's)
+/// is recorded as failed with why, and leaves the node in service; one that runs and finds
+/// a fault degrades it.
+#[sqlx::test(migrations = "../migrations")]
+async fn a_check_that_cannot_run_on_a_held_node_does_not_degrade_it(pool: SqlitePool) {
+    let berth = berth_with_arrivals(pool).await;
+    let admin = berth.admin().await;
+    let env = berth.launch("cluster", "h100-node-1", "held").await.expect("launch");
+    berth.wait_for(&env.id, EnvState::Ready).await;
+    let held: String = sqlx::query_scalar(
+        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ?",
+    )
+    .bind(&env.id)
+    .fetch_one(berth.platform.db())
+    .await
+    .unwrap();
+    berth.backend.make_check_unrunnable(&held, CheckKind::GpuDiagnostics);
+    let run = berth.platform.run_node_checks(&admin, &held, "quick").await.expect("on demand");
+    assert_eq!((run.purpose.as_str(), run.passed), ("on_demand", Some(false)));
+    assert!(run.results[0].summary.contains("could not run: the check's pod did not run"), "{:?}", run.results[0]);
+    assert_eq!(state_of(&berth, &held).await.0, "available", "a check that did not run says nothing of the node");
+
+    berth.backend.fail_check(&held, CheckKind::MemoryErrors);
+    berth.platform.run_node_checks(&admin, &held, "quick").await.expect("on demand");
+    assert_eq!(state_of(&berth, &held).await.0, "degraded", "a check that ran and failed does");
+}

@@ -810,6 +810,9 @@ impl Platform {
             infiniband_rate: checked.infiniband_rate,
         };
         let mut results = Vec::new();
+        // Checks that could not run at all (no agent, a Job the kubelet would not start on a
+        // node whose GPUs are in use) say nothing against the node.
+        let mut not_run = 0;
         for kind in node_checks::checks_for(level, node.gpus, node.infiniband) {
             let command = kind.command(level, node.gpus).to_string();
             let (verdict, raw) = match backend.run_check(&checked, kind, level).await {
@@ -817,7 +820,10 @@ impl Platform {
                     Ok(verdict) => (verdict, raw),
                     Err(refusal) => (failed(kind, refusal.to_string()), raw),
                 },
-                Err(e) => (failed(kind, format!("could not run: {e}")), String::new()),
+                Err(e) => {
+                    not_run += 1;
+                    (failed(kind, format!("could not run: {e}")), String::new())
+                }
             };
             results.push(CheckResult {
                 kind: kind.as_str().to_owned(),
@@ -877,7 +883,11 @@ impl Platform {
         let verdict = match (purpose, passed, current.as_str()) {
             (RunPurpose::Acceptance, true, _) => Some(NodeEvent::AcceptancePassed),
             (RunPurpose::Acceptance, false, _) => Some(NodeEvent::AcceptanceFailed),
-            (_, false, "available" | "draining") => Some(NodeEvent::Fault),
+            // On demand, only a check that ran and failed degrades the node; acceptance
+            // needs every check to pass.
+            (_, false, "available" | "draining") if results.iter().filter(|r| !r.passed).count() > not_run => {
+                Some(NodeEvent::Fault)
+            }
             _ => None,
         };
         if let Some(event) = verdict {

@@ -282,6 +282,12 @@ impl Simulated {
         lock(&self.node_faults).fail(node, kind);
     }
 
+    /// Makes `kind` on `node` fail to run at all (the backend answers an error, as for a
+    /// check whose Job cannot start), rather than run and find a fault.
+    pub fn make_check_unrunnable(&self, node: &str, kind: CheckKind) {
+        lock(&self.node_faults).make_unrunnable(node, kind);
+    }
+
     /// Makes repairs of `node` fix nothing: its failures stay through every tier.
     pub fn make_stubborn(&self, node: &str) {
         lock(&self.node_faults).make_stubborn(node);
@@ -547,11 +553,17 @@ impl Backend for Simulated {
     }
 
     fn run_check<'a>(&'a self, node: &'a CheckedNode, kind: CheckKind, level: CheckLevel) -> CheckFuture<'a> {
-        let fail = lock(&self.node_faults).fails(&node.name, kind);
+        let (fail, runs) = {
+            let faults = lock(&self.node_faults);
+            (faults.fails(&node.name, kind), faults.runs(&node.name, kind))
+        };
         // A check takes a moment of its own, as the fleet's speed scales it.
         let takes = Duration::from_secs_f64(0.6 * lock(&self.config).speed);
         Box::pin(async move {
             tokio::time::sleep(takes).await;
+            if !runs {
+                return Err(BackendError(format!("the check's pod did not run on {}: OutOfnvidia.com/gpu", node.name)));
+            }
             Ok(checks::output(node, kind, level, fail))
         })
     }

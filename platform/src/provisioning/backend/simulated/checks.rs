@@ -16,6 +16,9 @@ pub(super) struct NodeFaults {
     failing: HashSet<(String, CheckKind)>,
     /// Nodes whose repairs fix nothing (their failures stay).
     stubborn: HashSet<String>,
+    /// (node, check) pairs that cannot run at all (the backend answers an error), as a
+    /// Job the kubelet will not start where a tenant holds the GPUs.
+    unrunnable: HashSet<(String, CheckKind)>,
     /// Repair commands run, per node, in order.
     pub(super) repairs: HashMap<String, Vec<String>>,
 }
@@ -23,6 +26,14 @@ pub(super) struct NodeFaults {
 impl NodeFaults {
     pub(super) fn fail(&mut self, node: &str, kind: CheckKind) {
         self.failing.insert((node.to_owned(), kind));
+    }
+
+    pub(super) fn make_unrunnable(&mut self, node: &str, kind: CheckKind) {
+        self.unrunnable.insert((node.to_owned(), kind));
+    }
+
+    pub(super) fn runs(&self, node: &str, kind: CheckKind) -> bool {
+        !self.unrunnable.contains(&(node.to_owned(), kind))
     }
 
     pub(super) fn make_stubborn(&mut self, node: &str) {
