@@ -55,6 +55,8 @@ pub struct Platform {
     fleet: Arc<std::sync::RwLock<HashMap<GpuModel, Arc<berth_domain::booking::GpuSet>>>>,
     /// Every unreleased reservation, once loaded; see `book::BookingBook`.
     book: Arc<std::sync::RwLock<Option<book::BookingBook>>>,
+    /// Calendars made lately, until the book or the fleet changes; see `capacity::calendars`.
+    calendars: Arc<capacity::calendars::Calendars>,
     /// Where users reach Berth, without a trailing slash (for sign-in callbacks).
     public_url: Arc<str>,
     /// Discovered OpenID providers; see `sso`.
@@ -99,6 +101,7 @@ impl Platform {
             launches: Default::default(),
             fleet: Default::default(),
             book: Default::default(),
+            calendars: Default::default(),
             public_url: "http://127.0.0.1:3000".into(),
             oidc_clients: Default::default(),
             throttle: Default::default(),

@@ -291,6 +291,8 @@ impl Platform {
         if let Some(book) = write(&self.book).as_mut() {
             f(book);
         }
+        // After the change: a calendar made from the book before it is not handed out.
+        self.calendars.changed();
     }
 
     /// Loads the booking book if it is not yet. The caller holds the writer turn, so no
@@ -299,6 +301,7 @@ impl Platform {
         if read(&self.book).is_none() {
             let book = BookingBook::load(conn).await?;
             *write(&self.book) = Some(book);
+            self.calendars.changed();
         }
         Ok(())
     }

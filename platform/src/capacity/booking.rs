@@ -18,6 +18,7 @@ use sqlx::SqliteConnection;
 
 use crate::audit::{self, Event, Outcome};
 use crate::capacity::budgets::BookingCost;
+use crate::capacity::calendars::CalendarKey;
 use crate::capacity::environments::{Environment, environment_in};
 use crate::capacity::quotas::{Booker, QuotaAsk};
 use crate::{Caller, Error, Platform, now_ms};
@@ -97,7 +98,9 @@ impl Platform {
     }
 
     /// Free capacity of every catalog shape in `buckets` consecutive buckets of `bucket_ms`
-    /// from `from`, as a user of `tenant` (`None`: platform staff) could book it.
+    /// from `from`, as a user of `tenant` (`None`: platform staff) could book it. Made
+    /// once for everyone asking the same until a booking or the fleet changes, or for 2 s
+    /// (see `calendars`).
     pub async fn availability(
         &self,
         tenant: Option<i64>,
@@ -105,12 +108,22 @@ impl Platform {
         bucket_ms: i64,
         buckets: usize,
     ) -> Result<Availability, Error> {
-        let now = now_ms();
-        // One connection for the occupant and every model's GPUs (cached after the first
-        // read), not one per model: the calendar is the portal's busiest page.
         self.ensure_book().await?;
+        let occupant = self.occupant_for(tenant).await?;
+        let key = CalendarKey { occupant, from, bucket_ms, buckets };
+        if let Some(kept) = self.calendars.get(&key, now_ms()) {
+            return Ok((*kept).clone());
+        }
+        let _making = self.calendars.making().await;
+        let now = now_ms();
+        if let Some(kept) = self.calendars.get(&key, now) {
+            return Ok((*kept).clone());
+        }
+        // Read before the book and the fleet: a change meanwhile makes this one stale.
+        let generation = self.calendars.generation();
+        // One connection for every model's GPUs (cached after the first read), not one per
+        // model; taken only once the turn to make the calendar is ours.
         let mut conn = self.db.acquire().await?;
-        let occupant = crate::capacity::book::occupant_of(&mut conn, tenant).await?;
         let all_shapes = catalog_shapes();
         let models: BTreeSet<GpuModel> = all_shapes.iter().map(|s| s.model()).collect();
         let range = Window { starts_at: from, ends_at: from + bucket_ms * buckets as i64 };
@@ -132,7 +145,9 @@ impl Platform {
                 }
             }
         }
-        Ok(Availability { from, bucket_ms, rows })
+        let calendar = Availability { from, bucket_ms, rows };
+        self.calendars.keep(key, generation, now, Arc::new(calendar.clone()));
+        Ok(calendar)
     }
 
     /// For the launch form: per size of `offering`, how many fit for `hours` from `start`

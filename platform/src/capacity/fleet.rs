@@ -77,6 +77,7 @@ impl Platform {
     /// Drops the in-memory fleet, to be read again at the next use.
     pub(crate) fn forget_fleet(&self) {
         write(&self.fleet).clear();
+        self.calendars.changed();
     }
 
     /// GPUs per model and how many are free now, for the catalog: healthy, on an available

@@ -14,6 +14,7 @@
 pub(crate) mod book;
 pub mod booking;
 pub mod budgets;
+pub(crate) mod calendars;
 pub mod environments;
 pub mod fleet;
 pub(crate) mod group_commit;
