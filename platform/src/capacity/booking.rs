@@ -114,7 +114,7 @@ impl Platform {
         if let Some(kept) = self.calendars.get(&key, now_ms()) {
             return Ok((*kept).clone());
         }
-        let _making = self.calendars.making().await;
+        let _making = self.calendars.making(&key).await;
         let now = now_ms();
         if let Some(kept) = self.calendars.get(&key, now) {
             return Ok((*kept).clone());

@@ -7,7 +7,8 @@
 //! handed to every request until what it was made from changes (a generation that every
 //! change of the booking book or the fleet advances, after the change) or it is
 //! [`FRESH_FOR_MS`] old (`now` moves on: a booking past its end holds its GPU until now).
-//! Requests that miss wait for one of them to make it, not each their own.
+//! Requests that miss the same calendar wait for one of them to make it, not each their
+//! own; different calendars are made side by side.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -41,8 +42,9 @@ pub(crate) struct Calendars {
     /// Advanced after every change of what calendars are made from.
     generation: AtomicU64,
     kept: Mutex<HashMap<CalendarKey, Kept>>,
-    /// Held while a calendar is made, so that requests missing together make it once.
-    making: tokio::sync::Mutex<()>,
+    /// Per calendar, held while it is made, so that requests missing it together make it
+    /// once. An entry nobody holds or waits for is dropped when a calendar is kept.
+    making: Mutex<HashMap<CalendarKey, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 impl Calendars {
@@ -61,9 +63,7 @@ impl Calendars {
     pub(crate) fn get(&self, key: &CalendarKey, now: i64) -> Option<Arc<Availability>> {
         let current = self.generation();
         let kept = self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        kept.get(key)
-            .filter(|k| k.generation == current && now - k.made_at < FRESH_FOR_MS)
-            .map(|k| k.calendar.clone())
+        kept.get(key).filter(|k| k.generation == current && now - k.made_at < FRESH_FOR_MS).map(|k| k.calendar.clone())
     }
 
     /// Keeps a calendar made at `generation`; drops those no longer handed out.
@@ -74,10 +74,19 @@ impl Calendars {
         if generation == current {
             kept.insert(key, Kept { generation, made_at: now, calendar });
         }
+        drop(kept);
+        // The maker of `key` still holds its lock (one reference here, one in its guard).
+        let mut making = self.making.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        making.retain(|k, lock| *k == key || Arc::strong_count(lock) > 1);
     }
 
-    pub(crate) async fn making(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.making.lock().await
+    /// The turn to make the calendar for `key`: requests for it wait for each other.
+    pub(crate) async fn making(&self, key: &CalendarKey) -> tokio::sync::OwnedMutexGuard<()> {
+        let lock = {
+            let mut making = self.making.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            making.entry(*key).or_default().clone()
+        };
+        lock.lock_owned().await
     }
 }
 
