@@ -228,14 +228,7 @@ async fn a_failed_check_on_demand_degrades_a_held_node_and_its_booking_keeps_run
     let admin = berth.admin().await;
     let env = berth.launch("cluster", "h100-node-1", "cluster").await.expect("launch");
     berth.wait_for(&env.id, EnvState::Ready).await;
-    let node: String = sqlx::query_scalar(
-        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
-         WHERE r.environment_id = ?",
-    )
-    .bind(&env.id)
-    .fetch_one(berth.platform.db())
-    .await
-    .unwrap();
+    let node = node_of(&berth, &env.id).await;
     berth.backend.fail_check(&node, CheckKind::Infiniband);
     let run = berth.platform.run_node_checks(&admin, &node, "quick").await.expect("quick on a held node");
     assert_eq!((run.purpose.as_str(), run.passed), ("on_demand", Some(false)));
@@ -258,14 +251,7 @@ async fn tenant_admins_check_only_nodes_their_dedicated_cluster_holds(pool: Sqli
     let env = berth.launch("cluster", "h100-node-1", "cluster").await.expect("launch");
     // Its own acceptance step runs checks on the node first (one run at a time).
     berth.wait_for(&env.id, EnvState::Ready).await;
-    let held: String = sqlx::query_scalar(
-        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
-         WHERE r.environment_id = ?",
-    )
-    .bind(&env.id)
-    .fetch_one(berth.platform.db())
-    .await
-    .unwrap();
+    let held = node_of(&berth, &env.id).await;
     let free = if held == "big-01" { "big-02" } else { "big-01" };
     let admin_a = berth.user_with("lead@example.com", Role::TenantAdmin).await;
     let member_a = berth.caller.clone();
@@ -625,14 +611,7 @@ async fn a_gpu_is_reset_only_by_a_platform_admin_and_only_when_nothing_runs_on_i
 
     // A whole node booked now: none of its GPUs is reset, and the backend is not asked.
     let env = berth.launch("cluster", "h100-node-1", "holds-a-node").await.expect("booked");
-    let node: String = sqlx::query_scalar(
-        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
-         WHERE r.environment_id = ?",
-    )
-    .bind(&env.id)
-    .fetch_one(berth.platform.db())
-    .await
-    .expect("placed");
+    let node = node_of(&berth, &env.id).await;
     let busy = berth.platform.reset_gpu(&admin, &node, 0).await;
     assert!(matches!(&busy, Err(Error::Refused(Refusal::GpuInUse { .. }))), "{busy:?}");
     assert_eq!(berth.backend.repairs_of(&node).len(), usize::from(node == "big-01"), "nothing more was reset");
@@ -665,14 +644,7 @@ async fn checks_started_by_a_person_run_in_the_background_one_run_at_a_time(pool
     let env = berth.launch("cluster", "h100-node-1", "held").await.expect("launch");
     berth.wait_for(&env.id, EnvState::Ready).await;
     berth.backend.set_speed(1.0);
-    let held: String = sqlx::query_scalar(
-        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
-         WHERE r.environment_id = ?",
-    )
-    .bind(&env.id)
-    .fetch_one(berth.platform.db())
-    .await
-    .unwrap();
+    let held = node_of(&berth, &env.id).await;
     let first = berth.platform.start_node_checks(&admin, &held, "quick").await.expect("on demand");
     assert_eq!(first.purpose, "on_demand");
     let second = berth.platform.start_node_checks(&admin, &held, "quick").await;
@@ -700,14 +672,7 @@ async fn a_check_that_cannot_run_on_a_held_node_does_not_degrade_it(pool: Sqlite
     let admin = berth.admin().await;
     let env = berth.launch("cluster", "h100-node-1", "held").await.expect("launch");
     berth.wait_for(&env.id, EnvState::Ready).await;
-    let held: String = sqlx::query_scalar(
-        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
-         WHERE r.environment_id = ?",
-    )
-    .bind(&env.id)
-    .fetch_one(berth.platform.db())
-    .await
-    .unwrap();
+    let held = node_of(&berth, &env.id).await;
     berth.backend.make_check_unrunnable(&held, CheckKind::GpuDiagnostics);
     let run = berth.platform.run_node_checks(&admin, &held, "quick").await.expect("on demand");
     assert_eq!((run.purpose.as_str(), run.passed), ("on_demand", Some(false)));
