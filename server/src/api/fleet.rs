@@ -4,6 +4,8 @@
 use axum::Json;
 use axum::extract::{Path, Query};
 use axum::response::{IntoResponse, Response};
+use berth_domain::Refusal;
+use berth_platform::Error;
 use berth_platform::capacity::maintenance::{MaintenanceWindow, NodeFilter, NodeSchedule};
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -251,6 +253,63 @@ pub(super) async fn schedule_maintenance(
         }
         Err(e) => fail(&caller)(e).into_response(),
     }
+}
+
+/// `{"health": "degraded", "note": "fan noise"}`.
+#[derive(Deserialize, ToSchema)]
+pub struct GpuHealthMark {
+    /// `healthy`, `degraded` (takes no new bookings) or `failed`.
+    #[schema(example = "degraded")]
+    health: String,
+    /// Why, in a line (at most 200 characters); empty or absent for none.
+    #[serde(default)]
+    note: String,
+}
+
+/// A GPU's health as a platform admin marked it, and the bookings on it from now on
+/// (their owners are told when it is degraded or failed).
+#[derive(Serialize, ToSchema)]
+pub struct GpuHealthMarked {
+    node: String,
+    gpu: i64,
+    health: String,
+    affected: Vec<AffectedBody>,
+}
+
+/// A platform admin marks one GPU's health, as the fleet page does: a degraded or failed
+/// mark takes it out of new bookings and stays until an admin changes it (the node's agent
+/// does not overrule it).
+#[utoipa::path(put, path = "/api/v1/nodes/{id}/gpus/{gpu}/health", tag = "nodes",
+    params(("id" = String, Path, description = "The node's name"),
+           ("gpu" = i64, Path, description = "The GPU's index on the node")),
+    request_body = GpuHealthMark,
+    responses((status = 200, body = GpuHealthMarked)))]
+pub(super) async fn mark_gpu_health(
+    TokenCaller(platform, caller): TokenCaller,
+    Path((node, gpu)): Path<(String, String)>,
+    Body(mark): Body<GpuHealthMark>,
+) -> Result<Json<GpuHealthMarked>, ApiError> {
+    // An index that is not a number names no GPU; the path's node or GPU missing is not found.
+    let Ok(gpu) = gpu.parse::<i64>() else { return Err(fail(&caller)(Error::NotFound)) };
+    let affected = platform
+        .set_gpu_health(&caller, &node, gpu, mark.health.trim(), &mark.note)
+        .await
+        .map_err(|e| match e {
+            Error::Refused(Refusal::UnknownGpu { .. } | Refusal::UnknownNode(_)) => Error::NotFound,
+            other => other,
+        })
+        .map_err(fail(&caller))?;
+    let affected = affected
+        .into_iter()
+        .map(|b| AffectedBody {
+            environment: b.environment_id,
+            name: b.name,
+            owner: b.owner_email,
+            starts_at: rfc3339(b.starts_at),
+            ends_at: rfc3339(b.ends_at),
+        })
+        .collect();
+    Ok(Json(GpuHealthMarked { node, gpu, health: mark.health.trim().to_owned(), affected }))
 }
 
 #[derive(Serialize, ToSchema)]

@@ -108,6 +108,7 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/nodes/{id}/checks", post(nodes::run_node_checks))
         .route("/api/v1/nodes/{id}/state", post(nodes::change_node_state))
         .route("/api/v1/nodes/{id}/gpus/{gpu}/reset", post(nodes::reset_gpu))
+        .route("/api/v1/nodes/{id}/gpus/{gpu}/health", put(fleet::mark_gpu_health))
         .route("/api/v1/nodes/{id}/tokens", post(nodes::create_node_token))
         .route("/api/v1/node-tokens/{id}", delete(nodes::revoke_node_token))
         .route("/api/v1/agent/report", post(nodes::agent_report))
@@ -199,6 +200,7 @@ pub fn routes() -> Routes<AppState> {
         nodes::run_node_checks,
         nodes::change_node_state,
         nodes::reset_gpu,
+        fleet::mark_gpu_health,
         nodes::create_node_token,
         nodes::revoke_node_token,
         nodes::agent_report,

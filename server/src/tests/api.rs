@@ -609,3 +609,37 @@ async fn a_script_onboards_suspends_and_deletes_a_tenant() {
         .await;
     assert!(refused.status == StatusCode::FORBIDDEN, "{}", refused.body);
 }
+
+/// A platform admin's script marks a GPU degraded and back, as the fleet page does; the
+/// node's health shows the mark with its note; a mark that is not a health, or a GPU the
+/// node lacks, is refused and changes nothing.
+#[tokio::test]
+async fn a_script_marks_a_gpus_health() {
+    let berth = Berth::start(None).await;
+    let admin = berth.person("root@example.com", Role::PlatformAdmin, None).await;
+    let (_, token) = berth.token(&admin, &[]).await;
+    let path = "/api/v1/nodes/h100-01/gpus/1/health";
+    let marked = berth.api(Method::PUT, path, r#"{"health": "degraded", "note": "fan noise"}"#, Some(&token)).await;
+    assert_eq!(marked.status, StatusCode::OK, "{}", marked.body);
+    let marked: serde_json::Value = serde_json::from_str(&marked.body).expect("json");
+    assert_eq!((marked["gpu"].as_i64(), marked["health"].as_str()), (Some(1), Some("degraded")));
+    let gpu_state = || async {
+        let health = berth.api(Method::GET, "/api/v1/nodes/h100-01/health", "", Some(&token)).await;
+        let health: serde_json::Value = serde_json::from_str(&health.body).expect("json");
+        health["gpu_states"][1].clone()
+    };
+    let state = gpu_state().await;
+    assert_eq!((state["health"].as_str(), state["note"].as_str()), (Some("degraded"), Some("fan noise")), "{state}");
+
+    let bad = berth.api(Method::PUT, path, r#"{"health": "fine"}"#, Some(&token)).await;
+    assert_eq!(bad.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", bad.body);
+    assert!(bad.body.contains("health must be healthy, degraded or failed"), "{}", bad.body);
+    let missing =
+        berth.api(Method::PUT, "/api/v1/nodes/h100-01/gpus/99/health", r#"{"health": "failed"}"#, Some(&token));
+    assert_eq!(missing.await.status, StatusCode::NOT_FOUND);
+    assert_eq!(gpu_state().await["health"], "degraded", "the refused marks changed nothing");
+
+    let back = berth.api(Method::PUT, path, r#"{"health": "healthy"}"#, Some(&token)).await;
+    assert_eq!(back.status, StatusCode::OK, "{}", back.body);
+    assert_eq!(gpu_state().await["note"], serde_json::Value::Null);
+}

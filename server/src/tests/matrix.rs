@@ -448,6 +448,12 @@ fn routes() -> Vec<Route> {
             r#"{"node": "l40s-01", "start": "{later}", "end": "{later_end}", "reason": "matrix"}"#,
         ),
         sf("/api/set_gpu_health", Some((FleetManage, Aim::Platform)), "node=l40s-01&gpu=1&health=healthy&note="),
+        api(
+            M::PUT,
+            "/api/v1/nodes/{id}/gpus/{gpu}/health",
+            Some((FleetManage, Aim::Node)),
+            r#"{"health": "healthy", "note": ""}"#,
+        ),
         // No tenant 999999: a call the policy allows answers 404 after the access check.
         sf_missing(
             "/api/set_port_guids",
