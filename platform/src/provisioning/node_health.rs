@@ -792,7 +792,7 @@ impl Platform {
     /// Runs the checks of an open run and records them, closing the run, with its
     /// verdict's state change in one transaction.
     async fn finish_run(&self, mover: &Mover<'_>, started: StartedRun) -> Result<CheckRun, Error> {
-        let StartedRun { run_id, node, level, purpose, started_at } = started;
+        let StartedRun { run_id, requested_by, node, level, purpose, started_at } = started;
         let node = &node;
         let backend = match self.backend_for_checks() {
             Ok(backend) => backend,
@@ -896,7 +896,7 @@ impl Platform {
             transition(self, &mut tx, &verdict_by, node, event, &why).await?;
         }
         tx.commit_and(|| self.forget_fleet()).await?;
-        let requested_by = email_of(self, mover.person).await?;
+        let requested_by = email_of(self, requested_by).await?;
         Ok(CheckRun {
             id: run_id,
             level: level.as_str().to_owned(),
@@ -920,6 +920,8 @@ impl Platform {
 /// A check run recorded as running, not yet run.
 struct StartedRun {
     run_id: i64,
+    /// The person who asked for it; `None` when Berth did.
+    requested_by: Option<i64>,
     node: NodeRow,
     level: CheckLevel,
     purpose: RunPurpose,
@@ -929,15 +931,11 @@ struct StartedRun {
 impl StartedRun {
     /// The run as the node page shows it while it goes on.
     async fn running(&self, platform: &Platform) -> Result<CheckRun, Error> {
-        let requested_by: Option<i64> = sqlx::query_scalar("SELECT requested_by FROM node_check_runs WHERE id = ?")
-            .bind(self.run_id)
-            .fetch_one(&platform.db)
-            .await?;
         Ok(CheckRun {
             id: self.run_id,
             level: self.level.as_str().to_owned(),
             purpose: self.purpose.as_str().to_owned(),
-            requested_by: email_of(platform, requested_by).await?,
+            requested_by: email_of(platform, self.requested_by).await?,
             started_at: self.started_at,
             finished_at: None,
             passed: None,
@@ -975,7 +973,7 @@ async fn open_run(
     .bind(started_at)
     .fetch_one(&mut *tx)
     .await?;
-    Ok(StartedRun { run_id, node, level, purpose, started_at })
+    Ok(StartedRun { run_id, requested_by, node, level, purpose, started_at })
 }
 
 /// Closes a run that did not run to its end as failed, with no results.

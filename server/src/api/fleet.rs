@@ -6,7 +6,7 @@ use axum::extract::{Path, Query};
 use axum::response::{IntoResponse, Response};
 use berth_domain::Refusal;
 use berth_platform::Error;
-use berth_platform::capacity::maintenance::{MaintenanceWindow, NodeFilter, NodeSchedule};
+use berth_platform::capacity::maintenance::{AffectedBooking, MaintenanceWindow, NodeFilter, NodeSchedule};
 use http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -226,6 +226,18 @@ pub struct AffectedBody {
     ends_at: String,
 }
 
+impl From<AffectedBooking> for AffectedBody {
+    fn from(b: AffectedBooking) -> AffectedBody {
+        AffectedBody {
+            environment: b.environment_id,
+            name: b.name,
+            owner: b.owner_email,
+            starts_at: rfc3339(b.starts_at),
+            ends_at: rfc3339(b.ends_at),
+        }
+    }
+}
+
 /// Takes a node (or one GPU of it) out of booking for a window (platform admins): new
 /// bookings there are refused; the owners of bookings it overlaps are told to rebook.
 #[utoipa::path(post, path = "/api/v1/maintenance", tag = "nodes", request_body = NewMaintenance,
@@ -238,16 +250,7 @@ pub(super) async fn schedule_maintenance(
         platform.schedule_maintenance(&caller, &asked.node, asked.gpu, &asked.start, &asked.end, &asked.reason).await;
     match scheduled {
         Ok((window, affected)) => {
-            let affected = affected
-                .into_iter()
-                .map(|b| AffectedBody {
-                    environment: b.environment_id,
-                    name: b.name,
-                    owner: b.owner_email,
-                    starts_at: rfc3339(b.starts_at),
-                    ends_at: rfc3339(b.ends_at),
-                })
-                .collect();
+            let affected = affected.into_iter().map(AffectedBody::from).collect();
             let body = ScheduledMaintenance { window: maintenance_body(window), affected };
             (StatusCode::CREATED, Json(body)).into_response()
         }
@@ -299,16 +302,7 @@ pub(super) async fn mark_gpu_health(
             other => other,
         })
         .map_err(fail(&caller))?;
-    let affected = affected
-        .into_iter()
-        .map(|b| AffectedBody {
-            environment: b.environment_id,
-            name: b.name,
-            owner: b.owner_email,
-            starts_at: rfc3339(b.starts_at),
-            ends_at: rfc3339(b.ends_at),
-        })
-        .collect();
+    let affected = affected.into_iter().map(AffectedBody::from).collect();
     Ok(Json(GpuHealthMarked { node, gpu, health: mark.health.trim().to_owned(), affected }))
 }
 

@@ -16,7 +16,7 @@ use berth_domain::node_checks::{CheckAnswer, CheckKind, CheckLevel};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, LogParams, PostParams};
+use kube::api::{Api, ListParams, LogParams, PostParams};
 
 use super::manifests::{self, CHECK_CONTAINER, CHECK_JOB_LABEL, JOB};
 use super::{Kubernetes, api_failure};
@@ -62,9 +62,8 @@ impl Kubernetes {
             Err(kube::Error::Api(status)) if status.code == 409 => {}
             Err(e) => return Err(api_failure(&format!("create the check Job {name}"), e)),
         }
-        jobs.delete(name, &DeleteParams::background())
-            .await
-            .map_err(|e| api_failure(&format!("delete the earlier check Job {name}"), e))?;
+        // In the background, so its pods go too; one gone meanwhile counts as deleted.
+        self.delete(&JOB, manifest.namespace(), name, false).await?;
         self.wait_gone(manifest).await?;
         jobs.create(&PostParams::default(), job)
             .await
