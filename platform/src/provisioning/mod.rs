@@ -19,6 +19,7 @@ pub mod idle;
 pub(crate) mod jobs;
 pub mod journal;
 pub mod node_agents;
+mod node_check_runs;
 pub mod node_health;
 pub mod node_orders;
 pub mod node_plans;
