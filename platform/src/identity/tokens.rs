@@ -5,7 +5,7 @@
 //! owner's permissions and never more than the owner has at the moment of use; revoking
 //! it, or removing or suspending its owner, stops it at once.
 
-use berth_domain::policy::{Action, Principal, Target};
+use berth_domain::policy::{Action, Principal, Reach, Target};
 use berth_domain::tenancy;
 use sqlx::Row;
 
@@ -92,7 +92,7 @@ impl Platform {
         };
         audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit().await?;
-        let token = self.tokens_where("t.id = ?", Some(id)).await?.into_iter().next().ok_or(Error::NotFound)?;
+        let token = self.tokens_where("t.id = ?", &[id]).await?.into_iter().next().ok_or(Error::NotFound)?;
         Ok((token, secret))
     }
 
@@ -100,23 +100,28 @@ impl Platform {
     pub async fn my_tokens(&self, caller: &Caller) -> Result<Vec<TokenInfo>, Error> {
         let own = Target::Owned { tenant_id: caller.tenant_id(), owner_id: caller.user_id() };
         self.authorize(caller, Action::TokenRead, own).await?;
-        self.tokens_where("t.user_id = ?", Some(caller.user_id())).await
+        self.tokens_where("t.user_id = ?", &[caller.user_id()]).await
     }
 
-    /// Every token of a tenant's members, for its tenant admins (and platform staff).
+    /// Every token of a tenant's members, for its tenant admins (and platform staff). Those
+    /// whose reach is their own tokens (members, viewers) get only theirs, as in every listing.
     pub async fn tenant_tokens(&self, caller: &Caller, tenant_id: i64) -> Result<Vec<TokenInfo>, Error> {
         self.authorize_object_in(caller, Action::TokenRead, tenant_id).await?;
-        self.tokens_where("u.tenant_id = ?", Some(tenant_id)).await
+        match caller.principal.reach(Action::TokenRead) {
+            Some(Reach::Own) => {
+                self.tokens_where("u.tenant_id = ? AND t.user_id = ?", &[tenant_id, caller.user_id()]).await
+            }
+            _ => self.tokens_where("u.tenant_id = ?", &[tenant_id]).await,
+        }
     }
 
-    async fn tokens_where(&self, condition: &str, value: Option<i64>) -> Result<Vec<TokenInfo>, Error> {
-        let rows = sqlx::query(&format!(
+    async fn tokens_where(&self, condition: &str, values: &[i64]) -> Result<Vec<TokenInfo>, Error> {
+        let sql = format!(
             "SELECT {TOKEN_COLUMNS} FROM api_tokens t JOIN users u ON u.id = t.user_id WHERE {condition}
              ORDER BY t.created_at DESC, t.id DESC LIMIT 500"
-        ))
-        .bind(value)
-        .fetch_all(&self.db)
-        .await?;
+        );
+        let query = values.iter().fold(sqlx::query(&sql), |query, value| query.bind(value));
+        let rows = query.fetch_all(&self.db).await?;
         rows.iter().map(token_from_row).collect()
     }
 

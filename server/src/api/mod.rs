@@ -24,6 +24,7 @@ use crate::state::{AppState, request_meta};
 
 mod catalog;
 mod environments;
+mod fabric;
 mod fleet;
 mod idle;
 mod images;
@@ -32,6 +33,7 @@ mod notifications;
 mod prices;
 mod quotas;
 mod schema;
+mod sso;
 mod statements;
 mod tenancy;
 mod usage;
@@ -66,8 +68,15 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/tenants/{id}/members/{user}", delete(tenancy::remove_member).patch(tenancy::change_member_role))
         .route("/api/v1/tenants/{id}/projects", get(tenancy::projects).post(tenancy::create_project))
         .route("/api/v1/tenants/{id}/projects/{project}/members", post(tenancy::add_project_member))
+        .route("/api/v1/tenants/{id}/sso", get(sso::sso).put(sso::set_sso))
+        .route("/api/v1/tenants/{id}/tokens", get(tenancy::tenant_tokens))
+        .route("/api/v1/tenants/{id}/webhooks", get(notifications::webhooks).post(notifications::add_webhook))
+        .route("/api/v1/tenants/{id}/webhooks/{webhook}", delete(notifications::remove_webhook))
+        .route("/api/v1/tenants/{id}/port-guids", put(fabric::set_port_guids))
+        .route("/api/v1/fabric", get(fabric::fabric))
         .route("/api/v1/quotas", get(quotas::quotas).put(quotas::set_quota))
         .route("/api/v1/quotas/{id}", delete(quotas::remove_quota))
+        .route("/api/v1/storage-quotas", get(quotas::storage_quotas).put(quotas::set_storage_quota))
         .route("/api/v1/budgets", get(quotas::budgets).put(quotas::set_budget))
         .route("/api/v1/budgets/{id}", delete(quotas::remove_budget))
         .route("/api/v1/idle-policies", get(idle::idle_policies))
@@ -84,6 +93,10 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/environments/{id}/gpu-use", get(idle::gpu_use))
         .route("/api/v1/notifications", get(notifications::notifications))
         .route("/api/v1/notifications/read", post(notifications::mark_notifications_read))
+        .route(
+            "/api/v1/notification-settings",
+            get(notifications::notification_settings).put(notifications::set_notification_settings),
+        )
         .route("/api/v1/tokens", get(tenancy::tokens))
         .route("/api/v1/tokens/{id}/revoke", post(tenancy::revoke_token))
         .route("/api/v1/ssh-keys", get(tenancy::ssh_keys))
@@ -159,9 +172,19 @@ pub fn routes() -> Routes<AppState> {
         tenancy::projects,
         tenancy::create_project,
         tenancy::add_project_member,
+        sso::sso,
+        sso::set_sso,
+        tenancy::tenant_tokens,
+        notifications::webhooks,
+        notifications::add_webhook,
+        notifications::remove_webhook,
+        fabric::fabric,
+        fabric::set_port_guids,
         quotas::quotas,
         quotas::set_quota,
         quotas::remove_quota,
+        quotas::storage_quotas,
+        quotas::set_storage_quota,
         quotas::budgets,
         quotas::set_budget,
         quotas::remove_budget,
@@ -175,6 +198,8 @@ pub fn routes() -> Routes<AppState> {
         idle::gpu_use,
         notifications::notifications,
         notifications::mark_notifications_read,
+        notifications::notification_settings,
+        notifications::set_notification_settings,
         tenancy::tokens,
         tenancy::revoke_token,
         tenancy::ssh_keys,

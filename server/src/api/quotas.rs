@@ -284,3 +284,82 @@ pub(super) async fn remove_budget(
     platform.remove_budget(&caller, id).await.map_err(fail(&caller))?;
     Ok(Json(BudgetRemoved { removed: id }))
 }
+
+/// A storage limit and what its volumes use.
+#[derive(Serialize, ToSchema)]
+pub struct StorageQuotaBody {
+    id: i64,
+    /// "Tenant Acme", "Project acme/vision".
+    who: String,
+    /// GiB of volumes at most; `null`: no limit.
+    max_gib: Option<i64>,
+    /// GiB its live volumes take (their sizes).
+    used_gib: i64,
+    /// Tenants only: the size of their people's home volumes; `null`: the default.
+    home_gib: Option<i64>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct StorageQuotaList {
+    /// Tenants first, then projects.
+    storage_quotas: Vec<StorageQuotaBody>,
+}
+
+async fn storage_quota_list(platform: &Platform, caller: &Caller) -> Result<StorageQuotaList, ApiError> {
+    let rows = platform.storage_quotas(caller).await.map_err(fail(caller))?;
+    let storage_quotas = rows
+        .into_iter()
+        .map(|r| StorageQuotaBody {
+            id: r.id,
+            who: r.who,
+            max_gib: r.max_gib,
+            used_gib: r.used_gib,
+            home_gib: r.home_gib,
+        })
+        .collect();
+    Ok(StorageQuotaList { storage_quotas })
+}
+
+/// The storage limits in the caller's reach (as for GPU quotas), with what is in use.
+#[utoipa::path(get, path = "/api/v1/storage-quotas", tag = "quotas",
+    responses((status = 200, body = StorageQuotaList)))]
+pub(super) async fn storage_quotas(
+    TokenCaller(platform, caller): TokenCaller,
+) -> Result<Json<StorageQuotaList>, ApiError> {
+    Ok(Json(storage_quota_list(&platform, &caller).await?))
+}
+
+/// `{"level": "tenant", "who": "acme", "max_gib": 2048, "home_gib": 20}`: numbers as numbers
+/// or text; `max_gib` left out, `null` or empty is no limit.
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NewStorageQuota {
+    /// `tenant` (by slug; platform admins) or `project` (`tenant-slug/name`, or the name in
+    /// the caller's tenant).
+    #[schema(example = "tenant")]
+    level: String,
+    who: String,
+    /// Whole GiB, 0 or more.
+    #[serde(default)]
+    #[schema(schema_with = schema::optional_number_or_text)]
+    max_gib: Value,
+    /// Tenants only: their people's home volumes, in whole GiB; empty: the default.
+    #[serde(default)]
+    #[schema(schema_with = schema::optional_number_or_text)]
+    home_gib: Value,
+}
+
+/// Sets a tenant's or a project's storage limit (a tenant's is the platform's to set);
+/// answered with the limits in the caller's reach.
+#[utoipa::path(put, path = "/api/v1/storage-quotas", tag = "quotas", request_body = NewStorageQuota,
+    responses((status = 200, body = StorageQuotaList)))]
+pub(super) async fn set_storage_quota(
+    TokenCaller(platform, caller): TokenCaller,
+    Body(asked): Body<NewStorageQuota>,
+) -> Result<Json<StorageQuotaList>, ApiError> {
+    platform
+        .set_storage_quota(&caller, &asked.level, &asked.who, &typed(&asked.max_gib), &typed(&asked.home_gib))
+        .await
+        .map_err(fail(&caller))?;
+    Ok(Json(storage_quota_list(&platform, &caller).await?))
+}

@@ -4,6 +4,7 @@
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::EnvState;
 use berth_domain::node_health::NodeState;
+use berth_domain::notification::{Kind, WebhookFormat};
 use berth_domain::policy::{Action, Role};
 use berth_domain::tenancy::Isolation;
 use berth_platform::capacity::metering::UsageBy;
@@ -127,4 +128,13 @@ pub fn optional_decimal_or_text() -> RefOr<Schema> {
 /// Offering ids.
 pub fn offerings() -> ArrayBuilder {
     ArrayBuilder::new().items(offering())
+}
+
+/// Notification kinds (`environment.ready`, …).
+pub fn notification_kinds() -> ArrayBuilder {
+    ArrayBuilder::new().items(one_of(Kind::ALL.map(Kind::as_str)))
+}
+
+pub fn webhook_format() -> ObjectBuilder {
+    one_of([WebhookFormat::Slack, WebhookFormat::Json].map(WebhookFormat::as_str))
 }

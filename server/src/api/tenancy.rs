@@ -197,12 +197,35 @@ fn member_body(m: berth_platform::tenancy::tenants::Member) -> MemberBody {
 pub struct TokenBody {
     id: i64,
     name: String,
+    /// The owner's email.
+    owner: String,
     /// What it is limited to; empty: all its owner's role allows.
     #[schema(schema_with = schema::actions)]
     actions: Vec<&'static str>,
     #[schema(format = DateTime)]
+    created_at: String,
+    #[schema(format = DateTime)]
     expires_at: String,
     revoked: bool,
+    #[schema(format = DateTime)]
+    last_used_at: Option<String>,
+}
+
+fn token_list(tokens: Vec<berth_platform::identity::tokens::TokenInfo>) -> TokenList {
+    let tokens = tokens
+        .into_iter()
+        .map(|t| TokenBody {
+            id: t.id,
+            name: t.name,
+            owner: t.owner_email,
+            actions: t.actions.iter().map(|a| a.as_str()).collect(),
+            created_at: rfc3339(t.created_at),
+            expires_at: rfc3339(t.expires_at),
+            revoked: t.revoked_at.is_some(),
+            last_used_at: t.last_used_at.map(rfc3339),
+        })
+        .collect();
+    TokenList { tokens }
 }
 
 #[derive(Serialize, ToSchema)]
@@ -214,17 +237,20 @@ pub struct TokenList {
 #[utoipa::path(get, path = "/api/v1/tokens", tag = "tokens", responses((status = 200, body = TokenList)))]
 pub(super) async fn tokens(TokenCaller(platform, caller): TokenCaller) -> Result<Json<TokenList>, ApiError> {
     let tokens = platform.my_tokens(&caller).await.map_err(fail(&caller))?;
-    let tokens = tokens
-        .into_iter()
-        .map(|t| TokenBody {
-            id: t.id,
-            name: t.name,
-            actions: t.actions.iter().map(|a| a.as_str()).collect(),
-            expires_at: rfc3339(t.expires_at),
-            revoked: t.revoked_at.is_some(),
-        })
-        .collect();
-    Ok(Json(TokenList { tokens }))
+    Ok(Json(token_list(tokens)))
+}
+
+/// Every API token of a tenant's members, newest first (its tenant admins and platform
+/// staff); `POST /api/v1/tokens/{id}/revoke` revokes one.
+#[utoipa::path(get, path = "/api/v1/tenants/{id}/tokens", tag = "tokens",
+    params(("id" = i64, Path, description = "The tenant's id")),
+    responses((status = 200, body = TokenList)))]
+pub(super) async fn tenant_tokens(
+    TokenCaller(platform, caller): TokenCaller,
+    Path(tenant): Path<i64>,
+) -> Result<Json<TokenList>, ApiError> {
+    let tokens = platform.tenant_tokens(&caller, tenant).await.map_err(fail(&caller))?;
+    Ok(Json(token_list(tokens)))
 }
 
 #[derive(Serialize, ToSchema)]
@@ -233,7 +259,7 @@ pub struct Revoked {
     revoked: i64,
 }
 
-/// Revokes one of the caller's tokens (this one too).
+/// Revokes one of the caller's tokens (this one too) or, for tenant admins, a member's.
 #[utoipa::path(post, path = "/api/v1/tokens/{id}/revoke", tag = "tokens",
     params(("id" = i64, Path, description = "The token's id")),
     responses((status = 200, body = Revoked)))]

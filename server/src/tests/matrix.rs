@@ -107,7 +107,7 @@ struct Route {
     needs: Option<(Action, Aim)>,
     /// Form (server functions) or JSON (API); `{id}`, `{owner}`, `{n}`, `{end}`, `{later}`
     /// and `{later_end}` are filled in, and in the path `{slug}`, `{offering}`, `{user}` (the
-    /// owner, or a missing user), `{project}` (a missing one) and `{*rest}` too.
+    /// owner, or a missing user), `{project}` and `{webhook}` (missing ones) and `{*rest}` too.
     body: &'static str,
     /// The body names a member or project that never exists: a call the policy allows
     /// answers 404 after the access check.
@@ -564,6 +564,41 @@ fn routes() -> Vec<Route> {
         ),
         // No webhook 999999: a call the policy allows answers 404 after the access check.
         sf_missing("/api/remove_webhook", tenant(WebhookManage), "tenant_id={id}&id=999999"),
+        api(M::GET, "/api/v1/notification-settings", Some((NotificationRead, Aim::CallersOwn)), ""),
+        api(
+            M::PUT,
+            "/api/v1/notification-settings",
+            Some((NotificationManage, Aim::CallersOwn)),
+            r#"{"in_app": ["environment.ready"], "email": ["environment.failed"]}"#,
+        ),
+        api(M::GET, "/api/v1/tenants/{id}/webhooks", tenant(WebhookRead), ""),
+        api(
+            M::POST,
+            "/api/v1/tenants/{id}/webhooks",
+            tenant(WebhookManage),
+            r#"{"url": "https://hooks.example.com/api-{n}", "format": "json", "kinds": ["environment.ready"]}"#,
+        ),
+        api_missing(M::DELETE, "/api/v1/tenants/{id}/webhooks/{webhook}", tenant(WebhookManage), ""),
+        api(M::GET, "/api/v1/tenants/{id}/sso", tenant(SsoRead), ""),
+        api(
+            M::PUT,
+            "/api/v1/tenants/{id}/sso",
+            tenant(SsoManage),
+            r#"{"display_name": "Corp", "issuer": "https://idp.example.com", "client_id": "berth",
+                "client_secret": "s", "group_roles": {"ml": "member"}}"#,
+        ),
+        api(M::GET, "/api/v1/tenants/{id}/tokens", tenant(TokenRead), ""),
+        api(M::GET, "/api/v1/storage-quotas", Some((QuotaRead, Aim::CallersTenant)), ""),
+        // A tenant's storage limit is the platform's to set.
+        api(
+            M::PUT,
+            "/api/v1/storage-quotas",
+            Some((QuotaManage, Aim::Platform)),
+            r#"{"level": "tenant", "who": "tenant-a", "max_gib": null}"#,
+        ),
+        api(M::GET, "/api/v1/fabric", Some((FleetRead, Aim::Platform)), ""),
+        // No tenant 999999: a call the policy allows answers 404 after the access check.
+        api_missing(M::PUT, "/api/v1/tenants/{id}/port-guids", Some((FleetManage, Aim::Platform)), r#"{"guids": []}"#),
     ]
 }
 
@@ -815,6 +850,7 @@ fn fill(route: &Route, text: &str, id: &str, owner: &str, n: usize) -> String {
     text.replace("{id}", id)
         .replace("{user}", user)
         .replace("{project}", "999999")
+        .replace("{webhook}", "999999")
         .replace("{slug}", "tenant-a")
         .replace("{offering}", "notebook")
         .replace("{*rest}", "lab")

@@ -20,6 +20,7 @@ mod rate_limits;
 mod schemathesis;
 mod sessions;
 mod ssh_keys;
+mod tenant_settings;
 
 use axum::Router;
 use axum::body::Body;
