@@ -95,6 +95,25 @@ impl Api {
         self.send(self.http.get(self.url(path)).query(query))
     }
 
+    /// Every page of a listing (`items` in each answer), following `next_cursor` to the end:
+    /// one answer with all of them.
+    pub fn get_all(&self, path: &str, query: &[(&str, String)], items: &str) -> Result<Value, Failure> {
+        let mut all = Vec::new();
+        let mut cursor = String::new();
+        loop {
+            let mut asked = query.to_vec();
+            asked.extend([("limit", "500".to_owned()), ("cursor", cursor)]);
+            let mut page = self.get_query(path, &asked)?;
+            if let Some(Value::Array(more)) = page.get_mut(items).map(Value::take) {
+                all.extend(more);
+            }
+            match page.get("next_cursor").and_then(Value::as_str) {
+                Some(next) => cursor = next.to_owned(),
+                None => return Ok(serde_json::json!({ items: all })),
+            }
+        }
+    }
+
     pub fn post(&self, path: &str, body: &Value) -> Result<Value, Failure> {
         self.send(self.json(self.http.post(self.url(path)), body))
     }

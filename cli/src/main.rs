@@ -326,7 +326,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Ls { state } => {
-            let list = api.get_query("/api/v1/environments", &[("state", state)])?;
+            let list = api.get_all("/api/v1/environments", &[("state", state)], "environments")?;
             print(out, &list, || {
                 let rows: Vec<Vec<String>> = items(&list, "environments")
                     .into_iter()

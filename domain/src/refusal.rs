@@ -97,6 +97,9 @@ pub enum Refusal {
     /// A listing's filter that names nothing it can filter by (`state=sleeping`, `owner=bob`).
     #[error("filter: {0}")]
     InvalidListFilter(String),
+    /// A listing's page that is not one: a limit out of range, a cursor it did not give.
+    #[error("{0}")]
+    InvalidPage(String),
     /// A tenant webhook that cannot be saved: its URL, format or kinds.
     #[error("webhook: {0}")]
     InvalidWebhook(String),

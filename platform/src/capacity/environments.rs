@@ -110,7 +110,16 @@ pub struct EnvironmentFilter {
     pub project_id: Option<i64>,
     pub tenant_id: Option<i64>,
     pub state: StateFilter,
+    /// Only those after this one in the listing's order (its `created_at` and id): the
+    /// next page.
+    pub after: Option<(i64, String)>,
+    /// At most this many; `None` for [`LISTING_LIMIT`].
+    pub limit: Option<i64>,
 }
+
+/// The most environments one listing holds (a page of the environments page, the API's
+/// largest page).
+pub const LISTING_LIMIT: i64 = 500;
 
 impl EnvironmentFilter {
     /// A filter as a page's query or the API's writes it: ids as numbers, `state` one of
@@ -140,6 +149,8 @@ impl EnvironmentFilter {
             project_id: id("the project", project)?,
             tenant_id: id("the tenant", tenant)?,
             state,
+            after: None,
+            limit: None,
         })
     }
 }
@@ -168,6 +179,8 @@ pub struct ListedEnvironment {
 #[derive(Debug, Clone)]
 pub struct EnvironmentListing {
     pub environments: Vec<ListedEnvironment>,
+    /// Whether more come after the last one (past the filter's limit).
+    pub more: bool,
     pub people: Vec<(i64, String)>,
     pub projects: Vec<(i64, String)>,
     pub tenants: Vec<(i64, String)>,
@@ -656,6 +669,7 @@ impl Platform {
     ) -> Result<EnvironmentListing, Error> {
         self.authorize_in_tenant(caller, Action::EnvironmentRead).await?;
         let scope = Scope::of(caller, Action::EnvironmentRead).ok_or(Error::Forbidden)?;
+        let limit = filter.limit.unwrap_or(LISTING_LIMIT).clamp(1, LISTING_LIMIT);
         // The filter inside the scope's subquery, the names joined outside it (the
         // environment's columns keep their names).
         let sql = format!(
@@ -665,7 +679,8 @@ impl Platform {
                    WHERE {} AND (?4 IS NULL OR owner_id = ?4) AND (?5 IS NULL OR project_id = ?5)
                      AND (?6 IS NULL OR tenant_id = ?6)
                      AND (?7 IS NULL OR (state IN ('released', 'failed')) = ?7)
-                   ORDER BY created_at DESC, id LIMIT 500) e
+                     AND (?8 IS NULL OR created_at < ?8 OR (created_at = ?8 AND id > ?9))
+                   ORDER BY created_at DESC, id LIMIT ?10) e
              JOIN users u ON u.id = e.owner_id
              LEFT JOIN projects p ON p.id = e.project_id
              LEFT JOIN tenants t ON t.id = e.tenant_id
@@ -683,8 +698,13 @@ impl Platform {
             .bind(filter.project_id)
             .bind(filter.tenant_id)
             .bind(finished)
+            .bind(filter.after.as_ref().map(|(created_at, _)| *created_at))
+            .bind(filter.after.as_ref().map(|(_, id)| id.as_str()))
+            // One more than asked says whether there are more.
+            .bind(limit + 1)
             .fetch_all(&self.db)
             .await?;
+        let more = i64::try_from(rows.len()).is_ok_and(|n| n > limit);
         let environments = rows
             .iter()
             .map(|row| {
@@ -695,6 +715,7 @@ impl Platform {
                     tenant: row.try_get("tenant_name")?,
                 })
             })
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
             .collect::<Result<Vec<_>, Error>>()?;
         // What the filter may name: the owners, projects and tenants of environments in reach.
         let choices = async |column: &str, name: &str, table: &str| -> Result<Vec<(i64, String)>, Error> {
@@ -709,7 +730,7 @@ impl Platform {
         let people = choices("owner_id", "coalesce(nullif(x.display_name, ''), x.email)", "users").await?;
         let projects = choices("project_id", "x.name", "projects").await?;
         let tenants = choices("tenant_id", "x.name", "tenants").await?;
-        Ok(EnvironmentListing { environments, people, projects, tenants })
+        Ok(EnvironmentListing { environments, more, people, projects, tenants })
     }
 
     /// The environment `id` if the caller may see it.

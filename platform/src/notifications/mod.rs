@@ -74,6 +74,8 @@ pub struct InboxItem {
 pub struct Inbox {
     pub unread: i64,
     pub items: Vec<InboxItem>,
+    /// Whether older ones come after the last item.
+    pub more: bool,
 }
 
 /// What the bell in the navigation bar shows.
@@ -92,7 +94,7 @@ pub struct Preference {
 }
 
 /// The inbox shows this many; older ones stay in the database.
-const INBOX_LIMIT: i64 = 100;
+pub const INBOX_LIMIT: i64 = 100;
 
 impl Platform {
     /// The same platform delivering through `delivery` (SMTP, webhook reach).
@@ -159,15 +161,26 @@ impl Platform {
 
     /// The caller's latest notifications, newest first, with the unread count.
     pub async fn inbox(&self, caller: &Caller) -> Result<Inbox, Error> {
+        self.inbox_page(caller, None, INBOX_LIMIT).await
+    }
+
+    /// The caller's notifications before `before` (an id; `None` from the newest), at most
+    /// `limit` (1 to [`INBOX_LIMIT`]), newest first.
+    pub async fn inbox_page(&self, caller: &Caller, before: Option<i64>, limit: i64) -> Result<Inbox, Error> {
         self.authorize(caller, Action::NotificationRead, own(caller)).await?;
+        let limit = limit.clamp(1, INBOX_LIMIT);
         let rows = sqlx::query(
             "SELECT id, kind, title, body, link, created_at, read_at IS NOT NULL AS read
-             FROM notifications WHERE user_id = ? ORDER BY id DESC LIMIT ?",
+             FROM notifications WHERE user_id = ? AND (? IS NULL OR id < ?) ORDER BY id DESC LIMIT ?",
         )
         .bind(caller.user_id())
-        .bind(INBOX_LIMIT)
+        .bind(before)
+        .bind(before)
+        // One more than asked says whether there are more.
+        .bind(limit + 1)
         .fetch_all(&self.db)
         .await?;
+        let more = i64::try_from(rows.len()).is_ok_and(|n| n > limit);
         let items = rows
             .iter()
             .map(|r| {
@@ -181,8 +194,9 @@ impl Platform {
                     read: r.try_get("read")?,
                 })
             })
+            .take(usize::try_from(limit).unwrap_or(usize::MAX))
             .collect::<Result<Vec<_>, Error>>()?;
-        Ok(Inbox { unread: self.unread_notifications(caller.user_id()).await?, items })
+        Ok(Inbox { unread: self.unread_notifications(caller.user_id()).await?, items, more })
     }
 
     /// How many of `user_id`'s notifications are unread: the bell's count, for the person

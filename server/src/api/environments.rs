@@ -6,13 +6,14 @@ use axum::response::{IntoResponse, Response};
 use berth_domain::Refusal;
 use berth_domain::catalog::Offering;
 use berth_domain::launch::LaunchRequest;
-use berth_platform::capacity::environments::{Environment, EnvironmentFilter};
+use berth_platform::capacity::environments::{Environment, EnvironmentFilter, LISTING_LIMIT};
 use berth_platform::provisioning::connect::KeyState;
 use berth_platform::{Caller, Error, Platform};
 use http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::paging::{PageQuery, cursor};
 use super::{ApiError, Body, TokenCaller, fail, rfc3339, schema};
 
 /// An environment as the API shows it. Notebooks and endpoints are reached on their own
@@ -147,20 +148,43 @@ pub struct Owner {
 
 #[derive(Serialize, ToSchema)]
 pub struct EnvironmentList {
+    /// Newest first.
     environments: Vec<ListedEnvironmentBody>,
+    /// The next page's `cursor`; `null` on the last page.
+    next_cursor: Option<String>,
 }
 
-/// The environments in the caller's reach: their own, their tenant's for tenant admins and
-/// viewers, every one for platform staff.
-#[utoipa::path(get, path = "/api/v1/environments", tag = "environments", params(EnvironmentQuery),
+/// A page of environments: 100 unless `limit` says otherwise, 500 at most.
+const PAGE: i64 = 100;
+/// What an environments cursor is a place in.
+const LISTING: &str = "environments";
+
+/// The environments in the caller's reach, newest first: their own, their tenant's for
+/// tenant admins and viewers, every one for platform staff. Paged by `next_cursor`.
+#[utoipa::path(get, path = "/api/v1/environments", tag = "environments", params(EnvironmentQuery, PageQuery),
     responses((status = 200, body = EnvironmentList)))]
 pub(super) async fn environments(
     TokenCaller(platform, caller): TokenCaller,
     Query(query): Query<EnvironmentQuery>,
+    Query(page): Query<PageQuery>,
 ) -> Result<Json<EnvironmentList>, ApiError> {
-    let filter =
+    let mut filter =
         EnvironmentFilter::parse(&query.owner, &query.project, &query.tenant, &query.state).map_err(fail(&caller))?;
+    filter.limit = Some(page.limit(PAGE, LISTING_LIMIT).map_err(fail(&caller))?);
+    filter.after = match page.place(LISTING).map_err(fail(&caller))? {
+        None => None,
+        Some(place) => {
+            let (created_at, id) = place.split_once('.').ok_or_else(|| fail(&caller)(page.foreign()))?;
+            Some((created_at.parse().map_err(|_| fail(&caller)(page.foreign()))?, id.to_owned()))
+        }
+    };
     let listing = platform.environments_in_reach(&caller, &filter).await.map_err(fail(&caller))?;
+    let next_cursor = match (listing.more, listing.environments.last()) {
+        (true, Some(last)) => {
+            Some(cursor(LISTING, &format!("{}.{}", last.environment.created_at, last.environment.id)))
+        }
+        _ => None,
+    };
     let environments = listing
         .environments
         .iter()
@@ -171,7 +195,7 @@ pub(super) async fn environments(
             tenant: listed.tenant.clone(),
         })
         .collect();
-    Ok(Json(EnvironmentList { environments }))
+    Ok(Json(EnvironmentList { environments, next_cursor }))
 }
 
 /// What a launch sends (`berth_domain::launch::LaunchRequest`, which reads it: a test keeps

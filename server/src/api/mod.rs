@@ -30,6 +30,7 @@ mod idle;
 mod images;
 mod nodes;
 mod notifications;
+mod paging;
 mod prices;
 mod quotas;
 mod schema;

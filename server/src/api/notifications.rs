@@ -2,14 +2,16 @@
 //! to) and a tenant's webhooks.
 
 use axum::Json;
-use axum::extract::Path;
+use axum::extract::{Path, Query};
 use axum::response::{IntoResponse, Response};
 use berth_domain::notification::Kind;
+use berth_platform::notifications::INBOX_LIMIT;
 use berth_platform::notifications::webhooks::{Delivery, Webhook};
 use http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::paging::{PageQuery, cursor};
 use super::{ApiError, Body, TokenCaller, fail, read_object, rfc3339, schema};
 
 #[derive(Serialize, ToSchema)]
@@ -30,15 +32,25 @@ pub struct NotificationList {
     unread: i64,
     /// Newest first.
     notifications: Vec<NotificationBody>,
+    /// The next page's `cursor`; `null` on the last page.
+    next_cursor: Option<String>,
 }
 
-/// The caller's latest notifications, newest first, and how many are unread.
-#[utoipa::path(get, path = "/api/v1/notifications", tag = "notifications",
+/// What a notifications cursor is a place in.
+const LISTING: &str = "notifications";
+
+/// The caller's notifications, newest first (50 a page unless `limit` says otherwise, 100
+/// at most), and how many are unread.
+#[utoipa::path(get, path = "/api/v1/notifications", tag = "notifications", params(PageQuery),
     responses((status = 200, body = NotificationList)))]
 pub(super) async fn notifications(
     TokenCaller(platform, caller): TokenCaller,
+    Query(page): Query<PageQuery>,
 ) -> Result<Json<NotificationList>, ApiError> {
-    let inbox = platform.inbox(&caller).await.map_err(fail(&caller))?;
+    let limit = page.limit(50, INBOX_LIMIT).map_err(fail(&caller))?;
+    let before = page.id_place(LISTING).map_err(fail(&caller))?;
+    let inbox = platform.inbox_page(&caller, before, limit).await.map_err(fail(&caller))?;
+    let next_cursor = inbox.items.last().filter(|_| inbox.more).map(|last| cursor(LISTING, &last.id.to_string()));
     let notifications = inbox
         .items
         .into_iter()
@@ -52,7 +64,7 @@ pub(super) async fn notifications(
             read: n.read,
         })
         .collect();
-    Ok(Json(NotificationList { unread: inbox.unread, notifications }))
+    Ok(Json(NotificationList { unread: inbox.unread, notifications, next_cursor }))
 }
 
 /// Which notifications to mark read: `{"ids": [..]}`, or all of them (`{}`, `null` or no

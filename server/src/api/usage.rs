@@ -2,12 +2,13 @@
 
 use axum::Json;
 use axum::extract::Query;
-use berth_platform::audit::AuditFilter;
+use berth_platform::audit::{AUDIT_PAGE, AuditFilter};
 use berth_platform::{Caller, Error, Platform};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
+use super::paging::{PageQuery, cursor};
 use super::{ApiError, ApiResult, TokenCaller, fail, rfc3339, schema};
 
 /// The audit log's filters (`berth_platform::audit::AuditFilter` reads them); empty ones
@@ -24,7 +25,7 @@ pub struct AuditQuery {
     action: Option<String>,
     /// `success`, `failure` or `denied`.
     outcome: Option<String>,
-    /// Only events before this id: the next page.
+    /// Only events before this id (the audit page's form of `cursor`).
     before: Option<i64>,
 }
 
@@ -48,18 +49,33 @@ pub struct AuditEvent {
 
 #[derive(Serialize, ToSchema)]
 pub struct AuditLog {
-    /// Newest first, at most 100: the next page is `before` the last one's id.
+    /// Newest first.
     events: Vec<AuditEvent>,
+    /// The next page's `cursor`; `null` on the last page.
+    next_cursor: Option<String>,
 }
 
-/// The audit log in the caller's reach, newest first.
-#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", params(AuditQuery),
+/// What an audit cursor is a place in.
+const LISTING: &str = "audit";
+
+/// The audit log in the caller's reach, newest first: 100 events a page unless `limit`
+/// says otherwise, 1,000 at most.
+#[utoipa::path(get, path = "/api/v1/audit", tag = "audit", params(AuditQuery, PageQuery),
     responses((status = 200, body = AuditLog)))]
 pub(super) async fn audit(
     TokenCaller(platform, caller): TokenCaller,
-    Query(filter): Query<AuditFilter>,
+    Query(mut filter): Query<AuditFilter>,
+    Query(page): Query<PageQuery>,
 ) -> Result<Json<AuditLog>, ApiError> {
-    let rows = platform.audit_log(&caller, &filter, berth_platform::audit::AUDIT_PAGE).await.map_err(fail(&caller))?;
+    let limit = page.limit(AUDIT_PAGE, 1000).map_err(fail(&caller))?;
+    if let Some(before) = page.id_place(LISTING).map_err(fail(&caller))? {
+        filter.before_id = Some(before);
+    }
+    // One more than asked says whether there are more.
+    let mut rows = platform.audit_log(&caller, &filter, limit + 1).await.map_err(fail(&caller))?;
+    let more = i64::try_from(rows.len()).is_ok_and(|n| n > limit);
+    rows.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    let next_cursor = rows.last().filter(|_| more).map(|last| cursor(LISTING, &last.id.to_string()));
     let events = rows
         .into_iter()
         .map(|r| AuditEvent {
@@ -75,7 +91,7 @@ pub(super) async fn audit(
             detail: r.detail,
         })
         .collect();
-    Ok(Json(AuditLog { events }))
+    Ok(Json(AuditLog { events, next_cursor }))
 }
 
 /// Which month of usage, grouped how, and (platform staff) of which tenant.

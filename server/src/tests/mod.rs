@@ -14,6 +14,7 @@ mod matrix;
 mod metrics;
 mod openapi;
 mod pages;
+mod paging;
 mod problems;
 mod proxy;
 mod rate_limits;
