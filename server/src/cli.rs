@@ -23,6 +23,7 @@ use berth_platform::provisioning::telemetry::{TelemetryConfig, TelemetryWorker};
 use berth_platform::{Platform, store};
 use clap::{Parser, Subcommand, ValueEnum};
 
+use crate::client_address::TrustedProxies;
 use crate::rate_limit::{RateLimit, RateLimits};
 
 #[derive(Debug, Parser)]
@@ -298,8 +299,8 @@ pub struct ServeArgs {
     /// refilled evenly over the period), or `off`. Over it: 429 with `Retry-After`.
     #[arg(long, env = "BERTH_API_RATE_LIMIT", default_value = "3000/min", value_parser = RateLimit::parse)]
     pub api_rate_limit: RateLimit,
-    /// Requests to `/api/v1` per source address, whatever the token. Behind a reverse
-    /// proxy every user comes from the proxy's address: raise it there.
+    /// Requests to `/api/v1` per source address, whatever the token (behind a reverse
+    /// proxy, see `--trusted-proxies`).
     #[arg(long, env = "BERTH_API_RATE_LIMIT_PER_ADDRESS", default_value = "12000/min", value_parser = RateLimit::parse)]
     pub api_rate_limit_per_address: RateLimit,
     /// Requests of node agents (`/api/v1/agent/*`) per node token.
@@ -316,6 +317,12 @@ pub struct ServeArgs {
     /// address.
     #[arg(long, env = "BERTH_ENVIRONMENT_SIGN_IN_RATE_LIMIT", default_value = "120/min", value_parser = RateLimit::parse)]
     pub environment_sign_in_rate_limit: RateLimit,
+    /// Reverse proxies in front of Berth (addresses or networks, `10.0.0.0/8,192.0.2.10`):
+    /// a request from one of them comes from the address its `X-Forwarded-For` names (the
+    /// right-most that is not itself a trusted proxy), for the per-address limits, sign-in
+    /// throttles and the audit log. Empty (the default): the header is ignored.
+    #[arg(long, env = "BERTH_TRUSTED_PROXIES", default_value = "", value_parser = TrustedProxies::parse)]
+    pub trusted_proxies: TrustedProxies,
 }
 
 /// `--interval`, `--plan-interval`, `--sweep-interval`: `30s`, `2m`, `1h` or plain seconds;
@@ -728,6 +735,7 @@ impl ServeArgs {
             tls: public.tls,
             metrics_token: self.metrics_token.as_deref(),
             rate_limits: self.rate_limits(),
+            trusted_proxies: self.trusted_proxies.clone(),
         }
     }
 

@@ -50,6 +50,8 @@ pub struct Site<'a> {
     pub metrics_token: Option<&'a str>,
     /// Limits on the API, the agents' routes and the sign-in paths.
     pub rate_limits: RateLimits,
+    /// Reverse proxies whose `X-Forwarded-For` names the client.
+    pub trusted_proxies: crate::client_address::TrustedProxies,
 }
 
 pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>) -> Result<Routers, String> {
@@ -149,7 +151,10 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>)
 
     // By Host: `<id>.<environments domain>` is that environment's origin, anything else the
     // portal's. The portal never serves an environment, nor an environment the portal.
+    let proxies = site.trusted_proxies.clone();
     let dispatch = tower::service_fn(move |mut request: Request| {
+        // Before anything reads the source address: the rate limits, sign-in, the audit log.
+        proxies.apply(&mut request);
         let host = request
             .headers()
             .get(header::HOST)

@@ -5,6 +5,7 @@ pub mod api;
 pub mod api_docs;
 pub mod assets;
 pub mod cli;
+pub mod client_address;
 pub mod http;
 pub mod metrics;
 pub mod openapi;

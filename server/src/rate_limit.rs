@@ -9,8 +9,8 @@
 //! over the minute. Buckets live in memory, so a restart refills them. A request whose
 //! source address is unknown (only in-process callers, such as the router's tests: `berth
 //! serve` always knows the peer) is limited by its token alone. Behind a reverse proxy the
-//! source is the proxy's address: every user shares that bucket, so raise the per-address
-//! limits there (Berth does not read `X-Forwarded-For`).
+//! source is the proxy's address unless `--trusted-proxies` names it (`client_address.rs`:
+//! then the client's, from `X-Forwarded-For`).
 //!
 //! Tokens are counted under a keyed hash, so the limiter keeps no secret in memory.
 

@@ -153,3 +153,40 @@ async fn the_default_limits_let_a_burst_of_a_thousand_calls_through() {
         assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
     }
 }
+
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_client_has_its_own_address() {
+    let flags = ["--api-rate-limit-per-address", "2/s", "--trusted-proxies", "10.0.0.0/8"];
+    let berth = Berth::start_with_flags(&flags).await;
+    let via = |proxy: &str, client: &str, token: &str| {
+        let mut request = from(proxy, api_get("/api/v1/me", token));
+        request.headers_mut().insert("x-forwarded-for", client.parse().expect("header"));
+        request
+    };
+    for guess in ["berth_a", "berth_b"] {
+        assert_eq!(berth.send(via("10.0.0.5", "203.0.113.5", guess)).await.status, StatusCode::UNAUTHORIZED);
+    }
+    assert_limited(&berth.send(via("10.0.0.5", "203.0.113.5", "berth_c")).await);
+    // Another client through the same proxy has its own bucket.
+    let other = berth.send(via("10.0.0.5", "203.0.113.6", "berth_c")).await;
+    assert_eq!(other.status, StatusCode::UNAUTHORIZED, "{}", other.body);
+    // A peer that is no trusted proxy cannot choose its address: it is counted as itself.
+    for guess in ["berth_a", "berth_b"] {
+        assert_eq!(berth.send(via("192.0.2.7", "203.0.113.7", guess)).await.status, StatusCode::UNAUTHORIZED);
+    }
+    assert_limited(&berth.send(via("192.0.2.7", "203.0.113.8", "berth_c")).await);
+
+    // The audit log names the client, not the proxy.
+    let tenant = berth.platform.ensure_tenant("acme", "Acme", Isolation::Soft).await.expect("tenant");
+    let dana = berth.person("dana@acme.example", Role::Member, Some(tenant)).await;
+    let (_, token) = berth.token(&dana, &[]).await;
+    let mut denied = from("10.0.0.5", api_get("/api/v1/audit", &token));
+    denied.headers_mut().insert("x-forwarded-for", "198.51.100.23".parse().expect("header"));
+    assert_eq!(berth.send(denied).await.status, StatusCode::FORBIDDEN);
+    let source: Option<String> =
+        sqlx::query_scalar("SELECT source FROM audit_events WHERE outcome = 'denied' ORDER BY id DESC LIMIT 1")
+            .fetch_one(berth.platform.db())
+            .await
+            .expect("the denial's row");
+    assert_eq!(source.as_deref(), Some("198.51.100.23"));
+}
