@@ -94,7 +94,7 @@ enum Command {
     /// A training job's status and the end of its log.
     Logs {
         id: String,
-        /// The last this many lines (at most 200).
+        /// The last this many lines (at most 10,000: what Berth keeps of a log).
         #[arg(long, default_value = "200")]
         tail: u32,
         /// Keep printing new lines until the job ends.

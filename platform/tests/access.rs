@@ -14,7 +14,7 @@ use berth_domain::lifecycle::EnvState;
 use berth_domain::policy::Role;
 use berth_platform::capacity::quotas::QuotaSubject;
 use berth_platform::provisioning::backend::JobStatus;
-use berth_platform::provisioning::connect::{ENDPOINT_KEY_PREFIX, KeyState};
+use berth_platform::provisioning::connect::{ENDPOINT_KEY_PREFIX, KeyState, LOG_TAIL};
 use berth_platform::{Caller, Error};
 use common::TestBerth;
 use sqlx::SqlitePool;
@@ -268,7 +268,7 @@ async fn finished_logs(berth: &TestBerth, id: &str, end: EnvState) -> berth_plat
             .await
             .expect("held");
     assert_eq!(held, 0, "{env:?}");
-    berth.platform.job_logs(&berth.caller, id).await.expect("kept logs")
+    berth.platform.job_logs(&berth.caller, id, LOG_TAIL).await.expect("kept logs")
 }
 
 #[sqlx::test(migrations = "../migrations")]
@@ -288,14 +288,28 @@ async fn a_training_job_shows_its_log_and_exit_status(pool: SqlitePool) {
     assert_eq!(failed.failure_reason.as_deref(), Some("the training job failed with exit code 3: exited with code 3"));
     assert_eq!(logs.lines.last().map(String::as_str), Some("process exited with code 3"));
 
+    // A long log: its end as far as asked, up to all Berth keeps of it.
+    let long: Vec<String> = (1..=1500).map(|n| format!("step {n}")).collect();
+    sqlx::query("UPDATE job_results SET lines = ? WHERE environment_id = ?")
+        .bind(serde_json::to_string(&long).expect("json"))
+        .bind(&ok)
+        .execute(berth.platform.db())
+        .await
+        .expect("a long kept log");
+    for (tail, first) in [(200, "step 1301"), (1000, "step 501"), (50_000, "step 1")] {
+        let lines = berth.platform.job_logs(&berth.caller, &ok, tail).await.expect("logs").lines;
+        assert_eq!((lines.len(), lines[0].as_str()), (tail.min(1500), first));
+    }
+    assert!(berth.platform.job_logs(&berth.caller, &ok, 0).await.expect("status only").lines.is_empty());
+
     // Whoever may see the job may read its log; others get nothing.
     let viewer = berth.user_with("vi@example.com", Role::Viewer).await;
-    berth.platform.job_logs(&viewer, &ok).await.expect("a viewer of the tenant reads it");
+    berth.platform.job_logs(&viewer, &ok, LOG_TAIL).await.expect("a viewer of the tenant reads it");
     let colleague = berth.user_with("cy@example.com", Role::Member).await;
-    assert!(matches!(berth.platform.job_logs(&colleague, &ok).await, Err(Error::NotFound)));
+    assert!(matches!(berth.platform.job_logs(&colleague, &ok, LOG_TAIL).await, Err(Error::NotFound)));
     let notebook = berth.launch("notebook", "h100-1g.10gb", "nb").await.expect("launch");
     assert_eq!(
-        refusal(berth.platform.job_logs(&berth.caller, &notebook.id).await),
+        refusal(berth.platform.job_logs(&berth.caller, &notebook.id, LOG_TAIL).await),
         Refusal::NoJobLogs("Jupyter notebook")
     );
     assert_eq!(berth.backend.world().objects_of(&ok), 0, "the job's record goes with it");

@@ -94,14 +94,15 @@ pub async fn environment(id: String) -> Result<EnvironmentView, AppError> {
     let mut view = views::environment(&detail, &access, berth_platform::now_ms());
     // A running training job's log comes with every refresh of the page.
     if view.logs.is_some() {
-        view.logs = Some(match platform.job_logs(&caller, &id).await {
-            Ok(logs) => views::job_logs(&logs),
-            Err(e) => crate::model::JobLogsView {
-                state: "unavailable".into(),
-                label: AppError::from_platform_quiet(e, &caller.meta.request_id).to_string(),
-                lines: Vec::new(),
-            },
-        });
+        view.logs =
+            Some(match platform.job_logs(&caller, &id, berth_platform::provisioning::connect::LOG_TAIL).await {
+                Ok(logs) => views::job_logs(&logs),
+                Err(e) => crate::model::JobLogsView {
+                    state: "unavailable".into(),
+                    label: AppError::from_platform_quiet(e, &caller.meta.request_id).to_string(),
+                    lines: Vec::new(),
+                },
+            });
     }
     Ok(view)
 }

@@ -200,11 +200,14 @@ impl Platform {
         Ok(key)
     }
 
-    /// The end of training job `id`'s log (its last `LOG_TAIL` lines) and its status, for
-    /// whoever may see the job.
-    pub async fn job_logs(&self, caller: &Caller, id: &str) -> Result<JobLogs, Error> {
-        let mut logs = self.job_log_lines(caller, id, LOG_TAIL).await?;
-        logs.lines.drain(..logs.lines.len().saturating_sub(LOG_TAIL));
+    /// The end of training job `id`'s log (its last `tail` lines, at most what Berth keeps:
+    /// `KEPT_LOG_LINES` lines and `KEPT_LOG_BYTES`) and its status, for whoever may see the
+    /// job. The page shows `LOG_TAIL`.
+    pub async fn job_logs(&self, caller: &Caller, id: &str, tail: usize) -> Result<JobLogs, Error> {
+        let tail = tail.min(KEPT_LOG_LINES);
+        let mut logs = self.job_log_lines(caller, id, tail.max(1)).await?;
+        logs.lines = kept_log(logs.lines);
+        logs.lines.drain(..logs.lines.len().saturating_sub(tail));
         Ok(logs)
     }
 

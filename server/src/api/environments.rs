@@ -7,7 +7,7 @@ use berth_domain::Refusal;
 use berth_domain::catalog::Offering;
 use berth_domain::launch::LaunchRequest;
 use berth_platform::capacity::environments::{Environment, EnvironmentFilter, LISTING_LIMIT};
-use berth_platform::provisioning::connect::KeyState;
+use berth_platform::provisioning::connect::{KeyState, LOG_TAIL};
 use berth_platform::{Caller, Error, Platform};
 use http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
@@ -478,8 +478,8 @@ pub(super) async fn replace_api_key(
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct LogsQuery {
-    /// The last this many lines, at most 200 (more is taken as 200; the whole kept log is
-    /// the page's download, `/environments/{id}/log.txt`); absent: 200.
+    /// The last this many lines; absent: 200. At most what Berth keeps of a log (10,000
+    /// lines and 1 MiB): more is taken as all of it.
     #[param(minimum = 0)]
     pub tail: Option<u32>,
 }
@@ -508,15 +508,13 @@ pub(super) async fn logs(
     Query(query): Query<LogsQuery>,
 ) -> Result<Json<JobLogsBody>, ApiError> {
     use berth_platform::provisioning::backend::JobStatus;
-    let logs = platform.job_logs(&caller, &id).await.map_err(fail(&caller))?;
+    let tail = query.tail.map_or(LOG_TAIL, |t| usize::try_from(t).unwrap_or(usize::MAX));
+    let logs = platform.job_logs(&caller, &id, tail).await.map_err(fail(&caller))?;
     let (status, exit_code, reason) = match logs.status {
         JobStatus::Pending => ("pending", None, None),
         JobStatus::Running => ("running", None, None),
         JobStatus::Succeeded => ("succeeded", Some(0), None),
         JobStatus::Failed { exit_code, reason } => ("failed", exit_code, Some(reason)),
     };
-    let mut lines = logs.lines;
-    let tail = query.tail.map_or(lines.len(), |t| t as usize);
-    lines.drain(..lines.len().saturating_sub(tail));
-    Ok(Json(JobLogsBody { status, exit_code, reason, lines }))
+    Ok(Json(JobLogsBody { status, exit_code, reason, lines: logs.lines }))
 }

@@ -771,7 +771,7 @@ async fn a_training_job_that_exits_on_a_node_releases_its_gpus_and_keeps_its_log
         failed.failure_reason.as_deref(),
         Some("the training job failed with exit code 137: exited with code 137")
     );
-    let logs = metal.berth.platform.job_logs(&globex.caller(meta()), &id).await.expect("kept log");
+    let logs = metal.berth.platform.job_logs(&globex.caller(meta()), &id, 200).await.expect("kept log");
     assert_eq!(logs.lines, log);
     assert_eq!(
         logs.status,
