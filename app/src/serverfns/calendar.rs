@@ -10,11 +10,11 @@ pub async fn calendar(view: String, from: String) -> Result<CalendarView, AppErr
     let (platform, caller) = super::ssr::caller().await?;
     let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
     let now = berth_platform::now_ms();
-    let span = build::Span::parse(&view);
+    let span = build::span(&view);
     let from = crate::time::day_start(&from, now);
     let (bucket_ms, buckets) = span.buckets();
     // Counted as the caller could book: a hard tenant's users see nodes free of others.
-    let availability = platform.availability(caller.tenant_id(), from, bucket_ms, buckets).await.map_err(fail)?;
+    let availability = platform.calendar(&caller, from, bucket_ms, buckets).await.map_err(fail)?;
     let mine = platform.environments_of_owner(&caller).await.map_err(fail)?;
     let gap = platform.policy().cleaning_gap_ms;
     Ok(build::calendar(span, from, now, &availability, &mine, gap))
@@ -97,46 +97,11 @@ mod build {
     use crate::model::{CalendarBooking, CalendarCell, CalendarRow, CalendarView, Tone};
     use crate::time::{date, input_value};
 
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum Span {
-        Day,
-        Week,
-        Month,
-    }
+    /// The calendar's span; one the page does not know shows a week.
+    pub use berth_domain::booking::CalendarSpan as Span;
 
-    impl Span {
-        pub fn parse(s: &str) -> Span {
-            match s {
-                "day" => Span::Day,
-                "month" => Span::Month,
-                _ => Span::Week,
-            }
-        }
-
-        fn id(self) -> &'static str {
-            match self {
-                Span::Day => "day",
-                Span::Week => "week",
-                Span::Month => "month",
-            }
-        }
-
-        /// Bucket length and count.
-        pub fn buckets(self) -> (i64, usize) {
-            match self {
-                Span::Day => (HOUR_MS, 24),
-                Span::Week => (6 * HOUR_MS, 28),
-                Span::Month => (DAY_MS, 30),
-            }
-        }
-
-        fn days(self) -> i64 {
-            match self {
-                Span::Day => 1,
-                Span::Week => 7,
-                Span::Month => 30,
-            }
-        }
+    pub fn span(s: &str) -> Span {
+        Span::parse(s).unwrap_or(Span::Week)
     }
 
     /// A column's label: the hour of a day, the day and hour of a week, the day of a month.

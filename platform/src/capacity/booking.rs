@@ -97,6 +97,19 @@ impl Platform {
         crate::capacity::book::occupant_of(&mut conn, tenant).await
     }
 
+    /// The availability calendar as `caller` sees it: counted as their tenant could book
+    /// (a hard tenant's people see the nodes free of others).
+    pub async fn calendar(
+        &self,
+        caller: &Caller,
+        from: i64,
+        bucket_ms: i64,
+        buckets: usize,
+    ) -> Result<Availability, Error> {
+        self.authorize_in_tenant(caller, Action::CalendarRead).await?;
+        self.availability(caller.tenant_id(), from, bucket_ms, buckets).await
+    }
+
     /// Free capacity of every catalog shape in `buckets` consecutive buckets of `bucket_ms`
     /// from `from`, as a user of `tenant` (`None`: platform staff) could book it. Made
     /// once for everyone asking the same until a booking or the fleet changes, or for 2 s

@@ -3,6 +3,8 @@
 
 use axum::Json;
 use axum::extract::Query;
+use berth_domain::Refusal;
+use berth_domain::booking::{CalendarSpan, DAY_MS};
 use berth_domain::catalog::{ImageRule, Offering};
 use berth_domain::launch::AvailabilityAsk;
 use berth_domain::metering::format_money;
@@ -174,4 +176,122 @@ pub(super) async fn availability(
         })
         .collect();
     Ok(Json(AvailabilityBody { offering: ask.offering.id(), hours: ask.hours, from: rfc3339(from), sizes }))
+}
+
+/// Which calendar: a span from a day.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CalendarQuery {
+    /// `day` (24 hours), `week` (28 blocks of 6 hours) or `month` (30 days); empty: week.
+    #[serde(default)]
+    #[param(schema_with = schema::calendar_span)]
+    span: String,
+    /// The first day, `2026-11-30` (UTC); empty: today.
+    #[serde(default)]
+    #[param(pattern = "^([0-9]{4}-[0-9]{2}-[0-9]{2})?$")]
+    from: String,
+}
+
+/// One row of the calendar: a shape the catalog sells and how many of it are free in each
+/// bucket.
+#[derive(Serialize, ToSchema)]
+pub struct CalendarRowBody {
+    /// e.g. "a H100-80GB 1g.10gb slice", "2 x H100-80GB".
+    shape: String,
+    gpu_model: &'static str,
+    /// The catalog's sizes of this shape (a launch's `size`).
+    #[schema(schema_with = schema::sizes)]
+    sizes: Vec<&'static str>,
+    /// How many fit on an empty fleet.
+    capacity: u32,
+    /// How many are free in each bucket, as the caller's tenant could book them.
+    free: Vec<u32>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CalendarBody {
+    #[schema(format = DateTime)]
+    from: String,
+    bucket_seconds: i64,
+    /// Each bucket's start.
+    buckets: Vec<String>,
+    rows: Vec<CalendarRowBody>,
+}
+
+/// The availability calendar's buckets (the calendar page's heatmap): free capacity of
+/// every shape the catalog sells, over a day, a week or 30 days, counted as the caller's
+/// tenant could book it.
+#[utoipa::path(get, path = "/api/v1/calendar", tag = "catalog", params(CalendarQuery),
+    responses((status = 200, body = CalendarBody)))]
+pub(super) async fn calendar(
+    TokenCaller(platform, caller): TokenCaller,
+    Query(query): Query<CalendarQuery>,
+) -> Result<Json<CalendarBody>, ApiError> {
+    let refused = |why: String| fail(&caller)(Refusal::InvalidListFilter(why).into());
+    let span = match query.span.trim() {
+        "" => CalendarSpan::Week,
+        text => CalendarSpan::parse(text)
+            .ok_or_else(|| refused(format!("span must be day, week or month, not \"{text}\"")))?,
+    };
+    let from = match query.from.trim() {
+        "" => {
+            let now = berth_platform::now_ms();
+            now - now.rem_euclid(DAY_MS)
+        }
+        text => chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+            .ok()
+            .and_then(|day| day.and_hms_opt(0, 0, 0))
+            .map(|start| start.and_utc().timestamp_millis())
+            .ok_or_else(|| refused(format!("from must be a day like 2026-11-30, not \"{text}\"")))?,
+    };
+    let (bucket_ms, buckets) = span.buckets();
+    let availability = platform.calendar(&caller, from, bucket_ms, buckets).await.map_err(fail(&caller))?;
+    let rows = availability
+        .rows
+        .into_iter()
+        .map(|row| CalendarRowBody {
+            shape: row.shape.describe(),
+            gpu_model: row.shape.model().name(),
+            sizes: Offering::ALL
+                .iter()
+                .flat_map(|o| o.sizes())
+                .filter(|size| size.shape == row.shape)
+                .map(|size| size.id)
+                .collect(),
+            capacity: row.capacity,
+            free: row.free,
+        })
+        .collect();
+    Ok(Json(CalendarBody {
+        from: rfc3339(from),
+        bucket_seconds: bucket_ms / 1000,
+        buckets: (0..buckets).map(|i| rfc3339(from + i as i64 * bucket_ms)).collect(),
+        rows,
+    }))
+}
+
+/// A GPU model's GPUs and how many are idle now.
+#[derive(Serialize, ToSchema)]
+pub struct ModelCapacityBody {
+    gpu_model: &'static str,
+    gpus: i64,
+    /// With nothing on them, on nodes that take bookings.
+    idle_gpus: i64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct CapacityBody {
+    models: Vec<ModelCapacityBody>,
+}
+
+/// GPUs per model and how many are idle right now (the catalog page's figures; the same
+/// for everyone).
+#[utoipa::path(get, path = "/api/v1/capacity", tag = "catalog", responses((status = 200, body = CapacityBody)))]
+pub(super) async fn capacity(TokenCaller(platform, caller): TokenCaller) -> Result<Json<CapacityBody>, ApiError> {
+    let models = platform.capacity_by_model().await.map_err(fail(&caller))?;
+    let models = models
+        .into_iter()
+        .map(|c| ModelCapacityBody { gpu_model: c.model.name(), gpus: c.gpus, idle_gpus: c.idle_gpus })
+        .collect();
+    Ok(Json(CapacityBody { models }))
 }

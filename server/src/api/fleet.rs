@@ -31,6 +31,14 @@ pub struct NodeQuery {
     page: Option<i64>,
 }
 
+impl NodeQuery {
+    fn filter(&self) -> NodeFilter {
+        let site = Some(self.site.trim().to_owned()).filter(|s| !s.is_empty());
+        let page = usize::try_from(self.page.unwrap_or(1)).unwrap_or(0).max(1);
+        NodeFilter { site, search: self.search.trim().to_owned(), page }
+    }
+}
+
 #[derive(Serialize, ToSchema)]
 pub struct NodeList {
     /// By site and name.
@@ -175,11 +183,9 @@ pub(super) async fn nodes(
     TokenCaller(platform, caller): TokenCaller,
     Query(query): Query<NodeQuery>,
 ) -> Result<Json<NodeList>, ApiError> {
-    let site = Some(query.site.trim().to_owned()).filter(|s| !s.is_empty());
-    let page = usize::try_from(query.page.unwrap_or(1)).unwrap_or(0).max(1);
-    let filter = NodeFilter { site, search: query.search.trim().to_owned(), page };
     let now = berth_platform::now_ms();
-    let schedule = platform.fleet_schedule(&caller, now, now + AHEAD_MS, &filter).await.map_err(fail(&caller))?;
+    let schedule =
+        platform.fleet_schedule(&caller, now, now + AHEAD_MS, &query.filter()).await.map_err(fail(&caller))?;
     Ok(Json(NodeList {
         nodes: schedule.nodes.into_iter().map(node_body).collect(),
         page: schedule.page,
@@ -323,4 +329,62 @@ pub(super) async fn cancel_maintenance(
 ) -> Result<Json<MaintenanceCancelled>, ApiError> {
     platform.cancel_maintenance(&caller, id).await.map_err(fail(&caller))?;
     Ok(Json(MaintenanceCancelled { cancelled: id }))
+}
+
+/// A node's agent: when it last reported, and the node tokens that still work.
+#[derive(Serialize, ToSchema)]
+pub struct NodeAgentBody {
+    node: String,
+    site: String,
+    /// `null`: it never reported.
+    #[schema(format = DateTime)]
+    last_seen_at: Option<String>,
+    agent_version: Option<String>,
+    /// Oldest first; `DELETE /api/v1/node-tokens/{id}` revokes one.
+    tokens: Vec<NodeTokenBody>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct NodeTokenBody {
+    id: i64,
+    #[schema(format = DateTime)]
+    created_at: String,
+    #[schema(format = DateTime)]
+    last_used_at: Option<String>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct NodeAgentList {
+    /// The nodes of the page `GET /api/v1/nodes` shows for the same query.
+    agents: Vec<NodeAgentBody>,
+}
+
+/// The node agents of a page of the fleet (as `GET /api/v1/nodes` pages it): their last
+/// reports and working tokens. Platform staff.
+#[utoipa::path(get, path = "/api/v1/node-agents", tag = "fleet", params(NodeQuery),
+    responses((status = 200, body = NodeAgentList)))]
+pub(super) async fn node_agents(
+    TokenCaller(platform, caller): TokenCaller,
+    Query(query): Query<NodeQuery>,
+) -> Result<Json<NodeAgentList>, ApiError> {
+    let agents = platform.node_agents(&caller, &query.filter()).await.map_err(fail(&caller))?;
+    let agents = agents
+        .into_iter()
+        .map(|a| NodeAgentBody {
+            node: a.node,
+            site: a.site,
+            last_seen_at: a.last_seen_at.map(rfc3339),
+            agent_version: a.agent_version,
+            tokens: a
+                .tokens
+                .into_iter()
+                .map(|t| NodeTokenBody {
+                    id: t.id,
+                    created_at: rfc3339(t.created_at),
+                    last_used_at: t.last_used_at.map(rfc3339),
+                })
+                .collect(),
+        })
+        .collect();
+    Ok(Json(NodeAgentList { agents }))
 }

@@ -58,6 +58,8 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/environments/{id}/api-key/replace", post(environments::replace_api_key))
         .route("/api/v1/catalog", get(catalog::catalog))
         .route("/api/v1/availability", get(catalog::availability))
+        .route("/api/v1/calendar", get(catalog::calendar))
+        .route("/api/v1/capacity", get(catalog::capacity))
         .route("/api/v1/prices", get(prices::prices).post(prices::set_price))
         .route("/api/v1/prices/{id}", delete(prices::withdraw_price))
         .route("/api/v1/discounts", post(prices::set_discount))
@@ -113,9 +115,11 @@ pub fn routes() -> Routes<AppState> {
         .route("/api/v1/tenants/{id}/custom-images", put(images::set_custom_images))
         .route("/api/v1/audit", get(usage::audit))
         .route("/api/v1/usage", get(usage::usage))
+        .route("/api/v1/gpu-efficiency", get(usage::gpu_efficiency))
         .route("/api/v1/statements", get(statements::statements))
         .route("/api/v1/statements/{id}", get(statements::statement))
         .route("/api/v1/nodes", get(fleet::nodes))
+        .route("/api/v1/node-agents", get(fleet::node_agents))
         .route("/api/v1/maintenance", post(fleet::schedule_maintenance))
         .route("/api/v1/maintenance/{id}", delete(fleet::cancel_maintenance))
         .route("/api/v1/nodes/{id}/health", get(nodes::node_health))
@@ -157,6 +161,8 @@ pub fn routes() -> Routes<AppState> {
         environments::replace_api_key,
         catalog::catalog,
         catalog::availability,
+        catalog::calendar,
+        catalog::capacity,
         prices::prices,
         prices::set_price,
         prices::withdraw_price,
@@ -217,9 +223,11 @@ pub fn routes() -> Routes<AppState> {
         images::set_custom_images,
         usage::audit,
         usage::usage,
+        usage::gpu_efficiency,
         statements::statements,
         statements::statement,
         fleet::nodes,
+        fleet::node_agents,
         fleet::schedule_maintenance,
         fleet::cancel_maintenance,
         nodes::node_health,

@@ -1,6 +1,7 @@
 //! Schemas the derives cannot see: the domain's names for roles, states and the rest,
 //! taken from the domain's own lists so that they cannot drift.
 
+use berth_domain::booking::CalendarSpan;
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::EnvState;
 use berth_domain::node_health::NodeState;
@@ -40,6 +41,18 @@ pub fn size() -> ObjectBuilder {
     sizes.sort_unstable();
     sizes.dedup();
     one_of(sizes)
+}
+
+/// Some of the catalog's sizes.
+pub fn sizes() -> ArrayBuilder {
+    ArrayBuilder::new().items(size())
+}
+
+/// A calendar's span: empty is a week.
+pub fn calendar_span() -> ObjectBuilder {
+    let mut spans = vec![""];
+    spans.extend(CalendarSpan::ALL.map(CalendarSpan::id));
+    one_of(spans)
 }
 
 /// A launch's tier: empty is guaranteed.

@@ -266,3 +266,44 @@ pub fn usage_json(report: &berth_platform::capacity::metering::UsageReport) -> V
     };
     serde_json::to_value(body).unwrap_or(Value::Null)
 }
+
+/// A day's GPU-hours of one model (and tenant): read by the telemetry, and busy.
+#[derive(Serialize, ToSchema)]
+pub struct GpuEfficiencyDay {
+    /// `2026-11-27` (UTC).
+    day: String,
+    /// The tenant's name; `null` for platform staff's own environments.
+    tenant: Option<String>,
+    gpu_model: String,
+    read_gpu_hours: f64,
+    busy_gpu_hours: f64,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct GpuEfficiency {
+    /// The last 14 days, oldest first.
+    days: Vec<GpuEfficiencyDay>,
+}
+
+/// Busy against read GPU-hours per day, model and tenant over the last 14 days: every
+/// tenant for platform staff, their own for tenant admins and viewers, none for members.
+#[utoipa::path(get, path = "/api/v1/gpu-efficiency", tag = "usage",
+    responses((status = 200, body = GpuEfficiency)))]
+pub(super) async fn gpu_efficiency(
+    TokenCaller(platform, caller): TokenCaller,
+) -> Result<Json<GpuEfficiency>, ApiError> {
+    let since = berth_platform::now_ms() - 13 * berth_domain::booking::DAY_MS;
+    let since = chrono::DateTime::from_timestamp_millis(since).map(|t| t.format("%Y-%m-%d").to_string());
+    let days = platform.gpu_use_days(&caller, &since.unwrap_or_default()).await.map_err(fail(&caller))?;
+    let days = days
+        .into_iter()
+        .map(|d| GpuEfficiencyDay {
+            day: d.day,
+            tenant: d.tenant,
+            gpu_model: d.model,
+            read_gpu_hours: d.read_gpu_hours,
+            busy_gpu_hours: d.busy_gpu_hours,
+        })
+        .collect();
+    Ok(Json(GpuEfficiency { days }))
+}

@@ -643,3 +643,69 @@ async fn a_script_marks_a_gpus_health() {
     assert_eq!(back.status, StatusCode::OK, "{}", back.body);
     assert_eq!(gpu_state().await["note"], serde_json::Value::Null);
 }
+
+#[tokio::test]
+async fn a_script_reads_the_calendar_the_capacity_and_the_agents() {
+    let berth = Berth::start(None).await;
+    let acme = berth.platform.ensure_tenant("acme", "Acme", Isolation::Soft).await.expect("tenant");
+    let ada = berth.person("ada@acme.com", Role::Member, Some(acme)).await;
+    let (_, token) = berth.token(&ada, &[]).await;
+    let read = |path: String, token: String| {
+        let berth = &berth;
+        async move {
+            let reply = berth.api(Method::GET, &path, "", Some(&token)).await;
+            assert_eq!(reply.status, StatusCode::OK, "{path}: {}", reply.body);
+            serde_json::from_str::<serde_json::Value>(&reply.body).expect("json")
+        }
+    };
+    let slice_row = |calendar: &serde_json::Value| {
+        calendar["rows"]
+            .as_array()
+            .expect("rows")
+            .iter()
+            .find(|r| r["sizes"].as_array().is_some_and(|s| s.contains(&"h100-1g.10gb".into())))
+            .cloned()
+            .expect("the 1g.10gb slice's row")
+    };
+
+    let before = read("/api/v1/calendar?span=day".into(), token.clone()).await;
+    assert_eq!((before["bucket_seconds"].as_i64(), before["buckets"].as_array().map(Vec::len)), (Some(3600), Some(24)));
+    let row = slice_row(&before);
+    let capacity = row["capacity"].as_u64().expect("capacity");
+    let hour = (berth_platform::now_ms() % 86_400_000 / 3_600_000) as usize;
+    assert_eq!(row["free"][hour].as_u64(), Some(capacity), "{row}");
+    berth.launch(&ada, "nb").await;
+    let after = read("/api/v1/calendar?span=day".into(), token.clone()).await;
+    // Read again: the hour may have turned meanwhile (the booking covers the next one too).
+    let hour = (berth_platform::now_ms() % 86_400_000 / 3_600_000) as usize;
+    assert_eq!(slice_row(&after)["free"][hour].as_u64(), Some(capacity - 1), "the booking shows at once");
+    let month = read("/api/v1/calendar?span=month&from=2030-01-01".into(), token.clone()).await;
+    assert_eq!(
+        (month["from"].as_str(), month["buckets"].as_array().map(Vec::len)),
+        (Some("2030-01-01T00:00:00.000Z"), Some(30))
+    );
+    for (query, says) in
+        [("span=year", "span must be day, week or month"), ("from=tomorrow", "from must be a day like")]
+    {
+        let refused = berth.api(Method::GET, &format!("/api/v1/calendar?{query}"), "", Some(&token)).await;
+        assert_eq!(refused.status, StatusCode::UNPROCESSABLE_ENTITY, "{}", refused.body);
+        assert!(refused.body.contains(says), "{}", refused.body);
+    }
+
+    let capacity = read("/api/v1/capacity".into(), token.clone()).await;
+    let h100 = capacity["models"].as_array().expect("models").iter().find(|m| m["gpu_model"] == "H100-80GB").cloned();
+    let h100 = h100.expect("the fleet's H100s");
+    assert!(h100["idle_gpus"].as_i64() < h100["gpus"].as_i64(), "the slice's GPU is not idle: {h100}");
+
+    let root = berth.person("root@example.com", Role::PlatformAdmin, None).await;
+    let (_, root_token) = berth.token(&root, &[]).await;
+    berth.platform.create_node_token(&root.caller(super::meta()), "h100-01").await.expect("node token");
+    let agents = read("/api/v1/node-agents?search=h100-01".into(), root_token.clone()).await;
+    let agent = &agents["agents"][0];
+    assert_eq!((agent["node"].as_str(), agent["last_seen_at"].as_str()), (Some("h100-01"), None));
+    assert_eq!(agent["tokens"].as_array().map(Vec::len), Some(1), "{agents}");
+    let efficiency = read("/api/v1/gpu-efficiency".into(), root_token).await;
+    assert!(efficiency["days"].is_array(), "{efficiency}");
+    let denied = berth.api(Method::GET, "/api/v1/node-agents", "", Some(&token)).await;
+    assert_eq!(denied.status, StatusCode::FORBIDDEN);
+}

@@ -597,6 +597,10 @@ fn routes() -> Vec<Route> {
             r#"{"level": "tenant", "who": "tenant-a", "max_gib": null}"#,
         ),
         api(M::GET, "/api/v1/fabric", Some((FleetRead, Aim::Platform)), ""),
+        api(M::GET, "/api/v1/calendar", Some((CalendarRead, Aim::CallersTenant)), ""),
+        api(M::GET, "/api/v1/capacity", None, ""),
+        api(M::GET, "/api/v1/gpu-efficiency", Some((UsageRead, Aim::CallersTenant)), ""),
+        api(M::GET, "/api/v1/node-agents", Some((FleetRead, Aim::Platform)), ""),
         // No tenant 999999: a call the policy allows answers 404 after the access check.
         api_missing(M::PUT, "/api/v1/tenants/{id}/port-guids", Some((FleetManage, Aim::Platform)), r#"{"guids": []}"#),
     ]
