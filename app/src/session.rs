@@ -49,13 +49,41 @@ pub async fn signed_in_user(
         session.flush().await.map_err(store_failed(meta))?;
         return Ok(None);
     }
+    let known = leptos::prelude::use_context::<RequestUser>();
+    if let Some(user) = known.as_ref().and_then(|k| k.get(id)) {
+        return Ok(Some(user));
+    }
     match platform.active_user(id).await {
-        Ok(user) => Ok(Some(user)),
+        Ok(user) => {
+            if let Some(known) = known {
+                known.keep(&user);
+            }
+            Ok(Some(user))
+        }
         Err(berth_platform::Error::NotFound) => {
             session.flush().await.map_err(store_failed(meta))?;
             Ok(None)
         }
         Err(e) => Err(AppError::from_platform(e, &meta.request_id)),
+    }
+}
+
+/// The signed-in user as the first of a request's server functions read them: a page
+/// renders several (the user area, the bell, the page's own), each asking who is signed
+/// in, and the answer cannot change within one request. The server puts a fresh one in
+/// every request's context (`http.rs`, `page_context`); without one, every call reads.
+#[derive(Clone, Default)]
+pub struct RequestUser(std::sync::Arc<std::sync::Mutex<Option<User>>>);
+
+impl RequestUser {
+    fn get(&self, id: i64) -> Option<User> {
+        self.0.lock().ok()?.as_ref().filter(|u| u.id == id).cloned()
+    }
+
+    fn keep(&self, user: &User) {
+        if let Ok(mut kept) = self.0.lock() {
+            *kept = Some(user.clone());
+        }
     }
 }
 

@@ -222,6 +222,7 @@ const IDLE_TIMEOUT_MINUTES: i64 = 120;
 fn page_context(platform: Platform) -> impl Fn() + Clone + Send + 'static {
     move || {
         provide_context(platform.clone());
+        provide_context(berth_app::session::RequestUser::default());
         let nonce = leptos::nonce::use_nonce();
         if let (Some(nonce), Some(response)) = (nonce, use_context::<leptos_axum::ResponseOptions>())
             && let Ok(policy) = HeaderValue::from_str(&content_security_policy(Some(&nonce)))
