@@ -11,6 +11,10 @@
 //! benchmark still works).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)] // a benchmark's output is its point
 
+/// The allocator `berth` runs on (`server/src/main.rs`), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod router;
 #[path = "../../platform/benches/seed/mod.rs"]
 mod seed;

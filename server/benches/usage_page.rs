@@ -9,6 +9,10 @@
 //! as `make bench-smoke` runs it to prove the benchmark still works).
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::print_stdout)] // a benchmark's output is its point
 
+/// The allocator `berth` runs on (`server/src/main.rs`), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod router;
 // The fleet's description from the shared seed; its bookings are another benchmark's.
 #[allow(dead_code)]
