@@ -22,6 +22,10 @@ use berth_platform::{Caller, Error, Platform, RequestMeta, now_ms, store};
 use rand::{Rng, SeedableRng};
 use sqlx::SqlitePool;
 
+/// The allocator `berth` runs on (`server/src/main.rs`), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "seed/mod.rs"]
 mod seed;
 // The tests' independent checker, shared rather than written again.
