@@ -32,12 +32,7 @@ pub fn date(ms: i64) -> String {
 /// Midnight UTC of `date` (`YYYY-MM-DD`), or of today when it is empty or unreadable: where
 /// the calendar and the fleet chart start.
 pub fn day_start(date: &str, now: i64) -> i64 {
-    const DAY_MS: i64 = 86_400_000;
-    let today = now - now.rem_euclid(DAY_MS);
-    chrono::NaiveDate::parse_from_str(date.trim(), "%Y-%m-%d")
-        .ok()
-        .and_then(|d| d.and_hms_opt(0, 0, 0))
-        .map_or(today, |d| d.and_utc().timestamp_millis())
+    berth_domain::calendar::day_start(date).unwrap_or_else(|| berth_domain::calendar::today(now))
 }
 
 /// "850 ms", "12 s", "4 min 5 s", "1 h 58 min", "3 d 2 h"

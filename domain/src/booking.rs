@@ -22,48 +22,6 @@ pub const MINUTE_MS: i64 = 60_000;
 pub const HOUR_MS: i64 = 60 * MINUTE_MS;
 pub const DAY_MS: i64 = 24 * HOUR_MS;
 
-/// What the availability calendar shows at once: a day in hours, a week in 6-hour blocks,
-/// 30 days in days.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CalendarSpan {
-    Day,
-    Week,
-    Month,
-}
-
-impl CalendarSpan {
-    pub const ALL: [CalendarSpan; 3] = [CalendarSpan::Day, CalendarSpan::Week, CalendarSpan::Month];
-
-    pub fn parse(s: &str) -> Option<CalendarSpan> {
-        CalendarSpan::ALL.into_iter().find(|span| span.id() == s.trim())
-    }
-
-    pub fn id(self) -> &'static str {
-        match self {
-            CalendarSpan::Day => "day",
-            CalendarSpan::Week => "week",
-            CalendarSpan::Month => "month",
-        }
-    }
-
-    /// Bucket length and count.
-    pub fn buckets(self) -> (i64, usize) {
-        match self {
-            CalendarSpan::Day => (HOUR_MS, 24),
-            CalendarSpan::Week => (6 * HOUR_MS, 28),
-            CalendarSpan::Month => (DAY_MS, 30),
-        }
-    }
-
-    pub fn days(self) -> i64 {
-        match self {
-            CalendarSpan::Day => 1,
-            CalendarSpan::Week => 7,
-            CalendarSpan::Month => 30,
-        }
-    }
-}
-
 /// Rules every booking follows, set by the platform operator.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BookingPolicy {

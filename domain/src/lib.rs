@@ -26,6 +26,7 @@
 
 pub mod agent;
 pub mod booking;
+pub mod calendar;
 pub mod catalog;
 #[cfg(feature = "dcgm")]
 pub mod dcgm;

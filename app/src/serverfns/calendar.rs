@@ -98,7 +98,7 @@ mod build {
     use crate::time::{date, input_value};
 
     /// The calendar's span; one the page does not know shows a week.
-    pub use berth_domain::booking::CalendarSpan as Span;
+    pub use berth_domain::calendar::CalendarSpan as Span;
 
     pub fn span(s: &str) -> Span {
         Span::parse(s).unwrap_or(Span::Week)

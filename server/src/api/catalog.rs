@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::Query;
 use berth_domain::Refusal;
-use berth_domain::booking::{CalendarSpan, DAY_MS};
+use berth_domain::calendar::{self, CalendarSpan};
 use berth_domain::catalog::{ImageRule, Offering};
 use berth_domain::launch::AvailabilityAsk;
 use berth_domain::metering::format_money;
@@ -234,14 +234,8 @@ pub(super) async fn calendar(
             .ok_or_else(|| refused(format!("span must be day, week or month, not \"{text}\"")))?,
     };
     let from = match query.from.trim() {
-        "" => {
-            let now = berth_platform::now_ms();
-            now - now.rem_euclid(DAY_MS)
-        }
-        text => chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
-            .ok()
-            .and_then(|day| day.and_hms_opt(0, 0, 0))
-            .map(|start| start.and_utc().timestamp_millis())
+        "" => calendar::today(berth_platform::now_ms()),
+        text => calendar::day_start(text)
             .ok_or_else(|| refused(format!("from must be a day like 2026-11-30, not \"{text}\"")))?,
     };
     let (bucket_ms, buckets) = span.buckets();

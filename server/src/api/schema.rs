@@ -1,7 +1,7 @@
 //! Schemas the derives cannot see: the domain's names for roles, states and the rest,
 //! taken from the domain's own lists so that they cannot drift.
 
-use berth_domain::booking::CalendarSpan;
+use berth_domain::calendar::CalendarSpan;
 use berth_domain::catalog::Offering;
 use berth_domain::lifecycle::EnvState;
 use berth_domain::node_health::NodeState;

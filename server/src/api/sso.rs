@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::Path;
 use berth_domain::Refusal;
+use berth_domain::tenancy;
 use berth_platform::identity::sso::SsoSettings;
 use berth_platform::{Caller, Error, Platform};
 use serde::{Deserialize, Serialize};
@@ -38,12 +39,9 @@ pub struct SsoBody {
 
 async fn sso_of(platform: &Platform, caller: &Caller, tenant: i64) -> Result<SsoBody, ApiError> {
     let s = platform.sso_settings(caller, tenant).await.map_err(fail(caller))?;
-    let group_roles = s
-        .group_roles
-        .lines()
-        .filter_map(|line| line.split_once('='))
-        .map(|(group, role)| (group.trim().to_owned(), role.trim().to_owned()))
-        .collect();
+    // The stored forms, read as `set_sso` read them before storing them.
+    let group_roles = tenancy::parse_group_roles(&s.group_roles).map_err(|r| fail(caller)(Error::internal(r)))?;
+    let allowed_domains = tenancy::parse_domains(&s.allowed_domains).map_err(|r| fail(caller)(Error::internal(r)))?;
     Ok(SsoBody {
         configured: s.slug.is_some(),
         display_name: s.display_name,
@@ -51,8 +49,8 @@ async fn sso_of(platform: &Platform, caller: &Caller, tenant: i64) -> Result<Sso
         client_id: s.client_id,
         has_secret: s.has_secret,
         groups_claim: s.groups_claim,
-        allowed_domains: s.allowed_domains.split_whitespace().map(str::to_owned).collect(),
-        group_roles,
+        allowed_domains,
+        group_roles: group_roles.into_iter().map(|(group, role)| (group, role.as_str().to_owned())).collect(),
         enabled: s.enabled,
         sign_in_url: s.slug.map(|slug| format!("{}/auth/oidc/{slug}/start", platform.public_url())),
     })
