@@ -211,6 +211,15 @@ impl GpuSet {
         &self.gpus
     }
 
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// The GPUs of the node at `n`, in node id order.
+    pub fn node_gpus(&self, n: usize) -> &[GpuUnit] {
+        &self.nodes[n].units
+    }
+
     fn model_slot(&self, model: GpuModel) -> Option<usize> {
         self.models.iter().position(|&m| m == model)
     }
@@ -242,6 +251,27 @@ enum Occupants {
     None,
     Only(Occupant),
     Several,
+}
+
+/// A timeline during one window, as placement reads it: every GPU with what holds it at
+/// any time during the window (cleaning gap included), without copying either.
+struct InWindow<'a> {
+    timeline: &'a Timeline,
+    window: Window,
+}
+
+impl placement::Capacity for InWindow<'_> {
+    fn node_count(&self) -> usize {
+        self.timeline.set.node_count()
+    }
+
+    fn gpus_of(&self, n: usize) -> &[GpuUnit] {
+        self.timeline.set.node_gpus(n)
+    }
+
+    fn holds_on(&self, n: usize, i: usize) -> impl Iterator<Item = Hold> + '_ {
+        self.timeline.during(self.timeline.set.nodes[n].positions[i], self.window).map(|b| b.hold)
+    }
 }
 
 /// How a node stands for someone asking for capacity during a window.
@@ -417,6 +447,9 @@ impl Timeline {
     /// goes to nodes it already holds first, then to the others (best fit on each).
     pub fn place(&self, shape: Shape, window: Window, asker: Occupant) -> Result<Vec<Assignment>, Refusal> {
         let set = &self.set;
+        if !self.may_bar(asker) {
+            return placement::place_on(shape, &InWindow { timeline: self, window });
+        }
         let holds = self.holds_on(0..set.gpus.len(), window);
         let stands: Vec<Stand> = (0..set.nodes.len()).map(|n| self.stand(n, window, asker)).collect();
         let on = |keep: fn(Stand) -> bool| -> Vec<GpuUnit> {

@@ -8,7 +8,9 @@
 
 pub mod rule;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -233,33 +235,118 @@ fn expected_tasks(model: GpuModel, shares_of: Option<u8>) -> rule::TaskMix {
     rule::TaskMix::from_counts(kinds.into_iter().map(|gpu| (0, gpu, 1.0)))
 }
 
-/// Places `ask` on `nodes` (each a node's candidate GPUs in order, with their free milli) by
-/// the fragmentation-aware rule, ties to the earliest node; the GPUs chosen, with the index
-/// on its node of each.
-fn by_rule(nodes: &[Vec<(&GpuUnit, u16)>], ask: rule::GpuAsk, mix: rule::TaskMix) -> Option<(usize, Vec<u8>)> {
-    let states = nodes
+/// One node's candidate GPUs for the rule: the node's position in the [`Capacity`], and
+/// each GPU's index on the node, the GPU and its free milli.
+type NodeFree<'a> = (usize, Vec<(usize, &'a GpuUnit, u16)>);
+
+/// Candidate GPUs, as `(node, index on it, GPU, free milli)` in node order, by node.
+fn by_node<'a>(gpus: impl Iterator<Item = (usize, usize, &'a GpuUnit, u16)>) -> Vec<NodeFree<'a>> {
+    let mut nodes: Vec<NodeFree<'a>> = Vec::new();
+    for (n, i, gpu, free) in gpus {
+        match nodes.last_mut() {
+            Some((last, gpus)) if *last == n => gpus.push((i, gpu, free)),
+            _ => nodes.push((n, vec![(i, gpu, free)])),
+        }
+    }
+    nodes
+}
+
+/// Places `ask` on `nodes` by the fragmentation-aware rule, ties to the earliest node; the
+/// position in `nodes` of the node chosen, and the positions in its list of the GPUs.
+fn by_rule(nodes: &[NodeFree<'_>], ask: rule::GpuAsk, mix: rule::TaskMix) -> Option<(usize, Vec<u8>)> {
+    // Every node's free milli in one list, node after node.
+    let mut free: Vec<u16> = Vec::with_capacity(nodes.iter().map(|(_, gpus)| gpus.len()).sum());
+    let mut ends = Vec::with_capacity(nodes.len());
+    for (_, gpus) in nodes {
+        free.extend(gpus.iter().take(usize::from(u8::MAX)).map(|&(_, _, f)| f));
+        ends.push(free.len());
+    }
+    let free_of = |n: usize| &free[if n == 0 { 0 } else { ends[n - 1] }..ends[n]];
+    // Nodes whose GPUs have the same free amounts score the same, and ties go to the
+    // earliest node, so only the first node of each such group is scored: a fleet of
+    // thousands of nodes has a few dozen groups.
+    let mut seen: FxHashSet<&[u16]> = FxHashSet::default();
+    let firsts: Vec<usize> = (0..nodes.len()).filter(|&n| seen.insert(free_of(n))).collect();
+    let states = firsts
         .iter()
-        .map(|gpus| {
-            let shape = rule::NodeShape::new(0, 0, u8::try_from(gpus.len()).unwrap_or(u8::MAX));
-            let free = gpus.iter().take(usize::from(shape.gpus)).map(|&(_, f)| f).collect();
-            rule::NodeState::with_free(shape, 0, 0, free)
+        .map(|&n| {
+            let shape = rule::NodeShape::new(0, 0, free_of(n).len() as u8);
+            rule::NodeState::with_free(shape, 0, 0, free_of(n).to_vec())
         })
         .collect::<Option<Vec<_>>>()?;
     let mut cluster = rule::Cluster::of(states);
     let demand = rule::Demand::new(0, 0, ask);
-    let choice = rule::Rule::berth(mix, rule::NodeOrder::fleet(nodes.len())).choose(&cluster, &demand)?;
+    let choice = rule::Rule::berth(mix, rule::NodeOrder::fleet(firsts.len())).choose(&cluster, &demand)?;
     let placed = cluster.take(&demand, choice).ok()?;
-    Some((placed.node, placed.gpus))
+    Some((firsts[placed.node], placed.gpus))
 }
 
-/// Choose capacity for `shape` on `gpus`, given what `holds` already take.
+/// What placement chooses among: GPUs grouped by node, nodes in node id order, and what
+/// is already held on each GPU. A [`crate::booking::Timeline`] is one over a window, and
+/// [`place`] makes one of a list of GPUs and holds.
+pub trait Capacity {
+    fn node_count(&self) -> usize;
+    /// The GPUs of the node at `n`.
+    fn gpus_of(&self, n: usize) -> &[GpuUnit];
+    /// What is held on the `i`th GPU of the node at `n`.
+    fn holds_on(&self, n: usize, i: usize) -> impl Iterator<Item = Hold> + '_;
+}
+
+/// GPUs and holds as listed, grouped for [`Capacity`].
+struct Listed<'a> {
+    nodes: Vec<Vec<GpuUnit>>,
+    /// Fx rather than SipHash: every GPU is looked up, by our own ids.
+    holds: FxHashMap<i64, Vec<&'a Hold>>,
+}
+
+impl<'a> Listed<'a> {
+    fn new(gpus: &[GpuUnit], holds: &'a [Hold]) -> Listed<'a> {
+        let mut slot_of: FxHashMap<i64, usize> = FxHashMap::default();
+        let mut nodes: Vec<Vec<GpuUnit>> = Vec::new();
+        for gpu in gpus {
+            let slot = *slot_of.entry(gpu.node_id).or_insert_with(|| {
+                nodes.push(Vec::new());
+                nodes.len() - 1
+            });
+            nodes[slot].push(*gpu);
+        }
+        nodes.sort_unstable_by_key(|gpus| gpus[0].node_id);
+        let mut by_gpu: FxHashMap<i64, Vec<&Hold>> = FxHashMap::default();
+        for h in holds {
+            by_gpu.entry(h.gpu_id).or_default().push(h);
+        }
+        Listed { nodes, holds: by_gpu }
+    }
+}
+
+impl Capacity for Listed<'_> {
+    fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn gpus_of(&self, n: usize) -> &[GpuUnit] {
+        &self.nodes[n]
+    }
+
+    fn holds_on(&self, n: usize, i: usize) -> impl Iterator<Item = Hold> + '_ {
+        self.holds.get(&self.nodes[n][i].id).into_iter().flatten().map(|&&h| h)
+    }
+}
+
+/// Choose capacity for `shape` on `gpus`, given what `holds` already take: [`place_on`]
+/// over them.
+pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assignment>, Refusal> {
+    place_on(shape, &Listed::new(gpus, holds))
+}
+
+/// Choose capacity for `shape` on `capacity`.
 ///
 /// Whole GPUs and time-sliced shares go where the fragmentation-aware rule ([`rule::Rule`])
 /// leaves the least unusable for the catalog's other sizes of the model (in effect the
 /// fullest node that still fits, and the fullest shared GPU); slices go to the GPU that is
 /// already most used (keeping whole GPUs free), at the start that leaves the most options
 /// open; whole nodes to the lowest-numbered free nodes.
-pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assignment>, Refusal> {
+pub fn place_on(shape: Shape, capacity: &impl Capacity) -> Result<Vec<Assignment>, Refusal> {
     let refuse = |detail: String| Refusal::NoCapacity {
         size: shape.describe(),
         when: "right now".into(),
@@ -269,38 +356,49 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
     let model = shape.model();
     // Time-sliced GPUs serve only shares; every other shape takes exclusive GPUs.
     let shared = matches!(shape, Shape::Share { .. });
-    let of_model: Vec<&GpuUnit> = gpus.iter().filter(|g| g.model == model && g.is_shared() == shared).collect();
-    if of_model.is_empty() {
+    let of_model = |gpu: &GpuUnit| gpu.model == model && gpu.is_shared() == shared;
+    // Every GPU of the model: (node, index on it, the GPU).
+    let candidates = || {
+        (0..capacity.node_count()).flat_map(move |n| {
+            capacity.gpus_of(n).iter().enumerate().filter(move |(_, g)| of_model(g)).map(move |(i, g)| (n, i, g))
+        })
+    };
+    if candidates().next().is_none() {
         return Err(refuse(if shared {
             format!("this fleet has no {model} GPUs shared for development")
         } else {
             format!("this fleet has no {model} GPUs")
         }));
     }
-    let mut by_gpu: HashMap<i64, Vec<&Hold>> = HashMap::new();
-    for h in holds {
-        by_gpu.entry(h.gpu_id).or_default().push(h);
-    }
-    let holds_on = |gpu: i64| by_gpu.get(&gpu).into_iter().flatten().copied();
-    let is_free = |gpu: i64| holds_on(gpu).next().is_none();
+    let is_free = |n: usize, i: usize| capacity.holds_on(n, i).next().is_none();
 
     match shape {
         Shape::MigSlice { profile, .. } => {
-            // Most GPUs share a few layouts (above all the empty one), so each layout is
-            // scored once; equal fits go to the first GPU.
-            let mut scored: HashMap<Vec<MigInstance>, Option<SliceFit>> = HashMap::new();
+            // Most GPUs share a few layouts (above all the empty one, kept aside from the
+            // map), so each layout is scored once; equal fits go to the first GPU.
+            let mut scored: FxHashMap<Vec<MigInstance>, Option<SliceFit>> = FxHashMap::default();
+            let mut empty: Option<Option<SliceFit>> = None;
             let mut best: Option<((u8, usize), i64, u8)> = None;
-            for gpu in of_model.iter().filter(|g| g.mig_capable) {
-                if holds_on(gpu.id).any(|h| h.profile.is_none()) {
+            for (n, i, gpu) in candidates().filter(|(_, _, g)| g.mig_capable) {
+                let mut instances = Vec::new();
+                let mut whole_gpu = false;
+                for h in capacity.holds_on(n, i) {
+                    match h.profile {
+                        Some(profile) => instances.push(MigInstance { profile, start: h.slices.start }),
+                        None => whole_gpu = true,
+                    }
+                }
+                if whole_gpu {
                     continue;
                 }
-                let mut instances: Vec<MigInstance> = holds_on(gpu.id)
-                    .filter_map(|h| h.profile.map(|profile| MigInstance { profile, start: h.slices.start }))
-                    .collect();
-                instances.sort_by_key(|i| i.start);
-                let fit = *scored
-                    .entry(instances)
-                    .or_insert_with_key(|instances| slice_fit(&MigLayout::new(instances.clone()), profile));
+                let fit = if instances.is_empty() {
+                    *empty.get_or_insert_with(|| slice_fit(&MigLayout::new(Vec::new()), profile))
+                } else {
+                    instances.sort_by_key(|i| i.start);
+                    *scored
+                        .entry(instances)
+                        .or_insert_with_key(|instances| slice_fit(&MigLayout::new(instances.clone()), profile))
+                };
                 let Some(fit) = fit else { continue };
                 if best.is_none_or(|(key, _, _)| fit.key > key) {
                     best = Some((fit.key, gpu.id, fit.start));
@@ -317,26 +415,22 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
         Shape::Gpus { count, .. } => {
             // Each node's GPUs of the model: a GPU anything holds (a MIG slice included) is
             // not free for whole-GPU work.
-            let mut by_node: BTreeMap<i64, Vec<(&GpuUnit, u16)>> = BTreeMap::new();
-            for &gpu in &of_model {
-                let free = if is_free(gpu.id) { rule::MILLI_PER_GPU } else { 0 };
-                by_node.entry(gpu.node_id).or_default().push((gpu, free));
-            }
-            let nodes: Vec<Vec<(&GpuUnit, u16)>> = by_node.into_values().collect();
+            let nodes =
+                by_node(candidates().map(|(n, i, g)| (n, i, g, if is_free(n, i) { rule::MILLI_PER_GPU } else { 0 })));
             let placed = u8::try_from(count)
                 .ok()
                 .and_then(|n| by_rule(&nodes, rule::GpuAsk::Whole(n), expected_tasks(model, None)));
             let Some((node, indexes)) = placed else {
                 let most_free = nodes
                     .iter()
-                    .map(|gpus| gpus.iter().filter(|(_, f)| *f == rule::MILLI_PER_GPU).count())
+                    .map(|(_, gpus)| gpus.iter().filter(|&&(_, _, f)| f == rule::MILLI_PER_GPU).count())
                     .max()
                     .unwrap_or(0);
                 return Err(refuse(format!(
                     "no node has {count} free {model} GPUs together (the most free on one node is {most_free})"
                 )));
             };
-            Ok(indexes.iter().map(|&i| whole(nodes[node][usize::from(i)].0.id)).collect())
+            Ok(indexes.iter().map(|&i| whole(nodes[node].1[usize::from(i)].1.id)).collect())
         }
         Shape::Share { ways, .. } => {
             let ways = ways.max(1);
@@ -344,46 +438,52 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
             let share_milli = rule::MILLI_PER_GPU / u16::from(ways);
             // The free shares of a GPU, by start. A maintenance window holds the whole GPU,
             // and so every share of it.
-            let free_starts = |gpu: &GpuUnit| -> Vec<u8> {
-                let taken: Vec<SliceRange> = holds_on(gpu.id).map(|h| h.slices).collect();
+            let free_starts = |n: usize, i: usize| -> Vec<u8> {
+                let taken: Vec<SliceRange> = capacity.holds_on(n, i).map(|h| h.slices).collect();
                 (0..ways)
                     .map(|k| k * width)
                     .filter(|&start| !taken.iter().any(|t| t.overlaps(SliceRange { start, size: width })))
                     .collect()
             };
-            let mut by_node: BTreeMap<i64, Vec<(&GpuUnit, u16)>> = BTreeMap::new();
-            for &gpu in of_model.iter().filter(|g| g.time_slices == ways) {
-                let free = free_starts(gpu).len() as u16 * share_milli;
-                by_node.entry(gpu.node_id).or_default().push((gpu, free));
-            }
-            let nodes: Vec<Vec<(&GpuUnit, u16)>> = by_node.into_values().collect();
+            let nodes = by_node(
+                candidates()
+                    .filter(|(_, _, g)| g.time_slices == ways)
+                    .map(|(n, i, g)| (n, i, g, free_starts(n, i).len() as u16 * share_milli)),
+            );
             let placed = by_rule(&nodes, rule::GpuAsk::Share(share_milli), expected_tasks(model, Some(ways)));
-            let gpu = placed.and_then(|(node, indexes)| Some(nodes[node][usize::from(*indexes.first()?)].0));
-            let start = gpu.and_then(|gpu| free_starts(gpu).first().copied());
-            let (Some(gpu), Some(start)) = (gpu, start) else {
+            let found = placed.and_then(|(node, indexes)| {
+                let (n, gpus) = &nodes[node];
+                let &(i, gpu, _) = gpus.get(usize::from(*indexes.first()?))?;
+                Some((gpu, *free_starts(*n, i).first()?))
+            });
+            let Some((gpu, start)) = found else {
                 return Err(refuse(format!("every share of the {model} GPUs time-sliced {ways} ways is taken")));
             };
             Ok(vec![Hold { gpu_id: gpu.id, slices: SliceRange { start, size: width }, profile: None }])
         }
         Shape::Nodes { count, .. } => {
-            let mut nodes: BTreeMap<i64, (Span, i64, bool, Vec<i64>)> = BTreeMap::new();
-            for gpu in gpus {
-                let entry = nodes.entry(gpu.node_id).or_insert((gpu.span(), gpu.ib_unit, true, Vec::new()));
-                entry.2 &= gpu.model == model && !gpu.is_shared() && is_free(gpu.id);
-                entry.3.push(gpu.id);
-            }
+            // Every node whose GPUs are all of the model, exclusive and free, with its span
+            // and InfiniBand unit.
+            let nodes: Vec<(Span, i64, bool, &[GpuUnit])> = (0..capacity.node_count())
+                .map(|n| {
+                    let gpus = capacity.gpus_of(n);
+                    let free =
+                        gpus.iter().enumerate().all(|(i, g)| g.model == model && !g.is_shared() && is_free(n, i));
+                    (gpus[0].span(), gpus[0].ib_unit, free, gpus)
+                })
+                .collect();
             // All nodes of one request share a span (an NVLink domain or a site's fabric),
             // preferably one InfiniBand unit inside it; the group with the fewest free
             // nodes that still fits keeps larger groups whole.
-            let mut by_unit: BTreeMap<(Span, i64), Vec<&Vec<i64>>> = BTreeMap::new();
-            let mut by_span: BTreeMap<Span, Vec<&Vec<i64>>> = BTreeMap::new();
-            for (span, unit, free, ids) in nodes.values() {
-                if *free {
-                    by_unit.entry((*span, *unit)).or_default().push(ids);
-                    by_span.entry(*span).or_default().push(ids);
+            let mut by_unit: BTreeMap<(Span, i64), Vec<&[GpuUnit]>> = BTreeMap::new();
+            let mut by_span: BTreeMap<Span, Vec<&[GpuUnit]>> = BTreeMap::new();
+            for &(span, unit, free, gpus) in &nodes {
+                if free {
+                    by_unit.entry((span, unit)).or_default().push(gpus);
+                    by_span.entry(span).or_default().push(gpus);
                 }
             }
-            let fits = |free: &&Vec<&Vec<i64>>| free.len() >= count as usize;
+            let fits = |free: &&Vec<&[GpuUnit]>| free.len() >= count as usize;
             let chosen = by_unit
                 .values()
                 .filter(fits)
@@ -391,7 +491,7 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
                 .or_else(|| by_span.values().filter(fits).min_by_key(|f| f.len()));
             let Some(free) = chosen else {
                 let whole_nodes_of_model =
-                    of_model.iter().map(|g| g.node_id).collect::<std::collections::BTreeSet<_>>().len();
+                    (0..capacity.node_count()).filter(|&n| capacity.gpus_of(n).iter().any(of_model)).count();
                 let free: usize = by_span.values().map(Vec::len).sum();
                 let most = by_span.values().map(Vec::len).max().unwrap_or(0);
                 let together = if by_span.keys().any(|s| matches!(s, Span::NvlinkDomain(_))) {
@@ -405,7 +505,7 @@ pub fn place(shape: Shape, gpus: &[GpuUnit], holds: &[Hold]) -> Result<Vec<Assig
                     format!("{free} of the {whole_nodes_of_model} {model} nodes are entirely free")
                 }));
             };
-            Ok(free.iter().take(count as usize).copied().flatten().map(|&gpu_id| whole(gpu_id)).collect())
+            Ok(free.iter().take(count as usize).flat_map(|gpus| gpus.iter()).map(|gpu| whole(gpu.id)).collect())
         }
     }
 }

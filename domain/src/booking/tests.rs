@@ -357,3 +357,27 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    /// Where nobody is kept off a node, a timeline places during a window (reading its
+    /// bookings where they are) exactly as placement does from a list of the GPUs and of
+    /// what holds them during that window (the form the platform's booking book uses).
+    #[test]
+    fn a_timeline_places_as_the_list_of_its_holds_does(
+        asks in proptest::collection::vec((0usize..5, 0i64..48, 1i64..12, proptest::bool::ANY), 1..40)
+    ) {
+        let gap = 15 * MINUTE_MS;
+        let mut held: Vec<Booking> = Vec::new();
+        for (shape, from, hours, maintenance) in asks {
+            let shape = SHAPES[shape];
+            let window = at(from, from + hours);
+            let during: Vec<Hold> =
+                held.iter().filter(|b| b.window.conflicts(window, gap)).map(|b| b.hold).collect();
+            let timeline = Timeline::new(three_nodes(), held.clone(), gap);
+            let placed = timeline.place(shape, window, SOFT);
+            proptest::prop_assert_eq!(&placed, &placement::place(shape, &three_nodes(), &during));
+            let occupant = if maintenance { Occupant::Nobody } else { SOFT };
+            held.extend(placed.into_iter().flatten().map(|hold| Booking { hold, window, occupant }));
+        }
+    }
+}
