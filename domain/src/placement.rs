@@ -15,6 +15,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use serde::{Deserialize, Serialize};
 
 use crate::Refusal;
+use crate::booking::GpuSet;
 use crate::catalog::Offering;
 use crate::gpu::GpuModel;
 use crate::mig::{COMPUTE_SLICES, MEMORY_SLICES, MigInstance, MigLayout, MigProfile, SliceRange};
@@ -292,44 +293,34 @@ pub trait Capacity {
     fn holds_on(&self, n: usize, i: usize) -> impl Iterator<Item = Hold> + '_;
 }
 
-/// GPUs and holds as listed, grouped for [`Capacity`].
+/// GPUs and holds as listed: the GPUs grouped by node as a [`GpuSet`] groups them.
 struct Listed<'a> {
-    nodes: Vec<Vec<GpuUnit>>,
+    set: GpuSet,
     /// Fx rather than SipHash: every GPU is looked up, by our own ids.
     holds: FxHashMap<i64, Vec<&'a Hold>>,
 }
 
 impl<'a> Listed<'a> {
     fn new(gpus: &[GpuUnit], holds: &'a [Hold]) -> Listed<'a> {
-        let mut slot_of: FxHashMap<i64, usize> = FxHashMap::default();
-        let mut nodes: Vec<Vec<GpuUnit>> = Vec::new();
-        for gpu in gpus {
-            let slot = *slot_of.entry(gpu.node_id).or_insert_with(|| {
-                nodes.push(Vec::new());
-                nodes.len() - 1
-            });
-            nodes[slot].push(*gpu);
-        }
-        nodes.sort_unstable_by_key(|gpus| gpus[0].node_id);
         let mut by_gpu: FxHashMap<i64, Vec<&Hold>> = FxHashMap::default();
         for h in holds {
             by_gpu.entry(h.gpu_id).or_default().push(h);
         }
-        Listed { nodes, holds: by_gpu }
+        Listed { set: GpuSet::new(gpus.to_vec()), holds: by_gpu }
     }
 }
 
 impl Capacity for Listed<'_> {
     fn node_count(&self) -> usize {
-        self.nodes.len()
+        self.set.node_count()
     }
 
     fn gpus_of(&self, n: usize) -> &[GpuUnit] {
-        &self.nodes[n]
+        self.set.node_gpus(n)
     }
 
     fn holds_on(&self, n: usize, i: usize) -> impl Iterator<Item = Hold> + '_ {
-        self.holds.get(&self.nodes[n][i].id).into_iter().flatten().map(|&&h| h)
+        self.holds.get(&self.set.node_gpus(n)[i].id).into_iter().flatten().map(|&&h| h)
     }
 }
 
