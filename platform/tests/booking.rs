@@ -828,25 +828,8 @@ async fn a_soft_tenants_booking_avoids_a_node_a_hard_tenant_holds(pool: SqlitePo
     assert_eq!(common::tenants_sharing_nodes(berth.platform.db()).await, 0);
 
     // The database holds the rule on its own: a soft reservation on the hard node's free GPU.
-    let free_gpu: i64 = sqlx::query_scalar(
-        "SELECT g.id FROM gpus g JOIN nodes n ON n.id = g.node_id
-         WHERE n.name = ? AND g.id NOT IN (SELECT gpu_id FROM reservations WHERE released_at IS NULL)",
-    )
-    .bind(&dedicated)
-    .fetch_one(berth.platform.db())
-    .await
-    .expect("the hard node's free GPU");
-    let sneaked = sqlx::query(
-        "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, starts_at, ends_at)
-         VALUES (?, ?, 0, 8, ?, ?)",
-    )
-    .bind(&soft.id)
-    .bind(free_gpu)
-    .bind(soft.starts_at)
-    .bind(soft.ends_at)
-    .execute(berth.platform.db())
-    .await
-    .expect_err("the trigger refuses it");
+    let free_gpu = free_gpu_on(&berth, &dedicated).await;
+    let sneaked = sneak(&berth, &soft.id, free_gpu, soft.starts_at, soft.ends_at).await.expect_err("the trigger refuses it");
     assert!(sneaked.to_string().contains("shares a node with another tenant"), "{sneaked}");
 
     // A soft tenant sharing a node with others cannot turn hard while it does.
@@ -874,6 +857,77 @@ async fn a_soft_tenants_booking_avoids_a_node_a_hard_tenant_holds(pool: SqlitePo
     berth.platform.set_tenant_isolation(&admin, acme, "hybrid").await.expect("nodes of its own now");
     let refused = book_as(&berth, &admin, "h100-1", "staff-again", None, 2).await.expect_err("both nodes dedicated");
     assert!(refused.to_string().contains("2 of the 2 H100-80GB nodes are dedicated"), "{refused}");
+    assert_eq!(common::tenants_sharing_nodes(berth.platform.db()).await, 0);
+}
+
+/// A reservation written straight to the database, as a path that skipped placement would.
+async fn sneak(berth: &TestBerth, environment: &str, gpu: i64, starts_at: i64, ends_at: i64) -> Result<i64, String> {
+    sqlx::query_scalar(
+        "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, starts_at, ends_at)
+         VALUES (?, ?, 0, 8, ?, ?) RETURNING id",
+    )
+    .bind(environment)
+    .bind(gpu)
+    .bind(starts_at)
+    .bind(ends_at)
+    .fetch_one(berth.platform.db())
+    .await
+    .map_err(|e| e.to_string())
+}
+
+/// The GPU of `node` that nothing holds.
+async fn free_gpu_on(berth: &TestBerth, node: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT g.id FROM gpus g JOIN nodes n ON n.id = g.node_id
+         WHERE n.name = ? AND g.id NOT IN (SELECT gpu_id FROM reservations WHERE released_at IS NULL)",
+    )
+    .bind(node)
+    .fetch_one(berth.platform.db())
+    .await
+    .expect("a free GPU on the node")
+}
+
+#[sqlx::test(migrations = "../migrations")]
+async fn the_database_keeps_hard_tenants_apart_whoever_writes_and_after_isolation_changes(pool: SqlitePool) {
+    let berth = TestBerth::new(pool).await;
+    let admin = berth.admin().await;
+    let acme = berth.caller.tenant_id().expect("tenant");
+    let vault = member_of(&berth, "vault", Isolation::Hard).await;
+    let vault_id = vault.tenant_id().expect("tenant");
+    let hard = book_as(&berth, &vault, "h100-1", "hard", None, 2).await.expect("hard booking");
+    let soft = book(&berth, "h100-1", "soft", None, 2).await.expect("soft booking");
+    let (hard_node, soft_node) = (node_of(&berth, &hard.id).await, node_of(&berth, &soft.id).await);
+    assert_ne!(hard_node, soft_node);
+    let refused = |result: Result<i64, String>| {
+        let e = result.expect_err("the trigger refuses it");
+        assert!(e.contains("shares a node with another tenant"), "{e}");
+    };
+
+    // A hard tenant's reservation on a node where a soft one holds a GPU at the same time.
+    refused(sneak(&berth, &hard.id, free_gpu_on(&berth, &soft_node).await, soft.starts_at, soft.ends_at).await);
+
+    // A soft reservation on the hard node after the hard one is fine; moved onto it, not.
+    let later = hard.ends_at + HOUR_MS;
+    let beside = sneak(&berth, &soft.id, free_gpu_on(&berth, &hard_node).await, later, later + HOUR_MS)
+        .await
+        .expect("no overlap in time");
+    let moved = sqlx::query("UPDATE reservations SET starts_at = ? WHERE id = ?")
+        .bind(hard.starts_at)
+        .bind(beside)
+        .execute(berth.platform.db())
+        .await
+        .map(|_| 0)
+        .map_err(|e| e.to_string());
+    refused(moved);
+
+    // Whether a reservation is hard follows its tenant's isolation, both ways: acme turns
+    // hybrid (its nodes are its own), and then not even a soft vault may join it.
+    berth.platform.set_tenant_isolation(&admin, acme, "hybrid").await.expect("acme has nodes of its own");
+    berth.platform.set_tenant_isolation(&admin, vault_id, "soft").await.expect("vault turns soft");
+    let acme_free = free_gpu_on(&berth, &soft_node).await;
+    refused(sneak(&berth, &hard.id, acme_free, soft.starts_at, soft.ends_at).await);
+    berth.platform.set_tenant_isolation(&admin, acme, "soft").await.expect("acme turns soft");
+    sneak(&berth, &hard.id, acme_free, soft.starts_at, soft.ends_at).await.expect("two soft tenants share");
     assert_eq!(common::tenants_sharing_nodes(berth.platform.db()).await, 0);
 }
 

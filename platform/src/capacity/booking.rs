@@ -219,6 +219,7 @@ impl Platform {
         let mut conn = self.db.acquire().await?;
         let booker = Booker { user_id: caller.user_id(), tenant_id: caller.tenant_id(), project_id };
         let occupant = crate::capacity::book::occupant_of(&mut conn, booker.tenant_id).await?;
+        let card = crate::capacity::rates::rate_card(&mut conn).await?;
         for size in &mut sizes {
             let shape = size.size.shape;
             let gpus = self.gpus_of_model(&mut conn, shape.model()).await?;
@@ -230,6 +231,7 @@ impl Platform {
                         &mut conn,
                         booker,
                         BookingCost::of_size(shape, booking::Tier::Guaranteed, window, hours),
+                        &card,
                     )
                     .await
                 {
@@ -344,7 +346,8 @@ impl Platform {
                 window: added,
                 hours: berth_domain::metering::started_hours(added.ends_at - added.starts_at),
             };
-            self.check_budgets(&mut tx, caller, env.booker(), cost).await?;
+            let card = crate::capacity::rates::rate_card(&mut tx).await?;
+            self.check_budgets(&mut tx, caller, env.booker(), cost, &card).await?;
         }
 
         sqlx::query("UPDATE environments SET ends_at = ? WHERE id = ?")

@@ -19,7 +19,6 @@ use super::metering::{UNIT_COLUMNS, Unit, UnitsToRead, within};
 use crate::access::Scope;
 use crate::audit::{self, Event, Outcome};
 use crate::capacity::quotas::Booker;
-use crate::capacity::rates::rate_card;
 use crate::{Caller, Error, Platform, now_ms};
 
 /// A monthly budget and how far the month has gone into it.
@@ -126,9 +125,10 @@ impl Platform {
         caller: &Caller,
         booker: Booker,
         cost: BookingCost,
+        card: &RateCard,
     ) -> Result<(), Error> {
         let Some(tenant_id) = booker.tenant_id else { return Ok(()) };
-        let marks = self.budget_marks(conn, booker, cost).await?;
+        let marks = self.budget_marks(conn, booker, cost, card).await?;
         for BudgetMark { id, budget, month, pct } in marks {
             let recorded = sqlx::query(
                 "INSERT INTO budget_alerts (budget_id, month, threshold, at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
@@ -177,6 +177,7 @@ impl Platform {
         conn: &mut SqliteConnection,
         booker: Booker,
         cost: BookingCost,
+        card: &RateCard,
     ) -> Result<Vec<BudgetMark>, Error> {
         let Some(tenant_id) = booker.tenant_id else { return Ok(Vec::new()) };
         let budgets: Vec<BudgetRow> = sqlx::query_as(&format!(
@@ -191,12 +192,11 @@ impl Platform {
         if budgets.is_empty() {
             return Ok(Vec::new());
         }
-        let card = rate_card(conn).await?;
         let priced = Priced { key: cost.key, spot: cost.tier == Tier::Spot, tenant: Some(tenant_id) };
         let whole = |from: i64, to: i64| to_cents(cost.units * card.charge(priced, from, to).net);
         let total = whole(cost.window.starts_at, cost.window.ends_at);
         let mut marks = Vec::new();
-        let mut summed = SummedMonths::new(&card);
+        let mut summed = SummedMonths::new(card);
         for BudgetRow { id, project_id, cents_per_month, warn_only, tenant, project, .. } in budgets {
             let of = match project {
                 Some(name) => BudgetOf::Project(name),

@@ -33,7 +33,7 @@ use berth_domain::Refusal;
 use tokio::sync::oneshot;
 
 use crate::capacity::book::DecidingTask;
-use crate::capacity::environments::{Decided, LaunchAsk};
+use crate::capacity::environments::{Decided, LaunchAsk, TurnReads};
 use crate::capacity::idempotency::{self, KeyUse};
 use crate::store::WriteTx;
 use crate::{Error, Platform};
@@ -113,13 +113,17 @@ impl Platform {
         if let Err(e) = self.load_book(&mut tx).await {
             return answer_all(batch, &e);
         }
+        let mut reads = match TurnReads::new(&mut tx).await {
+            Ok(reads) => reads,
+            Err(e) => return answer_all(batch, &e),
+        };
         let mut outcomes = Vec::with_capacity(batch.len());
         let mut broken = None;
         {
             // Dropped half-way, the decided bookings are forgotten with the transaction.
             let _forget = ForgetDecided { platform: self, task: DecidingTask::current() };
             for queued in &batch {
-                match self.decide_member(&mut tx, &queued.ask).await {
+                match self.decide_member(&mut tx, &mut reads, &queued.ask).await {
                     Ok(outcome) => outcomes.push(outcome),
                     Err(e) => {
                         broken = Some(e);
@@ -169,7 +173,7 @@ impl Platform {
     }
 
     /// One launch in its savepoint. An error here means the transaction itself failed.
-    async fn decide_member(&self, tx: &mut WriteTx, ask: &LaunchAsk) -> Result<Outcome, Error> {
+    async fn decide_member(&self, tx: &mut WriteTx, reads: &mut TurnReads, ask: &LaunchAsk) -> Result<Outcome, Error> {
         if ask.retried {
             let booked: Option<i64> = sqlx::query_scalar("SELECT 1 FROM environments WHERE id = ?")
                 .bind(&ask.id)
@@ -190,7 +194,7 @@ impl Platform {
             }
         }
         tx.savepoint().await?;
-        match self.decide_launch(tx, ask).await {
+        match self.decide_launch(tx, reads, ask).await {
             Ok(decided) => {
                 tx.release_savepoint().await?;
                 self.with_book(|book| {
@@ -227,3 +231,4 @@ impl Drop for ForgetDecided<'_> {
         self.platform.with_book(|book| book.forget_decided_by(self.task));
     }
 }
+

@@ -3,7 +3,7 @@
 //! read and write the same ledger.
 //!
 //! The ledger has a row per capacity unit (`usage_ledger`, one per reservation): the launch
-//! and a replica's booking insert it beside the reservation (`record_units`), the start of
+//! and a replica's booking insert it with the reservation (`RECORD_UNITS`), the start of
 //! provisioning sets when its GPUs were held (`hold_units`), and its release is the
 //! reservation's. What a unit is charged follows `domain::metering` (`ChargeBasis`, exact
 //! money) and the rate card (`domain::rates`: each piece of its time at the rates and
@@ -26,36 +26,33 @@ use crate::capacity::budgets::BudgetStatus;
 use crate::capacity::rates::rate_card;
 use crate::{Caller, Error, Platform, now_ms};
 
-/// Ledger rows for the units of `replica` an environment just reserved, in the booking's
-/// transaction. Units reserved while the environment already holds GPUs (an endpoint's
-/// extra replica) are held from their window's start, which is then.
+/// Ledger rows for the units of a replica an environment just reserved, in the booking's
+/// transaction; binds, in this order, when they were booked, the environment and the
+/// replica (unnumbered, so that it can follow the reservations' INSERT in one round trip:
+/// `environments::insert_reservations`). Units reserved while the environment already
+/// holds GPUs (an endpoint's extra replica) are held from their window's start, which is
+/// then. A MIG profile is stored by its key, whose first character is its compute slices
+/// ("3g", "1g+me"); a whole GPU or a share holds `slice_size` of 8 memory slices.
+pub(crate) const RECORD_UNITS: &str = "INSERT INTO usage_ledger (reservation_id, environment_id, tenant_id,
+         project_id, owner_id, offering, size_id, gpu_model, mig_profile, tier, gpu_parts, gpu_part_of,
+         size_cents_per_hour, units_per_copy, booked_at, held_from)
+     SELECT r.id, e.id, e.tenant_id, e.project_id, e.owner_id, e.offering, e.size_id, g.model, r.mig_profile, e.tier,
+         CASE WHEN r.mig_profile IS NULL THEN r.slice_size ELSE CAST(substr(r.mig_profile, 1, 1) AS INTEGER) END,
+         CASE WHEN r.mig_profile IS NULL THEN 8 ELSE 7 END,
+         e.cents_per_hour, count(*) OVER (), ?,
+         CASE WHEN e.held_at IS NOT NULL THEN max(e.held_at, r.starts_at) END
+     FROM reservations r JOIN environments e ON e.id = r.environment_id JOIN gpus g ON g.id = r.gpu_id
+     WHERE r.environment_id = ? AND r.replica = ? AND r.released_at IS NULL
+       AND NOT EXISTS (SELECT 1 FROM usage_ledger l WHERE l.reservation_id = r.id)";
+
+/// [`RECORD_UNITS`] alone, for units whose reservations were written otherwise.
 pub(crate) async fn record_units(
     conn: &mut SqliteConnection,
     environment_id: &str,
     replica: i64,
     now: i64,
 ) -> Result<(), Error> {
-    // A MIG profile is stored by its key, whose first character is its compute slices
-    // ("3g", "1g+me"); a whole GPU or a share holds `slice_size` of 8 memory slices.
-    sqlx::query(
-        "INSERT INTO usage_ledger (reservation_id, environment_id, tenant_id, project_id, owner_id, offering, size_id,
-             gpu_model, mig_profile, tier, gpu_parts, gpu_part_of, size_cents_per_hour, units_per_copy, booked_at,
-             held_from)
-         SELECT r.id, e.id, e.tenant_id, e.project_id, e.owner_id, e.offering, e.size_id, g.model, r.mig_profile,
-             e.tier,
-             CASE WHEN r.mig_profile IS NULL THEN r.slice_size ELSE CAST(substr(r.mig_profile, 1, 1) AS INTEGER) END,
-             CASE WHEN r.mig_profile IS NULL THEN 8 ELSE 7 END,
-             e.cents_per_hour, count(*) OVER (), ?3,
-             CASE WHEN e.held_at IS NOT NULL THEN max(e.held_at, r.starts_at) END
-         FROM reservations r JOIN environments e ON e.id = r.environment_id JOIN gpus g ON g.id = r.gpu_id
-         WHERE r.environment_id = ?1 AND r.replica = ?2 AND r.released_at IS NULL
-           AND NOT EXISTS (SELECT 1 FROM usage_ledger l WHERE l.reservation_id = r.id)",
-    )
-    .bind(environment_id)
-    .bind(replica)
-    .bind(now)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(RECORD_UNITS).bind(now).bind(environment_id).bind(replica).execute(&mut *conn).await?;
     Ok(())
 }
 

@@ -183,8 +183,7 @@ impl Platform {
             return Ok(false);
         };
         // The same size as before, one node for another: quotas and budgets hold as booked.
-        crate::capacity::environments::insert_reservations(&mut tx, environment_id, &holds, window, 0).await?;
-        crate::capacity::metering::record_units(&mut tx, environment_id, 0, now).await?;
+        crate::capacity::environments::insert_reservations(&mut tx, environment_id, &holds, window, 0, now).await?;
         sqlx::query(
             "INSERT INTO cluster_node_replacements (environment_id, failed_node_id, reason, decided_at,
                  replacement_node_id, replaced_at)

@@ -104,10 +104,10 @@ impl Platform {
                 window,
                 hours: berth_domain::metering::started_hours(window.ends_at - window.starts_at),
             };
-            self.check_budgets(&mut tx, caller, env.booker(), cost).await?;
+            let card = crate::capacity::rates::rate_card(&mut tx).await?;
+            self.check_budgets(&mut tx, caller, env.booker(), cost, &card).await?;
             for (replica, holds) in &placed {
-                crate::capacity::environments::insert_reservations(&mut tx, id, holds, window, *replica).await?;
-                crate::capacity::metering::record_units(&mut tx, id, *replica, now).await?;
+                crate::capacity::environments::insert_reservations(&mut tx, id, holds, window, *replica, now).await?;
             }
         }
         sqlx::query("UPDATE environments SET replicas = ?, scale_error = NULL WHERE id = ?")
