@@ -2,6 +2,7 @@
 
 use sqlx::SqliteConnection;
 
+use crate::store::Statements;
 use crate::{Caller, Error, RequestMeta, now_ms};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,22 +56,28 @@ impl Caller {
 /// Writes one audit row on the caller's connection, so it commits (or not) together with
 /// the change it records.
 pub async fn record(conn: &mut SqliteConnection, actor: &Actor<'_>, event: Event<'_>) -> Result<(), Error> {
-    sqlx::query(
-        "INSERT INTO audit_events (at, actor_id, tenant_id, action, target, outcome, source, request_id, detail)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(now_ms())
-    .bind(actor.user_id)
-    .bind(actor.tenant_id)
-    .bind(event.action)
-    .bind(event.target)
-    .bind(event.outcome.as_str())
-    .bind(actor.meta.source.as_deref())
-    .bind(&actor.meta.request_id)
-    .bind(event.detail)
-    .execute(conn)
-    .await?;
-    Ok(())
+    let mut insert = Statements::new();
+    push(&mut insert, actor, event);
+    insert.execute(conn).await
+}
+
+/// The audit row of [`record`] added to `statements`, to go with the statements of the
+/// change it records in one round trip.
+pub(crate) fn push<'q>(statements: &mut Statements<'q>, actor: &Actor<'q>, event: Event<'q>) {
+    statements
+        .push(
+            "INSERT INTO audit_events (at, actor_id, tenant_id, action, target, outcome, source, request_id, detail)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?);",
+        )
+        .bind(now_ms())
+        .bind(actor.user_id)
+        .bind(actor.tenant_id)
+        .bind(event.action)
+        .bind(event.target)
+        .bind(event.outcome.as_str())
+        .bind(actor.meta.source.as_deref())
+        .bind(actor.meta.request_id.as_str())
+        .bind(event.detail);
 }
 
 /// One row of the audit log as the audit pages show it.

@@ -37,8 +37,8 @@ use std::time::Duration;
 use std::sync::Arc;
 
 use sqlx::pool::PoolConnection;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Connection, Sqlite, SqliteConnection, SqlitePool};
+use sqlx::sqlite::{SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Arguments, Connection, Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::Error;
@@ -249,6 +249,50 @@ pub(crate) async fn begin_write(
         return Err(e.into());
     }
     Ok(tx)
+}
+
+/// Statements sent to SQLite in one round trip: sqlx runs the statements of one query in
+/// turn, stopping at the first that fails. Inside the writer turn every round trip is two
+/// thread wake-ups (to the connection's thread and back), which under contention cost more
+/// than most statements do (see BENCHMARKS.md, "Fewer round trips"). Each `?` takes the next
+/// value bound, across statements; numbered parameters (`?1`) would count from the first
+/// statement's values, so they are not used here.
+pub(crate) struct Statements<'q> {
+    sql: String,
+    args: SqliteArguments<'q>,
+    /// A value sqlx could not encode, reported by `execute`.
+    unbound: Option<sqlx::error::BoxDynError>,
+}
+
+impl<'q> Statements<'q> {
+    pub(crate) fn new() -> Statements<'q> {
+        Statements { sql: String::new(), args: SqliteArguments::default(), unbound: None }
+    }
+
+    /// Appends a statement (or a piece of one: statements are separated by `;`).
+    pub(crate) fn push(&mut self, sql: &str) -> &mut Statements<'q> {
+        self.sql.push_str(sql);
+        self
+    }
+
+    /// Binds the next `?`.
+    pub(crate) fn bind<T>(&mut self, value: T) -> &mut Statements<'q>
+    where
+        T: 'q + sqlx::Encode<'q, Sqlite> + sqlx::Type<Sqlite>,
+    {
+        if let Err(e) = self.args.add(value) {
+            self.unbound.get_or_insert(e);
+        }
+        self
+    }
+
+    pub(crate) async fn execute(self, conn: &mut SqliteConnection) -> Result<(), Error> {
+        if let Some(e) = self.unbound {
+            return Err(Error::internal(format!("a value could not be bound: {e}")));
+        }
+        sqlx::query_with(&self.sql, self.args).execute(conn).await?;
+        Ok(())
+    }
 }
 
 /// Whether the database answers; for `/readyz`.

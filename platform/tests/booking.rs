@@ -829,7 +829,8 @@ async fn a_soft_tenants_booking_avoids_a_node_a_hard_tenant_holds(pool: SqlitePo
 
     // The database holds the rule on its own: a soft reservation on the hard node's free GPU.
     let free_gpu = free_gpu_on(&berth, &dedicated).await;
-    let sneaked = sneak(&berth, &soft.id, free_gpu, soft.starts_at, soft.ends_at).await.expect_err("the trigger refuses it");
+    let sneaked =
+        sneak(&berth, &soft.id, free_gpu, soft.starts_at, soft.ends_at).await.expect_err("the trigger refuses it");
     assert!(sneaked.to_string().contains("shares a node with another tenant"), "{sneaked}");
 
     // A soft tenant sharing a node with others cannot turn hard while it does.

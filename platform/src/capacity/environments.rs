@@ -23,11 +23,11 @@ use crate::audit::{self, Event, Outcome};
 use crate::capacity::budgets::BookingCost;
 use crate::capacity::idempotency::{self, IdempotencyKey};
 use crate::capacity::metering;
-use crate::capacity::rates::rate_card;
 use crate::capacity::quotas::{Booker, QuotaAsk};
+use crate::capacity::rates::rate_card;
 use crate::capacity::volumes;
 use crate::metrics::LaunchOutcome;
-use crate::store::WriteTx;
+use crate::store::{Statements, WriteTx};
 use crate::{Caller, Error, Platform, now_ms};
 use berth_domain::volume::BookingFacts;
 
@@ -488,50 +488,53 @@ impl Platform {
         };
         let reclaimed = self.reclaim(tx, &reclaim, window, now).await?;
 
-        sqlx::query(
-            "INSERT INTO environments (id, owner_id, tenant_id, project_id, name, offering, size_id, image, command,
-                 serving, cents_per_hour, state, desired, created_at, starts_at, ends_at, state_changed_at, tier)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'requested', 'running', ?, ?, ?, ?, ?)",
-        )
-        .bind(id)
-        .bind(booker.user_id)
-        .bind(booker.tenant_id)
-        .bind(booker.project_id)
-        .bind(&spec.name)
-        .bind(spec.offering.id())
-        .bind(size.id)
-        .bind(&spec.image)
-        .bind(&spec.command)
-        .bind(
-            (spec.serving != Serving::default())
-                .then(|| serde_json::to_string(&spec.serving))
-                .transpose()
-                .map_err(Error::internal)?,
-        )
-        .bind(cents_per_hour)
-        .bind(now)
-        .bind(window.starts_at)
-        .bind(window.ends_at)
-        .bind(now)
-        .bind(tier.as_str())
-        .execute(&mut **tx)
-        .await?;
-        insert_reservations(tx, id, &assignments, window, 0, now).await?;
-        let facts =
-            BookingFacts { tenant_id: booker.tenant_id, owner_id: booker.user_id, project_id: booker.project_id };
-        volumes::attach_for_launch(tx, id, spec.offering, facts, asked_volumes, now, &caller.actor()).await?;
-        if let Some(key) = key {
-            idempotency::remember(tx, booker.user_id, key, id, now).await?;
-        }
+        // The environment, its units with their ledger rows, and its audit row: one round
+        // trip. The volumes attach after it (they read the environment's row).
+        let serving = (spec.serving != Serving::default())
+            .then(|| serde_json::to_string(&spec.serving))
+            .transpose()
+            .map_err(Error::internal)?;
         let detail =
             format!("{} {} for {} h from {}", spec.offering.id(), size.id, spec.hours, utc_short(window.starts_at));
+        let actor = caller.actor();
+        let mut writes = Statements::new();
+        writes
+            .push(
+                "INSERT INTO environments (id, owner_id, tenant_id, project_id, name, offering, size_id, image, command,
+                     serving, cents_per_hour, state, desired, created_at, starts_at, ends_at, state_changed_at, tier)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'requested', 'running', ?, ?, ?, ?, ?);",
+            )
+            .bind(id.as_str())
+            .bind(booker.user_id)
+            .bind(booker.tenant_id)
+            .bind(booker.project_id)
+            .bind(spec.name.as_str())
+            .bind(spec.offering.id())
+            .bind(size.id)
+            .bind(spec.image.as_deref())
+            .bind(spec.command.as_deref())
+            .bind(serving)
+            .bind(cents_per_hour)
+            .bind(now)
+            .bind(window.starts_at)
+            .bind(window.ends_at)
+            .bind(now)
+            .bind(tier.as_str());
+        push_reservations(&mut writes, id, &assignments, window, 0, now);
         let event = Event {
             action: "environment.launch",
             target: Some(id.as_str()),
             outcome: Outcome::Success,
             detail: Some(&detail),
         };
-        audit::record(tx, &caller.actor(), event).await?;
+        audit::push(&mut writes, &actor, event);
+        writes.execute(tx).await?;
+        let facts =
+            BookingFacts { tenant_id: booker.tenant_id, owner_id: booker.user_id, project_id: booker.project_id };
+        volumes::attach_for_launch(tx, id, spec.offering, facts, occupant, asked_volumes, now, &actor).await?;
+        if let Some(key) = key {
+            idempotency::remember(tx, booker.user_id, key, id, now).await?;
+        }
         Ok(Decided { id: id.clone(), booker, occupant, assignments, window, spot: tier == Tier::Spot, reclaimed })
     }
 
@@ -869,10 +872,9 @@ impl UnitRow {
 }
 
 /// Reserves `holds` (up to a node's GPUs) of an environment's `replica` (0 for all but an
-/// endpoint's extra replicas) for `window`, with their ledger rows
-/// ([`metering::RECORD_UNITS`]) booked at `now`: two statements in one round trip to the
-/// database inside the writer turn, rather than one per GPU and one more for the ledger.
-/// The database's triggers check every row for overlaps.
+/// endpoint's extra replicas) for `window`, with their ledger rows booked at `now`: one
+/// round trip to the database inside the writer turn ([`push_reservations`]). The
+/// database's triggers check every row for overlaps.
 pub(crate) async fn insert_reservations(
     conn: &mut SqliteConnection,
     environment_id: &str,
@@ -881,19 +883,31 @@ pub(crate) async fn insert_reservations(
     replica: i64,
     now: i64,
 ) -> Result<(), Error> {
+    let mut insert = Statements::new();
+    push_reservations(&mut insert, environment_id, holds, window, replica, now);
+    insert.execute(conn).await
+}
+
+/// [`insert_reservations`]' statements added to `statements`: the reservations in one
+/// INSERT, then their ledger rows ([`metering::RECORD_UNITS`]).
+fn push_reservations<'q>(
+    statements: &mut Statements<'q>,
+    environment_id: &'q str,
+    holds: &[Hold],
+    window: Window,
+    replica: i64,
+    now: i64,
+) {
     if holds.is_empty() {
-        return Ok(());
+        return;
     }
-    let rows = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; holds.len()].join(", ");
-    let sql = format!(
+    statements.push(
         "INSERT INTO reservations (environment_id, gpu_id, slice_start, slice_size, mig_profile, starts_at, ends_at,
-             replica) VALUES {rows};
-         {}",
-        metering::RECORD_UNITS
+             replica) VALUES ",
     );
-    let mut insert = sqlx::query(&sql);
-    for hold in holds {
-        insert = insert
+    for (i, hold) in holds.iter().enumerate() {
+        statements
+            .push(if i == 0 { "(?, ?, ?, ?, ?, ?, ?, ?)" } else { ", (?, ?, ?, ?, ?, ?, ?, ?)" })
             .bind(environment_id)
             .bind(hold.gpu_id)
             .bind(i64::from(hold.slices.start))
@@ -903,8 +917,7 @@ pub(crate) async fn insert_reservations(
             .bind(window.ends_at)
             .bind(replica);
     }
-    insert.bind(now).bind(environment_id).bind(replica).execute(&mut *conn).await?;
-    Ok(())
+    statements.push(";").push(metering::RECORD_UNITS).push(";").bind(now).bind(environment_id).bind(replica);
 }
 
 /// Refuses when the tenant is suspended or deleted. Inside a write transaction this holds

@@ -231,4 +231,3 @@ impl Drop for ForgetDecided<'_> {
         self.platform.with_book(|book| book.forget_decided_by(self.task));
     }
 }
-

@@ -7,6 +7,7 @@
 
 use berth_domain::Refusal;
 use berth_domain::catalog::Offering;
+use berth_domain::placement::Occupant;
 use berth_domain::policy::{Action, Role, Target};
 use berth_domain::volume::{self, BookingFacts, StorageLimit, VolumeFacts, VolumeScope};
 use serde::{Deserialize, Serialize};
@@ -575,12 +576,15 @@ impl Platform {
 
 /// Attaches a launch's volumes inside its own write transaction: the owner's home volume
 /// for a notebook (made now on their first launch, its size the tenant's setting), and
-/// the volumes asked for, each checked by `domain::volume::may_attach`.
+/// the volumes asked for, each checked by `domain::volume::may_attach`. `occupant` is who
+/// the launch books as, its tenant's isolation as the launch read it.
+#[allow(clippy::too_many_arguments)] // the launch's own facts, passed on as they are
 pub(crate) async fn attach_for_launch(
     conn: &mut SqliteConnection,
     environment_id: &str,
     offering: Offering,
     booking: BookingFacts,
+    occupant: Occupant,
     asked: &[i64],
     now: i64,
     actor: &audit::Actor<'_>,
@@ -613,15 +617,7 @@ pub(crate) async fn attach_for_launch(
     // their own on Kubernetes, where a volume is bound to one environment's claim at a
     // time (see ARCHITECTURE.md): such a volume is attached to one live environment only.
     // A second notebook starts without the home volume; a volume asked for is refused.
-    let shares_space: bool = match booking.tenant_id {
-        None => false,
-        Some(tenant) => {
-            sqlx::query_scalar("SELECT isolation = 'soft' FROM tenants WHERE id = ?")
-                .bind(tenant)
-                .fetch_one(&mut *conn)
-                .await?
-        }
-    };
+    let shares_space = booking.tenant_id.is_some() && !occupant.is_dedicated();
     if !shares_space {
         let mut kept = Vec::with_capacity(rows.len());
         for row in rows {
