@@ -256,7 +256,9 @@ pub(crate) async fn begin_write(
 /// thread wake-ups (to the connection's thread and back), which under contention cost more
 /// than most statements do (see BENCHMARKS.md, "Fewer round trips"). Each `?` takes the next
 /// value bound, across statements; numbered parameters (`?1`) would count from the first
-/// statement's values, so they are not used here.
+/// statement's values, so they are not used here. Not all or nothing on its own: those
+/// before a failing statement stay written, so it is for a transaction (or a savepoint)
+/// that rolls back on the error.
 pub(crate) struct Statements<'q> {
     sql: String,
     args: SqliteArguments<'q>,
@@ -347,5 +349,26 @@ mod tests {
         let marks: Vec<i64> = sqlx::query_scalar("SELECT mark FROM marks").fetch_all(&pool).await.unwrap();
         assert_eq!(marks, [2], "the dropped write's row is gone, the next one's kept");
         println!("the next write committed {:?} after the drop", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn statements_bind_their_values_in_order_across_statements_and_stop_at_a_failure() {
+        let mut conn = SqliteConnection::connect("sqlite::memory:").await.unwrap();
+        sqlx::query("CREATE TABLE pairs (a INTEGER NOT NULL, b TEXT NOT NULL)").execute(&mut conn).await.unwrap();
+        let mut two = Statements::new();
+        two.push("INSERT INTO pairs VALUES (?, ?);").bind(1).bind("one");
+        two.push("INSERT INTO pairs VALUES (?, ?), (?, ?);").bind(2).bind("two").bind(3).bind("three");
+        two.execute(&mut conn).await.unwrap();
+        let pairs: Vec<(i64, String)> =
+            sqlx::query_as("SELECT a, b FROM pairs ORDER BY a").fetch_all(&mut conn).await.unwrap();
+        assert_eq!(pairs, [(1, "one".into()), (2, "two".into()), (3, "three".into())]);
+
+        let mut failing = Statements::new();
+        failing.push("INSERT INTO pairs VALUES (?, ?);").bind(4).bind("four");
+        failing.push("INSERT INTO pairs VALUES (?, NULL);").bind(5);
+        failing.push("INSERT INTO pairs VALUES (?, ?);").bind(6).bind("six");
+        failing.execute(&mut conn).await.expect_err("the second statement breaks NOT NULL");
+        let after: Vec<i64> = sqlx::query_scalar("SELECT a FROM pairs ORDER BY a").fetch_all(&mut conn).await.unwrap();
+        assert_eq!(after, [1, 2, 3, 4], "the statements before the failure stay written, those after it never run");
     }
 }
