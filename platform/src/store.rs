@@ -288,9 +288,13 @@ impl<'q> Statements<'q> {
         self
     }
 
+    /// Sends the statements; nothing pushed sends nothing.
     pub(crate) async fn execute(self, conn: &mut SqliteConnection) -> Result<(), Error> {
         if let Some(e) = self.unbound {
             return Err(Error::internal(format!("a value could not be bound: {e}")));
+        }
+        if self.sql.trim().is_empty() {
+            return Ok(());
         }
         sqlx::query_with(&self.sql, self.args).execute(conn).await?;
         Ok(())
@@ -362,6 +366,7 @@ mod tests {
         let pairs: Vec<(i64, String)> =
             sqlx::query_as("SELECT a, b FROM pairs ORDER BY a").fetch_all(&mut conn).await.unwrap();
         assert_eq!(pairs, [(1, "one".into()), (2, "two".into()), (3, "three".into())]);
+        Statements::new().execute(&mut conn).await.expect("nothing to send");
 
         let mut failing = Statements::new();
         failing.push("INSERT INTO pairs VALUES (?, ?);").bind(4).bind("four");
