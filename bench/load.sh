@@ -5,6 +5,7 @@
 # Prints wrk's latency distribution for each.
 #
 #   bench/load.sh [seconds]   the measurement of BENCHMARKS.md (make bench; 30 s per page)
+#   BENCH_PAGES="calendar fleet" bench/load.sh 15   only those pages
 #   bench/load.sh --smoke     two seconds a page with 4 clients, to prove the script still
 #                             works (make bench-smoke, part of make test); curl stands in
 #                             for wrk where wrk is missing. Figures from it mean nothing.
@@ -152,17 +153,23 @@ measure() {
   fi
 }
 
-echo "== GET /catalog, $connections connections, ${seconds}s"
-measure "$url/catalog"
-echo
-echo "== GET /environments (signed in, 10 environments), $connections connections, ${seconds}s"
-measure -H "Cookie: berth_session=$cookie" "$url/environments"
-echo
-echo "== GET /calendar (week, signed in), $connections connections, ${seconds}s"
-measure -H "Cookie: berth_session=$cookie" "$url/calendar"
-echo
-echo "== GET /environments/<id> (one of the ten), $connections connections, ${seconds}s"
-measure -H "Cookie: berth_session=$cookie" "$url/environments/$first"
-echo
-echo "== GET /admin/fleet (the administrator), $connections connections, ${seconds}s"
-measure -H "Cookie: berth_session=$cookie" "$url/admin/fleet"
+# BENCH_PAGES picks some of them (e.g. "calendar fleet"), for comparing builds page by page.
+pages=${BENCH_PAGES:-catalog environments calendar environment fleet}
+for page in $pages; do
+  case $page in
+    # The catalog as anyone sees it, signed out.
+    catalog) title="/catalog" path=/catalog ;;
+    environments) title="/environments (signed in, 10 environments)" path=/environments ;;
+    calendar) title="/calendar (week, signed in)" path=/calendar ;;
+    environment) title="/environments/<id> (one of the ten)" path="/environments/$first" ;;
+    fleet) title="/admin/fleet (the administrator)" path=/admin/fleet ;;
+    *) echo "unknown page in BENCH_PAGES: $page (catalog, environments, calendar, environment, fleet)" >&2; exit 1 ;;
+  esac
+  echo "== GET $title, $connections connections, ${seconds}s"
+  if [ "$page" = catalog ]; then
+    measure "$url$path"
+  else
+    measure -H "Cookie: berth_session=$cookie" "$url$path"
+  fi
+  echo
+done

@@ -794,6 +794,13 @@ pub struct PoolView {
     pub free: String,
 }
 
+/// The fleet page, read in one server function: the chart and the agents of its nodes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetPageView {
+    pub chart: FleetView,
+    pub agents: NodeAgentsView,
+}
+
 /// The fleet page's node agents: each node's last report and working tokens, and a node
 /// token just made (its secret, once).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

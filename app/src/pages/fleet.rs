@@ -7,89 +7,80 @@ use crate::components::table::CELL;
 use crate::components::{
     CARD, ConfirmButton, CopyButton, ErrorAlert, Field, FieldsOf, RequireUser, SavedNotice, StateBadge, Table,
 };
-use crate::error::AppError;
-use crate::model::{Bar, FleetNode, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
+use crate::model::{Bar, FleetNode, FleetPageView, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
 use crate::serverfns::{
-    CancelMaintenance, CreateNodeToken, RevokeNodeToken, ScheduleMaintenance, SetGpuHealth, fleet_schedule, node_agents,
+    CancelMaintenance, CreateNodeToken, RevokeNodeToken, ScheduleMaintenance, SetGpuHealth, fleet_page,
 };
 
 /// Platform admins: a Gantt chart of every node and GPU (MIG slices drawn inside their
-/// GPU) with bookings and maintenance windows, and maintenance scheduling.
+/// GPU) with bookings and maintenance windows, and maintenance scheduling; then the agents
+/// of the chart's nodes and their tokens. One resource reads both (`fleet_page`), again
+/// after any of the page's actions.
 #[component]
 pub fn FleetPage() -> impl IntoView {
     let query = use_query_map();
-    let schedule = ServerAction::<ScheduleMaintenance>::new();
-    let cancel = ServerAction::<CancelMaintenance>::new();
-    let health = ServerAction::<SetGpuHealth>::new();
+    let actions = FleetActions {
+        schedule: ServerAction::new(),
+        cancel: ServerAction::new(),
+        health: ServerAction::new(),
+        create_token: ServerAction::new(),
+        revoke_token: ServerAction::new(),
+    };
     let data = Resource::new(
         move || {
             let q = query.read();
-            let versions = (schedule.version().get(), cancel.version().get(), health.version().get());
             let get = |key: &str| q.get(key).unwrap_or_default();
-            ((get("from"), get("days"), get("site"), get("search"), get("page")), versions)
+            ((get("from"), get("days"), get("site"), get("search"), get("page")), actions.versions())
         },
-        |((from, days, site, search, page), _)| fleet_schedule(from, days, site, search, page),
+        |((from, days, site, search, page), _)| fleet_page(from, days, site, search, page),
     );
-    let agents = NodeAgentsState::new();
     view! {
         <Title text="Fleet"/>
         <RequireUser>
             <Transition fallback=|| view! { <p class="text-slate-600">"Loading..."</p> }>
                 {move || Suspend::new(async move {
                     match data.await {
-                        Ok(view) => view! { <Fleet view schedule cancel health/> }.into_any(),
+                        Ok(FleetPageView { chart, agents }) => {
+                            let FleetActions { schedule, cancel, health, create_token, revoke_token } = actions;
+                            view! {
+                                <Fleet view=chart schedule cancel health/>
+                                <NodeAgents view=agents create=create_token revoke=revoke_token/>
+                            }
+                            .into_any()
+                        }
                         Err(error) => view! { <ErrorAlert error/> }.into_any(),
                     }
                 })}
             </Transition>
-            <NodeAgentsSection agents/>
         </RequireUser>
     }
 }
 
-/// The node agents section's actions and resource, made with the page, outside
-/// `RequireUser` (see there why).
+/// The fleet page's actions, made with the page outside `RequireUser` (see there why).
 #[derive(Clone, Copy)]
-struct NodeAgentsState {
-    create: ServerAction<CreateNodeToken>,
-    revoke: ServerAction<RevokeNodeToken>,
-    data: Resource<Result<NodeAgentsView, AppError>>,
+struct FleetActions {
+    schedule: ServerAction<ScheduleMaintenance>,
+    cancel: ServerAction<CancelMaintenance>,
+    health: ServerAction<SetGpuHealth>,
+    create_token: ServerAction<CreateNodeToken>,
+    revoke_token: ServerAction<RevokeNodeToken>,
 }
 
-impl NodeAgentsState {
-    fn new() -> Self {
-        let create = ServerAction::<CreateNodeToken>::new();
-        let revoke = ServerAction::<RevokeNodeToken>::new();
-        let query = use_query_map();
-        let data = Resource::new(
-            move || {
-                let q = query.read();
-                let get = |key: &str| q.get(key).unwrap_or_default();
-                ((get("site"), get("search"), get("page")), create.version().get(), revoke.version().get())
-            },
-            |((site, search, page), _, _)| node_agents(site, search, page),
-        );
-        NodeAgentsState { create, revoke, data }
+impl FleetActions {
+    /// Changes whenever one of them has finished: the page is read again.
+    fn versions(self) -> [usize; 5] {
+        [
+            self.schedule.version().get(),
+            self.cancel.version().get(),
+            self.health.version().get(),
+            self.create_token.version().get(),
+            self.revoke_token.version().get(),
+        ]
     }
 }
 
 /// The nodes' agents (`berth agent`): when each last reported, with which version, and the
 /// node tokens they report with.
-#[component]
-fn NodeAgentsSection(agents: NodeAgentsState) -> impl IntoView {
-    let NodeAgentsState { create, revoke, data } = agents;
-    view! {
-        <Transition fallback=|| ()>
-            {move || Suspend::new(async move {
-                match data.await {
-                    Ok(view) => view! { <NodeAgents view create revoke/> }.into_any(),
-                    Err(error) => view! { <ErrorAlert error/> }.into_any(),
-                }
-            })}
-        </Transition>
-    }
-}
-
 #[component]
 fn NodeAgents(
     view: NodeAgentsView,

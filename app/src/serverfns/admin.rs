@@ -4,30 +4,38 @@
 use leptos::prelude::*;
 
 use crate::error::AppError;
-use crate::model::{FleetView, NewNodeTokenView, NodeAgentsView, NodeHealthView};
+use crate::model::{FleetPageView, NewNodeTokenView, NodeAgentsView, NodeHealthView};
 
-/// One page of the fleet's nodes and GPUs over `days` days from `from` (`YYYY-MM-DD`, UTC;
-/// empty for today), of one `site` (empty for all) and with `search` in their name.
-/// Platform admins only.
-#[server(endpoint = "fleet_schedule")]
-pub async fn fleet_schedule(
+/// The fleet page: one page of the fleet's nodes and GPUs over `days` days from `from`
+/// (`YYYY-MM-DD`, UTC; empty for today), of one `site` (empty for all) and with `search` in
+/// their name, with those nodes' agents and a node token just made by a plain form post.
+/// One server function, so the page reads its nodes once. Platform staff only.
+#[server(endpoint = "fleet_page")]
+pub async fn fleet_page(
     from: String,
     days: String,
     site: String,
     search: String,
     page: String,
-) -> Result<FleetView, AppError> {
+) -> Result<FleetPageView, AppError> {
     let (platform, caller) = super::ssr::caller().await?;
+    let fail = |e| AppError::from_platform(e, &caller.meta.request_id);
     let now = berth_platform::now_ms();
     let days = days.parse::<i64>().ok().filter(|d| (1..=31).contains(d)).unwrap_or(7);
     let from = crate::time::day_start(&from, now);
     let to = from + days * berth_domain::booking::DAY_MS;
     let filter = node_filter(site, search, &page);
-    let schedule = platform
-        .fleet_schedule(&caller, from, to, &filter)
-        .await
-        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    Ok(chart::fleet(&schedule, &filter, from, days, now))
+    let (schedule, agents) = platform.fleet_page(&caller, from, to, &filter).await.map_err(fail)?;
+    let session = super::ssr::session(&caller.meta).await?;
+    // The session holds one new secret at a time; a person's API token is shown by its page.
+    let new_token = crate::session::show_new_token(&session, &caller.meta)
+        .await?
+        .and_then(|t| t.name.strip_prefix(agents::NODE_TOKEN_NAME).map(|node| (node.to_owned(), t.secret)))
+        .map(|(node, secret)| agents::new_token(&node, &secret, platform.public_url()));
+    Ok(FleetPageView {
+        chart: chart::fleet(&schedule, &filter, from, days, now),
+        agents: NodeAgentsView { nodes: agents.iter().map(agents::node).collect(), new_token },
+    })
 }
 
 /// The fleet page's node filter as its query string gives it.
@@ -544,26 +552,6 @@ pub async fn remove_quota(id: i64) -> Result<(), AppError> {
     platform.remove_quota(&caller, id).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
     leptos_axum::redirect("/admin/quotas?saved=quota-removed");
     Ok(())
-}
-
-/// The nodes on the fleet chart's page (same `site`, `search` and `page`) with their agents'
-/// last reports and working node tokens, and a node token made by a plain form post just
-/// before (its secret waited in the session). Platform staff only.
-#[server(endpoint = "node_agents")]
-pub async fn node_agents(site: String, search: String, page: String) -> Result<NodeAgentsView, AppError> {
-    let (platform, caller) = super::ssr::caller().await?;
-    let filter = node_filter(site, search, &page);
-    let agents = platform
-        .node_agents(&caller, &filter)
-        .await
-        .map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    let session = super::ssr::session(&caller.meta).await?;
-    // The session holds one new secret at a time; a person's API token is shown by its page.
-    let new_token = crate::session::show_new_token(&session, &caller.meta)
-        .await?
-        .and_then(|t| t.name.strip_prefix(agents::NODE_TOKEN_NAME).map(|node| (node.to_owned(), t.secret)))
-        .map(|(node, secret)| agents::new_token(&node, &secret, platform.public_url()));
-    Ok(NodeAgentsView { nodes: agents.iter().map(agents::node).collect(), new_token })
 }
 
 /// Makes a token for a node's agent and answers its secret, which Berth does not keep. A

@@ -10,6 +10,7 @@ use berth_domain::policy::{Action, Target};
 use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
+use crate::provisioning::node_agents::{NodeAgent, agents_on};
 use crate::{Caller, Error, Platform, now_ms};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -349,153 +350,176 @@ impl Platform {
         filter: &NodeFilter,
     ) -> Result<FleetSchedule, Error> {
         self.authorize(caller, Action::FleetRead, Target::Platform).await?;
-        let now = now_ms();
         let mut conn = self.db.acquire().await?;
-        let NodePage { node_ids, page, pages, total_nodes } = nodes_on_page(&mut conn, filter).await?;
-        let node_ids = serde_json::to_string(&node_ids).map_err(Error::internal)?;
-        let mut nodes: BTreeMap<(String, String), NodeSchedule> = BTreeMap::new();
-        let mut gpu_at: HashMap<i64, ((String, String), usize)> = HashMap::new();
-        let mut node_key: HashMap<i64, (String, String)> = HashMap::new();
-        let rows = sqlx::query(
-            "SELECT n.id, s.name, n.name, n.gpu_model, g.id, g.idx, g.mig_enabled, g.health, g.health_note,
-                    CASE WHEN n.nvlink_domain != n.name THEN n.nvlink_domain END, n.ib_unit, g.ib_rail, g.time_slices,
-                    n.state, n.repair_tier, c.reason, cu.email, c.changed_at
-             FROM nodes n JOIN sites s ON s.id = n.site_id JOIN gpus g ON g.node_id = n.id
-             LEFT JOIN node_state_changes c ON c.id = (SELECT max(id) FROM node_state_changes WHERE node_id = n.id)
-             LEFT JOIN users cu ON cu.id = c.changed_by
-             WHERE n.id IN (SELECT value FROM json_each(?)) AND g.in_service = 1 ORDER BY g.idx",
-        )
-        .bind(&node_ids)
-        .fetch_all(&mut *conn)
-        .await?;
-        for row in &rows {
-            let key: (String, String) = (row.try_get(1)?, row.try_get(2)?);
-            node_key.insert(row.try_get(0)?, key.clone());
-            let node = nodes.entry(key.clone()).or_insert(NodeSchedule {
-                site: key.0.clone(),
-                node: key.1.clone(),
-                model: row.try_get(3)?,
-                nvlink_domain: row.try_get(9)?,
-                ib_unit: row.try_get(10)?,
-                gpus: Vec::new(),
-                maintenance: Vec::new(),
-                state: row.try_get(13)?,
-                repair_tier: row.try_get(14)?,
-                state_reason: row.try_get(15)?,
-                state_by: row.try_get(16)?,
-                state_at: row.try_get(17)?,
-            });
-            gpu_at.insert(row.try_get(4)?, (key, node.gpus.len()));
-            node.gpus.push(GpuSchedule {
-                index: row.try_get(5)?,
-                mig_capable: row.try_get(6)?,
-                ib_rail: row.try_get(11)?,
-                time_slices: row.try_get(12)?,
-                health: row.try_get(7)?,
-                health_note: row.try_get(8)?,
-                bookings: Vec::new(),
-                utilization_pct: None,
-            });
-        }
-        // Beside what is allocated, how busy it is: each held GPU's latest minute of
-        // readings (the telemetry store's fine buckets of the last two minutes).
-        let fine = berth_domain::telemetry::FINE;
-        let busy = sqlx::query(
-            "WITH latest AS (
-                 SELECT s.reservation_id, max(s.bucket) AS bucket FROM gpu_samples s
-                 JOIN reservations r ON r.id = s.reservation_id
-                 WHERE s.resolution_s = ?1 AND s.bucket >= ?2 AND r.released_at IS NULL
-                   AND r.gpu_id IN (SELECT g.id FROM gpus g WHERE g.node_id IN (SELECT value FROM json_each(?3)))
-                 GROUP BY s.reservation_id)
-             SELECT r.gpu_id, avg(s.utilization_sum / s.readings)
-             FROM latest CROSS JOIN gpu_samples s
-                 ON s.reservation_id = latest.reservation_id AND s.resolution_s = ?1 AND s.bucket = latest.bucket
-             JOIN reservations r ON r.id = latest.reservation_id
-             GROUP BY r.gpu_id",
-        )
-        .bind(fine.seconds)
-        .bind(fine.bucket_of(now) - 2 * fine.seconds * 1000)
-        .bind(&node_ids)
-        .fetch_all(&mut *conn)
-        .await?;
-        for row in &busy {
-            let Some((key, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
-            let pct: Option<f64> = row.try_get(1)?;
-            if let (Some(node), Some(pct)) = (nodes.get_mut(key), pct) {
-                node.gpus[*i].utilization_pct = Some(pct.round().clamp(0.0, 100.0) as u32);
-            }
-        }
-        let bookings = sqlx::query(
-            "SELECT r.gpu_id, e.id, e.name, u.email, e.state, r.slice_start, r.slice_size, r.mig_profile, r.starts_at,
-                    max(r.ends_at, ?1), g.model
-             FROM reservations r JOIN environments e ON e.id = r.environment_id JOIN users u ON u.id = e.owner_id
-             JOIN gpus g ON g.id = r.gpu_id
-             WHERE r.gpu_id IN (SELECT g.id FROM gpus g WHERE g.node_id IN (SELECT value FROM json_each(?4)))
-               AND r.released_at IS NULL AND r.starts_at < ?3 AND max(r.ends_at, ?1) > ?2
-             ORDER BY r.starts_at",
-        )
-        .bind(now)
-        .bind(from)
-        .bind(to)
-        .bind(&node_ids)
-        .fetch_all(&mut *conn)
-        .await?;
-        for row in &bookings {
-            let Some((node_key, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
-            let model: String = row.try_get(10)?;
-            let profile_key: Option<String> = row.try_get(7)?;
-            let mig_profile = profile_key.map(|k| profile_name(&model, &k));
-            if let Some(node) = nodes.get_mut(node_key) {
-                node.gpus[*i].bookings.push(ScheduledBooking {
-                    environment_id: row.try_get(1)?,
-                    name: row.try_get(2)?,
-                    owner_email: row.try_get(3)?,
-                    state: row.try_get(4)?,
-                    slice_start: row.try_get(5)?,
-                    slice_size: row.try_get(6)?,
-                    mig_profile,
-                    starts_at: row.try_get(8)?,
-                    ends_at: row.try_get(9)?,
-                });
-            }
-        }
-        let windows = sqlx::query(
-            "SELECT m.id, m.node_id, m.starts_at, m.ends_at, m.reason, g.idx FROM maintenance_windows m
-             LEFT JOIN gpus g ON g.id = m.gpu_id
-             WHERE m.node_id IN (SELECT value FROM json_each(?3))
-               AND m.cancelled_at IS NULL AND m.starts_at < ?1 AND m.ends_at > ?2 ORDER BY m.starts_at",
-        )
-        .bind(to)
-        .bind(from)
-        .bind(&node_ids)
-        .fetch_all(&mut *conn)
-        .await?;
-        for row in &windows {
-            let key = node_key.get(&row.try_get::<i64, _>(1)?);
-            if let Some(node) = key.and_then(|key| nodes.get_mut(key)) {
-                node.maintenance.push(MaintenanceWindow {
-                    id: row.try_get(0)?,
-                    site: node.site.clone(),
-                    node: node.node.clone(),
-                    gpu_index: row.try_get(5)?,
-                    starts_at: row.try_get(2)?,
-                    ends_at: row.try_get(3)?,
-                    reason: row.try_get(4)?,
-                });
-            }
-        }
-        let sites = sqlx::query_scalar(
-            "SELECT DISTINCT s.name FROM sites s JOIN nodes n ON n.site_id = s.id WHERE n.in_service = 1 ORDER BY s.name",
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        let node_names = sqlx::query_scalar(
-            "SELECT n.name FROM nodes n JOIN sites s ON s.id = n.site_id WHERE n.in_service = 1 ORDER BY s.name, n.name",
-        )
-        .fetch_all(&mut *conn)
-        .await?;
-        Ok(FleetSchedule { nodes: nodes.into_values().collect(), page, pages, total_nodes, sites, node_names })
+        let page = nodes_on_page(&mut conn, filter).await?;
+        schedule_of(&mut conn, page, from, to).await
     }
+
+    /// The fleet page's two parts in one read: the chart's page of nodes (as
+    /// `fleet_schedule`) and those nodes' agents (as `node_agents`), the page looked up once
+    /// on one connection. Platform staff only.
+    pub async fn fleet_page(
+        &self,
+        caller: &Caller,
+        from: i64,
+        to: i64,
+        filter: &NodeFilter,
+    ) -> Result<(FleetSchedule, Vec<NodeAgent>), Error> {
+        self.authorize(caller, Action::FleetRead, Target::Platform).await?;
+        let mut conn = self.db.acquire().await?;
+        let page = nodes_on_page(&mut conn, filter).await?;
+        let agents = agents_on(&mut conn, &page.node_ids).await?;
+        Ok((schedule_of(&mut conn, page, from, to).await?, agents))
+    }
+}
+
+/// What the fleet chart shows of the nodes on `page` between `from` and `to`.
+async fn schedule_of(conn: &mut SqliteConnection, page: NodePage, from: i64, to: i64) -> Result<FleetSchedule, Error> {
+    let now = now_ms();
+    let NodePage { node_ids, page, pages, total_nodes } = page;
+    let node_ids = serde_json::to_string(&node_ids).map_err(Error::internal)?;
+    let mut nodes: BTreeMap<(String, String), NodeSchedule> = BTreeMap::new();
+    let mut gpu_at: HashMap<i64, ((String, String), usize)> = HashMap::new();
+    let mut node_key: HashMap<i64, (String, String)> = HashMap::new();
+    let rows = sqlx::query(
+        "SELECT n.id, s.name, n.name, n.gpu_model, g.id, g.idx, g.mig_enabled, g.health, g.health_note,
+                CASE WHEN n.nvlink_domain != n.name THEN n.nvlink_domain END, n.ib_unit, g.ib_rail, g.time_slices,
+                n.state, n.repair_tier, c.reason, cu.email, c.changed_at
+         FROM nodes n JOIN sites s ON s.id = n.site_id JOIN gpus g ON g.node_id = n.id
+         LEFT JOIN node_state_changes c ON c.id = (SELECT max(id) FROM node_state_changes WHERE node_id = n.id)
+         LEFT JOIN users cu ON cu.id = c.changed_by
+         WHERE n.id IN (SELECT value FROM json_each(?)) AND g.in_service = 1 ORDER BY g.idx",
+    )
+    .bind(&node_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &rows {
+        let key: (String, String) = (row.try_get(1)?, row.try_get(2)?);
+        node_key.insert(row.try_get(0)?, key.clone());
+        let node = nodes.entry(key.clone()).or_insert(NodeSchedule {
+            site: key.0.clone(),
+            node: key.1.clone(),
+            model: row.try_get(3)?,
+            nvlink_domain: row.try_get(9)?,
+            ib_unit: row.try_get(10)?,
+            gpus: Vec::new(),
+            maintenance: Vec::new(),
+            state: row.try_get(13)?,
+            repair_tier: row.try_get(14)?,
+            state_reason: row.try_get(15)?,
+            state_by: row.try_get(16)?,
+            state_at: row.try_get(17)?,
+        });
+        gpu_at.insert(row.try_get(4)?, (key, node.gpus.len()));
+        node.gpus.push(GpuSchedule {
+            index: row.try_get(5)?,
+            mig_capable: row.try_get(6)?,
+            ib_rail: row.try_get(11)?,
+            time_slices: row.try_get(12)?,
+            health: row.try_get(7)?,
+            health_note: row.try_get(8)?,
+            bookings: Vec::new(),
+            utilization_pct: None,
+        });
+    }
+    // Beside what is allocated, how busy it is: each held GPU's latest minute of
+    // readings (the telemetry store's fine buckets of the last two minutes).
+    let fine = berth_domain::telemetry::FINE;
+    let busy = sqlx::query(
+        "WITH latest AS (
+             SELECT s.reservation_id, max(s.bucket) AS bucket FROM gpu_samples s
+             JOIN reservations r ON r.id = s.reservation_id
+             WHERE s.resolution_s = ?1 AND s.bucket >= ?2 AND r.released_at IS NULL
+               AND r.gpu_id IN (SELECT g.id FROM gpus g WHERE g.node_id IN (SELECT value FROM json_each(?3)))
+             GROUP BY s.reservation_id)
+         SELECT r.gpu_id, avg(s.utilization_sum / s.readings)
+         FROM latest CROSS JOIN gpu_samples s
+             ON s.reservation_id = latest.reservation_id AND s.resolution_s = ?1 AND s.bucket = latest.bucket
+         JOIN reservations r ON r.id = latest.reservation_id
+         GROUP BY r.gpu_id",
+    )
+    .bind(fine.seconds)
+    .bind(fine.bucket_of(now) - 2 * fine.seconds * 1000)
+    .bind(&node_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &busy {
+        let Some((key, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
+        let pct: Option<f64> = row.try_get(1)?;
+        if let (Some(node), Some(pct)) = (nodes.get_mut(key), pct) {
+            node.gpus[*i].utilization_pct = Some(pct.round().clamp(0.0, 100.0) as u32);
+        }
+    }
+    let bookings = sqlx::query(
+        "SELECT r.gpu_id, e.id, e.name, u.email, e.state, r.slice_start, r.slice_size, r.mig_profile, r.starts_at,
+                    max(r.ends_at, ?1), g.model
+         FROM reservations r JOIN environments e ON e.id = r.environment_id JOIN users u ON u.id = e.owner_id
+         JOIN gpus g ON g.id = r.gpu_id
+         WHERE r.gpu_id IN (SELECT g.id FROM gpus g WHERE g.node_id IN (SELECT value FROM json_each(?4)))
+           AND r.released_at IS NULL AND r.starts_at < ?3 AND max(r.ends_at, ?1) > ?2
+         ORDER BY r.starts_at",
+    )
+    .bind(now)
+    .bind(from)
+    .bind(to)
+    .bind(&node_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &bookings {
+        let Some((node_key, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
+        let model: String = row.try_get(10)?;
+        let profile_key: Option<String> = row.try_get(7)?;
+        let mig_profile = profile_key.map(|k| profile_name(&model, &k));
+        if let Some(node) = nodes.get_mut(node_key) {
+            node.gpus[*i].bookings.push(ScheduledBooking {
+                environment_id: row.try_get(1)?,
+                name: row.try_get(2)?,
+                owner_email: row.try_get(3)?,
+                state: row.try_get(4)?,
+                slice_start: row.try_get(5)?,
+                slice_size: row.try_get(6)?,
+                mig_profile,
+                starts_at: row.try_get(8)?,
+                ends_at: row.try_get(9)?,
+            });
+        }
+    }
+    let windows = sqlx::query(
+        "SELECT m.id, m.node_id, m.starts_at, m.ends_at, m.reason, g.idx FROM maintenance_windows m
+         LEFT JOIN gpus g ON g.id = m.gpu_id
+         WHERE m.node_id IN (SELECT value FROM json_each(?3))
+           AND m.cancelled_at IS NULL AND m.starts_at < ?1 AND m.ends_at > ?2 ORDER BY m.starts_at",
+    )
+    .bind(to)
+    .bind(from)
+    .bind(&node_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &windows {
+        let key = node_key.get(&row.try_get::<i64, _>(1)?);
+        if let Some(node) = key.and_then(|key| nodes.get_mut(key)) {
+            node.maintenance.push(MaintenanceWindow {
+                id: row.try_get(0)?,
+                site: node.site.clone(),
+                node: node.node.clone(),
+                gpu_index: row.try_get(5)?,
+                starts_at: row.try_get(2)?,
+                ends_at: row.try_get(3)?,
+                reason: row.try_get(4)?,
+            });
+        }
+    }
+    // Every node in service by site, for the filter's sites and the forms' node names.
+    let in_service: Vec<(String, String)> = sqlx::query_as(
+        "SELECT s.name, n.name FROM nodes n JOIN sites s ON s.id = n.site_id WHERE n.in_service = 1
+         ORDER BY s.name, n.name",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut sites: Vec<String> = in_service.iter().map(|(site, _)| site.clone()).collect();
+    sites.dedup();
+    let node_names = in_service.into_iter().map(|(_, node)| node).collect();
+    Ok(FleetSchedule { nodes: nodes.into_values().collect(), page, pages, total_nodes, sites, node_names })
 }
 
 /// The environments holding any of `gpus` during `window`, for their owners to rebook.

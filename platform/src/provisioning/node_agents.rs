@@ -9,7 +9,7 @@ use berth_domain::Refusal;
 use berth_domain::agent::{self, GpuHealth, HealthSource, NodeReport, Verdict};
 use berth_domain::gpu::GpuModel;
 use berth_domain::policy::{Action, Target};
-use sqlx::Row;
+use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Actor, Event, Outcome};
 use crate::capacity::maintenance::{NodeFilter, nodes_on_page};
@@ -157,43 +157,7 @@ impl Platform {
         self.authorize(caller, Action::FleetRead, Target::Platform).await?;
         let mut conn = self.db.acquire().await?;
         let page = nodes_on_page(&mut conn, filter).await?;
-        let node_ids = serde_json::to_string(&page.node_ids).map_err(Error::internal)?;
-        let rows = sqlx::query(
-            "SELECT n.id, n.name, s.name AS site, n.agent_seen_at, n.agent_version FROM nodes n
-             JOIN sites s ON s.id = n.site_id WHERE n.id IN (SELECT value FROM json_each(?)) ORDER BY s.name, n.name",
-        )
-        .bind(&node_ids)
-        .fetch_all(&mut *conn)
-        .await?;
-        let tokens = sqlx::query(
-            "SELECT t.id, t.node_id, n.name, t.created_at, t.last_used_at FROM node_tokens t
-             JOIN nodes n ON n.id = t.node_id
-             WHERE t.revoked_at IS NULL AND t.node_id IN (SELECT value FROM json_each(?)) ORDER BY t.created_at, t.id",
-        )
-        .bind(&node_ids)
-        .fetch_all(&mut *conn)
-        .await?;
-        let mut agents = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let node_id: i64 = row.try_get("id")?;
-            let mut node_tokens = Vec::new();
-            for token in tokens.iter().filter(|t| t.try_get::<i64, _>("node_id").ok() == Some(node_id)) {
-                node_tokens.push(NodeToken {
-                    id: token.try_get("id")?,
-                    node: token.try_get("name")?,
-                    created_at: token.try_get("created_at")?,
-                    last_used_at: token.try_get("last_used_at")?,
-                });
-            }
-            agents.push(NodeAgent {
-                node: row.try_get("name")?,
-                site: row.try_get("site")?,
-                last_seen_at: row.try_get("agent_seen_at")?,
-                agent_version: row.try_get("agent_version")?,
-                tokens: node_tokens,
-            });
-        }
-        Ok(agents)
+        agents_on(&mut conn, &page.node_ids).await
     }
 
     /// Records what a node's agent reports, in one transaction: when it was seen, each GPU's
@@ -317,4 +281,45 @@ impl Platform {
         }
         Ok(ReportReceipt { node, changes, unexpected })
     }
+}
+
+/// The agents of the nodes `node_ids` (a page of the fleet chart), by site and name.
+pub(crate) async fn agents_on(conn: &mut SqliteConnection, node_ids: &[i64]) -> Result<Vec<NodeAgent>, Error> {
+    let node_ids = serde_json::to_string(node_ids).map_err(Error::internal)?;
+    let rows = sqlx::query(
+        "SELECT n.id, n.name, s.name AS site, n.agent_seen_at, n.agent_version FROM nodes n
+         JOIN sites s ON s.id = n.site_id WHERE n.id IN (SELECT value FROM json_each(?)) ORDER BY s.name, n.name",
+    )
+    .bind(&node_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let tokens = sqlx::query(
+        "SELECT t.id, t.node_id, n.name, t.created_at, t.last_used_at FROM node_tokens t
+         JOIN nodes n ON n.id = t.node_id
+         WHERE t.revoked_at IS NULL AND t.node_id IN (SELECT value FROM json_each(?)) ORDER BY t.created_at, t.id",
+    )
+    .bind(&node_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut agents = Vec::with_capacity(rows.len());
+    for row in &rows {
+        let node_id: i64 = row.try_get("id")?;
+        let mut node_tokens = Vec::new();
+        for token in tokens.iter().filter(|t| t.try_get::<i64, _>("node_id").ok() == Some(node_id)) {
+            node_tokens.push(NodeToken {
+                id: token.try_get("id")?,
+                node: token.try_get("name")?,
+                created_at: token.try_get("created_at")?,
+                last_used_at: token.try_get("last_used_at")?,
+            });
+        }
+        agents.push(NodeAgent {
+            node: row.try_get("name")?,
+            site: row.try_get("site")?,
+            last_seen_at: row.try_get("agent_seen_at")?,
+            agent_version: row.try_get("agent_version")?,
+            tokens: node_tokens,
+        });
+    }
+    Ok(agents)
 }

@@ -315,7 +315,7 @@ fn routes() -> Vec<Route> {
         sf("/api/account", Some((TokenRead, Aim::CallersOwn)), ""),
         sf("/api/tenants_overview", Some((TenantRead, Aim::CallersTenant)), ""),
         sf("/api/tenant_detail", tenant(MemberRead), "id={id}"),
-        sf("/api/fleet_schedule", Some((FleetRead, Aim::Platform)), "from=&days=7&site=&search=&page="),
+        sf("/api/fleet_page", Some((FleetRead, Aim::Platform)), "from=&days=7&site=&search=&page="),
         sf("/api/fabric_overview", Some((FleetRead, Aim::Platform)), ""),
         sf("/api/quotas", Some((QuotaRead, Aim::CallersTenant)), ""),
         // Where one may book: a role that may not launch is answered no projects, not denied
@@ -464,7 +464,6 @@ fn routes() -> Vec<Route> {
         // After `cancel_maintenance` above: the window is cancelled already, so a caller the
         // policy allows is told it is not found (404).
         api_missing(M::DELETE, "/api/v1/maintenance/{id}", Some((FleetManage, Aim::Maintenance)), ""),
-        sf("/api/node_agents", Some((FleetRead, Aim::Platform)), "site=&search=&page="),
         api(M::GET, "/api/v1/nodes", Some((FleetRead, Aim::Platform)), ""),
         sf("/api/create_node_token", Some((FleetManage, Aim::Platform)), "node=l40s-01"),
         sf("/api/revoke_node_token", Some((FleetManage, Aim::NodeToken)), "id={id}"),
