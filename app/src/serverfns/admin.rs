@@ -4,7 +4,7 @@
 use leptos::prelude::*;
 
 use crate::error::AppError;
-use crate::model::{FleetPageView, NewNodeTokenView, NodeAgentsView, NodeHealthView};
+use crate::model::{FleetPageView, NewNodeTokenView, NodeHealthView};
 
 /// The fleet page: one page of the fleet's nodes and GPUs over `days` days from `from`
 /// (`YYYY-MM-DD`, UTC; empty for today), of one `site` (empty for all) and with `search` in
@@ -34,7 +34,7 @@ pub async fn fleet_page(
         .map(|(node, secret)| agents::new_token(&node, &secret, platform.public_url()));
     Ok(FleetPageView {
         chart: chart::fleet(&schedule, &filter, from, days, now),
-        agents: NodeAgentsView { nodes: agents.iter().map(agents::node).collect(), new_token },
+        agents: crate::model::NodeAgentsView { nodes: agents.iter().map(agents::node).collect(), new_token },
     })
 }
 
