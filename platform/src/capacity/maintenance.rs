@@ -10,7 +10,6 @@ use berth_domain::policy::{Action, Target};
 use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Event, Outcome};
-use crate::provisioning::node_agents::{NodeAgent, agents_on};
 use crate::{Caller, Error, Platform, now_ms};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -354,27 +353,15 @@ impl Platform {
         let page = nodes_on_page(&mut conn, filter).await?;
         schedule_of(&mut conn, page, from, to).await
     }
-
-    /// The fleet page's two parts in one read: the chart's page of nodes (as
-    /// `fleet_schedule`) and those nodes' agents (as `node_agents`), the page looked up once
-    /// on one connection. Platform staff only.
-    pub async fn fleet_page(
-        &self,
-        caller: &Caller,
-        from: i64,
-        to: i64,
-        filter: &NodeFilter,
-    ) -> Result<(FleetSchedule, Vec<NodeAgent>), Error> {
-        self.authorize(caller, Action::FleetRead, Target::Platform).await?;
-        let mut conn = self.db.acquire().await?;
-        let page = nodes_on_page(&mut conn, filter).await?;
-        let agents = agents_on(&mut conn, &page.node_ids).await?;
-        Ok((schedule_of(&mut conn, page, from, to).await?, agents))
-    }
 }
 
 /// What the fleet chart shows of the nodes on `page` between `from` and `to`.
-async fn schedule_of(conn: &mut SqliteConnection, page: NodePage, from: i64, to: i64) -> Result<FleetSchedule, Error> {
+pub(crate) async fn schedule_of(
+    conn: &mut SqliteConnection,
+    page: NodePage,
+    from: i64,
+    to: i64,
+) -> Result<FleetSchedule, Error> {
     let now = now_ms();
     let NodePage { node_ids, page, pages, total_nodes } = page;
     let node_ids = serde_json::to_string(&node_ids).map_err(Error::internal)?;

@@ -12,7 +12,7 @@ use berth_domain::policy::{Action, Target};
 use sqlx::{Row, SqliteConnection};
 
 use crate::audit::{self, Actor, Event, Outcome};
-use crate::capacity::maintenance::{NodeFilter, nodes_on_page};
+use crate::capacity::maintenance::{FleetSchedule, NodeFilter, nodes_on_page, schedule_of};
 use crate::{Caller, Error, Platform, RequestMeta, now_ms, random_secret, sha256_hex};
 
 /// The prefix of node token secrets: told apart at a glance from a person's `berth_…`.
@@ -149,6 +149,23 @@ impl Platform {
         audit::record(&mut tx, &caller.actor(), event).await?;
         tx.commit().await?;
         Ok(())
+    }
+
+    /// The fleet page's two parts in one read: the chart's page of nodes (as
+    /// `fleet_schedule`) and those nodes' agents (as `node_agents`), the page looked up once
+    /// on one connection. Platform staff only.
+    pub async fn fleet_page(
+        &self,
+        caller: &Caller,
+        from: i64,
+        to: i64,
+        filter: &NodeFilter,
+    ) -> Result<(FleetSchedule, Vec<NodeAgent>), Error> {
+        self.authorize(caller, Action::FleetRead, Target::Platform).await?;
+        let mut conn = self.db.acquire().await?;
+        let page = nodes_on_page(&mut conn, filter).await?;
+        let agents = agents_on(&mut conn, &page.node_ids).await?;
+        Ok((schedule_of(&mut conn, page, from, to).await?, agents))
     }
 
     /// The nodes in service that `filter` picks (the fleet chart's page) with their agents'
