@@ -712,6 +712,14 @@ async fn the_fleet_chart_is_read_a_page_of_nodes_at_a_time(pool: SqlitePool) {
     let agents = berth.platform.node_agents(&admin, &zrh(2)).await.expect("agents");
     assert_eq!(agents.iter().map(|a| a.node.as_str()).next(), Some("zrh1-h100-17"));
     assert_eq!(agents.len(), 16);
+
+    // The fleet page's one read is the same page of the chart and of the agents.
+    for filter in [zrh(2), NodeFilter { site: None, search: node.clone(), page: 1 }] {
+        let (chart, agents) =
+            berth.platform.fleet_page(&admin, t0, t0 + DAY_MS, &filter).await.expect("the fleet page");
+        assert_eq!(chart, schedule(filter.clone()).await);
+        assert_eq!(agents, berth.platform.node_agents(&admin, &filter).await.expect("agents"));
+    }
 }
 
 // ---------------------------------------------------------------------------------------
