@@ -54,6 +54,9 @@ pub struct NodeSchedule {
     pub state_reason: Option<String>,
     pub state_by: Option<String>,
     pub state_at: Option<i64>,
+    /// When its agent last reported, if ever, and the agent's version.
+    pub agent_seen_at: Option<i64>,
+    pub agent_version: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,36 +119,44 @@ pub struct FleetSchedule {
     pub node_names: Vec<String>,
 }
 
-/// The nodes `filter` picks for its page, by site and name.
+/// The nodes `filter` picks for its page, by site and name, and what the page's filter
+/// and forms offer of the whole fleet.
 pub(crate) struct NodePage {
     pub node_ids: Vec<i64>,
     /// The page shown: the asked one, within 1..=pages.
     pub page: usize,
     pub pages: usize,
     pub total_nodes: usize,
+    /// As in `FleetSchedule`.
+    pub sites: Vec<String>,
+    pub node_names: Vec<String>,
 }
 
+/// Reads every node in service once, by site and name, and picks `filter`'s page from
+/// them: the page's filter lists every site and its forms every node, so that one read
+/// also counts and pages the nodes (`instr` and `=` in SQL are `contains` and `==` here).
 pub(crate) async fn nodes_on_page(conn: &mut SqliteConnection, filter: &NodeFilter) -> Result<NodePage, Error> {
     let site = filter.site.as_deref().map(str::trim).filter(|s| !s.is_empty());
     let search = filter.search.trim();
-    let matching = "FROM nodes n JOIN sites s ON s.id = n.site_id
-         WHERE n.in_service = 1 AND (?1 IS NULL OR s.name = ?1) AND instr(n.name, ?2) > 0";
-    let total_nodes: i64 = sqlx::query_scalar(&format!("SELECT count(*) {matching}"))
-        .bind(site)
-        .bind(search)
-        .fetch_one(&mut *conn)
-        .await?;
-    let total_nodes = usize::try_from(total_nodes).unwrap_or(0);
+    let in_service: Vec<(i64, String, String)> = sqlx::query_as(
+        "SELECT n.id, s.name, n.name FROM nodes n JOIN sites s ON s.id = n.site_id WHERE n.in_service = 1
+         ORDER BY s.name, n.name",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let matching: Vec<i64> = in_service
+        .iter()
+        .filter(|(_, s, n)| site.is_none_or(|site| s == site) && n.contains(search))
+        .map(|(id, _, _)| *id)
+        .collect();
+    let total_nodes = matching.len();
     let pages = total_nodes.div_ceil(NODES_PER_PAGE).max(1);
     let page = filter.page.clamp(1, pages);
-    let node_ids = sqlx::query_scalar(&format!("SELECT n.id {matching} ORDER BY s.name, n.name LIMIT ?3 OFFSET ?4"))
-        .bind(site)
-        .bind(search)
-        .bind(NODES_PER_PAGE as i64)
-        .bind(((page - 1) * NODES_PER_PAGE) as i64)
-        .fetch_all(&mut *conn)
-        .await?;
-    Ok(NodePage { node_ids, page, pages, total_nodes })
+    let node_ids = matching.into_iter().skip((page - 1) * NODES_PER_PAGE).take(NODES_PER_PAGE).collect();
+    let mut sites: Vec<String> = in_service.iter().map(|(_, site, _)| site.clone()).collect();
+    sites.dedup();
+    let node_names = in_service.into_iter().map(|(_, _, node)| node).collect();
+    Ok(NodePage { node_ids, page, pages, total_nodes, sites, node_names })
 }
 
 /// The booking book's name for a maintenance window's hold.
@@ -363,48 +374,61 @@ pub(crate) async fn schedule_of(
     to: i64,
 ) -> Result<FleetSchedule, Error> {
     let now = now_ms();
-    let NodePage { node_ids, page, pages, total_nodes } = page;
+    let NodePage { node_ids, page, pages, total_nodes, sites, node_names } = page;
     let node_ids = serde_json::to_string(&node_ids).map_err(Error::internal)?;
-    let mut nodes: BTreeMap<(String, String), NodeSchedule> = BTreeMap::new();
-    let mut gpu_at: HashMap<i64, ((String, String), usize)> = HashMap::new();
-    let mut node_key: HashMap<i64, (String, String)> = HashMap::new();
+    // Nodes and their GPUs in two reads rather than one joined: a joined row would repeat
+    // the node's dozen columns for each of its GPUs, and every value read is copied.
+    let mut nodes = Vec::new();
+    let mut node_at: HashMap<i64, usize> = HashMap::new();
     let rows = sqlx::query(
-        "SELECT n.id, s.name, n.name, n.gpu_model, g.id, g.idx, g.mig_enabled, g.health, g.health_note,
-                CASE WHEN n.nvlink_domain != n.name THEN n.nvlink_domain END, n.ib_unit, g.ib_rail, g.time_slices,
-                n.state, n.repair_tier, c.reason, cu.email, c.changed_at
-         FROM nodes n JOIN sites s ON s.id = n.site_id JOIN gpus g ON g.node_id = n.id
+        "SELECT n.id, s.name, n.name, n.gpu_model, CASE WHEN n.nvlink_domain != n.name THEN n.nvlink_domain END,
+                n.ib_unit, n.state, n.repair_tier, c.reason, cu.email, c.changed_at, n.agent_seen_at, n.agent_version
+         FROM nodes n JOIN sites s ON s.id = n.site_id
          LEFT JOIN node_state_changes c ON c.id = (SELECT max(id) FROM node_state_changes WHERE node_id = n.id)
          LEFT JOIN users cu ON cu.id = c.changed_by
-         WHERE n.id IN (SELECT value FROM json_each(?)) AND g.in_service = 1 ORDER BY g.idx",
+         WHERE n.id IN (SELECT value FROM json_each(?)) ORDER BY s.name, n.name",
     )
     .bind(&node_ids)
     .fetch_all(&mut *conn)
     .await?;
     for row in &rows {
-        let key: (String, String) = (row.try_get(1)?, row.try_get(2)?);
-        node_key.insert(row.try_get(0)?, key.clone());
-        let node = nodes.entry(key.clone()).or_insert(NodeSchedule {
-            site: key.0.clone(),
-            node: key.1.clone(),
+        node_at.insert(row.try_get(0)?, nodes.len());
+        nodes.push(NodeSchedule {
+            site: row.try_get(1)?,
+            node: row.try_get(2)?,
             model: row.try_get(3)?,
-            nvlink_domain: row.try_get(9)?,
-            ib_unit: row.try_get(10)?,
+            nvlink_domain: row.try_get(4)?,
+            ib_unit: row.try_get(5)?,
             gpus: Vec::new(),
             maintenance: Vec::new(),
-            state: row.try_get(13)?,
-            repair_tier: row.try_get(14)?,
-            state_reason: row.try_get(15)?,
-            state_by: row.try_get(16)?,
-            state_at: row.try_get(17)?,
+            state: row.try_get(6)?,
+            repair_tier: row.try_get(7)?,
+            state_reason: row.try_get(8)?,
+            state_by: row.try_get(9)?,
+            state_at: row.try_get(10)?,
+            agent_seen_at: row.try_get(11)?,
+            agent_version: row.try_get(12)?,
         });
-        gpu_at.insert(row.try_get(4)?, (key, node.gpus.len()));
+    }
+    let mut gpu_at: HashMap<i64, (usize, usize)> = HashMap::new();
+    let rows = sqlx::query(
+        "SELECT g.node_id, g.id, g.idx, g.mig_enabled, g.health, g.health_note, g.ib_rail, g.time_slices FROM gpus g
+         WHERE g.node_id IN (SELECT value FROM json_each(?)) AND g.in_service = 1 ORDER BY g.idx",
+    )
+    .bind(&node_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in &rows {
+        let Some(&n) = node_at.get(&row.try_get::<i64, _>(0)?) else { continue };
+        let node = &mut nodes[n];
+        gpu_at.insert(row.try_get(1)?, (n, node.gpus.len()));
         node.gpus.push(GpuSchedule {
-            index: row.try_get(5)?,
-            mig_capable: row.try_get(6)?,
-            ib_rail: row.try_get(11)?,
-            time_slices: row.try_get(12)?,
-            health: row.try_get(7)?,
-            health_note: row.try_get(8)?,
+            index: row.try_get(2)?,
+            mig_capable: row.try_get(3)?,
+            ib_rail: row.try_get(6)?,
+            time_slices: row.try_get(7)?,
+            health: row.try_get(4)?,
+            health_note: row.try_get(5)?,
             bookings: Vec::new(),
             utilization_pct: None,
         });
@@ -431,11 +455,9 @@ pub(crate) async fn schedule_of(
     .fetch_all(&mut *conn)
     .await?;
     for row in &busy {
-        let Some((key, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
+        let Some(&(n, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
         let pct: Option<f64> = row.try_get(1)?;
-        if let (Some(node), Some(pct)) = (nodes.get_mut(key), pct) {
-            node.gpus[*i].utilization_pct = Some(pct.round().clamp(0.0, 100.0) as u32);
-        }
+        nodes[n].gpus[i].utilization_pct = pct.map(|pct| pct.round().clamp(0.0, 100.0) as u32);
     }
     let bookings = sqlx::query(
         "SELECT r.gpu_id, e.id, e.name, u.email, e.state, r.slice_start, r.slice_size, r.mig_profile, r.starts_at,
@@ -453,23 +475,21 @@ pub(crate) async fn schedule_of(
     .fetch_all(&mut *conn)
     .await?;
     for row in &bookings {
-        let Some((node_key, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
+        let Some(&(n, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
         let model: String = row.try_get(10)?;
         let profile_key: Option<String> = row.try_get(7)?;
         let mig_profile = profile_key.map(|k| profile_name(&model, &k));
-        if let Some(node) = nodes.get_mut(node_key) {
-            node.gpus[*i].bookings.push(ScheduledBooking {
-                environment_id: row.try_get(1)?,
-                name: row.try_get(2)?,
-                owner_email: row.try_get(3)?,
-                state: row.try_get(4)?,
-                slice_start: row.try_get(5)?,
-                slice_size: row.try_get(6)?,
-                mig_profile,
-                starts_at: row.try_get(8)?,
-                ends_at: row.try_get(9)?,
-            });
-        }
+        nodes[n].gpus[i].bookings.push(ScheduledBooking {
+            environment_id: row.try_get(1)?,
+            name: row.try_get(2)?,
+            owner_email: row.try_get(3)?,
+            state: row.try_get(4)?,
+            slice_start: row.try_get(5)?,
+            slice_size: row.try_get(6)?,
+            mig_profile,
+            starts_at: row.try_get(8)?,
+            ends_at: row.try_get(9)?,
+        });
     }
     let windows = sqlx::query(
         "SELECT m.id, m.node_id, m.starts_at, m.ends_at, m.reason, g.idx FROM maintenance_windows m
@@ -483,30 +503,19 @@ pub(crate) async fn schedule_of(
     .fetch_all(&mut *conn)
     .await?;
     for row in &windows {
-        let key = node_key.get(&row.try_get::<i64, _>(1)?);
-        if let Some(node) = key.and_then(|key| nodes.get_mut(key)) {
-            node.maintenance.push(MaintenanceWindow {
-                id: row.try_get(0)?,
-                site: node.site.clone(),
-                node: node.node.clone(),
-                gpu_index: row.try_get(5)?,
-                starts_at: row.try_get(2)?,
-                ends_at: row.try_get(3)?,
-                reason: row.try_get(4)?,
-            });
-        }
+        let Some(&n) = node_at.get(&row.try_get::<i64, _>(1)?) else { continue };
+        let node = &mut nodes[n];
+        node.maintenance.push(MaintenanceWindow {
+            id: row.try_get(0)?,
+            site: node.site.clone(),
+            node: node.node.clone(),
+            gpu_index: row.try_get(5)?,
+            starts_at: row.try_get(2)?,
+            ends_at: row.try_get(3)?,
+            reason: row.try_get(4)?,
+        });
     }
-    // Every node in service by site, for the filter's sites and the forms' node names.
-    let in_service: Vec<(String, String)> = sqlx::query_as(
-        "SELECT s.name, n.name FROM nodes n JOIN sites s ON s.id = n.site_id WHERE n.in_service = 1
-         ORDER BY s.name, n.name",
-    )
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut sites: Vec<String> = in_service.iter().map(|(site, _)| site.clone()).collect();
-    sites.dedup();
-    let node_names = in_service.into_iter().map(|(_, node)| node).collect();
-    Ok(FleetSchedule { nodes: nodes.into_values().collect(), page, pages, total_nodes, sites, node_names })
+    Ok(FleetSchedule { nodes, page, pages, total_nodes, sites, node_names })
 }
 
 /// The environments holding any of `gpus` during `window`, for their owners to rebook.

@@ -164,8 +164,22 @@ impl Platform {
         self.authorize(caller, Action::FleetRead, Target::Platform).await?;
         let mut conn = self.db.acquire().await?;
         let page = nodes_on_page(&mut conn, filter).await?;
-        let agents = agents_on(&mut conn, &page.node_ids).await?;
-        Ok((schedule_of(&mut conn, page, from, to).await?, agents))
+        let node_ids = serde_json::to_string(&page.node_ids).map_err(Error::internal)?;
+        let schedule = schedule_of(&mut conn, page, from, to).await?;
+        // The chart has read the nodes' agent columns; only their tokens are left to read.
+        let tokens = tokens_on(&mut conn, &node_ids).await?;
+        let agents = schedule
+            .nodes
+            .iter()
+            .map(|n| NodeAgent {
+                node: n.node.clone(),
+                site: n.site.clone(),
+                last_seen_at: n.agent_seen_at,
+                agent_version: n.agent_version.clone(),
+                tokens: tokens.iter().filter(|t| t.node == n.node).cloned().collect(),
+            })
+            .collect();
+        Ok((schedule, agents))
     }
 
     /// The nodes in service that `filter` picks (the fleet chart's page) with their agents'
@@ -304,39 +318,45 @@ impl Platform {
 pub(crate) async fn agents_on(conn: &mut SqliteConnection, node_ids: &[i64]) -> Result<Vec<NodeAgent>, Error> {
     let node_ids = serde_json::to_string(node_ids).map_err(Error::internal)?;
     let rows = sqlx::query(
-        "SELECT n.id, n.name, s.name AS site, n.agent_seen_at, n.agent_version FROM nodes n
+        "SELECT n.name, s.name AS site, n.agent_seen_at, n.agent_version FROM nodes n
          JOIN sites s ON s.id = n.site_id WHERE n.id IN (SELECT value FROM json_each(?)) ORDER BY s.name, n.name",
     )
     .bind(&node_ids)
     .fetch_all(&mut *conn)
     .await?;
-    let tokens = sqlx::query(
-        "SELECT t.id, t.node_id, n.name, t.created_at, t.last_used_at FROM node_tokens t
+    let tokens = tokens_on(conn, &node_ids).await?;
+    rows.iter()
+        .map(|row| {
+            let node: String = row.try_get("name")?;
+            Ok(NodeAgent {
+                tokens: tokens.iter().filter(|t| t.node == node).cloned().collect(),
+                node,
+                site: row.try_get("site")?,
+                last_seen_at: row.try_get("agent_seen_at")?,
+                agent_version: row.try_get("agent_version")?,
+            })
+        })
+        .collect()
+}
+
+/// The tokens that still work of the nodes in `node_ids` (a JSON array), oldest first.
+async fn tokens_on(conn: &mut SqliteConnection, node_ids: &str) -> Result<Vec<NodeToken>, Error> {
+    sqlx::query(
+        "SELECT t.id, n.name, t.created_at, t.last_used_at FROM node_tokens t
          JOIN nodes n ON n.id = t.node_id
          WHERE t.revoked_at IS NULL AND t.node_id IN (SELECT value FROM json_each(?)) ORDER BY t.created_at, t.id",
     )
-    .bind(&node_ids)
+    .bind(node_ids)
     .fetch_all(&mut *conn)
-    .await?;
-    let mut agents = Vec::with_capacity(rows.len());
-    for row in &rows {
-        let node_id: i64 = row.try_get("id")?;
-        let mut node_tokens = Vec::new();
-        for token in tokens.iter().filter(|t| t.try_get::<i64, _>("node_id").ok() == Some(node_id)) {
-            node_tokens.push(NodeToken {
-                id: token.try_get("id")?,
-                node: token.try_get("name")?,
-                created_at: token.try_get("created_at")?,
-                last_used_at: token.try_get("last_used_at")?,
-            });
-        }
-        agents.push(NodeAgent {
-            node: row.try_get("name")?,
-            site: row.try_get("site")?,
-            last_seen_at: row.try_get("agent_seen_at")?,
-            agent_version: row.try_get("agent_version")?,
-            tokens: node_tokens,
-        });
-    }
-    Ok(agents)
+    .await?
+    .iter()
+    .map(|t| {
+        Ok(NodeToken {
+            id: t.try_get("id")?,
+            node: t.try_get("name")?,
+            created_at: t.try_get("created_at")?,
+            last_used_at: t.try_get("last_used_at")?,
+        })
+    })
+    .collect()
 }
