@@ -211,13 +211,14 @@ impl Platform {
     /// The bell of `user_id`, whose session is being read: the unread count and the
     /// newest unread title.
     pub async fn bell(&self, user_id: i64) -> Result<Bell, Error> {
-        let latest: Option<String> = sqlx::query_scalar(
-            "SELECT title FROM notifications WHERE user_id = ? AND read_at IS NULL ORDER BY id DESC LIMIT 1",
+        // One read for both: the bell is on every page.
+        let (latest, unread): (Option<String>, i64) = sqlx::query_as(
+            "SELECT (SELECT title FROM notifications WHERE user_id = ?1 AND read_at IS NULL ORDER BY id DESC LIMIT 1),
+                    (SELECT count(*) FROM notifications WHERE user_id = ?1 AND read_at IS NULL)",
         )
         .bind(user_id)
-        .fetch_optional(&self.db)
+        .fetch_one(&self.db)
         .await?;
-        let unread = if latest.is_some() { self.unread_notifications(user_id).await? } else { 0 };
         Ok(Bell { unread, latest })
     }
 
