@@ -3,7 +3,15 @@
 
 /// "2026-11-22 18:41 UTC"
 pub fn utc(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d %H:%M UTC").to_string()).unwrap_or_default()
+    use chrono::{Datelike, Timelike};
+    let Some(t) = chrono::DateTime::from_timestamp_millis(ms) else { return String::new() };
+    // Written out rather than through `format`, which parses its pattern on every call: a
+    // fleet chart writes a few hundred of these per page. Years past four digits are
+    // left to `format`, which signs them.
+    if !(0..=9999).contains(&t.year()) {
+        return t.format("%Y-%m-%d %H:%M UTC").to_string();
+    }
+    format!("{:04}-{:02}-{:02} {:02}:{:02} UTC", t.year(), t.month(), t.day(), t.hour(), t.minute())
 }
 
 /// "2026-11-22 18:41:07 UTC", for logs where the minute is not precise enough.
@@ -60,6 +68,20 @@ mod tests {
         assert_eq!(duration_words(7_080_000), "1 h 58 min");
         assert_eq!(duration_words(266_400_000), "3 d 2 h");
         assert_eq!(duration_words(-5), "0 ms");
+    }
+
+    #[test]
+    fn utc_writes_what_chrono_formats() {
+        let day = 86_400_000_i64;
+        for ms in [0, 1, 59_999, 60_000, day - 1, 1_764_000_000_000, 253_402_300_799_999, -1, -day * 800_000]
+            .into_iter()
+            .chain((0..400).map(|i| i * 7_919 * day / 13 + i * 61_001))
+        {
+            let expected = chrono::DateTime::from_timestamp_millis(ms).unwrap().format("%Y-%m-%d %H:%M UTC").to_string();
+            assert_eq!(utc(ms), expected, "{ms}");
+        }
+        assert_eq!(utc(253_402_300_800_000), "+10000-01-01 00:00 UTC");
+        assert_eq!(utc(i64::MAX), "");
     }
 
     #[test]
