@@ -7,7 +7,7 @@ use crate::components::table::CELL;
 use crate::components::{
     CARD, ConfirmButton, CopyButton, ErrorAlert, Field, FieldsOf, RequireUser, SavedNotice, StateBadge, Table,
 };
-use crate::model::{Bar, FleetNode, FleetPageView, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
+use crate::model::{Bar, FleetGpu, FleetNode, FleetPageView, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
 use crate::serverfns::{
     CancelMaintenance, CreateNodeToken, RevokeNodeToken, ScheduleMaintenance, SetGpuHealth, fleet_page,
 };
@@ -158,31 +158,34 @@ fn Fleet(
     let health_result = health.value();
     let schedule_result = schedule.value();
     let cancel_result = cancel.value();
-    let columns = view.columns.len();
-    let header_grid = format!("grid-template-columns: repeat({columns}, minmax(0, 1fr));");
+    let FleetView { title, prev_href, next_href, columns, nodes, windows, node_names, pager } = view;
+    // The days' lines in every row come from `.fleet-track` (style/main.css), given the
+    // number of days once here rather than a background in each of hundreds of rows.
+    let days = format!("--days: {}", columns.len());
+    let header_grid = format!("grid-template-columns: repeat({}, minmax(0, 1fr));", columns.len());
     view! {
         <div class="flex flex-wrap items-end justify-between gap-4">
             <div>
                 <h1 class="text-2xl font-bold tracking-tight text-slate-900">"Fleet"</h1>
-                <p class="mt-1 text-sm text-slate-600">"Every node and GPU, " {view.title.clone()} " (UTC). Bars are bookings; MIG slices sit at their memory slices inside the GPU."</p>
+                <p class="mt-1 text-sm text-slate-600">"Every node and GPU, " {title} " (UTC). Bars are bookings; MIG slices sit at their memory slices inside the GPU."</p>
             </div>
             <nav aria-label="Chart range" class="flex gap-2">
-                <a href=view.prev_href.clone() class="rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"← Earlier"</a>
+                <a href=prev_href class="rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"← Earlier"</a>
                 <a href="/admin/fleet" class="rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"Today"</a>
-                <a href=view.next_href.clone() class="rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"Later →"</a>
+                <a href=next_href class="rounded-md px-3 py-1.5 text-sm font-medium text-slate-700 ring-1 ring-slate-300 hover:bg-slate-50">"Later →"</a>
             </nav>
         </div>
         <SavedNotice/>
-        <NodePager pager=view.pager.clone()/>
+        <NodePager pager/>
         <div tabindex="0" role="region" aria-label="Nodes over time" class="mt-3 overflow-x-auto rounded-xl border border-slate-200 bg-white p-4 shadow-sm">
-            <div class="min-w-[56rem]">
+            <div class="min-w-[56rem]" style=days>
                 <div class="flex text-xs text-slate-600">
                     <div class="w-44 shrink-0"></div>
-                    <div class="grid flex-1" style=header_grid.clone()>
-                        {view.columns.iter().map(|c| view! { <div class="border-l border-slate-200 pl-1">{c.clone()}</div> }).collect_view()}
+                    <div class="grid flex-1" style=header_grid>
+                        {columns.into_iter().map(|c| view! { <div class="border-l border-slate-200 pl-1">{c}</div> }).collect_view()}
                     </div>
                 </div>
-                {view.nodes.iter().cloned().map(|node| view! { <NodeRows node columns/> }).collect_view()}
+                {nodes.into_iter().map(|node| view! { <NodeRows node/> }).collect_view()}
             </div>
             <p class="mt-3 flex flex-wrap gap-4 text-xs text-slate-600">
                 <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-emerald-700"></span>"running"</span>
@@ -193,7 +196,7 @@ fn Fleet(
         </div>
         // One list of every node's name for both forms: typing picks from thousands.
         <datalist id="fleet-node-names">
-            {view.node_names.iter().map(|n| view! { <option value=n.clone()></option> }).collect_view()}
+            {node_names.into_iter().map(|n| view! { <option value=n></option> }).collect_view()}
         </datalist>
         // Each card's top margin spaces the grid's rows.
         <div class="grid gap-x-6 lg:grid-cols-2">
@@ -240,12 +243,12 @@ fn Fleet(
             <section class=CARD aria-labelledby="maintenance-windows">
                 <h2 id="maintenance-windows" class="text-sm font-semibold text-slate-900">"Maintenance in this range"</h2>
                 {move || cancel_result.get().and_then(Result::err).map(|error| view! { <ErrorAlert error/> })}
-                {if view.windows.is_empty() {
+                {if windows.is_empty() {
                     view! { <p class="mt-2 text-sm text-slate-600">"None."</p> }.into_any()
                 } else {
                     view! {
                         <ul class="mt-2 divide-y divide-slate-100">
-                            {view.windows.clone().into_iter().map(|w| view! {
+                            {windows.into_iter().map(|w| view! {
                                 <li class="py-3 text-sm">
                                     <div class="flex items-start justify-between gap-3">
                                         <div>
@@ -311,65 +314,66 @@ fn NodePager(pager: FleetPager) -> impl IntoView {
 }
 
 #[component]
-fn NodeRows(node: FleetNode, columns: usize) -> impl IntoView {
-    let grid = format!(
-        "background-image: repeating-linear-gradient(to right, rgb(226 232 240) 0 1px, transparent 1px 100%); background-size: calc(100% / {columns}) 100%;"
-    );
+fn NodeRows(node: FleetNode) -> impl IntoView {
+    let FleetNode { name, site, model, fabric, maintenance, gpus, state, state_label, state_note, href } = node;
+    // A window over the whole node shows on each of its GPUs' rows too, unlabelled.
+    let on_gpus: Vec<Bar> = maintenance.iter().map(|bar| Bar { label: String::new(), ..bar.clone() }).collect();
+    let data_node = name.clone();
     view! {
-        <div class="mt-3 flex items-center" data-node=node.name.clone()>
+        <div class="mt-3 flex items-center" data-node=data_node>
             <div class="w-44 shrink-0 pr-2">
                 <p class="text-sm font-semibold text-slate-900">
-                    <a href=node.href.clone() class="hover:text-indigo-600">{node.name.clone()}</a>
+                    <a href=href class="hover:text-indigo-600">{name}</a>
                 </p>
-                <p class="text-[11px] text-slate-600">{node.site.clone()} " · " {node.model.clone()}</p>
-                <p class="mt-0.5" title=node.state_note.clone() data-node-state=node.state.clone()>
-                    <StateBadge state=node.state.clone() label=node.state_label.clone()/>
+                <p class="text-[11px] text-slate-600">{site} " · " {model}</p>
+                <p class="mt-0.5" title=state_note.clone() data-node-state=state.clone()>
+                    <StateBadge state=state.clone() label=state_label/>
                 </p>
-                {(!node.state_note.is_empty() && node.state != "available").then(|| view! {
-                    <p class="text-[11px] text-slate-600" data-node-state-note="">{node.state_note.clone()}</p>
+                {(!state_note.is_empty() && state != "available").then(|| view! {
+                    <p class="text-[11px] text-slate-600" data-node-state-note="">{state_note}</p>
                 })}
-                {(!node.fabric.is_empty()).then(|| view! { <p class="text-[11px] text-slate-600" data-fabric="">{node.fabric.clone()}</p> })}
+                {(!fabric.is_empty()).then(|| view! { <p class="text-[11px] text-slate-600" data-fabric="">{fabric}</p> })}
             </div>
-            <div class="relative h-5 flex-1 rounded bg-slate-50" style=grid.clone()>
-                {node.maintenance.iter().cloned().map(|bar| view! { <BarView bar/> }).collect_view()}
+            <div class="fleet-track relative h-5 flex-1 rounded bg-slate-50">
+                {maintenance.into_iter().map(|bar| view! { <BarView bar/> }).collect_view()}
             </div>
         </div>
-        {node.gpus.iter().map(|gpu| view! {
+        {gpus.into_iter().map(|gpu| {
+            let FleetGpu { label, health, health_note, bars, busy } = gpu;
+            let badge = match health.as_str() {
+                "healthy" => None,
+                "failed" => Some("ml-1 rounded px-1 font-medium bg-red-100 text-red-800"),
+                _ => Some("ml-1 rounded px-1 font-medium bg-amber-100 text-amber-800"),
+            };
+            let data_health = health.clone();
+            view! {
             <div class="flex items-center">
-                <div class="w-44 shrink-0 pr-2 text-right text-[11px] text-slate-600" data-gpu-health=gpu.health.clone() title=gpu.health_note.clone()>
-                    {gpu.label.clone()}
-                    {(gpu.health != "healthy").then(|| {
-                        let tone = if gpu.health == "failed" { "bg-red-100 text-red-800" } else { "bg-amber-100 text-amber-800" };
-                        view! { <span class=format!("ml-1 rounded px-1 font-medium {tone}")>{gpu.health.clone()}</span> }
-                    })}
-                    {gpu.busy.clone().map(|busy| view! {
+                <div class="fleet-gpu-label" data-gpu-health=data_health title=health_note>
+                    {label}
+                    {badge.map(|class| view! { <span class=class>{health}</span> })}
+                    {busy.map(|busy| view! {
                         <span class="ml-1 rounded bg-slate-100 px-1 font-medium text-slate-800" data-gpu-busy=""
                             title="Utilization over the last minute of readings">{busy}</span>
                     })}
                 </div>
-                <div class="relative h-6 flex-1 border-b border-slate-100" style=grid.clone()>
-                    {node.maintenance.iter().cloned().map(|bar| view! { <BarView bar=Bar { label: String::new(), ..bar }/> }).collect_view()}
-                    {gpu.bars.iter().cloned().map(|bar| view! { <BarView bar/> }).collect_view()}
+                <div class="fleet-track fleet-gpu">
+                    {on_gpus.iter().cloned().map(|bar| view! { <BarView bar/> }).collect_view()}
+                    {bars.into_iter().map(|bar| view! { <BarView bar/> }).collect_view()}
                 </div>
             </div>
-        }).collect_view()}
+        }}).collect_view()}
     }
 }
 
+/// A booking or maintenance window on the chart: its colour comes from `data-bar`
+/// (`.fleet-bar` in style/main.css), its place from its own style.
 #[component]
 fn BarView(bar: Bar) -> impl IntoView {
-    let tone = match bar.tone.as_str() {
-        "running" => "bg-emerald-700 text-white hover:bg-emerald-800",
-        "slice" => "bg-sky-700 text-white hover:bg-sky-800",
-        "maintenance" => "bg-amber-300/70 text-amber-950",
-        _ => "bg-indigo-600 text-white hover:bg-indigo-700",
-    };
-    let style =
-        format!("left: {:.3}%; width: {:.3}%; top: {:.1}%; height: {:.1}%;", bar.left, bar.width, bar.top, bar.height);
-    let class = format!("absolute overflow-hidden truncate rounded-sm px-1 text-[10px] leading-[1.4] {tone}");
-    if bar.href.is_empty() {
-        view! { <span class=class style=style title=bar.title.clone() data-bar=bar.tone.clone()>{bar.label.clone()}</span> }.into_any()
+    let Bar { left, width, top, height, label, title, href, tone } = bar;
+    let style = format!("left: {left:.3}%; width: {width:.3}%; top: {top:.1}%; height: {height:.1}%;");
+    if href.is_empty() {
+        view! { <span class="fleet-bar" style=style title=title data-bar=tone>{label}</span> }.into_any()
     } else {
-        view! { <a href=bar.href.clone() class=class style=style title=bar.title.clone() data-bar=bar.tone.clone()>{bar.label.clone()}</a> }.into_any()
+        view! { <a href=href class="fleet-bar" style=style title=title data-bar=tone>{label}</a> }.into_any()
     }
 }

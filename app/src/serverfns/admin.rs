@@ -286,10 +286,12 @@ mod chart {
         let nodes = &schedule.nodes;
         let to = from + days * DAY_MS;
         let span = (to - from) as f64;
-        // Left and width in percent of the row, clipped to the range.
+        // Left and width in percent of the row, clipped to the range, to the thousandth the
+        // bar's style is written with (so the page's hydration data carries no more digits).
         let place = |start: i64, end: i64| {
             let (s, e) = (start.max(from), end.min(to));
-            (100.0 * (s - from) as f64 / span, (100.0 * (e - s) as f64 / span).max(0.4))
+            let thousandths = |pct: f64| (pct * 1000.0).round() / 1000.0;
+            (thousandths(100.0 * (s - from) as f64 / span), thousandths((100.0 * (e - s) as f64 / span).max(0.4)))
         };
         let mut windows = Vec::new();
         let fleet_nodes = nodes
