@@ -77,7 +77,8 @@ mod tests {
             .into_iter()
             .chain((0..400).map(|i| i * 7_919 * day / 13 + i * 61_001))
         {
-            let expected = chrono::DateTime::from_timestamp_millis(ms).unwrap().format("%Y-%m-%d %H:%M UTC").to_string();
+            let expected =
+                chrono::DateTime::from_timestamp_millis(ms).unwrap().format("%Y-%m-%d %H:%M UTC").to_string();
             assert_eq!(utc(ms), expected, "{ms}");
         }
         assert_eq!(utc(253_402_300_800_000), "+10000-01-01 00:00 UTC");
