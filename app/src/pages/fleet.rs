@@ -347,21 +347,22 @@ fn NodeRows(node: FleetNode) -> impl IntoView {
             };
             let data_health = health.clone();
             view! {
-            <div class="flex items-center">
-                <div class="fleet-gpu-label" data-gpu-health=data_health title=health_note>
-                    {label}
-                    {badge.map(|class| view! { <span class=class>{health}</span> })}
-                    {busy.map(|busy| view! {
-                        <span class="ml-1 rounded bg-slate-100 px-1 font-medium text-slate-800" data-gpu-busy=""
-                            title="Utilization over the last minute of readings">{busy}</span>
-                    })}
+                <div class="flex items-center">
+                    <div class="fleet-gpu-label" data-gpu-health=data_health title=health_note>
+                        {label}
+                        {badge.map(|class| view! { <span class=class>{health}</span> })}
+                        {busy.map(|busy| view! {
+                            <span class="ml-1 rounded bg-slate-100 px-1 font-medium text-slate-800" data-gpu-busy=""
+                                title="Utilization over the last minute of readings">{busy}</span>
+                        })}
+                    </div>
+                    <div class="fleet-track fleet-gpu">
+                        {on_gpus.iter().cloned().map(|bar| view! { <BarView bar/> }).collect_view()}
+                        {bars.into_iter().map(|bar| view! { <BarView bar/> }).collect_view()}
+                    </div>
                 </div>
-                <div class="fleet-track fleet-gpu">
-                    {on_gpus.iter().cloned().map(|bar| view! { <BarView bar/> }).collect_view()}
-                    {bars.into_iter().map(|bar| view! { <BarView bar/> }).collect_view()}
-                </div>
-            </div>
-        }}).collect_view()}
+            }
+        }).collect_view()}
     }
 }
 
