@@ -49,14 +49,20 @@ pub async fn signed_in_user(
         session.flush().await.map_err(store_failed(meta))?;
         return Ok(None);
     }
+    // Held while the user is read, so the request's other server functions, which ask at
+    // the same moment, wait for this answer instead of each reading it again.
     let known = leptos::prelude::use_context::<RequestUser>();
-    if let Some(user) = known.as_ref().and_then(|k| k.get(id)) {
-        return Ok(Some(user));
+    let mut kept = match &known {
+        Some(known) => Some(known.0.lock().await),
+        None => None,
+    };
+    if let Some(user) = kept.as_ref().and_then(|k| k.as_ref()).filter(|u| u.id == id) {
+        return Ok(Some(user.clone()));
     }
     match platform.active_user(id).await {
         Ok(user) => {
-            if let Some(known) = known {
-                known.keep(&user);
+            if let Some(kept) = kept.as_mut() {
+                **kept = Some(user.clone());
             }
             Ok(Some(user))
         }
@@ -69,23 +75,12 @@ pub async fn signed_in_user(
 }
 
 /// The signed-in user as the first of a request's server functions read them: a page
-/// renders several (the user area, the bell, the page's own), each asking who is signed
-/// in, and the answer cannot change within one request. The server puts a fresh one in
-/// every request's context (`http.rs`, `page_context`); without one, every call reads.
+/// renders several (the user area, the bell, the page's own), all asking at once who is
+/// signed in, and the answer cannot change within one request. The first reads while the
+/// others wait for its answer. The server puts a fresh one in every request's context
+/// (`http.rs`, `page_context`); without one, every call reads.
 #[derive(Clone, Default)]
-pub struct RequestUser(std::sync::Arc<std::sync::Mutex<Option<User>>>);
-
-impl RequestUser {
-    fn get(&self, id: i64) -> Option<User> {
-        self.0.lock().ok()?.as_ref().filter(|u| u.id == id).cloned()
-    }
-
-    fn keep(&self, user: &User) {
-        if let Ok(mut kept) = self.0.lock() {
-            *kept = Some(user.clone());
-        }
-    }
-}
+pub struct RequestUser(std::sync::Arc<tokio::sync::Mutex<Option<User>>>);
 
 /// Starts a fresh session for `user`: a new id (so a planted or stolen pre-login id is
 /// worthless), the user and the time of sign-in.
