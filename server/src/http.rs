@@ -1,7 +1,7 @@
 //! The HTTP router: Leptos pages and server functions, health and metrics endpoints, the
 //! session layer, request ids and request logging.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use axum::Router;
@@ -13,7 +13,7 @@ use berth_app::{App, shell};
 use berth_platform::{Platform, store};
 use http::{HeaderName, HeaderValue, StatusCode, header};
 use leptos::prelude::*;
-use leptos_axum::{LeptosRoutes, generate_route_list};
+use leptos_axum::{AxumRouteListing, LeptosRoutes, generate_route_list};
 use tower::ServiceExt;
 use tower_http::compression::CompressionLayer;
 use tower_http::compression::predicate::{DefaultPredicate, NotForContentType, Predicate};
@@ -82,7 +82,7 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>)
         .with_secure(site.tls)
         .with_expiry(Expiry::OnInactivity(tower_sessions::cookie::time::Duration::minutes(IDLE_TIMEOUT_MINUTES)));
 
-    let routes = generate_route_list(App);
+    let routes = page_routes();
     // Metrics say how busy Berth is and with what: only where the operator chose.
     let metrics_token = site.metrics_token.map(Arc::<str>::from);
     let exposed_metrics = match metrics_token {
@@ -174,6 +174,16 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>)
 }
 
 /// A page route's method as the matrix names it.
+/// The app's pages, found once per process. Leptos finds them by walking the app with
+/// every resource's loading suspended, and the suspension is process-wide (one global flag,
+/// `SuppressResourceLoad`): a page whose data was first asked for during a walk would wait
+/// forever. Walking once, before any router can serve a page, leaves no page to stall, however
+/// many routers are built (the tests build one per Berth, two Berths at a time).
+fn page_routes() -> Vec<AxumRouteListing> {
+    static ROUTES: OnceLock<Vec<AxumRouteListing>> = OnceLock::new();
+    ROUTES.get_or_init(|| generate_route_list(App)).clone()
+}
+
 fn method_name(method: leptos_router::Method) -> &'static str {
     match method {
         leptos_router::Method::Get => "GET",

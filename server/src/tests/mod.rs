@@ -188,13 +188,13 @@ impl Berth {
     }
 
     /// Sends `request` through the router. A request without a whole answer in two minutes
-    /// fails its test, naming the request, rather than holding the suite. Pages do hang here
-    /// now and then, not explained yet: only with the suite's tests two at a time (each
-    /// passes alone), on pages signed in and signed out (`/`, `/catalog`, `/login/code`,
-    /// `/login?sso_error=`, `/tenants/999999/webhooks`), most often in `matrix`'s test of
-    /// every route; on 2026-12-02 in four of five runs of the suite. The request's future
-    /// stays pending (this timeout fires, so the runtime's thread is not blocked).
+    /// fails its test, naming the request, rather than holding the suite.
     pub async fn send(&self, request: Request<Body>) -> Reply {
+        self.send_within(request, std::time::Duration::from_secs(120)).await
+    }
+
+    /// As [`Berth::send`], failing after `limit` rather than two minutes.
+    pub async fn send_within(&self, request: Request<Body>, limit: std::time::Duration) -> Reply {
         let asked = format!("{} {}", request.method(), request.uri());
         let answer = async {
             let response = self.router.clone().oneshot(request).await.expect("the router always answers");
@@ -202,9 +202,9 @@ impl Berth {
             let bytes = axum::body::to_bytes(body, usize::MAX).await.expect("body");
             Reply { status: parts.status, headers: parts.headers, body: String::from_utf8_lossy(&bytes).into_owned() }
         };
-        match tokio::time::timeout(std::time::Duration::from_secs(120), answer).await {
+        match tokio::time::timeout(limit, answer).await {
             Ok(reply) => reply,
-            Err(_) => panic!("no whole answer to {asked} in 120 s"),
+            Err(_) => panic!("no whole answer to {asked} in {limit:?}"),
         }
     }
 
@@ -233,11 +233,16 @@ impl Berth {
     }
 
     pub async fn get(&self, path: &str, cookie: Option<&str>) -> Reply {
+        self.get_within(path, cookie, std::time::Duration::from_secs(120)).await
+    }
+
+    /// As [`Berth::get`], failing after `limit`.
+    pub async fn get_within(&self, path: &str, cookie: Option<&str>, limit: std::time::Duration) -> Reply {
         let mut request = Request::get(path);
         if let Some(cookie) = cookie {
             request = request.header(header::COOKIE, cookie);
         }
-        self.send(request.body(Body::empty()).expect("request")).await
+        self.send_within(request.body(Body::empty()).expect("request"), limit).await
     }
 
     /// A GET to `path` on host `on` (an environment's origin, say).
