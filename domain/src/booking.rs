@@ -52,6 +52,7 @@ impl Window {
 
     /// Whether a booking of `self` and one of `other` may not both hold a unit: they
     /// overlap once each is widened by the cleaning gap.
+    #[inline]
     pub fn conflicts(self, other: Window, gap_ms: i64) -> bool {
         self.starts_at < other.ends_at + gap_ms && other.starts_at < self.ends_at + gap_ms
     }

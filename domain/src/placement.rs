@@ -236,43 +236,66 @@ fn expected_tasks(model: GpuModel, shares_of: Option<u8>) -> rule::TaskMix {
     rule::TaskMix::from_counts(kinds.into_iter().map(|gpu| (0, gpu, 1.0)))
 }
 
-/// One node's candidate GPUs for the rule: the node's position in the [`Capacity`], and
-/// each GPU's index on the node, the GPU and its free milli.
-type NodeFree<'a> = (usize, Vec<(usize, &'a GpuUnit, u16)>);
+/// Candidate GPUs grouped by node, in node order, laid out flat: placement groups every
+/// GPU of a model for each booking (10,000 of them in the contention benchmark), and a list
+/// per node was thousands of small allocations each time.
+struct NodesFree<'a> {
+    /// Each GPU's index on its node, and the GPU.
+    gpus: Vec<(usize, &'a GpuUnit)>,
+    /// Each GPU's free milli, as the rule reads it.
+    free: Vec<u16>,
+    /// Each node's position in the [`Capacity`], and where its GPUs end in `gpus`.
+    nodes: Vec<(usize, usize)>,
+}
 
-/// Candidate GPUs, as `(node, index on it, GPU, free milli)` in node order, by node.
-fn by_node<'a>(gpus: impl Iterator<Item = (usize, usize, &'a GpuUnit, u16)>) -> Vec<NodeFree<'a>> {
-    let mut nodes: Vec<NodeFree<'a>> = Vec::new();
-    for (n, i, gpu, free) in gpus {
-        match nodes.last_mut() {
-            Some((last, gpus)) if *last == n => gpus.push((i, gpu, free)),
-            _ => nodes.push((n, vec![(i, gpu, free)])),
+impl<'a> NodesFree<'a> {
+    /// Groups candidate GPUs, given as `(node, index on it, GPU, free milli)` in node order.
+    fn of(candidates: impl Iterator<Item = (usize, usize, &'a GpuUnit, u16)>) -> NodesFree<'a> {
+        let mut grouped = NodesFree { gpus: Vec::new(), free: Vec::new(), nodes: Vec::new() };
+        for (n, i, gpu, free) in candidates {
+            match grouped.nodes.last_mut() {
+                Some((last, end)) if *last == n => *end += 1,
+                _ => grouped.nodes.push((n, grouped.gpus.len() + 1)),
+            }
+            grouped.gpus.push((i, gpu));
+            grouped.free.push(free);
         }
+        grouped
     }
-    nodes
+
+    fn range(&self, k: usize) -> std::ops::Range<usize> {
+        (if k == 0 { 0 } else { self.nodes[k - 1].1 })..self.nodes[k].1
+    }
+
+    /// The `k`th node's position in the [`Capacity`] and its candidate GPUs.
+    fn node(&self, k: usize) -> (usize, &[(usize, &'a GpuUnit)]) {
+        (self.nodes[k].0, &self.gpus[self.range(k)])
+    }
+
+    /// The free milli of the `k`th node's candidate GPUs.
+    fn free_of(&self, k: usize) -> &[u16] {
+        &self.free[self.range(k)]
+    }
 }
 
 /// Places `ask` on `nodes` by the fragmentation-aware rule, ties to the earliest node; the
 /// position in `nodes` of the node chosen, and the positions in its list of the GPUs.
-fn by_rule(nodes: &[NodeFree<'_>], ask: rule::GpuAsk, mix: rule::TaskMix) -> Option<(usize, Vec<u8>)> {
-    // Every node's free milli in one list, node after node.
-    let mut free: Vec<u16> = Vec::with_capacity(nodes.iter().map(|(_, gpus)| gpus.len()).sum());
-    let mut ends = Vec::with_capacity(nodes.len());
-    for (_, gpus) in nodes {
-        free.extend(gpus.iter().take(usize::from(u8::MAX)).map(|&(_, _, f)| f));
-        ends.push(free.len());
-    }
-    let free_of = |n: usize| &free[if n == 0 { 0 } else { ends[n - 1] }..ends[n]];
+fn by_rule(nodes: &NodesFree<'_>, ask: rule::GpuAsk, mix: rule::TaskMix) -> Option<(usize, Vec<u8>)> {
+    // A node's GPUs as the rule counts them: at most 255.
+    let free_of = |k: usize| {
+        let free = nodes.free_of(k);
+        &free[..free.len().min(usize::from(u8::MAX))]
+    };
     // Nodes whose GPUs have the same free amounts score the same, and ties go to the
     // earliest node, so only the first node of each such group is scored: a fleet of
     // thousands of nodes has a few dozen groups.
     let mut seen: FxHashSet<&[u16]> = FxHashSet::default();
-    let firsts: Vec<usize> = (0..nodes.len()).filter(|&n| seen.insert(free_of(n))).collect();
+    let firsts: Vec<usize> = (0..nodes.nodes.len()).filter(|&k| seen.insert(free_of(k))).collect();
     let states = firsts
         .iter()
-        .map(|&n| {
-            let shape = rule::NodeShape::new(0, 0, free_of(n).len() as u8);
-            rule::NodeState::with_free(shape, 0, 0, free_of(n).to_vec())
+        .map(|&k| {
+            let shape = rule::NodeShape::new(0, 0, free_of(k).len() as u8);
+            rule::NodeState::with_free(shape, 0, 0, free_of(k).to_vec())
         })
         .collect::<Option<Vec<_>>>()?;
     let mut cluster = rule::Cluster::of(states);
@@ -291,6 +314,11 @@ pub trait Capacity {
     fn gpus_of(&self, n: usize) -> &[GpuUnit];
     /// What is held on the `i`th GPU of the node at `n`.
     fn holds_on(&self, n: usize, i: usize) -> impl Iterator<Item = Hold> + '_;
+    /// Whether nothing is held on that GPU; asked of every GPU of a model by each booking
+    /// of whole GPUs, so a capacity may answer it without making holds.
+    fn is_free(&self, n: usize, i: usize) -> bool {
+        self.holds_on(n, i).next().is_none()
+    }
 }
 
 /// GPUs and holds as listed: the GPUs grouped by node as a [`GpuSet`] groups them.
@@ -361,7 +389,7 @@ pub fn place_on(shape: Shape, capacity: &impl Capacity) -> Result<Vec<Assignment
             format!("this fleet has no {model} GPUs")
         }));
     }
-    let is_free = |n: usize, i: usize| capacity.holds_on(n, i).next().is_none();
+    let is_free = |n: usize, i: usize| capacity.is_free(n, i);
 
     match shape {
         Shape::MigSlice { profile, .. } => {
@@ -406,22 +434,22 @@ pub fn place_on(shape: Shape, capacity: &impl Capacity) -> Result<Vec<Assignment
         Shape::Gpus { count, .. } => {
             // Each node's GPUs of the model: a GPU anything holds (a MIG slice included) is
             // not free for whole-GPU work.
-            let nodes =
-                by_node(candidates().map(|(n, i, g)| (n, i, g, if is_free(n, i) { rule::MILLI_PER_GPU } else { 0 })));
+            let nodes = NodesFree::of(
+                candidates().map(|(n, i, g)| (n, i, g, if is_free(n, i) { rule::MILLI_PER_GPU } else { 0 })),
+            );
             let placed = u8::try_from(count)
                 .ok()
                 .and_then(|n| by_rule(&nodes, rule::GpuAsk::Whole(n), expected_tasks(model, None)));
             let Some((node, indexes)) = placed else {
-                let most_free = nodes
-                    .iter()
-                    .map(|(_, gpus)| gpus.iter().filter(|&&(_, _, f)| f == rule::MILLI_PER_GPU).count())
+                let most_free = (0..nodes.nodes.len())
+                    .map(|k| nodes.free_of(k).iter().filter(|&&f| f == rule::MILLI_PER_GPU).count())
                     .max()
                     .unwrap_or(0);
                 return Err(refuse(format!(
                     "no node has {count} free {model} GPUs together (the most free on one node is {most_free})"
                 )));
             };
-            Ok(indexes.iter().map(|&i| whole(nodes[node].1[usize::from(i)].1.id)).collect())
+            Ok(indexes.iter().map(|&i| whole(nodes.node(node).1[usize::from(i)].1.id)).collect())
         }
         Shape::Share { ways, .. } => {
             let ways = ways.max(1);
@@ -436,16 +464,16 @@ pub fn place_on(shape: Shape, capacity: &impl Capacity) -> Result<Vec<Assignment
                     .filter(|&start| !taken.iter().any(|t| t.overlaps(SliceRange { start, size: width })))
                     .collect()
             };
-            let nodes = by_node(
+            let nodes = NodesFree::of(
                 candidates()
                     .filter(|(_, _, g)| g.time_slices == ways)
                     .map(|(n, i, g)| (n, i, g, free_starts(n, i).len() as u16 * share_milli)),
             );
             let placed = by_rule(&nodes, rule::GpuAsk::Share(share_milli), expected_tasks(model, Some(ways)));
             let found = placed.and_then(|(node, indexes)| {
-                let (n, gpus) = &nodes[node];
-                let &(i, gpu, _) = gpus.get(usize::from(*indexes.first()?))?;
-                Some((gpu, *free_starts(*n, i).first()?))
+                let (n, gpus) = nodes.node(node);
+                let &(i, gpu) = gpus.get(usize::from(*indexes.first()?))?;
+                Some((gpu, *free_starts(n, i).first()?))
             });
             let Some((gpu, start)) = found else {
                 return Err(refuse(format!("every share of the {model} GPUs time-sliced {ways} ways is taken")));

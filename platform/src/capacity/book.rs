@@ -62,6 +62,7 @@ struct ByGpu {
 impl ByGpu {
     const DENSE: i64 = 1 << 20;
 
+    #[inline]
     fn get(&self, gpu_id: i64) -> &[Held] {
         match usize::try_from(gpu_id) {
             Ok(i) if gpu_id < Self::DENSE => self.dense.get(i).map_or(&[], Vec::as_slice),
@@ -356,6 +357,14 @@ impl Capacity for BookIn<'_> {
         let gpu = &self.set.node_gpus(n)[i];
         self.book.held_on(gpu.id, self.now, Some(self.range), self.decided).map(|held| held.booking.hold)
     }
+
+    /// As `holds_on(n, i).next().is_none()`, in a plain loop over the GPU's bookings.
+    fn is_free(&self, n: usize, i: usize) -> bool {
+        let id = self.set.node_gpus(n)[i].id;
+        let conflicts = |held: &Held| held.window_until(self.now).conflicts(self.range, 0);
+        let decided = if self.decided { self.book.deciding.by_gpu.get(id) } else { &[] };
+        !self.book.by_gpu.get(id).iter().any(conflicts) && !decided.iter().any(conflicts)
+    }
 }
 
 /// A tenant's isolation as stored; `None` (platform staff) shares like a soft tenant.
@@ -380,6 +389,7 @@ impl Held {
     }
 
     /// Its window as it holds its unit now (see [`Held::booking_until`]).
+    #[inline]
     fn window_until(&self, now: i64) -> Window {
         let end = self.booking.window.ends_at;
         let ends_at = if self.until_released { end.max(now) } else { end };
