@@ -188,7 +188,9 @@ fn Calendar(view: CalendarView) -> impl IntoView {
 
 /// One bucket of a size: its free count, a link to book it when it is free and ahead.
 /// Its look comes from `calendar-cell` and its `data-tone` (style/main.css): the calendar
-/// draws hundreds of cells, and the classes on each were most of the page.
+/// draws hundreds of cells, and the classes on each were most of the page. For the same
+/// reason a cell says `data-selected` only while it is selected, and its `<td>` has no class
+/// (Tailwind's base styles already take a cell's padding away).
 #[component]
 fn Cell(
     cell: CalendarCell,
@@ -199,13 +201,13 @@ fn Cell(
     extend: impl Fn() + Send + Sync + 'static,
 ) -> impl IntoView {
     view! {
-        <td data-tone=cell.tone.as_str() class="p-0">
+        <td data-tone=cell.tone.as_str()>
             // `Either`, not `into_any`: no boxed view for each of hundreds of cells.
             {match href {
                 None => Either::Left(view! { <span class="calendar-cell" title=title>{cell.free}</span> }),
                 Some(href) => Either::Right(view! {
                     <a href=href class="calendar-cell" aria-label=format!("Book: {title}") title=title draggable="false"
-                        data-selected=move || if selected() { "true" } else { "false" }
+                        data-selected=move || selected().then_some("true")
                         on:pointerdown=move |ev| {
                             if ev.button() == 0 && ev.is_primary() {
                                 press();

@@ -92,7 +92,7 @@ mod build {
     use berth_domain::placement::Shape;
     use berth_platform::capacity::booking::Availability;
     use berth_platform::capacity::environments::Environment;
-    use chrono::DateTime;
+    use chrono::{DateTime, Datelike, Timelike};
 
     use crate::model::{CalendarBooking, CalendarCell, CalendarRow, CalendarView, Tone};
     use crate::time::{date, input_value};
@@ -106,12 +106,13 @@ mod build {
 
     /// A column's label: the hour of a day, the day and hour of a week, the day of a month.
     fn column_label(span: Span, ms: i64) -> String {
-        let format = match span {
-            Span::Day => "%H:00",
-            Span::Week => "%a %-d %Hh",
-            Span::Month => "%a %-d",
-        };
-        DateTime::from_timestamp_millis(ms).map(|t| t.format(format).to_string()).unwrap_or_default()
+        // Written out rather than through a format pattern, which chrono parses on every call.
+        let Some(t) = DateTime::from_timestamp_millis(ms) else { return String::new() };
+        match span {
+            Span::Day => format!("{:02}:00", t.hour()),
+            Span::Week => format!("{} {} {:02}h", t.weekday(), t.day(), t.hour()),
+            Span::Month => format!("{} {}", t.weekday(), t.day()),
+        }
     }
 
     /// The size a calendar cell books: the first offering selling this shape.
@@ -246,6 +247,9 @@ mod build {
                 Some("/launch/notebook?size=h100-1g.10gb&start=2026-11-27T04:00&hours=1")
             );
             assert_eq!(view.cell_title(row, 4), format!("{}: 1 of 8 free from 04:00", size.label));
+            // Column labels of each span: 2026-11-27 is a Friday.
+            assert_eq!(column_label(Span::Week, from + 6 * HOUR_MS), "Fri 27 06h");
+            assert_eq!(column_label(Span::Month, from + 3 * DAY_MS), "Mon 30");
             // A dragged stretch of three hours from 05:00.
             assert_eq!(
                 view.launch_href(row, 5, 3),
