@@ -173,17 +173,18 @@ pub async fn router(platform: Platform, pool: sqlx::SqlitePool, site: &Site<'_>)
     Ok(Routers { portal: Router::new().fallback_service(dispatch), metrics: metrics_only, served })
 }
 
-/// A page route's method as the matrix names it.
 /// The app's pages, found once per process. Leptos finds them by walking the app with
 /// every resource's loading suspended, and the suspension is process-wide (one global flag,
 /// `SuppressResourceLoad`): a page whose data was first asked for during a walk would wait
 /// forever. Walking once, before any router can serve a page, leaves no page to stall, however
-/// many routers are built (the tests build one per Berth, two Berths at a time).
+/// many routers are built (the tests build one per Berth, two Berths at a time). Upstream:
+/// leptos-rs/leptos#4773, open in Leptos 0.8.23.
 fn page_routes() -> Vec<AxumRouteListing> {
     static ROUTES: OnceLock<Vec<AxumRouteListing>> = OnceLock::new();
     ROUTES.get_or_init(|| generate_route_list(App)).clone()
 }
 
+/// A page route's method as the matrix names it.
 fn method_name(method: leptos_router::Method) -> &'static str {
     match method {
         leptos_router::Method::Get => "GET",

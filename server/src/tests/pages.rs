@@ -1,4 +1,5 @@
-//! Pages as a browser gets them from the server: what answers 404.
+//! Pages as a browser gets them from the server: what answers 404, and that pages answer
+//! while another Berth starts in the same process.
 
 use berth_domain::policy::Role;
 use berth_domain::tenancy::Isolation;
