@@ -112,8 +112,8 @@ impl Platform {
 
     /// Free capacity of every catalog shape in `buckets` consecutive buckets of `bucket_ms`
     /// from `from`, as a user of `tenant` (`None`: platform staff) could book it. Made
-    /// once for everyone asking the same until a booking or the fleet changes, or for 2 s
-    /// (see `calendars`).
+    /// once for everyone asking the same until a booking or the fleet changes, or time alone
+    /// would change it (see `calendars`).
     pub async fn availability(
         &self,
         tenant: Option<i64>,
@@ -159,7 +159,8 @@ impl Platform {
             }
         }
         let calendar = Availability { from, bucket_ms, rows };
-        self.calendars.keep(key, generation, now, Arc::new(calendar.clone()));
+        let fresh_until = key.fresh_until(now, self.policy.cleaning_gap_ms);
+        self.calendars.keep(key, generation, now, fresh_until, Arc::new(calendar.clone()));
         Ok(calendar)
     }
 
