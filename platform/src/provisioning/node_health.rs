@@ -525,6 +525,9 @@ impl Platform {
                 // command line the portal sends), the tier waits for a person as a manual
                 // one does; the node page says which command the tier names.
                 if let Some(command) = tier.command.clone().filter(|_| backend.runs_repair_commands()) {
+                    // The answer is the node as this change left it, in repair: read before the
+                    // tier starts, which may move it on to testing at any moment.
+                    let health = self.read_node_health(name).await?;
                     let (platform, caller) = (self.clone(), caller.clone());
                     tokio::spawn(async move {
                         let tier = format!("tier {} ({})", to.tier, tier.name);
@@ -532,6 +535,7 @@ impl Platform {
                             tracing::error!(node = %node.name, error = %e, "a repair tier could not be recorded");
                         }
                     });
+                    return Ok(health);
                 }
             }
             (NodeEvent::RepairDone, NodeState::Testing) => self.accept_after_repair(caller, node).await?,
