@@ -41,7 +41,9 @@ impl Platform {
     /// One environment with its step journal and the capacity it holds or held.
     pub async fn environment_detail(&self, caller: &Caller, id: &str) -> Result<EnvironmentDetail, Error> {
         let environment = self.environment_of(caller, id).await?;
-        let mut conn = self.db.acquire().await?;
+        // One read transaction, so the page is one moment: a cluster moved off a failed node
+        // shows its new node and the old one's units released, never one without the other.
+        let mut conn = self.db.begin().await?;
         let steps = sqlx::query(
             "SELECT phase, idx, step, status, attempts, started_at, finished_at, detail
              FROM environment_steps WHERE environment_id = ? ORDER BY phase = 'teardown', idx",
@@ -70,6 +72,7 @@ impl Platform {
         let may_connect = self.may_connect(caller, &environment);
         let volumes = crate::capacity::volumes::attachments_of_environment(&mut conn, id).await?;
         let node_replacements = self.node_replacements(&mut conn, id).await?;
+        conn.commit().await?;
         Ok(EnvironmentDetail { environment, steps, units, may_connect, endpoint, volumes, node_replacements })
     }
 }
