@@ -41,8 +41,10 @@ impl Platform {
     /// One environment with its step journal and the capacity it holds or held.
     pub async fn environment_detail(&self, caller: &Caller, id: &str) -> Result<EnvironmentDetail, Error> {
         let environment = self.environment_of(caller, id).await?;
-        // One read transaction, so the page is one moment: a cluster moved off a failed node
-        // shows its new node and the old one's units released, never one without the other.
+        // What the environment holds and did, read in one read transaction so it is one
+        // moment: a cluster moved off a failed node shows its new node and the old one's units
+        // released, never one without the other. (The environment's own row is read just
+        // before, with the caller's authorization.)
         let mut conn = self.db.begin().await?;
         let steps = sqlx::query(
             "SELECT phase, idx, step, status, attempts, started_at, finished_at, detail
