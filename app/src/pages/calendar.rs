@@ -1,12 +1,11 @@
 use std::sync::Arc;
 
-use leptos::either::Either;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
 use crate::components::{ErrorAlert, RequireUser};
-use crate::model::{CalendarCell, CalendarView};
+use crate::model::CalendarView;
 use crate::serverfns::calendar;
 
 /// Free capacity per size over a day, week or month, with the caller's own bookings drawn
@@ -73,6 +72,20 @@ fn Calendar(view: CalendarView) -> impl IntoView {
     // Effects run only in the browser: the table says when dragging works there.
     let draggable = RwSignal::new(false);
     Effect::new(move |_| draggable.set(true));
+    // The cells are not views, so the stretch being dragged is marked on them here: the
+    // last one's cells unmarked, this one's marked (`data-selected`, style/main.css).
+    let body = NodeRef::<leptos::html::Tbody>::new();
+    Effect::new(move |last: Option<Option<Selection>>| {
+        let now = drag.get();
+        if let Some(body) = body.get() {
+            for (selection, mark) in [(last.flatten(), false), (now, true)] {
+                if let Some(s) = selection {
+                    mark_cells(&body, s, mark);
+                }
+            }
+        }
+        now
+    });
     // A press and release on the same cell is a click on its link; a stretch opens the
     // launch form for all of it.
     let finish = move |_| {
@@ -127,35 +140,34 @@ fn Calendar(view: CalendarView) -> impl IntoView {
                         }).collect_view()}
                     </tr>
                 </thead>
-                <tbody>
-                    {view.rows.iter().enumerate().map(|(r, row)| {
-                        let bookable: Arc<[bool]> = row.cells.iter().map(|c| c.tone.bookable()).collect();
-                        view! {
-                            <tr data-size=row.label.clone()>
-                                <th scope="row" class="whitespace-nowrap pr-3 text-left font-medium text-slate-800">
-                                    {row.label.clone()}
-                                    <span class="block text-[11px] font-normal text-slate-600">{row.capacity} " at most"</span>
-                                </th>
-                                {row.cells.iter().enumerate().map(|(c, cell)| {
-                                    let bookable = Arc::clone(&bookable);
-                                    // Only across free cells: a full or past one ends the stretch.
-                                    let extend = move || drag.update(|d| {
-                                        if let Some(s) = d.as_mut()
-                                            && s.row == r
-                                            && bookable[s.anchor.min(c)..=s.anchor.max(c)].iter().all(|b| *b)
-                                        {
-                                            s.to = c;
-                                        }
-                                    });
-                                    let selected = move || drag.get().is_some_and(|s| s.row == r && s.columns().contains(&c));
-                                    let press = move || drag.set(Some(Selection { row: r, anchor: c, to: c }));
-                                    let href = view.cell_href(row, c);
-                                    let title = view.cell_title(row, c);
-                                    view! { <Cell cell=*cell href title selected press extend/> }
-                                }).collect_view()}
-                            </tr>
+                // One string, not a view per cell: see `grid_html`. Pressing and dragging are
+                // handled here for every cell, which says where it is in `data-row`/`data-col`.
+                <tbody node_ref=body inner_html=grid_html(&view)
+                    on:pointerdown=move |ev| {
+                        if ev.button() == 0 && ev.is_primary()
+                            && let Some((row, column)) = cell_at(&ev)
+                        {
+                            drag.set(Some(Selection { row, anchor: column, to: column }));
                         }
-                    }).collect_view()}
+                    }
+                    on:pointerover=move |ev| {
+                        let Some((row, column)) = cell_at(&ev) else { return };
+                        // Only across free cells: a full or past one ends the stretch.
+                        let free = |s: &Selection| shared.with_value(|view| {
+                            view.rows.get(row).is_some_and(|r| {
+                                r.cells.get(s.anchor.min(column)..=s.anchor.max(column))
+                                    .is_some_and(|cells| cells.iter().all(|c| c.tone.bookable()))
+                            })
+                        });
+                        drag.update(|d| {
+                            if let Some(s) = d.as_mut()
+                                && s.row == row
+                                && free(s)
+                            {
+                                s.to = column;
+                            }
+                        });
+                    }>
                 </tbody>
             </table>
             <Legend gap=view.cleaning_gap.clone()/>
@@ -186,37 +198,74 @@ fn Calendar(view: CalendarView) -> impl IntoView {
     }
 }
 
-/// One bucket of a size: its free count, a link to book it when it is free and ahead.
-/// Its look comes from `calendar-cell` and its `data-tone` (style/main.css): the calendar
-/// draws hundreds of cells, and the classes on each were most of the page. For the same
-/// reason a cell says `data-selected` only while it is selected, and its `<td>` has no class
-/// (Tailwind's base styles already take a cell's padding away).
-#[component]
-fn Cell(
-    cell: CalendarCell,
-    href: Option<String>,
-    title: String,
-    selected: impl Fn() -> bool + Send + Sync + 'static,
-    press: impl Fn() + Send + Sync + 'static,
-    extend: impl Fn() + Send + Sync + 'static,
-) -> impl IntoView {
-    view! {
-        <td data-tone=cell.tone.as_str()>
-            // `Either`, not `into_any`: no boxed view for each of hundreds of cells.
-            {match href {
-                None => Either::Left(view! { <span class="calendar-cell" title=title>{cell.free}</span> }),
-                Some(href) => Either::Right(view! {
-                    <a href=href class="calendar-cell" aria-label=format!("Book: {title}") title=title draggable="false"
-                        data-selected=move || selected().then_some("true")
-                        on:pointerdown=move |ev| {
-                            if ev.button() == 0 && ev.is_primary() {
-                                press();
-                            }
-                        }
-                        on:pointerenter=move |_| extend()>{cell.free}</a>
-                }),
-            }}
-        </td>
+/// The calendar's rows as HTML: a header cell with the size, then a cell per column, a
+/// link to book it when it is free and ahead. Written as one string because the calendar
+/// has hundreds of cells, and as views (each with its handlers, made and then converted
+/// for the page's suspense) they were most of the time the page took to draw. Every value
+/// is escaped here as Leptos escapes a view's. A cell's look comes from `calendar-cell`
+/// and its `data-tone` (style/main.css), and its `<td>` has no class (Tailwind's base
+/// styles already take a cell's padding away).
+fn grid_html(view: &CalendarView) -> String {
+    use html_escape::{encode_double_quoted_attribute_to_string as attr, encode_text_to_string as text};
+    use std::fmt::Write;
+
+    let mut html = String::with_capacity(view.rows.len() * view.columns.len() * 320);
+    for (r, row) in view.rows.iter().enumerate() {
+        html.push_str("<tr data-size=\"");
+        attr(&row.label, &mut html);
+        html.push_str("\"><th scope=\"row\" class=\"whitespace-nowrap pr-3 text-left font-medium text-slate-800\">");
+        text(&row.label, &mut html);
+        let _ = write!(
+            html,
+            "<span class=\"block text-[11px] font-normal text-slate-600\">{} at most</span></th>",
+            row.capacity
+        );
+        for (c, cell) in row.cells.iter().enumerate() {
+            let title = view.cell_title(row, c);
+            let _ = write!(html, "<td data-tone=\"{}\">", cell.tone.as_str());
+            match view.cell_href(row, c) {
+                None => {
+                    html.push_str("<span class=\"calendar-cell\" title=\"");
+                    attr(&title, &mut html);
+                    let _ = write!(html, "\">{}</span></td>", cell.free);
+                }
+                Some(href) => {
+                    html.push_str("<a href=\"");
+                    attr(&href, &mut html);
+                    html.push_str("\" class=\"calendar-cell\" aria-label=\"Book: ");
+                    attr(&title, &mut html);
+                    html.push_str("\" title=\"");
+                    attr(&title, &mut html);
+                    let _ =
+                        write!(html, "\" draggable=\"false\" data-row=\"{r}\" data-col=\"{c}\">{}</a></td>", cell.free);
+                }
+            }
+        }
+        html.push_str("</tr>");
+    }
+    html
+}
+
+/// The row and column of the calendar cell an event happened on, if it is a free one.
+fn cell_at(ev: &leptos::ev::PointerEvent) -> Option<(usize, usize)> {
+    let cell = event_target::<leptos::web_sys::Element>(ev).closest("a[data-col]").ok()??;
+    let number = |name| cell.get_attribute(name)?.parse().ok();
+    Some((number("data-row")?, number("data-col")?))
+}
+
+/// Marks (or unmarks) the cells of `selection` as selected.
+fn mark_cells(body: &leptos::web_sys::HtmlTableSectionElement, selection: Selection, mark: bool) {
+    use leptos::wasm_bindgen::JsCast;
+
+    let Some(row) = body.rows().item(selection.row as u32) else { return };
+    let Ok(row) = row.dyn_into::<leptos::web_sys::HtmlTableRowElement>() else { return };
+    // The row's first cell is its size.
+    for column in selection.columns() {
+        let link = row.cells().item(column as u32 + 1).and_then(|cell| cell.first_element_child());
+        if let Some(link) = link.filter(|l| l.has_attribute("data-col")) {
+            let _ =
+                if mark { link.set_attribute("data-selected", "true") } else { link.remove_attribute("data-selected") };
+        }
     }
 }
 
@@ -238,5 +287,53 @@ fn Legend(gap: String) -> impl IntoView {
             {item("bg-slate-100", "past")}
             <span>"Bookings keep a cleaning gap of " {gap} " on their GPUs."</span>
         </p>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grid_html;
+    use crate::model::{CalendarCell, CalendarRow, CalendarView, Tone};
+
+    #[test]
+    fn the_grid_links_free_cells_ahead_and_escapes_what_it_writes() {
+        let cell = |free, tone| CalendarCell { free, tone };
+        let view = CalendarView {
+            view: "day".into(),
+            title: String::new(),
+            prev_href: String::new(),
+            next_href: String::new(),
+            today_href: String::new(),
+            columns: vec!["Wed 2 06h".into(), "Wed 2 12h".into(), "Wed 2 18h".into()],
+            starts: vec![String::new(), "2026-12-02T12:00".into(), "2026-12-02T18:00".into()],
+            rows: vec![CalendarRow {
+                model: "H100-80GB".into(),
+                label: "<b>\"A&B\"</b>".into(),
+                capacity: 8,
+                launch: "/launch/training?size=a&b".into(),
+                max_hours: 24,
+                cells: vec![cell(0, Tone::Past), cell(8, Tone::Plenty), cell(0, Tone::None)],
+            }],
+            bookings: Vec::new(),
+            cleaning_gap: String::new(),
+            bucket_hours: 6,
+        };
+        let html = grid_html(&view);
+        let label = "&lt;b&gt;&quot;A&amp;B&quot;&lt;/b&gt;";
+        assert!(html.starts_with(&format!("<tr data-size=\"{label}\"><th scope=\"row\"")), "{html}");
+        assert!(html.contains("\"A&amp;B\"&lt;/b&gt;<span"), "the size as text: {html}");
+        assert!(!html.contains("<b>"), "{html}");
+        // A past cell and a full one are not links; the free one is, with where it is.
+        assert!(html.contains(&format!(
+            "<td data-tone=\"past\"><span class=\"calendar-cell\" title=\"{label}: 0 of 8 free from Wed 2 06h\">0</span></td>"
+        )));
+        assert!(html.contains(&format!(
+            "<td data-tone=\"plenty\"><a href=\"/launch/training?size=a&amp;b&amp;start=2026-12-02T12:00&amp;hours=6\" \
+             class=\"calendar-cell\" aria-label=\"Book: {label}: 8 of 8 free from Wed 2 12h\" \
+             title=\"{label}: 8 of 8 free from Wed 2 12h\" draggable=\"false\" data-row=\"0\" data-col=\"1\">8</a></td>"
+        )));
+        assert!(html.contains("<td data-tone=\"none\"><span"));
+        assert_eq!(html.matches("<a ").count(), 1);
+        assert!(html.ends_with("</tr>"));
     }
 }
