@@ -264,7 +264,7 @@ pub struct JobLogsView {
 /// The availability calendar: a heatmap of free capacity per size over time, with the
 /// caller's own bookings drawn on the same columns. Hundreds of cells are sent with the
 /// page for hydration, so a cell carries only its count and tone: its link and title are
-/// made from its row and column when it is drawn (`CalendarView::cell_href`, `cell_title`).
+/// made from its row and column when it is drawn (`pages/calendar.rs`, `grid_html`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CalendarView {
     /// `day`, `week` or `month`.
@@ -290,22 +290,13 @@ impl CalendarView {
     /// The launch form for `row`'s size from the start of `first` for `columns` columns
     /// (at most as many hours as the offering allows).
     pub fn launch_href(&self, row: &CalendarRow, first: usize, columns: usize) -> String {
-        let hours = (u32::try_from(columns).unwrap_or(1).saturating_mul(self.bucket_hours)).clamp(1, row.max_hours);
         let start = self.starts.get(first).map(String::as_str).unwrap_or_default();
-        format!("{}&start={start}&hours={hours}", row.launch)
+        format!("{}&start={start}&hours={}", row.launch, self.hours(row, columns))
     }
 
-    /// A cell's link: the launch form for its size and column; `None` when the column is
-    /// over or full.
-    pub fn cell_href(&self, row: &CalendarRow, column: usize) -> Option<String> {
-        row.cells.get(column).filter(|c| c.tone.bookable()).map(|_| self.launch_href(row, column, 1))
-    }
-
-    /// "H100 slice 1g.10gb: 112 of 224 free from Mon 30 00h".
-    pub fn cell_title(&self, row: &CalendarRow, column: usize) -> String {
-        let free = row.cells.get(column).map_or(0, |c| c.free);
-        let from = self.columns.get(column).map(String::as_str).unwrap_or_default();
-        format!("{}: {free} of {} free from {from}", row.label, row.capacity)
+    /// How long a booking of `columns` columns of `row` is, in hours.
+    pub fn hours(&self, row: &CalendarRow, columns: usize) -> u32 {
+        (u32::try_from(columns).unwrap_or(1).saturating_mul(self.bucket_hours)).clamp(1, row.max_hours)
     }
 }
 

@@ -3,15 +3,7 @@
 
 /// "2026-11-22 18:41 UTC"
 pub fn utc(ms: i64) -> String {
-    use chrono::{Datelike, Timelike};
-    let Some(t) = chrono::DateTime::from_timestamp_millis(ms) else { return String::new() };
-    // Written out rather than through `format`, which parses its pattern on every call: a
-    // fleet chart writes a few hundred of these per page. Years past four digits are
-    // left to `format`, which signs them.
-    if !(0..=9999).contains(&t.year()) {
-        return t.format("%Y-%m-%d %H:%M UTC").to_string();
-    }
-    format!("{:04}-{:02}-{:02} {:02}:{:02} UTC", t.year(), t.month(), t.day(), t.hour(), t.minute())
+    minute(ms, ' ', " UTC", "%Y-%m-%d %H:%M UTC")
 }
 
 /// "2026-11-22 18:41:07 UTC", for logs where the minute is not precise enough.
@@ -23,13 +15,27 @@ pub fn utc_seconds(ms: i64) -> String {
 
 /// "2026-11-22T18:41": a time in a link's query (`?start=`), read as UTC.
 pub fn input_value(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%dT%H:%M").to_string()).unwrap_or_default()
+    minute(ms, 'T', "", "%Y-%m-%dT%H:%M")
 }
 
 /// "2026-11-22 18:41": a time field's value, in the one format every page shows times in
 /// (see `components::form::UTC_TIME_PATTERN`).
 pub fn field_value(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).map(|t| t.format("%Y-%m-%d %H:%M").to_string()).unwrap_or_default()
+    minute(ms, ' ', "", "%Y-%m-%d %H:%M")
+}
+
+/// The date and minute of `ms`, `between` them and `after`, as chrono writes `pattern`;
+/// empty out of chrono's range. Written out rather than through `format`, which parses its
+/// pattern on every call: a fleet chart writes a few hundred of these per page and the
+/// calendar one per column. Years past four digits are left to `format`, which signs them.
+fn minute(ms: i64, between: char, after: &str, pattern: &str) -> String {
+    use chrono::{Datelike, Timelike};
+    let Some(t) = chrono::DateTime::from_timestamp_millis(ms) else { return String::new() };
+    if !(0..=9999).contains(&t.year()) {
+        return t.format(pattern).to_string();
+    }
+    let (y, mo, d, h, mi) = (t.year(), t.month(), t.day(), t.hour(), t.minute());
+    format!("{y:04}-{mo:02}-{d:02}{between}{h:02}:{mi:02}{after}")
 }
 
 /// "2026-11-22"
@@ -71,7 +77,7 @@ mod tests {
     }
 
     #[test]
-    fn utc_writes_what_chrono_formats() {
+    fn minutes_are_written_as_chrono_formats_them() {
         let day = 86_400_000_i64;
         for ms in [0, 1, 59_999, 60_000, day - 1, 1_764_000_000_000, 253_402_300_799_999, -1, -day * 800_000]
             .into_iter()
@@ -81,7 +87,13 @@ mod tests {
                 chrono::DateTime::from_timestamp_millis(ms).unwrap().format("%Y-%m-%d %H:%M UTC").to_string();
             assert_eq!(utc(ms), expected, "{ms}");
         }
+        for ms in [0, 1_764_000_000_000, -1, -day * 800_000].into_iter().chain((0..400).map(|i| i * 7_919 * day / 13)) {
+            let t = chrono::DateTime::from_timestamp_millis(ms).unwrap();
+            assert_eq!(input_value(ms), t.format("%Y-%m-%dT%H:%M").to_string(), "{ms}");
+            assert_eq!(field_value(ms), t.format("%Y-%m-%d %H:%M").to_string(), "{ms}");
+        }
         assert_eq!(utc(253_402_300_800_000), "+10000-01-01 00:00 UTC");
+        assert_eq!(input_value(253_402_300_800_000), "+10000-01-01T00:00");
         assert_eq!(utc(i64::MAX), "");
     }
 

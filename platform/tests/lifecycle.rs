@@ -173,7 +173,13 @@ async fn someone_elses_environment_is_not_found(pool: SqlitePool) {
     assert!(matches!(berth.platform.environment_of(&eve, &env.id).await, Err(Error::NotFound)));
     assert!(matches!(berth.platform.stop(&eve, &env.id).await, Err(Error::NotFound)));
     assert!(matches!(berth.platform.environment_of(&eve, "no-such-id").await, Err(Error::NotFound)));
-    assert!(berth.platform.environments_of_owner(&eve).await.expect("list").is_empty());
+    assert!(berth.platform.environments_of_owner_between(&eve, 0, i64::MAX).await.expect("list").is_empty());
+    let owner = &berth.caller;
+    let mine = berth.platform.environments_of_owner_between(owner, 0, i64::MAX).await.expect("list");
+    assert_eq!(mine.iter().map(|e| e.id.as_str()).collect::<Vec<_>>(), [env.id.as_str()]);
+    let (starts, ends) = (env.starts_at, env.ends_at);
+    assert!(berth.platform.environments_of_owner_between(owner, ends, ends + 1).await.expect("after").is_empty());
+    assert!(berth.platform.environments_of_owner_between(owner, 0, starts).await.expect("before").is_empty());
 }
 
 /// The reconciler is killed after each step in turn; a fresh one always converges, and

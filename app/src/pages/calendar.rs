@@ -199,47 +199,48 @@ fn Calendar(view: CalendarView) -> impl IntoView {
 }
 
 /// The calendar's rows as HTML: a header cell with the size, then a cell per column, a
-/// link to book it when it is free and ahead. Written as one string because the calendar
-/// has hundreds of cells, and as views (each with its handlers, made and then converted
-/// for the page's suspense) they were most of the time the page took to draw. Every value
-/// is escaped here as Leptos escapes a view's. A cell's look comes from `calendar-cell`
-/// and its `data-tone` (style/main.css), and its `<td>` has no class (Tailwind's base
-/// styles already take a cell's padding away).
+/// link to book it (`CalendarView::launch_href` for that column) when it is free and ahead,
+/// titled "H100 slice 1g.10gb: 112 of 224 free from Mon 30 00h". Written as one string
+/// because the calendar has hundreds of cells, and as views (each with its handlers, made
+/// and then converted for the page's suspense) they were most of the time the page took to
+/// draw. What a row's or a column's cells share is escaped once, as Leptos escapes a
+/// view's values; the rest are numbers. A cell's look comes from `calendar-cell` and its
+/// `data-tone` (style/main.css), and its `<td>` has no class (Tailwind's base styles
+/// already take a cell's padding away).
 fn grid_html(view: &CalendarView) -> String {
-    use html_escape::{encode_double_quoted_attribute_to_string as attr, encode_text_to_string as text};
     use std::fmt::Write;
 
+    let escape = |s: &str| html_escape::encode_double_quoted_attribute(s).into_owned();
+    let columns: Vec<String> = view.columns.iter().map(|c| escape(c)).collect();
+    let starts: Vec<String> = view.starts.iter().map(|s| escape(s)).collect();
     let mut html = String::with_capacity(view.rows.len() * view.columns.len() * 320);
     for (r, row) in view.rows.iter().enumerate() {
-        html.push_str("<tr data-size=\"");
-        attr(&row.label, &mut html);
-        html.push_str("\"><th scope=\"row\" class=\"whitespace-nowrap pr-3 text-left font-medium text-slate-800\">");
-        text(&row.label, &mut html);
+        let (label, launch, capacity) = (escape(&row.label), escape(&row.launch), row.capacity);
+        let hours = view.hours(row, 1);
         let _ = write!(
             html,
-            "<span class=\"block text-[11px] font-normal text-slate-600\">{} at most</span></th>",
-            row.capacity
+            "<tr data-size=\"{label}\"><th scope=\"row\" class=\"whitespace-nowrap pr-3 text-left font-medium text-slate-800\">\
+             {label}<span class=\"block text-[11px] font-normal text-slate-600\">{capacity} at most</span></th>"
         );
         for (c, cell) in row.cells.iter().enumerate() {
-            let title = view.cell_title(row, c);
-            let _ = write!(html, "<td data-tone=\"{}\">", cell.tone.as_str());
-            match view.cell_href(row, c) {
-                None => {
-                    html.push_str("<span class=\"calendar-cell\" title=\"");
-                    attr(&title, &mut html);
-                    let _ = write!(html, "\">{}</span></td>", cell.free);
-                }
-                Some(href) => {
-                    html.push_str("<a href=\"");
-                    attr(&href, &mut html);
-                    html.push_str("\" class=\"calendar-cell\" aria-label=\"Book: ");
-                    attr(&title, &mut html);
-                    html.push_str("\" title=\"");
-                    attr(&title, &mut html);
-                    let _ =
-                        write!(html, "\" draggable=\"false\" data-row=\"{r}\" data-col=\"{c}\">{}</a></td>", cell.free);
-                }
-            }
+            let (tone, free) = (cell.tone.as_str(), cell.free);
+            let from = columns.get(c).map_or("", String::as_str);
+            let _ = if cell.tone.bookable() {
+                let start = starts.get(c).map_or("", String::as_str);
+                write!(
+                    html,
+                    "<td data-tone=\"{tone}\"><a href=\"{launch}&amp;start={start}&amp;hours={hours}\" class=\"calendar-cell\" \
+                     aria-label=\"Book: {label}: {free} of {capacity} free from {from}\" \
+                     title=\"{label}: {free} of {capacity} free from {from}\" draggable=\"false\" \
+                     data-row=\"{r}\" data-col=\"{c}\">{free}</a></td>"
+                )
+            } else {
+                write!(
+                    html,
+                    "<td data-tone=\"{tone}\"><span class=\"calendar-cell\" \
+                     title=\"{label}: {free} of {capacity} free from {from}\">{free}</span></td>"
+                )
+            };
         }
         html.push_str("</tr>");
     }
@@ -321,17 +322,23 @@ mod tests {
         let html = grid_html(&view);
         let label = "&lt;b&gt;&quot;A&amp;B&quot;&lt;/b&gt;";
         assert!(html.starts_with(&format!("<tr data-size=\"{label}\"><th scope=\"row\"")), "{html}");
-        assert!(html.contains("\"A&amp;B\"&lt;/b&gt;<span"), "the size as text: {html}");
+        assert!(html.contains(&format!("\">{label}<span")), "the size as text: {html}");
         assert!(!html.contains("<b>"), "{html}");
-        // A past cell and a full one are not links; the free one is, with where it is.
+        // A past cell and a full one are not links; the free one is, with where it is, to
+        // the launch form the dragging handlers open for one cell.
         assert!(html.contains(&format!(
             "<td data-tone=\"past\"><span class=\"calendar-cell\" title=\"{label}: 0 of 8 free from Wed 2 06h\">0</span></td>"
         )));
-        assert!(html.contains(&format!(
-            "<td data-tone=\"plenty\"><a href=\"/launch/training?size=a&amp;b&amp;start=2026-12-02T12:00&amp;hours=6\" \
-             class=\"calendar-cell\" aria-label=\"Book: {label}: 8 of 8 free from Wed 2 12h\" \
+        let href = html_escape::encode_double_quoted_attribute(&view.launch_href(&view.rows[0], 1, 1)).into_owned();
+        assert_eq!(href, "/launch/training?size=a&amp;b&amp;start=2026-12-02T12:00&amp;hours=6");
+        assert!(
+            html.contains(&format!(
+                "<td data-tone=\"plenty\"><a href=\"{href}\" class=\"calendar-cell\" \
+             aria-label=\"Book: {label}: 8 of 8 free from Wed 2 12h\" \
              title=\"{label}: 8 of 8 free from Wed 2 12h\" draggable=\"false\" data-row=\"0\" data-col=\"1\">8</a></td>"
-        )));
+            )),
+            "{html}"
+        );
         assert!(html.contains("<td data-tone=\"none\"><span"));
         assert_eq!(html.matches("<a ").count(), 1);
         assert!(html.ends_with("</tr>"));

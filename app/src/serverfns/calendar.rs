@@ -15,7 +15,8 @@ pub async fn calendar(view: String, from: String) -> Result<CalendarView, AppErr
     let (bucket_ms, buckets) = span.buckets();
     // Counted as the caller could book: a hard tenant's users see nodes free of others.
     let availability = platform.calendar(&caller, from, bucket_ms, buckets).await.map_err(fail)?;
-    let mine = platform.environments_of_owner(&caller).await.map_err(fail)?;
+    let mine =
+        platform.environments_of_owner_between(&caller, from, from + bucket_ms * buckets as i64).await.map_err(fail)?;
     let gap = platform.policy().cleaning_gap_ms;
     Ok(build::calendar(span, from, now, &availability, &mine, gap))
 }
@@ -220,8 +221,8 @@ mod build {
 
         use super::*;
 
-        /// The links and titles a cell shows are made from its row and column when drawn;
-        /// they must read as they did when each cell carried its own.
+        /// The links a cell shows are made from its row and column when drawn; they must
+        /// read as they did when each cell carried its own.
         #[test]
         fn cells_link_to_the_launch_form_of_their_size_and_hour() {
             let size = Offering::Notebook.size("h100-1g.10gb").expect("size");
@@ -238,15 +239,15 @@ mod build {
             let row = &view.rows[0];
             let tones: Vec<&str> = row.cells[..6].iter().map(|c| c.tone.as_str()).collect();
             assert_eq!(tones, ["past", "past", "plenty", "none", "low", "plenty"]);
-            assert_eq!(view.cell_href(row, 1), None, "an hour gone by");
-            assert_eq!(view.cell_href(row, 3), None, "nothing free");
-            // The hour under way books from now: the form's start stays empty.
-            assert_eq!(view.cell_href(row, 2).as_deref(), Some("/launch/notebook?size=h100-1g.10gb&start=&hours=1"));
+            // Only free cells ahead are links (`pages/calendar.rs`); the hour under way
+            // books from now: the form's start stays empty.
+            assert!(!row.cells[1].tone.bookable() && !row.cells[3].tone.bookable());
+            assert_eq!(view.launch_href(row, 2, 1), "/launch/notebook?size=h100-1g.10gb&start=&hours=1");
             assert_eq!(
-                view.cell_href(row, 4).as_deref(),
-                Some("/launch/notebook?size=h100-1g.10gb&start=2026-11-27T04:00&hours=1")
+                view.launch_href(row, 4, 1),
+                "/launch/notebook?size=h100-1g.10gb&start=2026-11-27T04:00&hours=1"
             );
-            assert_eq!(view.cell_title(row, 4), format!("{}: 1 of 8 free from 04:00", size.label));
+            assert_eq!(view.columns[4], "04:00");
             // Column labels of each span: 2026-11-27 is a Friday.
             assert_eq!(column_label(Span::Week, from + 6 * HOUR_MS), "Fri 27 06h");
             assert_eq!(column_label(Span::Month, from + 3 * DAY_MS), "Mon 30");

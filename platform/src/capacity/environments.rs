@@ -685,13 +685,24 @@ impl Platform {
         self.environment_of(caller, id).await
     }
 
-    /// The caller's own environments, newest first.
-    pub async fn environments_of_owner(&self, caller: &Caller) -> Result<Vec<Environment>, Error> {
+    /// The caller's own environments not over (released or failed) whose window meets
+    /// `from..to`, by start: what the calendar draws beside free capacity. Only those, not
+    /// the caller's latest, so a long history costs the calendar nothing and hides nothing.
+    pub async fn environments_of_owner_between(
+        &self,
+        caller: &Caller,
+        from: i64,
+        to: i64,
+    ) -> Result<Vec<Environment>, Error> {
         self.authorize_in_tenant(caller, Action::EnvironmentRead).await?;
         let rows = sqlx::query(&format!(
-            "SELECT {ENVIRONMENT_COLUMNS} FROM environments WHERE owner_id = ? ORDER BY created_at DESC, id LIMIT 200"
+            "SELECT {ENVIRONMENT_COLUMNS} FROM environments
+             WHERE owner_id = ? AND state NOT IN ('released', 'failed') AND starts_at < ? AND ends_at > ?
+             ORDER BY starts_at, id"
         ))
         .bind(caller.user_id())
+        .bind(to)
+        .bind(from)
         .fetch_all(&self.db)
         .await?;
         rows.iter().map(environment_from_row).collect()
