@@ -180,7 +180,21 @@ pub fn capitalize(s: &str) -> String {
 /// A coloured pill for an environment state.
 #[component]
 pub fn StateBadge(state: String, label: String) -> impl IntoView {
-    let (tone, dot) = match state.as_str() {
+    let (tone, dot) = state_colours(&state);
+    view! {
+        <span
+            data-state=state
+            class=format!("inline-flex items-center gap-1.5 rounded-full px-2.5 py-0.5 text-xs font-medium ring-1 ring-inset {tone}")
+        >
+            <span class=format!("h-1.5 w-1.5 rounded-full {dot}")></span>
+            {label}
+        </span>
+    }
+}
+
+/// A state pill's classes: its colours, and its dot's.
+pub fn state_colours(state: &str) -> (&'static str, &'static str) {
+    match state {
         "requested" => ("bg-slate-100 text-slate-700 ring-slate-300", "bg-slate-400"),
         "scheduled" => ("bg-indigo-50 text-indigo-800 ring-indigo-300", "bg-indigo-400"),
         "provisioning" => ("bg-amber-50 text-amber-800 ring-amber-300", "bg-amber-500 animate-pulse"),
@@ -192,15 +206,6 @@ pub fn StateBadge(state: String, label: String) -> impl IntoView {
         "testing" | "in_repair" => ("bg-amber-50 text-amber-800 ring-amber-300", "bg-amber-500"),
         "draining" => ("bg-orange-50 text-orange-800 ring-orange-300", "bg-orange-500"),
         _ => ("bg-slate-50 text-slate-600 ring-slate-200", "bg-slate-300"),
-    };
-    view! {
-        <span
-            data-state=state
-            class=format!("inline-flex items-center gap-1.5 rounded-full px-2.5 py-0.5 text-xs font-medium ring-1 ring-inset {tone}")
-        >
-            <span class=format!("h-1.5 w-1.5 rounded-full {dot}")></span>
-            {label}
-        </span>
     }
 }
 

@@ -5,7 +5,7 @@ use leptos_router::hooks::use_query_map;
 use crate::components::form::SMALL_BUTTON;
 use crate::components::table::CELL;
 use crate::components::{
-    CARD, ConfirmButton, CopyButton, ErrorAlert, Field, FieldsOf, RequireUser, SavedNotice, StateBadge, Table,
+    CARD, ConfirmButton, CopyButton, ErrorAlert, Field, FieldsOf, RequireUser, SavedNotice, Table, state_colours,
 };
 use crate::model::{Bar, FleetGpu, FleetNode, FleetPageView, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
 use crate::serverfns::{
@@ -185,7 +185,7 @@ fn Fleet(
                         {columns.into_iter().map(|c| view! { <div class="border-l border-slate-200 pl-1">{c}</div> }).collect_view()}
                     </div>
                 </div>
-                {nodes.into_iter().map(|node| view! { <NodeRows node/> }).collect_view()}
+                <div inner_html=rows_html(&nodes)></div>
             </div>
             <p class="mt-3 flex flex-wrap gap-4 text-xs text-slate-600">
                 <span class="inline-flex items-center gap-1.5"><span class="inline-block h-3 w-3 rounded bg-emerald-700"></span>"running"</span>
@@ -313,68 +313,178 @@ fn NodePager(pager: FleetPager) -> impl IntoView {
     }
 }
 
-#[component]
-fn NodeRows(node: FleetNode) -> impl IntoView {
-    let FleetNode { name, site, model, fabric, maintenance, gpus, state, state_label, state_note, href } = node;
-    // A window over the whole node shows on each of its GPUs' rows too, unlabelled.
-    let on_gpus: Vec<Bar> = maintenance.iter().map(|bar| Bar { label: String::new(), ..bar.clone() }).collect();
-    let data_node = name.clone();
-    view! {
-        <div class="mt-3 flex items-center" data-node=data_node>
-            <div class="w-44 shrink-0 pr-2">
-                <p class="text-sm font-semibold text-slate-900">
-                    <a href=href class="hover:text-indigo-600">{name}</a>
-                </p>
-                <p class="text-[11px] text-slate-600">{site} " · " {model}</p>
-                <p class="mt-0.5" title=state_note.clone() data-node-state=state.clone()>
-                    <StateBadge state=state.clone() label=state_label/>
-                </p>
-                {(!state_note.is_empty() && state != "available").then(|| view! {
-                    <p class="text-[11px] text-slate-600" data-node-state-note="">{state_note}</p>
-                })}
-                {(!fabric.is_empty()).then(|| view! { <p class="text-[11px] text-slate-600" data-fabric="">{fabric}</p> })}
-            </div>
-            <div class="fleet-track relative h-5 flex-1 rounded bg-slate-50">
-                {maintenance.into_iter().map(|bar| view! { <BarView bar/> }).collect_view()}
-            </div>
-        </div>
-        {gpus.into_iter().map(|gpu| {
-            let FleetGpu { label, health, health_note, bars, busy } = gpu;
+/// The chart's rows as HTML: for each node a row (its name, site and model, state, fabric
+/// and maintenance), then a row per GPU (its health, how busy it is, and its bars). One
+/// string, as the calendar's cells are: the chart has a row per GPU of the page, and drawn
+/// as views they were most of the time the page took. Every text is escaped as Leptos
+/// escapes a view's. The rows and bars look as `.fleet-track`, `.fleet-gpu` and
+/// `.fleet-bar` say (style/main.css).
+fn rows_html(nodes: &[FleetNode]) -> String {
+    use std::fmt::Write;
+
+    let mut html = String::with_capacity(nodes.iter().map(|n| 600 + n.gpus.len() * 400).sum());
+    for node in nodes {
+        let FleetNode { name, site, model, fabric, maintenance, gpus, state, state_label, state_note, href } = node;
+        let (name, state) = (escape(name), escape(state));
+        let (tone, dot) = state_colours(&state);
+        let _ = write!(
+            html,
+            "<div class=\"mt-3 flex items-center\" data-node=\"{name}\"><div class=\"w-44 shrink-0 pr-2\">\
+             <p class=\"text-sm font-semibold text-slate-900\"><a href=\"{}\" class=\"hover:text-indigo-600\">{name}</a></p>\
+             <p class=\"text-[11px] text-slate-600\">{} · {}</p>\
+             <p class=\"mt-0.5\"{} data-node-state=\"{state}\"><span data-state=\"{state}\" \
+             class=\"inline-flex items-center gap-1.5 rounded-full px-2.5 py-0.5 text-xs font-medium ring-1 ring-inset {tone}\">\
+             <span class=\"h-1.5 w-1.5 rounded-full {dot}\"></span>{}</span></p>",
+            escape(href),
+            escape(site),
+            escape(model),
+            title(state_note),
+            escape(state_label),
+        );
+        if !state_note.is_empty() && state != "available" {
+            let _ = write!(
+                html,
+                "<p class=\"text-[11px] text-slate-600\" data-node-state-note=\"\">{}</p>",
+                escape(state_note)
+            );
+        }
+        if !fabric.is_empty() {
+            let _ = write!(html, "<p class=\"text-[11px] text-slate-600\" data-fabric=\"\">{}</p>", escape(fabric));
+        }
+        html.push_str("</div><div class=\"fleet-track relative h-5 flex-1 rounded bg-slate-50\">");
+        for bar in maintenance {
+            bar_html(&mut html, bar, &bar.label);
+        }
+        html.push_str("</div></div>");
+        for FleetGpu { label, health, health_note, bars, busy } in gpus {
+            let _ = write!(
+                html,
+                "<div class=\"flex items-center\"><div class=\"fleet-gpu-label\" data-gpu-health=\"{}\"{}>{}",
+                escape(health),
+                title(health_note),
+                escape(label)
+            );
             let badge = match health.as_str() {
                 "healthy" => None,
                 "failed" => Some("ml-1 rounded px-1 font-medium bg-red-100 text-red-800"),
                 _ => Some("ml-1 rounded px-1 font-medium bg-amber-100 text-amber-800"),
             };
-            let data_health = health.clone();
-            view! {
-                <div class="flex items-center">
-                    <div class="fleet-gpu-label" data-gpu-health=data_health title=health_note>
-                        {label}
-                        {badge.map(|class| view! { <span class=class>{health}</span> })}
-                        {busy.map(|busy| view! {
-                            <span class="ml-1 rounded bg-slate-100 px-1 font-medium text-slate-800" data-gpu-busy=""
-                                title="Utilization over the last minute of readings">{busy}</span>
-                        })}
-                    </div>
-                    <div class="fleet-track fleet-gpu">
-                        {on_gpus.iter().cloned().map(|bar| view! { <BarView bar/> }).collect_view()}
-                        {bars.into_iter().map(|bar| view! { <BarView bar/> }).collect_view()}
-                    </div>
-                </div>
+            if let Some(class) = badge {
+                let _ = write!(html, "<span class=\"{class}\">{}</span>", escape(health));
             }
-        }).collect_view()}
+            if let Some(busy) = busy {
+                let _ = write!(
+                    html,
+                    "<span class=\"ml-1 rounded bg-slate-100 px-1 font-medium text-slate-800\" data-gpu-busy=\"\" \
+                     title=\"Utilization over the last minute of readings\">{}</span>",
+                    escape(busy)
+                );
+            }
+            html.push_str("</div><div class=\"fleet-track fleet-gpu\">");
+            // A window over the whole node shows on each of its GPUs' rows too, unlabelled.
+            for bar in maintenance {
+                bar_html(&mut html, bar, "");
+            }
+            for bar in bars {
+                bar_html(&mut html, bar, &bar.label);
+            }
+            html.push_str("</div></div>");
+        }
     }
+    html
 }
 
-/// A booking or maintenance window on the chart: its colour comes from `data-bar`
-/// (`.fleet-bar` in style/main.css), its place from its own style.
-#[component]
-fn BarView(bar: Bar) -> impl IntoView {
-    let Bar { left, width, top, height, label, title, href, tone } = bar;
-    let style = format!("left: {left:.3}%; width: {width:.3}%; top: {top:.1}%; height: {height:.1}%;");
-    if href.is_empty() {
-        view! { <span class="fleet-bar" style=style title=title data-bar=tone>{label}</span> }.into_any()
-    } else {
-        view! { <a href=href class="fleet-bar" style=style title=title data-bar=tone>{label}</a> }.into_any()
+/// A booking or maintenance window on the chart, with `label` written in it: its colour
+/// comes from `data-bar`, its place from its own style, in thousandths of a percent as the
+/// chart rounds them.
+fn bar_html(html: &mut String, bar: &Bar, label: &str) {
+    use std::fmt::Write;
+
+    let Bar { left, width, top, height, title, href, tone, .. } = bar;
+    let (tag, href) =
+        if href.is_empty() { ("span", String::new()) } else { ("a", format!(" href=\"{}\"", escape(href))) };
+    let _ = write!(
+        html,
+        "<{tag}{href} class=\"fleet-bar\" style=\"left: {left:.3}%; width: {width:.3}%; top: {top:.1}%; height: {height:.1}%;\" \
+         title=\"{}\" data-bar=\"{}\">{}</{tag}>",
+        escape(title),
+        escape(tone),
+        escape(label)
+    );
+}
+
+/// ` title="…"`, or nothing for an empty one.
+fn title(text: &str) -> String {
+    if text.is_empty() { String::new() } else { format!(" title=\"{}\"", escape(text)) }
+}
+
+/// `text` as an attribute's value or an element's text.
+fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+    html_escape::encode_double_quoted_attribute(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rows_html;
+    use crate::model::{Bar, FleetGpu, FleetNode};
+
+    #[test]
+    fn the_chart_writes_each_node_then_its_gpus_escaped() {
+        let bar = |label: &str, href: &str, tone: &str| Bar {
+            left: 12.5,
+            width: 0.4,
+            top: 0.0,
+            height: 100.0,
+            label: label.into(),
+            title: format!("{label} <title>"),
+            href: href.into(),
+            tone: tone.into(),
+        };
+        let gpu = |label: &str, health: &str, note: &str, busy: Option<&str>, bars| FleetGpu {
+            label: label.into(),
+            health: health.into(),
+            health_note: note.into(),
+            bars,
+            busy: busy.map(Into::into),
+        };
+        let node = FleetNode {
+            name: "fra1-h100-01".into(),
+            site: "fra-1".into(),
+            model: "H100-80GB".into(),
+            fabric: "IB fra1-h100-su01".into(),
+            maintenance: vec![bar("maintenance: firmware", "", "maintenance")],
+            gpus: vec![
+                gpu("GPU 0", "healthy", "", Some("73% busy"), vec![bar("run & \"go\"", "/environments/e1", "running")]),
+                gpu("GPU 1 · MIG", "failed", "XID 79", None, Vec::new()),
+            ],
+            state: "in_repair".into(),
+            state_label: "In repair (tier 2)".into(),
+            state_note: "fans <loud> · admin@example.com".into(),
+            href: "/admin/nodes/fra1-h100-01".into(),
+        };
+        let html = rows_html(&[node]);
+        assert!(html.starts_with("<div class=\"mt-3 flex items-center\" data-node=\"fra1-h100-01\">"), "{html}");
+        assert!(html.contains(
+            "<p class=\"mt-0.5\" title=\"fans &lt;loud&gt; · admin@example.com\" data-node-state=\"in_repair\"><span data-state=\"in_repair\""
+        ));
+        assert!(html.contains("data-node-state-note=\"\">fans &lt;loud&gt; · admin@example.com</p>"));
+        assert!(html.contains("data-fabric=\"\">IB fra1-h100-su01</p>"));
+        // The node's maintenance is labelled on its own row, and drawn unlabelled on each GPU's.
+        assert_eq!(html.matches("data-bar=\"maintenance\">maintenance: firmware</span>").count(), 1);
+        assert_eq!(html.matches("data-bar=\"maintenance\"></span>").count(), 2);
+        // A healthy GPU has no badge and no title; a failed one both.
+        assert!(html.contains("<div class=\"fleet-gpu-label\" data-gpu-health=\"healthy\">GPU 0<span"));
+        assert!(
+            html.contains("data-gpu-busy=\"\" title=\"Utilization over the last minute of readings\">73% busy</span>")
+        );
+        assert!(html.contains(
+            "<div class=\"fleet-gpu-label\" data-gpu-health=\"failed\" title=\"XID 79\">GPU 1 · MIG<span class=\"ml-1 rounded px-1 font-medium bg-red-100 text-red-800\">failed</span></div>"
+        ));
+        assert!(html.contains(
+            "<a href=\"/environments/e1\" class=\"fleet-bar\" style=\"left: 12.500%; width: 0.400%; top: 0.0%; height: 100.0%;\" \
+             title=\"run &amp; &quot;go&quot; &lt;title&gt;\" data-bar=\"running\">run &amp; &quot;go&quot;</a>"
+        ));
+        assert!(!html.contains("<title>") && !html.contains("<loud>"));
+        assert_eq!(html.matches("<div").count(), html.matches("</div>").count());
     }
 }

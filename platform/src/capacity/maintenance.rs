@@ -411,9 +411,10 @@ pub(crate) async fn schedule_of(
         });
     }
     let mut gpu_at: HashMap<i64, (usize, usize)> = HashMap::new();
+    // By node, then index: the order of the (node, index) key, so SQLite sorts nothing.
     let rows = sqlx::query(
         "SELECT g.node_id, g.id, g.idx, g.mig_enabled, g.health, g.health_note, g.ib_rail, g.time_slices FROM gpus g
-         WHERE g.node_id IN (SELECT value FROM json_each(?)) AND g.in_service = 1 ORDER BY g.idx",
+         WHERE g.node_id IN (SELECT value FROM json_each(?)) AND g.in_service = 1 ORDER BY g.node_id, g.idx",
     )
     .bind(&node_ids)
     .fetch_all(&mut *conn)
