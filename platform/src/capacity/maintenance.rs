@@ -376,30 +376,94 @@ pub(crate) async fn schedule_of(
     let now = now_ms();
     let NodePage { node_ids, page, pages, total_nodes, sites, node_names } = page;
     let node_ids = serde_json::to_string(&node_ids).map_err(Error::internal)?;
-    // Nodes and their GPUs in two reads rather than one joined: a joined row would repeat
-    // the node's dozen columns for each of its GPUs, and every value read is copied.
-    let mut nodes = Vec::new();
-    let mut node_at: HashMap<i64, usize> = HashMap::new();
+    // One row per node, its GPUs and what is booked on them in two JSON arrays, rather than
+    // a row per GPU and per booking: sqlx hands each row over from its worker thread as a
+    // message of its own and copies every value, and the chart is read on every view.
     let rows = sqlx::query(
         "SELECT n.id, s.name, n.name, n.gpu_model, CASE WHEN n.nvlink_domain != n.name THEN n.nvlink_domain END,
-                n.ib_unit, n.state, n.repair_tier, c.reason, cu.email, c.changed_at, n.agent_seen_at, n.agent_version
+                n.ib_unit, n.state, n.repair_tier, c.reason, cu.email, c.changed_at, n.agent_seen_at, n.agent_version,
+                (SELECT json_group_array(json_array(g.id, g.idx, g.mig_enabled, g.health, g.health_note, g.ib_rail,
+                                                    g.time_slices) ORDER BY g.idx)
+                 FROM gpus g WHERE g.node_id = n.id AND g.in_service = 1),
+                (SELECT json_group_array(json_array(r.gpu_id, e.id, e.name, u.email, e.state, r.slice_start,
+                                                    r.slice_size, r.mig_profile, r.starts_at, max(r.ends_at, ?2), g.model)
+                                         ORDER BY r.starts_at)
+                 FROM gpus g JOIN reservations r ON r.gpu_id = g.id JOIN environments e ON e.id = r.environment_id
+                 JOIN users u ON u.id = e.owner_id
+                 WHERE g.node_id = n.id AND r.released_at IS NULL AND r.starts_at < ?4 AND max(r.ends_at, ?2) > ?3)
          FROM nodes n JOIN sites s ON s.id = n.site_id
          LEFT JOIN node_state_changes c ON c.id = (SELECT max(id) FROM node_state_changes WHERE node_id = n.id)
          LEFT JOIN users cu ON cu.id = c.changed_by
-         WHERE n.id IN (SELECT value FROM json_each(?)) ORDER BY s.name, n.name",
+         WHERE n.id IN (SELECT value FROM json_each(?1)) ORDER BY s.name, n.name",
     )
     .bind(&node_ids)
+    .bind(now)
+    .bind(from)
+    .bind(to)
     .fetch_all(&mut *conn)
     .await?;
+    // (id, index, MIG mode, health, its note, InfiniBand rail, time slices)
+    type GpuRow = (i64, i64, i64, String, Option<String>, Option<i64>, i64);
+    // (GPU, environment, its name, owner, state, slice start, slice size, MIG profile key,
+    // start, end, GPU model)
+    type BookingRow = (i64, String, String, String, String, i64, i64, Option<String>, i64, i64, String);
+    let mut nodes = Vec::with_capacity(rows.len());
+    let mut node_at: HashMap<i64, usize> = HashMap::new();
+    let mut gpu_at: HashMap<i64, (usize, usize)> = HashMap::new();
     for row in &rows {
-        node_at.insert(row.try_get(0)?, nodes.len());
+        let n = nodes.len();
+        node_at.insert(row.try_get(0)?, n);
+        let gpu_rows: Vec<GpuRow> = serde_json::from_str(row.try_get(13)?).map_err(Error::internal)?;
+        let mut gpus = Vec::with_capacity(gpu_rows.len());
+        for (id, index, mig, health, health_note, ib_rail, time_slices) in gpu_rows {
+            gpu_at.insert(id, (n, gpus.len()));
+            gpus.push(GpuSchedule {
+                index,
+                mig_capable: mig != 0,
+                ib_rail,
+                time_slices,
+                health,
+                health_note,
+                bookings: Vec::new(),
+                utilization_pct: None,
+            });
+        }
+        let bookings: Vec<BookingRow> = serde_json::from_str(row.try_get(14)?).map_err(Error::internal)?;
+        for (
+            gpu,
+            environment_id,
+            name,
+            owner_email,
+            state,
+            slice_start,
+            slice_size,
+            profile_key,
+            starts_at,
+            ends_at,
+            model,
+        ) in bookings
+        {
+            // A GPU out of service is not drawn, nor what is still booked on it.
+            let Some(&(_, i)) = gpu_at.get(&gpu) else { continue };
+            gpus[i].bookings.push(ScheduledBooking {
+                environment_id,
+                name,
+                owner_email,
+                state,
+                slice_start,
+                slice_size,
+                mig_profile: profile_key.map(|k| profile_name(&model, &k)),
+                starts_at,
+                ends_at,
+            });
+        }
         nodes.push(NodeSchedule {
             site: row.try_get(1)?,
             node: row.try_get(2)?,
             model: row.try_get(3)?,
             nvlink_domain: row.try_get(4)?,
             ib_unit: row.try_get(5)?,
-            gpus: Vec::new(),
+            gpus,
             maintenance: Vec::new(),
             state: row.try_get(6)?,
             repair_tier: row.try_get(7)?,
@@ -408,30 +472,6 @@ pub(crate) async fn schedule_of(
             state_at: row.try_get(10)?,
             agent_seen_at: row.try_get(11)?,
             agent_version: row.try_get(12)?,
-        });
-    }
-    let mut gpu_at: HashMap<i64, (usize, usize)> = HashMap::new();
-    // By node, then index: the order of the (node, index) key, so SQLite sorts nothing.
-    let rows = sqlx::query(
-        "SELECT g.node_id, g.id, g.idx, g.mig_enabled, g.health, g.health_note, g.ib_rail, g.time_slices FROM gpus g
-         WHERE g.node_id IN (SELECT value FROM json_each(?)) AND g.in_service = 1 ORDER BY g.node_id, g.idx",
-    )
-    .bind(&node_ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    for row in &rows {
-        let Some(&n) = node_at.get(&row.try_get::<i64, _>(0)?) else { continue };
-        let node = &mut nodes[n];
-        gpu_at.insert(row.try_get(1)?, (n, node.gpus.len()));
-        node.gpus.push(GpuSchedule {
-            index: row.try_get(2)?,
-            mig_capable: row.try_get(3)?,
-            ib_rail: row.try_get(6)?,
-            time_slices: row.try_get(7)?,
-            health: row.try_get(4)?,
-            health_note: row.try_get(5)?,
-            bookings: Vec::new(),
-            utilization_pct: None,
         });
     }
     // Beside what is allocated, how busy it is: each held GPU's latest minute of
@@ -459,38 +499,6 @@ pub(crate) async fn schedule_of(
         let Some(&(n, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
         let pct: Option<f64> = row.try_get(1)?;
         nodes[n].gpus[i].utilization_pct = pct.map(|pct| pct.round().clamp(0.0, 100.0) as u32);
-    }
-    let bookings = sqlx::query(
-        "SELECT r.gpu_id, e.id, e.name, u.email, e.state, r.slice_start, r.slice_size, r.mig_profile, r.starts_at,
-                    max(r.ends_at, ?1), g.model
-         FROM reservations r JOIN environments e ON e.id = r.environment_id JOIN users u ON u.id = e.owner_id
-         JOIN gpus g ON g.id = r.gpu_id
-         WHERE r.gpu_id IN (SELECT g.id FROM gpus g WHERE g.node_id IN (SELECT value FROM json_each(?4)))
-           AND r.released_at IS NULL AND r.starts_at < ?3 AND max(r.ends_at, ?1) > ?2
-         ORDER BY r.starts_at",
-    )
-    .bind(now)
-    .bind(from)
-    .bind(to)
-    .bind(&node_ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    for row in &bookings {
-        let Some(&(n, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
-        let model: String = row.try_get(10)?;
-        let profile_key: Option<String> = row.try_get(7)?;
-        let mig_profile = profile_key.map(|k| profile_name(&model, &k));
-        nodes[n].gpus[i].bookings.push(ScheduledBooking {
-            environment_id: row.try_get(1)?,
-            name: row.try_get(2)?,
-            owner_email: row.try_get(3)?,
-            state: row.try_get(4)?,
-            slice_start: row.try_get(5)?,
-            slice_size: row.try_get(6)?,
-            mig_profile,
-            starts_at: row.try_get(8)?,
-            ends_at: row.try_get(9)?,
-        });
     }
     let windows = sqlx::query(
         "SELECT m.id, m.node_id, m.starts_at, m.ends_at, m.reason, g.idx FROM maintenance_windows m
