@@ -708,7 +708,22 @@ async fn the_fleet_chart_is_read_a_page_of_nodes_at_a_time(pool: SqlitePool) {
     .expect("node");
     let page = schedule(NodeFilter { site: None, search: node.clone(), page: 1 }).await;
     let shown = page.nodes.iter().find(|n| n.node == node).expect("the node");
-    assert!(shown.gpus.iter().all(|g| g.bookings.iter().any(|b| b.name == "whole-node")));
+    assert!(shown.gpus.iter().all(|g| g.bookings.iter().any(|b| b.name == "whole-node" && b.mig_profile.is_none())));
+    // A MIG slice shows with its profile's name, on its GPU, over its window.
+    let slice = berth.launch("notebook", "h100-1g.10gb", "a-slice").await.expect("a slice");
+    let (node, index) = sqlx::query_as::<_, (String, i64)>(
+        "SELECT n.name, g.idx FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ?",
+    )
+    .bind(&slice.id)
+    .fetch_one(berth.platform.db())
+    .await
+    .expect("its GPU");
+    let page = schedule(NodeFilter { site: None, search: node.clone(), page: 1 }).await;
+    let gpu = page.nodes.iter().find(|n| n.node == node).and_then(|n| n.gpus.iter().find(|g| g.index == index));
+    let shown = gpu.and_then(|g| g.bookings.iter().find(|b| b.environment_id == slice.id)).expect("the slice");
+    assert_eq!((shown.name.as_str(), shown.mig_profile.as_deref()), ("a-slice", Some("1g.10gb")));
+    assert_eq!((shown.starts_at, shown.ends_at), (slice.starts_at, slice.ends_at));
     let agents = berth.platform.node_agents(&admin, &zrh(2)).await.expect("agents");
     assert_eq!(agents.iter().map(|a| a.node.as_str()).next(), Some("zrh1-h100-17"));
     assert_eq!(agents.len(), 16);

@@ -76,7 +76,8 @@ pub struct GpuSchedule {
     pub utilization_pct: Option<u32>,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Read by `schedule_of` from a JSON array of its fields, in this order.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
 pub struct ScheduledBooking {
     pub environment_id: String,
     pub name: String,
@@ -385,8 +386,9 @@ pub(crate) async fn schedule_of(
                 (SELECT json_group_array(json_array(g.id, g.idx, g.mig_enabled, g.health, g.health_note, g.ib_rail,
                                                     g.time_slices) ORDER BY g.idx)
                  FROM gpus g WHERE g.node_id = n.id AND g.in_service = 1),
-                (SELECT json_group_array(json_array(r.gpu_id, e.id, e.name, u.email, e.state, r.slice_start,
-                                                    r.slice_size, r.mig_profile, r.starts_at, max(r.ends_at, ?2), g.model)
+                (SELECT json_group_array(json_array(r.gpu_id, g.model,
+                                                    json_array(e.id, e.name, u.email, e.state, r.slice_start, r.slice_size,
+                                                               r.mig_profile, r.starts_at, max(r.ends_at, ?2)))
                                          ORDER BY r.starts_at)
                  FROM gpus g JOIN reservations r ON r.gpu_id = g.id JOIN environments e ON e.id = r.environment_id
                  JOIN users u ON u.id = e.owner_id
@@ -404,9 +406,8 @@ pub(crate) async fn schedule_of(
     .await?;
     // (id, index, MIG mode, health, its note, InfiniBand rail, time slices)
     type GpuRow = (i64, i64, i64, String, Option<String>, Option<i64>, i64);
-    // (GPU, environment, its name, owner, state, slice start, slice size, MIG profile key,
-    // start, end, GPU model)
-    type BookingRow = (i64, String, String, String, String, i64, i64, Option<String>, i64, i64, String);
+    // (GPU, its model, the booking with its MIG profile's key for a name)
+    type BookingRow = (i64, String, ScheduledBooking);
     let mut nodes = Vec::with_capacity(rows.len());
     let mut node_at: HashMap<i64, usize> = HashMap::new();
     let mut gpu_at: HashMap<i64, (usize, usize)> = HashMap::new();
@@ -429,33 +430,11 @@ pub(crate) async fn schedule_of(
             });
         }
         let bookings: Vec<BookingRow> = serde_json::from_str(row.try_get(14)?).map_err(Error::internal)?;
-        for (
-            gpu,
-            environment_id,
-            name,
-            owner_email,
-            state,
-            slice_start,
-            slice_size,
-            profile_key,
-            starts_at,
-            ends_at,
-            model,
-        ) in bookings
-        {
+        for (gpu, model, mut booking) in bookings {
             // A GPU out of service is not drawn, nor what is still booked on it.
             let Some(&(_, i)) = gpu_at.get(&gpu) else { continue };
-            gpus[i].bookings.push(ScheduledBooking {
-                environment_id,
-                name,
-                owner_email,
-                state,
-                slice_start,
-                slice_size,
-                mig_profile: profile_key.map(|k| profile_name(&model, &k)),
-                starts_at,
-                ends_at,
-            });
+            booking.mig_profile = booking.mig_profile.map(|key| profile_name(&model, &key));
+            gpus[i].bookings.push(booking);
         }
         nodes.push(NodeSchedule {
             site: row.try_get(1)?,
