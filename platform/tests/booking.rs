@@ -61,6 +61,18 @@ async fn book_as(
     berth.platform.launch(caller, &request).await
 }
 
+/// The node and index of the GPU `env` holds (its only one).
+async fn gpu_of(berth: &TestBerth, env: &Environment) -> (String, i64) {
+    sqlx::query_as(
+        "SELECT n.name, g.idx FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.environment_id = ?",
+    )
+    .bind(&env.id)
+    .fetch_one(berth.platform.db())
+    .await
+    .expect("its GPU")
+}
+
 async fn environments(berth: &TestBerth) -> i64 {
     sqlx::query_scalar("SELECT count(*) FROM environments").fetch_one(berth.platform.db()).await.expect("count")
 }
@@ -601,14 +613,7 @@ async fn a_gpu_marked_failed_takes_no_new_bookings(pool: SqlitePool) {
     let berth = TestBerth::new(pool).await;
     let admin = berth.admin().await;
     let running = book(&berth, "h100-1", "on-gpu", None, 2).await.expect("book");
-    let (node, index): (String, i64) = sqlx::query_as(
-        "SELECT n.name, g.idx FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
-         WHERE r.environment_id = ?",
-    )
-    .bind(&running.id)
-    .fetch_one(berth.platform.db())
-    .await
-    .expect("gpu");
+    let (node, index) = gpu_of(&berth, &running).await;
     let denied = berth.platform.set_gpu_health(&berth.caller, &node, index, "failed", "").await;
     assert!(matches!(denied, Err(Error::Forbidden)));
     let bad = berth.platform.set_gpu_health(&admin, &node, index, "broken", "").await;
@@ -711,14 +716,7 @@ async fn the_fleet_chart_is_read_a_page_of_nodes_at_a_time(pool: SqlitePool) {
     assert!(shown.gpus.iter().all(|g| g.bookings.iter().any(|b| b.name == "whole-node" && b.mig_profile.is_none())));
     // A MIG slice shows with its profile's name, on its GPU, over its window.
     let slice = berth.launch("notebook", "h100-1g.10gb", "a-slice").await.expect("a slice");
-    let (node, index) = sqlx::query_as::<_, (String, i64)>(
-        "SELECT n.name, g.idx FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
-         WHERE r.environment_id = ?",
-    )
-    .bind(&slice.id)
-    .fetch_one(berth.platform.db())
-    .await
-    .expect("its GPU");
+    let (node, index) = gpu_of(&berth, &slice).await;
     let page = schedule(NodeFilter { site: None, search: node.clone(), page: 1 }).await;
     let gpu = page.nodes.iter().find(|n| n.node == node).and_then(|n| n.gpus.iter().find(|g| g.index == index));
     let shown = gpu.and_then(|g| g.bookings.iter().find(|b| b.environment_id == slice.id)).expect("the slice");
