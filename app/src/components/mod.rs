@@ -182,14 +182,22 @@ pub fn capitalize(s: &str) -> String {
 pub fn StateBadge(state: String, label: String) -> impl IntoView {
     let (tone, dot) = state_colours(&state);
     view! {
-        <span
-            data-state=state
-            class=format!("inline-flex items-center gap-1.5 rounded-full px-2.5 py-0.5 text-xs font-medium ring-1 ring-inset {tone}")
-        >
-            <span class=format!("h-1.5 w-1.5 rounded-full {dot}")></span>
+        <span data-state=state class=format!("{STATE_PILL} {tone}")>
+            <span class=format!("{STATE_DOT} {dot}")></span>
             {label}
         </span>
     }
+}
+
+/// A state pill's shape and its dot's, before their colours (`state_colours`).
+pub const STATE_PILL: &str =
+    "inline-flex items-center gap-1.5 rounded-full px-2.5 py-0.5 text-xs font-medium ring-1 ring-inset";
+pub const STATE_DOT: &str = "h-1.5 w-1.5 rounded-full";
+
+/// `text` as an HTML attribute's value or an element's text, escaped as Leptos escapes a
+/// view's: for the pages that write hundreds of elements as one string.
+pub fn escape_html(text: &str) -> std::borrow::Cow<'_, str> {
+    html_escape::encode_double_quoted_attribute(text)
 }
 
 /// A state pill's classes: its colours, and its dot's.

@@ -4,7 +4,7 @@ use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::use_query_map;
 
-use crate::components::{ErrorAlert, RequireUser};
+use crate::components::{ErrorAlert, RequireUser, escape_html};
 use crate::model::CalendarView;
 use crate::serverfns::calendar;
 
@@ -210,7 +210,7 @@ fn Calendar(view: CalendarView) -> impl IntoView {
 fn grid_html(view: &CalendarView) -> String {
     use std::fmt::Write;
 
-    let escape = |s: &str| html_escape::encode_double_quoted_attribute(s).into_owned();
+    let escape = |s: &str| escape_html(s).into_owned();
     let columns: Vec<String> = view.columns.iter().map(|c| escape(c)).collect();
     let starts: Vec<String> = view.starts.iter().map(|s| escape(s)).collect();
     let mut html = String::with_capacity(view.rows.len() * view.columns.len() * 320);
@@ -329,7 +329,7 @@ mod tests {
         assert!(html.contains(&format!(
             "<td data-tone=\"past\"><span class=\"calendar-cell\" title=\"{label}: 0 of 8 free from Wed 2 06h\">0</span></td>"
         )));
-        let href = html_escape::encode_double_quoted_attribute(&view.launch_href(&view.rows[0], 1, 1)).into_owned();
+        let href = crate::components::escape_html(&view.launch_href(&view.rows[0], 1, 1)).into_owned();
         assert_eq!(href, "/launch/training?size=a&amp;b&amp;start=2026-12-02T12:00&amp;hours=6");
         assert!(
             html.contains(&format!(

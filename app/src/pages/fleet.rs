@@ -5,7 +5,8 @@ use leptos_router::hooks::use_query_map;
 use crate::components::form::SMALL_BUTTON;
 use crate::components::table::CELL;
 use crate::components::{
-    CARD, ConfirmButton, CopyButton, ErrorAlert, Field, FieldsOf, RequireUser, SavedNotice, Table, state_colours,
+    CARD, ConfirmButton, CopyButton, ErrorAlert, Field, FieldsOf, RequireUser, STATE_DOT, STATE_PILL, SavedNotice,
+    Table, escape_html as escape, state_colours,
 };
 use crate::model::{Bar, FleetGpu, FleetNode, FleetPageView, FleetPager, FleetView, NewNodeTokenView, NodeAgentsView};
 use crate::serverfns::{
@@ -333,8 +334,7 @@ fn rows_html(nodes: &[FleetNode]) -> String {
              <p class=\"text-sm font-semibold text-slate-900\"><a href=\"{}\" class=\"hover:text-indigo-600\">{name}</a></p>\
              <p class=\"text-[11px] text-slate-600\">{} · {}</p>\
              <p class=\"mt-0.5\"{} data-node-state=\"{state}\"><span data-state=\"{state}\" \
-             class=\"inline-flex items-center gap-1.5 rounded-full px-2.5 py-0.5 text-xs font-medium ring-1 ring-inset {tone}\">\
-             <span class=\"h-1.5 w-1.5 rounded-full {dot}\"></span>{}</span></p>",
+             class=\"{STATE_PILL} {tone}\"><span class=\"{STATE_DOT} {dot}\"></span>{}</span></p>",
             escape(href),
             escape(site),
             escape(model),
@@ -416,11 +416,6 @@ fn bar_html(html: &mut String, bar: &Bar, label: &str) {
 /// ` title="…"`, or nothing for an empty one.
 fn title(text: &str) -> String {
     if text.is_empty() { String::new() } else { format!(" title=\"{}\"", escape(text)) }
-}
-
-/// `text` as an attribute's value or an element's text.
-fn escape(text: &str) -> std::borrow::Cow<'_, str> {
-    html_escape::encode_double_quoted_attribute(text)
 }
 
 #[cfg(test)]
