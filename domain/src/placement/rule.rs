@@ -20,12 +20,16 @@
 //! memory or model for it, is unusable by it (FGD's measure); a GPU partly taken that a share
 //! fits is worth what the mix is expected to leave of it once full (FGD counts it usable
 //! outright); and free milli that the node's free CPU and memory cannot feed at the mix's
-//! appetite is unusable by any of them. The rule takes the placement that adds the least
-//! unusable milli.
+//! appetite is unusable by any of them. For a share, whether the mix comes to fill a gap at
+//! all depends on how many other gaps of its model compete for the shares still to come
+//! (the `gaps` module). The rule takes the placement that adds the least unusable milli.
 
 use std::collections::HashMap;
 
 use thiserror::Error;
+
+mod gaps;
+use gaps::Gaps;
 
 /// Milli in one GPU.
 pub const MILLI_PER_GPU: u16 = 1000;
@@ -718,9 +722,13 @@ struct Offer {
     /// Higher is better.
     score: f64,
     share_gpu: u8,
+    /// How many [`ShareWay`]s the node has, where the row keeps them, and the free milli of
+    /// `share_gpu` (a node with one way is read from here).
+    ways: u8,
+    free: u16,
 }
 
-const NO_OFFER: Offer = Offer { version: u32::MAX, score: f64::NEG_INFINITY, share_gpu: 0 };
+const NO_OFFER: Offer = Offer { version: u32::MAX, score: f64::NEG_INFINITY, share_gpu: 0, ways: 0, free: 0 };
 
 /// Remembers each node's offer per kind of demand, so that a node is scored again only after
 /// it changed: one placement changes one node, and tasks repeat a few hundred kinds.
@@ -728,23 +736,54 @@ const NO_OFFER: Offer = Offer { version: u32::MAX, score: f64::NEG_INFINITY, sha
 struct OfferMemo {
     rows: HashMap<Demand, usize>,
     offers: Vec<Offer>,
+    /// For a share placed with [`Gaps`]: every way it can go on each node, not only the best
+    /// (the gaps' part of the score changes with every placement, anywhere). Such a row has
+    /// a block of one way per GPU of the cluster, node after node (`gpu_start`), starting at
+    /// `ways_at[row]`: flat, as the rule reads them all for each share.
+    ways: Vec<ShareWay>,
+    ways_at: Vec<usize>,
+    gpu_start: Vec<usize>,
     nodes: usize,
     /// The measure of each node before any new placement, with the node version.
     before: Vec<(u32, f64)>,
 }
 
+/// A share on one GPU of a node: the GPU, its free milli before, and the measure's score.
+#[derive(Debug, Clone, Copy, Default)]
+struct ShareWay {
+    score: f64,
+    free: u16,
+    gpu: u8,
+}
+
 impl OfferMemo {
-    fn row(&mut self, cluster: &Cluster, demand: &Demand) -> usize {
+    /// The row of `demand`, made when new (with a block of ways when `keep_ways`).
+    fn row(&mut self, cluster: &Cluster, demand: &Demand, keep_ways: bool) -> usize {
         let nodes = cluster.nodes().len();
-        if self.nodes != nodes {
-            *self = OfferMemo { nodes, before: vec![(u32::MAX, 0.0); nodes], ..OfferMemo::default() };
+        if self.nodes != nodes || self.gpu_start.is_empty() {
+            let mut gpu_start = Vec::with_capacity(nodes + 1);
+            gpu_start.push(0);
+            for node in cluster.nodes() {
+                gpu_start.push(gpu_start[gpu_start.len() - 1] + node.gpu_free.len());
+            }
+            *self = OfferMemo { nodes, before: vec![(u32::MAX, 0.0); nodes], gpu_start, ..OfferMemo::default() };
         }
         let next = self.rows.len();
         let row = *self.rows.entry(*demand).or_insert(next);
         if row == next {
             self.offers.extend(std::iter::repeat_n(NO_OFFER, nodes));
+            self.ways_at.push(self.ways.len());
+            if keep_ways {
+                self.ways.resize(self.ways.len() + self.gpu_start[nodes], ShareWay::default());
+            }
         }
         row
+    }
+
+    /// Where node `node`'s ways are kept in row `row`.
+    fn ways_of(&self, row: usize, node: usize) -> std::ops::Range<usize> {
+        let at = self.ways_at[row];
+        at + self.gpu_start[node]..at + self.gpu_start[node + 1]
     }
 
     fn before(&mut self, cluster: &Cluster, mix: &TaskMix, measure: Measure, node: usize) -> f64 {
@@ -826,13 +865,17 @@ impl Score {
 /// until it is full and the node's CPU and memory in the measure. FGD counts a GPU that a share
 /// fits as usable outright; this rule counts the sliver the share would leave, as the mix goes
 /// on filling it ([`TaskMix::sliver_waste`]), so a 470 share goes where it leaves 60 rather
-/// than 210 the mix rarely fills. And a node's free GPU milli is worth only what its free CPU
-/// and memory can feed: at the workload's appetite (see [`Appetite`]) anything beyond is
-/// stranded however the next tasks are shaped, a loss FGD's one-task-ahead measure does not
-/// see. The placement chosen is the one that adds the least to [`TaskMix::unused_gpu_milli`]
-/// plus this unfed milli, compared exactly; equal outcomes go to the earliest node of `ties`,
-/// and on one node to the lowest-indexed GPU. [`Rule::fgd_as_published`] is the paper's
-/// policy, kept as the comparison the replay reports.
+/// than 210 the mix rarely fills. Whether the mix comes to fill a gap at all depends on how
+/// many other gaps of its model compete for the shares still to come: a share's placement is
+/// also charged the change in that expected cost (see the `gaps` module: the population of
+/// gaps). And a node's free GPU milli is worth only what its free CPU and memory can feed: at
+/// the workload's appetite (see [`Appetite`]) anything beyond is stranded however the next
+/// tasks are shaped, a loss FGD's one-task-ahead measure does not see. The placement chosen
+/// is the one that adds the least to [`TaskMix::unused_gpu_milli`] plus this unfed milli
+/// (plus, for a share, the gaps' extra cost), compared exactly; equal outcomes go to the one
+/// the measure without the gaps prefers, then to the earliest node of `ties`, and on one node
+/// to the lowest-indexed GPU.
+/// [`Rule::fgd_as_published`] is the paper's policy, kept as the comparison the replay reports.
 #[derive(Debug, Clone)]
 pub struct Rule {
     mix: TaskMix,
@@ -841,12 +884,15 @@ pub struct Rule {
     ties: NodeOrder,
     memo: OfferMemo,
     scratch: Vec<u16>,
+    /// Berth's: the gap population shares are placed against.
+    gaps: Option<Gaps>,
 }
 
 impl Rule {
     /// Berth's rule, measured against `mix`, ties to the earliest node of `ties`.
     pub fn berth(mix: TaskMix, ties: NodeOrder) -> Rule {
-        Rule::with(mix, Measure::UntilFullAndUnfed, Score::Exact, ties)
+        let gaps = Gaps::of(&mix);
+        Rule { gaps: Some(gaps), ..Rule::with(mix, Measure::UntilFullAndUnfed, Score::Exact, ties) }
     }
 
     /// FGD as published (Weng et al., `FGDScore`): the node and GPU whose placement lowers the
@@ -858,17 +904,42 @@ impl Rule {
     }
 
     fn with(mix: TaskMix, measure: Measure, score: Score, ties: NodeOrder) -> Rule {
-        Rule { mix, measure, score, ties, memo: OfferMemo::default(), scratch: Vec::new() }
+        Rule { mix, measure, score, ties, memo: OfferMemo::default(), scratch: Vec::new(), gaps: None }
     }
 
     /// The node and GPU with the best score among the nodes `demand` fits; `None` when it
     /// fits none. What was scored is remembered per node version, so a rule serves one
     /// cluster (or a fresh one, each time).
     pub fn choose(&mut self, cluster: &Cluster, demand: &Demand) -> Option<Choice> {
-        let Rule { mix, measure, score, ties, memo, scratch } = self;
-        let row = memo.row(cluster, demand);
+        let Rule { mix, measure, score, ties, memo, scratch, gaps } = self;
+        let keep_ways = matches!(demand.gpu, GpuAsk::Share(_)) && gaps.is_some();
+        let row = memo.row(cluster, demand, keep_ways);
         let base = row * memo.nodes;
-        let mut best: Option<(f64, usize, u8)> = None;
+        // A share under the gap population: each way on a node is scored again every time
+        // (the population changes with every placement); the measure's part is remembered.
+        let mut gaps = match (demand.gpu, gaps.as_mut()) {
+            (GpuAsk::Share(milli), Some(gaps)) => {
+                gaps.count(cluster);
+                Some((milli, gaps))
+            }
+            _ => None,
+        };
+        // The best score, the measure's part of it, its node and GPU: the higher score wins,
+        // then the higher measure (where the gaps' part evens out two placements, what the
+        // GPUs alone say decides), then the earlier node in `ties`.
+        type Best = Option<(f64, f64, usize, u8)>;
+        let mut best: Best = None;
+        let consider = |best: &mut Best, s: f64, measured: f64, i: usize, gpu: u8| {
+            let better = match *best {
+                None => true,
+                Some((b, _, _, _)) if s != b => s > b,
+                Some((_, m, _, _)) if measured != m => measured > m,
+                Some((_, _, j, _)) => ties.rank(i) < ties.rank(j),
+            };
+            if better {
+                *best = Some((s, measured, i, gpu));
+            }
+        };
         for (i, node) in cluster.nodes().iter().enumerate() {
             if !node.fits(demand) {
                 continue;
@@ -876,26 +947,49 @@ impl Rule {
             let mut offer = memo.offers[base + i];
             if offer.version != cluster.version(i) {
                 let before = memo.before(cluster, mix, *measure, i);
+                let range = memo.ways_of(row, i);
+                let ways = if keep_ways { &mut memo.ways[range] } else { &mut [] };
                 offer = NO_OFFER;
                 outcomes(mix, *measure, node, demand, scratch, |gpu, after| {
                     let s = score.of(before, after);
+                    let free = node.gpu_free.get(usize::from(gpu)).copied().unwrap_or(0);
+                    if let Some(way) = ways.get_mut(usize::from(offer.ways)) {
+                        *way = ShareWay { score: s, free, gpu };
+                        offer.ways += 1;
+                    }
                     if s > offer.score {
-                        offer = Offer { score: s, share_gpu: gpu, ..offer };
+                        offer = Offer { score: s, share_gpu: gpu, free, ..offer };
                     }
                 });
                 offer.version = cluster.version(i);
                 memo.offers[base + i] = offer;
             }
-            let better = match best {
-                None => true,
-                Some((s, _, _)) if offer.score != s => offer.score > s,
-                Some((_, j, _)) => ties.rank(i) < ties.rank(j),
-            };
-            if better {
-                best = Some((offer.score, i, offer.share_gpu));
+            match &mut gaps {
+                None => consider(&mut best, offer.score, offer.score, i, offer.share_gpu),
+                Some((milli, gaps)) => {
+                    let (extra, most_added) = gaps.extra(mix, node.shape.model, *milli);
+                    if best.is_some_and(|(b, _, _, _)| offer.score + most_added < b - 2e-6) {
+                        continue;
+                    }
+                    let one = [ShareWay { score: offer.score, free: offer.free, gpu: offer.share_gpu }];
+                    let ways = match offer.ways {
+                        1 => &one[..],
+                        n => &memo.ways[memo.ways_of(row, i)][..usize::from(n)],
+                    };
+                    for way in ways {
+                        let (f, m) = (usize::from(way.free), usize::from(*milli));
+                        let added = extra.get(f - m).zip(extra.get(f)).map_or(0.0, |(after, before)| after - before);
+                        // Rounding moves a score by half a millionth at most: one clearly
+                        // below the best cannot win, and is not rounded.
+                        if best.is_some_and(|(b, _, _, _)| way.score - added < b - 2e-6) {
+                            continue;
+                        }
+                        consider(&mut best, Score::Exact.of(way.score, added), way.score, i, way.gpu);
+                    }
+                }
             }
         }
-        let (_, node, gpu) = best?;
+        let (_, _, node, gpu) = best?;
         Some(Choice { node, share_gpu: matches!(demand.gpu, GpuAsk::Share(_)).then_some(gpu) })
     }
 }

@@ -202,6 +202,36 @@ fn the_berth_measure_follows_a_gpu_until_it_is_full() {
     assert!((mix.unused_gpu_milli(0, 0, &[530]) - 530.0).abs() < 1e-9);
 }
 
+/// The gap population: a gap is worth what the shares still to come will make of it, and they
+/// are spread over every gap of their size on the models they may land on. Whole GPUs take
+/// half the tasks, shares of 300 and 500 a quarter each. One node of model B has a gap of 500
+/// and four free GPUs; six nodes of model A have a gap of 500 each. A 300 leaves 200 (nothing
+/// fits) wherever it goes, so the measure alone ties and the earliest node, B's, would take
+/// it. But B expects 3.2 more shares for its one gap, which a 500 will fill; A expects 2.1 for
+/// six gaps, most of which stay empty anyway: the 300 goes to A.
+#[test]
+fn a_share_takes_a_gap_where_gaps_outnumber_the_shares_to_come() {
+    let (a, b) = (0u8, 1u8);
+    let mix =
+        TaskMix::from_counts([(0, GpuAsk::Whole(1), 2.0), (0, GpuAsk::Share(300), 1.0), (0, GpuAsk::Share(500), 1.0)]);
+    let gap = |model: u8| {
+        NodeState::with_free(NodeShape { cpu_milli: 64_000, memory_mib: 1024, gpus: 1, model }, 64_000, 1024, vec![500])
+    };
+    let mut nodes = vec![gap(b)];
+    nodes.extend((0..6).map(|_| gap(a)));
+    nodes.push(Some(NodeState::new(NodeShape { cpu_milli: 64_000, memory_mib: 1024, gpus: 4, model: b })));
+    let nodes: Vec<NodeState> = nodes.into_iter().collect::<Option<_>>().expect("valid nodes");
+    let mut cluster = Cluster::of(nodes);
+    let mut rule = Rule::berth(mix.clone(), NodeOrder::fleet(8));
+    let placed = cluster.place(&share(0, 300), &mut rule).expect("fits");
+    assert_eq!((placed.node, placed.gpus), (1, vec![0]), "the first of A's gaps");
+    // The next 300 goes on to A's next gap: B's stays for a 500.
+    assert_eq!(cluster.place(&share(0, 300), &mut rule).map(|p| p.node), Ok(2));
+    // With its gaps as scarce as B's (one each, and the same free milli) A is no better: ties.
+    let mut even = Cluster::of(vec![gap(b).expect("valid"), gap(a).expect("valid")]);
+    assert_eq!(even.place(&share(0, 300), &mut Rule::berth(mix, NodeOrder::fleet(2))).map(|p| p.node), Ok(0));
+}
+
 /// A trace like openb's `gpu_spec` variants, built here: two models, a third of the tasks
 /// allowing only one of them. Every placement honours the task's models, a constrained task
 /// is skipped while the other model still has room, and the models count in the measure.
