@@ -121,10 +121,12 @@ impl Gaps {
             reciprocal: Vec::new(),
             kind_spread: Vec::new(),
             placement: 0,
-            cost: vec![0.0; WHOLE],
-            fill: vec![0.0; WHOLE],
-            per_fit: vec![0.0; WHOLE],
-            filled: vec![0.0; WHOLE],
+            // Sized at the first table: a rule that places no share (every booking of whole
+            // GPUs makes one) never needs them.
+            cost: Vec::new(),
+            fill: Vec::new(),
+            per_fit: Vec::new(),
+            filled: Vec::new(),
             sizes: Vec::new(),
         }
     }
@@ -243,6 +245,9 @@ impl Gaps {
     /// below a whole GPU (a whole GPU and a full one cost nothing more).
     fn build(&mut self, mix: &TaskMix, model: usize) {
         let Gaps { models, reciprocal, sizes, cost, fill, per_fit, filled, .. } = self;
+        for scratch in [&mut *cost, &mut *fill, &mut *per_fit, &mut *filled] {
+            scratch.resize(WHOLE, 0.0);
+        }
         let gaps = &mut models[model];
         gaps.recounted = false;
         gaps.built_from.clone_from(sizes);
