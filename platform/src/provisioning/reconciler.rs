@@ -489,7 +489,28 @@ impl Reconciler {
                     Err(e) => Err(BackendError(format!("cannot run the acceptance checks: {e}"))),
                 };
             }
-            self.backend.run(&workload, step).await
+            let mut workload = workload;
+            loop {
+                let output = self.backend.run(&workload, step).await?;
+                if !self.backend.writes_neighbours_state(step) {
+                    return Ok(output);
+                }
+                // The neighbours it wrote were read when the step began; one that ended (or
+                // came) since may have written its own view before this write landed, and
+                // the last write stands. So the step is done again until the neighbours it
+                // wrote are the neighbours now: whichever write is last then names what
+                // holds the node.
+                let now = self.platform.workload(env).await.map_err(|e| {
+                    tracing::warn!(environment = %env.id, step = step.as_str(), error = %e, "cannot read the node's neighbours");
+                    BackendError("could not read what else holds its nodes; the step is retried".into())
+                })?;
+                if (&now.mig_neighbours, &now.tenant_neighbours)
+                    == (&workload.mig_neighbours, &workload.tenant_neighbours)
+                {
+                    return Ok(output);
+                }
+                workload = now;
+            }
         });
         let called = std::time::Instant::now();
         let end = tokio::select! {

@@ -74,6 +74,9 @@ pub struct State {
     node_revisions: BTreeMap<String, u64>,
     /// A node that someone else changes right after the next GET of it (a race, on cue).
     pub bump_node_on_next_read: Option<String>,
+    /// The next request of this `METHOD /path` waits, unanswered and not yet done, until
+    /// the test releases it ([`FakeCluster::release_held`]): a write that lands late, on cue.
+    pub hold_next: Option<String>,
     revision: u64,
 }
 
@@ -91,10 +94,14 @@ pub struct Faults {
 /// How long after its timeout answer a late write lands.
 pub const LATE_BY: Duration = Duration::from_millis(150);
 
+type Responder = tower_test::mock::SendResponse<Response<Body>>;
+
 pub struct FakeCluster {
     pub state: Arc<Mutex<State>>,
     /// Late writes not yet landed.
     pending: Arc<AtomicUsize>,
+    /// Requests held on cue (see [`State::hold_next`]), not yet done.
+    held: Arc<Mutex<Vec<(Call, Responder)>>>,
     task: JoinHandle<()>,
 }
 
@@ -137,7 +144,8 @@ impl FakeCluster {
         );
         let state = Arc::new(Mutex::new(state));
         let pending = Arc::new(AtomicUsize::new(0));
-        let (shared, late) = (state.clone(), pending.clone());
+        let held = Arc::new(Mutex::new(Vec::new()));
+        let (shared, late, on_cue) = (state.clone(), pending.clone(), held.clone());
         let task = tokio::spawn(async move {
             // Requests that never get an answer; dropping them would answer with an error.
             let mut unanswered = Vec::new();
@@ -158,6 +166,14 @@ impl FakeCluster {
                         .to_owned(),
                     body,
                 };
+                {
+                    let mut state = shared.lock().unwrap();
+                    if state.hold_next.as_ref() == Some(&call.line()) {
+                        state.hold_next = None;
+                        on_cue.lock().unwrap().push((call, respond));
+                        continue;
+                    }
+                }
                 let log = call.path.ends_with("/log");
                 let faults = shared.lock().unwrap().faults;
                 let roll = rand::random::<f64>();
@@ -189,20 +205,25 @@ impl FakeCluster {
                 } else {
                     shared.lock().unwrap().answer(call)
                 };
-                // A pod's log is plain text, as the API server sends it.
-                let (content_type, body) = match answer {
-                    Value::String(text) if log && status == StatusCode::OK => ("text/plain", text.into_bytes()),
-                    answer => ("application/json", serde_json::to_vec(&answer).unwrap()),
-                };
-                let response = Response::builder()
-                    .status(status)
-                    .header("content-type", content_type)
-                    .body(Body::from(body))
-                    .unwrap();
-                respond.send_response(response);
+                respond_with(respond, (status, answer), log);
             }
         });
-        (FakeCluster { state, pending, task }, Client::new(service, "default"))
+        (FakeCluster { state, pending, held, task }, Client::new(service, "default"))
+    }
+
+    /// How many requests are held on cue now.
+    pub fn held(&self) -> usize {
+        self.held.lock().unwrap().len()
+    }
+
+    /// Does the held requests now, in the order they came, and answers them.
+    pub fn release_held(&self) {
+        let held = std::mem::take(&mut *self.held.lock().unwrap());
+        for (call, respond) in held {
+            let log = call.path.ends_with("/log");
+            let answer = self.lock().answer(call);
+            respond_with(respond, answer, log);
+        }
     }
 
     pub fn set_faults(&self, faults: Faults) {
@@ -350,6 +371,17 @@ impl FakeCluster {
             .collect();
         json!({ "objects": objects, "nodes": nodes })
     }
+}
+
+/// Sends `answer`; a pod's `log` is plain text, as the API server sends it.
+fn respond_with(respond: Responder, (status, answer): (StatusCode, Value), log: bool) {
+    let (content_type, body) = match answer {
+        Value::String(text) if log && status == StatusCode::OK => ("text/plain", text.into_bytes()),
+        answer => ("application/json", serde_json::to_vec(&answer).unwrap()),
+    };
+    let response =
+        Response::builder().status(status).header("content-type", content_type).body(Body::from(body)).unwrap();
+    respond.send_response(response);
 }
 
 fn status(code: u16, reason: &str, message: &str) -> (StatusCode, Value) {

@@ -339,3 +339,48 @@ async fn neighbours_stopping_together_leave_no_mig_layout_without_a_sweep(pool: 
         assert_eq!(site.world.leftovers(), Vec::<String>::new(), "round {round}");
     }
 }
+
+/// A notebook whose clearing write lands after its two MIG neighbours have ended (read
+/// while they still held their slices, it keeps their layout) is cleared again with what
+/// holds the node now, so no layout is left without a sweep (sweeps are off here).
+#[sqlx::test(migrations = "../migrations")]
+async fn a_clearing_that_lands_after_its_neighbours_ended_is_done_again(pool: SqlitePool) {
+    // Steps never time out here: the held write must end the step, not a timeout and retry.
+    let config = ReconcilerConfig { step_timeout: Duration::from_secs(30), ..sweeping_on_request() };
+    let site = Site::with_config(pool, World::kubernetes(), config).await;
+    let World::Kubernetes(cluster) = &site.world else { unreachable!() };
+    let (_, members) = site.tenant("acme", Isolation::Soft, 1).await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(site.launch(&members[0], "notebook", "h100-1g.10gb", &format!("nb-{n}")).await.expect("launch").id);
+    }
+    for id in &ids {
+        assert_eq!(site.wait_for(id, &[EnvState::Ready], Duration::from_secs(10)).await, Some(EnvState::Ready));
+    }
+    let node: String = sqlx::query_scalar(
+        "SELECT DISTINCT n.name FROM reservations r JOIN gpus g ON g.id = r.gpu_id JOIN nodes n ON n.id = g.node_id
+         WHERE r.released_at IS NULL",
+    )
+    .fetch_one(&site.pool)
+    .await
+    .expect("one node");
+
+    // The first notebook's clearing (its neighbours' layout, both still holding) is held.
+    cluster.lock().hold_next = Some(format!("PATCH /api/v1/nodes/{node}"));
+    site.platform().stop(&members[0], &ids[0]).await.expect("stop");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while cluster.held() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the clearing never came");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    for id in &ids[1..] {
+        site.platform().stop(&members[0], id).await.expect("stop");
+        assert_eq!(site.wait_for(id, &[EnvState::Released], Duration::from_secs(10)).await, Some(EnvState::Released));
+    }
+    assert_eq!(cluster.node(&node)["metadata"]["labels"]["nvidia.com/mig.config"], "all-disabled");
+
+    // It lands now, naming the two that are gone.
+    cluster.release_held();
+    assert_eq!(site.wait_for(&ids[0], &[EnvState::Released], Duration::from_secs(10)).await, Some(EnvState::Released));
+    assert_eq!(site.world.leftovers(), Vec::<String>::new());
+}

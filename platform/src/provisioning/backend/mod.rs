@@ -287,6 +287,13 @@ pub trait Backend: Send + Sync + 'static {
     /// again). Safe to repeat.
     fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a>;
 
+    /// Whether `step` writes node state that includes what the environment's neighbours
+    /// there hold ([`Workload::mig_neighbours`], [`Workload::tenant_neighbours`]). The
+    /// reconciler does such a step again while those neighbours change under it.
+    fn writes_neighbours_state(&self, _step: Step) -> bool {
+        false
+    }
+
     /// Whether the backend has a queueing system of its own that mirrors tenants' quotas
     /// (Kubernetes: Kueue). Without one there is nothing to mirror: Berth's booking alone
     /// holds the quota, and the two methods below are never called.

@@ -755,6 +755,12 @@ impl Backend for Kubernetes {
         "kubernetes"
     }
 
+    /// A node's labels carry its one MIG layout, with every environment holding slices
+    /// there, and its dedication, with the tenant's environments holding it.
+    fn writes_neighbours_state(&self, step: Step) -> bool {
+        matches!(step, Step::ConfigurePartition | Step::StartWorkload | Step::ClearPartition | Step::ReleaseCapacity)
+    }
+
     /// The DCGM exporters' pages now (see `dcgm`), each reading standing for the time since
     /// the last call.
     fn gpu_readings(&self) -> ReadingsFuture<'_> {
