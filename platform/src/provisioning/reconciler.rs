@@ -492,7 +492,7 @@ impl Reconciler {
             let mut workload = workload;
             loop {
                 let output = self.backend.run(&workload, step).await?;
-                if !self.backend.writes_neighbours_state(step) {
+                if !self.backend.writes_neighbours_state(&workload, step) {
                     return Ok(output);
                 }
                 // The neighbours it wrote were read when the step began; one that ended (or

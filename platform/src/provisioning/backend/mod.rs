@@ -287,10 +287,10 @@ pub trait Backend: Send + Sync + 'static {
     /// again). Safe to repeat.
     fn remove_owned<'a>(&'a self, object: &'a OwnedObject) -> RemoveFuture<'a>;
 
-    /// Whether `step` writes node state that includes what the environment's neighbours
-    /// there hold ([`Workload::mig_neighbours`], [`Workload::tenant_neighbours`]). The
-    /// reconciler does such a step again while those neighbours change under it.
-    fn writes_neighbours_state(&self, _step: Step) -> bool {
+    /// Whether `step` of `workload` writes node state that includes what the environment's
+    /// neighbours there hold ([`Workload::mig_neighbours`], [`Workload::tenant_neighbours`]).
+    /// The reconciler does such a step again while those neighbours change under it.
+    fn writes_neighbours_state(&self, _workload: &Workload, _step: Step) -> bool {
         false
     }
 

@@ -756,9 +756,11 @@ impl Backend for Kubernetes {
     }
 
     /// A node's labels carry its one MIG layout, with every environment holding slices
-    /// there, and its dedication, with the tenant's environments holding it.
-    fn writes_neighbours_state(&self, step: Step) -> bool {
+    /// there, and its dedication, with the tenant's environments holding it; only an
+    /// environment with slices or dedicated nodes writes them (see `apply_node`).
+    fn writes_neighbours_state(&self, w: &Workload, step: Step) -> bool {
         matches!(step, Step::ConfigurePartition | Step::StartWorkload | Step::ClearPartition | Step::ReleaseCapacity)
+            && (manifests::dedicates_nodes(w) || w.units.iter().any(|u| u.mig_profile.is_some()))
     }
 
     /// The DCGM exporters' pages now (see `dcgm`), each reading standing for the time since
