@@ -21,8 +21,9 @@
 //! fits is worth what the mix is expected to leave of it once full (FGD counts it usable
 //! outright); and free milli that the node's free CPU and memory cannot feed at the mix's
 //! appetite is unusable by any of them. For a share, whether the mix comes to fill a gap at
-//! all depends on how many other gaps of its model compete for the shares still to come
-//! (the `gaps` module). The rule takes the placement that adds the least unusable milli.
+//! all depends on how many other gaps compete for the shares still to come, among the models
+//! no kind of the mix tells apart (the `gaps` module). The rule takes the placement that adds
+//! the least unusable milli.
 
 use std::collections::HashMap;
 
@@ -784,9 +785,9 @@ impl Score {
 /// fits as usable outright; this rule counts the sliver the share would leave, as the mix goes
 /// on filling it ([`TaskMix::sliver_waste`]), so a 470 share goes where it leaves 60 rather
 /// than 210 the mix rarely fills. Whether the mix comes to fill a gap at all depends on how
-/// many other gaps of its model compete for the shares still to come: a share's placement is
-/// also charged the change in that expected cost (see the `gaps` module: the population of
-/// gaps). And a node's free GPU milli is worth only what its free CPU and memory can feed: at
+/// many other gaps compete for the shares still to come (on the models no kind of the mix
+/// tells apart from the gap's own): a share's placement is also charged the change in that
+/// expected cost (see the `gaps` module: the population of gaps). And a node's free GPU milli is worth only what its free CPU and memory can feed: at
 /// the workload's appetite (see [`Appetite`]) anything beyond is stranded however the next
 /// tasks are shaped, a loss FGD's one-task-ahead measure does not see. The placement chosen
 /// is the one that adds the least to [`TaskMix::unused_gpu_milli`] plus this unfed milli

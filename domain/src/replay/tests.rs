@@ -204,32 +204,63 @@ fn the_berth_measure_follows_a_gpu_until_it_is_full() {
 
 /// The gap population: a gap is worth what the shares still to come will make of it, and they
 /// are spread over every gap of their size on the models they may land on. Whole GPUs take
-/// half the tasks, shares of 300 and 500 a quarter each. One node of model B has a gap of 500
-/// and four free GPUs; six nodes of model A have a gap of 500 each. A 300 leaves 200 (nothing
-/// fits) wherever it goes, so the measure alone ties and the earliest node, B's, would take
-/// it. But B expects 3.2 more shares for its one gap, which a 500 will fill; A expects 2.1 for
-/// six gaps, most of which stay empty anyway: the 300 goes to A.
+/// half the tasks, shares of 300 and 500 a quarter each; half the whole-GPU tasks may land
+/// only on model A, half only on B, so the mix tells A and B apart (and its measure of a node
+/// is the same on either model) and each model counts its own gaps. One node of model B
+/// has a gap of 500 and four free GPUs; six nodes of model A have a gap of 500 each. A 300
+/// leaves 200 (nothing fits) wherever it goes, so the measure alone ties and the earliest
+/// node, B's, would take it. But B expects 3.2 more shares for its one gap (the shares are
+/// spread over the models by free milli), which a 500 will fill; A expects 2.1 for six gaps,
+/// most of which stay empty anyway: the 300 goes to A.
 #[test]
 fn a_share_takes_a_gap_where_gaps_outnumber_the_shares_to_come() {
     let (a, b) = (0u8, 1u8);
+    let mix = TaskMix::of_kinds([
+        (0, GpuAsk::Whole(1), Models::of([a]), 1.0),
+        (0, GpuAsk::Whole(1), Models::of([b]), 1.0),
+        (0, GpuAsk::Share(300), Models::ANY, 1.0),
+        (0, GpuAsk::Share(500), Models::ANY, 1.0),
+    ]);
+    let (mut cluster, even) = two_models_of_gaps(a, b);
+    let mut rule = Rule::berth(mix.clone(), NodeOrder::fleet(8));
+    let placed = cluster.place(&share(1, 300), &mut rule).expect("fits");
+    assert_eq!((placed.node, placed.gpus), (1, vec![0]), "the first of A's gaps");
+    // The next 300 goes on to A's next gap: B's stays for a 500.
+    assert_eq!(cluster.place(&share(1, 300), &mut rule).map(|p| p.node), Ok(2));
+    // With its gaps as scarce as B's (one each, and the same free milli) A is no better: ties.
+    let mut even = even;
+    assert_eq!(even.place(&share(1, 300), &mut Rule::berth(mix, NodeOrder::fleet(2))).map(|p| p.node), Ok(0));
+}
+
+/// Where no kind of the mix tells two models apart, their gaps are one population: the same
+/// fleet as above, but the whole GPUs may land anywhere. Every gap of 500 then competes for
+/// the same shares to come, whichever model it is on, so A's six are no emptier than B's
+/// one and the 300 ties, going to the earliest node, B's. (Counted model by model, with the
+/// shares spread by free milli, B's gap would look the likelier filled and the 300 would go
+/// to A, a difference between the models that no task to come makes.)
+#[test]
+fn models_no_kind_tells_apart_share_one_gap_population() {
+    let (a, b) = (0u8, 1u8);
     let mix =
         TaskMix::from_counts([(0, GpuAsk::Whole(1), 2.0), (0, GpuAsk::Share(300), 1.0), (0, GpuAsk::Share(500), 1.0)]);
+    let (mut cluster, _) = two_models_of_gaps(a, b);
+    let mut rule = Rule::berth(mix, NodeOrder::fleet(8));
+    assert_eq!(cluster.place(&share(1, 300), &mut rule).map(|p| p.node), Ok(0), "B's gap, the earliest");
+}
+
+/// One node of model `b` with a gap of 500, six of model `a` with a gap of 500 each and one of
+/// model `b` with four free GPUs but no free CPU (its free milli counts, a share with CPU
+/// cannot land there); and a fleet of one gap of each model.
+fn two_models_of_gaps(a: u8, b: u8) -> (Cluster, Cluster) {
     let gap = |model: u8| {
         NodeState::with_free(NodeShape { cpu_milli: 64_000, memory_mib: 1024, gpus: 1, model }, 64_000, 1024, vec![500])
+            .expect("valid node")
     };
     let mut nodes = vec![gap(b)];
     nodes.extend((0..6).map(|_| gap(a)));
-    nodes.push(Some(NodeState::new(NodeShape { cpu_milli: 64_000, memory_mib: 1024, gpus: 4, model: b })));
-    let nodes: Vec<NodeState> = nodes.into_iter().collect::<Option<_>>().expect("valid nodes");
-    let mut cluster = Cluster::of(nodes);
-    let mut rule = Rule::berth(mix.clone(), NodeOrder::fleet(8));
-    let placed = cluster.place(&share(0, 300), &mut rule).expect("fits");
-    assert_eq!((placed.node, placed.gpus), (1, vec![0]), "the first of A's gaps");
-    // The next 300 goes on to A's next gap: B's stays for a 500.
-    assert_eq!(cluster.place(&share(0, 300), &mut rule).map(|p| p.node), Ok(2));
-    // With its gaps as scarce as B's (one each, and the same free milli) A is no better: ties.
-    let mut even = Cluster::of(vec![gap(b).expect("valid"), gap(a).expect("valid")]);
-    assert_eq!(even.place(&share(0, 300), &mut Rule::berth(mix, NodeOrder::fleet(2))).map(|p| p.node), Ok(0));
+    let idle = NodeShape { cpu_milli: 64_000, memory_mib: 1024, gpus: 4, model: b };
+    nodes.push(NodeState::with_free(idle, 0, 1024, vec![1000; 4]).expect("valid node"));
+    (Cluster::of(nodes), Cluster::of(vec![gap(b), gap(a)]))
 }
 
 /// A trace like openb's `gpu_spec` variants, built here: two models, a third of the tasks
