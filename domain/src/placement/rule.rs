@@ -787,9 +787,10 @@ impl Score {
 /// than 210 the mix rarely fills. Whether the mix comes to fill a gap at all depends on how
 /// many other gaps compete for the shares still to come (on the models no kind of the mix
 /// tells apart from the gap's own): a share's placement is also charged the change in that
-/// expected cost (see the `gaps` module: the population of gaps). And a node's free GPU milli is worth only what its free CPU and memory can feed: at
-/// the workload's appetite (see [`Appetite`]) anything beyond is stranded however the next
-/// tasks are shaped, a loss FGD's one-task-ahead measure does not see. The placement chosen
+/// expected cost (see the `gaps` module: the population of gaps). And a node's free GPU milli
+/// is worth only what its free CPU and memory can feed: at the workload's appetite (see
+/// [`Appetite`]) anything beyond is stranded however the next tasks are shaped, a loss FGD's
+/// one-task-ahead measure does not see. The placement chosen
 /// is the one that adds the least to [`TaskMix::unused_gpu_milli`] plus this unfed milli
 /// (plus, for a share, the gaps' extra cost), compared exactly; equal outcomes go to the one
 /// the measure without the gaps prefers, then to the earliest node of `ties`, and on one node
