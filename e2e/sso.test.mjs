@@ -174,6 +174,9 @@ test('a tenant admin limits a project; a booking in it is refused with the proje
   await ada.page.locator('tr[data-quota^="project:"]').getByText('0.25').waitFor();
 
   await ada.page.goto(`${berth.url}/launch/notebook?size=h100-3g.40gb`);
+  // The form is used again after the refusal: hydrated, it keeps what was typed (a plain
+  // form post, on a machine too busy to hydrate in time, comes back to a fresh form).
+  await ada.page.locator('body[data-hydrated]').waitFor();
   await ada.page.getByLabel('Name').fill('in-vision');
   await ada.page.getByLabel('Project').selectOption({ label: 'vision' });
   await ada.page.getByRole('button', { name: 'Launch' }).click();

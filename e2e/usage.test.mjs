@@ -57,6 +57,9 @@ async function ssoSignIn(email) {
 /** Books a training job of 4 x H100 ($12.80 an hour) in project vision from the launch form. */
 async function bookInVision(page, name, hours) {
   await page.goto(`${berth.url}/launch/training?size=h100-4`);
+  // The hints follow the project picked only once hydrated (on a busy machine that comes
+  // later), and the refused form is read again after its refusal.
+  await page.locator('body[data-hydrated]').waitFor();
   await page.getByLabel('Name').fill(name);
   await page.getByLabel('Container image').fill('nvcr.io/nvidia/pytorch:24.05-py3');
   await page.getByLabel('Command').fill('python train.py; sleep infinity');
