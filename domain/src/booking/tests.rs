@@ -381,3 +381,37 @@ proptest::proptest! {
         }
     }
 }
+
+proptest::proptest! {
+    /// A GPU's states over a row of windows, marked booking by booking where it holds only
+    /// whole-GPU bookings, are each window's state read alone, at any window width and
+    /// offset (bookings before, across and after the row, the cleaning gap at the edges).
+    #[test]
+    fn a_row_of_windows_reads_as_each_window_alone(
+        asks in proptest::collection::vec((0usize..5, 0i64..96, 1i64..30), 0..30),
+        // In quarter hours, as the bookings' hours and the gap are: windows meet them edge
+        // to edge often.
+        from_quarters in -40i64..200,
+        width_quarters in 1i64..100,
+        buckets in 0usize..20,
+    ) {
+        let gap = 15 * MINUTE_MS;
+        let mut held: Vec<Booking> = Vec::new();
+        for (shape, from, hours) in asks {
+            let window = at(from, from + hours);
+            if let Ok(placed) = Timeline::new(three_nodes(), held.clone(), gap).place(SHAPES[shape], window, SOFT) {
+                held.extend(placed.into_iter().map(|hold| Booking { hold, window, occupant: SOFT }));
+            }
+        }
+        let timeline = Timeline::new(three_nodes(), held, gap);
+        let (from, width) = (NOW + from_quarters * 15 * MINUTE_MS, width_quarters * 15 * MINUTE_MS);
+        let mut states = Vec::new();
+        for i in 0..timeline.set.gpus.len() {
+            timeline.states(i, from, width, buckets, &mut states);
+            let alone: Vec<GpuState> = (0..buckets as i64)
+                .map(|b| timeline.state(i, Window { starts_at: from + b * width, ends_at: from + (b + 1) * width }))
+                .collect();
+            proptest::prop_assert_eq!(&states, &alone, "GPU {}", i);
+        }
+    }
+}
