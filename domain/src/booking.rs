@@ -523,9 +523,7 @@ impl Timeline {
             for (i, &n) in set.node_of.iter().enumerate() {
                 self.states(i, from, bucket_ms, buckets, &mut states);
                 for (b, (holding, &state)) in holdings.iter_mut().zip(&states).enumerate() {
-                    let starts_at = from + b as i64 * bucket_ms;
-                    let window = Window { starts_at, ends_at: starts_at + bucket_ms };
-                    self.count_in(holding, i, n, state, window);
+                    self.count_in(holding, i, n, state, bucket(from, bucket_ms, b));
                 }
             }
             return self.rows(shapes, &holdings);
@@ -533,8 +531,7 @@ impl Timeline {
         let mut states: Vec<GpuState> = Vec::new();
         for (n, node) in set.nodes.iter().enumerate() {
             for (b, holding) in holdings.iter_mut().enumerate() {
-                let starts_at = from + b as i64 * bucket_ms;
-                let window = Window { starts_at, ends_at: starts_at + bucket_ms };
+                let window = bucket(from, bucket_ms, b);
                 states.clear();
                 let mut barred = false;
                 for &i in &node.positions {
@@ -603,10 +600,7 @@ impl Timeline {
         states.clear();
         let bookings = &self.bookings[self.starts[index]..self.starts[index + 1]];
         if self.set.gpus[index].is_shared() || bucket_ms <= 0 || bookings.iter().any(|b| b.hold.profile.is_some()) {
-            states.extend((0..buckets as i64).map(|b| {
-                let starts_at = from + b * bucket_ms;
-                self.state(index, Window { starts_at, ends_at: starts_at + bucket_ms })
-            }));
+            states.extend((0..buckets).map(|b| self.state(index, bucket(from, bucket_ms, b))));
             return;
         }
         states.resize(buckets, GpuState::Free);
@@ -784,6 +778,12 @@ impl Timeline {
 }
 
 /// A booking's MIG instance; `None` for a whole GPU or a share.
+/// The `b`-th of a row of windows of `bucket_ms` from `from` (a heatmap's bucket).
+fn bucket(from: i64, bucket_ms: i64, b: usize) -> Window {
+    let starts_at = from + b as i64 * bucket_ms;
+    Window { starts_at, ends_at: starts_at + bucket_ms }
+}
+
 fn mig_instance(b: &Booking) -> Option<MigInstance> {
     b.hold.profile.map(|profile| MigInstance { profile, start: b.hold.slices.start })
 }
