@@ -482,13 +482,14 @@ pub struct FleetGpu {
     pub busy: Option<String>,
 }
 
-/// A block on the chart, placed in percent of the row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A block on the chart, placed in thousandths of a percent of the row (whole numbers: the
+/// page writes them without formatting a float, and its hydration data carries no more).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Bar {
-    pub left: f64,
-    pub width: f64,
-    pub top: f64,
-    pub height: f64,
+    pub left: u32,
+    pub width: u32,
+    pub top: u32,
+    pub height: u32,
     pub label: String,
     pub title: String,
     pub href: String,

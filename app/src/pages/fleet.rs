@@ -395,18 +395,23 @@ fn rows_html(nodes: &[FleetNode]) -> String {
 }
 
 /// A booking or maintenance window on the chart, with `label` written in it: its colour
-/// comes from `data-bar`, its place from its own style, in thousandths of a percent as the
-/// chart rounds them.
+/// comes from `data-bar`, its place from its own style: left and width to the thousandth
+/// of a percent the chart rounds them to, top and height (memory slices, eighths) to the
+/// tenth.
 fn bar_html(html: &mut String, bar: &Bar, label: &str) {
     use std::fmt::Write;
 
     let Bar { left, width, top, height, title, href, tone, .. } = bar;
     let (tag, href) =
         if href.is_empty() { ("span", String::new()) } else { ("a", format!(" href=\"{}\"", escape(href))) };
+    let thousandths = |t: u32| (t / 1000, t % 1000);
+    let tenths = |t: u32| ((t + 50) / 1000, (t + 50) % 1000 / 100);
+    let ((left, left_frac), (width, width_frac)) = (thousandths(*left), thousandths(*width));
+    let ((top, top_frac), (height, height_frac)) = (tenths(*top), tenths(*height));
     let _ = write!(
         html,
-        "<{tag}{href} class=\"fleet-bar\" style=\"left: {left:.3}%; width: {width:.3}%; top: {top:.1}%; height: {height:.1}%;\" \
-         title=\"{}\" data-bar=\"{}\">{}</{tag}>",
+        "<{tag}{href} class=\"fleet-bar\" style=\"left: {left}.{left_frac:03}%; width: {width}.{width_frac:03}%; \
+         top: {top}.{top_frac}%; height: {height}.{height_frac}%;\" title=\"{}\" data-bar=\"{}\">{}</{tag}>",
         escape(title),
         escape(tone),
         escape(label)
@@ -426,10 +431,10 @@ mod tests {
     #[test]
     fn the_chart_writes_each_node_then_its_gpus_escaped() {
         let bar = |label: &str, href: &str, tone: &str| Bar {
-            left: 12.5,
-            width: 0.4,
-            top: 0.0,
-            height: 100.0,
+            left: 12_500,
+            width: 400,
+            top: 0,
+            height: 100_000,
             label: label.into(),
             title: format!("{label} <title>"),
             href: href.into(),
@@ -481,5 +486,14 @@ mod tests {
         ));
         assert!(!html.contains("<title>") && !html.contains("<loud>"));
         assert_eq!(html.matches("<div").count(), html.matches("</div>").count());
+    }
+
+    #[test]
+    fn a_bar_is_placed_to_the_thousandth_and_its_slices_to_the_tenth() {
+        let slice =
+            Bar { left: 99_001, width: 1_050, top: 37_500, height: 12_500, tone: "slice".into(), ..Bar::default() };
+        let mut html = String::new();
+        super::bar_html(&mut html, &slice, "");
+        assert!(html.contains("style=\"left: 99.001%; width: 1.050%; top: 37.5%; height: 12.5%;\""), "{html}");
     }
 }

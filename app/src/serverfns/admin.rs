@@ -282,16 +282,21 @@ mod chart {
     use crate::model::{Bar, FleetGpu, FleetNode, FleetPager, FleetView, MaintenanceView};
     use crate::time::{date, utc};
 
+    /// Memory slices 0..8 from top to bottom of the GPU's row, in thousandths of a percent.
+    fn slice_thousandths(slices: i64) -> u32 {
+        (100_000 * slices.clamp(0, i64::from(MEMORY_SLICES)) / i64::from(MEMORY_SLICES)) as u32
+    }
+
     pub fn fleet(schedule: &FleetSchedule, filter: &NodeFilter, from: i64, days: i64, now: i64) -> FleetView {
         let nodes = &schedule.nodes;
         let to = from + days * DAY_MS;
         let span = (to - from) as f64;
-        // Left and width in percent of the row, clipped to the range, to the thousandth the
-        // bar's style is written with (so the page's hydration data carries no more digits).
+        // Left and width in thousandths of a percent of the row, clipped to the range; at
+        // least 0.4% wide, so a short booking can still be seen and pointed at.
         let place = |start: i64, end: i64| {
             let (s, e) = (start.max(from), end.min(to));
-            let thousandths = |pct: f64| (pct * 1000.0).round() / 1000.0;
-            (thousandths(100.0 * (s - from) as f64 / span), thousandths((100.0 * (e - s) as f64 / span).max(0.4)))
+            let thousandths = |ms: i64| (100_000.0 * ms as f64 / span).round() as u32;
+            (thousandths(s - from), thousandths(e - s).max(400))
         };
         let mut windows = Vec::new();
         let fleet_nodes = nodes
@@ -331,8 +336,8 @@ mod chart {
                         let bar = Bar {
                             left,
                             width,
-                            top: 0.0,
-                            height: 100.0,
+                            top: 0,
+                            height: 100_000,
                             label: format!("maintenance: {}", m.reason),
                             title: format!("{} to {}: {}", utc(m.starts_at), utc(m.ends_at), m.reason),
                             href: String::new(),
@@ -375,9 +380,8 @@ mod chart {
                                 Bar {
                                     left,
                                     width,
-                                    // Memory slices 0..8 from top to bottom of the GPU's row.
-                                    top: 100.0 * b.slice_start as f64 / f64::from(MEMORY_SLICES),
-                                    height: 100.0 * b.slice_size as f64 / f64::from(MEMORY_SLICES),
+                                    top: slice_thousandths(b.slice_start),
+                                    height: slice_thousandths(b.slice_size),
                                     label: format!("{} · {what}", b.name),
                                     title: format!(
                                         "{} ({}) · {what} · {} to {} · {}",

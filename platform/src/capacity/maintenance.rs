@@ -377,14 +377,26 @@ pub(crate) async fn schedule_of(
     let now = now_ms();
     let NodePage { node_ids, page, pages, total_nodes, sites, node_names } = page;
     let node_ids = serde_json::to_string(&node_ids).map_err(Error::internal)?;
-    // One row per node, its GPUs and what is booked on them in two JSON arrays, rather than
-    // a row per GPU and per booking: sqlx hands each row over from its worker thread as a
-    // message of its own and copies every value, and the chart is read on every view.
+    // One row per node, with its GPUs (each with how busy it is), what is booked on them and
+    // its maintenance windows in three JSON arrays, rather than a row per GPU, booking and
+    // window in queries of their own: sqlx hands each row and each answer over from its
+    // worker thread as a message of its own and copies every value, and the chart is read
+    // on every view. How busy: each held GPU's latest minute of readings (the telemetry
+    // store's fine buckets of the last two minutes), the mean of its slices' or shares'.
+    let fine = berth_domain::telemetry::FINE;
     let rows = sqlx::query(
         "SELECT n.id, s.name, n.name, n.gpu_model, CASE WHEN n.nvlink_domain != n.name THEN n.nvlink_domain END,
                 n.ib_unit, n.state, n.repair_tier, c.reason, cu.email, c.changed_at, n.agent_seen_at, n.agent_version,
                 (SELECT json_group_array(json_array(g.id, g.idx, g.mig_enabled, g.health, g.health_note, g.ib_rail,
-                                                    g.time_slices) ORDER BY g.idx)
+                                                    g.time_slices,
+                                                    (SELECT avg(sa.utilization_sum / sa.readings)
+                                                     FROM reservations r JOIN gpu_samples sa ON sa.reservation_id = r.id
+                                                         AND sa.resolution_s = ?5
+                                                         AND sa.bucket = (SELECT max(l.bucket) FROM gpu_samples l
+                                                                          WHERE l.reservation_id = r.id
+                                                                            AND l.resolution_s = ?5 AND l.bucket >= ?6)
+                                                     WHERE r.gpu_id = g.id AND r.released_at IS NULL))
+                                         ORDER BY g.idx)
                  FROM gpus g WHERE g.node_id = n.id AND g.in_service = 1),
                 (SELECT json_group_array(json_array(r.gpu_id, g.model,
                                                     json_array(e.id, e.name, u.email, e.state, r.slice_start, r.slice_size,
@@ -392,7 +404,12 @@ pub(crate) async fn schedule_of(
                                          ORDER BY r.starts_at)
                  FROM gpus g JOIN reservations r ON r.gpu_id = g.id JOIN environments e ON e.id = r.environment_id
                  JOIN users u ON u.id = e.owner_id
-                 WHERE g.node_id = n.id AND r.released_at IS NULL AND r.starts_at < ?4 AND max(r.ends_at, ?2) > ?3)
+                 WHERE g.node_id = n.id AND r.released_at IS NULL AND r.starts_at < ?4 AND max(r.ends_at, ?2) > ?3),
+                (SELECT json_group_array(json_array(m.id, (SELECT g.idx FROM gpus g WHERE g.id = m.gpu_id),
+                                                    m.starts_at, m.ends_at, m.reason)
+                                         ORDER BY m.starts_at, m.id)
+                 FROM maintenance_windows m
+                 WHERE m.node_id = n.id AND m.cancelled_at IS NULL AND m.starts_at < ?4 AND m.ends_at > ?3)
          FROM nodes n JOIN sites s ON s.id = n.site_id
          LEFT JOIN node_state_changes c ON c.id = (SELECT max(id) FROM node_state_changes WHERE node_id = n.id)
          LEFT JOIN users cu ON cu.id = c.changed_by
@@ -402,22 +419,23 @@ pub(crate) async fn schedule_of(
     .bind(now)
     .bind(from)
     .bind(to)
+    .bind(fine.seconds)
+    .bind(fine.bucket_of(now) - 2 * fine.seconds * 1000)
     .fetch_all(&mut *conn)
     .await?;
-    // (id, index, MIG mode, health, its note, InfiniBand rail, time slices)
-    type GpuRow = (i64, i64, i64, String, Option<String>, Option<i64>, i64);
+    // (id, index, MIG mode, health, its note, InfiniBand rail, time slices, utilization)
+    type GpuRow = (i64, i64, i64, String, Option<String>, Option<i64>, i64, Option<f64>);
     // (GPU, its model, the booking with its MIG profile's key for a name)
     type BookingRow = (i64, String, ScheduledBooking);
+    // (id, the one GPU's index or none for the whole node, start, end, reason)
+    type WindowRow = (i64, Option<i64>, i64, i64, String);
     let mut nodes = Vec::with_capacity(rows.len());
-    let mut node_at: HashMap<i64, usize> = HashMap::new();
-    let mut gpu_at: HashMap<i64, (usize, usize)> = HashMap::new();
     for row in &rows {
-        let n = nodes.len();
-        node_at.insert(row.try_get(0)?, n);
         let gpu_rows: Vec<GpuRow> = serde_json::from_str(row.try_get(13)?).map_err(Error::internal)?;
+        let mut gpu_at: HashMap<i64, usize> = HashMap::with_capacity(gpu_rows.len());
         let mut gpus = Vec::with_capacity(gpu_rows.len());
-        for (id, index, mig, health, health_note, ib_rail, time_slices) in gpu_rows {
-            gpu_at.insert(id, (n, gpus.len()));
+        for (id, index, mig, health, health_note, ib_rail, time_slices, busy) in gpu_rows {
+            gpu_at.insert(id, gpus.len());
             gpus.push(GpuSchedule {
                 index,
                 mig_capable: mig != 0,
@@ -426,24 +444,38 @@ pub(crate) async fn schedule_of(
                 health,
                 health_note,
                 bookings: Vec::new(),
-                utilization_pct: None,
+                utilization_pct: busy.map(|pct| pct.round().clamp(0.0, 100.0) as u32),
             });
         }
         let bookings: Vec<BookingRow> = serde_json::from_str(row.try_get(14)?).map_err(Error::internal)?;
         for (gpu, model, mut booking) in bookings {
             // A GPU out of service is not drawn, nor what is still booked on it.
-            let Some(&(_, i)) = gpu_at.get(&gpu) else { continue };
+            let Some(&i) = gpu_at.get(&gpu) else { continue };
             booking.mig_profile = booking.mig_profile.map(|key| profile_name(&model, &key));
             gpus[i].bookings.push(booking);
         }
+        let (site, node): (String, String) = (row.try_get(1)?, row.try_get(2)?);
+        let windows: Vec<WindowRow> = serde_json::from_str(row.try_get(15)?).map_err(Error::internal)?;
+        let maintenance = windows
+            .into_iter()
+            .map(|(id, gpu_index, starts_at, ends_at, reason)| MaintenanceWindow {
+                id,
+                site: site.clone(),
+                node: node.clone(),
+                gpu_index,
+                starts_at,
+                ends_at,
+                reason,
+            })
+            .collect();
         nodes.push(NodeSchedule {
-            site: row.try_get(1)?,
-            node: row.try_get(2)?,
+            site,
+            node,
             model: row.try_get(3)?,
             nvlink_domain: row.try_get(4)?,
             ib_unit: row.try_get(5)?,
             gpus,
-            maintenance: Vec::new(),
+            maintenance,
             state: row.try_get(6)?,
             repair_tier: row.try_get(7)?,
             state_reason: row.try_get(8)?,
@@ -451,56 +483,6 @@ pub(crate) async fn schedule_of(
             state_at: row.try_get(10)?,
             agent_seen_at: row.try_get(11)?,
             agent_version: row.try_get(12)?,
-        });
-    }
-    // Beside what is allocated, how busy it is: each held GPU's latest minute of
-    // readings (the telemetry store's fine buckets of the last two minutes).
-    let fine = berth_domain::telemetry::FINE;
-    let busy = sqlx::query(
-        "WITH latest AS (
-             SELECT s.reservation_id, max(s.bucket) AS bucket FROM gpu_samples s
-             JOIN reservations r ON r.id = s.reservation_id
-             WHERE s.resolution_s = ?1 AND s.bucket >= ?2 AND r.released_at IS NULL
-               AND r.gpu_id IN (SELECT g.id FROM gpus g WHERE g.node_id IN (SELECT value FROM json_each(?3)))
-             GROUP BY s.reservation_id)
-         SELECT r.gpu_id, avg(s.utilization_sum / s.readings)
-         FROM latest CROSS JOIN gpu_samples s
-             ON s.reservation_id = latest.reservation_id AND s.resolution_s = ?1 AND s.bucket = latest.bucket
-         JOIN reservations r ON r.id = latest.reservation_id
-         GROUP BY r.gpu_id",
-    )
-    .bind(fine.seconds)
-    .bind(fine.bucket_of(now) - 2 * fine.seconds * 1000)
-    .bind(&node_ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    for row in &busy {
-        let Some(&(n, i)) = gpu_at.get(&row.try_get::<i64, _>(0)?) else { continue };
-        let pct: Option<f64> = row.try_get(1)?;
-        nodes[n].gpus[i].utilization_pct = pct.map(|pct| pct.round().clamp(0.0, 100.0) as u32);
-    }
-    let windows = sqlx::query(
-        "SELECT m.id, m.node_id, m.starts_at, m.ends_at, m.reason, g.idx FROM maintenance_windows m
-         LEFT JOIN gpus g ON g.id = m.gpu_id
-         WHERE m.node_id IN (SELECT value FROM json_each(?3))
-           AND m.cancelled_at IS NULL AND m.starts_at < ?1 AND m.ends_at > ?2 ORDER BY m.starts_at",
-    )
-    .bind(to)
-    .bind(from)
-    .bind(&node_ids)
-    .fetch_all(&mut *conn)
-    .await?;
-    for row in &windows {
-        let Some(&n) = node_at.get(&row.try_get::<i64, _>(1)?) else { continue };
-        let node = &mut nodes[n];
-        node.maintenance.push(MaintenanceWindow {
-            id: row.try_get(0)?,
-            site: node.site.clone(),
-            node: node.node.clone(),
-            gpu_index: row.try_get(5)?,
-            starts_at: row.try_get(2)?,
-            ends_at: row.try_get(3)?,
-            reason: row.try_get(4)?,
         });
     }
     Ok(FleetSchedule { nodes, page, pages, total_nodes, sites, node_names })
