@@ -36,6 +36,9 @@ test('sign in, a refused launch, a launch and a stop, all without JavaScript', a
   await page.getByRole('button', { name: 'Launch' }).click();
   await page.getByRole('alert').getByText('is a reference like ghcr.io/org/model:tag, not a URL').waitFor();
   assert.equal(await page.getByLabel('Container image').getAttribute('aria-invalid'), 'true', 'the field says it too');
+  // The refusal comes back to the form as it was typed.
+  assert.equal(await page.getByLabel('Name').inputValue(), 'plain-html');
+  assert.equal(await page.getByLabel('Container image').inputValue(), 'https://not/an/image');
 
   // The model, the server's arguments and its variables: Berth's own variables are refused,
   // and the field says so.
@@ -49,9 +52,16 @@ test('sign in, a refused launch, a launch and a stop, all without JavaScript', a
     await page.getByLabel('Environment variables').fill(env);
     await page.getByRole('button', { name: 'Launch' }).click();
   };
-  await fillEndpoint('BERTH_API_KEY=mine');
+  await fillEndpoint('BERTH_API_KEY=k3y_not_shown');
   await page.getByRole('alert').getByText('environment variables: BERTH_API_KEY is set by Berth').waitFor();
   assert.equal(await page.getByLabel('Environment variables').getAttribute('aria-invalid'), 'true');
+  // Everything typed is kept but the variables' values, which Berth never shows back.
+  assert.equal(await page.getByLabel('1 x L40S 48GB').isChecked(), true);
+  assert.equal(await page.getByLabel('Duration (hours)').inputValue(), '3');
+  assert.equal(await page.getByLabel('Model', { exact: true }).inputValue(), 'org/tiny-model');
+  assert.equal(await page.getByLabel('Server arguments').inputValue(), "--model {model} --chat-template 'a b'");
+  assert.equal(await page.getByLabel('Environment variables').inputValue(), 'BERTH_API_KEY=');
+  assert.ok(!(await page.content()).includes('k3y_not_shown'), 'a value is never shown back');
   await fillEndpoint('HF_TOKEN=hf_do_not_show\nMAX_BATCH=8');
   await page.waitForURL(/\/environments\/[0-9a-f-]{36}$/);
   assert.equal(await page.getByTestId('model').innerText(), 'org/tiny-model');

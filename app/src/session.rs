@@ -212,7 +212,51 @@ pub async fn show_new_token(session: &Session, meta: &RequestMeta) -> Result<Opt
 async fn forget_shown_token(session: &Session, meta: &RequestMeta) -> Result<(), AppError> {
     forget_shown::<NewToken>(session, meta, NEW_TOKEN_KEY).await?;
     forget_shown::<NewEndpointKey>(session, meta, NEW_ENDPOINT_KEY).await?;
-    forget_shown::<NewWebhookSecret>(session, meta, NEW_WEBHOOK_SECRET).await
+    forget_shown::<NewWebhookSecret>(session, meta, NEW_WEBHOOK_SECRET).await?;
+    forget_shown::<LaunchDraft>(session, meta, LAUNCH_DRAFT_KEY).await
+}
+
+/// A launch refused after a plain (pre-WASM) form post: what was typed, for the form that
+/// shows the refusal. The redirect back to the form carries the refusal but not the fields.
+const LAUNCH_DRAFT_KEY: &str = "launch_draft";
+
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct LaunchDraft {
+    request: berth_domain::launch::LaunchRequest,
+    created_at: i64,
+    #[serde(default)]
+    shown_in: Option<String>,
+}
+
+impl ShownOnce for LaunchDraft {
+    fn created_at(&self) -> i64 {
+        self.created_at
+    }
+    fn shown_in(&mut self) -> &mut Option<String> {
+        &mut self.shown_in
+    }
+}
+
+/// Keeps what a refused plain-form launch typed until the form's next render, but not the
+/// values of its environment variables (tokens, keys): Berth never shows those back, so
+/// each line keeps only its name and `=`, to be filled in again.
+pub async fn hold_launch_draft(
+    session: &Session,
+    meta: &RequestMeta,
+    request: &berth_domain::launch::LaunchRequest,
+) -> Result<(), AppError> {
+    let env = request.env.lines().filter_map(|line| line.split_once('=')).map(|(name, _)| format!("{name}="));
+    let request = berth_domain::launch::LaunchRequest { env: env.collect::<Vec<_>>().join("\n"), ..request.clone() };
+    let draft = LaunchDraft { request, created_at: berth_platform::now_ms(), shown_in: None };
+    session.insert(LAUNCH_DRAFT_KEY, &draft).await.map_err(store_failed(meta))
+}
+
+/// What the refused launch typed, for this request's render only.
+pub async fn show_launch_draft(
+    session: &Session,
+    meta: &RequestMeta,
+) -> Result<Option<berth_domain::launch::LaunchRequest>, AppError> {
+    Ok(show_once::<LaunchDraft>(session, meta, LAUNCH_DRAFT_KEY).await?.map(|draft| draft.request))
 }
 
 /// An endpoint's API key waiting to be shown once, after a plain (pre-WASM) form post.

@@ -1,4 +1,5 @@
 use berth_domain::catalog::{ImageRule, Offering};
+use berth_domain::launch::LaunchRequest;
 use leptos::prelude::*;
 use leptos_meta::Title;
 use leptos_router::hooks::{use_params_map, use_query_map};
@@ -7,7 +8,7 @@ use crate::components::form::{BUTTON, LABEL};
 use crate::components::{Auth, ErrorAlert, Field, FieldErrors, RequireUser};
 use crate::error::AppError;
 use crate::model::{ImageOffer, ProjectOption, SizeHint, VolumeOption};
-use crate::serverfns::{Launch, attachable_volumes, bookable_projects, launch_images, size_hints};
+use crate::serverfns::{Launch, attachable_volumes, bookable_projects, launch_draft, launch_images, size_hints};
 
 /// The launch form for one offering. The server checks everything again and explains
 /// each refusal; nothing is written unless every rule passes. Its action and resources are
@@ -53,15 +54,35 @@ pub fn LaunchPage() -> impl IntoView {
             None => Ok(ImageOffer { options: Vec::new(), custom: None }),
         }
     });
+    // What a refused plain form post typed, to fill the form in again (none with the WASM
+    // running: the form keeps what was typed).
+    let draft = Resource::new(offering, |offering| async move {
+        match offering {
+            Some(offering) => launch_draft(offering.id().to_owned()).await.ok().flatten(),
+            None => None,
+        }
+    });
     let form = LaunchState { launch, typed, typed_start, project, hints, projects, volumes, images };
     view! {
         <RequireUser>
             {move || match offering() {
                 Some(offering) if !may_launch() => view! { <MayNotLaunch offering/> }.into_any(),
-                Some(offering) => {
-                    let hours = hours().unwrap_or_default();
-                    view! { <LaunchForm offering chosen_size=chosen_size() start=start() hours form/> }.into_any()
+                Some(offering) => view! {
+                    <Suspense fallback=|| ()>
+                        {move || Suspend::new(async move {
+                            // What the hints were first asked for: the link's start and duration.
+                            let asked = (hours().unwrap_or_default(), start());
+                            let filled = draft.await.unwrap_or_else(|| LaunchRequest {
+                                size: chosen_size().unwrap_or_default(),
+                                start: asked.1.clone(),
+                                hours: asked.0.clone(),
+                                ..LaunchRequest::default()
+                            });
+                            view! { <LaunchForm offering filled asked form/> }
+                        })}
+                    </Suspense>
                 }
+                .into_any(),
                 // No such offering: the page does not exist (404), as any other unknown path.
                 None => view! { <super::NotFound/> }.into_any(),
             }}
@@ -111,19 +132,34 @@ struct LaunchState {
     images: Resource<Result<ImageOffer, AppError>>,
 }
 
+/// The form, `filled` in with the size, start and duration a link asked for, or with
+/// everything a refused plain form post had typed. `asked` is the duration and start the
+/// size hints were first read for (the link's).
 #[component]
-fn LaunchForm(
-    offering: Offering,
-    chosen_size: Option<String>,
-    start: String,
-    hours: String,
-    form: LaunchState,
-) -> impl IntoView {
+fn LaunchForm(offering: Offering, filled: LaunchRequest, asked: (String, String), form: LaunchState) -> impl IntoView {
     let LaunchState { launch, typed, typed_start, project, hints, projects, volumes, images } = form;
+    let LaunchRequest {
+        size: chosen_size,
+        name,
+        hours,
+        start,
+        earliest_within_days,
+        models,
+        min_gpu_memory_gb,
+        tier,
+        project: typed_project,
+        image: typed_image,
+        command,
+        model,
+        args,
+        env,
+        volumes: typed_volumes,
+        ..
+    } = filled;
     FieldErrors::of(launch);
     let result = launch.value();
     let sizes = offering.sizes();
-    let chosen = chosen_size.filter(|id| offering.size(id).is_some()).unwrap_or_else(|| sizes[0].id.to_owned());
+    let chosen = Some(chosen_size).filter(|id| offering.size(id).is_some()).unwrap_or_else(|| sizes[0].id.to_owned());
     let max_hours = offering.max_hours();
     // What the booking costs, following the size picked and the duration typed.
     let picked = RwSignal::new(chosen.clone());
@@ -136,11 +172,14 @@ fn LaunchForm(
         typed.trim().parse::<u32>().ok().is_some_and(|h| (1..=max_hours).contains(&h))
     };
     // The duration, start, size and project as the form has them once hydrated: what was typed before
-    // raised no event, and the hints and the cost would otherwise follow the first values.
+    // raised no event, and the hints and the cost would otherwise follow the values they were
+    // first asked for (which a refused plain form post's may differ from).
+    #[cfg(not(feature = "hydrate"))]
+    let _ = asked;
     #[cfg(feature = "hydrate")]
     {
         use crate::components::form::input_value;
-        let (first_hours, first_start, first_size) = (hours.clone(), start.replace('T', " "), chosen.clone());
+        let (first_hours, first_start, first_size) = (asked.0, asked.1.replace('T', " "), chosen.clone());
         Effect::new(move |_| {
             if let Some(h) = input_value("#hours").filter(|h| *h != first_hours) {
                 typed.set(Some((offering, h)));
@@ -208,7 +247,7 @@ fn LaunchForm(
                             </div>
                         </fieldset>
                         <div class="grid gap-4 sm:grid-cols-3">
-                            <Field id="name" name="request[name]" label="Name" required=true maxlength=40 placeholder="my-experiment"
+                            <Field id="name" name="request[name]" label="Name" value=name required=true maxlength=40 placeholder="my-experiment"
                                 help=|| "Lowercase letters, digits and hyphens."/>
                             <Field id="hours" name="request[hours]" label="Duration (hours)" input_type="number" min=1 max=max_hours
                                 value=hours required=true
@@ -222,53 +261,54 @@ fn LaunchForm(
                                 }/>
                         </div>
                         <Field id="earliest" name="request[earliest_within_days]" label="Or: as soon as possible within (days)"
-                            input_type="number" min=1 max=berth_domain::launch::MAX_EARLIEST_DAYS
+                            input_type="number" min=1 max=berth_domain::launch::MAX_EARLIEST_DAYS value=earliest_within_days
                             help=|| "Leave the start empty: Berth books the earliest time the size is free for the whole duration, within this many days, and shows the start it got."/>
                         <fieldset>
                             <legend class=LABEL>"Other GPU models"</legend>
                             <div class="mt-2 grid gap-4 sm:grid-cols-2">
                                 <label for="models-any" class="flex cursor-pointer items-start gap-3 rounded-lg border border-slate-200 p-3 has-[:checked]:border-indigo-500 has-[:checked]:bg-indigo-50">
-                                    <input type="checkbox" id="models-any" name="request[models]" value="any" class="mt-1"/>
+                                    <input type="checkbox" id="models-any" name="request[models]" value="any" checked=models == "any" class="mt-1"/>
                                     <span class="text-sm"><span class="block font-medium text-slate-900">"Any GPU model of this size"</span>
                                         <span class="block text-xs text-slate-600">"When the size you chose is full, take the same size on another model (see the catalog), at that size's price."</span></span>
                                 </label>
                                 <Field id="min-memory" name="request[min_gpu_memory_gb]" label="GPU memory at least (GB)" input_type="number" min=1 max=1000
+                                    value=min_gpu_memory_gb
                                     help=|| "Optional: only models with this much memory per GPU; also takes other models of this size that have it."/>
                             </div>
                         </fieldset>
-                        <ProjectField projects project/>
+                        <ProjectField projects project typed=typed_project/>
                         {matches!(offering, Offering::Notebook | Offering::TrainingJob).then(|| view! {
-                            <VolumesField offering volumes project/>
+                            <VolumesField offering volumes project typed=typed_volumes/>
                         })}
                         <fieldset>
                             <legend class=LABEL>"Tier"</legend>
                             <div class="mt-2 grid gap-2 sm:grid-cols-2">
                                 <label for="tier-guaranteed" class="flex cursor-pointer items-start gap-3 rounded-lg border border-slate-200 p-3 has-[:checked]:border-indigo-500 has-[:checked]:bg-indigo-50">
-                                    <input type="radio" id="tier-guaranteed" name="request[tier]" value="guaranteed" checked class="mt-1"/>
+                                    <input type="radio" id="tier-guaranteed" name="request[tier]" value="guaranteed" checked=tier != "spot" class="mt-1"/>
                                     <span class="text-sm"><span class="block font-medium text-slate-900">"Guaranteed"</span>
                                         <span class="block text-xs text-slate-600">"Counts against your quota; never taken away."</span></span>
                                 </label>
                                 <label for="tier-spot" class="flex cursor-pointer items-start gap-3 rounded-lg border border-slate-200 p-3 has-[:checked]:border-amber-500 has-[:checked]:bg-amber-50">
-                                    <input type="radio" id="tier-spot" name="request[tier]" value="spot" class="mt-1"/>
+                                    <input type="radio" id="tier-spot" name="request[tier]" value="spot" checked=tier == "spot" class="mt-1"/>
                                     <span class="text-sm"><span class="block font-medium text-slate-900">"Spot (preemptible)"</span>
                                         <span class="block text-xs text-slate-600">"Beyond your quota if it allows; starts now; reclaimed when a guaranteed booking needs the capacity."</span></span>
                                 </label>
                             </div>
                         </fieldset>
-                        <ImageField offering images/>
+                        <ImageField offering images typed=typed_image/>
                         {offering.needs_command().then(|| view! {
-                            <Field id="command" name="request[command]" label="Command" rows=3 required=true monospace=true
+                            <Field id="command" name="request[command]" label="Command" rows=3 required=true monospace=true value=command
                                 placeholder="python train.py --epochs 10"/>
                         })}
                         {(!offering.needs_command()).then(|| view! { <input type="hidden" name="request[command]" value=""/> })}
                         {(offering == Offering::InferenceEndpoint).then(|| view! {
-                            <Field id="model" name="request[model]" label="Model" monospace=true maxlength=200 autocomplete="off"
+                            <Field id="model" name="request[model]" label="Model" value=model monospace=true maxlength=200 autocomplete="off"
                                 placeholder="meta-llama/Llama-3.1-8B-Instruct"
                                 help=|| "A Hugging Face id or a path in the image. The server gets it as --model (or wherever {model} stands in the arguments) and as BERTH_MODEL."/>
-                            <Field id="args" name="request[args]" label="Server arguments" monospace=true maxlength=2000 autocomplete="off"
+                            <Field id="args" name="request[args]" label="Server arguments" value=args monospace=true maxlength=2000 autocomplete="off"
                                 placeholder="--max-model-len 8192 --dtype bfloat16"
                                 help=|| "After the image's entrypoint, split as a shell would (quotes group words; nothing is expanded). Empty with a model: --model {model}."/>
-                            <Field id="env" name="request[env]" label="Environment variables" rows=3 monospace=true autocomplete="off"
+                            <Field id="env" name="request[env]" label="Environment variables" value=env rows=3 monospace=true autocomplete="off"
                                 placeholder="HF_TOKEN=hf_..."
                                 help=|| "NAME=value, one a line. Values are handed to the server only: pages and the API show the names."/>
                         })}
@@ -298,24 +338,34 @@ fn LaunchForm(
     }
 }
 
-/// "a Jupyter notebook", "an inference endpoint", ...
 /// The project whose quota the booking also counts against; shown only to those who
 /// belong to a project.
 #[component]
-fn ProjectField(projects: Resource<Result<Vec<ProjectOption>, AppError>>, project: RwSignal<String>) -> impl IntoView {
+fn ProjectField(
+    projects: Resource<Result<Vec<ProjectOption>, AppError>>,
+    project: RwSignal<String>,
+    /// The project picked before (a refused plain form post's); empty for none.
+    typed: String,
+) -> impl IntoView {
     view! {
         <Transition fallback=|| ()>
-            {move || Suspend::new(async move {
-                let projects = projects.await.unwrap_or_default();
-                (!projects.is_empty()).then(|| view! {
-                    <Field id="project" name="request[project]" label="Project"
-                        on:change=move |ev| project.set(event_target_value(&ev))
-                        help=|| "The booking also counts against the project's quota.">
-                        <option value="">"No project"</option>
-                        {projects.into_iter().map(|p| view! { <option value=p.id.to_string()>{p.name}</option> }).collect_view()}
-                    </Field>
+            {move || {
+                let typed = typed.clone();
+                Suspend::new(async move {
+                    let projects = projects.await.unwrap_or_default();
+                    (!projects.is_empty()).then(|| view! {
+                        <Field id="project" name="request[project]" label="Project"
+                            on:change=move |ev| project.set(event_target_value(&ev))
+                            help=|| "The booking also counts against the project's quota.">
+                            <option value="">"No project"</option>
+                            {projects.into_iter().map(|p| {
+                                let id = p.id.to_string();
+                                view! { <option selected=id == typed value=id>{p.name}</option> }
+                            }).collect_view()}
+                        </Field>
+                    })
                 })
-            })}
+            }}
         </Transition>
     }
 }
@@ -327,62 +377,69 @@ fn VolumesField(
     offering: Offering,
     volumes: Resource<Result<Vec<VolumeOption>, AppError>>,
     project: RwSignal<String>,
+    /// The volumes ticked before (a refused plain form post's).
+    typed: Vec<String>,
 ) -> impl IntoView {
     // Filtering by the project picked starts once the page is hydrated.
     let hydrated = RwSignal::new(false);
     Effect::new(move |_| hydrated.set(true));
     view! {
         <Transition fallback=|| ()>
-            {move || Suspend::new(async move {
-                let volumes = volumes.await.unwrap_or_default();
-                let mut index = 0;
-                view! {
-                    <fieldset data-volumes="">
-                        <legend class=LABEL>"Volumes"</legend>
-                        <p class="mt-1 text-xs text-slate-600">
-                            "Files on a volume stay after the booking ends. "
-                            <a href="/volumes" class="text-indigo-700 underline hover:text-indigo-500">"Manage volumes"</a>
-                        </p>
-                        <ul class="mt-2 space-y-1 text-sm">
-                            {volumes.into_iter().filter(|v| offering == Offering::Notebook || !v.is_home || v.id != 0).map(|v| {
-                                let what = match (&v.project, v.is_home) {
-                                    (_, true) => "your home volume".to_owned(),
-                                    (Some(p), _) => format!("shared with project {p}"),
-                                    (None, false) => "personal".to_owned(),
-                                };
-                                let text = format!("{} ({} GiB, {what}) at {}", v.name, v.size_gib, v.mount_path);
-                                if v.is_home && offering == Offering::Notebook {
-                                    return view! {
-                                        <li data-volume-option=v.name.clone() class="flex items-center gap-2 text-slate-700">
-                                            <input type="checkbox" checked disabled aria-label="Home volume, always attached"/>
-                                            {text} " · always attached"
+            {move || {
+                let typed = typed.clone();
+                Suspend::new(async move {
+                    let volumes = volumes.await.unwrap_or_default();
+                    let mut index = 0;
+                    view! {
+                        <fieldset data-volumes="">
+                            <legend class=LABEL>"Volumes"</legend>
+                            <p class="mt-1 text-xs text-slate-600">
+                                "Files on a volume stay after the booking ends. "
+                                <a href="/volumes" class="text-indigo-700 underline hover:text-indigo-500">"Manage volumes"</a>
+                            </p>
+                            <ul class="mt-2 space-y-1 text-sm">
+                                {volumes.into_iter().filter(|v| offering == Offering::Notebook || !v.is_home || v.id != 0).map(|v| {
+                                    let what = match (&v.project, v.is_home) {
+                                        (_, true) => "your home volume".to_owned(),
+                                        (Some(p), _) => format!("shared with project {p}"),
+                                        (None, false) => "personal".to_owned(),
+                                    };
+                                    let text = format!("{} ({} GiB, {what}) at {}", v.name, v.size_gib, v.mount_path);
+                                    if v.is_home && offering == Offering::Notebook {
+                                        return view! {
+                                            <li data-volume-option=v.name.clone() class="flex items-center gap-2 text-slate-700">
+                                                <input type="checkbox" checked disabled aria-label="Home volume, always attached"/>
+                                                {text} " · always attached"
+                                            </li>
+                                        }.into_any();
+                                    }
+                                    let ticked = typed.contains(&v.id.to_string());
+                                    let id = format!("volume-{}", v.id);
+                                    let name = format!("request[volumes][{index}]");
+                                    index += 1;
+                                    let of_project = v.project_id;
+                                    let hidden = move || {
+                                        hydrated.get() && of_project.is_some_and(|p| p.to_string() != project.get())
+                                    };
+                                    view! {
+                                        <li data-volume-option=v.name.clone() class="text-slate-700" hidden=hidden>
+                                            <label for=id.clone() class="flex items-center gap-2">
+                                                <input type="checkbox" id=id.clone() name=name value=v.id.to_string() checked=ticked/>
+                                                {text}
+                                            </label>
                                         </li>
-                                    }.into_any();
-                                }
-                                let id = format!("volume-{}", v.id);
-                                let name = format!("request[volumes][{index}]");
-                                index += 1;
-                                let of_project = v.project_id;
-                                let hidden = move || {
-                                    hydrated.get() && of_project.is_some_and(|p| p.to_string() != project.get())
-                                };
-                                view! {
-                                    <li data-volume-option=v.name.clone() class="text-slate-700" hidden=hidden>
-                                        <label for=id.clone() class="flex items-center gap-2">
-                                            <input type="checkbox" id=id.clone() name=name value=v.id.to_string()/>
-                                            {text}
-                                        </label>
-                                    </li>
-                                }.into_any()
-                            }).collect_view()}
-                        </ul>
-                    </fieldset>
-                }
-            })}
+                                    }.into_any()
+                                }).collect_view()}
+                            </ul>
+                        </fieldset>
+                    }
+                })
+            }}
         </Transition>
     }
 }
 
+/// "a Jupyter notebook", "an inference endpoint", ...
 fn with_article(offering: Offering) -> &'static str {
     match offering {
         Offering::Notebook => "a Jupyter notebook",
@@ -396,7 +453,12 @@ fn with_article(offering: Offering) -> &'static str {
 /// where the tenant allows it, a reference of one's own (typed, with the catalog's entries
 /// suggested).
 #[component]
-fn ImageField(offering: Offering, images: Resource<Result<ImageOffer, AppError>>) -> impl IntoView {
+fn ImageField(
+    offering: Offering,
+    images: Resource<Result<ImageOffer, AppError>>,
+    /// The image chosen or typed before (a refused plain form post's); empty for the default.
+    typed: String,
+) -> impl IntoView {
     if offering.image_rule() == ImageRule::None {
         return view! { <input type="hidden" name="request[image]" value=""/> }.into_any();
     }
@@ -407,32 +469,40 @@ fn ImageField(offering: Offering, images: Resource<Result<ImageOffer, AppError>>
     };
     view! {
         <Transition fallback=|| ()>
-            {move || Suspend::new(async move {
-                let images = images.await.unwrap_or(ImageOffer { options: Vec::new(), custom: None });
-                match images.custom {
-                    None => view! {
-                        <Field id="image" name="request[image]" label="Image"
-                            help=move || view! { "Images from the catalog, with their CUDA versions." {catalog_link()} }>
-                            {images.options.into_iter().map(|i| view! { <option value=i.reference>{i.label}</option> }).collect_view()}
-                        </Field>
-                    }.into_any(),
-                    Some(allowed) => {
-                        let first = images.options.first().map(|i| i.reference.clone());
-                        view! {
-                            <Field id="image" name="request[image]" label="Container image" required=true monospace=true
-                                list="catalog-images" value=first.unwrap_or_default()
-                                placeholder="ghcr.io/your-org/model-server:1.0"
-                                help=move || view! {
-                                    "A catalog image, or one of your own: your team may run " {allowed.clone()} "."
-                                    {catalog_link()}
-                                }/>
-                            <datalist id="catalog-images">
-                                {images.options.into_iter().map(|i| view! { <option value=i.reference>{i.label}</option> }).collect_view()}
-                            </datalist>
-                        }.into_any()
+            {move || {
+                let typed = typed.clone();
+                Suspend::new(async move {
+                    let images = images.await.unwrap_or(ImageOffer { options: Vec::new(), custom: None });
+                    match images.custom {
+                        None => view! {
+                            <Field id="image" name="request[image]" label="Image"
+                                help=move || view! { "Images from the catalog, with their CUDA versions." {catalog_link()} }>
+                                {images.options.into_iter().map(|i| {
+                                    let selected = i.reference == typed;
+                                    view! { <option selected=selected value=i.reference>{i.label}</option> }
+                                }).collect_view()}
+                            </Field>
+                        }.into_any(),
+                        Some(allowed) => {
+                            let first = Some(typed.clone())
+                                .filter(|typed| !typed.is_empty())
+                                .or_else(|| images.options.first().map(|i| i.reference.clone()));
+                            view! {
+                                <Field id="image" name="request[image]" label="Container image" required=true monospace=true
+                                    list="catalog-images" value=first.unwrap_or_default()
+                                    placeholder="ghcr.io/your-org/model-server:1.0"
+                                    help=move || view! {
+                                        "A catalog image, or one of your own: your team may run " {allowed.clone()} "."
+                                        {catalog_link()}
+                                    }/>
+                                <datalist id="catalog-images">
+                                    {images.options.into_iter().map(|i| view! { <option value=i.reference>{i.label}</option> }).collect_view()}
+                                </datalist>
+                            }.into_any()
+                        }
                     }
-                }
-            })}
+                })
+            }}
         </Transition>
     }
     .into_any()

@@ -8,10 +8,38 @@ use crate::model::EnvironmentView;
 #[server(endpoint = "launch")]
 pub async fn launch(request: LaunchRequest) -> Result<String, AppError> {
     let (platform, caller) = super::ssr::caller().await?;
-    let env =
-        platform.launch(&caller, &request).await.map_err(|e| AppError::from_platform(e, &caller.meta.request_id))?;
-    leptos_axum::redirect(&format!("/environments/{}", env.id));
-    Ok(env.id)
+    match platform.launch(&caller, &request).await {
+        Ok(env) => {
+            leptos_axum::redirect(&format!("/environments/{}", env.id));
+            Ok(env.id)
+        }
+        Err(e) => {
+            // A plain form post is answered by a redirect back to the form, which would come
+            // back empty: what was typed waits in the session for it (`launch_draft`). The
+            // refusal is answered even if that fails (the failure is logged where it happens).
+            if crate::error::plain_form_post()
+                && let Ok(session) = super::ssr::session(&caller.meta).await
+            {
+                let _kept = crate::session::hold_launch_draft(&session, &caller.meta, &request).await;
+            }
+            Err(AppError::from_platform(e, &caller.meta.request_id))
+        }
+    }
+}
+
+/// What a launch of `offering` refused after a plain form post had typed (see
+/// `session::hold_launch_draft`), for the form that shows the refusal; `None` otherwise,
+/// and for anyone signed out.
+#[server(endpoint = "launch_draft")]
+pub async fn launch_draft(offering: String) -> Result<Option<LaunchRequest>, AppError> {
+    use super::ssr;
+    let meta = ssr::request_meta().await;
+    let platform = ssr::platform(&meta)?;
+    if ssr::signed_in_user(&platform, &meta).await?.is_none() {
+        return Ok(None);
+    }
+    let session = ssr::session(&meta).await?;
+    Ok(crate::session::show_launch_draft(&session, &meta).await?.filter(|draft| draft.offering == offering))
 }
 
 /// The projects the caller may book in, for the launch form.

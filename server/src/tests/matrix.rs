@@ -215,6 +215,8 @@ fn routes() -> Vec<Route> {
         sf("/api/fleet_capacity", None, ""),
         sf("/api/size_prices", None, ""),
         sf("/api/size_hints", None, "offering=notebook&hours=2&start=&project="),
+        // What a refused plain form post typed, from the caller's own session (none signed out).
+        sf("/api/launch_draft", None, "offering=notebook"),
         api(M::GET, "/api/v1/me", None, ""),
         // The catalog and its availability are public on the portal too (`size_hints`); with
         // no offering, a caller is told so (422).
