@@ -777,13 +777,13 @@ impl Timeline {
     }
 }
 
-/// A booking's MIG instance; `None` for a whole GPU or a share.
 /// The `b`-th of a row of windows of `bucket_ms` from `from` (a heatmap's bucket).
 fn bucket(from: i64, bucket_ms: i64, b: usize) -> Window {
     let starts_at = from + b as i64 * bucket_ms;
     Window { starts_at, ends_at: starts_at + bucket_ms }
 }
 
+/// A booking's MIG instance; `None` for a whole GPU or a share.
 fn mig_instance(b: &Booking) -> Option<MigInstance> {
     b.hold.profile.map(|profile| MigInstance { profile, start: b.hold.slices.start })
 }
