@@ -54,12 +54,14 @@ pub fn LaunchPage() -> impl IntoView {
             None => Ok(ImageOffer { options: Vec::new(), custom: None }),
         }
     });
-    // What a refused plain form post typed, to fill the form in again (none with the WASM
-    // running: the form keeps what was typed).
+    // What a refused plain form post typed, to fill the form in again. Only a server render
+    // can have one (the refusal's redirect is a whole page load), so in the browser, after
+    // hydration, the form is shown at once, not after a request that answers nothing; with
+    // the WASM running the form keeps what was typed anyway.
     let draft = Resource::new(offering, |offering| async move {
         match offering {
-            Some(offering) => launch_draft(offering.id().to_owned()).await.ok().flatten(),
-            None => None,
+            Some(offering) if cfg!(feature = "ssr") => launch_draft(offering.id().to_owned()).await.ok().flatten(),
+            _ => None,
         }
     });
     let form = LaunchState { launch, typed, typed_start, project, hints, projects, volumes, images };
